@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the pinned agent CLIs that the real-agent rig and the end-to-end tests drive, into the
+# git-ignored folder .agents/ of the repo (one npm prefix per CLI, so their dependency trees never
+# mix). A CLI whose pinned version is already there is reused, so a second run is a fast no-op.
+# The pins here must match tests/rig/env.py (PINNED); a rig test checks that they do.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD/.agents"
+
+# name  npm package  version  binary
+agents=(
+  "claude-code @anthropic-ai/claude-code 2.1.328 claude"
+  "codex @openai/codex 0.171.0 codex"
+  "gemini @google/gemini-cli 0.61.0 gemini"
+)
+
+command -v npm >/dev/null || { echo "install-agents: npm is required (Node.js >= 20)" >&2; exit 1; }
+
+for line in "${agents[@]}"; do
+  read -r name pkg version bin <<<"$line"
+  prefix="$root/$name"
+  manifest="$prefix/node_modules/$pkg/package.json"
+  have=""
+  if [ -f "$manifest" ]; then
+    have="$(node -p "require(process.argv[1]).version" "$manifest" 2>/dev/null || true)"
+  fi
+  if [ "$have" != "$version" ] || [ ! -x "$prefix/node_modules/.bin/$bin" ]; then
+    echo "install-agents: installing $pkg@$version into $prefix" >&2
+    mkdir -p "$prefix"
+    # A package.json of our own keeps npm from walking up into the repo; --no-save keeps it small.
+    [ -f "$prefix/package.json" ] || echo '{"private": true}' >"$prefix/package.json"
+    # Optional dependencies must stay on: Claude Code and Codex ship their native binaries as
+    # platform-specific optional packages.
+    npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error --no-save \
+      "$pkg@$version" >&2
+  fi
+  echo "$name $version $prefix/node_modules/.bin/$bin"
+done
