@@ -1,0 +1,197 @@
+"""Every environment fact the rig knows about the three agent CLIs, in one place.
+
+Theory of operation
+-------------------
+``AGENTS`` pins each CLI (npm package, version, binary name) and names its scripted model server.
+``scripts/install-agents.sh`` installs exactly these pins into ``<repo>/.agents/<agent>/``; a test
+checks that the two lists agree.
+
+``agent_env(agent, base_url=..., home=...)`` builds the whole environment a CLI is started with. It
+does not inherit the caller's environment (apart from PATH and locale), so a developer's real API
+keys, config dirs or proxies never reach a rig run, and the CLI talks only to the scripted server.
+``make_home(agent, path)`` creates the throwaway HOME (and any config files the CLI needs there).
+
+``require_cli(agent)`` is what a test calls first: it returns the binary, or skips the test when
+the CLI is not installed - except in CI (``CI=true``), where the CLIs are always installed and a
+missing one is a failure, never a skip.
+
+Facts marked "verified" were checked by running the pinned CLI against the rig (see
+tests/rig/README.md for the full list and how each was found).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+AGENTS_DIR = REPO / ".agents"
+FIXTURE_ROOT = REPO / "tests" / "fixtures"
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    name: str  # the rig's name: folder under .agents/, scenarios/ and fixtures/
+    package: str  # npm package
+    version: str  # pinned version
+    bin_name: str  # the executable npm links into node_modules/.bin
+    server: str  # "module:Class" of the scripted model server
+
+    @property
+    def binary(self) -> Path:
+        return AGENTS_DIR / self.name / "node_modules" / ".bin" / self.bin_name
+
+
+AGENTS: dict[str, AgentSpec] = {
+    "claude-code": AgentSpec(
+        "claude-code",
+        "@anthropic-ai/claude-code",
+        "2.1.328",
+        "claude",
+        "tests.rig.anthropic:AnthropicServer",
+    ),
+    "codex": AgentSpec(
+        "codex", "@openai/codex", "0.171.0", "codex", "tests.rig.openai:ResponsesServer"
+    ),
+    "gemini": AgentSpec(
+        "gemini", "@google/gemini-cli", "0.61.0", "gemini", "tests.rig.gemini:GeminiServer"
+    ),
+}
+
+
+def spec(agent: str) -> AgentSpec:
+    try:
+        return AGENTS[agent]
+    except KeyError:
+        raise KeyError(f"unknown agent {agent!r}; known: {sorted(AGENTS)}") from None
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def cli_path(agent: str) -> Path:
+    return spec(agent).binary
+
+
+def cli_installed(agent: str) -> bool:
+    return os.access(cli_path(agent), os.X_OK)
+
+
+def require_cli(agent: str) -> Path:
+    """The CLI's binary; pytest.skip when it is missing locally, pytest.fail when CI=true."""
+    import pytest
+
+    path = cli_path(agent)
+    if not os.access(path, os.X_OK):
+        msg = f"{agent} CLI not installed at {path}; run scripts/install-agents.sh"
+        if in_ci():
+            pytest.fail(msg + " (CI=true: the CLIs must be installed)")
+        pytest.skip(msg)
+    return path
+
+
+@functools.cache
+def cli_version(agent: str) -> str:
+    """The version the installed binary reports (``--version``), e.g. "2.1.328"."""
+    out = subprocess.run(
+        [str(cli_path(agent)), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_base_env(Path("/tmp")),
+        check=False,
+    ).stdout
+    m = re.search(r"\d+\.\d+\.\d+\S*", out)
+    return m.group(0) if m else out.strip()
+
+
+def _base_env(home: Path) -> dict[str, str]:
+    """What every CLI gets: a PATH that finds node and the shell tools, a UTF-8 locale, and a
+    HOME of its own (the CLIs keep sessions, settings and caches under HOME)."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": str(home),
+        "USER": os.environ.get("USER", "rig"),
+        "SHELL": "/bin/bash",  # Claude Code's Bash tool runs commands with $SHELL
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TERM": "dumb",
+        "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
+        "NO_COLOR": "1",
+    }
+
+
+def make_home(agent: str, home: Path) -> Path:
+    """Create a throwaway HOME for one run (and what the CLI wants to find there)."""
+    home.mkdir(parents=True, exist_ok=True)
+    if agent == "claude-code":
+        # Not required (the CLI creates ~/.claude on its own), but an empty settings file makes
+        # sure no user or managed setting changes what the rig observes.
+        (home / ".claude").mkdir(exist_ok=True)
+        (home / ".claude" / "settings.json").write_text("{}\n")
+    return home
+
+
+def claude_code_env(base_url: str, home: Path) -> dict[str, str]:
+    env = _base_env(home)
+    env.update(
+        {
+            # verified: with these, the CLI calls only POST {base_url}/v1/messages?beta=true.
+            "ANTHROPIC_BASE_URL": base_url,
+            "ANTHROPIC_API_KEY": "sk-ant-rig-not-a-real-key",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            # verified: 401/500/529 are otherwise retried 10 times with growing back-off; 1 keeps
+            # an error run to about two requests (one retry, so retry-then-success still works).
+            "CLAUDE_CODE_MAX_RETRIES": "1",
+        }
+    )
+    if os.geteuid() == 0:
+        # verified: as root, --dangerously-skip-permissions / bypassPermissions exit 1 without it.
+        env["IS_SANDBOX"] = "1"
+    return env
+
+
+def codex_env(base_url: str, home: Path) -> dict[str, str]:
+    # Placeholder for the Codex server's author: confirm against the real CLI and complete.
+    env = _base_env(home)
+    env.update({"CODEX_HOME": str(home / ".codex"), "OPENAI_API_KEY": "sk-rig-not-a-real-key"})
+    env["OPENAI_BASE_URL"] = base_url.rstrip("/") + "/v1"
+    return env
+
+
+def gemini_env(base_url: str, home: Path) -> dict[str, str]:
+    # Placeholder for the Gemini server's author: confirm against the real CLI and complete.
+    env = _base_env(home)
+    env.update({"GEMINI_API_KEY": "rig-not-a-real-key", "GOOGLE_GEMINI_BASE_URL": base_url})
+    return env
+
+
+_ENVS = {"claude-code": claude_code_env, "codex": codex_env, "gemini": gemini_env}
+
+
+def agent_env(
+    agent: str, *, base_url: str, home: Path, extra: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The complete environment to start ``agent`` with against the scripted server at base_url."""
+    env = _ENVS[spec(agent).name](base_url, home)
+    env.update(extra or {})
+    return env
+
+
+def installed_version(agent: str) -> str | None:
+    """The version npm installed (from the package manifest; no process started)."""
+    s = spec(agent)
+    manifest = AGENTS_DIR / s.name / "node_modules" / s.package / "package.json"
+    try:
+        return json.loads(manifest.read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return None
