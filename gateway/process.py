@@ -1,0 +1,664 @@
+"""The agent process: spawn, stdout lines, stdin, stderr tail, signals, exit status (§17, §18).
+
+Theory of operation
+-------------------
+`AgentProcess.start()` launches the agent CLI from an argv list (never through a shell) with
+`loop.subprocess_exec`, in a new session so that the agent and everything it starts (Bash tool
+commands, MCP servers, subagents) share one process group whose id is the agent's pid. Every signal
+the gateway sends goes to that group (`os.killpg`), so a SIGTERM or SIGKILL also reaches the
+grandchildren. The three `RAWP_*` variables of DPS-17.2.1 are added to the environment.
+
+The pipes are driven by a `SubprocessProtocol` of our own instead of `asyncio.StreamReader`:
+
+* stdout is split on b"\\n" as chunks arrive. A partial line is kept as a list of chunks and joined
+  once, so a line costs memory proportional to its own size and nothing else; there is no line-length
+  limit short of `max_line_bytes` (1 GiB by default; a longer line is dropped and counted, never
+  fatal). The 64 KiB default limit of `StreamReader.readline` would raise on Claude Code's large
+  lines (a Read of a big file, an image block) and kill the session.
+* Each complete line is queued with the `time.perf_counter_ns()` of the chunk that completed it, for
+  latency metrics.
+* Backpressure is on *complete* lines: when the queued lines exceed `high_water` bytes the stdout pipe
+  is paused, and resumed below `high_water // 4`. A partial line never pauses reading (that would
+  deadlock on a line longer than the mark). `StreamReader` ties its pause threshold to its line
+  limit (it pauses at 2 * limit), so a huge limit there means no backpressure at all.
+  `bench/bench_process_lines.py` measures the two readers.
+* stderr is drained continuously into a ring of the last `stderr_limit` bytes (`stderr_tail()`),
+  for `agent.error.details`; a chatty stderr can never fill the pipe and stall the agent.
+* stdin: `write()` + `await drain()` with the transport's flow control, `close_stdin()`.
+
+Exit statuses are classified by the pure `classify_exit()` (DPS-17.2.2), usable by the sans-IO core:
+0 is "ok", 1-127 "error", a negative return code (killed by signal N) or 128+N "signal".
+
+`terminate(grace)` follows DPS-17.2.3: SIGTERM to the group, SIGKILL to the group when the agent
+has not exited after `grace` seconds. If the agent exits in time but members of its group linger,
+they get SIGKILL when the grace period ends (a timer, so `terminate` returns as soon as the agent
+itself is gone).
+
+No agent may outlive the gateway: every group that may still have members is kept in a module-level
+registry. The server's shutdown awaits `terminate_all()`; an `atexit` hook SIGKILLs whatever is left
+when the interpreter exits some other way. (A SIGKILLed gateway runs no code at all; then the agent
+sees EOF on stdin and Claude Code exits by itself, but its grandchildren may survive.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import errno
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal, NamedTuple
+
+__all__ = [
+    "RAWP_DPS_VERSION",
+    "AgentExecutableNotFound",
+    "AgentProcess",
+    "AgentProcessError",
+    "AgentStartError",
+    "ExitKind",
+    "ExitStatus",
+    "StdoutLine",
+    "classify_exit",
+    "kill_all_groups",
+    "live_groups",
+    "terminate_all",
+]
+
+RAWP_DPS_VERSION: Final = "rawp-dps-1.0"
+DEFAULT_GRACE_S: Final = 5.0
+DEFAULT_HIGH_WATER: Final = 4 * 1024 * 1024
+DEFAULT_MAX_LINE_BYTES: Final = 1024 * 1024 * 1024
+DEFAULT_STDERR_LIMIT: Final = 64 * 1024
+_STDOUT_FD: Final = 1
+_STDERR_FD: Final = 2
+_STDIN_FD: Final = 0
+
+ExitKind = Literal["ok", "error", "signal"]
+
+
+# --------------------------------------------------------------------------- exit status (pure)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExitStatus:
+    """How an agent process ended, classified per DPS-17.2.2.
+
+    `returncode` is as reported by the OS layer: negative -N when killed by signal N, else the exit
+    code. `signal` is N for both "killed by N" and "exited with 128+N" (a shell or a runtime that
+    re-raises as an exit code), else None.
+    """
+
+    returncode: int
+    signal: int | None
+    kind: ExitKind
+
+    @property
+    def signal_name(self) -> str | None:
+        """`"SIGTERM"` and so on, or None when no signal was involved or the number is unknown."""
+        if self.signal is None:
+            return None
+        try:
+            return signal.Signals(self.signal).name
+        except ValueError:
+            return None
+
+    def describe(self) -> str:
+        """A short human sentence for `agent.error.message`."""
+        if self.kind == "ok":
+            return "agent exited normally (code 0)"
+        if self.kind == "signal":
+            name = self.signal_name or f"signal {self.signal}"
+            if self.returncode < 0:
+                return f"agent was killed by {name}"
+            return f"agent exited with code {self.returncode} ({name})"
+        return f"agent exited with code {self.returncode}"
+
+
+def classify_exit(returncode: int) -> ExitStatus:
+    """Classify a return code per DPS-17.2.2. Pure; the sans-IO core calls it too.
+
+    0 -> ok; 1-127 -> error; -N (killed by signal N) or 128+N for a real signal number N -> signal.
+    Codes above 128 that are not 128 + a signal number (128 itself, 255) are plain errors.
+    """
+    if returncode == 0:
+        return ExitStatus(returncode=0, signal=None, kind="ok")
+    if returncode < 0:
+        return ExitStatus(returncode=returncode, signal=-returncode, kind="signal")
+    if 128 < returncode < 128 + signal.NSIG:
+        return ExitStatus(returncode=returncode, signal=returncode - 128, kind="signal")
+    return ExitStatus(returncode=returncode, signal=None, kind="error")
+
+
+# --------------------------------------------------------------------------- errors and values
+
+
+class AgentProcessError(Exception):
+    """Base class of the errors this module raises."""
+
+
+class AgentStartError(AgentProcessError):
+    """The agent could not be started (bad cwd, not executable, ...)."""
+
+
+class AgentExecutableNotFound(AgentStartError, FileNotFoundError):
+    """argv[0] does not name an executable file (the agent CLI is not installed or not on PATH)."""
+
+
+class StdoutLine(NamedTuple):
+    """One stdout line without its b"\\n", and the perf_counter_ns() when it was read."""
+
+    line: bytes
+    t_ns: int
+
+
+# --------------------------------------------------------------------------- group registry
+
+# pgid -> process; groups that may still have members. Kept at module level so that shutdown and
+# atexit can reach every agent no matter which session owns it.
+_live_groups: dict[int, AgentProcess] = {}
+
+
+def live_groups() -> list[int]:
+    """Process-group ids the gateway may still have to kill (for tests and diagnostics)."""
+    return list(_live_groups)
+
+
+def _killpg(pgid: int, sig: int) -> bool:
+    """Signal a group; False when it has no members any more."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        # A member changed credentials (setuid helper); the rest of the group was still signalled.
+        return True
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    # Signal 0 checks existence. Zombies count as members until reaped; that only makes us send a
+    # harmless SIGKILL to a group that is already dead.
+    return _killpg(pgid, 0)
+
+
+def kill_all_groups(sig: int = signal.SIGKILL) -> None:
+    """Send `sig` to every registered group now, synchronously. The last resort (atexit)."""
+    for pgid in list(_live_groups):
+        _killpg(pgid, sig)
+        if sig == signal.SIGKILL:
+            _live_groups.pop(pgid, None)
+
+
+async def terminate_all(grace: float = DEFAULT_GRACE_S) -> None:
+    """Terminate every live agent concurrently (DPS-17.2.3); for the server's shutdown."""
+    procs = [p for p in _live_groups.values() if p.returncode is None]
+    if procs:
+        await asyncio.gather(*(p.terminate(grace) for p in procs), return_exceptions=True)
+    # Stragglers in groups whose leader is gone are killed now rather than at their own deadline:
+    # shutdown does not wait for them.
+    kill_all_groups(signal.SIGKILL)
+
+
+atexit.register(kill_all_groups)
+
+
+# --------------------------------------------------------------------------- the protocol
+
+
+class _Protocol(asyncio.SubprocessProtocol):
+    """Forwards transport callbacks to the AgentProcess; keeps the public class free of them."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: AgentProcess) -> None:
+        self._owner = owner
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        if fd == _STDOUT_FD:
+            self._owner._on_stdout(data)
+        elif fd == _STDERR_FD:
+            self._owner._on_stderr(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == _STDOUT_FD:
+            self._owner._on_stdout_eof(exc)
+        elif fd == _STDIN_FD:
+            self._owner._on_stdin_lost(exc)
+
+    def process_exited(self) -> None:
+        self._owner._on_exit()
+
+    def pause_writing(self) -> None:
+        self._owner._stdin_paused = True
+
+    def resume_writing(self) -> None:
+        self._owner._on_stdin_resume()
+
+
+# --------------------------------------------------------------------------- AgentProcess
+
+
+class AgentProcess:
+    """One agent child process in its own process group. Create with `await AgentProcess.start()`."""
+
+    # Private state, declared up front (see style.md: aiohttp web_ws).
+    _loop: asyncio.AbstractEventLoop
+    _transport: asyncio.SubprocessTransport
+    _pid: int
+    _argv: tuple[str, ...]
+    _high_water: int
+    _low_water: int
+    _max_line_bytes: int
+    _lines: deque[StdoutLine]
+    _queued_bytes: int
+    _partial: list[bytes]
+    _partial_len: int
+    _discarding: bool
+    _stdout_eof: bool
+    _stdout_exc: BaseException | None
+    _stdout_paused: bool
+    _line_waiter: asyncio.Future[None] | None
+    _stderr: bytearray
+    _stderr_limit: int
+    _stdin_paused: bool
+    _stdin_closed: bool
+    _stdin_exc: BaseException | None
+    _drain_waiter: asyncio.Future[None] | None
+    _exit: asyncio.Future[ExitStatus]
+    _straggler_timer: asyncio.TimerHandle | None
+
+    #: Counters for metrics (read by the shell; never reset).
+    lines_read: int
+    bytes_read: int
+    lines_dropped: int
+    stdout_pauses: int
+    stderr_bytes: int
+
+    def __init__(self) -> None:
+        raise TypeError("use 'await AgentProcess.start(...)'")
+
+    @classmethod
+    async def start(
+        cls,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None,
+        cwd: str | os.PathLike[str] | None = None,
+        session_id: str,
+        workspace: str | os.PathLike[str],
+        high_water: int = DEFAULT_HIGH_WATER,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        stderr_limit: int = DEFAULT_STDERR_LIMIT,
+    ) -> AgentProcess:
+        """Spawn `argv` (no shell) in a new process group.
+
+        `env` is the complete base environment (None: inherit the gateway's); `RAWP_SESSION_ID`,
+        `RAWP_WORKSPACE_PATH` (absolute) and `RAWP_DPS_VERSION` are added (DPS-17.2.1). `cwd`
+        defaults to the workspace. Raises `AgentExecutableNotFound` or `AgentStartError`.
+        """
+        if isinstance(argv, str | bytes) or not argv:
+            raise ValueError("argv must be a non-empty list of strings (no shell is used)")
+        if high_water < 1 or max_line_bytes < 1 or stderr_limit < 0:
+            raise ValueError("high_water, max_line_bytes must be >= 1 and stderr_limit >= 0")
+        workspace_abs = os.path.abspath(os.fspath(workspace))
+        child_env = dict(os.environ if env is None else env)
+        child_env["RAWP_SESSION_ID"] = session_id
+        child_env["RAWP_WORKSPACE_PATH"] = workspace_abs
+        child_env["RAWP_DPS_VERSION"] = RAWP_DPS_VERSION
+
+        self = object.__new__(cls)
+        self._init_state(high_water, max_line_bytes, stderr_limit)
+        self._argv = tuple(argv)
+        loop = self._loop = asyncio.get_running_loop()
+        self._exit = loop.create_future()
+        try:
+            transport, _ = await loop.subprocess_exec(
+                lambda: _Protocol(self),
+                *self._argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=child_env,
+                cwd=os.fspath(cwd) if cwd is not None else workspace_abs,
+                start_new_session=True,
+            )
+        except FileNotFoundError as exc:
+            # FileNotFoundError covers a missing cwd too; say which one it was.
+            target = cwd if cwd is not None else workspace_abs
+            if not os.path.isdir(target):
+                raise AgentStartError(f"agent working directory does not exist: {target}") from exc
+            raise AgentExecutableNotFound(
+                errno.ENOENT, f"agent executable not found: {argv[0]!r}", argv[0]
+            ) from exc
+        except OSError as exc:
+            raise AgentStartError(f"cannot start agent {argv[0]!r}: {exc}") from exc
+        self._transport = transport
+        pid = transport.get_pid()
+        assert pid is not None
+        self._pid = pid
+        _live_groups[pid] = self
+        return self
+
+    def _init_state(self, high_water: int, max_line_bytes: int, stderr_limit: int) -> None:
+        self._high_water = high_water
+        self._low_water = high_water // 4
+        self._max_line_bytes = max_line_bytes
+        self._lines = deque()
+        self._queued_bytes = 0
+        self._partial = []
+        self._partial_len = 0
+        self._discarding = False
+        self._stdout_eof = False
+        self._stdout_exc = None
+        self._stdout_paused = False
+        self._line_waiter = None
+        self._stderr = bytearray()
+        self._stderr_limit = stderr_limit
+        self._stdin_paused = False
+        self._stdin_closed = False
+        self._stdin_exc = None
+        self._drain_waiter = None
+        self._straggler_timer = None
+        self.lines_read = 0
+        self.bytes_read = 0
+        self.lines_dropped = 0
+        self.stdout_pauses = 0
+        self.stderr_bytes = 0
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def pid(self) -> int:
+        """The agent's pid, which is also its process-group id."""
+        return self._pid
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return self._argv
+
+    @property
+    def returncode(self) -> int | None:
+        """None while running; else as in `ExitStatus.returncode`."""
+        return self._exit.result().returncode if self._exit.done() else None
+
+    @property
+    def exit_status(self) -> ExitStatus | None:
+        return self._exit.result() if self._exit.done() else None
+
+    # ------------------------------------------------------------------ stdout
+
+    def _on_stdout(self, data: bytes) -> None:
+        now = time.perf_counter_ns()
+        self.bytes_read += len(data)
+        if b"\n" not in data:
+            self._add_partial(data)
+            return
+        lines = data.split(b"\n")
+        tail = lines.pop()  # what follows the last b"\n": the start of the next line, maybe b""
+        if self._discarding:
+            # The rest of an overlong line ends here.
+            self._discarding = False
+            self.lines_dropped += 1
+            del lines[0]
+        elif self._partial:
+            self._partial.append(lines[0])
+            if self._partial_len + len(lines[0]) > self._max_line_bytes:
+                self.lines_dropped += 1
+                del lines[0]
+            else:
+                lines[0] = b"".join(self._partial)
+            self._partial = []
+            self._partial_len = 0
+        if lines:
+            if self._max_line_bytes < len(data):
+                kept = [ln for ln in lines if len(ln) <= self._max_line_bytes]
+                self.lines_dropped += len(lines) - len(kept)
+                lines = kept
+            self._lines.extend([StdoutLine(ln, now) for ln in lines])
+            self.lines_read += len(lines)
+            self._queued_bytes += sum(map(len, lines))
+            waiter = self._line_waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+            if not self._stdout_paused and self._queued_bytes > self._high_water:
+                self._pause_stdout()
+        if tail:
+            self._add_partial(tail)
+
+    def _add_partial(self, data: bytes) -> None:
+        if self._discarding:
+            return
+        self._partial_len += len(data)
+        if self._partial_len > self._max_line_bytes:
+            # Drop what we have and skip to the next b"\n"; memory stays bounded by the limit.
+            self._partial = []
+            self._partial_len = 0
+            self._discarding = True
+            return
+        self._partial.append(data)
+
+    def _on_stdout_eof(self, exc: Exception | None) -> None:
+        if self._partial:
+            # A last line without b"\n" (an agent that crashed mid-write) is still a line.
+            line = b"".join(self._partial)
+            self._partial = []
+            self._partial_len = 0
+            self._lines.append(StdoutLine(line, time.perf_counter_ns()))
+            self.lines_read += 1
+            self._queued_bytes += len(line)
+        elif self._discarding:
+            self.lines_dropped += 1
+        self._stdout_eof = True
+        self._stdout_exc = exc
+        waiter = self._line_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _pause_stdout(self) -> None:
+        pipe = self._transport.get_pipe_transport(_STDOUT_FD)
+        if pipe is not None and not pipe.is_closing():
+            pipe.pause_reading()  # type: ignore[attr-defined]
+            self._stdout_paused = True
+            self.stdout_pauses += 1
+
+    def _resume_stdout(self) -> None:
+        self._stdout_paused = False
+        pipe = self._transport.get_pipe_transport(_STDOUT_FD)
+        if pipe is not None and not pipe.is_closing():
+            pipe.resume_reading()  # type: ignore[attr-defined]
+
+    async def readline(self) -> StdoutLine | None:
+        """The next complete stdout line (without b"\\n") and when it was read; None at EOF."""
+        while not self._lines:
+            if self._stdout_eof:
+                return None
+            self._line_waiter = self._loop.create_future()
+            try:
+                await self._line_waiter
+            finally:
+                self._line_waiter = None
+        item = self._lines.popleft()
+        self._queued_bytes -= len(item.line)
+        if self._stdout_paused and self._queued_bytes <= self._low_water:
+            self._resume_stdout()
+        return item
+
+    async def readlines(self, max_lines: int = 1024) -> list[StdoutLine]:
+        """Between 1 and `max_lines` queued lines, waiting for the first; [] at EOF.
+
+        Same lines as `readline()`, but one await per batch: a consumer that maps a burst of
+        stream_event lines to frames pays the coroutine round trip once per burst.
+        """
+        while not self._lines:
+            if self._stdout_eof:
+                return []
+            self._line_waiter = self._loop.create_future()
+            try:
+                await self._line_waiter
+            finally:
+                self._line_waiter = None
+        q = self._lines
+        if len(q) <= max_lines:
+            batch = list(q)
+            q.clear()
+        else:
+            batch = [q.popleft() for _ in range(max_lines)]
+        self._queued_bytes -= sum(len(item.line) for item in batch)
+        if self._stdout_paused and self._queued_bytes <= self._low_water:
+            self._resume_stdout()
+        return batch
+
+    def readline_nowait(self) -> StdoutLine | None:
+        """A queued line if there is one, else None (check `at_eof()` to tell EOF apart)."""
+        if not self._lines:
+            return None
+        item = self._lines.popleft()
+        self._queued_bytes -= len(item.line)
+        if self._stdout_paused and self._queued_bytes <= self._low_water:
+            self._resume_stdout()
+        return item
+
+    def at_eof(self) -> bool:
+        """True when stdout is closed and every line has been read."""
+        return self._stdout_eof and not self._lines
+
+    async def __aiter__(self) -> AsyncIterator[StdoutLine]:
+        while (item := await self.readline()) is not None:
+            yield item
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes of complete lines waiting for the consumer (a gauge)."""
+        return self._queued_bytes
+
+    # ------------------------------------------------------------------ stderr
+
+    def _on_stderr(self, data: bytes) -> None:
+        self.stderr_bytes += len(data)
+        buf = self._stderr
+        buf += data
+        excess = len(buf) - self._stderr_limit
+        if excess > 0:
+            del buf[:excess]
+
+    def stderr_tail(self) -> str:
+        """The last `stderr_limit` bytes of stderr, decoded leniently (for agent.error.details)."""
+        return self._stderr.decode("utf-8", errors="replace")
+
+    @property
+    def stderr_truncated(self) -> bool:
+        """True when stderr produced more than the ring keeps."""
+        return self.stderr_bytes > len(self._stderr)
+
+    # ------------------------------------------------------------------ stdin
+
+    def write(self, data: bytes) -> None:
+        """Queue bytes for the agent's stdin. Raises if stdin is closed or the pipe broke."""
+        if self._stdin_closed:
+            raise AgentProcessError("agent stdin is closed")
+        if self._stdin_exc is not None:
+            raise AgentProcessError("agent stdin pipe is broken") from self._stdin_exc
+        pipe = self._transport.get_pipe_transport(_STDIN_FD)
+        if pipe is None or pipe.is_closing():
+            raise AgentProcessError("agent stdin pipe is closed")
+        pipe.write(data)  # type: ignore[attr-defined]
+
+    async def drain(self) -> None:
+        """Wait until the stdin buffer is below the transport's high-water mark."""
+        if self._stdin_exc is not None:
+            raise AgentProcessError("agent stdin pipe is broken") from self._stdin_exc
+        if not self._stdin_paused:
+            return
+        self._drain_waiter = self._loop.create_future()
+        try:
+            await self._drain_waiter
+        finally:
+            self._drain_waiter = None
+
+    def close_stdin(self) -> None:
+        """Close stdin after the buffered data is written (stream-json agents exit on EOF)."""
+        if self._stdin_closed:
+            return
+        self._stdin_closed = True
+        pipe = self._transport.get_pipe_transport(_STDIN_FD)
+        if pipe is not None:
+            pipe.close()
+
+    def _on_stdin_resume(self) -> None:
+        self._stdin_paused = False
+        waiter = self._drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _on_stdin_lost(self, exc: Exception | None) -> None:
+        self._stdin_exc = exc if exc is not None else BrokenPipeError(errno.EPIPE, "stdin closed")
+        waiter = self._drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(AgentProcessError("agent stdin pipe is broken"))
+
+    # ------------------------------------------------------------------ exit and signals
+
+    def _on_exit(self) -> None:
+        rc = self._transport.get_returncode()
+        assert rc is not None
+        if not self._exit.done():
+            self._exit.set_result(classify_exit(rc))
+        if not _group_alive(self._pid):
+            self._forget()
+
+    def _forget(self) -> None:
+        if _live_groups.get(self._pid) is self:
+            del _live_groups[self._pid]
+        if self._straggler_timer is not None:
+            self._straggler_timer.cancel()
+            self._straggler_timer = None
+
+    async def wait(self) -> ExitStatus:
+        """Wait for the agent (the group leader) to exit."""
+        return await asyncio.shield(self._exit)
+
+    def send_signal(self, sig: int) -> bool:
+        """Send `sig` to the agent's whole process group. False when the group is gone."""
+        if _live_groups.get(self._pid) is not self:
+            return False  # never signal a pgid that may have been reused
+        if not _killpg(self._pid, sig):
+            self._forget()
+            return False
+        return True
+
+    async def terminate(self, grace: float = DEFAULT_GRACE_S) -> ExitStatus:
+        """DPS-17.2.3: SIGTERM to the group, SIGKILL to the group after `grace` s; the exit status.
+
+        Returns once the agent itself has exited. Group members that outlive it get SIGKILL when the
+        grace period ends.
+        """
+        deadline = self._loop.time() + grace
+        self.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(grace):
+                status = await self.wait()
+        except TimeoutError:
+            self.send_signal(signal.SIGKILL)
+            status = await self.wait()
+            # Nothing survives SIGKILL; members may be zombies for a moment, which is harmless.
+            self._forget()
+            return status
+        if _group_alive(self._pid):
+            if self._straggler_timer is None:
+                self._straggler_timer = self._loop.call_at(deadline, self._kill_stragglers)
+        else:
+            self._forget()
+        return status
+
+    def _kill_stragglers(self) -> None:
+        self._straggler_timer = None
+        self.send_signal(signal.SIGKILL)
+        self._forget()
+
+    def __repr__(self) -> str:
+        state = "running" if not self._exit.done() else f"exited {self._exit.result().returncode}"
+        return f"<AgentProcess pid={self._pid} {state} argv0={self._argv[0]!r}>"
