@@ -1,0 +1,684 @@
+"""Prometheus metrics of the gateway: one `GatewayMetrics` per server, served on `GET /metrics`.
+
+Theory of operation
+-------------------
+Operators ask three questions of a sidecar: is it flowing, how fast, where does it hurt. The
+instruments here answer them, and split in two kinds by how often the server touches them.
+
+*Hot path* — every agent stdout line, every frame, every WebSocket write. A prometheus-client
+`Counter.inc()` takes a lock and costs about as much as decoding a whole JSON line with msgspec, so
+instrumenting the hot path with it would halve throughput. Hot-path numbers are therefore plain
+Python ints in `__slots__` objects, pre-resolved per label value (a dict lookup by frame type, one
+`AgentLineMetrics` handle per agent), and histograms are a `bisect` into a fixed list of bounds. A
+custom collector turns them into metric families only when `/metrics` is scraped. The gateway runs
+on one asyncio event loop and `render()` is called from that same loop, so the numbers need no lock
+and a scrape always sees a consistent snapshot. **Hot-path methods must be called from the event
+loop thread.** `bench/bench_metrics.py` measures what they cost.
+
+*Cold path* — session transitions, connections, turns, tool results, interactions, process starts and
+exits: at most a few per turn. These use ordinary prometheus-client instruments (children are still
+pre-resolved where the label set is small and fixed).
+
+Label values are bounded by construction, never copied from the wire: frame types come from the
+DPS 1.0.1 list (appendix B) plus `other`; tool names pass only if they are in the known catalogs of
+the three agents, `mcp_*` tools collapse to `mcp`, anything else is `other`; stop reasons, statuses,
+interaction types and outcomes come from fixed enums; agent names from the configured profiles; agent
+line kinds from what the parser reports, capped per agent. No session id, invocation id or free text
+ever becomes a label value.
+
+Every metric is listed, with its labels and meaning, in `deploy/README.md` ("Metrics").
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+from typing import Final
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.utils import floatToGoString
+
+__all__ = [
+    "AGENT_LINE_KIND_LIMIT",
+    "FRAME_TYPES",
+    "LATENCY_BUCKETS",
+    "AgentLineMetrics",
+    "GatewayMetrics",
+    "exit_class",
+    "frame_type_label",
+    "tool_label",
+]
+
+PREFIX: Final = "rawp_gateway_"
+
+# The clock every latency in this module is measured with. The server reads it when it has read an
+# agent's stdout line and again when the frame has been written, so both ends use the same clock.
+clock: Final = time.perf_counter
+
+# 50 µs to 5 s, roughly 1-2.5-5 per decade: fine enough to tell a healthy sub-millisecond hop from a
+# slow consumer, and only 16 buckets so the exposition stays small.
+LATENCY_BUCKETS: Final[tuple[float, ...]] = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
+
+# A turn lasts from a second (a short answer) to tens of minutes (a long refactor).
+TURN_BUCKETS: Final[tuple[float, ...]] = (
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
+)
+
+TO_MASTER: Final = "to_master"
+FROM_MASTER: Final = "from_master"
+
+# DPS 1.0.1 appendix B: every frame type and the directions it may travel in.
+_C2M: Final = (TO_MASTER,)
+_M2C: Final = (FROM_MASTER,)
+_BOTH: Final = (TO_MASTER, FROM_MASTER)
+FRAME_TYPES: Final[dict[str, tuple[str, ...]]] = {
+    "agent.text.delta": _C2M,
+    "agent.text.done": _C2M,
+    "agent.thinking.delta": _C2M,
+    "agent.thinking.done": _C2M,
+    "agent.interaction.request": _C2M,
+    "agent.error": _C2M,
+    "agent.file.transfer": _BOTH,
+    "agent.state.changed": _C2M,
+    "agent.commands.publish": _C2M,
+    "agent.subagent.started": _C2M,
+    "agent.subagent.ended": _C2M,
+    "tool.invoke.request": _C2M,
+    "tool.invoke.result": _C2M,
+    "tool.invoke.stream": _C2M,
+    "tool.catalog.publish": _C2M,
+    "control.prompt.request": _M2C,
+    "control.prompt.cancel": _M2C,
+    "control.interaction.response": _M2C,
+    "control.interaction.timeout": _M2C,
+    "control.session.compact": _M2C,
+    "control.mode.switch": _M2C,
+    "control.file.search": _M2C,
+    "control.file.search.cancel": _M2C,
+    "session.history": _C2M,
+    "session.compacted": _C2M,
+    "session.usage": _BOTH,
+    "session.error": _BOTH,
+    "session.turn.start": _C2M,
+    "session.turn.end": _C2M,
+    "session.capabilities": _BOTH,
+    "session.file.candidates": _C2M,
+    "session.renamed": _BOTH,
+    "session.deleted": _BOTH,
+}
+OTHER: Final = "other"
+
+SESSION_STATES: Final = ("IDLE", "RUNNING", "DETACHED", "TERMINATED")
+CONNECTION_ROLES: Final = ("master", "local_ui")
+STOP_REASONS: Final = (
+    "end_turn",
+    "max_tokens",
+    "cancelled",
+    "error",
+    "tool_use",
+    "awaiting_input",
+    "disconnected",
+)
+TOOL_STATUSES: Final = ("success", "error", "timeout", "cancelled")
+INTERACTION_TYPES: Final = ("YN", "SELECT", "MULTI_SELECT", "TEXT_INPUT", "PERMISSION")
+# allowed/denied answer a PERMISSION; answered is any other type's reply; timed_out when nobody
+# answered in time; cancelled when the turn or session ended with the question still open.
+INTERACTION_OUTCOMES: Final = ("allowed", "denied", "answered", "timed_out", "cancelled")
+EXIT_CLASSES: Final = ("ok", "error", "signal")
+DEFAULT_AGENTS: Final = ("claude-code", "codex", "gemini")
+
+# Tool names of the three agents' built-in catalogs (shared/agents/*.md, DPS appendix A). Anything
+# else is a user's MCP server or plug-in and must not mint a new label value.
+KNOWN_TOOLS: Final = frozenset(
+    {
+        # Claude Code
+        "Agent",
+        "Bash",
+        "BashOutput",
+        "Edit",
+        "ExitPlanMode",
+        "Glob",
+        "Grep",
+        "KillShell",
+        "LS",
+        "MultiEdit",
+        "NotebookEdit",
+        "NotebookRead",
+        "Read",
+        "SlashCommand",
+        "Skill",
+        "Task",
+        "TodoRead",
+        "TodoWrite",
+        "WebFetch",
+        "WebSearch",
+        "Write",
+        # Codex
+        "apply_patch",
+        "exec_command",
+        "shell",
+        "tool_search",
+        "update_plan",
+        "web_search",
+        # Gemini
+        "glob",
+        "google_web_search",
+        "list_directory",
+        "read_file",
+        "read_many_files",
+        "replace",
+        "run_shell_command",
+        "save_memory",
+        "search_file_content",
+        "web_fetch",
+        "write_file",
+        "write_todos",
+    }
+)
+
+# A parser reports a kind per line (e.g. "stream_event", "system/init"); a misbehaving parser or
+# agent must not be able to grow the series count without bound.
+AGENT_LINE_KIND_LIMIT: Final = 64
+KIND_INVALID: Final = "invalid"  # the line was not valid JSON
+KIND_UNKNOWN: Final = "unknown"  # valid JSON of a kind the parser does not know
+
+
+def frame_type_label(type_: str) -> str:
+    """The `type` label value for a frame type: the DPS type itself, or `other`."""
+    return type_ if type_ in FRAME_TYPES else OTHER
+
+
+def tool_label(name: str) -> str:
+    """The `tool` label value: a known catalog name, `mcp` for any MCP tool, else `other`."""
+    if name in KNOWN_TOOLS:
+        return name
+    # Claude Code and Codex name MCP tools mcp__<server>__<tool>, Gemini mcp_<server>_<tool>.
+    if name.startswith("mcp_"):
+        return "mcp"
+    return OTHER
+
+
+def exit_class(returncode: int) -> str:
+    """`ok`, `error` or `signal` for a process exit status (DPS §17.2.2).
+
+    asyncio reports death by signal N as -N; a CLI that traps the signal and exits 128+N (Claude
+    Code exits 143 on SIGTERM) is a signal exit too.
+    """
+    if returncode == 0:
+        return "ok"
+    if returncode < 0 or returncode >= 128:
+        return "signal"
+    return "error"
+
+
+def _bounded(value: str, allowed: Iterable[str]) -> str:
+    return value if value in allowed else OTHER
+
+
+class _Tally:
+    """A frame count and byte count for one (type, direction)."""
+
+    __slots__ = ("frames", "nbytes")
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.nbytes = 0
+
+
+class _Histogram:
+    """A lock-free histogram for the event-loop thread: per-bucket counts and a sum."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        # bisect_left finds the first bound >= seconds, i.e. the smallest `le` bucket it falls in.
+        self.counts[bisect_left(self.bounds, seconds)] += 1
+        self.sum += seconds
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        total = 0
+        for bound, count in zip(self.bounds, self.counts, strict=False):
+            total += count
+            out.append((floatToGoString(bound), total))
+        total += self.counts[-1]
+        out.append(("+Inf", total))
+        return out
+
+
+class AgentLineMetrics:
+    """Hot-path counters for one agent's stdout: get one from `GatewayMetrics.agent_lines(agent)`
+    when a session starts, and call it for every line that session's process prints.
+    """
+
+    __slots__ = ("agent", "kinds", "parse")
+
+    def __init__(self, agent: str) -> None:
+        self.agent = agent
+        self.kinds: dict[str, int] = {KIND_INVALID: 0, KIND_UNKNOWN: 0}
+        self.parse = _Histogram(LATENCY_BUCKETS)
+
+    def line(self, kind: str, parse_seconds: float) -> None:
+        """A line the parser understood: its `kind` and the time parse+map took for it."""
+        kinds = self.kinds
+        n = kinds.get(kind)
+        if n is None:
+            if len(kinds) >= AGENT_LINE_KIND_LIMIT:
+                kind = OTHER
+            n = kinds.get(kind, 0)
+        kinds[kind] = n + 1
+        parse = self.parse
+        parse.counts[bisect_left(parse.bounds, parse_seconds)] += 1
+        parse.sum += parse_seconds
+
+    def parse_error(self) -> None:
+        """A line that was not valid JSON (counted as kind `invalid`)."""
+        self.kinds[KIND_INVALID] += 1
+
+    def unknown_kind(self) -> None:
+        """A JSON line of a kind the parser does not know, skipped (counted as kind `unknown`)."""
+        self.kinds[KIND_UNKNOWN] += 1
+
+
+class _HotPathCollector:
+    """Turns the plain ints of the hot path into metric families at scrape time."""
+
+    def __init__(self, owner: GatewayMetrics) -> None:
+        self._owner = owner
+
+    def describe(self) -> Iterator[Metric]:
+        # Families without samples: enough for the registry to see the names (and refuse a clash).
+        yield from self._families(with_samples=False)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families(with_samples=True)
+
+    def _families(self, *, with_samples: bool) -> Iterator[Metric]:
+        o = self._owner
+        frames = CounterMetricFamily(
+            PREFIX + "frames",
+            "DPS frames by type and direction: to_master counts each frame the gateway produced "
+            "once (before fan-out), from_master each frame a master sent.",
+            labels=("type", "direction"),
+        )
+        nbytes = CounterMetricFamily(
+            PREFIX + "frame_bytes",
+            "Encoded size of the frames in rawp_gateway_frames_total, in bytes.",
+            labels=("type", "direction"),
+        )
+        latency = HistogramMetricFamily(
+            PREFIX + "frame_latency_seconds",
+            "From reading the agent's stdout line to writing the frame made from it to a WebSocket; "
+            "one observation per frame and connection.",
+        )
+        ws_frames = CounterMetricFamily(
+            PREFIX + "ws_frames_sent",
+            "Frames written to WebSockets, one per frame and connection (fan-out included).",
+        )
+        lines = CounterMetricFamily(
+            PREFIX + "agent_lines",
+            "Lines read from agents' stdout, by agent and kind as the parser saw it "
+            "(invalid: not JSON; unknown: a kind the parser does not know; other: past the "
+            "per-agent kind limit).",
+            labels=("agent", "kind"),
+        )
+        errors = CounterMetricFamily(
+            PREFIX + "agent_parse_errors",
+            "Agent stdout lines that were not valid JSON.",
+            labels=("agent",),
+        )
+        unknown = CounterMetricFamily(
+            PREFIX + "agent_unknown_kinds",
+            "Agent stdout lines of a kind the parser does not know; they are counted and skipped.",
+            labels=("agent",),
+        )
+        parse = HistogramMetricFamily(
+            PREFIX + "parse_seconds",
+            "Time to parse one agent stdout line and map it to DPS frames.",
+            labels=("agent",),
+        )
+        history = GaugeMetricFamily(
+            PREFIX + "history_buffer_bytes",
+            "Bytes of frames held in the sessions' reattach history buffers, all sessions together.",
+        )
+        evicted = CounterMetricFamily(
+            PREFIX + "history_evicted_frames",
+            "Frames dropped from history buffers to stay within their size limit.",
+        )
+        if with_samples:
+            for (type_, direction), tally in o._tallies.items():
+                frames.add_metric((type_, direction), tally.frames)
+                nbytes.add_metric((type_, direction), tally.nbytes)
+            latency.add_metric((), o._latency.buckets(), o._latency.sum)
+            ws_frames.add_metric((), sum(o._latency.counts))
+            for agent, am in o._agents.items():
+                for kind, n in am.kinds.items():
+                    lines.add_metric((agent, kind), n)
+                errors.add_metric((agent,), am.kinds[KIND_INVALID])
+                unknown.add_metric((agent,), am.kinds[KIND_UNKNOWN])
+                parse.add_metric((agent,), am.parse.buckets(), am.parse.sum)
+            history.add_metric((), o._history_bytes)
+            evicted.add_metric((), o._history_evicted)
+        yield from (frames, nbytes, latency, ws_frames, lines, errors, unknown, parse)
+        yield from (history, evicted)
+
+
+class GatewayMetrics:
+    """Every instrument of one gateway server, in a registry of its own.
+
+    A registry per instance (not prometheus-client's global one) lets tests and several servers
+    live in one process. Serve `render()` on `GET /metrics`.
+
+    Hot path (event-loop thread only; see the module docstring):
+      `agent_lines(agent)` once per session, then `.line(kind, seconds)`, `.parse_error()`,
+      `.unknown_kind()` per stdout line; `frame_out(type_, nbytes)` per frame produced;
+      `frame_in(type_, nbytes)` per frame received; `observe_latency(seconds)` per frame written to
+      each WebSocket; `history_appended(nbytes)` / `history_evicted(nframes, nbytes)`.
+    Cold path: `session_state`, `ws_connected`, `ws_disconnected`, `reattached`, `turn_ended`,
+    `tool_result`, `interaction`, `process_started`, `process_exited`, `history_released`.
+    """
+
+    clock: Final = staticmethod(clock)
+
+    def __init__(
+        self,
+        *,
+        agents: Iterable[str] = DEFAULT_AGENTS,
+        version: str | None = None,
+        process_collectors: bool = True,
+    ) -> None:
+        """`agents`: the configured profile names, the only values the `agent` label takes (any
+        other name is counted as `other`). `version`: reported by `rawp_gateway_build_info`.
+        `process_collectors`: add the standard `process_*` and `python_info` series.
+        """
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        if process_collectors:
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+
+        # --- hot path: plain ints, exported by _HotPathCollector -------------------------------
+        self._tallies: dict[tuple[str, str], _Tally] = {}
+        self._out: dict[str, _Tally] = {}
+        self._in: dict[str, _Tally] = {}
+        for type_, directions in FRAME_TYPES.items():
+            for direction in directions:
+                table = self._out if direction == TO_MASTER else self._in
+                table[type_] = self._tallies[(type_, direction)] = _Tally()
+        self._out_other = self._tallies[(OTHER, TO_MASTER)] = _Tally()
+        self._in_other = self._tallies[(OTHER, FROM_MASTER)] = _Tally()
+        self._latency = _Histogram(LATENCY_BUCKETS)
+        # The bound method itself, so a call costs one Python call, not two.
+        self.observe_latency = self._latency.observe
+        self._agent_names = tuple(dict.fromkeys(agents))
+        self._agents: dict[str, AgentLineMetrics] = {
+            a: AgentLineMetrics(a) for a in (*self._agent_names, OTHER)
+        }
+        self._history_bytes = 0
+        self._history_evicted = 0
+        r.register(_HotPathCollector(self))
+
+        # --- cold path: ordinary instruments ---------------------------------------------------
+        Gauge(
+            PREFIX + "build_info",
+            "Always 1; the gateway's version as a label.",
+            ("version",),
+            registry=r,
+        ).labels(version or _package_version()).set(1)
+        self._sessions = Gauge(
+            PREFIX + "sessions",
+            "Sessions held by the gateway, by state (IDLE, RUNNING, DETACHED, TERMINATED).",
+            ("state",),
+            registry=r,
+        )
+        self._session_gauges = {s: self._sessions.labels(s) for s in SESSION_STATES}
+        self._sessions_created = Counter(
+            PREFIX + "sessions_started",
+            "Sessions created, by agent profile.",
+            ("agent",),
+            registry=r,
+        )
+        self._connections = Gauge(
+            PREFIX + "ws_connections",
+            "Open WebSocket connections, by role (master, local_ui).",
+            ("role",),
+            registry=r,
+        )
+        self._connection_gauges = {c: self._connections.labels(c) for c in CONNECTION_ROLES}
+        self._connections_total = Counter(
+            PREFIX + "ws_connections_opened",
+            "WebSocket connections accepted, by role.",
+            ("role",),
+            registry=r,
+        )
+        self._reattaches = Counter(
+            PREFIX + "reattaches",
+            "WebSocket reattaches with last_message_id, by result: complete (every missed frame "
+            "replayed) or truncated (some were already evicted).",
+            ("result",),
+            registry=r,
+        )
+        self._reattach_lost = Counter(
+            PREFIX + "reattach_lost_frames",
+            "Frames a reattaching master missed because they had been evicted from history.",
+            registry=r,
+        )
+        self._turns = Counter(
+            PREFIX + "turns",
+            "Turns ended, by stop_reason.",
+            ("stop_reason",),
+            registry=r,
+        )
+        self._turn_duration = Histogram(
+            PREFIX + "turn_duration_seconds",
+            "Wall time of a turn, from session.turn.start to session.turn.end.",
+            buckets=TURN_BUCKETS,
+            registry=r,
+        )
+        self._tools = Counter(
+            PREFIX + "tool_invocations",
+            "Tool invocations finished (tool.invoke.result), by tool (catalog name, mcp or "
+            "other) and status.",
+            ("tool", "status"),
+            registry=r,
+        )
+        self._interactions = Counter(
+            PREFIX + "interactions",
+            "Interactions asked of masters (agent.interaction.request), by type and outcome "
+            "(allowed, denied, answered, timed_out, cancelled).",
+            ("type", "outcome"),
+            registry=r,
+        )
+        self._process_starts = Counter(
+            PREFIX + "agent_process_starts",
+            "Agent processes started, by agent.",
+            ("agent",),
+            registry=r,
+        )
+        self._process_exits = Counter(
+            PREFIX + "agent_process_exits",
+            "Agent processes exited, by agent and exit class (ok: 0, error: 1-127, signal: "
+            "killed or 128+N).",
+            ("agent", "exit_class"),
+            registry=r,
+        )
+
+        # Pre-resolve and pre-create the small fixed label sets, so every series exists (at 0)
+        # from the first scrape: rate() and absent() then behave, and dashboards show zeros.
+        self._turn_children = {s: self._turns.labels(s) for s in (*STOP_REASONS, OTHER)}
+        self._interaction_children = {
+            (t, o): self._interactions.labels(t, o)
+            for t in (*INTERACTION_TYPES, OTHER)
+            for o in (*INTERACTION_OUTCOMES, OTHER)
+        }
+        self._tool_children: dict[tuple[str, str], Counter] = {}
+        for agent in self._agents:
+            self._sessions_created.labels(agent)
+            self._process_starts.labels(agent)
+            for cls in EXIT_CLASSES:
+                self._process_exits.labels(agent, cls)
+        for role in CONNECTION_ROLES:
+            self._connections_total.labels(role)
+        for result in ("complete", "truncated"):
+            self._reattaches.labels(result)
+
+    # --- hot path ---------------------------------------------------------------------------
+
+    def agent_lines(self, agent: str) -> AgentLineMetrics:
+        """The line counters of `agent` (a configured profile name, else `other`). Resolve once
+        per session and keep the handle: its methods are the per-line calls."""
+        return self._agents.get(agent) or self._agents[OTHER]
+
+    def frame_out(self, type_: str, nbytes: int) -> None:
+        """A frame the gateway produced for masters (once per frame, before fan-out)."""
+        t = self._out.get(type_) or self._out_other
+        t.frames += 1
+        t.nbytes += nbytes
+
+    def frame_in(self, type_: str, nbytes: int) -> None:
+        """A frame received from a master (valid or not; unknown types count as `other`)."""
+        t = self._in.get(type_) or self._in_other
+        t.frames += 1
+        t.nbytes += nbytes
+
+    def observe_latency(self, seconds: float) -> None:  # replaced per instance in __init__
+        """Line read to frame written on one WebSocket, in seconds (use `clock()` for both)."""
+        self._latency.observe(seconds)
+
+    def history_appended(self, nbytes: int) -> None:
+        """A frame of `nbytes` went into a session's history buffer."""
+        self._history_bytes += nbytes
+
+    def history_evicted(self, nframes: int, nbytes: int) -> None:
+        """`nframes` frames totalling `nbytes` were evicted to keep a buffer within its limit."""
+        self._history_evicted += nframes
+        self._history_bytes -= nbytes
+
+    def history_released(self, nbytes: int) -> None:
+        """A session's buffer of `nbytes` was freed (the session was forgotten)."""
+        self._history_bytes -= nbytes
+
+    # --- cold path --------------------------------------------------------------------------
+
+    def session_state(self, old: str | None, new: str | None, *, agent: str | None = None) -> None:
+        """A session moved from state `old` to `new` (IDLE, RUNNING, DETACHED, TERMINATED).
+
+        `old=None` when the session is created (pass `agent` then), `new=None` when the server
+        forgets it. Unknown state names raise: they are a bug in the caller, not agent input.
+        """
+        if old is not None:
+            self._session_gauges[old].dec()
+        else:
+            self._sessions_created.labels(self._agent_label(agent or OTHER)).inc()
+        if new is not None:
+            self._session_gauges[new].inc()
+
+    def ws_connected(self, role: str = "master") -> None:
+        """A WebSocket was accepted (`role` master or local_ui)."""
+        self._connection_gauges[role].inc()
+        self._connections_total.labels(role).inc()
+
+    def ws_disconnected(self, role: str = "master") -> None:
+        """A WebSocket closed, whatever the reason."""
+        self._connection_gauges[role].dec()
+
+    def reattached(self, *, lost_frames: int = 0) -> None:
+        """A master reattached with last_message_id; `lost_frames` already evicted (0 if none)."""
+        self._reattaches.labels("truncated" if lost_frames else "complete").inc()
+        if lost_frames:
+            self._reattach_lost.inc(lost_frames)
+
+    def turn_ended(self, stop_reason: str, duration_seconds: float) -> None:
+        """A turn ended (session.turn.end) with `stop_reason`, after `duration_seconds`."""
+        child = self._turn_children.get(stop_reason) or self._turn_children[OTHER]
+        child.inc()
+        self._turn_duration.observe(duration_seconds)
+
+    def tool_result(self, tool_name: str, status: str) -> None:
+        """A tool invocation finished (tool.invoke.result) with `status`."""
+        key = (tool_label(tool_name), _bounded(status, TOOL_STATUSES))
+        child = self._tool_children.get(key)
+        if child is None:
+            child = self._tool_children[key] = self._tools.labels(*key)
+        child.inc()
+
+    def interaction(self, type_: str, outcome: str) -> None:
+        """An interaction was resolved: `type_` is its interaction_type, `outcome` one of
+        allowed, denied, answered, timed_out, cancelled."""
+        key = (_bounded(type_, INTERACTION_TYPES), _bounded(outcome, INTERACTION_OUTCOMES))
+        self._interaction_children[key].inc()
+
+    def process_started(self, agent: str) -> None:
+        """An agent process was spawned (first start and every respawn)."""
+        self._process_starts.labels(self._agent_label(agent)).inc()
+
+    def process_exited(self, agent: str, returncode: int) -> None:
+        """An agent process exited with `returncode` (asyncio's: negative for a signal)."""
+        self._process_exits.labels(self._agent_label(agent), exit_class(returncode)).inc()
+
+    # --- exposition -------------------------------------------------------------------------
+
+    def render(self) -> tuple[bytes, str]:
+        """The text exposition and its Content-Type, for the `/metrics` handler."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def _agent_label(self, agent: str) -> str:
+        return agent if agent in self._agents else OTHER
+
+
+def _package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("rawp-gateway")
+    except Exception:  # not installed (running from a source tree)
+        return "unknown"
