@@ -24,7 +24,8 @@ A call is a table with these keys (all optional):
 ``error = {status=529, type="overloaded_error", message="Overloaded", headers={}}``
     Answer with that HTTP error instead of a stream.
 ``stream_error = {type="overloaded_error", message="..."}``
-    Stream the content, then an SSE ``error`` event instead of ``message_delta``/``message_stop``.
+    Stream the content, then an SSE ``error`` event instead of ``message_delta``/``message_stop``
+    (a non-streaming request gets it as an HTTP error: 529 for overloaded_error, else 500).
 ``hang = true``
     Stream ``message_start`` and the content, leaving the last block open, then hold the stream
     open until the client goes away or the server closes (for interrupt and signal tests).
@@ -134,7 +135,8 @@ class AnthropicServer(ScriptedServer):
     def matches(self, match: dict[str, Any], body: Any) -> bool:
         """Keys of a call's ``match`` table; all given must hold:
         compaction (bool), last_user_startswith, last_user_contains, any_user_contains,
-        system_contains, model_contains, tools_include / tools_exclude (lists of tool names),
+        system_contains, subagent (bool: a subagent's request), model_contains,
+        tools_include / tools_exclude (lists of tool names),
         tool_result (bool: the last user message carries a tool_result)."""
         if not isinstance(body, dict):
             return False
@@ -148,6 +150,8 @@ class AnthropicServer(ScriptedServer):
                 if m.get("role") == "user"
             ),
             "system_contains": lambda v: v in system_text(body),
+            # Claude Code marks a subagent's requests in the system prompt's billing header.
+            "subagent": lambda v: ("cc_is_subagent=true" in system_text(body)) == v,
             "model_contains": lambda v: v in body.get("model", ""),
             "tools_include": lambda v: set(v) <= set(tool_names(body)),
             "tools_exclude": lambda v: not set(v) & set(tool_names(body)),
@@ -172,6 +176,11 @@ class AnthropicServer(ScriptedServer):
             await asyncio.sleep(float(call["delay"]))
         if "error" in call:
             return self._error(call["error"], rec)
+        if "stream_error" in call and not body.get("stream"):
+            # No stream to break: a non-streaming request gets the same error as an HTTP error.
+            err = call["stream_error"]
+            status = {"overloaded_error": 529, "rate_limit_error": 429}.get(err.get("type"), 500)
+            return self._error({"status": status, **err}, rec)
         message = self.build_message(call, rec, body)
         if not body.get("stream"):
             return web.json_response(message, headers={"request-id": f"req_rig_{rec.seq}"})

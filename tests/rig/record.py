@@ -110,6 +110,12 @@ async def record(agent: str, names: list[str], jobs: int) -> int:
         print(f"unknown scenarios for {agent}: {missing}", file=sys.stderr)
         return 2
     out_dir = rigenv.FIXTURE_ROOT / agent
+    if not names:
+        # A full recording also drops fixtures whose scenario (or variant) no longer exists.
+        keep = {f for _, f, _ in wanted}
+        for old in [*out_dir.glob("*.jsonl"), *out_dir.glob("*.meta.json")]:
+            if old.name.split(".")[0] not in keep:
+                old.unlink()
     gate = asyncio.Semaphore(jobs)
 
     async def one(sc: Scenario, fixture: str, variant: str | None) -> list[str]:

@@ -34,7 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from . import env as rigenv
-from .scenario import Action, Scenario, contains, expand, fill_from, find_scenario, load_scenario
+from .scenario import (
+    Action,
+    RunSpec,
+    Scenario,
+    contains,
+    expand,
+    fill_from,
+    find_scenario,
+    load_scenario,
+)
 from .server import RecordedRequest, ScriptedServer
 
 STREAM_LIMIT = 64 * 1024 * 1024  # one stdout line (e.g. a big tool result) may be large
@@ -120,6 +129,7 @@ class CliSetup:
     cwd: Path  # the workspace
     home: Path
     root: Path  # holds home/ and workspace/
+    prior_results: list[RunResult] = field(default_factory=list)
 
     @property
     def names(self) -> dict[str, str]:
@@ -136,7 +146,15 @@ class CliSetup:
         return text
 
     async def run(self, timeout: float | None = None) -> RunResult:
-        return await _drive(self, timeout or self.scenario.run.timeout)
+        timeout = timeout or self.scenario.run.timeout
+        for args in self.scenario.run.prior:
+            # Earlier runs (e.g. the session a --resume continues): no stdin, no actions.
+            prior = RunSpec(args=args, timeout=timeout)
+            r = await _drive(self, prior, timeout)
+            if r.exit_code != 0:
+                raise RuntimeError(f"prior run failed: {r.describe()}")
+            self.prior_results.append(r)
+        return await _drive(self, self.scenario.run, timeout)
 
 
 @contextlib.asynccontextmanager
@@ -177,7 +195,7 @@ async def scripted_cli(
         env = rigenv.agent_env(
             sc.agent, base_url=base_url, home=home, extra=expand(sc.run.env, names)
         )
-        argv = [str(binary), *expand([*sc.run.args, *extra_args], names)]
+        argv = [str(binary), *expand(sc.run.args, names), *extra_args]
         yield CliSetup(sc, sc.agent, server, base_url, binary, argv, env, cwd, home, root)
     finally:
         await server.close()
@@ -208,8 +226,9 @@ def _line(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-async def _drive(cli: CliSetup, timeout: float) -> RunResult:
+async def _drive(cli: CliSetup, spec: RunSpec, timeout: float) -> RunResult:
     sc, server = cli.scenario, cli.server
+    argv = [str(cli.binary), *cli.expand(spec.args)] if spec is not sc.run else cli.argv
     t0 = time.monotonic()
     log: list[str] = []
     stdin_lines: list[str] = []
@@ -221,7 +240,7 @@ async def _drive(cli: CliSetup, timeout: float) -> RunResult:
         log.append(f"{time.monotonic() - t0:.2f}s {what}")
 
     proc = await asyncio.create_subprocess_exec(
-        *cli.argv,
+        *argv,
         cwd=cli.cwd,
         env=cli.env,
         stdin=asyncio.subprocess.PIPE,
@@ -270,7 +289,7 @@ async def _drive(cli: CliSetup, timeout: float) -> RunResult:
             await server.wait_hang(a.count)
         await perform(a, None)
 
-    stdout_actions = [a for a in sc.run.actions if a.on == "stdout"]
+    stdout_actions = [a for a in spec.actions if a.on == "stdout"]
     seen = [0] * len(stdout_actions)
 
     async def read_stdout() -> None:
@@ -294,15 +313,15 @@ async def _drive(cli: CliSetup, timeout: float) -> RunResult:
             stderr_chunks.append(raw)
 
     readers = [asyncio.create_task(read_stdout()), asyncio.create_task(read_stderr())]
-    tasks += [asyncio.create_task(on_server(a)) for a in sc.run.actions if a.on in ("call", "hang")]
-    for value in sc.run.stdin:
+    tasks += [asyncio.create_task(on_server(a)) for a in spec.actions if a.on in ("call", "hang")]
+    for value in spec.stdin:
         await write(value)
-    writes_later = any(a.do == "write" for a in sc.run.actions)
-    if sc.run.close_stdin == "start" or (
-        sc.run.close_stdin == "auto" and not sc.run.stdin and not writes_later
+    writes_later = any(a.do == "write" for a in spec.actions)
+    if spec.close_stdin == "start" or (
+        spec.close_stdin == "auto" and not spec.stdin and not writes_later
     ):
         close_stdin()
-    for a in sc.run.actions:
+    for a in spec.actions:
         if a.on == "start":
             tasks.append(asyncio.create_task(perform(a, None)))
 
@@ -327,8 +346,8 @@ async def _drive(cli: CliSetup, timeout: float) -> RunResult:
         scenario=sc.name,
         variant=sc.active_variant,
         agent=cli.agent,
-        argv=list(cli.argv),
-        argv_normalised=[cli.normalise(a) for a in cli.argv],
+        argv=list(argv),
+        argv_normalised=[cli.normalise(a) for a in argv],
         stdin_lines=stdin_lines,
         stdout_lines=stdout_lines,
         stderr=b"".join(stderr_chunks).decode("utf-8", "replace"),

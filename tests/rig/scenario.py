@@ -11,7 +11,10 @@ interprets:
     ``files`` (workspace files to create, path -> text), ``stdin`` (lines written right after
     spawn: a table is sent as one JSON line, a string as is), ``close_stdin`` ("auto": close at
     once when nothing is ever written, "start": close after the initial lines, "never": an action
-    closes it), ``timeout`` (seconds, hard limit; the process group is killed after it).
+    closes it), ``timeout`` (seconds, hard limit; the process group is killed after it),
+    ``prior`` (argument lists of earlier runs of the CLI in the same HOME and workspace against the
+    same server, each run to its end with stdin closed; e.g. to create a session that the recorded
+    run then ``--resume``s; their output is not part of the fixture).
 
 ``[[run.actions]]``
     Reactions: ``on`` is when (``"start"``; ``"call"`` with ``call = N``, when the server starts
@@ -75,6 +78,7 @@ class RunSpec:
     close_stdin: str = "auto"
     timeout: float = 30.0
     actions: list[Action] = field(default_factory=list)
+    prior: list[list[str]] = field(default_factory=list)
 
 
 @dataclass
@@ -139,7 +143,16 @@ def parse_scenario(data: dict[str, Any], *, name: str, agent: str | None = None)
     if not agent:
         raise ScenarioError(f"{name}: no agent given")
     raw_run = data.get("run", {})
-    unknown = set(raw_run) - {"args", "env", "files", "stdin", "close_stdin", "timeout", "actions"}
+    unknown = set(raw_run) - {
+        "args",
+        "env",
+        "files",
+        "stdin",
+        "close_stdin",
+        "timeout",
+        "actions",
+        "prior",
+    }
     if unknown:
         raise ScenarioError(f"{name}: unknown [run] keys {sorted(unknown)}")
     actions = [
