@@ -1,0 +1,105 @@
+"""Frame factory: fills the §2.1 envelope (``message_id``, ``timestamp``, ids) around a payload.
+
+Theory of operation
+-------------------
+Every frame the gateway sends needs a fresh UUID v4 and an ISO 8601 UTC timestamp with milliseconds.
+Done naively (``str(uuid.uuid4())``, ``datetime.now(UTC).isoformat()``) those two cost more CPU than
+decoding the agent's line and encoding the frame together, so:
+
+* ``UuidSource`` draws random bytes from the OS 8 KiB at a time, hex-encodes them once, and slices
+  32 hex digits per id, setting the version nibble to ``4`` and the variant nibble to one of
+  ``89ab`` (RFC 4122 §4.4). The ids are as random as ``uuid4()``'s (same OS source, 122 random bits).
+* ``Clock`` formats the ``YYYY-MM-DDTHH:MM:SS.`` prefix once per second and appends milliseconds.
+
+Both sources are injectable (``random_bytes``, ``time``) so the core needs no real clock or entropy
+in tests. Nothing here does I/O beyond reading entropy.
+"""
+
+from __future__ import annotations
+
+import os
+import time as _time
+from collections.abc import Callable
+from typing import Any
+
+from .frames import ENVELOPE_VERSION, Frame, Payload, frame_class
+
+__all__ = ["Clock", "FrameFactory", "UuidSource"]
+
+_VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}
+_BATCH = 512  # ids per entropy read
+
+
+class UuidSource:
+    """Cheap RFC 4122 version-4 UUID strings."""
+
+    __slots__ = ("_buf", "_pos", "_random_bytes")
+
+    def __init__(self, random_bytes: Callable[[int], bytes] = os.urandom) -> None:
+        self._random_bytes = random_bytes
+        self._buf = ""
+        self._pos = 0
+
+    def __call__(self) -> str:
+        pos = self._pos
+        if pos >= len(self._buf):
+            self._buf = self._random_bytes(16 * _BATCH).hex()
+            pos = 0
+        h = self._buf[pos : pos + 32]
+        self._pos = pos + 32
+        return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
+
+
+class Clock:
+    """ISO 8601 UTC timestamps with millisecond precision and ``Z``, e.g. ``2026-03-16T09:00:00.123Z``."""
+
+    __slots__ = ("_prefix", "_second", "_time")
+
+    def __init__(self, time: Callable[[], float] = _time.time) -> None:
+        self._time = time
+        self._second = -1
+        self._prefix = ""
+
+    def __call__(self) -> str:
+        t = self._time()
+        s = int(t)
+        if s != self._second:
+            self._second = s
+            self._prefix = _time.strftime("%Y-%m-%dT%H:%M:%S.", _time.gmtime(s))
+        return f"{self._prefix}{int((t - s) * 1000):03d}Z"
+
+
+class FrameFactory:
+    """Builds frames of one Agent Session: ``factory.frame(payload, turn_id=...)``."""
+
+    __slots__ = ("clock", "new_id", "session_id")
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        new_id: Callable[[], str] | None = None,
+        clock: Callable[[], str] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.new_id = new_id or UuidSource()
+        self.clock = clock or Clock()
+
+    def frame(
+        self,
+        payload: Payload,
+        *,
+        turn_id: str | None = None,
+        parent_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Frame:
+        return frame_class(payload)(
+            v=ENVELOPE_VERSION,
+            message_id=self.new_id(),
+            timestamp=self.clock(),
+            session_id=self.session_id,
+            turn_id=turn_id,
+            parent_id=parent_id,
+            metadata=metadata,
+            payload=payload,
+        )
