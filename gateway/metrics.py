@@ -60,16 +60,17 @@ __all__ = [
     "LATENCY_BUCKETS",
     "AgentLineMetrics",
     "GatewayMetrics",
-    "exit_class",
     "frame_type_label",
     "tool_label",
 ]
 
 PREFIX: Final = "rawp_gateway_"
 
-# The clock every latency in this module is measured with. The server reads it when it has read an
-# agent's stdout line and again when the frame has been written, so both ends use the same clock.
-clock: Final = time.perf_counter
+# The clock every hot-path duration is measured with, in integer nanoseconds: the one
+# gateway.process stamps each stdout line with (`StdoutLine.t_ns`), so the server subtracts that
+# stamp from a fresh reading when the frame is written. Integers all the way: no float conversion on
+# the hot path; the histograms convert to seconds at scrape time.
+clock_ns: Final = time.perf_counter_ns
 
 # 50 µs to 5 s, roughly 1-2.5-5 per decade: fine enough to tell a healthy sub-millisecond hop from a
 # slow consumer, and only 16 buckets so the exposition stays small.
@@ -242,19 +243,6 @@ def tool_label(name: str) -> str:
     return OTHER
 
 
-def exit_class(returncode: int) -> str:
-    """`ok`, `error` or `signal` for a process exit status (DPS §17.2.2).
-
-    asyncio reports death by signal N as -N; a CLI that traps the signal and exits 128+N (Claude
-    Code exits 143 on SIGTERM) is a signal exit too.
-    """
-    if returncode == 0:
-        return "ok"
-    if returncode < 0 or returncode >= 128:
-        return "signal"
-    return "error"
-
-
 def _bounded(value: str, allowed: Iterable[str]) -> str:
     return value if value in allowed else OTHER
 
@@ -270,29 +258,34 @@ class _Tally:
 
 
 class _Histogram:
-    """A lock-free histogram for the event-loop thread: per-bucket counts and a sum."""
+    """A lock-free histogram for the event-loop thread, in integer nanoseconds: per-bucket
+    counts and a sum. Exported in seconds."""
 
-    __slots__ = ("bounds", "counts", "sum")
+    __slots__ = ("bounds", "counts", "le", "sum")
 
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
-        self.sum = 0.0
+    def __init__(self, bounds_seconds: tuple[float, ...]) -> None:
+        self.bounds = tuple(round(b * 1e9) for b in bounds_seconds)
+        self.le = [floatToGoString(b) for b in bounds_seconds]
+        self.counts = [0] * (len(bounds_seconds) + 1)  # the last one is +Inf
+        self.sum = 0
 
-    def observe(self, seconds: float) -> None:
-        # bisect_left finds the first bound >= seconds, i.e. the smallest `le` bucket it falls in.
-        self.counts[bisect_left(self.bounds, seconds)] += 1
-        self.sum += seconds
+    def observe(self, ns: int) -> None:
+        # bisect_left finds the first bound >= ns, i.e. the smallest `le` bucket it falls in.
+        self.counts[bisect_left(self.bounds, ns)] += 1
+        self.sum += ns
 
     def buckets(self) -> list[tuple[str, float]]:
         out: list[tuple[str, float]] = []
         total = 0
-        for bound, count in zip(self.bounds, self.counts, strict=False):
+        for le, count in zip(self.le, self.counts, strict=False):
             total += count
-            out.append((floatToGoString(bound), total))
+            out.append((le, total))
         total += self.counts[-1]
         out.append(("+Inf", total))
         return out
+
+    def sum_seconds(self) -> float:
+        return self.sum / 1e9
 
 
 class AgentLineMetrics:
@@ -307,8 +300,8 @@ class AgentLineMetrics:
         self.kinds: dict[str, int] = {KIND_INVALID: 0, KIND_UNKNOWN: 0}
         self.parse = _Histogram(LATENCY_BUCKETS)
 
-    def line(self, kind: str, parse_seconds: float) -> None:
-        """A line the parser understood: its `kind` and the time parse+map took for it."""
+    def line(self, kind: str, parse_ns: int) -> None:
+        """A line the parser understood: its `kind` and the nanoseconds parse+map took."""
         kinds = self.kinds
         n = kinds.get(kind)
         if n is None:
@@ -317,8 +310,8 @@ class AgentLineMetrics:
             n = kinds.get(kind, 0)
         kinds[kind] = n + 1
         parse = self.parse
-        parse.counts[bisect_left(parse.bounds, parse_seconds)] += 1
-        parse.sum += parse_seconds
+        parse.counts[bisect_left(parse.bounds, parse_ns)] += 1
+        parse.sum += parse_ns
 
     def parse_error(self) -> None:
         """A line that was not valid JSON (counted as kind `invalid`)."""
@@ -398,14 +391,14 @@ class _HotPathCollector:
             for (type_, direction), tally in o._tallies.items():
                 frames.add_metric((type_, direction), tally.frames)
                 nbytes.add_metric((type_, direction), tally.nbytes)
-            latency.add_metric((), o._latency.buckets(), o._latency.sum)
+            latency.add_metric((), o._latency.buckets(), o._latency.sum_seconds())
             ws_frames.add_metric((), sum(o._latency.counts))
             for agent, am in o._agents.items():
                 for kind, n in am.kinds.items():
                     lines.add_metric((agent, kind), n)
                 errors.add_metric((agent,), am.kinds[KIND_INVALID])
                 unknown.add_metric((agent,), am.kinds[KIND_UNKNOWN])
-                parse.add_metric((agent,), am.parse.buckets(), am.parse.sum)
+                parse.add_metric((agent,), am.parse.buckets(), am.parse.sum_seconds())
             history.add_metric((), o._history_bytes)
             evicted.add_metric((), o._history_evicted)
         yield from (frames, nbytes, latency, ws_frames, lines, errors, unknown, parse)
@@ -419,15 +412,15 @@ class GatewayMetrics:
     live in one process. Serve `render()` on `GET /metrics`.
 
     Hot path (event-loop thread only; see the module docstring):
-      `agent_lines(agent)` once per session, then `.line(kind, seconds)`, `.parse_error()`,
+      `agent_lines(agent)` once per session, then `.line(kind, parse_ns)`, `.parse_error()`,
       `.unknown_kind()` per stdout line; `frame_out(type_, nbytes)` per frame produced;
-      `frame_in(type_, nbytes)` per frame received; `observe_latency(seconds)` per frame written to
-      each WebSocket; `history_appended(nbytes)` / `history_evicted(nframes, nbytes)`.
+      `frame_in(type_, nbytes)` per frame received; `observe_latency_ns(clock_ns() - t_ns)` per
+      frame written to each WebSocket; `history_appended(nbytes)` / `history_evicted(...)`.
     Cold path: `session_state`, `ws_connected`, `ws_disconnected`, `reattached`, `turn_ended`,
     `tool_result`, `interaction`, `process_started`, `process_exited`, `history_released`.
     """
 
-    clock: Final = staticmethod(clock)
+    clock_ns: Final = staticmethod(clock_ns)
 
     def __init__(
         self,
@@ -458,7 +451,7 @@ class GatewayMetrics:
         self._in_other = self._tallies[(OTHER, FROM_MASTER)] = _Tally()
         self._latency = _Histogram(LATENCY_BUCKETS)
         # The bound method itself, so a call costs one Python call, not two.
-        self.observe_latency = self._latency.observe
+        self.observe_latency_ns = self._latency.observe
         self._agent_names = tuple(dict.fromkeys(agents))
         self._agents: dict[str, AgentLineMetrics] = {
             a: AgentLineMetrics(a) for a in (*self._agent_names, OTHER)
@@ -546,8 +539,8 @@ class GatewayMetrics:
         )
         self._process_exits = Counter(
             PREFIX + "agent_process_exits",
-            "Agent processes exited, by agent and exit class (ok: 0, error: 1-127, signal: "
-            "killed or 128+N).",
+            "Agent processes exited, by agent and exit class (DPS 17.2.2: ok is 0, signal is "
+            "killed by a signal or 128+N, error is any other code).",
             ("agent", "exit_class"),
             registry=r,
         )
@@ -590,9 +583,10 @@ class GatewayMetrics:
         t.frames += 1
         t.nbytes += nbytes
 
-    def observe_latency(self, seconds: float) -> None:  # replaced per instance in __init__
-        """Line read to frame written on one WebSocket, in seconds (use `clock()` for both)."""
-        self._latency.observe(seconds)
+    def observe_latency_ns(self, ns: int) -> None:  # replaced per instance in __init__
+        """Nanoseconds from reading the agent's stdout line (`StdoutLine.t_ns`) to writing a frame
+        made from it on one WebSocket: `observe_latency_ns(clock_ns() - line.t_ns)`."""
+        self._latency.observe(ns)
 
     def history_appended(self, nbytes: int) -> None:
         """A frame of `nbytes` went into a session's history buffer."""
@@ -661,9 +655,12 @@ class GatewayMetrics:
         """An agent process was spawned (first start and every respawn)."""
         self._process_starts.labels(self._agent_label(agent)).inc()
 
-    def process_exited(self, agent: str, returncode: int) -> None:
-        """An agent process exited with `returncode` (asyncio's: negative for a signal)."""
-        self._process_exits.labels(self._agent_label(agent), exit_class(returncode)).inc()
+    def process_exited(self, agent: str, exit_kind: str) -> None:
+        """An agent process exited; `exit_kind` is `gateway.process.classify_exit(rc).kind`
+        (ok, error, signal), so the metric and the DPS frames classify exits the same way."""
+        self._process_exits.labels(
+            self._agent_label(agent), _bounded(exit_kind, EXIT_CLASSES)
+        ).inc()
 
     # --- exposition -------------------------------------------------------------------------
 

@@ -10,10 +10,10 @@ from gateway.metrics import (
     FRAME_TYPES,
     LATENCY_BUCKETS,
     GatewayMetrics,
-    exit_class,
     frame_type_label,
     tool_label,
 )
+from gateway.process import classify_exit
 
 
 def samples(m: GatewayMetrics) -> dict[tuple[str, frozenset], float]:
@@ -106,8 +106,8 @@ def test_latency_histogram_buckets_span_50us_to_5s():
     assert LATENCY_BUCKETS[0] == 0.00005
     assert LATENCY_BUCKETS[-1] == 5.0
     m = GatewayMetrics()
-    for seconds in (0.00004, 0.00005, 0.0003, 7.0):
-        m.observe_latency(seconds)
+    for ns in (40_000, 50_000, 300_000, 7_000_000_000):
+        m.observe_latency_ns(ns)
     s = samples(m)
 
     def bucket(le: str) -> float:
@@ -125,8 +125,8 @@ def test_latency_histogram_buckets_span_50us_to_5s():
 def test_agent_lines_by_kind_parse_errors_and_unknown_kinds():
     m = GatewayMetrics()
     lines = m.agent_lines("claude-code")
-    lines.line("stream_event", 0.00002)
-    lines.line("stream_event", 0.00003)
+    lines.line("stream_event", 20_000)
+    lines.line("stream_event", 30_000)
     lines.parse_error()
     lines.unknown_kind()
     assert value(m, "rawp_gateway_agent_lines_total", agent="claude-code", kind="stream_event") == 2
@@ -148,7 +148,7 @@ def test_line_kinds_are_capped_per_agent():
     m = GatewayMetrics()
     lines = m.agent_lines("codex")
     for i in range(AGENT_LINE_KIND_LIMIT * 3):
-        lines.line(f"kind-{i}", 0.0)
+        lines.line(f"kind-{i}", 0)
     kinds = {
         dict(labels)["kind"]
         for (name, labels) in samples(m)
@@ -232,25 +232,20 @@ def test_interactions_by_type_and_outcome():
     assert value(m, "rawp_gateway_interactions_total", type="other", outcome="other") == 1
 
 
-@pytest.mark.parametrize(
-    ("returncode", "cls"),
-    [(0, "ok"), (1, "error"), (127, "error"), (143, "signal"), (-9, "signal"), (-15, "signal")],
-)
-def test_exit_class_follows_dps_17_2_2(returncode, cls):
-    assert exit_class(returncode) == cls
-
-
 def test_process_starts_and_exits():
     m = GatewayMetrics()
     m.process_started("claude-code")
-    m.process_exited("claude-code", 0)
-    m.process_exited("claude-code", -15)
-    m.process_exited("gemini", 41)
+    m.process_exited("claude-code", classify_exit(0).kind)
+    m.process_exited("claude-code", classify_exit(-15).kind)
+    m.process_exited("claude-code", classify_exit(143).kind)
+    m.process_exited("gemini", classify_exit(41).kind)
+    m.process_exited("gemini", "nonsense")
     assert value(m, "rawp_gateway_agent_process_starts_total", agent="claude-code") == 1
     exits = "rawp_gateway_agent_process_exits_total"
     assert value(m, exits, agent="claude-code", exit_class="ok") == 1
-    assert value(m, exits, agent="claude-code", exit_class="signal") == 1
+    assert value(m, exits, agent="claude-code", exit_class="signal") == 2
     assert value(m, exits, agent="gemini", exit_class="error") == 1
+    assert value(m, exits, agent="gemini", exit_class="other") == 1
 
 
 def test_every_gateway_metric_has_help_and_the_prefix():
@@ -272,8 +267,8 @@ def test_no_label_value_is_unbounded_after_hostile_input():
     m.tool_result(hostile, hostile)
     m.interaction(hostile, hostile)
     m.process_started(hostile)
-    m.process_exited(hostile, 1)
+    m.process_exited(hostile, hostile)
     m.session_state(None, "IDLE", agent=hostile)
-    m.agent_lines(hostile).line("stream_event", 0.0)
+    m.agent_lines(hostile).line("stream_event", 0)
     for _name, labels in samples(m):
         assert all(hostile not in v for _, v in labels)
