@@ -26,6 +26,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,6 +136,11 @@ def make_home(agent: str, home: Path) -> Path:
         # sure no user or managed setting changes what the rig observes.
         (home / ".claude").mkdir(exist_ok=True)
         (home / ".claude" / "settings.json").write_text("{}\n")
+    elif agent == "gemini":
+        (home / ".gemini").mkdir(exist_ok=True)
+        (home / ".gemini" / "settings.json").write_text(json.dumps(gemini_settings(), indent=2))
+        # verified: failed runs write gemini-client-error-*.json into the temp dir; keep them here.
+        (home / "tmp").mkdir(exist_ok=True)
     return home
 
 
@@ -160,18 +166,95 @@ def claude_code_env(base_url: str, home: Path) -> dict[str, str]:
     return env
 
 
+# The tiny stdio MCP server (one tool, "echo") that both Codex and Gemini are configured with.
+# It is off unless a scenario turns it on, so that only MCP scenarios start it.
+MCP_ECHO = REPO / "tests" / "rig" / "mcp_echo.py"
+CODEX_API_KEY_VAR = "RIG_OPENAI_API_KEY"
+
+
+def codex_config(base_url: str) -> str:
+    """``$CODEX_HOME/config.toml`` for a run against the scripted Responses server."""
+    mcp_args = json.dumps([str(MCP_ECHO)])
+    return f"""\
+# Written by tests/rig/env.py for one rig run.
+# verified: the provider's base_url can only be given here (or with -c), not by environment.
+model = "gpt-5.5"
+model_provider = "rig"
+# No update check: the rig has no network, and a check could only add noise or delay.
+check_for_update_on_startup = false
+
+[model_providers.rig]
+name = "rig"
+base_url = "{base_url.rstrip("/")}/v1"
+# verified: "chat" is rejected by 0.171.0; only POST /v1/responses (streamed) is called.
+wire_api = "responses"
+env_key = "{CODEX_API_KEY_VAR}"
+# Plain HTTP streaming only; the scripted server speaks no WebSocket.
+supports_websockets = false
+# verified: with 0 an HTTP error or a broken stream is one request and a quick exit 1.
+request_max_retries = 0
+stream_max_retries = 0
+
+[analytics]
+# verified: the turn metadata the CLI sends then says analytics_enabled=false.
+enabled = false
+
+# verified: MCP tools are offered only through tool_search (namespace "mcp__echo"); the echo
+# tool declares readOnlyHint, without which exec refuses it ("requires approval, but approval
+# policy is never"). Scenarios turn it on with: -c mcp_servers.echo.enabled=true
+[mcp_servers.echo]
+command = {json.dumps(sys.executable)}
+args = {mcp_args}
+enabled = false
+"""
+
+
 def codex_env(base_url: str, home: Path) -> dict[str, str]:
-    # Placeholder for the Codex server's author: confirm against the real CLI and complete.
+    """Also writes ``$CODEX_HOME/config.toml``: the provider's base_url (the server's port) is
+    known only now, and Codex reads it from nowhere else."""
     env = _base_env(home)
-    env.update({"CODEX_HOME": str(home / ".codex"), "OPENAI_API_KEY": "sk-rig-not-a-real-key"})
-    env["OPENAI_BASE_URL"] = base_url.rstrip("/") + "/v1"
+    codex_home = home / ".codex"
+    codex_home.mkdir(parents=True, exist_ok=True)
+    (codex_home / "config.toml").write_text(codex_config(base_url))
+    # verified: CODEX_HOME holds config, sessions (for resume) and logs; the API key is read from
+    # the provider's env_key and sent as "Authorization: Bearer ...".
+    env.update({"CODEX_HOME": str(codex_home), CODEX_API_KEY_VAR: "sk-rig-not-a-real-key"})
     return env
 
 
+def gemini_settings() -> dict:
+    """``~/.gemini/settings.json`` for rig runs (user scope; the workspace has none)."""
+    return {
+        # verified: without it headless mode exits 41 "Invalid auth method selected."
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "telemetry": {"enabled": False},
+        "privacy": {"usageStatisticsEnabled": False},
+        # verified: 429 and 5xx are otherwise retried 10 times over about 200 s; with 1 an HTTP
+        # error is one request and the run ends at once.
+        "general": {
+            "enableAutoUpdate": False,
+            "enableAutoUpdateNotification": False,
+            "maxAttempts": 1,
+        },
+        # verified: an MCP server's tools are offered in the default approval mode only when the
+        # server is trusted (else tool_not_registered); their names are mcp_<server>_<tool>.
+        # "allowed" names no real server, so echo stays off unless a scenario passes
+        # --allowed-mcp-server-names echo (the flag replaces the setting).
+        "mcpServers": {"echo": {"command": sys.executable, "args": [str(MCP_ECHO)], "trust": True}},
+        "mcp": {"allowed": ["rig-none"]},
+    }
+
+
 def gemini_env(base_url: str, home: Path) -> dict[str, str]:
-    # Placeholder for the Gemini server's author: confirm against the real CLI and complete.
     env = _base_env(home)
-    env.update({"GEMINI_API_KEY": "rig-not-a-real-key", "GOOGLE_GEMINI_BASE_URL": base_url})
+    env.update(
+        {
+            # verified: with these the CLI calls only {base_url}/v1beta/models/<m>:<method>.
+            "GOOGLE_GEMINI_BASE_URL": base_url,
+            "GEMINI_API_KEY": "rig-not-a-real-key",
+            "TMPDIR": str(home / "tmp"),
+        }
+    )
     return env
 
 

@@ -145,7 +145,6 @@ class GeminiServer(ScriptedServer):
         if method not in METHODS:
             rec.answer = "404"
             return web.json_response(error_body(404, f"rig: no method {method!r}"), status=404)
-        body = rec.body if isinstance(rec.body, dict) else {}
         # matches() only gets the body; the method and model come from the path. Nothing awaits
         # between setting this and take_call, so concurrent requests cannot mix them up.
         self._target = (method, model)
