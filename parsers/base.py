@@ -1,0 +1,126 @@
+"""What an agent parser is, and how the gateway finds one by name.
+
+Theory of operation
+-------------------
+An agent speaks two directions. ``AgentParser`` is the stdout side: a sans-IO object fed one line
+at a time (``feed``) that returns normalised events (``parsers/events.py``), plus ``end()`` when
+stdout closes. ``AgentInput`` is the stdin side: it encodes what the gateway must tell the agent
+(a prompt, an interrupt, a permission answer, a mode change) as bytes to write, or ``None`` when the
+agent has no way to hear it (then the session machine uses a signal or a respawn instead).
+
+A ``ParserSpec`` bundles the two factories under a name. ``get(name)`` finds built-in parsers and
+third-party ones registered under the ``rawp_gateway.parsers`` entry-point group, whose object is a
+``ParserSpec``::
+
+    [project.entry-points."rawp_gateway.parsers"]
+    my-agent = "my_package.parser:SPEC"
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, Protocol
+
+from .events import AgentEvent
+
+__all__ = ["ENTRY_POINT_GROUP", "AgentInput", "AgentParser", "ParserSpec", "available", "get"]
+
+ENTRY_POINT_GROUP = "rawp_gateway.parsers"
+
+
+class AgentParser(Protocol):
+    def feed(self, line: bytes) -> list[AgentEvent]:
+        """Events for one stdout line (without its newline). Never raises on bad input."""
+        ...
+
+    def end(self) -> list[AgentEvent]:
+        """Stdout closed: events for anything still pending."""
+        ...
+
+
+class AgentInput(Protocol):
+    """Bytes to write on the agent's stdin, or None where the agent cannot be told."""
+
+    def prompt(self, text: str) -> bytes | None: ...
+
+    def interrupt(self, request_id: str) -> bytes | None: ...
+
+    def permission(
+        self,
+        request_id: str,
+        *,
+        allow: bool,
+        message: str = "",
+        updated_input: dict[str, Any] | None = None,
+    ) -> bytes | None: ...
+
+    def set_mode(self, request_id: str, mode: str) -> bytes | None: ...
+
+
+class NoInput:
+    """For agents that take their prompt on the command line and read nothing on stdin."""
+
+    def prompt(self, text: str) -> bytes | None:
+        return None
+
+    def interrupt(self, request_id: str) -> bytes | None:
+        return None
+
+    def permission(self, request_id: str, **_: Any) -> bytes | None:
+        return None
+
+    def set_mode(self, request_id: str, mode: str) -> bytes | None:
+        return None
+
+
+@dataclass(frozen=True)
+class ParserSpec:
+    name: str
+    parser: Callable[[], AgentParser]
+    input: Callable[[], AgentInput] = NoInput
+    description: str = ""
+
+
+# Built-ins are found by module path so importing the registry stays cheap.
+_BUILTIN: dict[str, str] = {
+    "claude-code": "parsers.claude_code:SPEC",
+    "codex": "parsers.codex:SPEC",
+    "gemini": "parsers.gemini:SPEC",
+    "plain": "parsers.plain:SPEC",
+}
+
+
+def _load(ref: str) -> ParserSpec:
+    module, _, attr = ref.partition(":")
+    spec = getattr(importlib.import_module(module), attr)
+    if not isinstance(spec, ParserSpec):
+        raise TypeError(f"{ref} is not a parsers.base.ParserSpec")
+    return spec
+
+
+def available() -> list[str]:
+    """Names of every parser that can be loaded: built-in and registered by packages."""
+    names = {name for name, ref in _BUILTIN.items() if _importable(ref)}
+    names.update(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+    return sorted(names)
+
+
+def _importable(ref: str) -> bool:
+    return importlib.util.find_spec(ref.partition(":")[0]) is not None
+
+
+def get(name: str) -> ParserSpec:
+    """The parser registered as ``name``; KeyError with the known names if there is none."""
+    ref = _BUILTIN.get(name)
+    if ref is not None and _importable(ref):
+        return _load(ref)
+    for ep in entry_points(group=ENTRY_POINT_GROUP, name=name):
+        spec = ep.load()
+        if not isinstance(spec, ParserSpec):
+            raise TypeError(f"entry point {name!r} ({ep.value}) is not a parsers.base.ParserSpec")
+        return spec
+    raise KeyError(f"no agent parser named {name!r}; known: {', '.join(available()) or 'none'}")
