@@ -305,3 +305,13 @@ async def test_runner_feeds_stdin_reacts_to_stdout_and_collects_the_exit(tmp_pat
     assert r.events[2]["text"] == "2"
     assert r.stdin_lines == ['{"text":"one"}', '{"text":"first answer"}']
     assert not r.unexpected and not r.unused_calls
+
+
+def test_require_cli_skips_locally_and_fails_in_ci(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(rigenv, "AGENTS_DIR", tmp_path)  # no CLI installed here
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception):
+        rigenv.require_cli("claude-code")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true"):
+        rigenv.require_cli("claude-code")
