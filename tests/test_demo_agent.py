@@ -1,0 +1,585 @@
+"""Tests of gateway.demo_agent: run it as a subprocess (through gateway.process), feed stdin, check lines.
+
+The shapes are also compared with the real Claude Code recordings in tests/fixtures/claude-code, so
+that the demo cannot drift into field names the real CLI does not print.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.demo_agent import Action, choose_action
+from gateway.process import AgentProcess
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "claude-code"
+STREAM_ARGS = [
+    "-p",
+    "--input-format",
+    "stream-json",
+    "--output-format",
+    "stream-json",
+    "--verbose",
+    "--include-partial-messages",
+    "--permission-prompt-tool",
+    "stdio",
+]
+
+Line = dict[str, Any]
+
+
+class Demo:
+    """The demo agent as a child process, read line by line."""
+
+    def __init__(self, proc: AgentProcess) -> None:
+        self.proc = proc
+        self.lines: list[Line] = []
+
+    @classmethod
+    async def start(
+        cls, workspace: Path, *args: str, delay_ms: int = 0, argv: list[str] | None = None
+    ) -> Demo:
+        env = dict(os.environ, RAWP_DEMO_DELAY_MS=str(delay_ms))
+        proc = await AgentProcess.start(
+            [
+                sys.executable,
+                "-m",
+                "gateway.demo_agent",
+                *(STREAM_ARGS if argv is None else argv),
+                *args,
+            ],
+            env=env | {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+            session_id="11111111-2222-4333-8444-555555555555",
+            workspace=workspace,
+        )
+        return cls(proc)
+
+    async def send(self, obj: Line) -> None:
+        self.proc.write(json.dumps(obj).encode() + b"\n")
+        await self.proc.drain()
+
+    async def prompt(self, text: str) -> None:
+        await self.send({"type": "user", "message": {"role": "user", "content": text}})
+
+    async def until(self, pred: Callable[[Line], bool], timeout: float = 10.0) -> list[Line]:
+        """Lines up to and including the first one that satisfies `pred`."""
+        got: list[Line] = []
+        async with asyncio.timeout(timeout):
+            while True:
+                item = await self.proc.readline()
+                assert item is not None, f"EOF before the expected line; got {got}"
+                line = json.loads(item.line)
+                got.append(line)
+                self.lines.append(line)
+                if pred(line):
+                    return got
+
+    async def turn(self, text: str) -> list[Line]:
+        await self.prompt(text)
+        return await self.until(is_result)
+
+    async def close(self) -> tuple[list[Line], int]:
+        """Close stdin; the remaining lines and the exit code."""
+        self.proc.close_stdin()
+        rest = [json.loads(item.line) async for item in self.proc]
+        self.lines += rest
+        status = await asyncio.wait_for(self.proc.wait(), 10)
+        return rest, status.returncode
+
+
+def is_result(line: Line) -> bool:
+    return line["type"] == "result"
+
+
+def of(lines: list[Line], type_: str, subtype: str | None = None) -> list[Line]:
+    return [
+        ln
+        for ln in lines
+        if ln["type"] == type_ and (subtype is None or ln.get("subtype") == subtype)
+    ]
+
+
+def events(lines: list[Line], kind: str | None = None) -> list[Line]:
+    evs = [ln["event"] for ln in lines if ln["type"] == "stream_event"]
+    return [e for e in evs if kind is None or e["type"] == kind]
+
+
+def text_deltas(lines: list[Line]) -> str:
+    return "".join(
+        e["delta"]["text"]
+        for e in events(lines, "content_block_delta")
+        if e["delta"]["type"] == "text_delta"
+    )
+
+
+def assistant_blocks(lines: list[Line], kind: str) -> list[Line]:
+    return [
+        b for ln in of(lines, "assistant") for b in ln["message"]["content"] if b["type"] == kind
+    ]
+
+
+def tool_results(lines: list[Line]) -> list[tuple[Line, Any]]:
+    out = []
+    for ln in of(lines, "user"):
+        content = ln["message"]["content"]
+        if isinstance(content, list):
+            out += [
+                (b, ln.get("tool_use_result")) for b in content if b.get("type") == "tool_result"
+            ]
+    return out
+
+
+def permission_answer(request: Line, behavior: str, message: str = "") -> Line:
+    response: Line = {"behavior": behavior}
+    if behavior == "allow":
+        response["updatedInput"] = request["request"]["input"]
+    else:
+        response["message"] = message
+    return {
+        "type": "control_response",
+        "response": {
+            "subtype": "success",
+            "request_id": request["request_id"],
+            "response": response,
+        },
+    }
+
+
+def is_can_use_tool(line: Line) -> bool:
+    return line["type"] == "control_request" and line["request"]["subtype"] == "can_use_tool"
+
+
+# --------------------------------------------------------------------------- the model's rules
+
+
+def test_choose_action_rules() -> None:
+    assert choose_action("hello") == Action(False, None)
+    assert choose_action("Please list the files") == Action(False, "Glob")
+    assert choose_action("what files are here?").tool == "Glob"
+    assert choose_action("think about it") == Action(True, None)
+    w = choose_action("write hello.txt")
+    assert (w.tool, w.path) == ("Write", "hello.txt")
+    assert choose_action('create notes/todo.md containing "buy milk"').content == "buy milk\n"
+    assert choose_action("Write a file.").path == "hello.txt"  # a default name
+    assert choose_action("write ../escape.txt").path == "../escape.txt"
+    assert choose_action("read notes.txt.") == Action(False, "Read", "notes.txt")
+    assert choose_action("list files", tools=("Read",)) == Action(False, None)
+
+
+# --------------------------------------------------------------------------- a text turn
+
+
+async def test_text_turn_init_first_deltas_join_to_assistant_text(tmp_path: Path) -> None:
+    demo = await Demo.start(tmp_path)
+    lines = await demo.turn("hello")
+    init = lines[0]
+    assert (init["type"], init["subtype"]) == ("system", "init")
+    assert init["model"] == "demo" and init["mcp_servers"] == [] and init["cwd"] == str(tmp_path)
+    assert init["permissionMode"] == "default" and "compact" in init["slash_commands"]
+    assert {"Glob", "Read", "Write"} <= set(init["tools"])
+    session = init["session_id"]
+
+    kinds = [e["type"] for e in events(lines)]
+    assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
+    (text,) = assistant_blocks(lines, "text")
+    assert text_deltas(lines) == text["text"] and len(events(lines, "content_block_delta")) > 3
+
+    # The assistant line for a block comes right before that block's content_block_stop.
+    i = next(i for i, ln in enumerate(lines) if ln["type"] == "assistant")
+    assert lines[i + 1]["event"] == {"type": "content_block_stop", "index": 0}
+    msg_id = events(lines, "message_start")[0]["message"]["id"]
+    assert of(lines, "assistant")[0]["message"]["id"] == msg_id
+
+    result = lines[-1]
+    assert result["subtype"] == "success" and result["is_error"] is False
+    assert result["result"] == text["text"] and result["stop_reason"] == "end_turn"
+    assert result["num_turns"] == 1 and result["total_cost_usd"] == 0
+    assert result["duration_ms"] >= 0 and result["terminal_reason"] == "completed"
+    assert {
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+    } <= set(result["usage"])
+    assert result["modelUsage"]["demo"]["contextWindow"] == 200000
+    assert all(ln["session_id"] == session for ln in lines)
+    assert all("uuid" in ln for ln in lines)
+
+    rest, code = await demo.close()
+    assert (rest, code) == ([], 0)
+
+
+async def test_without_partial_messages_there_are_no_stream_events(tmp_path: Path) -> None:
+    argv = [a for a in STREAM_ARGS if a != "--include-partial-messages"]
+    demo = await Demo.start(tmp_path, argv=argv)
+    lines = await demo.turn("think, then answer")
+    assert events(lines) == []
+    assert [b["type"] for ln in of(lines, "assistant") for b in ln["message"]["content"]] == [
+        "thinking",
+        "text",
+    ]
+    await demo.close()
+
+
+async def test_think_streams_a_thinking_block_first(tmp_path: Path) -> None:
+    demo = await Demo.start(tmp_path)
+    lines = await demo.turn("think first")
+    starts = [e["content_block"]["type"] for e in events(lines, "content_block_start")]
+    assert starts == ["thinking", "text"]
+    (thinking,) = assistant_blocks(lines, "thinking")
+    deltas = [e["delta"] for e in events(lines, "content_block_delta") if e["index"] == 0]
+    assert (
+        "".join(d["thinking"] for d in deltas if d["type"] == "thinking_delta")
+        == thinking["thinking"]
+    )
+    assert deltas[-1] == {"type": "signature_delta", "signature": thinking["signature"]}
+    await demo.close()
+
+
+# --------------------------------------------------------------------------- tools
+
+
+async def test_list_files_runs_glob_on_the_workspace_without_asking(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("print(1)\n")
+    (tmp_path / "README.md").write_text("# hi\n")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("ref\n")
+    demo = await Demo.start(tmp_path)
+    lines = await demo.turn("list the files")
+    assert not [ln for ln in lines if ln["type"] == "control_request"]  # Glob needs no permission
+    (tool_use,) = assistant_blocks(lines, "tool_use")
+    assert tool_use["name"] == "Glob"
+    partial = "".join(
+        e["delta"]["partial_json"]
+        for e in events(lines, "content_block_delta")
+        if e["delta"]["type"] == "input_json_delta"
+    )
+    assert json.loads(partial) == tool_use["input"]
+    ((block, result),) = tool_results(lines)
+    assert block["tool_use_id"] == tool_use["id"] and not block.get("is_error")
+    assert result["filenames"] == ["README.md", "src/a.py"]
+    assert result["numFiles"] == 2 and result["truncated"] is False and "durationMs" in result
+    assert block["content"] == "README.md\nsrc/a.py"
+    # Two API messages: the tool call, then the answer, with indexes restarting at 0.
+    assert len(events(lines, "message_start")) == 2
+    assert [e["index"] for e in events(lines, "content_block_start")] == [0, 1, 0]
+    assert "2 files" in lines[-1]["result"] and lines[-1]["num_turns"] == 2
+    await demo.close()
+
+
+async def test_read_a_file(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("first line\nsecond line\n")
+    demo = await Demo.start(tmp_path)
+    lines = await demo.turn("read notes.txt")
+    ((block, result),) = tool_results(lines)
+    assert block["content"] == "1\tfirst line\n2\tsecond line\n3\t"
+    assert result == {
+        "type": "text",
+        "file": {
+            "filePath": str(tmp_path / "notes.txt"),
+            "content": "first line\nsecond line\n",
+            "numLines": 3,
+            "startLine": 1,
+            "totalLines": 3,
+        },
+    }
+    await demo.close()
+
+
+async def test_write_permission_allowed_writes_the_file(tmp_path: Path) -> None:
+    demo = await Demo.start(tmp_path)
+    await demo.prompt("write hello.txt")
+    lines = await demo.until(is_can_use_tool)
+    request = lines[-1]
+    (tool_use,) = assistant_blocks(lines, "tool_use")
+    assert request["request"]["tool_name"] == "Write"
+    assert request["request"]["tool_use_id"] == tool_use["id"]
+    assert request["request"]["input"] == tool_use["input"]
+    assert events(lines)[-1]["type"] == "message_stop"  # asked after the message is complete
+    assert not (tmp_path / "hello.txt").exists()  # nothing before the answer
+
+    await demo.send(permission_answer(request, "allow"))
+    lines = await demo.until(is_result)
+    assert (tmp_path / "hello.txt").read_text() == "Hello from the RAWP demo agent.\n"
+    ((block, result),) = tool_results(lines)
+    assert not block.get("is_error") and block["tool_use_id"] == tool_use["id"]
+    assert result == {
+        "type": "create",
+        "filePath": str(tmp_path / "hello.txt"),
+        "content": "Hello from the RAWP demo agent.\n",
+        "structuredPatch": [],
+        "originalFile": None,
+    }
+    assert lines[-1]["subtype"] == "success" and lines[-1]["permission_denials"] == []
+
+    # Writing again is an update, with a patch.
+    await demo.prompt('write hello.txt with "changed"')
+    request = (await demo.until(is_can_use_tool))[-1]
+    await demo.send(permission_answer(request, "allow"))
+    lines = await demo.until(is_result)
+    ((_, result),) = tool_results(lines)
+    assert result["type"] == "update" and result["originalFile"].startswith("Hello")
+    assert result["structuredPatch"][0]["lines"] == ["-Hello from the RAWP demo agent.", "+changed"]
+    assert (tmp_path / "hello.txt").read_text() == "changed\n"
+    await demo.close()
+
+
+async def test_write_permission_denied_is_an_error_tool_result(tmp_path: Path) -> None:
+    demo = await Demo.start(tmp_path)
+    await demo.prompt("create denied.txt")
+    request = (await demo.until(is_can_use_tool))[-1]
+    await demo.send(permission_answer(request, "deny", "The host denied this."))
+    lines = await demo.until(is_result)
+    ((block, result),) = tool_results(lines)
+    assert block["is_error"] is True and block["content"] == "The host denied this."
+    assert result == "Error: The host denied this."
+    assert not (tmp_path / "denied.txt").exists()
+    assert lines[-1]["subtype"] == "success"
+    assert [d["tool_name"] for d in lines[-1]["permission_denials"]] == ["Write"]
+    await demo.close()
+
+
+async def test_write_outside_the_workspace_is_refused_without_asking(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    demo = await Demo.start(ws)
+    for prompt in ("write ../escape.txt", f"write {tmp_path}/abs.txt"):
+        lines = await demo.turn(prompt)
+        assert not [ln for ln in lines if ln["type"] == "control_request"]
+        ((block, _),) = tool_results(lines)
+        assert block["is_error"] is True and "outside the workspace" in block["content"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"]
+    await demo.close()
+
+
+async def test_modes_without_prompt_tool_deny_and_bypass_writes(tmp_path: Path) -> None:
+    argv = [a for a in STREAM_ARGS if a not in ("--permission-prompt-tool", "stdio")]
+    demo = await Demo.start(tmp_path, argv=argv)
+    lines = await demo.turn("write a.txt")
+    ((block, _),) = tool_results(lines)
+    assert block["is_error"] and "haven't granted" in block["content"]
+    assert not (tmp_path / "a.txt").exists()
+    await demo.close()
+
+    demo = await Demo.start(tmp_path, "--dangerously-skip-permissions", argv=argv)
+    lines = await demo.turn("write b.txt")
+    assert lines[0]["permissionMode"] == "bypassPermissions"
+    assert (tmp_path / "b.txt").exists()
+    await demo.close()
+
+
+# --------------------------------------------------------------------------- control requests
+
+
+async def test_set_permission_mode_is_answered_like_the_cli(tmp_path: Path) -> None:
+    demo = await Demo.start(tmp_path)
+    await demo.send(
+        {
+            "type": "control_request",
+            "request_id": "m1",
+            "request": {"subtype": "set_permission_mode", "mode": "plan"},
+        }
+    )
+    lines = await demo.until(lambda ln: ln["type"] == "system")
+    assert lines[0] == {
+        "type": "control_response",
+        "response": {"subtype": "success", "request_id": "m1", "response": {"mode": "plan"}},
+    }
+    assert lines[1]["subtype"] == "status" and lines[1]["permissionMode"] == "plan"
+    await demo.prompt("write plan.txt")
+    lines = await demo.until(is_can_use_tool)
+    assert lines[0]["permissionMode"] == "plan"
+    assert lines[-1]["request"]["decision_reason_type"] == "mode"
+    await demo.send(permission_answer(lines[-1], "deny", "Tool not allowed in current mode"))
+    await demo.until(is_result)
+    await demo.send({"type": "control_request", "request_id": "x", "request": {"subtype": "bogus"}})
+    (err,) = await demo.until(lambda ln: ln["type"] == "control_response")
+    assert err["response"]["subtype"] == "error" and err["response"]["request_id"] == "x"
+    await demo.close()
+
+
+async def test_interrupt_during_streaming(tmp_path: Path) -> None:
+    demo = await Demo.start(tmp_path, delay_ms=15)
+    await demo.prompt("hello")
+    await demo.until(
+        lambda ln: ln["type"] == "stream_event" and ln["event"]["type"] == "content_block_delta"
+    )
+    await demo.send(
+        {"type": "control_request", "request_id": "int-1", "request": {"subtype": "interrupt"}}
+    )
+    lines = await demo.until(is_result)
+    assert lines[0] == {
+        "type": "control_response",
+        "response": {"subtype": "success", "request_id": "int-1", "response": {"still_queued": []}},
+    }
+    (aborted,) = of(lines, "assistant")
+    assert aborted["aborted"] is True
+    assert of(lines, "user")[0]["message"]["content"] == [
+        {"type": "text", "text": "[Request interrupted by user]"}
+    ]
+    assert [e["type"] for e in events(lines)] == [
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    result = lines[-1]
+    assert result["subtype"] == "error_during_execution" and result["is_error"] is True
+    assert result["terminal_reason"] == "aborted_streaming"
+    # The session goes on.
+    lines = await demo.turn("hello again")
+    assert lines[-1]["subtype"] == "success"
+    # An interrupt with nothing running is simply acknowledged.
+    await demo.send(
+        {"type": "control_request", "request_id": "int-2", "request": {"subtype": "interrupt"}}
+    )
+    (ack,) = await demo.until(lambda ln: ln["type"] == "control_response")
+    assert ack["response"]["request_id"] == "int-2"
+    rest, code = await demo.close()
+    assert (rest, code) == ([], 0)
+
+
+async def test_interrupt_while_a_permission_is_pending(tmp_path: Path) -> None:
+    demo = await Demo.start(tmp_path)
+    await demo.prompt("write x.txt")
+    request = (await demo.until(is_can_use_tool))[-1]
+    await demo.send(
+        {"type": "control_request", "request_id": "int-1", "request": {"subtype": "interrupt"}}
+    )
+    lines = await demo.until(is_result)
+    assert lines[0] == {"type": "control_cancel_request", "request_id": request["request_id"]}
+    assert lines[1]["response"]["request_id"] == "int-1"
+    ((block, result),) = tool_results(lines)
+    assert block["is_error"] is True and result == "User rejected tool use"
+    assert (
+        of(lines, "user")[-1]["message"]["content"][0]["text"]
+        == "[Request interrupted by user for tool use]"
+    )
+    assert lines[-1]["subtype"] == "error_during_execution"
+    assert (
+        lines[-1]["terminal_reason"] == "aborted_tools" and lines[-1]["stop_reason"] == "tool_use"
+    )
+    # A late answer to the cancelled request is ignored.
+    await demo.send(permission_answer(request, "allow"))
+    rest, code = await demo.close()
+    assert (rest, code) == ([], 0)
+    assert not (tmp_path / "x.txt").exists()
+
+
+async def test_compact_prints_the_compaction_sequence(tmp_path: Path) -> None:
+    demo = await Demo.start(tmp_path)
+    await demo.turn("hello")
+    lines = await demo.turn("/compact")
+    shape = [(ln["type"], ln.get("subtype") or ln.get("status")) for ln in lines]
+    assert shape == [
+        ("system", "status"),
+        ("system", "status"),
+        ("system", "init"),
+        ("system", "compact_boundary"),
+        ("user", None),
+        ("user", None),
+        ("result", "success"),
+    ]
+    assert lines[0]["status"] == "compacting"
+    assert lines[1]["status"] is None and lines[1]["compact_result"] == "success"
+    meta = lines[3]["compact_metadata"]
+    assert meta["trigger"] == "manual" and meta["pre_tokens"] > 0 and meta["post_tokens"] > 0
+    assert lines[4]["isSynthetic"] is True
+    assert lines[4]["message"]["content"].startswith("This session is being continued")
+    assert (
+        lines[5]["message"]["content"] == "<local-command-stdout>Compacted </local-command-stdout>"
+    )
+    assert lines[6]["num_turns"] == 0
+    await demo.close()
+
+
+# --------------------------------------------------------------------------- process life
+
+
+async def test_stdin_close_exits_0_after_queued_turns(tmp_path: Path) -> None:
+    demo = await Demo.start(tmp_path)
+    await demo.prompt("one")
+    await demo.prompt("two")
+    rest, code = await demo.close()
+    assert code == 0
+    assert [ln["subtype"] for ln in rest if ln["type"] == "result"] == ["success", "success"]
+
+
+async def test_sigterm_exits_143_without_a_result(tmp_path: Path) -> None:
+    demo = await Demo.start(tmp_path, delay_ms=50)
+    await demo.prompt("hello")
+    await demo.until(lambda ln: ln["type"] == "stream_event")
+    demo.proc.send_signal(signal.SIGTERM)
+    rest = [json.loads(item.line) async for item in demo.proc]
+    status = await demo.proc.wait()
+    assert status.returncode == 143 and status.kind == "signal"
+    assert of(rest, "result") == []
+
+
+async def test_text_input_mode_answers_one_prompt_and_exits(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("x")
+    demo = await Demo.start(
+        tmp_path, argv=["-p", "list files", "--output-format", "stream-json", "--verbose"]
+    )
+    rest, code = await demo.close()
+    assert code == 0
+    assert rest[0]["subtype"] == "init" and rest[-1]["type"] == "result"
+    assert tool_results(rest)[0][1]["filenames"] == ["f.txt"]
+
+
+# --------------------------------------------------------------------------- same names as the CLI
+
+
+def _fixture_lines() -> list[Line]:
+    out = []
+    for path in sorted(FIXTURES.glob("*.jsonl")):
+        out += [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return out
+
+
+def _kind(line: Line) -> str:
+    if line["type"] == "system":
+        return f"system/{line['subtype']}"
+    if line["type"] == "user" and "tool_use_result" in line:
+        return "user/tool_result"
+    return line["type"]
+
+
+@pytest.mark.skipif(not list(FIXTURES.glob("*.jsonl")), reason="no recorded Claude Code fixtures")
+async def test_field_names_match_the_recorded_cli(tmp_path: Path) -> None:
+    """Every key the demo prints on a line kind also appears on that kind in the real recordings."""
+    real: dict[str, set[str]] = {}
+    real_events: dict[str, set[str]] = {}
+    for line in _fixture_lines():
+        real.setdefault(_kind(line), set()).update(line)
+        if line["type"] == "stream_event":
+            real_events.setdefault(line["event"]["type"], set()).update(line["event"])
+    (tmp_path / "notes.txt").write_text("x\n")
+    demo = await Demo.start(tmp_path)
+    await demo.turn("think, then list the files")
+    await demo.turn("read notes.txt")
+    await demo.prompt("write out.txt")
+    request = (await demo.until(is_can_use_tool))[-1]
+    await demo.send(permission_answer(request, "allow"))
+    await demo.until(is_result)
+    await demo.close()
+    checked = set()
+    for line in demo.lines:
+        kind = _kind(line)
+        if kind not in real:
+            continue  # control_* lines: no recording with a prompt tool yet
+        extra = set(line) - real[kind]
+        assert not extra, f"{kind}: keys the real CLI does not print: {extra}"
+        if line["type"] == "stream_event":
+            extra = set(line["event"]) - real_events[line["event"]["type"]]
+            assert not extra, f"stream_event {line['event']['type']}: {extra}"
+        checked.add(kind)
+    assert {"system/init", "stream_event", "assistant", "user/tool_result", "result"} <= checked
