@@ -88,7 +88,7 @@ async def record_one(sc: Scenario, fixture: str, variant: str | None, out_dir: P
             break
         print(f"  {fixture}: attempt {attempt}: {'; '.join(bad)}", file=sys.stderr)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{fixture}.jsonl").write_text("".join(line + "\n" for line in r.stdout_lines))
+    (out_dir / f"{fixture}.jsonl").write_bytes(r.stdout_bytes)
     meta = meta_of(sc, fixture, r)
     (out_dir / f"{fixture}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     status = f"exit={r.exit_code}" if r.signal is None else f"signal={r.signal}"

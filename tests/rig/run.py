@@ -74,7 +74,8 @@ class RunResult:
     argv: list[str]
     argv_normalised: list[str]
     stdin_lines: list[str]  # as written (normalised like argv)
-    stdout_lines: list[str]
+    stdout_lines: list[str]  # decoded, without line ends
+    stdout_bytes: bytes  # exactly as printed
     stderr: str
     exit_code: int | None  # None when the process died of a signal
     signal: str | None  # e.g. "SIGKILL" when it died of one
@@ -233,6 +234,7 @@ async def _drive(cli: CliSetup, spec: RunSpec, timeout: float) -> RunResult:
     log: list[str] = []
     stdin_lines: list[str] = []
     stdout_lines: list[str] = []
+    stdout_raw: list[bytes] = []
     stderr_chunks: list[bytes] = []
     tasks: list[asyncio.Task[Any]] = []
 
@@ -294,6 +296,7 @@ async def _drive(cli: CliSetup, spec: RunSpec, timeout: float) -> RunResult:
 
     async def read_stdout() -> None:
         async for raw in proc.stdout:
+            stdout_raw.append(raw)
             line = raw.decode("utf-8", "replace").rstrip("\n")
             stdout_lines.append(line)
             if not stdout_actions:
@@ -316,10 +319,9 @@ async def _drive(cli: CliSetup, spec: RunSpec, timeout: float) -> RunResult:
     tasks += [asyncio.create_task(on_server(a)) for a in spec.actions if a.on in ("call", "hang")]
     for value in spec.stdin:
         await write(value)
-    writes_later = any(a.do == "write" for a in spec.actions)
-    if spec.close_stdin == "start" or (
-        spec.close_stdin == "auto" and not spec.stdin and not writes_later
-    ):
+    # "auto": close now unless an action will still write to stdin or close it itself.
+    stdin_later = any(a.do in ("write", "close_stdin") for a in spec.actions)
+    if spec.close_stdin == "start" or (spec.close_stdin == "auto" and not stdin_later):
         close_stdin()
     for a in spec.actions:
         if a.on == "start":
@@ -350,6 +352,7 @@ async def _drive(cli: CliSetup, spec: RunSpec, timeout: float) -> RunResult:
         argv_normalised=[cli.normalise(a) for a in argv],
         stdin_lines=stdin_lines,
         stdout_lines=stdout_lines,
+        stdout_bytes=b"".join(stdout_raw),
         stderr=b"".join(stderr_chunks).decode("utf-8", "replace"),
         exit_code=rc if rc is not None and rc >= 0 else None,
         signal=signal.Signals(-rc).name if rc is not None and rc < 0 else None,

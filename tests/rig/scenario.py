@@ -9,12 +9,13 @@ interprets:
 ``[run]``
     How to start the CLI: ``args`` (after the binary), ``env`` (added to the rig's environment),
     ``files`` (workspace files to create, path -> text), ``stdin`` (lines written right after
-    spawn: a table is sent as one JSON line, a string as is), ``close_stdin`` ("auto": close at
-    once when nothing is ever written, "start": close after the initial lines, "never": an action
-    closes it), ``timeout`` (seconds, hard limit; the process group is killed after it),
-    ``prior`` (argument lists of earlier runs of the CLI in the same HOME and workspace against the
-    same server, each run to its end with stdin closed; e.g. to create a session that the recorded
-    run then ``--resume``s; their output is not part of the fixture).
+    spawn: a table is sent as one JSON line, a string as is), ``close_stdin`` ("auto": close
+    after the initial lines unless an action writes to stdin or closes it later; "start": close
+    after the initial lines; "never": leave it open until an action closes it), ``timeout``
+    (seconds, hard limit; the process group is killed after it), ``prior`` (argument lists of
+    earlier runs of the CLI in the same HOME and workspace against the same server, each run to
+    its end with stdin closed, e.g. to create a session that the recorded run then
+    ``--resume``s; their output is not part of the fixture).
 
 ``[[run.actions]]``
     Reactions: ``on`` is when (``"start"``; ``"call"`` with ``call = N``, when the server starts
@@ -32,8 +33,8 @@ interprets:
     remaining keys (anthropic.py for Claude Code).
 
 ``[variants.<name>]``
-    Extra recordings of the same scenario with ``args`` appended (e.g. ``--include-partial-messages``).
-    The fixture of a variant is called ``<scenario>--<variant>``.
+    Extra recordings of the same scenario with ``args`` appended (e.g.
+    ``--include-partial-messages``). The fixture of a variant is called ``<scenario>--<variant>``.
 
 ``[expect]``
     ``exit_code`` (and optionally ``signal``): what a good recording ends with. The recorder warns
