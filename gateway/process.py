@@ -51,7 +51,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, NamedTuple
+from typing import Final, Literal, NamedTuple, cast
 
 __all__ = [
     "RAWP_DPS_VERSION",
@@ -217,6 +217,12 @@ class _Protocol(asyncio.SubprocessProtocol):
     def __init__(self, owner: AgentProcess) -> None:
         self._owner = owner
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Called before any data or exit callback, possibly before subprocess_exec() returns to
+        # start(): the owner needs its transport and pid from here on.
+        # uvloop's transport does not subclass asyncio.SubprocessTransport, but has its methods.
+        self._owner._on_connected(cast(asyncio.SubprocessTransport, transport))
+
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == _STDOUT_FD:
             self._owner._on_stdout(data)
@@ -226,6 +232,8 @@ class _Protocol(asyncio.SubprocessProtocol):
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         if fd == _STDOUT_FD:
             self._owner._on_stdout_eof(exc)
+        elif fd == _STDERR_FD:
+            self._owner._on_stderr_eof()
         elif fd == _STDIN_FD:
             self._owner._on_stdin_lost(exc)
 
@@ -264,6 +272,7 @@ class AgentProcess:
     _line_waiter: asyncio.Future[None] | None
     _stderr: bytearray
     _stderr_limit: int
+    _stderr_eof: bool
     _stdin_paused: bool
     _stdin_closed: bool
     _stdin_exc: BaseException | None
@@ -336,12 +345,15 @@ class AgentProcess:
             ) from exc
         except OSError as exc:
             raise AgentStartError(f"cannot start agent {argv[0]!r}: {exc}") from exc
+        assert self._transport is transport
+        return self
+
+    def _on_connected(self, transport: asyncio.SubprocessTransport) -> None:
         self._transport = transport
         pid = transport.get_pid()
         assert pid is not None
         self._pid = pid
         _live_groups[pid] = self
-        return self
 
     def _init_state(self, high_water: int, max_line_bytes: int, stderr_limit: int) -> None:
         self._high_water = high_water
@@ -358,6 +370,7 @@ class AgentProcess:
         self._line_waiter = None
         self._stderr = bytearray()
         self._stderr_limit = stderr_limit
+        self._stderr_eof = False
         self._stdin_paused = False
         self._stdin_closed = False
         self._stdin_exc = None
@@ -457,6 +470,7 @@ class AgentProcess:
         waiter = self._line_waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        self._maybe_close_transport()
 
     def _pause_stdout(self) -> None:
         pipe = self._transport.get_pipe_transport(_STDOUT_FD)
@@ -545,6 +559,10 @@ class AgentProcess:
         if excess > 0:
             del buf[:excess]
 
+    def _on_stderr_eof(self) -> None:
+        self._stderr_eof = True
+        self._maybe_close_transport()
+
     def stderr_tail(self) -> str:
         """The last `stderr_limit` bytes of stderr, decoded leniently (for agent.error.details)."""
         return self._stderr.decode("utf-8", errors="replace")
@@ -609,6 +627,29 @@ class AgentProcess:
             self._exit.set_result(classify_exit(rc))
         if not _group_alive(self._pid):
             self._forget()
+        self._maybe_close_transport()
+
+    def _maybe_close_transport(self) -> None:
+        # Like asyncio's own SubprocessStreamProtocol: once the process is gone and its output is
+        # drained, release the transport (and the stdin pipe) so nothing leaks.
+        if self._exit.done() and self._stdout_eof and self._stderr_eof:
+            self._stdin_closed = True
+            self._transport.close()
+
+    async def aclose(self) -> ExitStatus:
+        """Release the pipes, e.g. for a session dropped without reading stdout to the end.
+
+        An agent that is still running is killed first (SIGKILL to the group) and waited for:
+        closing an asyncio transport early would kill only the leader and could reap it behind the
+        child watcher's back. Stop agents politely with `terminate()`; this is the blunt end.
+        """
+        if not self._exit.done():
+            self.send_signal(signal.SIGKILL)
+        status = await self.wait()
+        self._forget()
+        self._stdin_closed = True
+        self._transport.close()
+        return status
 
     def _forget(self) -> None:
         if _live_groups.get(self._pid) is self:

@@ -544,3 +544,24 @@ asyncio.run(main())
         assert not any(alive(p) for p in pids)
 
     run(asyncio.new_event_loop, scenario())
+
+
+def test_aclose_kills_a_running_group_and_releases_the_pipes() -> None:
+    """aclose() is for dropping an agent without reading it to the end; it never leaks a group."""
+
+    async def scenario() -> None:
+        proc = await spawn(STUBBORN)
+        first = await proc.readline()
+        assert first is not None
+        grandchild = int(first.line)
+        assert (await proc.aclose()).signal == signal.SIGKILL
+        assert proc.pid not in live_groups()
+        with pytest.raises(AgentProcessError):
+            proc.write(b"x\n")
+        for _ in range(100):
+            if not alive(grandchild):
+                break
+            await asyncio.sleep(0.01)
+        assert not alive(grandchild)
+
+    run(asyncio.new_event_loop, scenario())
