@@ -446,7 +446,7 @@ class DemoAgent:
         *,
         error: bool,
         stop_reason: str | None,
-        terminal: str,
+        terminal: str | None,
         **extra: Any,
     ) -> None:
         duration = int((time.monotonic() - turn.started) * 1000)
@@ -481,10 +481,11 @@ class DemoAgent:
                 }
             },
             "permission_denials": turn.denials,
-            "terminal_reason": terminal,
-            **extra,
-            "uuid": _new_id(),
         }
+        if terminal is not None:  # a local command's result (/compact) has none
+            line["terminal_reason"] = terminal
+        line |= extra
+        line["uuid"] = _new_id()
         self.emit(line)
 
     # ------------------------------------------------------------------ one API message
@@ -647,14 +648,16 @@ class DemoAgent:
             "display_name": name,
             "input": tool_input,
             "description": os.path.basename(str(tool_input.get("file_path", name))),
-            "permission_suggestions": [
-                {"type": "setMode", "mode": "acceptEdits", "destination": "session"}
-            ],
-            "tool_use_id": tool_id,
         }
         if self.mode == "plan":
-            # The CLI asks (rather than refusing) in plan mode when a prompt tool is set.
+            # The CLI asks (rather than refusing) in plan mode when a prompt tool is set, giving
+            # the mode as the reason and no suggestions; the host is expected to deny.
             request["decision_reason_type"] = "mode"
+        else:
+            request["permission_suggestions"] = [
+                {"type": "setMode", "mode": "acceptEdits", "destination": "session"}
+            ]
+        request["tool_use_id"] = tool_id
         waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.permission_waiters[request_id] = waiter
         turn.pending = (request_id, tool_id, name, tool_input)
@@ -676,10 +679,8 @@ class DemoAgent:
                 _inside(self.workspace, tool_input["file_path"])  # refuse before asking
             if self._needs_permission(name):
                 if self.prompt_tool != "stdio":
-                    raise _Denied(
-                        f"Claude requested permissions to write to {tool_input.get('file_path')},"
-                        " but you haven't granted it yet."
-                    )
+                    # No one to ask: the CLI refuses and says so in a system line first.
+                    self._refuse_without_asking(tool_id, name, tool_input)
                 answer = await self._ask_permission(turn, tool_id, name, tool_input)
                 if answer.get("behavior") != "allow":
                     raise _Denied(str(answer.get("message") or "Permission denied"))
@@ -709,6 +710,17 @@ class DemoAgent:
         )
         self.context_tokens += _tokens(text)
         return True, text
+
+    def _refuse_without_asking(self, tool_id: str, name: str, tool_input: dict[str, Any]) -> None:
+        target = tool_input.get("file_path") or tool_input.get("command") or name
+        fields: dict[str, Any] = {"tool_name": name, "tool_use_id": tool_id}
+        if self.mode == "plan":
+            fields["decision_reason_type"] = "mode"
+            message = f"Cannot write to {target} while in plan mode."
+        else:
+            message = f"Claude requested permissions to write to {target}, but you haven't granted it yet."
+        self._system("permission_denied", **fields, message=message)
+        raise _Denied(message)
 
     def _tool_error(self, tool_id: str, message: str) -> None:
         self._user(
@@ -807,9 +819,7 @@ class DemoAgent:
         self._user(COMPACT_SUMMARY, isReplay=False, isSynthetic=True)
         self._user("<local-command-stdout>Compacted </local-command-stdout>", isReplay=True)
         turn.last_text = ""
-        self._result(
-            turn, error=False, stop_reason=None, terminal="completed", local_command="compact"
-        )
+        self._result(turn, error=False, stop_reason=None, terminal=None, local_command="compact")
 
     def _close_interrupted(self, turn: _Turn) -> None:
         """Close an interrupted turn with the lines the CLI prints, in its order."""
