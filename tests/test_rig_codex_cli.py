@@ -1,0 +1,180 @@
+"""The real Codex CLI against the scripted Responses API (marked ``realcli``).
+
+Every Codex scenario runs once: it must still run as scripted (expected exit, every scripted call
+used, nothing unscripted), print the same kinds of events as its recorded fixture, and pass the
+checks specific to it below. So a new Codex version that prints something else, or a fixture that
+no longer matches the CLI, fails here. A realcli test fails instead of skipping when CI=true
+(env.require_cli).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.rig import env as rigenv
+from tests.rig.record import problems
+from tests.rig.run import CliSetup, RunResult, scripted_cli
+from tests.rig.scenario import all_scenarios
+
+AGENT = "codex"
+FIXTURES = rigenv.FIXTURE_ROOT / AGENT
+SCENARIOS = {s.name: s for s in all_scenarios(AGENT)}
+
+
+def shape(events: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    """What kinds of events a run printed, as a multiset: parallel commands complete in the order
+    they finish, so the order of those lines is not stable from run to run."""
+    return Counter(
+        (e["type"], e.get("item", {}).get("type"), e.get("item", {}).get("status")) for e in events
+    )
+
+
+def items(r: RunResult, kind: str) -> list[dict[str, Any]]:
+    return [e["item"] for e in r.of_type("item.completed") if e["item"]["type"] == kind]
+
+
+def check_text(r: RunResult, cli: CliSetup) -> None:
+    started, turn, msg, done = r.events
+    assert started["type"] == "thread.started" and started["thread_id"]
+    assert turn == {"type": "turn.started"}
+    assert msg["item"] == {
+        "id": "item_0",
+        "type": "agent_message",
+        "text": "Hello from the scripted model. Nothing else to do.",
+    }
+    assert done["usage"]["input_tokens"] == 100 and done["usage"]["output_tokens"] == 10
+    (req,) = r.requests
+    assert (req.method, req.path) == ("POST", "/v1/responses")
+    assert req.body["stream"] is True and req.body["store"] is False
+    assert req.headers["Authorization"] == "Bearer sk-rig-not-a-real-key"
+    assert {"exec_command", "apply_patch"} <= {t.get("name") for t in req.body["tools"]}
+
+
+def check_reasoning(r: RunResult, cli: CliSetup) -> None:
+    assert [i["text"] for i in items(r, "reasoning")] == [
+        "**Multiplying**\n\nSix times seven is forty-two."
+    ]
+    (done,) = r.of_type("turn.completed")
+    assert done["usage"]["reasoning_output_tokens"] == 18
+
+
+def check_shell(r: RunResult, cli: CliSetup) -> None:
+    (cmd,) = items(r, "command_execution")
+    assert cmd["command"] == "/bin/bash -lc 'echo hello from the shell'"
+    assert (cmd["exit_code"], cmd["status"]) == (0, "completed")
+    assert cmd["aggregated_output"] == "hello from the shell\n"
+    (started,) = r.of_type("item.started")
+    assert started["item"]["id"] == cmd["id"] and started["item"]["status"] == "in_progress"
+    # The command's output went back to the model with the call id the server chose.
+    out = r.requests[1].body["input"][-1]
+    assert out["type"] == "function_call_output" and out["call_id"] == "call_rig_01_0"
+
+
+def check_shell_fail(r: RunResult, cli: CliSetup) -> None:
+    (cmd,) = items(r, "command_execution")
+    assert (cmd["exit_code"], cmd["status"]) == (2, "failed")
+    assert "No such file or directory" in cmd["aggregated_output"]
+
+
+def check_edit(r: RunResult, cli: CliSetup) -> None:
+    (change,) = items(r, "file_change")
+    assert change["status"] == "completed"
+    assert sorted((c["path"], c["kind"]) for c in change["changes"]) == [
+        (str(cli.cwd / "hello.txt"), "add"),
+        (str(cli.cwd / "notes.txt"), "update"),
+    ]
+    assert (cli.cwd / "notes.txt").read_text() == "alpha\ngamma\n"
+    assert (cli.cwd / "hello.txt").read_text() == "hello\n"
+
+
+def check_multi_step(r: RunResult, cli: CliSetup) -> None:
+    cmds = [i["command"] for i in items(r, "command_execution")]
+    assert cmds[0] == "/bin/bash -lc ls" and cmds[-1] == "/bin/bash -lc 'tail -n 1 notes.txt'"
+    assert sorted(cmds[1:3]) == ["/bin/bash -lc 'cat notes.txt'", "/bin/bash -lc 'wc -l notes.txt'"]
+    (done,) = r.of_type("turn.completed")
+    assert done["usage"]["input_tokens"] == 5 * 100  # summed over the turn's five model calls
+    assert (cli.cwd / "notes.txt").read_text() == "one\ntwo\nthree\ncount: 3\n"
+
+
+def check_mcp(r: RunResult, cli: CliSetup) -> None:
+    (call,) = items(r, "mcp_tool_call")
+    assert (call["server"], call["tool"], call["arguments"]) == ("echo", "echo", {"text": "hello"})
+    assert call["result"]["content"] == [{"type": "text", "text": "echo: hello"}]
+    assert call["status"] == "completed" and call["error"] is None
+    # The MCP tool is offered only through tool_search, then inside the mcp__echo namespace.
+    found = r.requests[1].body["input"][-1]
+    assert found["type"] == "tool_search_output"
+    assert [t["name"] for t in found["tools"]] == ["mcp__echo"]
+
+
+def check_http_400(r: RunResult, cli: CliSetup) -> None:
+    (err,) = r.of_type("error")
+    (failed,) = r.of_type("turn.failed")
+    assert "rig scripted bad request" in err["message"]
+    assert failed["error"]["message"] == err["message"]
+    assert not r.of_type("turn.completed")
+
+
+def check_http_500(r: RunResult, cli: CliSetup) -> None:
+    (err,) = r.of_type("error")
+    assert "The server had an error" not in err["message"]  # a generic message instead
+    assert len(r.requests) == 1  # request_max_retries = 0
+
+
+def check_stream_failed(r: RunResult, cli: CliSetup) -> None:
+    (failed,) = r.of_type("turn.failed")
+    assert "rig: the model failed mid-response." in failed["error"]["message"]
+
+
+def check_resume(r: RunResult, cli: CliSetup) -> None:
+    (prior,) = cli.prior_results
+    (first,) = [e for e in prior.events if e["type"] == "thread.started"]
+    (again,) = r.of_type("thread.started")
+    assert again["thread_id"] == first["thread_id"]
+    # Usage is cumulative over the thread: both runs' single calls.
+    (done,) = r.of_type("turn.completed")
+    assert done["usage"]["input_tokens"] == 200
+
+
+CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
+    "text": check_text,
+    "reasoning": check_reasoning,
+    "shell": check_shell,
+    "shell-fail": check_shell_fail,
+    "edit": check_edit,
+    "multi-step": check_multi_step,
+    "mcp": check_mcp,
+    "http-400": check_http_400,
+    "http-500": check_http_500,
+    "stream-failed": check_stream_failed,
+    "resume": check_resume,
+}
+
+
+@pytest.mark.realcli
+def test_installed_cli_is_the_pinned_version() -> None:
+    rigenv.require_cli(AGENT)
+    assert rigenv.installed_version(AGENT) == rigenv.AGENTS[AGENT].version
+    assert rigenv.cli_version(AGENT) == rigenv.AGENTS[AGENT].version
+
+
+@pytest.mark.realcli
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+async def test_scenario_runs_as_scripted_and_as_recorded(name: str) -> None:
+    rigenv.require_cli(AGENT)
+    sc = SCENARIOS[name]
+    async with scripted_cli(sc) as cli:
+        r = await cli.run()
+        assert not problems(sc, r), r.describe()
+        recorded = [json.loads(x) for x in (FIXTURES / f"{name}.jsonl").read_text().splitlines()]
+        assert shape(r.events) == shape(recorded), r.describe()
+        CHECKS[name](r, cli)  # while the workspace still exists
+
+
+def test_every_codex_scenario_has_specific_checks() -> None:
+    assert set(CHECKS) == set(SCENARIOS)
