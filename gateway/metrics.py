@@ -351,11 +351,8 @@ class _HotPathCollector:
         latency = HistogramMetricFamily(
             PREFIX + "frame_latency_seconds",
             "From reading the agent's stdout line to writing the frame made from it to a WebSocket; "
-            "one observation per frame and connection.",
-        )
-        ws_frames = CounterMetricFamily(
-            PREFIX + "ws_frames_sent",
-            "Frames written to WebSockets, one per frame and connection (fan-out included).",
+            "one observation per frame and connection, so _count is the number of such writes "
+            "(fan-out included).",
         )
         lines = CounterMetricFamily(
             PREFIX + "agent_lines",
@@ -392,7 +389,6 @@ class _HotPathCollector:
                 frames.add_metric((type_, direction), tally.frames)
                 nbytes.add_metric((type_, direction), tally.nbytes)
             latency.add_metric((), o._latency.buckets(), o._latency.sum_seconds())
-            ws_frames.add_metric((), sum(o._latency.counts))
             for agent, am in o._agents.items():
                 for kind, n in am.kinds.items():
                     lines.add_metric((agent, kind), n)
@@ -401,7 +397,7 @@ class _HotPathCollector:
                 parse.add_metric((agent,), am.parse.buckets(), am.parse.sum_seconds())
             history.add_metric((), o._history_bytes)
             evicted.add_metric((), o._history_evicted)
-        yield from (frames, nbytes, latency, ws_frames, lines, errors, unknown, parse)
+        yield from (frames, nbytes, latency, lines, errors, unknown, parse)
         yield from (history, evicted)
 
 
