@@ -34,6 +34,11 @@ has not exited after `grace` seconds. If the agent exits in time but members of 
 they get SIGKILL when the grace period ends (a timer, so `terminate` returns as soon as the agent
 itself is gone).
 
+`readlines()` hands over every queued line per await (one coroutine round trip per burst);
+`aclose()` drops an agent without reading it to the end (SIGKILL to the group, then the pipes are
+released). Otherwise the transport is closed by itself once the agent has exited and its output is
+drained.
+
 No agent may outlive the gateway: every group that may still have members is kept in a module-level
 registry. The server's shutdown awaits `terminate_all()`; an `atexit` hook SIGKILLs whatever is left
 when the interpreter exits some other way. (A SIGKILLed gateway runs no code at all; then the agent
@@ -677,6 +682,10 @@ class AgentProcess:
         Returns once the agent itself has exited. Group members that outlive it get SIGKILL when the
         grace period ends.
         """
+        if _live_groups.get(self._pid) is not self:
+            # Exited and the group is known to be empty: probing the pgid again could hit a
+            # recycled pid.
+            return await self.wait()
         deadline = self._loop.time() + grace
         self.send_signal(signal.SIGTERM)
         try:

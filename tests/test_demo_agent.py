@@ -536,6 +536,19 @@ async def test_sigterm_exits_143_without_a_result(tmp_path: Path) -> None:
     assert of(rest, "result") == []
 
 
+async def test_sigint_interrupts_the_turn_and_exits_0(tmp_path: Path) -> None:
+    demo = await Demo.start(tmp_path, delay_ms=20)
+    await demo.prompt("hello")
+    await demo.until(
+        lambda ln: ln["type"] == "stream_event" and ln["event"]["type"] == "content_block_delta"
+    )
+    demo.proc.send_signal(signal.SIGINT)
+    rest = [json.loads(item.line) async for item in demo.proc]
+    assert (await demo.proc.wait()).returncode == 0
+    assert of(rest, "user")[0]["message"]["content"][0]["text"] == "[Request interrupted by user]"
+    assert rest[-1]["type"] == "result" and rest[-1]["subtype"] == "error_during_execution"
+
+
 async def test_text_input_mode_answers_one_prompt_and_exits(tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_text("x")
     demo = await Demo.start(
