@@ -5,6 +5,7 @@ A realcli test fails instead of skipping when CI=true (env.require_cli)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 from tests.rig import env as rigenv
 from tests.rig.record import problems
 from tests.rig.run import RunResult, run_scenario, scripted_cli
-from tests.rig.scenario import all_scenarios, scenario_path
+from tests.rig.scenario import Scenario, all_scenarios, scenario_path
 
 AGENT = "claude-code"
 FIXTURES = rigenv.FIXTURE_ROOT / AGENT
@@ -111,13 +112,22 @@ async def test_permission_prompt_allow_one_deny_one() -> None:
 
 
 @pytest.mark.realcli
-@pytest.mark.parametrize("name", [s.name for s in SCENARIOS])
-async def test_scenario_still_runs_as_scripted(name: str) -> None:
+async def test_every_scenario_still_runs_as_scripted() -> None:
     """Every scenario against the pinned CLI: the exit status it expects, every scripted call
-    used, no unscripted request - so the fixtures can be re-recorded at any time."""
-    r = await run(name)
-    sc = next(s for s in SCENARIOS if s.name == name)
-    assert not problems(sc, r), r.describe()
+    used, no unscripted request - so the fixtures can be re-recorded at any time. The runs are
+    independent (own server, HOME and workspace), so they run side by side to keep this fast."""
+    rigenv.require_cli(AGENT)
+    gate = asyncio.Semaphore(6)
+
+    async def check(sc: Scenario) -> str | None:
+        async with gate:
+            r = await run_scenario(sc)
+        bad = problems(sc, r)
+        return f"{'; '.join(bad)}\n{r.describe()}" if bad else None
+
+    reports = await asyncio.gather(*(check(sc) for sc in SCENARIOS))
+    failed = {sc.name: rep for sc, rep in zip(SCENARIOS, reports, strict=True) if rep}
+    assert not failed, "\n\n".join(f"{k}: {v}" for k, v in failed.items())
 
 
 # -- fixtures (no CLI needed) ------------------------------------------------------------------
