@@ -1,0 +1,607 @@
+"""A master-side client for rawp-gateway: the control plane, the WebSocket, and a sans-IO view.
+
+Theory of operation
+-------------------
+Three layers, each usable alone:
+
+* ``GatewayClient`` speaks the HTTP control plane of ``/work/shared/spec/control-plane.md``:
+  ``POST /v1/session`` (create), ``GET`` and ``DELETE /v1/session/{id}``, ``GET /v1/agents``, with
+  ``Authorization: Bearer <token>`` when a token is given. A 4xx/5xx answer raises ``GatewayError``
+  carrying the gateway's ``error_code``; transport failures stay aiohttp's own exceptions.
+
+* ``Connection`` is one WebSocket on ``ws_path`` with subprotocol ``rawp-dps-1.0``. Right after the
+  upgrade it sends our ``session.capabilities`` announcing every feature (``ALL_FEATURES``): a
+  terminal can render anything, and the gateway filters what a master did not announce
+  (DPS-12.2-filter), so announcing less would only hide things. ``receive()`` returns typed frames
+  (``gateway.protocol.frames``) decoded by the codec; unknown types are logged and skipped
+  (DPS-2.2-unknown-type), a frame of another envelope version is answered with ``session.error``
+  (DPS-2.1-v), duplicates are dropped (DPS-2.1-idempotent). Every received ``message_id`` (and a
+  ``session.history``'s ``last_message_id``) is kept in ``last_message_id`` so that
+  ``GatewayClient.attach(..., last_message_id=conn.last_message_id)`` reattaches where this
+  connection stopped.
+
+* ``MasterView`` is the master's picture of a session and the master-side rules of §7.8, with no
+  I/O at all: fed frames (received, or sent by us), it tracks open text/thinking blocks, open tool
+  calls, the open turn, pending interactions and the agent state. ``finalize()`` (the socket closed
+  or failed) closes everything locally and returns the synthetic frames it made, each with
+  ``metadata.synthetic: true`` (DPS-7.8-finalize). ``history(payload)`` (after a reattach) removes
+  those synthetic frames, restores what was open and replays the history ordered by ``timestamp``
+  then ``message_id`` (DPS-2.3-history-order, DPS-7.8-unfinalize), except when the buffer was
+  truncated or the history holds ``session.deleted``: then the finalisation stands.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import aiohttp
+
+from .protocol import codec
+from .protocol import frames as F
+from .protocol.capabilities import ALL_FEATURES, SUPPORTED_NAMESPACES
+from .protocol.factory import FrameFactory
+
+__all__ = [
+    "SUBPROTOCOL",
+    "SYNTHETIC_OUTPUT",
+    "Connection",
+    "GatewayClient",
+    "GatewayError",
+    "HistoryOutcome",
+    "MasterView",
+    "history_order",
+    "is_synthetic",
+    "master_capabilities",
+]
+
+log = logging.getLogger(__name__)
+
+SUBPROTOCOL: Final = "rawp-dps-1.0"
+SYNTHETIC_OUTPUT: Final = "Connection lost"  # §7.8.1: the output of a synthesised cancelled result
+DISCONNECTED: Final = "disconnected"  # §7.8.1: the stop_reason of a turn ended by finalisation
+DEFAULT_MAX_MESSAGE: Final = 16 * 1024 * 1024  # a session.history can be as large as the buffer
+DEFAULT_HTTP_TIMEOUT_S: Final = 30.0
+
+
+# --------------------------------------------------------------------------- control plane
+
+
+class GatewayError(Exception):
+    """The gateway answered an HTTP request with an error (its fault or our request's, per code)."""
+
+    def __init__(self, status: int, error_code: str, message: str) -> None:
+        super().__init__(f"{error_code}: {message} (HTTP {status})")
+        self.status = status
+        self.error_code = error_code
+        self.message = message
+
+
+def master_capabilities(features: F.Features = ALL_FEATURES) -> F.Capabilities:
+    """Our ``session.capabilities`` payload: a master announcing ``features`` (DPS-12.2-caps)."""
+    return F.Capabilities(
+        protocol_version=F.PROTOCOL_VERSION,
+        supported_namespaces=list(SUPPORTED_NAMESPACES),
+        features=features,
+    )
+
+
+class GatewayClient:
+    """HTTP control plane of one gateway; ``attach`` opens a ``Connection`` to a session.
+
+    Use as ``async with GatewayClient(url, token=...) as client:``; it owns its aiohttp session
+    unless one is passed in.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        http: aiohttp.ClientSession | None = None,
+        timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = http
+        self._owns_http = http is None
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+
+    async def __aenter__(self) -> GatewayClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._http is not None and self._owns_http:
+            await self._http.close()
+        self._http = None
+
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            # Created lazily so that constructing a client needs no running loop.
+            self._http = aiohttp.ClientSession(timeout=self._timeout)
+            self._owns_http = True
+        return self._http
+
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        async with self.http.request(
+            method, self.base_url + path, json=body, headers=self._headers
+        ) as resp:
+            try:
+                data = await resp.json(content_type=None)
+            except ValueError:
+                data = None
+            if resp.status >= 400:
+                code, message = "HTTP_ERROR", resp.reason or ""
+                if isinstance(data, dict):
+                    code = str(data.get("error_code", code))
+                    message = str(data.get("message", message))
+                raise GatewayError(resp.status, code, message)
+            return data
+
+    async def agents(self) -> list[dict[str, Any]]:
+        """``GET /v1/agents``: the configured agent profiles."""
+        data = await self._request("GET", "/v1/agents")
+        if isinstance(data, dict):
+            data = data.get("agents", [])
+        return list(data or [])
+
+    async def create_session(
+        self,
+        agent: str,
+        *,
+        workspace_path: str | None = None,
+        name: str | None = None,
+        origin: str | None = None,
+        reattach_window_sec: int | None = None,
+    ) -> dict[str, Any]:
+        """``POST /v1/session``: a new Agent Session; returns the session object."""
+        body: dict[str, Any] = {"agent": agent}
+        optional = {
+            "workspace_path": workspace_path,
+            "name": name,
+            "origin": origin,
+            "reattach_window_sec": reattach_window_sec,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        return await self._request("POST", "/v1/session", body)
+
+    async def get_session(self, session_id: str) -> dict[str, Any]:
+        return await self._request("GET", f"/v1/session/{session_id}")
+
+    async def delete_session(self, session_id: str) -> dict[str, Any]:
+        """``DELETE /v1/session/{id}``: ends the session (the gateway sends the cleanup frames)."""
+        return await self._request("DELETE", f"/v1/session/{session_id}")
+
+    async def attach(
+        self,
+        session: str | dict[str, Any],
+        *,
+        last_message_id: str | None = None,
+        features: F.Features = ALL_FEATURES,
+        max_msg_size: int = DEFAULT_MAX_MESSAGE,
+        heartbeat_s: float | None = 30.0,
+    ) -> Connection:
+        """Open the session's WebSocket and announce our capabilities.
+
+        ``session`` is a session object (its ``ws_path`` is used) or a session id. With
+        ``last_message_id`` this is a reattach: the gateway sends ``session.history`` first.
+        """
+        if isinstance(session, dict):
+            session_id = str(session["session_id"])
+            ws_path = str(session.get("ws_path") or f"/v1/session/{session_id}/ws")
+        else:
+            session_id = session
+            ws_path = f"/v1/session/{session_id}/ws"
+        params = {"last_message_id": last_message_id} if last_message_id else None
+        ws = await self.http.ws_connect(
+            self.base_url + ws_path,
+            protocols=(SUBPROTOCOL,),
+            headers=self._headers,
+            params=params,
+            max_msg_size=max_msg_size,
+            heartbeat=heartbeat_s,
+        )
+        if ws.protocol != SUBPROTOCOL:
+            # A peer that did not select rawp-dps-1.0 speaks something else (DPS-1.3-legacy).
+            await ws.close()
+            raise GatewayError(400, "SUBPROTOCOL_REQUIRED", f"server selected {ws.protocol!r}")
+        conn = Connection(ws, session_id, last_message_id=last_message_id)
+        await conn.send(master_capabilities(features))
+        return conn
+
+
+# --------------------------------------------------------------------------- WebSocket
+
+
+class Connection:
+    """One attached WebSocket: send control payloads, receive typed frames."""
+
+    def __init__(
+        self,
+        ws: aiohttp.ClientWebSocketResponse,
+        session_id: str,
+        *,
+        last_message_id: str | None = None,
+        factory: FrameFactory | None = None,
+        seen_capacity: int = 4096,
+    ) -> None:
+        self.ws = ws
+        self.session_id = session_id
+        self.factory = factory or FrameFactory(session_id)
+        self.last_message_id = last_message_id
+        self.server_capabilities: F.Capabilities | None = None
+        self._seen = codec.SeenWindow(seen_capacity)
+
+    @property
+    def closed(self) -> bool:
+        return self.ws.closed
+
+    async def close(self) -> None:
+        await self.ws.close()
+
+    async def send(
+        self,
+        payload: F.Payload,
+        *,
+        turn_id: str | None = None,
+        parent_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> F.Frame:
+        """Send one frame carrying ``payload``; returns the frame (for ``MasterView.apply``)."""
+        frame = self.factory.frame(payload, turn_id=turn_id, parent_id=parent_id, metadata=metadata)
+        # Text messages, one envelope each (control-plane.md: frames are text, never batched).
+        await self.ws.send_str(codec.encode(frame).decode())
+        return frame
+
+    # The §6 controls, spelled out so callers need not build payloads.
+
+    async def prompt(self, text: str, *, input_type: str = "text") -> F.Frame:
+        return await self.send(F.PromptRequest(prompt_text=text, input_type=input_type))  # type: ignore[arg-type]
+
+    async def cancel(self, turn_id: str, *, reason: str = "user_cancelled") -> F.Frame:
+        payload = F.PromptCancel(target_turn_id=turn_id, reason=reason)  # type: ignore[arg-type]
+        return await self.send(payload, turn_id=turn_id)
+
+    async def answer(
+        self,
+        interaction_id: str,
+        selected_value: str | list[str],
+        *,
+        text_input: str | None = None,
+        turn_id: str | None = None,
+    ) -> F.Frame:
+        payload = F.InteractionResponse(
+            interaction_id=interaction_id, selected_value=selected_value, text_input=text_input
+        )
+        return await self.send(payload, turn_id=turn_id)
+
+    async def interaction_timeout(
+        self, interaction_id: str, *, turn_id: str | None = None
+    ) -> F.Frame:
+        return await self.send(F.InteractionTimeout(interaction_id=interaction_id), turn_id=turn_id)
+
+    async def switch_mode(self, mode: str) -> F.Frame:
+        return await self.send(F.ModeSwitch(mode=mode))  # type: ignore[arg-type]
+
+    async def compact(self, instruction: str | None = None) -> F.Frame:
+        return await self.send(F.SessionCompact(instruction=instruction or None))
+
+    async def receive(self) -> F.Frame | None:
+        """The next frame, or ``None`` once the WebSocket is closed (or failed)."""
+        while True:
+            msg = await self.ws.receive()
+            if msg.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+                frame = await self._accept(msg.data)
+                if frame is not None:
+                    return frame
+                continue
+            if msg.type in (
+                aiohttp.WSMsgType.CLOSE,
+                aiohttp.WSMsgType.CLOSING,
+                aiohttp.WSMsgType.CLOSED,
+                aiohttp.WSMsgType.ERROR,
+            ):
+                return None
+            # PING/PONG are answered by aiohttp itself; nothing else is expected.
+
+    async def __aiter__(self) -> AsyncIterator[F.Frame]:
+        while (frame := await self.receive()) is not None:
+            yield frame
+
+    async def _accept(self, data: str | bytes) -> F.Frame | None:
+        result = codec.decode(data)
+        if isinstance(result, codec.Ignored):
+            log.info("ignoring frame of unknown type %s", result.frame_type)
+            self.last_message_id = result.message_id
+            return None
+        if isinstance(result, codec.Rejected):
+            log.warning("gateway sent an invalid frame: %s", result.error.message)
+            if result.error.error_code == codec.UNSUPPORTED_VERSION:
+                # DPS-2.1-v binds every receiver: ignore and answer with session.error.
+                await self.send(result.error, parent_id=result.message_id)
+            return None
+        frame = result.frame
+        if not self._seen.first_time(frame.message_id):
+            return None
+        self.last_message_id = frame.message_id
+        payload = frame.payload  # type: ignore[attr-defined]
+        if isinstance(payload, F.Capabilities):
+            self.server_capabilities = payload
+        elif isinstance(payload, F.History):
+            # What the gateway says we are now in sync with, even if the frames were cut.
+            self.last_message_id = payload.last_message_id or frame.message_id
+        return frame
+
+
+# --------------------------------------------------------------------------- the master's view
+
+
+def is_synthetic(frame: F.Frame) -> bool:
+    """True for a frame this master made up locally during finalisation (§7.8.1)."""
+    return bool(frame.metadata and frame.metadata.get("synthetic") is True)
+
+
+def _timestamp_key(ts: str) -> _dt.datetime:
+    try:
+        t = _dt.datetime.fromisoformat(ts)
+    except ValueError:
+        return _dt.datetime.max.replace(tzinfo=_dt.UTC)  # unparseable: after everything else
+    # A timestamp without an offset is taken as UTC, so naive and aware ones compare.
+    return t if t.tzinfo else t.replace(tzinfo=_dt.UTC)
+
+
+def history_order(frames: Iterable[F.Frame]) -> list[F.Frame]:
+    """``frames`` ordered by ``timestamp``, then ``message_id`` (DPS-2.3-history-order).
+
+    Timestamps are compared as instants, not strings, so ``+09:00`` and ``Z`` forms interleave
+    correctly; ``message_id`` breaks ties between frames of the same millisecond.
+    """
+    return sorted(frames, key=lambda f: (_timestamp_key(f.timestamp), f.message_id))
+
+
+def decode_history(payload: F.History) -> list[F.Frame]:
+    """The frames embedded in a ``session.history``, decoded; invalid and unknown ones skipped."""
+    out: list[F.Frame] = []
+    for raw in payload.frames:
+        result = codec.decode(bytes(raw))
+        if isinstance(result, codec.Accepted):
+            out.append(result.frame)
+        else:
+            log.info("skipping a history frame: %s", result)
+    return out
+
+
+_BlockKey = tuple[str | None, int]  # (parent_invocation_id of a subagent or None, content_index)
+
+
+def _block_key(frame: F.Frame, content_index: int) -> _BlockKey:
+    ctx = (frame.metadata or {}).get("subagent_context")
+    parent = ctx.get("parent_invocation_id") if isinstance(ctx, dict) else None
+    return (parent, content_index)
+
+
+@dataclass
+class _Open:
+    """Everything that is open at a moment: what finalisation closes and unfinalisation reopens."""
+
+    text: dict[_BlockKey, tuple[F.Frame, list[str]]] = field(default_factory=dict)
+    thinking: dict[_BlockKey, tuple[F.Frame, list[str]]] = field(default_factory=dict)
+    calls: dict[str, F.Frame] = field(default_factory=dict)  # invocation_id -> request frame
+    interactions: dict[str, F.Frame] = field(default_factory=dict)  # interaction_id -> request
+    turn: F.Frame | None = None  # the session.turn.start of the open turn
+    agent_state: str = "idle"
+
+    def merge(self, other: _Open) -> None:
+        self.text.update(other.text)
+        self.thinking.update(other.thinking)
+        self.calls.update(other.calls)
+        self.interactions.update(other.interactions)
+        self.turn = other.turn or self.turn
+        if other.agent_state != "idle":
+            self.agent_state = other.agent_state
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryOutcome:
+    """What ``MasterView.history`` did.
+
+    ``unfinalized`` is False when the finalisation stands (``reason`` ``"truncated"`` or
+    ``"deleted"``); ``frames`` is the history in replay order either way, for display;
+    ``applied`` are those that changed the view (duplicates of frames already seen are not).
+    """
+
+    unfinalized: bool
+    reason: str | None
+    frames: list[F.Frame]
+    applied: list[F.Frame]
+    lost_frame_count: int | None = None
+
+
+class MasterView:
+    """A master's state of one session, and the §7.8 finalisation rules. Sans-IO.
+
+    ``apply(frame)`` for every frame received or sent; ``finalize()`` when the socket closes or
+    fails; ``history(payload)`` when a reattach brings ``session.history``. ``transcript`` is every
+    applied frame in order, synthetic ones included until unfinalisation removes them.
+    """
+
+    def __init__(self, session_id: str, *, factory: FrameFactory | None = None) -> None:
+        self.session_id = session_id
+        self.factory = factory or FrameFactory(session_id)
+        self.transcript: list[F.Frame] = []
+        self.mode: str | None = None
+        self.deleted: F.Deleted | None = None
+        self.last_usage: F.Usage | None = None
+        self._open = _Open()
+        self._finalized: _Open | None = None  # what finalisation closed, until unfinalisation
+        self._seen = codec.SeenWindow(65536)
+
+    # -- what is open, for a UI
+
+    @property
+    def turn_id(self) -> str | None:
+        turn = self._open.turn
+        return turn.payload.turn_id if turn is not None else None  # type: ignore[attr-defined]
+
+    @property
+    def agent_state(self) -> str:
+        return self._open.agent_state
+
+    @property
+    def open_calls(self) -> list[str]:
+        return list(self._open.calls)
+
+    @property
+    def pending_interactions(self) -> list[F.Frame]:
+        return list(self._open.interactions.values())
+
+    @property
+    def open_blocks(self) -> int:
+        return len(self._open.text) + len(self._open.thinking)
+
+    @property
+    def finalized(self) -> bool:
+        return self._finalized is not None
+
+    # -- transitions
+
+    def apply(self, frame: F.Frame) -> bool:
+        """Take one frame into the view. False (and no change) for a frame applied before."""
+        if not self._seen.first_time(frame.message_id):
+            return False
+        self.transcript.append(frame)
+        o = self._open
+        p = frame.payload  # type: ignore[attr-defined]
+        if isinstance(p, F.TextDelta):
+            key = _block_key(frame, p.content_index)
+            o.text.setdefault(key, (frame, []))[1].append(p.text)
+        elif isinstance(p, F.TextDone):
+            o.text.pop(_block_key(frame, p.content_index), None)
+        elif isinstance(p, F.ThinkingDelta):
+            key = _block_key(frame, p.content_index)
+            o.thinking.setdefault(key, (frame, []))[1].append(p.text)
+        elif isinstance(p, F.ThinkingDone):
+            o.thinking.pop(_block_key(frame, p.content_index), None)
+        elif isinstance(p, F.InvokeRequest):
+            o.calls[p.invocation_id] = frame
+        elif isinstance(p, F.InvokeResult):
+            o.calls.pop(p.invocation_id, None)
+        elif isinstance(p, F.InteractionRequest):
+            o.interactions[p.interaction_id] = frame
+        elif isinstance(p, F.InteractionResponse | F.InteractionTimeout):
+            # Ours or relayed from another master (§2.4): either way nobody needs to ask again.
+            o.interactions.pop(p.interaction_id, None)
+        elif isinstance(p, F.TurnStart):
+            o.turn = frame
+            if p.mode is not None:
+                self.mode = p.mode
+        elif isinstance(p, F.TurnEnd):
+            if self.turn_id == p.turn_id:
+                o.turn = None
+            # The turn is over, so nothing of it can still be asked.
+            for iid, req in list(o.interactions.items()):
+                if req.turn_id == p.turn_id:
+                    del o.interactions[iid]
+        elif isinstance(p, F.StateChanged):
+            o.agent_state = p.current_state
+        elif isinstance(p, F.ModeSwitch):
+            pass  # a request only; the mode changes when a turn starts with it
+        elif isinstance(p, F.Usage):
+            if not (frame.metadata or {}).get("subagent_context"):
+                self.last_usage = p
+        elif isinstance(p, F.Deleted):
+            self.deleted = p
+        return True
+
+    def _synth(self, payload: F.Payload, like: F.Frame | None) -> F.Frame:
+        metadata: dict[str, Any] = {"synthetic": True}
+        ctx = (like.metadata or {}).get("subagent_context") if like is not None else None
+        if ctx:
+            metadata["subagent_context"] = ctx
+        turn_id = like.turn_id if like is not None else None
+        return self.factory.frame(payload, turn_id=turn_id, metadata=metadata)
+
+    def finalize(self) -> list[F.Frame]:
+        """The connection closed or failed: close everything open locally (DPS-7.8-finalize).
+
+        Returns the synthetic frames made (already in ``transcript``): ``agent.text.done`` /
+        ``agent.thinking.done`` for open blocks (text kept as received), ``tool.invoke.result``
+        ``cancelled`` with output ``"Connection lost"`` for open calls, ``session.turn.end``
+        ``disconnected`` for an open turn, ``agent.state.changed`` to ``idle``. Pending
+        interactions are dropped, so nothing waits for an answer. Every synthetic frame carries
+        ``metadata.synthetic: true``. Nothing open (or a session already deleted): no frames.
+        """
+        o = self._open
+        made: list[F.Frame] = []
+        for (_, index), (first, _parts) in o.thinking.items():
+            made.append(self._synth(F.ThinkingDone(content_index=index), first))
+        for (_, index), (first, parts) in o.text.items():
+            made.append(
+                self._synth(F.TextDone(content_index=index, full_text="".join(parts)), first)
+            )
+        for request in o.calls.values():
+            req: F.InvokeRequest = request.payload  # type: ignore[attr-defined]
+            result = F.InvokeResult(
+                invocation_id=req.invocation_id,
+                tool_name=req.tool_name,
+                status="cancelled",
+                output=SYNTHETIC_OUTPUT,
+                output_type="text",
+            )
+            made.append(self._synth(result, request))
+        if o.turn is not None:
+            start: F.TurnStart = o.turn.payload  # type: ignore[attr-defined]
+            # "disconnected" is a master-side stop_reason (§7.8.1), not one a gateway sends.
+            end = F.TurnEnd(turn_id=start.turn_id, stop_reason=DISCONNECTED)  # type: ignore[arg-type]
+            made.append(self._synth(end, o.turn))
+        if o.agent_state != "idle":
+            changed = F.StateChanged(
+                previous_state=o.agent_state, current_state="idle", reason=DISCONNECTED
+            )
+            made.append(self._synth(changed, None))
+        # Remember what was open so that a reattach can put it back (§7.8.3).
+        if self._finalized is None:
+            self._finalized = o
+        else:
+            self._finalized.merge(o)
+        self._open = _Open()
+        for frame in made:
+            self._seen.first_time(frame.message_id)
+            self.transcript.append(frame)
+        return made
+
+    def history(self, payload: F.History) -> HistoryOutcome:
+        """A reattach brought ``session.history``: unfinalise and replay (DPS-7.8-unfinalize).
+
+        The history's frames are ordered by ``timestamp`` then ``message_id``
+        (DPS-2.3-history-order). Unless the buffer was truncated or the history holds
+        ``session.deleted``, the synthetic frames are removed from ``transcript``, what
+        finalisation closed is open again, and the frames are applied in that order. Otherwise the
+        finalisation stands and nothing is applied (a deleted session is still recorded).
+        """
+        frames = history_order(decode_history(payload))
+        status = payload.buffer_status
+        deleted = next(
+            (f.payload for f in frames if isinstance(f.payload, F.Deleted)),  # type: ignore[attr-defined]
+            None,
+        )
+        reason = "truncated" if status.truncated else "deleted" if deleted is not None else None
+        if reason is not None:
+            if deleted is not None:
+                self.deleted = deleted
+            return HistoryOutcome(False, reason, frames, [], status.lost_frame_count)
+        self.transcript = [f for f in self.transcript if not is_synthetic(f)]
+        if self._finalized is not None:
+            # What is open now (opened after the reattach, before the history) stays open too.
+            self._finalized.merge(self._open)
+            self._open = self._finalized
+            self._finalized = None
+        applied = [f for f in frames if self.apply(f)]
+        return HistoryOutcome(True, None, frames, applied, status.lost_frame_count)
