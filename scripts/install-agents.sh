@@ -31,7 +31,7 @@ for line in "${agents[@]}"; do
     [ -f "$prefix/package.json" ] || echo '{"private": true}' >"$prefix/package.json"
     # Optional dependencies must stay on: Claude Code and Codex ship their native binaries as
     # platform-specific optional packages.
-    npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error --no-save \
+    npm install --prefix "$prefix" --include=optional --no-audit --no-fund --loglevel=error --no-save \
       "$pkg@$version" >&2
   fi
   echo "$name $version $prefix/node_modules/.bin/$bin"
