@@ -66,6 +66,7 @@ class McpServer(_Value):
     name: str
     status: str  # the agent's word: "connected", "failed", "pending", "needs-auth", ...
     error: str | None = None
+    tools: list[str] = []  # the names in SessionStarted.tools that this server provides
 
 
 class SlashCommand(_Value):
@@ -79,6 +80,8 @@ class UsageInfo(_Value):
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     thinking_tokens: int | None = None
+    # Some agents report only a total for a piece of work (Claude Code's background subagents).
+    total_tokens: int | None = None
 
 
 # --- session ------------------------------------------------------------------------------------
@@ -107,6 +110,7 @@ class TextDelta(AgentEvent):
 class TextEnd(AgentEvent):
     block: str
     full_text: str | None = None  # the agent's own full text, when it gives one
+    cancelled: bool = False  # the block was cut off by an interrupt (agent.text.done is_cancelled)
 
 
 class ThinkingDelta(AgentEvent):
@@ -117,6 +121,7 @@ class ThinkingDelta(AgentEvent):
 
 class ThinkingEnd(AgentEvent):
     block: str
+    cancelled: bool = False
 
 
 # --- tools --------------------------------------------------------------------------------------
@@ -159,6 +164,9 @@ class ToolResult(AgentEvent):
     output_type: str | None = None
     duration_ms: int | None = None
     cancelled: bool = False
+    # The call returned at once while its work goes on in the background (a background subagent):
+    # its real end is a later SubagentEnded, and the mapper holds this result until then.
+    background: bool = False
 
 
 class SubagentEnded(AgentEvent):

@@ -1,0 +1,728 @@
+"""The mapper: normalised agent events (``parsers/events.py``) → DPS frames, for any agent.
+
+Theory of operation
+-------------------
+A parser says what the agent did in the agent's own terms (block keys, tool call ids); the mapper
+gives those things their DPS identities and puts the frames in the order the spec requires. It is
+sans-IO: ``map(event)`` returns the frames for one event; the session machine
+(``gateway/protocol/session.py``) owns turns, interactions and control acks and calls
+``begin_turn`` / ``end_turn`` around them.
+
+What it keeps, per turn unless said otherwise:
+
+* **Blocks**: each parser block key gets the next ``content_index`` of the turn on its first delta,
+  so indexes are unique in the turn however the agent numbers its blocks (DPS-4.1-text). The mapper
+  keeps the deltas it sent, so ``agent.text.done`` ``full_text`` is exactly their concatenation.
+* **Calls**: each agent call id gets a fresh UUID v4 ``invocation_id`` (the agent's id stays in
+  ``metadata.agent_call_id``), the ``parallel_group_id`` of its ``group`` (one UUID per group value
+  per turn; a lone call gets its own), and a record that lives until its one
+  ``tool.invoke.result`` (DPS-5.3.1-result). ``output_type`` is §5.3.3 (``tools.decide_output_type``)
+  from the built-in catalog plus the event's ``changed``/``listing``.
+* **Subagents** (§10): a call with ``subagent_type`` (or a ``delegate`` tool) is followed by
+  ``agent.subagent.started``; events whose ``parent`` is a known call get
+  ``metadata.subagent_context`` with depth = the parent call's depth + 1 (DPS-10.2-context). A
+  subagent's end becomes its own ``session.usage`` (DPS-10.5-usage, when the agent reported usage),
+  then ``agent.subagent.ended`` right before the call's ``agent_result`` (DPS-10.3-order). A
+  background subagent's call returns at once (``ToolResult.background``): that result is held until
+  the subagent's ``SubagentEnded``; if the turn ends first, ``end_turn`` ends it there.
+* **State**: ``agent.state.changed`` is inferred from the main agent's events (model output →
+  ``thinking``, a call → ``tool_calling``, the last open call's result → ``thinking``, turn end →
+  ``idle``); a subagent's events do not move it, the main agent is waiting on the call then.
+* **Size**: a result whose encoded frame would exceed ``max_frame_size`` has its output cut and
+  ``truncated: true``; an oversized request input is cut the same way (``metadata.input_truncated``);
+  a huge text delta is split.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from parsers import events as ev
+
+from . import frames as F
+from .codec import encode
+from .factory import FrameFactory
+from .tools import ToolSpec, catalog_entry, decide_output_type, lookup
+
+__all__ = ["BLOCKED_OUTPUT", "Mapper"]
+
+BLOCKED_OUTPUT: Final = "Tool not allowed in current mode"  # DPS-6.3.2-block
+_NO_RESET: Final = "PT0S"  # time_to_reset: no limit applies (limits are -1), so nothing resets
+_UNLIMITED: Final = -1
+_FRAME_MARGIN: Final = 256  # bytes kept free under max_frame_size when cutting
+
+# MCP server status (the agent's word) → catalog status of its tools, and the diagnostic.
+_MCP_STATUS: Final[dict[str, tuple[F.ToolStatus, str, str]]] = {
+    "failed": ("unavailable", "error", "MCP_SERVER_FAILED"),
+    "needs-auth": ("unavailable", "error", "MCP_SERVER_NEEDS_AUTH"),
+    "disabled": ("unavailable", "warning", "MCP_SERVER_DISABLED"),
+    "pending": ("degraded", "warning", "MCP_SERVER_PENDING"),
+}
+
+
+class _Block:
+    __slots__ = ("index", "kind", "metadata", "parts")
+
+    def __init__(self, index: int, kind: str, metadata: dict[str, Any] | None) -> None:
+        self.index = index
+        self.kind = kind
+        self.metadata = metadata
+        self.parts: list[str] = []
+
+
+class _Call:
+    __slots__ = (
+        "background",
+        "blocked",
+        "context",
+        "depth",
+        "ended",
+        "held",
+        "invocation_id",
+        "main",
+        "metadata",
+        "sequence",
+        "spec",
+        "subagent_type",
+        "tool_name",
+    )
+
+    def __init__(
+        self,
+        invocation_id: str,
+        tool_name: str,
+        spec: ToolSpec,
+        context: F.SubagentContext | None,
+        metadata: dict[str, Any],
+    ) -> None:
+        self.invocation_id = invocation_id
+        self.tool_name = tool_name
+        self.spec = spec
+        self.context = context  # the subagent context of the call's own frames
+        self.depth = context.depth if context is not None else 0
+        self.main = context is None
+        self.metadata = metadata
+        self.subagent_type: str | None = None  # set when the call starts a subagent
+        self.background = False
+        self.blocked = False
+        self.sequence = 0  # next tool.invoke.stream sequence
+        self.ended: ev.SubagentEnded | None = None  # a subagent's end, waiting for the result
+        self.held: ev.ToolResult | None = None  # a background subagent's early result
+
+
+class Mapper:
+    """Agent events → DPS frames for one Agent Session (see the module docstring)."""
+
+    def __init__(
+        self,
+        factory: FrameFactory,
+        *,
+        max_frame_size: int = 1 << 20,
+        forward_unknown: bool = False,
+        agent: str = "agent",
+    ) -> None:
+        if max_frame_size < 4 * _FRAME_MARGIN:
+            raise ValueError(f"max_frame_size must be at least {4 * _FRAME_MARGIN} bytes")
+        self._factory = factory
+        self.max_frame_size = max_frame_size
+        self.forward_unknown = forward_unknown
+        self.agent = agent  # named in x-rawp-gateway.agent.raw frames
+        self.turn_id: str | None = None
+        self.agent_session_id: str | None = None
+        self.catalog: F.Frame | None = None
+        self.commands: F.Frame | None = None
+        self.state: str = "idle"
+        self.tool_invocation_count = 0
+        # The session machine sets this to "requested" while a compaction a master asked for runs.
+        self.compaction_trigger_override: str | None = None
+        self.dropped_results = 0  # results for calls never seen (or already ended): not sent
+        self._next_index = 0
+        self._blocks: dict[str, _Block] = {}
+        self._calls: dict[str, _Call] = {}
+        self._groups: dict[str, str] = {}
+        # Subagent contexts by parent call id; kept past the call's result so that a background
+        # subagent's late frames still say where they come from.
+        self._contexts: dict[str, F.SubagentContext] = {}
+        self._text_chunk = max(1, max_frame_size // 8)  # chars per delta (≤ 6 bytes each escaped)
+        self._dispatch = {
+            ev.TextDelta: self._text_delta,
+            ev.ThinkingDelta: self._thinking_delta,
+            ev.TextEnd: self._block_end,
+            ev.ThinkingEnd: self._block_end,
+            ev.ToolCall: self._tool_call,
+            ev.ToolOutput: self._tool_output,
+            ev.ToolResult: self._tool_result,
+            ev.SubagentEnded: self._subagent_ended,
+            ev.SessionStarted: self._session_started,
+            ev.Notice: self._notice,
+            ev.Compacted: self._compacted,
+            ev.Unknown: self._unknown,
+        }
+
+    # --- the contract with the session machine ---------------------------------------------------
+
+    def begin_turn(self, turn_id: str) -> None:
+        """A new turn: content indexes restart, counters and groups reset."""
+        self.turn_id = turn_id
+        self._next_index = 0
+        self._blocks.clear()
+        self._groups.clear()
+        self.tool_invocation_count = 0
+
+    def map(self, event: ev.AgentEvent) -> list[F.Frame]:
+        """The frames for one event. ``TurnEnded``, ``PermissionRequest``, ``ControlAck`` and
+        ``ParseError`` give none: the session machine (or the shell) handles them."""
+        handler = self._dispatch.get(type(event))
+        return handler(event) if handler is not None else []  # type: ignore[operator]
+
+    def end_turn(self, stop_reason: str, ended: ev.TurnEnded | None = None) -> list[F.Frame]:
+        """Close the turn: open blocks done (``is_cancelled`` when cancelled), a ``cancelled``
+        result for every open call (DPS-6.1.2-cancel, DPS-7.5.3-cleanup) — a held background
+        subagent is ended and its held result released instead — then ``session.turn.end``,
+        ``session.usage`` right after it (DPS-7.5.2-usage) and ``idle``."""
+        cancelled = stop_reason == "cancelled"
+        out: list[F.Frame] = []
+        for block in list(self._blocks.values()):
+            out.append(self._done(block, cancelled))
+        self._blocks.clear()
+        for call_id, call in list(self._calls.items()):
+            out += self._close_call(call_id, call, cancelled)
+        turn_id = self.turn_id or self._factory.new_id()
+        out.append(
+            self._frame(
+                F.TurnEnd(
+                    turn_id=turn_id,
+                    stop_reason=stop_reason,  # type: ignore[arg-type]
+                    tool_invocation_count=self.tool_invocation_count,
+                )
+            )
+        )
+        out.append(self.usage_frame(ended) if ended is not None else self._usage_frame(None))
+        out += self.set_state("idle", "turn_end")
+        self.turn_id = None
+        self._groups.clear()
+        self.tool_invocation_count = 0
+        return out
+
+    def usage_frame(self, ended: ev.TurnEnded) -> F.Frame:
+        """``session.usage`` for a ``TurnEnded`` (also one that arrives outside any turn)."""
+        return self._usage_frame(ended)
+
+    def set_state(self, state: str, reason: str | None = None) -> list[F.Frame]:
+        """``agent.state.changed`` when ``state`` differs from the current one."""
+        if state == self.state:
+            return []
+        previous, self.state = self.state, state
+        return [
+            self._frame(F.StateChanged(previous_state=previous, current_state=state, reason=reason))
+        ]
+
+    def invocation_id(self, call_id: str) -> str | None:
+        call = self._calls.get(call_id)
+        return call.invocation_id if call is not None else None
+
+    def block_call(self, call_id: str) -> None:
+        """The session machine refused this call for the mode: its result says so (DPS-6.3.2-block)."""
+        call = self._calls.get(call_id)
+        if call is not None:
+            call.blocked = True
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def _frame(self, payload: F.Payload, metadata: dict[str, Any] | None = None) -> F.Frame:
+        return self._factory.frame(payload, turn_id=self.turn_id, metadata=metadata)
+
+    def _context(self, parent: str | None) -> F.SubagentContext | None:
+        if parent is None:
+            return None
+        return self._contexts.get(parent)
+
+    def _meta(self, parent: str | None) -> dict[str, Any] | None:
+        context = self._context(parent) if parent is not None else None
+        return {"subagent_context": context} if context is not None else None
+
+    def _main_state(self, parent: str | None, state: str, reason: str) -> list[F.Frame]:
+        # Only the main agent moves the session's state (see the module docstring).
+        if parent is not None or state == self.state:
+            return []
+        return self.set_state(state, reason)
+
+    # --- content ----------------------------------------------------------------------------------
+
+    def _open_block(self, key: str, kind: str, parent: str | None, role: str | None) -> _Block:
+        block = self._blocks.get(key)
+        if block is None:
+            metadata = self._meta(parent)
+            if role is not None:
+                metadata = {**(metadata or {}), "content_role": role}
+            block = _Block(self._next_index, kind, metadata)
+            self._next_index += 1
+            self._blocks[key] = block
+        return block
+
+    def _text_delta(self, event: ev.TextDelta) -> list[F.Frame]:
+        out = self._main_state(event.parent, "thinking", "generating")
+        block = self._open_block(event.block, "text", event.parent, event.role)
+        for text in self._chunks(event.text):
+            block.parts.append(text)
+            out.append(
+                self._frame(F.TextDelta(content_index=block.index, text=text), block.metadata)
+            )
+        return out
+
+    def _thinking_delta(self, event: ev.ThinkingDelta) -> list[F.Frame]:
+        out = self._main_state(event.parent, "thinking", "thinking")
+        block = self._open_block(event.block, "thinking", event.parent, None)
+        for text in self._chunks(event.text):
+            block.parts.append(text)
+            payload = F.ThinkingDelta(content_index=block.index, text=text, redacted=event.redacted)
+            out.append(self._frame(payload, block.metadata))
+        return out
+
+    def _chunks(self, text: str) -> list[str]:
+        size = self._text_chunk
+        if len(text) <= size:
+            return [text]
+        return [text[i : i + size] for i in range(0, len(text), size)]
+
+    def _block_end(self, event: ev.TextEnd | ev.ThinkingEnd) -> list[F.Frame]:
+        block = self._blocks.pop(event.block, None)
+        out: list[F.Frame] = []
+        if block is None:
+            # A block that ends without deltas: its full text (if the agent gave one) is its delta.
+            full = event.full_text if isinstance(event, ev.TextEnd) else None
+            if not full:
+                return []
+            out += self._text_delta(ev.TextDelta(block=event.block, text=full, parent=event.parent))
+            block = self._blocks.pop(event.block)
+        out.append(self._done(block, event.cancelled))
+        return out
+
+    def _done(self, block: _Block, cancelled: bool) -> F.Frame:
+        if block.kind == "text":
+            payload: F.Payload = F.TextDone(
+                content_index=block.index,
+                full_text="".join(block.parts),
+                is_cancelled=True if cancelled else None,
+            )
+        else:
+            payload = F.ThinkingDone(
+                content_index=block.index, is_cancelled=True if cancelled else None
+            )
+        return self._frame(payload, block.metadata)
+
+    # --- tools ------------------------------------------------------------------------------------
+
+    def _tool_call(self, event: ev.ToolCall) -> list[F.Frame]:
+        out = self._main_state(event.parent, "tool_calling", "tool_call")
+        spec = lookup(event.name)
+        context = self._context(event.parent)
+        metadata: dict[str, Any] = {"agent_call_id": event.call_id}
+        if context is not None:
+            metadata["subagent_context"] = context
+        call = _Call(self._factory.new_id(), event.name, spec, context, metadata)
+        call.background = event.background
+        if event.group is None:
+            group_id = self._factory.new_id()
+        else:
+            group_id = self._groups.get(event.group) or self._groups.setdefault(
+                event.group, self._factory.new_id()
+            )
+        subagent = None
+        if event.subagent_type is not None or spec.operation == "delegate":
+            call.subagent_type = event.subagent_type
+            subagent = F.SubagentInfo(agent_type=event.subagent_type, description=event.description)
+            self._contexts[event.call_id] = F.SubagentContext(
+                parent_invocation_id=call.invocation_id,
+                depth=call.depth + 1,
+                agent_type=event.subagent_type,
+            )
+        self._calls[event.call_id] = call
+        self.tool_invocation_count += 1
+        payload = F.InvokeRequest(
+            invocation_id=call.invocation_id,
+            tool_name=event.name,
+            input=event.input,
+            parallel_group_id=group_id,
+            subagent=subagent,
+        )
+        out.append(self._fit_request(payload, metadata))
+        if subagent is not None:
+            started = F.SubagentStarted(
+                parent_invocation_id=call.invocation_id,
+                depth=call.depth + 1,
+                agent_type=event.subagent_type,
+                description=event.description,
+            )
+            out.append(self._frame(started, self._call_meta(call)))
+        return out
+
+    def _call_meta(self, call: _Call) -> dict[str, Any] | None:
+        """Metadata of the frames about a call (stream, subagent life cycle, result)."""
+        return call.metadata
+
+    def _tool_output(self, event: ev.ToolOutput) -> list[F.Frame]:
+        call = self._calls.get(event.call_id)
+        if call is None:
+            return []
+        payload = F.InvokeStream(
+            invocation_id=call.invocation_id,
+            tool_name=call.tool_name,
+            stream_type=event.stream,
+            chunk=event.chunk,
+            sequence=call.sequence,
+        )
+        call.sequence += 1
+        return [self._frame(payload, self._call_meta(call))]
+
+    def _tool_result(self, event: ev.ToolResult) -> list[F.Frame]:
+        call = self._calls.get(event.call_id)
+        if call is None:
+            # Never requested, or already given its one result (e.g. cancelled at a turn's end).
+            self.dropped_results += 1
+            return []
+        if call.subagent_type is not None and (event.background or call.background):
+            call.background = True
+            if call.ended is None:
+                call.held = event  # released by the subagent's end (or end_turn)
+                return self._after_result(call)
+            return self._finish_subagent(event.call_id, call, event, call.ended)
+        if call.subagent_type is not None:
+            ended = call.ended or ev.SubagentEnded(
+                call_id=event.call_id,
+                status=_subagent_status(event),
+                duration_ms=event.duration_ms,
+            )
+            return self._finish_subagent(event.call_id, call, event, ended)
+        del self._calls[event.call_id]
+        return [self._result_frame(call, event), *self._after_result(call)]
+
+    def _after_result(self, call: _Call) -> list[F.Frame]:
+        if not call.main:
+            return []
+        waiting = any(c.main and c.held is None for c in self._calls.values())
+        return self._main_state(None, "tool_calling" if waiting else "thinking", "tool_result")
+
+    def _subagent_ended(self, event: ev.SubagentEnded) -> list[F.Frame]:
+        call = self._calls.get(event.call_id)
+        context = self._contexts.get(event.call_id)
+        out: list[F.Frame] = []
+        if event.usage is not None and context is not None:
+            out.append(self._subagent_usage(event.usage, context))
+        if call is None:
+            return out  # its call was already closed (end_turn): only the usage is news
+        if call.held is not None:
+            held, call.held = call.held, None
+            result = msgspec.structs.replace(
+                held,
+                output=_released_output(held.output, event),
+                is_error=event.status == "failed",
+                cancelled=event.status == "cancelled",
+                duration_ms=event.duration_ms
+                if event.duration_ms is not None
+                else held.duration_ms,
+            )
+            return out + self._finish_subagent(event.call_id, call, result, event)
+        call.ended = event  # the call's result follows; ended goes right before it
+        return out
+
+    def _finish_subagent(
+        self, call_id: str, call: _Call, result: ev.ToolResult, ended: ev.SubagentEnded
+    ) -> list[F.Frame]:
+        """``agent.subagent.ended`` immediately followed by the call's result (DPS-10.3-order)."""
+        del self._calls[call_id]
+        payload = F.SubagentEnded(
+            parent_invocation_id=call.invocation_id,
+            status=ended.status,
+            duration_ms=ended.duration_ms,
+        )
+        out = [self._frame(payload, self._call_meta(call)), self._result_frame(call, result)]
+        return out + self._after_result(call)
+
+    def _close_call(self, call_id: str, call: _Call, cancelled: bool) -> list[F.Frame]:
+        """End of turn with the call still open (see ``end_turn``)."""
+        if call.held is not None:
+            # A background subagent outlives the turn: it is ended here for the master, its held
+            # result released; its later frames keep their subagent_context.
+            status = "cancelled" if cancelled else "completed"
+            ended = ev.SubagentEnded(call_id=call_id, status=status)
+            held = call.held
+            if cancelled:
+                held = msgspec.structs.replace(held, cancelled=True)
+            del self._calls[call_id]
+            meta = {**call.metadata, "background": True}
+            frame = self._frame(
+                F.SubagentEnded(parent_invocation_id=call.invocation_id, status=ended.status),
+                meta,
+            )
+            return [frame, self._result_frame(call, held)]
+        result = ev.ToolResult(
+            call_id=call_id,
+            is_error=False,
+            cancelled=True,
+            output="The turn ended before the tool finished.",
+        )
+        if call.subagent_type is not None:
+            ended = ev.SubagentEnded(call_id=call_id, status="cancelled")
+            return self._finish_subagent(call_id, call, result, ended)
+        del self._calls[call_id]
+        return [self._result_frame(call, result)]
+
+    def _result_frame(self, call: _Call, event: ev.ToolResult) -> F.Frame:
+        if call.blocked:
+            status: F.InvokeStatus = "error"
+            output: Any = BLOCKED_OUTPUT
+        else:
+            status = "cancelled" if event.cancelled else "error" if event.is_error else "success"
+            output = event.output
+        spec = call.spec
+        output_type = event.output_type or decide_output_type(
+            declared=spec.output_type,
+            category=spec.category,
+            operation=spec.operation,
+            changed=event.changed,
+            listing=event.listing,
+        )
+        payload = F.InvokeResult(
+            invocation_id=call.invocation_id,
+            tool_name=call.tool_name,
+            status=status,
+            output=output,
+            output_type=output_type,  # type: ignore[arg-type]
+            duration_ms=event.duration_ms,
+        )
+        return self._fit_result(payload, self._call_meta(call))
+
+    # --- size limits --------------------------------------------------------------------------------
+
+    def _fit_result(self, payload: F.InvokeResult, metadata: dict[str, Any] | None) -> F.Frame:
+        frame = self._frame(payload, metadata)
+        excess = len(encode(frame)) + _FRAME_MARGIN - self.max_frame_size
+        if excess > 0:
+            payload.output = _cut(payload.output, excess)
+            payload.truncated = True
+        return frame
+
+    def _fit_request(self, payload: F.InvokeRequest, metadata: dict[str, Any]) -> F.Frame:
+        frame = self._frame(payload, metadata)
+        excess = len(encode(frame)) + _FRAME_MARGIN - self.max_frame_size
+        if excess > 0:
+            payload.input = _cut_input(payload.input, excess)
+            metadata["input_truncated"] = True
+        return frame
+
+    # --- session-level events ---------------------------------------------------------------------
+
+    def _session_started(self, event: ev.SessionStarted) -> list[F.Frame]:
+        if event.agent_session_id:
+            self.agent_session_id = event.agent_session_id
+        out: list[F.Frame] = []
+        catalog = build_catalog(event.tools, event.mcp_servers)
+        if self.catalog is None or self.catalog.payload != catalog:  # type: ignore[attr-defined]
+            self.catalog = self._frame(catalog)
+            out.append(self.catalog)
+        commands = F.CommandsPublish(
+            commands=[
+                F.Command(name=c.name, description=c.description or f"/{c.name}")
+                for c in event.commands
+            ]
+        )
+        if self.commands is None or self.commands.payload != commands:  # type: ignore[attr-defined]
+            self.commands = self._frame(commands)
+            out.append(self.commands)
+        return out
+
+    def _notice(self, event: ev.Notice) -> list[F.Frame]:
+        invocation_id = self.invocation_id(event.call_id) if event.call_id else None
+        details = F.ErrorDetails(
+            related_tool=event.tool_name,
+            related_invocation_id=invocation_id,
+            http_status=event.http_status,
+        )
+        payload = F.AgentError(
+            error_code=event.code,
+            message=event.message,
+            severity=event.severity,
+            recoverable=event.recoverable,
+            details=details if details != F.ErrorDetails() else None,
+        )
+        return [self._frame(payload, self._meta(event.parent))]
+
+    def _compacted(self, event: ev.Compacted) -> list[F.Frame]:
+        preserved = None
+        if event.preserved:
+            try:
+                preserved = msgspec.convert(event.preserved, F.PreservedElements)
+            except msgspec.ValidationError:
+                preserved = None  # a parser's guess that does not fit §7.2.1 is left out
+        payload = F.Compacted(
+            summary=event.summary,
+            previous_token_count=event.pre_tokens,
+            current_token_count=event.post_tokens,
+            trigger=self.compaction_trigger_override or event.trigger,  # type: ignore[arg-type]
+            preserved_elements=preserved,
+        )
+        return [self._frame(payload, self._meta(event.parent))]
+
+    def _unknown(self, event: ev.Unknown) -> list[F.Frame]:
+        if not self.forward_unknown or len(event.line) + 1024 > self.max_frame_size:
+            return []
+        payload = F.AgentRaw(agent=self.agent, kind=event.kind, line=msgspec.Raw(event.line))
+        return [self._frame(payload, self._meta(event.parent))]
+
+    # --- usage --------------------------------------------------------------------------------------
+
+    def _usage_frame(self, ended: ev.TurnEnded | None) -> F.Frame:
+        usage = ended.usage if ended is not None else None
+        context = None
+        if ended is not None and (ended.context_window or ended.context_used):
+            capacity, used = ended.context_window, ended.context_used
+            utilization = None
+            if capacity and used is not None:
+                utilization = round(min(used / capacity, 1.0), 4)
+            context = F.ContextWindow(capacity=capacity, used=used, utilization=utilization)
+        payload = F.Usage(
+            turn_id=self.turn_id,
+            token_usage=_token_usage(usage),
+            cost_usage=F.Quota(
+                limit=_UNLIMITED, used=(ended.cost_usd or 0.0) if ended else 0.0, unit="USD"
+            ),
+            message_usage=F.Quota(
+                limit=_UNLIMITED, used=(ended.num_turns or 0) if ended else 0, unit="COUNT"
+            ),
+            context_window=context,
+            time_to_reset=_NO_RESET,
+        )
+        return self._frame(payload)
+
+    def _subagent_usage(self, usage: ev.UsageInfo, context: F.SubagentContext) -> F.Frame:
+        """A subagent's own ``session.usage`` (DPS-10.5-usage). Its cost and message count are not
+        reported separately by agents, so they are 0; a total-only count goes in metadata."""
+        metadata: dict[str, Any] = {"subagent_context": context}
+        if usage.total_tokens is not None:
+            metadata["total_tokens"] = usage.total_tokens
+        payload = F.Usage(
+            turn_id=self.turn_id,
+            token_usage=_token_usage(usage),
+            cost_usage=F.Quota(limit=_UNLIMITED, used=0.0, unit="USD"),
+            message_usage=F.Quota(limit=_UNLIMITED, used=0, unit="COUNT"),
+            time_to_reset=_NO_RESET,
+        )
+        return self._frame(payload, metadata)
+
+
+# --- pure helpers ---------------------------------------------------------------------------------
+
+
+def build_catalog(tools: list[str], servers: list[ev.McpServer]) -> F.CatalogPublish:
+    """``tool.catalog.publish`` (DPS-5.4-catalog): every named tool with the built-in catalog's
+    description and category; the tools of an MCP server that is not connected are ``unavailable``
+    (failed, needs auth) or ``degraded`` (pending), with a diagnostic. A server in trouble whose
+    tools the agent does not list at all is shown as one ``mcp__<server>`` entry, so the master
+    still sees it."""
+    status_of: dict[str, tuple[F.ToolStatus, str]] = {}
+    diagnostics: list[F.Diagnostic] = []
+    extra: list[F.CatalogTool] = []
+    for server in servers:
+        known = _MCP_STATUS.get(server.status)
+        if known is None:
+            continue  # connected (or a word we do not know): its tools are available
+        status, severity, code = known
+        why = f"MCP server {server.name} is {server.status}" + (
+            f": {server.error}" if server.error else ""
+        )
+        for name in server.tools:
+            status_of[name] = (status, why)
+            diagnostics.append(
+                F.Diagnostic(severity=severity, code=code, message=why, tool_name=name)  # type: ignore[arg-type]
+            )
+        if not server.tools:
+            placeholder = f"mcp__{server.name}"
+            extra.append(
+                F.CatalogTool(
+                    name=placeholder,
+                    description=f"Tools of MCP server {server.name}",
+                    category="mcp",
+                    status=status,
+                    status_description=why,
+                )
+            )
+            diagnostics.append(
+                F.Diagnostic(severity=severity, code=code, message=why, tool_name=placeholder)  # type: ignore[arg-type]
+            )
+    entries = []
+    for name in tools:
+        spec = lookup(name)
+        if name in status_of:
+            status, why = status_of[name]
+            entries.append(catalog_entry(spec, status=status, status_description=why))
+        else:
+            entries.append(catalog_entry(spec))
+    return F.CatalogPublish(tools=entries + extra, diagnostics=diagnostics or None)
+
+
+def _token_usage(usage: ev.UsageInfo | None) -> F.TokenUsage:
+    if usage is None:
+        return F.TokenUsage(input_tokens=0, output_tokens=0)
+    return F.TokenUsage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        thinking_tokens=usage.thinking_tokens,
+    )
+
+
+def _subagent_status(result: ev.ToolResult) -> str:
+    if result.cancelled:
+        return "cancelled"
+    return "failed" if result.is_error else "completed"
+
+
+def _released_output(held: Any, ended: ev.SubagentEnded) -> Any:
+    """A background subagent's result: what the call returned, with the subagent's final report
+    (the agent's summary) as its text."""
+    if ended.summary is None:
+        return held
+    if isinstance(held, dict):
+        return {**held, "text": ended.summary, "status": ended.status}
+    return {"text": ended.summary, "status": ended.status}
+
+
+def _cut(output: Any, excess: int) -> Any:
+    """``output`` made at least ``excess`` encoded bytes smaller.
+
+    A string loses ``excess`` characters (each is at least one byte encoded); a list loses items
+    from its end; anything else is cut as its JSON text.
+    """
+    if isinstance(output, str):
+        return output[: max(0, len(output) - excess)]
+    if isinstance(output, list):
+        kept = list(output)
+        removed = 0
+        while kept and removed < excess:
+            removed += len(encode(kept.pop())) + 1
+        return kept
+    text = encode(output).decode()
+    return text[: max(0, len(text) - excess)]
+
+
+def _cut_input(tool_input: dict[str, Any], excess: int) -> dict[str, Any]:
+    """The input with its longest string values cut until ``excess`` bytes are gone."""
+    cut = dict(tool_input)
+    while excess > 0:
+        strings = [(len(v), k) for k, v in cut.items() if isinstance(v, str) and v]
+        if not strings:
+            big = max(cut, key=lambda k: len(encode(cut[k])), default=None)
+            if big is None:
+                break
+            text = encode(cut[big]).decode()
+            cut[big] = text[: max(0, len(text) - excess)]
+            break
+        size, key = max(strings)
+        take = min(size, excess)
+        cut[key] = cut[key][: size - take]
+        excess -= take
+    return cut
