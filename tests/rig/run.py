@@ -280,9 +280,15 @@ async def _drive(cli: CliSetup, spec: RunSpec, timeout: float) -> RunResult:
         elif a.do == "close_stdin":
             close_stdin()
         elif a.do == "signal":
-            note(f"{a.signal} ({a.on})")
+            note(f"{a.signal}{' to the group' if a.group else ''} ({a.on})")
             with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(getattr(signal, a.signal or ""))
+                sig = getattr(signal, a.signal or "")
+                # The Gemini CLI relaunches itself as a child and its parent ignores SIGINT and
+                # SIGTERM, so only a signal to the whole group reaches the process that acts.
+                if a.group:
+                    os.killpg(proc.pid, sig)
+                else:
+                    proc.send_signal(sig)
 
     async def on_server(a: Action) -> None:
         if a.on == "call":

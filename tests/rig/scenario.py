@@ -22,9 +22,11 @@ interprets:
     answering scripted call N (1-based); ``"hang"``, when a hang step starts waiting, ``count``-th
     time; ``"stdout"`` with ``match = {...}``, when the ``count``-th stdout line whose JSON contains
     that subset appears), ``do`` is what (``"write"`` a ``line``; ``"signal"`` with
-    ``signal = "SIGINT"``; ``"close_stdin"``), after ``delay`` seconds. In a written line a string
-    that is exactly ``"{{a.b}}"`` is replaced by the value at that path in the stdout line that
-    triggered the action (for echoing ``request_id`` and ``input`` of a control request).
+    ``signal = "SIGINT"``, to the CLI's process, or with ``group = true`` to its whole process
+    group as a terminal or a supervisor would; ``"close_stdin"``), after ``delay`` seconds. In a
+    written line a string that is exactly ``"{{a.b}}"`` is replaced by the value at that path in
+    the stdout line that triggered the action (for echoing ``request_id`` and ``input`` of a
+    control request).
 
 ``[[calls]]``
     The model's answers in order. A call may carry ``match = {...}``: it then answers only a request
@@ -68,6 +70,7 @@ class Action:
     line: Any = None
     signal: str | None = None
     delay: float = 0.0
+    group: bool = False  # a signal goes to the process group, not only the CLI's pid
 
 
 @dataclass
@@ -115,7 +118,7 @@ class ScenarioError(ValueError):
 
 
 def _action(raw: dict[str, Any], where: str) -> Action:
-    unknown = set(raw) - {"on", "do", "call", "match", "count", "line", "signal", "delay"}
+    unknown = set(raw) - {"on", "do", "call", "match", "count", "line", "signal", "delay", "group"}
     if unknown:
         raise ScenarioError(f"{where}: unknown action keys {sorted(unknown)}")
     a = Action(**raw)
