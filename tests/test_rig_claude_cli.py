@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.rig import env as rigenv
-from tests.rig.record import problems
+from tests.rig.record import problems, scenario_digest
 from tests.rig.run import RunResult, run_scenario, scripted_cli
 from tests.rig.scenario import Scenario, all_scenarios, scenario_path
 
@@ -144,6 +144,11 @@ def test_every_fixture_comes_from_the_pinned_cli_and_a_scenario() -> None:
         assert m["agent"] == AGENT
         assert m["cli_version"] == rigenv.AGENTS[AGENT].version, m["fixture"]
         assert scenario_path(AGENT, m["scenario"]).is_file(), m["fixture"]
+        sc = next(s for s in SCENARIOS if s.name == m["scenario"])
+        assert m["scenario_sha256"] == scenario_digest(sc), (
+            f"{sc.path} changed after {m['fixture']} was recorded: "
+            f"python -m tests.rig.record --agent {AGENT} {sc.name}"
+        )
         assert (FIXTURES / f"{m['fixture']}.jsonl").is_file(), m["fixture"]
         assert m["argv"][0] == "claude"
         assert isinstance(m["exit_code"], int) or m["signal"], m["fixture"]

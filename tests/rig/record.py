@@ -16,9 +16,9 @@ and every variant of it, run the real CLI against its scripted server (run.py) a
 Runs use a fixed directory per fixture (``/tmp/rawp-rig/<agent>/<fixture>``) so that the paths in
 the recorded stdout stay the same from one recording to the next. Fixtures are never edited by
 hand: change the scenario and record again. A run whose exit status differs from the scenario's
-``[expect]``, that left scripted calls unused, or that made requests nobody scripted is retried
-once and then reported; the command then exits 1 (the fixture is still written, so the
-difference can be looked at).
+``[expect]``, that left scripted calls unused, made requests nobody scripted, or had an action
+whose trigger never came is retried once and then reported; the command then exits 1 (the
+fixture is still written, so the difference can be looked at).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -50,9 +51,15 @@ def problems(sc: Scenario, r: RunResult) -> list[str]:
         out.append(f"signal {r.signal}, expected {sc.expect['signal']}")
     if r.unused_calls and not sc.expect.get("unused_calls_ok"):
         out.append(f"scripted calls never requested: {r.unused_calls}")
+    if r.unfired_actions:
+        out.append(f"actions never triggered: {r.unfired_actions}")
     if r.unexpected:
         out.append(f"unscripted requests: {[(q.path, q.answer) for q in r.unexpected]}")
     return out
+
+
+def scenario_digest(sc: Scenario) -> str | None:
+    return hashlib.sha256(sc.path.read_bytes()).hexdigest() if sc.path else None
 
 
 def meta_of(sc: Scenario, fixture: str, r: RunResult) -> dict:
@@ -62,6 +69,8 @@ def meta_of(sc: Scenario, fixture: str, r: RunResult) -> dict:
         "variant": r.variant,
         "fixture": fixture,
         "description": sc.description,
+        # Lets a test notice a scenario edited after its fixture was recorded.
+        "scenario_sha256": scenario_digest(sc),
         "cli_package": rigenv.spec(sc.agent).package,
         "cli_version": rigenv.cli_version(sc.agent),
         "argv": r.argv_normalised,

@@ -88,6 +88,7 @@ class RunResult:
     unexpected: list[RecordedRequest]
     unused_calls: list[int]
     log: list[str] = field(default_factory=list)  # what the runner did, with times
+    unfired_actions: list[str] = field(default_factory=list)  # actions whose trigger never came
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -111,6 +112,7 @@ class RunResult:
             f"{self.scenario}{'--' + self.variant if self.variant else ''}: exit={self.exit_code}"
             f" signal={self.signal} timed_out={self.timed_out} duration={self.duration:.1f}s\n"
             f"argv: {self.argv_normalised}\nrunner: {self.log}\n"
+            f"unfired actions: {self.unfired_actions}\n"
             f"requests: {[(r.path, r.answer) for r in self.requests]}\n"
             f"stderr: {self.stderr[-2000:]}\nstdout tail: {self.stdout_lines[-5:]}"
         )
@@ -271,7 +273,10 @@ async def _drive(cli: CliSetup, spec: RunSpec, timeout: float) -> RunResult:
             stdin.close()
             note("stdin closed")
 
+    fired: set[int] = set()
+
     async def perform(a: Action, source: Any) -> None:
+        fired.add(id(a))
         if a.delay:
             await asyncio.sleep(a.delay)
         if a.do == "write":
@@ -371,4 +376,9 @@ async def _drive(cli: CliSetup, spec: RunSpec, timeout: float) -> RunResult:
         unexpected=server.unexpected,
         unused_calls=server.unused_calls,
         log=log,
+        unfired_actions=[
+            f"{a.do} on {a.on}" + (f" {a.match}" if a.match else "") + f" (count {a.count})"
+            for a in spec.actions
+            if id(a) not in fired
+        ],
     )
