@@ -141,6 +141,18 @@ def check_resume(r: RunResult, cli: CliSetup) -> None:
     assert done["usage"]["input_tokens"] == 200
 
 
+def check_sigint(r: RunResult, cli: CliSetup) -> None:
+    # Interrupted mid-stream: the turn is neither completed nor failed in the output.
+    assert r.events[-1]["item"]["type"] == "agent_message"
+    assert not r.of_type("turn.completed") and not r.of_type("turn.failed")
+
+
+def check_sigterm(r: RunResult, cli: CliSetup) -> None:
+    (started,) = r.of_type("item.started")
+    assert started["item"]["command"] == "/bin/bash -lc 'sleep 30'"
+    assert not r.of_type("item.completed") and r.signal == "SIGTERM"
+
+
 CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "text": check_text,
     "reasoning": check_reasoning,
@@ -153,6 +165,8 @@ CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "http-500": check_http_500,
     "stream-failed": check_stream_failed,
     "resume": check_resume,
+    "sigint": check_sigint,
+    "sigterm": check_sigterm,
 }
 
 

@@ -141,6 +141,17 @@ def check_auto_model(r: RunResult, cli: CliSetup) -> None:
     assert len(result["stats"]["models"]) == 2
 
 
+def check_sigint(r: RunResult, cli: CliSetup) -> None:
+    # Interrupted mid-stream: exit 0, and no result line says that the turn ended.
+    assert answer(r) == "Hello, I am still typ" and not r.of_type("result")
+
+
+def check_sigterm(r: RunResult, cli: CliSetup) -> None:
+    (use,) = r.of_type("tool_use")
+    assert use["parameters"] == {"command": "sleep 30"}
+    assert not r.of_type("tool_result") and not r.of_type("result")
+
+
 CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "text": check_text,
     "thinking": check_thinking,
@@ -153,6 +164,8 @@ CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "http-500": check_http_500,
     "resume": check_resume,
     "auto-model": check_auto_model,
+    "sigint": check_sigint,
+    "sigterm": check_sigterm,
 }
 
 
