@@ -478,13 +478,18 @@ class Mapper:
             status = "cancelled" if event.cancelled else "error" if event.is_error else "success"
             output = event.output
         spec = call.spec
-        output_type = event.output_type or decide_output_type(
-            declared=spec.output_type,
-            category=spec.category,
-            operation=spec.operation,
-            changed=event.changed,
-            listing=event.listing,
-        )
+        if status != "success" and isinstance(output, str) and call.subagent_type is None:
+            # §5.3.3 types what a tool produces; a failed call's output is the error message.
+            # (A subagent's result stays agent_result whatever happened: §10.3 pairs it with ended.)
+            output_type: str = "text"
+        else:
+            output_type = event.output_type or decide_output_type(
+                declared=spec.output_type,
+                category=spec.category,
+                operation=spec.operation,
+                changed=event.changed,
+                listing=event.listing,
+            )
         payload = F.InvokeResult(
             invocation_id=call.invocation_id,
             tool_name=call.tool_name,
