@@ -9,6 +9,7 @@ CI=true (env.require_cli).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from collections.abc import Callable
@@ -19,7 +20,7 @@ import pytest
 from tests.rig import env as rigenv
 from tests.rig.record import problems
 from tests.rig.run import CliSetup, RunResult, scripted_cli
-from tests.rig.scenario import all_scenarios
+from tests.rig.scenario import Scenario, all_scenarios
 
 AGENT = "gemini"
 FIXTURES = rigenv.FIXTURE_ROOT / AGENT
@@ -177,16 +178,27 @@ def test_installed_cli_is_the_pinned_version() -> None:
 
 
 @pytest.mark.realcli
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
-async def test_scenario_runs_as_scripted_and_as_recorded(name: str) -> None:
+async def test_every_scenario_runs_as_scripted_and_as_recorded() -> None:
+    """The runs are independent (own server, HOME and workspace), so they run side by side
+    (4 at a time) to keep this fast; one report lists every scenario that drifted."""
     rigenv.require_cli(AGENT)
-    sc = SCENARIOS[name]
-    async with scripted_cli(sc) as cli:
-        r = await cli.run()
-        assert not problems(sc, r), r.describe()
-        recorded = [json.loads(x) for x in (FIXTURES / f"{name}.jsonl").read_text().splitlines()]
-        assert shape(r.events) == shape(recorded), r.describe()
-        CHECKS[name](r, cli)  # while the workspace still exists
+    gate = asyncio.Semaphore(4)
+
+    async def check(sc: Scenario) -> str | None:
+        async with gate, scripted_cli(sc) as cli:
+            r = await cli.run()
+            try:
+                assert not problems(sc, r), problems(sc, r)
+                fixture = (FIXTURES / f"{sc.name}.jsonl").read_text().splitlines()
+                assert shape(r.events) == shape([json.loads(x) for x in fixture]), "event kinds"
+                CHECKS[sc.name](r, cli)  # while the workspace still exists
+            except AssertionError as e:
+                return f"{e!r}\n{r.describe()}"
+        return None
+
+    reports = await asyncio.gather(*(check(sc) for sc in SCENARIOS.values()))
+    failed = {name: rep for name, rep in zip(SCENARIOS, reports, strict=True) if rep}
+    assert not failed, "\n\n".join(f"{k}: {v}" for k, v in failed.items())
 
 
 def test_every_gemini_scenario_has_specific_checks() -> None:
