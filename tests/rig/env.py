@@ -136,6 +136,7 @@ def make_home(agent: str, home: Path) -> Path:
         # sure no user or managed setting changes what the rig observes.
         (home / ".claude").mkdir(exist_ok=True)
         (home / ".claude" / "settings.json").write_text("{}\n")
+        (home / "tmp").mkdir(exist_ok=True)
     elif agent == "gemini":
         (home / ".gemini").mkdir(exist_ok=True)
         (home / ".gemini" / "settings.json").write_text(json.dumps(gemini_settings(), indent=2))
@@ -158,6 +159,9 @@ def claude_code_env(base_url: str, home: Path) -> dict[str, str]:
             # verified: 401/500/529 are otherwise retried 10 times with growing back-off; 1 keeps
             # an error run to about two requests (one retry, so retry-then-success still works).
             "CLAUDE_CODE_MAX_RETRIES": "1",
+            # verified: the CLI keeps its messaging socket (cc-socks/) and background tasks'
+            # output files (claude-<uid>/) under TMPDIR; inside HOME they go away with the run.
+            "TMPDIR": str(home / "tmp"),
         }
     )
     if os.geteuid() == 0:
