@@ -154,6 +154,35 @@ def check_sigterm(r: RunResult, cli: CliSetup) -> None:
     assert not r.of_type("item.completed") and r.signal == "SIGTERM"
 
 
+def check_sandbox_denied(r: RunResult, cli: CliSetup) -> None:
+    (cmd,) = items(r, "command_execution")
+    assert (cmd["exit_code"], cmd["status"]) == (1, "failed")
+    assert "Read-only file system" in cmd["aggregated_output"]
+    assert not (cli.cwd / "created.txt").exists()
+
+
+def check_patch_fail(r: RunResult, cli: CliSetup) -> None:
+    assert not items(r, "file_change") and not r.of_type("item.started")
+    assert (cli.cwd / "notes.txt").read_text() == "alpha\nbeta\n"
+    # The model is told, even though nothing is printed.
+    out = r.requests[1].body["input"][-1]
+    assert out["type"] == "custom_tool_call_output"
+
+
+def check_http_401(r: RunResult, cli: CliSetup) -> None:
+    (err,) = r.of_type("error")
+    assert err["message"].startswith("unexpected status 401 Unauthorized: Incorrect API key")
+    assert f"url: {cli.base_url}/v1/responses" in err["message"]
+
+
+def check_web_search(r: RunResult, cli: CliSetup) -> None:
+    # The CLI prints the key "id" twice in a web_search item; json.loads keeps the last one.
+    line = next(x for x in r.stdout_lines if '"type":"web_search"' in x)
+    assert line.count('"id":') == 2
+    (item,) = items(r, "web_search")
+    assert item["id"] == "ws_rig_01_0" and item["query"] == "RAWP protocol"
+
+
 CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "text": check_text,
     "reasoning": check_reasoning,
@@ -168,6 +197,10 @@ CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "resume": check_resume,
     "sigint": check_sigint,
     "sigterm": check_sigterm,
+    "sandbox-denied": check_sandbox_denied,
+    "patch-fail": check_patch_fail,
+    "http-401": check_http_401,
+    "web-search": check_web_search,
 }
 
 

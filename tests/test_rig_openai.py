@@ -124,6 +124,24 @@ async def test_reasoning_function_call_and_custom_tool_call(aiohttp_client: Any)
     assert usage["output_tokens_details"] == {"reasoning_tokens": 2}
 
 
+async def test_web_search_call(aiohttp_client: Any) -> None:
+    action = {"type": "search", "query": "q"}
+    server = ResponsesServer([{"output": [{"type": "web_search_call", "action": action}]}])
+    client = await aiohttp_client(server.app)
+    events = await sse_events(await post(client, request()))
+    phases = [e["type"] for e in events if e["type"].startswith("response.web_search_call.")]
+    assert phases == [
+        f"response.web_search_call.{p}" for p in ("in_progress", "searching", "completed")
+    ]
+    item = next(e["item"] for e in events if e["type"] == "response.output_item.done")
+    assert item == {
+        "id": "ws_rig_01_0",
+        "type": "web_search_call",
+        "status": "completed",
+        "action": action,
+    }
+
+
 async def test_tool_search_and_namespaced_call(aiohttp_client: Any) -> None:
     server = ResponsesServer(
         [
@@ -248,6 +266,7 @@ def test_every_codex_scenario_is_valid() -> None:
     call_keys = {"output", "usage", "error", "stream_error", "truncate", "hang", "delay"}
     call_keys |= {"event_delay", "match"}
     item_types = {"message", "reasoning", "function_call", "custom_tool_call", "tool_search_call"}
+    item_types.add("web_search_call")
     checker = ResponsesServer([])
     scenarios = all_scenarios("codex")
     assert len(scenarios) >= 10

@@ -25,7 +25,9 @@ A call is a table with these keys (all optional):
       ``tool_search`` are called as ``name`` inside namespace ``mcp__<server>``);
     * ``custom_tool_call``: ``name`` (``apply_patch``) and ``input`` (the freeform text);
     * ``tool_search_call``: ``arguments`` (e.g. ``{query = "echo"}``): Codex's client-side tool
-      discovery, the way it reaches MCP tools.
+      discovery, the way it reaches MCP tools;
+    * ``web_search_call``: ``action`` (e.g. ``{type = "search", query = "..."}``): a search the
+      API itself ran; Codex only reports it.
 
     ``call_id`` defaults to ``call_rig_<call>_<item>``; ``chunks = [...]`` sets the deltas.
 ``usage``
@@ -364,6 +366,14 @@ def item_stream(
             "arguments": dict(spec.get("arguments", {})),
         }
         added({**item, "status": "in_progress"})
+    elif kind == "web_search_call":
+        # A search the API ran itself (no client execution); Codex only reports it.
+        iid = f"ws_rig_{tag}"
+        action = dict(spec.get("action", {"type": "search", "query": ""}))
+        added({"id": iid, "type": "web_search_call", "status": "in_progress", "action": action})
+        for phase in ("in_progress", "searching", "completed"):
+            events.append({"type": f"response.web_search_call.{phase}", **at, "item_id": iid})
+        item = {"id": iid, "type": "web_search_call", "status": "completed", "action": action}
     else:
         raise ValueError(f"unsupported output item type {kind!r}")
     events.append({"type": "response.output_item.done", **at, "item": item})
