@@ -35,8 +35,8 @@ they get SIGKILL when the grace period ends (a timer, so `terminate` returns as 
 itself is gone).
 
 `readlines()` hands over every queued line per await (one coroutine round trip per burst);
-`aclose()` drops an agent without reading it to the end (SIGKILL to the group, then the pipes are
-released). Otherwise the transport is closed by itself once the agent has exited and its output is
+`close()` / `aclose()` drop an agent without reading it to the end (SIGKILL to the group, then the
+pipes are released). Otherwise the transport is closed by itself once the agent has exited and its output is
 drained.
 
 No agent may outlive the gateway: every group that may still have members is kept in a module-level
@@ -278,6 +278,7 @@ class AgentProcess:
     _stderr: bytearray
     _stderr_limit: int
     _stderr_eof: bool
+    _closing: bool
     _stdin_paused: bool
     _stdin_closed: bool
     _stdin_exc: BaseException | None
@@ -376,6 +377,7 @@ class AgentProcess:
         self._stderr = bytearray()
         self._stderr_limit = stderr_limit
         self._stderr_eof = False
+        self._closing = False
         self._stdin_paused = False
         self._stdin_closed = False
         self._stdin_exc = None
@@ -438,7 +440,8 @@ class AgentProcess:
                 lines = kept
             self._lines.extend([StdoutLine(ln, now) for ln in lines])
             self.lines_read += len(lines)
-            self._queued_bytes += sum(map(len, lines))
+            # Each line counts its b"\n" too, so that a flood of empty lines is bounded as well.
+            self._queued_bytes += sum(map(len, lines)) + len(lines)
             waiter = self._line_waiter
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
@@ -467,7 +470,7 @@ class AgentProcess:
             self._partial_len = 0
             self._lines.append(StdoutLine(line, time.perf_counter_ns()))
             self.lines_read += 1
-            self._queued_bytes += len(line)
+            self._queued_bytes += len(line) + 1
         elif self._discarding:
             self.lines_dropped += 1
         self._stdout_eof = True
@@ -501,7 +504,7 @@ class AgentProcess:
             finally:
                 self._line_waiter = None
         item = self._lines.popleft()
-        self._queued_bytes -= len(item.line)
+        self._queued_bytes -= len(item.line) + 1
         if self._stdout_paused and self._queued_bytes <= self._low_water:
             self._resume_stdout()
         return item
@@ -526,7 +529,7 @@ class AgentProcess:
             q.clear()
         else:
             batch = [q.popleft() for _ in range(max_lines)]
-        self._queued_bytes -= sum(len(item.line) for item in batch)
+        self._queued_bytes -= sum(len(item.line) for item in batch) + len(batch)
         if self._stdout_paused and self._queued_bytes <= self._low_water:
             self._resume_stdout()
         return batch
@@ -536,7 +539,7 @@ class AgentProcess:
         if not self._lines:
             return None
         item = self._lines.popleft()
-        self._queued_bytes -= len(item.line)
+        self._queued_bytes -= len(item.line) + 1
         if self._stdout_paused and self._queued_bytes <= self._low_water:
             self._resume_stdout()
         return item
@@ -551,7 +554,7 @@ class AgentProcess:
 
     @property
     def queued_bytes(self) -> int:
-        """Bytes of complete lines waiting for the consumer (a gauge)."""
+        """Bytes of complete lines (one per newline included) waiting for the consumer (a gauge)."""
         return self._queued_bytes
 
     # ------------------------------------------------------------------ stderr
@@ -636,24 +639,33 @@ class AgentProcess:
 
     def _maybe_close_transport(self) -> None:
         # Like asyncio's own SubprocessStreamProtocol: once the process is gone and its output is
-        # drained, release the transport (and the stdin pipe) so nothing leaks.
-        if self._exit.done() and self._stdout_eof and self._stderr_eof:
+        # drained (or nobody wants the rest, after close()), release the transport and its pipes.
+        # Never before the exit is reported: closing an asyncio transport early kills only the
+        # leader and may reap it behind the child watcher's back.
+        if self._exit.done() and (self._closing or (self._stdout_eof and self._stderr_eof)):
             self._stdin_closed = True
             self._transport.close()
 
-    async def aclose(self) -> ExitStatus:
-        """Release the pipes, e.g. for a session dropped without reading stdout to the end.
+    def close(self) -> None:
+        """Give the agent up: SIGKILL to its group if it still runs, and release the pipes.
 
-        An agent that is still running is killed first (SIGKILL to the group) and waited for:
-        closing an asyncio transport early would kill only the leader and could reap it behind the
-        child watcher's back. Stop agents politely with `terminate()`; this is the blunt end.
+        Unread stdout is discarded. The pipes are released as soon as the exit is reported (at
+        once if it already was); `aclose()` also waits for that. Stop agents politely with
+        `terminate()`; this is the blunt end, safe to call at any time and more than once.
         """
+        self._closing = True
+        self._stdin_closed = True
         if not self._exit.done():
             self.send_signal(signal.SIGKILL)
+        else:
+            self._forget()
+        self._maybe_close_transport()
+
+    async def aclose(self) -> ExitStatus:
+        """`close()`, then wait for the exit; returns the exit status."""
+        self.close()
         status = await self.wait()
         self._forget()
-        self._stdin_closed = True
-        self._transport.close()
         return status
 
     def _forget(self) -> None:

@@ -420,7 +420,8 @@ async def test_set_permission_mode_is_answered_like_the_cli(tmp_path: Path) -> N
 
 
 async def test_interrupt_during_streaming(tmp_path: Path) -> None:
-    demo = await Demo.start(tmp_path, delay_ms=15)
+    # 40 ms a delta: the interrupt has over a second to land mid-stream, even on a loaded machine.
+    demo = await Demo.start(tmp_path, delay_ms=40)
     await demo.prompt("hello")
     await demo.until(
         lambda ln: ln["type"] == "stream_event" and ln["event"]["type"] == "content_block_delta"
@@ -446,8 +447,8 @@ async def test_interrupt_during_streaming(tmp_path: Path) -> None:
     result = lines[-1]
     assert result["subtype"] == "error_during_execution" and result["is_error"] is True
     assert result["terminal_reason"] == "aborted_streaming"
-    # The session goes on.
-    lines = await demo.turn("hello again")
+    # The session goes on (a short answer: an empty workspace has no files).
+    lines = await demo.turn("list files")
     assert lines[-1]["subtype"] == "success"
     # An interrupt with nothing running is simply acknowledged.
     await demo.send(
@@ -537,7 +538,7 @@ async def test_sigterm_exits_143_without_a_result(tmp_path: Path) -> None:
 
 
 async def test_sigint_interrupts_the_turn_and_exits_0(tmp_path: Path) -> None:
-    demo = await Demo.start(tmp_path, delay_ms=20)
+    demo = await Demo.start(tmp_path, delay_ms=40)
     await demo.prompt("hello")
     await demo.until(
         lambda ln: ln["type"] == "stream_event" and ln["event"]["type"] == "content_block_delta"
@@ -592,7 +593,7 @@ def _shapes(line: Line) -> dict[str, set[str]]:
 async def _demo_session_lines(tmp_path: Path) -> list[Line]:
     """One demo session that prints every kind of line the demo knows."""
     (tmp_path / "notes.txt").write_text("x\n")
-    demo = await Demo.start(tmp_path, delay_ms=5)
+    demo = await Demo.start(tmp_path)
     await demo.turn("think, then list the files")
     await demo.turn("read notes.txt")
     for behavior in ("allow", "deny"):
@@ -600,14 +601,6 @@ async def _demo_session_lines(tmp_path: Path) -> list[Line]:
         request = (await demo.until(is_can_use_tool))[-1]
         await demo.send(permission_answer(request, behavior, "no"))
         await demo.until(is_result)
-    await demo.prompt("hello")
-    await demo.until(
-        lambda ln: ln["type"] == "stream_event" and ln["event"]["type"] == "content_block_delta"
-    )
-    await demo.send(
-        {"type": "control_request", "request_id": "i", "request": {"subtype": "interrupt"}}
-    )
-    await demo.until(is_result)
     await demo.turn("/compact")
     await demo.send(
         {

@@ -58,6 +58,16 @@ async def all_lines(proc: AgentProcess) -> list[bytes]:
     return [item.line async for item in proc]
 
 
+async def eventually(pred: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """Poll `pred` until it holds or `timeout` passes (a loaded CI machine is slow, not wrong)."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.005)
+    return True
+
+
 def alive(pid: int) -> bool:
     """True while `pid` exists and is not a zombie (orphans may wait a while to be reaped)."""
     try:
@@ -254,10 +264,7 @@ def test_backpressure_pauses_stdout_while_the_consumer_lags(loop_factory: Any) -
             "import sys; sys.stdout.write(''.join(f'{i:07}\\n' for i in range(50_000)))",
             high_water=high_water,
         )
-        for _ in range(200):  # we read nothing until the pipe is paused
-            if proc.stdout_pauses:
-                break
-            await asyncio.sleep(0.005)
+        assert await eventually(lambda: proc.stdout_pauses > 0)  # we read nothing meanwhile
         await asyncio.sleep(0.05)  # a paused pipe must stay paused: the queue does not grow
         assert proc.stdout_pauses == 1
         # One read chunk may land on top of the mark before the pause takes effect.
@@ -322,7 +329,8 @@ def test_stderr_tail_survives_invalid_utf8() -> None:
     async def scenario() -> str:
         proc = await spawn("import sys; sys.stderr.buffer.write(b'bad \\xff byte')")
         await proc.wait()
-        await asyncio.sleep(0.05)  # stderr may close just after the exit is reported
+        # stderr may close just after the exit is reported
+        await eventually(lambda: proc.stderr_tail() != "")
         return proc.stderr_tail()
 
     assert run(asyncio.new_event_loop, scenario()) == "bad \ufffd byte"
@@ -425,12 +433,8 @@ def test_dps_17_2_3_signals_terminate_escalates_to_sigkill_for_the_whole_group(
         status = await proc.terminate(grace=0.3)
         elapsed = time.monotonic() - t0
         assert status == ExitStatus(returncode=-9, signal=9, kind="signal")
-        assert 0.3 <= elapsed < 2.0
-        for _ in range(100):
-            if not alive(grandchild):
-                break
-            await asyncio.sleep(0.01)
-        assert not alive(grandchild)
+        assert elapsed >= 0.3
+        assert await eventually(lambda: not alive(grandchild))
         assert proc.pid not in live_groups()
 
     run(loop_factory, scenario())
@@ -445,7 +449,7 @@ def test_dps_17_2_3_signals_sigterm_is_enough_for_a_well_behaved_agent(loop_fact
         await proc.readline()
         t0 = time.monotonic()
         status = await proc.terminate(grace=5.0)
-        assert time.monotonic() - t0 < 1.0
+        assert time.monotonic() - t0 < 4.0  # far below the 5 s grace, even on a loaded machine
         assert status == ExitStatus(returncode=-15, signal=15, kind="signal")
         assert proc.pid not in live_groups()
         assert not proc.send_signal(signal.SIGTERM)  # nothing left to signal
@@ -461,12 +465,11 @@ def test_dps_17_2_3_signals_group_members_outliving_the_agent_die_at_the_deadlin
         first = await proc.readline()
         assert first is not None
         grandchild = int(first.line)
-        status = await proc.terminate(grace=0.3)
+        status = await proc.terminate(grace=0.6)
         assert status.signal == signal.SIGTERM
         assert alive(grandchild)  # the agent went at once; its straggler still has time
         assert proc.pid in live_groups()
-        await asyncio.sleep(0.5)
-        assert not alive(grandchild)
+        assert await eventually(lambda: not alive(grandchild))
         assert proc.pid not in live_groups()
 
     run(asyncio.new_event_loop, scenario())
@@ -484,11 +487,7 @@ def test_send_signal_reaches_the_whole_group() -> None:
         grandchild = int(first.line)
         assert proc.send_signal(signal.SIGKILL)
         assert (await proc.wait()).signal == signal.SIGKILL
-        for _ in range(100):
-            if not alive(grandchild):
-                break
-            await asyncio.sleep(0.01)
-        assert not alive(grandchild)
+        assert await eventually(lambda: not alive(grandchild))
 
     run(asyncio.new_event_loop, scenario())
 
@@ -537,11 +536,7 @@ asyncio.run(main())
         proc = await asyncio.create_subprocess_exec(PY, "-c", gateway)
         assert await proc.wait() == 0
         pids = [int(x) for x in pidfile.read_text().split()]
-        for _ in range(100):
-            if not any(alive(p) for p in pids):
-                break
-            await asyncio.sleep(0.01)
-        assert not any(alive(p) for p in pids)
+        assert await eventually(lambda: not any(alive(p) for p in pids))
 
     run(asyncio.new_event_loop, scenario())
 
@@ -555,13 +550,33 @@ def test_aclose_kills_a_running_group_and_releases_the_pipes() -> None:
         assert first is not None
         grandchild = int(first.line)
         assert (await proc.aclose()).signal == signal.SIGKILL
+        proc.close()  # idempotent
         assert proc.pid not in live_groups()
         with pytest.raises(AgentProcessError):
             proc.write(b"x\n")
-        for _ in range(100):
-            if not alive(grandchild):
-                break
-            await asyncio.sleep(0.01)
-        assert not alive(grandchild)
+        assert await eventually(lambda: not alive(grandchild))
+
+    run(asyncio.new_event_loop, scenario())
+
+
+def test_close_releases_unread_output_of_an_exited_or_blocked_agent() -> None:
+    """A consumer that stops reading (stdout paused, lines queued) can still release everything."""
+
+    async def scenario() -> None:
+        # Fits in the pipe: the agent exits while we have paused reading it.
+        proc = await spawn(
+            "import sys; sys.stdout.write(('x' * 9 + '\\n') * 3000 + '\\n' * 2000)",
+            high_water=1024,
+        )
+        status = await proc.wait()
+        assert await eventually(lambda: proc.stdout_pauses == 1)
+        assert status.kind == "ok" and not proc.at_eof()
+        proc.close()
+        # Does not fit: the agent blocks on a full pipe and never exits by itself.
+        proc = await spawn("import sys; sys.stdout.write('y\\n' * 1_000_000)", high_water=1024)
+        assert await eventually(lambda: proc.stdout_pauses == 1)
+        await asyncio.sleep(0.05)
+        assert proc.returncode is None
+        assert (await proc.aclose()).signal == signal.SIGKILL
 
     run(asyncio.new_event_loop, scenario())
