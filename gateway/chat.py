@@ -1,0 +1,1069 @@
+"""`rawp-gateway chat`: a terminal master for one Agent Session.
+
+    rawp-gateway chat --url URL --agent NAME [--token-file F] [--workspace DIR] [--session ID]
+        [--yes | --no] [--keep]
+
+Theory of operation
+-------------------
+The chat is a thin UI on ``gateway.client``: it creates a session (or attaches to ``--session``),
+attaches the WebSocket, and then runs four tasks that share one ``MasterView``:
+
+* the *receiver* takes frames off the WebSocket, applies them to the view and prints them: streamed
+  ``agent.text.delta`` text as it arrives, thinking dimmed, a tool call as ``→ Bash: ls`` and its
+  result as ``← ok (12 lines)`` with a short preview, subagents, errors, and the turn's end with its
+  stop reason and the token usage of the ``session.usage`` that follows it (DPS-7.5.2-usage). When
+  the socket drops it finalises the view (DPS-7.8-finalize), reattaches with ``last_message_id``
+  and replays the ``session.history`` (DPS-7.8-unfinalize);
+* the *line reader* turns stdin into lines without blocking the loop (a reader callback on a
+  terminal or pipe, a thread for files and in-memory streams);
+* the *dispatcher* hands each line to whoever waits for it: a pending question first, else the
+  command queue (so lines typed during a turn are type-ahead, not lost);
+* the *runner* (the calling task) takes commands one at a time: a prompt is sent and the runner
+  waits until the turn it started has ended; ``/plan``, ``/default``, ``/review`` switch mode,
+  ``/compact [instruction]`` compacts, ``/help`` lists commands, ``/quit`` exits, and any other
+  ``/x`` goes to the agent as a prompt with ``input_type: "slash_command"``.
+
+Questions (``agent.interaction.request``) are asked one at a time by a fourth task, so frames keep
+printing while a question waits. A PERMISSION reads "Allow Bash: rm x? [y/N]" and is answered with
+``selected_value`` ``"allow"`` or ``"deny"``. With ``--yes``/``--no`` (``auto_answer``) questions are
+answered at once; without them, a stdin that is not a terminal denies (a script cannot be asked).
+
+Ctrl-C during a turn sends ``control.prompt.cancel`` for the running turn (a second Ctrl-C quits);
+Ctrl-C at the prompt, ``/quit`` or end of input exits, deleting the session this chat created
+unless ``--keep``. Piped stdin is the non-interactive mode tests use: each line is echoed, run to
+the end of its turn, and the chat exits after the last one. ANSI styling only when stdout is a
+terminal (and ``NO_COLOR`` is unset).
+
+Exit status: 0; 1 when the session could not be created or attached, or ended under us (deleted
+elsewhere, a fatal error, or a connection that could not be reattached).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, Final, TextIO
+
+import aiohttp
+
+from .client import Connection, GatewayClient, GatewayError, MasterView, is_synthetic
+from .protocol import frames as F
+
+__all__ = [
+    "add_chat_arguments",
+    "chat_main",
+    "run_chat",
+    "run_chat_from_args",
+]
+
+MODES: Final = ("default", "plan", "review")
+PREVIEW_LINES: Final = 3
+PREVIEW_WIDTH: Final = 100
+CALL_WIDTH: Final = 80
+ACK_TIMEOUT_S: Final = 10.0  # mode switch: the gateway answers at once or not at all
+TURN_END_GRACE_S: Final = 0.5  # how long a turn end waits for its session.usage
+REATTACH_DELAYS_S: Final = (0.2, 1.0, 3.0)
+EOF: Final = None
+
+HELP: Final = """\
+commands:
+  /plan /default /review    switch the agent's mode (between turns)
+  /compact [instruction]    compact the agent's context
+  /quit                     leave (the session is deleted unless --keep)
+  /<name> [args]            any other slash command goes to the agent
+Ctrl-C cancels the running turn; at the prompt it quits."""
+
+
+# --------------------------------------------------------------------------- output
+
+
+@dataclass(frozen=True)
+class Style:
+    dim: str = ""
+    bold: str = ""
+    red: str = ""
+    green: str = ""
+    yellow: str = ""
+    cyan: str = ""
+    reset: str = ""
+
+
+PLAIN: Final = Style()
+ANSI: Final = Style(
+    dim="\x1b[2m",
+    bold="\x1b[1m",
+    red="\x1b[31m",
+    green="\x1b[32m",
+    yellow="\x1b[33m",
+    cyan="\x1b[36m",
+    reset="\x1b[0m",
+)
+
+
+class Screen:
+    """Writes to stdout, remembering whether the cursor is at the start of a line.
+
+    Streamed text and whole lines interleave: a line always starts on a fresh line, and text
+    streamed from a subagent is indented on every line it starts.
+    """
+
+    def __init__(self, out: TextIO, style: Style) -> None:
+        self.out = out
+        self.s = style
+        self.at_line_start = True
+
+    def _write(self, text: str) -> None:
+        if not text:
+            return
+        self.out.write(text)
+        self.out.flush()
+        self.at_line_start = text.endswith("\n")
+
+    def stream(self, text: str, *, style: str = "", indent: str = "") -> None:
+        if indent:
+            lead = indent if self.at_line_start else ""
+            text = lead + text.replace("\n", "\n" + indent)
+            if text.endswith("\n" + indent):
+                text = text[: -len(indent)]
+        if style:
+            self._write(f"{style}{text}{self.s.reset}")
+            self.at_line_start = text.endswith("\n")
+        else:
+            self._write(text)
+
+    def end_line(self) -> None:
+        if not self.at_line_start:
+            self._write("\n")
+
+    def line(self, text: str, *, style: str = "", indent: str = "") -> None:
+        self.end_line()
+        body = f"{style}{text}{self.s.reset}" if style else text
+        self._write(f"{indent}{body}\n")
+
+    def ask(self, text: str) -> None:
+        """A question or the prompt: no newline, the answer is typed after it."""
+        self.end_line()
+        self._write(text)
+        self.at_line_start = False
+
+    def answer(self, text: str) -> None:
+        """The answer to the question just asked, on its line (when no terminal echoes one)."""
+        self._write(text + "\n")
+
+
+def _one_line(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# The input field that best says what a call does, per tool (Claude Code's names and others').
+_CALL_FIELDS: Final = (
+    "command",
+    "cmd",
+    "file_path",
+    "path",
+    "notebook_path",
+    "pattern",
+    "query",
+    "url",
+    "description",
+    "prompt",
+)
+
+
+def describe_call(tool_name: str, tool_input: dict[str, Any] | None) -> str:
+    """``Bash: ls -la``: the tool and its most telling input, on one short line."""
+    tool_input = tool_input or {}
+    for key in _CALL_FIELDS:
+        value = tool_input.get(key)
+        if isinstance(value, str) and value:
+            return f"{tool_name}: {_one_line(value, CALL_WIDTH)}"
+    if tool_input:
+        return f"{tool_name}: {_one_line(json.dumps(tool_input, ensure_ascii=False), CALL_WIDTH)}"
+    return tool_name
+
+
+def output_text(output: Any) -> str:
+    """A tool's output as text: strings as they are, lists one item a line, the rest as JSON."""
+    if output is None:
+        return ""
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list) and all(isinstance(x, str) for x in output):
+        return "\n".join(output)
+    return json.dumps(output, ensure_ascii=False, indent=None)
+
+
+def summarize_result(result: F.InvokeResult) -> tuple[str, list[str]]:
+    """``("ok (12 lines)", first lines)`` for a ``tool.invoke.result``."""
+    text = output_text(result.output).rstrip("\n")
+    lines = text.split("\n") if text else []
+    status = "ok" if result.status == "success" else result.status
+    if result.status == "cancelled" and lines:
+        return f"{status}: {_one_line(lines[0], PREVIEW_WIDTH)}", []
+    head = status
+    if lines:
+        head += f" ({len(lines)} line{'s' if len(lines) != 1 else ''}"
+        head += ", truncated)" if result.truncated else ")"
+    if result.duration_ms is not None:
+        head += f" {result.duration_ms} ms"
+    preview = [_one_line(line, PREVIEW_WIDTH) for line in lines[:PREVIEW_LINES]]
+    if len(lines) > PREVIEW_LINES:
+        preview.append(f"… {len(lines) - PREVIEW_LINES} more")
+    return head, preview
+
+
+def format_usage(usage: F.Usage | None) -> str:
+    if usage is None:
+        return ""
+    t = usage.token_usage
+    parts = [f"{t.input_tokens:,} in / {t.output_tokens:,} out tokens"]
+    if t.cache_read_tokens:
+        parts.append(f"{t.cache_read_tokens:,} cached")
+    if t.thinking_tokens:
+        parts.append(f"{t.thinking_tokens:,} thinking")
+    if usage.cost_usage.used:
+        parts.append(f"{usage.cost_usage.used:.4f} {usage.cost_usage.unit}")
+    return " · ".join(parts)
+
+
+def permission_question(req: F.InteractionRequest) -> str:
+    """``Allow Bash: rm x?`` from the request's context, else its own question text."""
+    ctx = req.context
+    if ctx is not None and ctx.tool_name:
+        return f"Allow {describe_call(ctx.tool_name, ctx.tool_input)}?"
+    return req.question_text
+
+
+def _option_value(req: F.InteractionRequest, allow: bool) -> str:
+    """The option that allows (or denies), preferring the values "allow" and "deny"."""
+    wanted = "allow" if allow else "deny"
+    values = [o.value for o in req.options]
+    if wanted in values:
+        return wanted
+    for value in values:
+        if value.lower().startswith(wanted[:4] if allow else ("deny", "reject", "no")):
+            return value
+    return wanted
+
+
+def _depth_indent(frame: F.Frame) -> str:
+    ctx = (frame.metadata or {}).get("subagent_context")
+    depth = ctx.get("depth", 0) if isinstance(ctx, dict) else 0
+    return "  " * int(depth or 0)
+
+
+# --------------------------------------------------------------------------- input
+
+
+class LineSource:
+    """stdin as an async stream of lines (``None`` at end of input), never blocking the loop.
+
+    A terminal or a pipe is watched with ``add_reader`` and read with ``os.read``; anything else (a
+    regular file, a ``StringIO``) is read on a daemon thread, where a read never blocks for long.
+    Reading the file descriptor directly keeps Python's buffered ``sys.stdin`` (and its lock) out of
+    it, so nothing holds that lock when the interpreter exits.
+    """
+
+    def __init__(self, stdin: TextIO, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._fd: int | None = None
+        self._partial = b""
+        fd = self._fileno(stdin)
+        if fd is not None:
+            try:
+                loop.add_reader(fd, self._readable)
+                self._fd = fd
+            except (OSError, ValueError, NotImplementedError, RuntimeError):
+                self._fd = None  # e.g. a regular file, which epoll refuses
+        if self._fd is None:
+            threading.Thread(target=self._read_thread, args=(stdin,), daemon=True).start()
+
+    @staticmethod
+    def _fileno(stdin: TextIO) -> int | None:
+        try:
+            return stdin.fileno()
+        except (AttributeError, OSError, ValueError):
+            return None
+
+    def _readable(self) -> None:
+        assert self._fd is not None
+        try:
+            data = os.read(self._fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            if self._partial:
+                self.queue.put_nowait(self._partial.decode(errors="replace"))
+                self._partial = b""
+            self.close()
+            self.queue.put_nowait(EOF)
+            return
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        for line in lines:
+            self.queue.put_nowait(line.rstrip(b"\r").decode(errors="replace"))
+
+    def _read_thread(self, stdin: TextIO) -> None:
+        def put(item: str | None) -> bool:
+            try:
+                self._loop.call_soon_threadsafe(self.queue.put_nowait, item)
+            except RuntimeError:  # the loop is closed: nobody is listening any more
+                return False
+            return True
+
+        try:
+            for line in iter(stdin.readline, ""):
+                if not put(line.rstrip("\r\n")):
+                    return
+        except (OSError, ValueError):
+            pass
+        put(EOF)
+
+    async def get(self) -> str | None:
+        return await self.queue.get()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._fd)
+            self._fd = None
+
+
+# --------------------------------------------------------------------------- the chat
+
+
+class _Quit(Exception):
+    """Leave the runner loop (Ctrl-C at the prompt, /quit, or the session ended)."""
+
+
+@dataclass
+class _Awaiting:
+    """What the runner waits for after a command: the end of the turn it started, or an answer."""
+
+    kind: str  # "turn" (a prompt or /compact), "mode"
+    sent_id: str
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    turn_id: str | None = None
+    outcome: F.Frame | None = None
+
+    def finish(self, frame: F.Frame | None = None) -> None:
+        if not self.done.is_set():
+            self.outcome = frame
+            self.done.set()
+
+
+class Chat:
+    """One terminal master on one attached session; ``await run()`` until the user leaves."""
+
+    def __init__(
+        self,
+        client: GatewayClient,
+        conn: Connection,
+        *,
+        screen: Screen,
+        lines: LineSource,
+        interactive: bool,
+        auto_answer: str | None,
+        reattach_delays: tuple[float, ...] = REATTACH_DELAYS_S,
+        turn_end_grace_s: float = TURN_END_GRACE_S,
+    ) -> None:
+        self.client = client
+        self.conn = conn
+        self.session_id = conn.session_id
+        self.view = MasterView(conn.session_id)
+        self.screen = screen
+        self.s = screen.s
+        self.lines = lines
+        self.interactive = interactive
+        self.auto_answer = auto_answer
+        self.reattach_delays = reattach_delays
+        self.turn_end_grace_s = turn_end_grace_s
+        self.status = 0
+        self.commands: list[F.Command] = []
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._asks: asyncio.Queue[F.Frame] = asyncio.Queue()
+        self._answer: asyncio.Future[str | None] | None = None
+        self._asking: tuple[str, asyncio.Task[None]] | None = None
+        self._awaiting: _Awaiting | None = None
+        self._ended = asyncio.Event()  # the session is gone for good
+        self._quit = asyncio.Event()
+        self._cancelled_turn: str | None = None
+        self._stream_key: tuple[Any, ...] | None = None
+        self._turn_end: tuple[F.Frame, asyncio.TimerHandle] | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    # -- lifecycle
+
+    async def run(self) -> int:
+        self._tasks = [
+            asyncio.create_task(self._receive_loop(), name="chat-receive"),
+            asyncio.create_task(self._dispatch_loop(), name="chat-dispatch"),
+            asyncio.create_task(self._ask_loop(), name="chat-ask"),
+        ]
+        try:
+            await self._run_commands()
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            for task in self._tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+            if self._asking is not None:
+                self._asking[1].cancel()
+        return self.status
+
+    def on_sigint(self) -> None:
+        """Ctrl-C: cancel the running turn; at the prompt (or a second time), quit."""
+        turn = self.view.turn_id
+        if turn is not None and self._cancelled_turn != turn and not self._ended.is_set():
+            self._cancelled_turn = turn
+            self.screen.line("^C cancelling the turn (Ctrl-C again to quit)", style=self.s.yellow)
+            asyncio.get_running_loop().create_task(self._send(self.conn.cancel(turn)))
+            return
+        self.screen.end_line()
+        self._quit.set()
+
+    async def _send(self, sending: Awaitable[F.Frame]) -> F.Frame | None:
+        try:
+            frame = await sending
+        except (aiohttp.ClientError, ConnectionError, RuntimeError) as err:
+            self.screen.line(f"✗ could not send: {err}", style=self.s.red)
+            return None
+        self.view.apply(frame)
+        return frame
+
+    # -- the runner
+
+    async def _next_command(self) -> str | None:
+        if self.interactive and self._queue.empty():
+            self.screen.ask(f"{self.s.bold}>{self.s.reset} ")
+        return await self._until_quit(self._queue.get())
+
+    async def _until_quit(self, aw: Awaitable[Any]) -> Any:
+        """``aw``'s result, or ``_Quit`` if the user quits or the session ends first."""
+        task = asyncio.ensure_future(aw)
+        stops = [
+            asyncio.ensure_future(self._quit.wait()),
+            asyncio.ensure_future(self._ended.wait()),
+        ]
+        try:
+            await asyncio.wait([task, *stops], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for stop in stops:
+                stop.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        raise _Quit
+
+    async def _run_commands(self) -> None:
+        with contextlib.suppress(_Quit):
+            while (line := await self._next_command()) is not EOF:
+                line = line.strip()
+                if not line:
+                    continue
+                if not self.interactive:
+                    self.screen.line(f"> {line}", style=self.s.bold)
+                await self._command(line)
+        self.screen.end_line()
+
+    async def _command(self, line: str) -> None:
+        if not line.startswith("/"):
+            await self._prompt(line, "text")
+            return
+        name, _, rest = line[1:].partition(" ")
+        if name in ("quit", "exit"):
+            raise _Quit
+        if name == "help":
+            self._help()
+        elif name in MODES:
+            await self._switch_mode(name)
+        elif name == "compact":
+            await self._send_and_wait("turn", self.conn.compact(rest.strip() or None), None)
+        else:
+            await self._prompt(line, "slash_command")
+
+    def _help(self) -> None:
+        self.screen.line(HELP, style=self.s.dim)
+        if self.commands:
+            names = " ".join(f"/{c.name}" for c in self.commands)
+            self.screen.line(f"agent commands: {names}", style=self.s.dim)
+
+    async def _prompt(self, text: str, input_type: str) -> None:
+        self._cancelled_turn = None
+        await self._send_and_wait("turn", self.conn.prompt(text, input_type=input_type), None)
+
+    async def _switch_mode(self, mode: str) -> None:
+        awaiting = await self._send_and_wait("mode", self.conn.switch_mode(mode), ACK_TIMEOUT_S)
+        if awaiting is None:
+            return
+        outcome = awaiting.outcome
+        if outcome is not None and isinstance(outcome.payload, F.StateChanged):  # type: ignore[attr-defined]
+            self.screen.line(f"mode: {mode} (from the next turn)", style=self.s.cyan)
+        elif outcome is None and not self._ended.is_set():
+            self.screen.line(f"mode switch to {mode} not acknowledged", style=self.s.yellow)
+
+    async def _send_and_wait(
+        self, kind: str, sending: Awaitable[F.Frame], timeout: float | None
+    ) -> _Awaiting | None:
+        """Send a control frame and wait for what answers it (see ``_Awaiting``)."""
+        awaiting = _Awaiting(kind, "")
+        # Waiting starts before sending: the answer may be received while the send is awaited.
+        self._awaiting = awaiting
+        try:
+            sent = await self._send(sending)
+            if sent is None:
+                return None
+            awaiting.sent_id = sent.message_id
+            await self._until_quit(asyncio.wait_for(awaiting.done.wait(), timeout))
+        except TimeoutError:
+            pass
+        finally:
+            self._awaiting = None
+        return awaiting
+
+    # -- input routing
+
+    async def _dispatch_loop(self) -> None:
+        while True:
+            line = await self.lines.get()
+            if self._answer is not None and not self._answer.done():
+                self._answer.set_result(line)  # a pending question takes the line first
+                if line is EOF:
+                    self._queue.put_nowait(EOF)
+                    return
+                continue
+            self._queue.put_nowait(line)
+            if line is EOF:
+                return
+
+    # -- questions
+
+    async def _ask_loop(self) -> None:
+        while True:
+            request = await self._asks.get()
+            req: F.InteractionRequest = request.payload  # type: ignore[attr-defined]
+            if req.interaction_id not in self._pending_ids():
+                continue  # answered elsewhere, or its turn ended, while it waited in line
+            task = asyncio.create_task(self._ask(request))
+            self._asking = (req.interaction_id, task)
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            self._asking = None
+
+    def _pending_ids(self) -> set[str]:
+        return {f.payload.interaction_id for f in self.view.pending_interactions}  # type: ignore[attr-defined]
+
+    def _withdraw_stale_question(self) -> None:
+        if self._asking is not None and self._asking[0] not in self._pending_ids():
+            self._asking[1].cancel()
+            self.screen.line("(question withdrawn)", style=self.s.dim)
+
+    async def _ask(self, request: F.Frame) -> None:
+        req: F.InteractionRequest = request.payload  # type: ignore[attr-defined]
+        turn_id = request.turn_id
+        if req.interaction_type == "PERMISSION":
+            question = f"{permission_question(req)} [y/N] "
+        elif req.interaction_type == "YN":
+            question = f"{req.question_text} [y/N] "
+        else:
+            question = req.question_text
+            for i, option in enumerate(req.options, 1):
+                question += f"\n  {i}. {option.label}"
+                if option.description:
+                    question += f" ({option.description})"
+            question += "\n? "
+        indent = _depth_indent(request)
+
+        answer: str | None
+        if self.auto_answer is not None:
+            answer = "y" if self.auto_answer == "allow" else "n"
+            self.screen.ask(f"{indent}{self.s.yellow}{question}{self.s.reset}")
+            self.screen.answer(f"{answer} (--{'yes' if answer == 'y' else 'no'})")
+        elif not self.interactive:
+            answer = None
+            self.screen.ask(f"{indent}{self.s.yellow}{question}{self.s.reset}")
+            self.screen.answer("n (stdin is not a terminal; --yes to allow)")
+        else:
+            self._answer = asyncio.get_running_loop().create_future()
+            self.screen.ask(f"{indent}{self.s.yellow}{question}{self.s.reset}")
+            try:
+                answer = await asyncio.wait_for(self._answer, req.timeout_sec or None)
+            except TimeoutError:
+                self.screen.line(f"(no answer in {req.timeout_sec:g} s)", style=self.s.dim)
+                await self._send(self.conn.interaction_timeout(req.interaction_id, turn_id=turn_id))
+                return
+            finally:
+                self._answer = None
+            self.screen.at_line_start = True  # the terminal echoed the answer and its newline
+            if answer is EOF:
+                await self._send(self.conn.interaction_timeout(req.interaction_id, turn_id=turn_id))
+                return
+        value, text = self._answer_value(req, answer)
+        if value is None:
+            await self._send(self.conn.interaction_timeout(req.interaction_id, turn_id=turn_id))
+            return
+        await self._send(
+            self.conn.answer(req.interaction_id, value, text_input=text, turn_id=turn_id)
+        )
+
+    @staticmethod
+    def _answer_value(
+        req: F.InteractionRequest, answer: str | None
+    ) -> tuple[str | list[str] | None, str | None]:
+        """The ``selected_value`` (and ``text_input``) for a typed answer; ``None`` declines."""
+        yes = answer is not None and answer.strip().lower() in ("y", "yes")
+        if req.interaction_type == "PERMISSION":
+            return _option_value(req, yes), None
+        if req.interaction_type == "YN":
+            if not req.options:
+                return ("yes" if yes else "no"), None
+            return req.options[0 if yes else -1].value, None
+        if req.interaction_type == "TEXT_INPUT":
+            if answer is None:
+                return req.default_value, None
+            return answer, answer
+        # SELECT / MULTI_SELECT: numbers or values; no answer takes the default.
+        if answer is None or not answer.strip():
+            if req.default_value is not None:
+                return req.default_value, None
+            if answer is None and req.options and yes:
+                return req.options[0].value, None
+            return None, None
+        chosen: list[str] = []
+        for token in answer.replace(",", " ").split():
+            if token.isdigit() and 1 <= int(token) <= len(req.options):
+                chosen.append(req.options[int(token) - 1].value)
+            else:
+                chosen.append(token)
+        if req.interaction_type == "MULTI_SELECT":
+            return chosen, None
+        return chosen[0], None
+
+    # -- receiving
+
+    async def _receive_loop(self) -> None:
+        try:
+            while True:
+                frame = await self.conn.receive()
+                if frame is None:
+                    if self.view.deleted is not None or not await self._reattach():
+                        break
+                    continue
+                self._on_frame(frame)
+        finally:
+            self._flush_turn_end()
+            self._ended.set()
+            if self._awaiting is not None:
+                self._awaiting.finish()
+
+    async def _reattach(self) -> bool:
+        """The socket dropped: finalise, then reattach where we stopped (DPS-7.8)."""
+        self._flush_turn_end()
+        for synthetic in self.view.finalize():
+            self._present(synthetic)
+        self._flush_turn_end()
+        self.screen.line("connection lost; reattaching…", style=self.s.yellow)
+        for delay in self.reattach_delays:
+            await asyncio.sleep(delay)
+            try:
+                conn = await self.client.attach(
+                    self.session_id, last_message_id=self.conn.last_message_id
+                )
+            except GatewayError as err:
+                if err.status in (401, 403, 404):
+                    self.screen.line(f"✗ cannot reattach: {err}", style=self.s.red)
+                    break
+                continue
+            except (aiohttp.ClientError, OSError):
+                continue
+            self.conn = conn
+            return True
+        self.screen.line("✗ the connection could not be reattached", style=self.s.red)
+        self.status = 1
+        return False
+
+    def _on_frame(self, frame: F.Frame) -> None:
+        payload = frame.payload  # type: ignore[attr-defined]
+        if isinstance(payload, F.History):
+            self._on_history(payload)
+            return
+        if not self.view.apply(frame):
+            return
+        self._present(frame)
+
+    def _on_history(self, payload: F.History) -> None:
+        outcome = self.view.history(payload)
+        if outcome.unfinalized:
+            if outcome.applied:
+                self.screen.line(
+                    f"(reattached; {len(outcome.applied)} missed frames follow)", style=self.s.dim
+                )
+            else:
+                self.screen.line("(reattached)", style=self.s.dim)
+            for frame in outcome.applied:
+                self._present(frame)
+        elif outcome.reason == "truncated":
+            lost = outcome.lost_frame_count
+            # §7.1.1: the user must be told the data is incomplete.
+            self.screen.line(
+                f"(reattached, but the gateway's buffer overflowed: "
+                f"{lost if lost is not None else 'some'} frames lost; what is shown is incomplete)",
+                style=self.s.yellow,
+            )
+        else:
+            self._session_deleted()
+        awaiting = self._awaiting
+        if awaiting is not None and awaiting.turn_id and self.view.turn_id != awaiting.turn_id:
+            awaiting.finish()  # the turn we waited for is over (or was lost with the session)
+
+    def _session_deleted(self) -> None:
+        deleted = self.view.deleted
+        if deleted is None:
+            return
+        self.screen.line(
+            f"session deleted ({deleted.reason}, by {deleted.deleted_by})", style=self.s.yellow
+        )
+        self.status = 1  # ended under us: a script must not take this for success
+        self._ended.set()
+
+    # -- presenting frames
+
+    def _present(self, frame: F.Frame) -> None:
+        """Print one frame and move the runner's and the asker's state along."""
+        p = frame.payload  # type: ignore[attr-defined]
+        if self._turn_end is not None and not isinstance(p, F.Usage):
+            self._flush_turn_end()
+        s = self.s
+        indent = _depth_indent(frame)
+        sub = (frame.metadata or {}).get("subagent_context") or {}
+        parent = sub.get("parent_invocation_id") if isinstance(sub, dict) else None
+
+        if isinstance(p, F.TextDelta):
+            self._stream_to(("text", parent, p.content_index))
+            self.screen.stream(p.text, indent=indent)
+        elif isinstance(p, F.ThinkingDelta):
+            key = ("thinking", parent, p.content_index)
+            if self._stream_key != key and not s.dim:
+                self._stream_to(key)
+                self.screen.stream("(thinking) ", indent=indent)
+            self._stream_to(key)
+            text = "[redacted]" if p.redacted and not p.text else p.text
+            self.screen.stream(text, style=s.dim, indent=indent)
+        elif isinstance(p, F.TextDone | F.ThinkingDone):
+            kind = "text" if isinstance(p, F.TextDone) else "thinking"
+            if self._stream_key == (kind, parent, p.content_index):
+                self.screen.end_line()
+                self._stream_key = None
+            if p.is_cancelled:
+                self.screen.line("(cancelled)", style=s.dim, indent=indent)
+        elif isinstance(p, F.InvokeRequest):
+            self._stream_to(None)
+            line = f"→ {describe_call(p.tool_name, p.input)}"
+            self.screen.line(line, style=s.cyan, indent=indent)
+        elif isinstance(p, F.InvokeStream):
+            self._stream_to(("tool", p.invocation_id))
+            self.screen.stream(p.chunk, style=s.dim, indent=indent + "  ")
+        elif isinstance(p, F.InvokeResult):
+            self._stream_to(None)
+            head, preview = summarize_result(p)
+            color = s.green if p.status == "success" else s.red
+            self.screen.line(f"← {head}", style=color, indent=indent)
+            for line in preview:
+                self.screen.line(line, style=s.dim, indent=indent + "  ")
+        elif isinstance(p, F.SubagentStarted):
+            what = " ".join(x for x in (p.agent_type, p.description) if x) or "subagent"
+            self.screen.line(f"⇢ subagent: {what}", style=s.cyan, indent=indent)
+        elif isinstance(p, F.SubagentEnded):
+            took = f" in {p.duration_ms / 1000:.1f} s" if p.duration_ms is not None else ""
+            self.screen.line(f"⇠ subagent {p.status}{took}", style=s.cyan, indent=indent)
+        elif isinstance(p, F.InteractionRequest):
+            self._stream_to(None)
+            self._asks.put_nowait(frame)
+        elif isinstance(p, F.InteractionResponse | F.InteractionTimeout):
+            self._withdraw_stale_question()
+        elif isinstance(p, F.AgentError):
+            self.screen.line(
+                f"✗ {p.severity} {p.error_code}: {p.message}", style=s.red, indent=indent
+            )
+        elif isinstance(p, F.SessionError):
+            fatal = " (fatal)" if p.fatal else ""
+            self.screen.line(f"✗ {p.error_code}: {p.message}{fatal}", style=s.red)
+            if p.fatal:
+                self.status = 1
+            self._awaiting_error(frame)
+        elif isinstance(p, F.TurnStart):
+            self._stream_key = None
+            awaiting = self._awaiting
+            if (
+                awaiting is not None
+                and awaiting.kind == "turn"
+                and awaiting.turn_id is None
+                and (frame.parent_id is None or frame.parent_id == awaiting.sent_id)
+            ):
+                awaiting.turn_id = p.turn_id
+        elif isinstance(p, F.TurnEnd):
+            self._stream_to(None)
+            # Printed with the session.usage that follows it (DPS-7.5.2-usage), or alone.
+            handle = asyncio.get_running_loop().call_later(
+                self.turn_end_grace_s, self._flush_turn_end
+            )
+            self._turn_end = (frame, handle)
+            self._withdraw_stale_question()
+        elif isinstance(p, F.Usage):
+            if self._turn_end is not None and not sub:
+                self._flush_turn_end(p)
+        elif isinstance(p, F.StateChanged):
+            awaiting = self._awaiting
+            if p.reason == "mode_switch" and awaiting is not None and awaiting.kind == "mode":
+                awaiting.finish(frame)
+        elif isinstance(p, F.Compacted):
+            self.screen.line(
+                f"⟲ compacted ({p.trigger}): {p.previous_token_count:,} → "
+                f"{p.current_token_count:,} tokens",
+                style=s.cyan,
+            )
+            awaiting = self._awaiting
+            if awaiting is not None and awaiting.kind == "turn" and awaiting.turn_id is None:
+                awaiting.finish(frame)  # a compaction that ran outside a turn
+        elif isinstance(p, F.PromptRequest):
+            # Another master's prompt, relayed (DPS-2.4-relay): show it like ours.
+            self.screen.line(f"» {p.prompt_text}", style=s.bold)
+        elif isinstance(p, F.Renamed):
+            self.screen.line(f"session renamed to {p.name!r}", style=s.dim)
+        elif isinstance(p, F.Deleted):
+            self._session_deleted()
+        elif isinstance(p, F.CommandsPublish):
+            self.commands = list(p.commands)
+        # Capabilities, catalogs, file transfers and the gateway's own events: nothing to print.
+
+    def _stream_to(self, key: tuple[Any, ...] | None) -> None:
+        """Start a new line when the stream being printed changes (text → thinking → tool)."""
+        if key != self._stream_key:
+            self.screen.end_line()
+            self._stream_key = key
+
+    def _awaiting_error(self, frame: F.Frame) -> None:
+        awaiting = self._awaiting
+        # An error before our command produced anything is its answer (PROMPT_IN_PROGRESS,
+        # MODE_SWITCH_DURING_TURN, COMPACTION_NOT_SUPPORTED, ...).
+        if awaiting is not None and awaiting.turn_id is None:
+            awaiting.finish(frame)
+
+    def _flush_turn_end(self, usage: F.Usage | None = None) -> None:
+        if self._turn_end is None:
+            return
+        frame, handle = self._turn_end
+        self._turn_end = None
+        handle.cancel()
+        end: F.TurnEnd = frame.payload  # type: ignore[attr-defined]
+        parts = [f"— {end.stop_reason}"]
+        if usage is not None:
+            parts.append(format_usage(usage))
+        if end.tool_invocation_count:
+            n = end.tool_invocation_count
+            parts.append(f"{n} tool call{'s' if n != 1 else ''}")
+        if is_synthetic(frame):
+            parts.append("(connection lost)")
+        style = self.s.red if end.stop_reason in ("error", "disconnected") else self.s.dim
+        self.screen.line(" · ".join(parts), style=style)
+        awaiting = self._awaiting
+        # A turn lost with the connection is not over yet: a reattach may bring it back.
+        if awaiting is not None and awaiting.turn_id == end.turn_id and not is_synthetic(frame):
+            awaiting.finish(frame)
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+async def run_chat(
+    url: str,
+    *,
+    agent: str | None,
+    token: str | None = None,
+    workspace: str | None = None,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+    auto_answer: str | None = None,
+    session_id: str | None = None,
+    keep: bool = False,
+    name: str | None = None,
+    color: bool | None = None,
+    interactive: bool | None = None,
+    handle_sigint: bool | None = None,
+    reattach_delays: tuple[float, ...] = REATTACH_DELAYS_S,
+) -> int:
+    """Run the terminal chat against the gateway at ``url``; returns the exit status.
+
+    Creates a session of ``agent`` in ``workspace`` (or attaches to ``session_id``), then reads
+    prompts from ``stdin`` until end of input, ``/quit`` or Ctrl-C. ``auto_answer`` is ``"allow"``
+    (``--yes``), ``"deny"`` (``--no``) or ``None`` (ask when interactive, else deny). The session
+    this call created is deleted on the way out unless ``keep``. ``interactive``, ``color`` and
+    ``handle_sigint`` default from whether stdin/stdout are terminals.
+    """
+    stdin = stdin if stdin is not None else sys.stdin
+    stdout = stdout if stdout is not None else sys.stdout
+    if auto_answer not in (None, "allow", "deny"):
+        raise ValueError(f"auto_answer must be 'allow', 'deny' or None, not {auto_answer!r}")
+    if interactive is None:
+        interactive = _isatty(stdin)
+    if color is None:
+        color = _isatty(stdout) and not os.environ.get("NO_COLOR")
+    if handle_sigint is None:
+        handle_sigint = interactive and threading.current_thread() is threading.main_thread()
+    screen = Screen(stdout, ANSI if color else PLAIN)
+    if session_id is None and not agent:
+        screen.line("✗ give --agent NAME (or --session ID to attach)", style=screen.s.red)
+        return 1
+
+    loop = asyncio.get_running_loop()
+    async with GatewayClient(url, token=token) as client:
+        created = False
+        try:
+            if session_id is not None:
+                session = await client.get_session(session_id)
+            else:
+                assert agent is not None
+                session = await client.create_session(agent, workspace_path=workspace, name=name)
+                created = True
+            conn = await client.attach(session)
+        except GatewayError as err:
+            screen.line(f"✗ {err}", style=screen.s.red)
+            return 1
+        except (aiohttp.ClientError, OSError) as err:
+            screen.line(f"✗ cannot reach the gateway at {url}: {err}", style=screen.s.red)
+            return 1
+
+        sid = str(session["session_id"])
+        where = f" · {workspace}" if workspace else ""
+        screen.line(
+            f"session {sid} · agent {session.get('agent', agent)}{where}", style=screen.s.dim
+        )
+        if interactive:
+            screen.line(
+                "/help for commands · Ctrl-C cancels a turn · Ctrl-D quits", style=screen.s.dim
+            )
+
+        lines = LineSource(stdin, loop)
+        chat = Chat(
+            client,
+            conn,
+            screen=screen,
+            lines=lines,
+            interactive=interactive,
+            auto_answer=auto_answer,
+            reattach_delays=reattach_delays,
+        )
+        if handle_sigint:
+            loop.add_signal_handler(signal.SIGINT, chat.on_sigint)
+        try:
+            status = await chat.run()
+        finally:
+            if handle_sigint:
+                loop.remove_signal_handler(signal.SIGINT)
+            lines.close()
+            if created and not keep and chat.view.deleted is None:
+                with contextlib.suppress(GatewayError, aiohttp.ClientError, OSError):
+                    await client.delete_session(sid)
+            elif created and keep:
+                screen.line(f"session {sid} kept", style=screen.s.dim)
+            with contextlib.suppress(Exception):
+                await chat.conn.close()
+        return status
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def add_chat_arguments(
+    parser: argparse.ArgumentParser, *, url: bool = True, default_agent: str | None = None
+) -> None:
+    """The chat's options. ``url=False`` for ``demo``, which starts its own server."""
+    if url:
+        parser.add_argument("--url", required=True, help="the gateway, e.g. http://127.0.0.1:8765")
+    parser.add_argument(
+        "--agent",
+        default=default_agent,
+        help="agent profile for a new session"
+        + (f" (default {default_agent})" if default_agent else ""),
+    )
+    parser.add_argument(
+        "--token-file", help="file holding the bearer token (else $RAWP_GATEWAY_TOKEN)"
+    )
+    parser.add_argument(
+        "--workspace", help="the session's workspace_path (inside the gateway's root)"
+    )
+    parser.add_argument("--session", dest="session_id", help="attach to this existing session")
+    answers = parser.add_mutually_exclusive_group()
+    answers.add_argument(
+        "--yes",
+        dest="auto_answer",
+        action="store_const",
+        const="allow",
+        help="allow every permission question without asking",
+    )
+    answers.add_argument(
+        "--no",
+        dest="auto_answer",
+        action="store_const",
+        const="deny",
+        help="deny every permission question without asking",
+    )
+    parser.add_argument("--keep", action="store_true", help="do not delete the session on exit")
+
+
+def read_token(token_file: str | None) -> str | None:
+    """The bearer token from ``--token-file``, else ``$RAWP_GATEWAY_TOKEN``, else none."""
+    if token_file:
+        with open(token_file, encoding="utf-8") as f:
+            return f.read().strip() or None
+    return os.environ.get("RAWP_GATEWAY_TOKEN") or None
+
+
+async def run_chat_from_args(
+    args: argparse.Namespace,
+    *,
+    url: str | None = None,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+) -> int:
+    """``run_chat`` with the options of ``add_chat_arguments``; ``url`` overrides ``args.url``."""
+    target = url or getattr(args, "url", None)
+    if not target:
+        raise ValueError("no gateway URL")
+    try:
+        token = read_token(getattr(args, "token_file", None))
+    except OSError as err:
+        (stdout or sys.stdout).write(f"✗ cannot read the token file: {err}\n")
+        return 1
+    return await run_chat(
+        target,
+        agent=args.agent,
+        token=token,
+        workspace=args.workspace,
+        stdin=stdin,
+        stdout=stdout,
+        auto_answer=args.auto_answer,
+        session_id=args.session_id,
+        keep=args.keep,
+    )
+
+
+def chat_main(args: argparse.Namespace) -> int:
+    """``rawp-gateway chat``: run the chat on a fresh event loop."""
+    return asyncio.run(run_chat_from_args(args))

@@ -1,0 +1,660 @@
+"""`rawp-gateway chat` against a fake gateway that follows control-plane.md, and helpers.
+
+The fake (``FakeGateway``) is a test peer for the client: it creates and deletes sessions over
+HTTP, speaks ``rawp-dps-1.0`` on the WebSocket (capabilities first, ``session.history`` on a
+reattach with ``last_message_id``), and plays a scripted turn per prompt. It records every frame the
+chat sends, so tests assert on the wire, not only on the screen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import itertools
+import os
+import signal
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import pytest
+from aiohttp import WSMsgType, web
+from aiohttp.test_utils import TestServer
+
+from gateway.chat import (
+    add_chat_arguments,
+    describe_call,
+    permission_question,
+    run_chat,
+    run_chat_from_args,
+    summarize_result,
+)
+from gateway.protocol import codec
+from gateway.protocol import frames as F
+from gateway.protocol.capabilities import ALL_FEATURES
+from gateway.protocol.factory import FrameFactory
+
+SUBPROTOCOL = "rawp-dps-1.0"
+TOKEN = "s3cret-token"
+
+
+def usage(turn_id: str) -> F.Usage:
+    return F.Usage(
+        turn_id=turn_id,
+        token_usage=F.TokenUsage(input_tokens=1200, output_tokens=34),
+        cost_usage=F.Quota(limit=-1, used=0, unit="USD"),
+        message_usage=F.Quota(limit=-1, used=1, unit="COUNT"),
+        time_to_reset="2026-11-30T00:00:00.000Z",
+    )
+
+
+def fake_factory(session_id: str) -> FrameFactory:
+    """The fake's frames are one millisecond apart, so a replayed history has one order.
+
+    (A real gateway sends several frames in one millisecond; ordered by ``timestamp`` then
+    ``message_id`` as DPS-2.3-history-order says, those would replay in random-id order.)
+    """
+    ms = itertools.count()
+    return FrameFactory(
+        session_id,
+        clock=lambda: (
+            f"2026-11-29T21:{(m := next(ms)) // 60000:02d}:{m // 1000 % 60:02d}.{m % 1000:03d}Z"
+        ),
+    )
+
+
+@dataclass
+class FakeSession:
+    session_id: str
+    agent: str
+    factory: FrameFactory
+    log: list[F.Frame] = field(default_factory=list)  # everything sent, for session.history
+    sockets: list[web.WebSocketResponse] = field(default_factory=list)
+    received: list[F.Frame] = field(default_factory=list)
+    attach_queries: list[dict[str, str]] = field(default_factory=list)
+    answers: asyncio.Queue[F.Frame] = field(default_factory=asyncio.Queue)
+    cancels: asyncio.Queue[F.Frame] = field(default_factory=asyncio.Queue)
+    mode: str = "default"
+    turn_index: int = 0
+    running: str | None = None
+    deleted: bool = False
+    turn_started: asyncio.Event = field(default_factory=asyncio.Event)
+    asked: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def obj(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "name": None,
+            "agent": self.agent,
+            "origin": "remote",
+            "state": "TERMINATED" if self.deleted else "RUNNING" if self.running else "IDLE",
+            "agent_state": "idle",
+            "mode": self.mode,
+            "turn_index": self.turn_index,
+            "connections": len(self.sockets),
+            "created_at": "2026-11-29T21:00:00.000Z",
+            "ws_path": f"/v1/session/{self.session_id}/ws",
+        }
+
+    async def emit(self, payload: F.Payload, *, turn_id: str | None = None) -> F.Frame:
+        frame = self.factory.frame(payload, turn_id=turn_id)
+        self.log.append(frame)
+        data = codec.encode(frame).decode()
+        for ws in list(self.sockets):
+            if not ws.closed:
+                await ws.send_str(data)
+        return frame
+
+
+class FakeGateway:
+    """A scripted stand-in for the real server: enough of control-plane.md for a master."""
+
+    def __init__(self, *, token: str | None = None, agents: tuple[str, ...] = ("demo",)) -> None:
+        self.token = token
+        self.agents = agents
+        self.sessions: dict[str, FakeSession] = {}
+        self.deleted: list[str] = []
+        self.app = web.Application()
+        self.app.router.add_post("/v1/session", self.create)
+        self.app.router.add_get("/v1/session/{id}", self.get)
+        self.app.router.add_delete("/v1/session/{id}", self.delete)
+        self.app.router.add_get("/v1/session/{id}/ws", self.websocket)
+
+    @staticmethod
+    def error(status: int, code: str, message: str) -> web.Response:
+        return web.json_response({"error_code": code, "message": message}, status=status)
+
+    def authorized(self, request: web.Request) -> bool:
+        return self.token is None or request.headers.get("Authorization") == f"Bearer {self.token}"
+
+    def session(self) -> FakeSession:
+        (only,) = self.sessions.values()
+        return only
+
+    async def create(self, request: web.Request) -> web.Response:
+        if not self.authorized(request):
+            return self.error(401, "UNAUTHORIZED", "bearer token required")
+        body = await request.json()
+        if body.get("agent") not in self.agents:
+            return self.error(404, "AGENT_NOT_FOUND", f"no agent {body.get('agent')!r}")
+        sid = str(uuid.uuid4())
+        self.sessions[sid] = FakeSession(sid, body["agent"], fake_factory(sid))
+        return web.json_response(self.sessions[sid].obj(), status=201)
+
+    def find(self, request: web.Request) -> FakeSession | web.Response:
+        if not self.authorized(request):
+            return self.error(401, "UNAUTHORIZED", "bearer token required")
+        s = self.sessions.get(request.match_info["id"])
+        return s if s is not None else self.error(404, "SESSION_NOT_FOUND", "no such session")
+
+    async def get(self, request: web.Request) -> web.Response:
+        s = self.find(request)
+        return s if isinstance(s, web.Response) else web.json_response(s.obj())
+
+    async def delete(self, request: web.Request) -> web.Response:
+        s = self.find(request)
+        if isinstance(s, web.Response):
+            return s
+        s.deleted = True
+        self.deleted.append(s.session_id)
+        await s.emit(
+            F.Deleted(session_id=s.session_id, reason="master_request", deleted_by="master")
+        )
+        for ws in list(s.sockets):
+            await ws.close()
+        return web.json_response(s.obj())
+
+    async def websocket(self, request: web.Request) -> web.StreamResponse:
+        s = self.find(request)
+        if isinstance(s, web.Response):
+            return s
+        offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
+        if SUBPROTOCOL not in offered:
+            return self.error(400, "SUBPROTOCOL_REQUIRED", "offer rawp-dps-1.0")
+        ws = web.WebSocketResponse(protocols=(SUBPROTOCOL,))
+        await ws.prepare(request)
+        s.attach_queries.append(dict(request.query))
+        caps = F.Capabilities(
+            protocol_version="rawp-dps-1.0",
+            supported_namespaces=["agent", "tool", "control", "session"],
+            features=F.Features(plan_mode=True, context_compaction=True, adapter_type="process"),
+        )
+        await ws.send_str(codec.encode(s.factory.frame(caps)).decode())
+        last = request.query.get("last_message_id")
+        if last is not None:
+            ids = [f.message_id for f in s.log]
+            missed = s.log[ids.index(last) + 1 :] if last in ids else s.log
+            history = F.History(
+                frames=[msgspec.Raw(codec.encode(f)) for f in missed],
+                buffer_status=F.BufferStatus(policy_applied="RING", truncated=last not in ids),
+                last_sync_timestamp=missed[-1].timestamp if missed else "",
+                last_message_id=missed[-1].message_id if missed else last,
+            )
+            await ws.send_str(codec.encode(s.factory.frame(history)).decode())
+        commands = F.CommandsPublish(
+            commands=[
+                F.Command(name="compact", description="Compact"),
+                F.Command(name="cost", description="Cost"),
+            ]
+        )
+        await ws.send_str(codec.encode(s.factory.frame(commands)).decode())
+        s.sockets.append(ws)
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                result = codec.decode(msg.data)
+                assert isinstance(result, codec.Accepted), result
+                await self.on_control(s, result.frame)
+        finally:
+            if ws in s.sockets:
+                s.sockets.remove(ws)
+        return ws
+
+    async def on_control(self, s: FakeSession, frame: F.Frame) -> None:
+        s.received.append(frame)
+        p = frame.payload  # type: ignore[attr-defined]
+        if isinstance(p, F.PromptRequest):
+            if s.running:
+                await s.emit(
+                    F.SessionError(error_code="PROMPT_IN_PROGRESS", message="busy", fatal=False)
+                )
+                return
+            s.running = str(uuid.uuid4())
+            asyncio.get_running_loop().create_task(self.turn(s, s.running, p))
+        elif isinstance(p, F.InteractionResponse | F.InteractionTimeout):
+            s.answers.put_nowait(frame)
+        elif isinstance(p, F.PromptCancel):
+            s.cancels.put_nowait(frame)
+        elif isinstance(p, F.ModeSwitch):
+            s.mode = p.mode
+            await s.emit(
+                F.StateChanged(previous_state="idle", current_state="idle", reason="mode_switch")
+            )
+        elif isinstance(p, F.SessionCompact):
+            await s.emit(
+                F.Compacted(
+                    summary="summary",
+                    previous_token_count=9000,
+                    current_token_count=900,
+                    trigger="requested",
+                )
+            )
+
+    async def turn(self, s: FakeSession, tid: str, prompt: F.PromptRequest) -> None:
+        """One scripted turn; the prompt text picks the script."""
+        text = prompt.prompt_text
+
+        async def say(*parts: str, index: int = 0) -> None:
+            for part in parts:
+                await s.emit(F.TextDelta(content_index=index, text=part), turn_id=tid)
+            await s.emit(F.TextDone(content_index=index, full_text="".join(parts)), turn_id=tid)
+
+        async def call(name: str, tool_input: dict[str, Any]) -> str:
+            iid = str(uuid.uuid4())
+            await s.emit(
+                F.InvokeRequest(invocation_id=iid, tool_name=name, input=tool_input), turn_id=tid
+            )
+            return iid
+
+        async def result(
+            iid: str, name: str, status: str, output: Any, output_type: str = "text"
+        ) -> None:
+            await s.emit(
+                F.InvokeResult(
+                    invocation_id=iid,
+                    tool_name=name,
+                    status=status,
+                    output=output,  # type: ignore[arg-type]
+                    output_type=output_type,  # type: ignore[arg-type]
+                ),
+                turn_id=tid,
+            )
+
+        await s.emit(F.TurnStart(turn_id=tid, turn_index=s.turn_index, mode=s.mode), turn_id=tid)  # type: ignore[arg-type]
+        s.turn_index += 1
+        s.turn_started.set()
+        stop = "end_turn"
+        if text == "list files":
+            await say("I'll list ", "the files.")
+            iid = await call("Glob", {"pattern": "**/*"})
+            await result(iid, "Glob", "success", "a.txt\nb.txt\nc.txt\nd.txt", "file_list")
+            await say("There are 4 files.", index=1)
+        elif text == "rm x":
+            iid = await call("Bash", {"command": "rm x"})
+            ask = F.InteractionRequest(
+                interaction_id=str(uuid.uuid4()),
+                interaction_type="PERMISSION",
+                question_text="Claude wants to run Bash",
+                timeout_sec=30,
+                options=[
+                    F.InteractionOption(value="allow", label="Allow"),
+                    F.InteractionOption(value="deny", label="Deny"),
+                ],
+                context=F.InteractionContext(tool_name="Bash", tool_input={"command": "rm x"}),
+            )
+            await s.emit(ask, turn_id=tid)
+            s.asked.set()
+            answer = await s.answers.get()
+            allowed = getattr(answer.payload, "selected_value", None) == "allow"  # type: ignore[attr-defined]
+            if allowed:
+                await result(iid, "Bash", "success", "")
+                await say("Removed x.", index=1)
+            else:
+                await result(iid, "Bash", "error", "Permission denied by the user")
+        elif text == "slow":
+            await s.emit(F.TextDelta(content_index=0, text="Counting"), turn_id=tid)
+            cancel = await s.cancels.get()
+            assert cancel.payload.target_turn_id == tid  # type: ignore[attr-defined]
+            await s.emit(
+                F.TextDone(content_index=0, full_text="Counting", is_cancelled=True), turn_id=tid
+            )
+            stop = "cancelled"
+        elif text == "drop":
+            await s.emit(F.TextDelta(content_index=0, text="Working"), turn_id=tid)
+            iid = await call("Bash", {"command": "make"})
+            # The connection fails mid-turn; the turn goes on and its frames are buffered.
+            for ws in list(s.sockets):
+                await ws.close()
+            await s.emit(F.TextDelta(content_index=0, text=" hard"), turn_id=tid)
+            await s.emit(F.TextDone(content_index=0, full_text="Working hard"), turn_id=tid)
+            await result(iid, "Bash", "success", "built")
+            await asyncio.sleep(0.3)  # let the client reattach before the turn ends
+        else:
+            await say(f"You said: {text}")
+        await s.emit(F.TurnEnd(turn_id=tid, stop_reason=stop, tool_invocation_count=1), turn_id=tid)  # type: ignore[arg-type]
+        await s.emit(usage(tid), turn_id=tid)
+        s.running = None
+
+
+@pytest.fixture
+async def fake() -> Any:
+    gw = FakeGateway()
+    server = TestServer(gw.app)
+    await server.start_server()
+    gw.url = str(server.make_url("")).rstrip("/")  # type: ignore[attr-defined]
+    yield gw
+    await server.close()
+
+
+async def chat(gw: FakeGateway, stdin: str, **kw: Any) -> tuple[int, str]:
+    out = io.StringIO()
+    kw.setdefault("agent", "demo")
+    rc = await asyncio.wait_for(
+        run_chat(gw.url, stdin=io.StringIO(stdin), stdout=out, reattach_delays=(0.05, 0.2), **kw),  # type: ignore[attr-defined]
+        timeout=20,
+    )
+    return rc, out.getvalue()
+
+
+def sent(s: FakeSession, cls: type[F.Payload]) -> list[Any]:
+    return [f.payload for f in s.received if isinstance(f.payload, cls)]  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- piped (tests' mode)
+
+
+async def test_piped_prompt_streams_text_tool_call_and_turn_end(fake: FakeGateway):
+    rc, out = await chat(fake, "list files\n")
+    assert rc == 0
+    assert "> list files\n" in out
+    assert "I'll list the files.\n" in out  # the deltas, streamed into one line
+    assert "→ Glob: **/*\n" in out
+    assert "← ok (4 lines)\n" in out
+    assert "  a.txt\n  b.txt\n  c.txt\n  … 1 more\n" in out
+    assert "There are 4 files.\n" in out
+    assert "— end_turn · 1,200 in / 34 out tokens · 1 tool call\n" in out
+    assert "\x1b[" not in out  # no ANSI when stdout is not a terminal
+    s = fake.session()
+    assert sent(s, F.PromptRequest) == [F.PromptRequest(prompt_text="list files")]
+    # It created the session and deletes it on the way out.
+    assert fake.deleted == [s.session_id]
+
+
+async def test_announces_every_feature_first(fake: FakeGateway):
+    await chat(fake, "hi\n")
+    first = fake.session().received[0].payload  # type: ignore[attr-defined]
+    assert isinstance(first, F.Capabilities)
+    assert first.protocol_version == "rawp-dps-1.0"
+    assert first.features == ALL_FEATURES
+
+
+async def test_several_prompts_run_one_after_the_other(fake: FakeGateway):
+    rc, out = await chat(fake, "one\ntwo\n\n")
+    assert rc == 0
+    assert out.index("You said: one") < out.index("> two") < out.index("You said: two")
+    assert out.count("— end_turn") == 2
+    assert "PROMPT_IN_PROGRESS" not in out
+
+
+async def test_permission_yes_allows(fake: FakeGateway):
+    rc, out = await chat(fake, "rm x\n", auto_answer="allow")
+    assert "→ Bash: rm x\n" in out
+    assert "Allow Bash: rm x? [y/N] y (--yes)\n" in out
+    assert "Removed x." in out
+    (answer,) = sent(fake.session(), F.InteractionResponse)
+    assert answer.selected_value == "allow"
+    assert rc == 0
+
+
+async def test_permission_no_denies(fake: FakeGateway):
+    _, out = await chat(fake, "rm x\n", auto_answer="deny")
+    assert "[y/N] n (--no)" in out
+    assert "← error (1 line)\n  Permission denied by the user\n" in out
+    (answer,) = sent(fake.session(), F.InteractionResponse)
+    assert answer.selected_value == "deny"
+
+
+async def test_permission_without_a_terminal_or_default_is_denied(fake: FakeGateway):
+    _, out = await chat(fake, "rm x\n")
+    assert "not a terminal" in out
+    (answer,) = sent(fake.session(), F.InteractionResponse)
+    assert answer.selected_value == "deny"
+
+
+async def test_slash_commands(fake: FakeGateway):
+    rc, out = await chat(fake, "/plan\n/compact keep the tests\n/cost\nhi\n/quit\nnever sent\n")
+    assert rc == 0
+    s = fake.session()
+    assert sent(s, F.ModeSwitch) == [F.ModeSwitch(mode="plan")]
+    assert sent(s, F.SessionCompact) == [F.SessionCompact(instruction="keep the tests")]
+    prompts = sent(s, F.PromptRequest)
+    assert prompts == [
+        F.PromptRequest(prompt_text="/cost", input_type="slash_command"),
+        F.PromptRequest(prompt_text="hi"),
+    ]
+    assert "mode: plan" in out
+    assert "compacted (requested): 9,000 → 900 tokens" in out
+    assert "never sent" not in "".join(p.prompt_text for p in prompts)
+
+
+async def test_keep_leaves_the_session(fake: FakeGateway):
+    rc, out = await chat(fake, "hi\n", keep=True)
+    assert rc == 0 and fake.deleted == []
+    assert f"session {fake.session().session_id} kept" in out
+
+
+async def test_attach_to_an_existing_session_never_deletes_it(fake: FakeGateway):
+    fake.sessions["0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a"] = s = FakeSession(
+        "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a",
+        "demo",
+        FrameFactory("0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a"),
+    )
+    rc, out = await chat(fake, "hi\n", agent=None, session_id=s.session_id)
+    assert rc == 0 and "You said: hi" in out
+    assert fake.deleted == []
+
+
+async def test_errors_from_the_control_plane_are_reported(fake: FakeGateway):
+    rc, out = await chat(fake, "hi\n", agent="nope")
+    assert rc == 1
+    assert "AGENT_NOT_FOUND" in out
+
+
+async def test_bearer_token(fake: FakeGateway):
+    fake.token = TOKEN
+    rc, out = await chat(fake, "hi\n")
+    assert rc == 1 and "UNAUTHORIZED" in out
+    rc, out = await chat(fake, "hi\n", token=TOKEN)
+    assert rc == 0 and "You said: hi" in out
+
+
+async def test_session_deleted_elsewhere_ends_the_chat(fake: FakeGateway):
+    out = io.StringIO()
+    pipe = Pipe()
+    task = asyncio.create_task(
+        run_chat(fake.url, agent="demo", stdin=pipe.reader, stdout=out)  # type: ignore[attr-defined]
+    )
+    try:
+        while not fake.sessions or not fake.session().sockets:
+            await asyncio.sleep(0.01)
+        s = fake.session()
+        await s.emit(F.Deleted(session_id=s.session_id, reason="user_request", deleted_by="edge"))
+        rc = await asyncio.wait_for(task, 10)
+    finally:
+        pipe.close()
+    pipe.reader.close()
+    assert rc == 1
+    assert "session deleted (user_request, by edge)" in out.getvalue()
+    assert fake.deleted == []  # nothing left to delete
+
+
+async def test_DPS_7_8_reattach_after_the_connection_drops(fake: FakeGateway):
+    """DPS-7.8-finalize then DPS-7.8-unfinalize, end to end: synthetic results, reattach, history."""
+    rc, out = await chat(fake, "drop\nafter\n")
+    assert rc == 0, out
+    assert "← cancelled: Connection lost\n" in out  # the synthetic result
+    assert "connection lost; reattaching…" in out
+    assert "(reattached; " in out
+    assert "← ok (1 line)\n  built\n" in out  # the real result, from the history
+    assert out.index("Working\n") < out.index(" hard\n") < out.index("  built\n")
+    assert "— end_turn" in out
+    assert "You said: after" in out  # the chat waited for the real end before the next prompt
+    s = fake.session()
+    first, second = s.attach_queries
+    assert "last_message_id" not in first
+    # The reattach names the last frame received before the drop (the Bash request).
+    bash = next(f for f in s.log if isinstance(f.payload, F.InvokeRequest))  # type: ignore[attr-defined]
+    assert second["last_message_id"] == bash.message_id
+
+
+# --------------------------------------------------------------------------- interactive
+
+
+class Pipe:
+    """A real pipe as stdin: the chat reads it as it would a terminal, lines written as typed."""
+
+    def __init__(self) -> None:
+        r, self.w = os.pipe()
+        self.reader = open(r, encoding="utf-8")  # noqa: SIM115 - closed by close()
+
+    def type(self, line: str) -> None:
+        os.write(self.w, (line + "\n").encode())
+
+    def close(self) -> None:
+        """End of input (like Ctrl-D); the read end is closed once the chat is done with it."""
+        os.close(self.w)
+
+
+async def run_interactive(
+    gw: FakeGateway, script: Callable[[Pipe], Any], **kw: Any
+) -> tuple[int, str]:
+    pipe, out = Pipe(), io.StringIO()
+    task = asyncio.create_task(
+        run_chat(gw.url, agent="demo", stdin=pipe.reader, stdout=out, interactive=True, **kw)  # type: ignore[attr-defined]
+    )
+    try:
+        await asyncio.wait_for(script(pipe), 10)
+    finally:
+        pipe.close()
+    rc = await asyncio.wait_for(task, 10)
+    pipe.reader.close()
+    return rc, out.getvalue()
+
+
+async def test_permission_asked_at_the_keyboard(fake: FakeGateway):
+    async def script(pipe: Pipe) -> None:
+        pipe.type("rm x")
+        while not fake.sessions:
+            await asyncio.sleep(0.01)
+        await fake.session().asked.wait()
+        await asyncio.sleep(0.05)
+        pipe.type("y")
+        while fake.session().running or not fake.session().turn_index:
+            await asyncio.sleep(0.01)
+
+    rc, out = await run_interactive(fake, script)
+    assert rc == 0
+    assert "Allow Bash: rm x? [y/N] " in out
+    (answer,) = sent(fake.session(), F.InteractionResponse)
+    assert answer.selected_value == "allow"
+    assert "Removed x." in out
+
+
+async def test_ctrl_c_during_a_turn_cancels_it(fake: FakeGateway):
+    async def script(pipe: Pipe) -> None:
+        pipe.type("slow")
+        while not fake.sessions:
+            await asyncio.sleep(0.01)
+        await fake.session().turn_started.wait()
+        await asyncio.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+        while fake.session().running:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+
+    rc, out = await run_interactive(fake, script, handle_sigint=True)
+    assert rc == 0
+    (cancel,) = sent(fake.session(), F.PromptCancel)
+    assert cancel.reason == "user_cancelled"
+    assert "^C cancelling the turn" in out
+    assert "(cancelled)" in out
+    assert "— cancelled" in out
+    assert fake.deleted == [fake.session().session_id]
+
+
+async def test_ctrl_c_at_the_prompt_quits(fake: FakeGateway):
+    async def script(pipe: Pipe) -> None:
+        while not fake.sessions or not fake.session().sockets:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.sleep(0.2)
+
+    rc, _ = await run_interactive(fake, script, handle_sigint=True)
+    assert rc == 0
+    assert sent(fake.session(), F.PromptRequest) == []
+    assert fake.deleted == [fake.session().session_id]
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def test_describe_call_picks_the_telling_input():
+    assert describe_call("Bash", {"command": "ls -la", "description": "list"}) == "Bash: ls -la"
+    assert describe_call("Read", {"file_path": "/w/a.py"}) == "Read: /w/a.py"
+    assert describe_call("Glob", {"pattern": "**/*.py"}) == "Glob: **/*.py"
+    assert describe_call("TodoWrite", {}) == "TodoWrite"
+    assert describe_call("mcp__x", {"n": 1}) == 'mcp__x: {"n": 1}'
+    assert describe_call("Bash", {"command": "x" * 200}).endswith("…")
+
+
+def test_summarize_result():
+    def res(**kw: Any) -> F.InvokeResult:
+        base = {
+            "invocation_id": "i",
+            "tool_name": "T",
+            "status": "success",
+            "output": "",
+            "output_type": "text",
+        }
+        return F.InvokeResult(**{**base, **kw})
+
+    assert summarize_result(res()) == ("ok", [])
+    assert summarize_result(res(output="one\n")) == ("ok (1 line)", ["one"])
+    assert summarize_result(res(output=["a", "b"], truncated=True)) == (
+        "ok (2 lines, truncated)",
+        ["a", "b"],
+    )
+    assert summarize_result(res(status="cancelled", output="Connection lost")) == (
+        "cancelled: Connection lost",
+        [],
+    )
+    assert summarize_result(res(output={"k": 1}, duration_ms=5)) == (
+        "ok (1 line) 5 ms",
+        ['{"k": 1}'],
+    )
+
+
+def test_permission_question_names_the_tool_and_input():
+    req = F.InteractionRequest(
+        interaction_id="i",
+        interaction_type="PERMISSION",
+        question_text="May I?",
+        timeout_sec=60,
+        options=[],
+        context=F.InteractionContext(tool_name="Write", tool_input={"file_path": "hello.txt"}),
+    )
+    assert permission_question(req) == "Allow Write: hello.txt?"
+    assert permission_question(msgspec.structs.replace(req, context=None)) == "May I?"
+
+
+async def test_arguments_parse_and_run(fake: FakeGateway, tmp_path):
+    import argparse
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    fake.token = TOKEN
+    parser = argparse.ArgumentParser()
+    add_chat_arguments(parser)
+    args = parser.parse_args(
+        ["--url", fake.url, "--agent", "demo", "--token-file", str(token_file), "--yes"]  # type: ignore[attr-defined]
+    )
+    assert args.auto_answer == "allow" and args.keep is False and args.session_id is None
+    out = io.StringIO()
+    rc = await run_chat_from_args(args, stdin=io.StringIO("rm x\n"), stdout=out)
+    assert rc == 0 and "Removed x." in out.getvalue()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--url", "u", "--yes", "--no"])
