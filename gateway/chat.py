@@ -215,9 +215,11 @@ def summarize_result(result: F.InvokeResult) -> tuple[str, list[str]]:
         head += ", truncated)" if result.truncated else ")"
     if result.duration_ms is not None:
         head += f" {result.duration_ms} ms"
-    preview = [_one_line(line, PREVIEW_WIDTH) for line in lines[:PREVIEW_LINES]]
-    if len(lines) > PREVIEW_LINES:
-        preview.append(f"… {len(lines) - PREVIEW_LINES} more")
+    # "… 1 more" would take the line the last one needs: show it instead.
+    shown = lines if len(lines) <= PREVIEW_LINES + 1 else lines[:PREVIEW_LINES]
+    preview = [_one_line(line, PREVIEW_WIDTH) for line in shown]
+    if len(lines) > len(shown):
+        preview.append(f"… {len(lines) - len(shown)} more")
     return head, preview
 
 

@@ -280,8 +280,8 @@ class FakeGateway:
         if text == "list files":
             await say("I'll list ", "the files.")
             iid = await call("Glob", {"pattern": "**/*"})
-            await result(iid, "Glob", "success", "a.txt\nb.txt\nc.txt\nd.txt", "file_list")
-            await say("There are 4 files.", index=1)
+            await result(iid, "Glob", "success", "a.txt\nb.txt\nc.txt\nd.txt\ne.txt", "file_list")
+            await say("There are 5 files.", index=1)
         elif text == "rm x":
             iid = await call("Bash", {"command": "rm x"})
             ask = F.InteractionRequest(
@@ -362,9 +362,9 @@ async def test_piped_prompt_streams_text_tool_call_and_turn_end(fake: FakeGatewa
     assert "> list files\n" in out
     assert "I'll list the files.\n" in out  # the deltas, streamed into one line
     assert "→ Glob: **/*\n" in out
-    assert "← ok (4 lines)\n" in out
-    assert "  a.txt\n  b.txt\n  c.txt\n  … 1 more\n" in out
-    assert "There are 4 files.\n" in out
+    assert "← ok (5 lines)\n" in out
+    assert "  a.txt\n  b.txt\n  c.txt\n  … 2 more\n" in out
+    assert "There are 5 files.\n" in out
     assert "— end_turn · 1,200 in / 34 out tokens · 1 tool call\n" in out
     assert "\x1b[" not in out  # no ANSI when stdout is not a terminal
     s = fake.session()
@@ -587,6 +587,68 @@ async def test_ctrl_c_at_the_prompt_quits(fake: FakeGateway):
     assert rc == 0
     assert sent(fake.session(), F.PromptRequest) == []
     assert fake.deleted == [fake.session().session_id]
+
+
+# --------------------------------------------------------------------------- the real server
+
+
+@pytest.fixture
+async def real_gateway(tmp_path: Any) -> Any:
+    """``gateway.server.create_app`` with the embedded ``demo`` agent, workspace root ``tmp_path``."""
+    server_mod = pytest.importorskip("gateway.server")
+    config_mod = pytest.importorskip("gateway.config")
+    import dataclasses
+
+    demo = config_mod.builtin_profiles()["demo"]
+    demo = dataclasses.replace(demo, env={**demo.env, "RAWP_DEMO_DELAY_MS": "1"})
+    config = config_mod.Config(workspace_root=tmp_path.resolve(), agents={"demo": demo})
+    server = TestServer(server_mod.create_app(config))
+    await server.start_server()
+    yield str(server.make_url("")).rstrip("/")
+    await server.close()
+
+
+async def real_chat(url: str, stdin: str, **kw: Any) -> tuple[int, str]:
+    out = io.StringIO()
+    rc = await asyncio.wait_for(
+        run_chat(url, agent="demo", stdin=io.StringIO(stdin), stdout=out, **kw), timeout=30
+    )
+    return rc, out.getvalue()
+
+
+async def test_real_server_list_files_streams_text_and_a_glob_call(real_gateway: str, tmp_path):
+    (tmp_path / "notes.md").write_text("hi\n")
+    rc, out = await real_chat(real_gateway, "list files\n")
+    assert rc == 0, out
+    assert "> list files\n" in out
+    assert "→ Glob: " in out
+    assert "← ok (1 line)" in out and "  notes.md\n" in out
+    assert "— end_turn · " in out and " out tokens" in out
+
+
+async def test_real_server_write_asks_permission_and_yes_allows_it(real_gateway: str, tmp_path):
+    rc, out = await real_chat(real_gateway, "write hello.txt\n", auto_answer="allow")
+    assert rc == 0, out
+    assert "→ Write: " in out and "hello.txt" in out
+    assert "? [y/N] y (--yes)\n" in out
+    assert (tmp_path / "hello.txt").exists()
+    assert "— end_turn" in out
+
+
+async def test_real_server_write_denied_with_no(real_gateway: str, tmp_path):
+    rc, out = await real_chat(real_gateway, "write hello.txt\n", auto_answer="deny")
+    assert rc == 0, out
+    assert "? [y/N] n (--no)\n" in out
+    assert "← error" in out
+    assert not (tmp_path / "hello.txt").exists()
+
+
+async def test_real_server_plan_mode_blocks_a_write(real_gateway: str, tmp_path):
+    rc, out = await real_chat(real_gateway, "/plan\nwrite x.txt\n", auto_answer="allow")
+    assert rc == 0, out
+    assert "mode: plan" in out
+    assert "Tool not allowed in current mode" in out
+    assert not (tmp_path / "x.txt").exists()
 
 
 # --------------------------------------------------------------------------- pieces
