@@ -302,11 +302,21 @@ class Mapper:
 
     def _done(self, block: _Block, cancelled: bool) -> F.Frame:
         if block.kind == "text":
+            full: str | None = "".join(block.parts)
+            metadata = block.metadata
+            if len(full) > self._text_chunk:  # type: ignore[arg-type]
+                # full_text is optional (a check for the receiver): left out rather than
+                # making the frame too large.
+                probe = F.TextDone(content_index=block.index, full_text=full)
+                if len(encode(self._frame(probe, metadata))) + _FRAME_MARGIN > self.max_frame_size:
+                    full = None
+                    metadata = {**(metadata or {}), "full_text_omitted": True}
             payload: F.Payload = F.TextDone(
                 content_index=block.index,
-                full_text="".join(block.parts),
+                full_text=full,
                 is_cancelled=True if cancelled else None,
             )
+            return self._frame(payload, metadata)
         else:
             payload = F.ThinkingDone(
                 content_index=block.index, is_cancelled=True if cancelled else None
@@ -429,9 +439,16 @@ class Mapper:
         return out
 
     def _finish_subagent(
-        self, call_id: str, call: _Call, result: ev.ToolResult, ended: ev.SubagentEnded
+        self,
+        call_id: str,
+        call: _Call,
+        result: ev.ToolResult,
+        ended: ev.SubagentEnded,
+        *,
+        settle: bool = True,
     ) -> list[F.Frame]:
-        """``agent.subagent.ended`` immediately followed by the call's result (DPS-10.3-order)."""
+        """``agent.subagent.ended`` immediately followed by the call's result (DPS-10.3-order);
+        ``settle``: then the state that follows (not while ``end_turn`` closes the turn)."""
         del self._calls[call_id]
         payload = F.SubagentEnded(
             parent_invocation_id=call.invocation_id,
@@ -439,7 +456,7 @@ class Mapper:
             duration_ms=ended.duration_ms,
         )
         out = [self._frame(payload, self._call_meta(call)), self._result_frame(call, result)]
-        return out + self._after_result(call)
+        return out + self._after_result(call) if settle else out
 
     def _close_call(self, call_id: str, call: _Call, cancelled: bool) -> list[F.Frame]:
         """End of turn with the call still open (see ``end_turn``)."""
@@ -466,7 +483,7 @@ class Mapper:
         )
         if call.subagent_type is not None:
             ended = ev.SubagentEnded(call_id=call_id, status="cancelled")
-            return self._finish_subagent(call_id, call, result, ended)
+            return self._finish_subagent(call_id, call, result, ended, settle=False)
         del self._calls[call_id]
         return [self._result_frame(call, result)]
 
