@@ -301,6 +301,7 @@ class ClaudeCodeParser:
         "_calls",
         "_compaction",
         "_context_used",
+        "_local_outputs",
         "_streamed",
         "_whole_counts",
         "mode",
@@ -318,6 +319,7 @@ class ClaudeCodeParser:
         self._compaction: _PendingCompaction | None = None
         self._api_error_noticed = False
         self._context_used: int | None = None
+        self._local_outputs = 0
         self.mode: str | None = None  # the CLI's permission mode (plan text is marked in "plan")
         self.parse_errors = 0
         self.unknown_lines = 0
@@ -523,13 +525,29 @@ class ClaudeCodeParser:
         content = msg.message.content
         if self._compaction is not None and msg.isSynthetic:
             return self._flush_compaction(_text_of(content))
-        if isinstance(content, str):
-            return []  # a prompt, a replayed local command: the master sent or saw it already
+        text = content if isinstance(content, str) else None
+        if text is None and content and all(b.type == "text" for b in content):
+            text = _text_of(content)
+        if text is not None:
+            # A prompt (replayed) is what the master sent; a slash command's output is news.
+            return self._local_command_output(text, msg.parent_tool_use_id)
         out: list[ev.AgentEvent] = []
         results = [b for b in content if b.type == "tool_result"]
         for block in results:
             out += self._tool_result(msg, block, len(results) == 1)
         return out
+
+    def _local_command_output(self, text: str, parent: str | None) -> list[ev.AgentEvent]:
+        found = _LOCAL_OUTPUT.findall(text)
+        if not found:
+            return []
+        self._local_outputs += 1
+        key = f"local:{self._local_outputs}"
+        body = "\n".join(part for part in found if part)
+        return [
+            ev.TextDelta(block=key, text=body, parent=parent, role="command_output"),
+            ev.TextEnd(block=key, parent=parent),
+        ]
 
     def _tool_result(self, msg: _UserLine, block: _UserBlock, only: bool) -> list[ev.AgentEvent]:
         call_id = block.tool_use_id or ""
@@ -809,6 +827,11 @@ def _text_of(content: Any) -> str:
         return "".join(parts)
     return ""
 
+
+# What a slash command run by the CLI itself (/compact, /cost, /context, ...) printed.
+_LOCAL_OUTPUT: Final = re.compile(
+    r"<local-command-(?:stdout|stderr)>(.*?)</local-command-(?:stdout|stderr)>", re.S
+)
 
 _ERROR_TAGS: Final = re.compile(r"^<tool_use_error>(.*)</tool_use_error>$", re.S)
 

@@ -184,13 +184,15 @@ def test_DPS_4_1_text_is_said_once_with_or_without_partial_messages(path: Path):
     """The text the master gets is the text of the CLI's assistant blocks, each exactly once
     (with partial messages the assistant lines must not repeat the streamed text)."""
     run = run_of(path)
-    expected = [
-        b["text"]
-        for o in run.line_kinds("assistant")
-        if not o.get("is_api_error_message")
-        for b in o["message"]["content"]
-        if b.get("type") == "text"
-    ]
+    expected = []
+    for o in run.lines:
+        if o["type"] == "assistant" and not o.get("is_api_error_message"):
+            expected += [b["text"] for b in o["message"]["content"] if b.get("type") == "text"]
+        elif o["type"] == "user" and isinstance(o["message"]["content"], str):
+            # A slash command's output, printed by the CLI itself.
+            expected += re.findall(
+                r"<local-command-stdout>(.*?)</local-command-stdout>", o["message"]["content"], re.S
+            )
     got = [p.full_text for p in run.payloads("agent.text.done")]
     assert got == expected
     thinking = [
@@ -462,6 +464,9 @@ def test_DPS_7_2_compacted_once_with_the_recorded_token_counts(name: str):
     assert compacted.current_token_count == meta["post_tokens"]
     assert compacted.trigger == meta["trigger"]
     summary_line = next(o for o in run.line_kinds("user") if o.get("isSynthetic"))
+    if name == "compact-manual":
+        (output,) = [f for f in run.of("agent.text.done") if f.metadata]
+        assert output.metadata == {"content_role": "command_output"}
     content = summary_line["message"]["content"]
     text = content if isinstance(content, str) else content[0]["text"]
     assert compacted.summary and compacted.summary in text

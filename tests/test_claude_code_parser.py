@@ -673,6 +673,16 @@ def test_an_api_error_result_without_its_message_still_gives_a_notice():
     assert [type(e) for e in events] == [ev.Notice, ev.TurnEnded]
 
 
+def test_a_slash_command_output_is_text_a_replayed_prompt_is_not():
+    parser = ClaudeCodeParser()
+    replay = {"type": "user", "message": {"role": "user", "content": "hi"}, "isReplay": True}
+    assert feed(parser, replay) == []
+    out = "<local-command-stdout>Total cost: $0.01</local-command-stdout>"
+    delta, end = feed(parser, {"type": "user", "message": {"role": "user", "content": out}})
+    assert isinstance(delta, ev.TextDelta) and isinstance(end, ev.TextEnd)
+    assert (delta.text, delta.role) == ("Total cost: $0.01", "command_output")
+
+
 def test_control_response_is_an_ack():
     (ack,) = feed(
         ClaudeCodeParser(),
