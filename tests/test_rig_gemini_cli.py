@@ -153,6 +153,36 @@ def check_sigterm(r: RunResult, cli: CliSetup) -> None:
     assert not r.of_type("tool_result") and not r.of_type("result")
 
 
+def check_tool_not_registered(r: RunResult, cli: CliSetup) -> None:
+    ((name, res),) = tool_pairs(r)
+    assert name == "write_file" and res["status"] == "error"
+    assert res["error"]["type"] == "tool_not_registered"
+    assert not (cli.cwd / "x.txt").exists()
+
+
+def check_empty_response(r: RunResult, cli: CliSetup) -> None:
+    (err,) = r.of_type("error")
+    assert err["severity"] == "error" and "empty response" in err["message"]
+    (result,) = r.of_type("result")
+    assert result["status"] == "error" and "error" not in result
+
+
+def check_http_429(r: RunResult, cli: CliSetup) -> None:
+    (result,) = r.of_type("result")
+    assert (
+        result["status"] == "error" and "Resource has been exhausted" in result["error"]["message"]
+    )
+    assert len(r.requests) == 1
+
+
+def check_stream_cut(r: RunResult, cli: CliSetup) -> None:
+    assert answer(r) == "Hello, I was about to"
+    (err,) = r.of_type("error")
+    assert err["message"] == "Model stream ended without a finish reason."
+    (result,) = r.of_type("result")
+    assert result["status"] == "error"
+
+
 CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "text": check_text,
     "thinking": check_thinking,
@@ -167,6 +197,11 @@ CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "auto-model": check_auto_model,
     "sigint": check_sigint,
     "sigterm": check_sigterm,
+    "tool-not-registered": check_tool_not_registered,
+    "empty-response": check_empty_response,
+    "http-429": check_http_429,
+    "stream-error": check_stream_cut,
+    "truncated": check_stream_cut,
 }
 
 
