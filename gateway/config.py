@@ -1,0 +1,380 @@
+"""Configuration: the TOML file of control-plane.md, command-line flags, ``RAWP_GATEWAY_*`` variables,
+and the agent profiles (built-in and configured).
+
+Theory of operation
+-------------------
+``load_config(path, flags, environ)`` layers the sources: built-in defaults, then the TOML file,
+then command-line flags, then environment variables (control-plane.md: "Command-line flags override
+the file; RAWP_GATEWAY_* environment variables override both"). Every error names the file, the key
+and what was expected; nothing is silently ignored except unknown keys, which are reported back so
+the CLI can warn about typos.
+
+An ``AgentProfile`` says how to run one agent: its parser, argv template (a list, never a shell
+string), extra environment, whether it is a single-turn process and how to resume it, the DPS
+features it supports, and which tools are allowed without asking a master.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from .history import POLICIES
+from .protocol.frames import Features
+
+__all__ = ["AgentProfile", "Config", "ConfigError", "builtin_profiles", "load_config"]
+
+DEFAULT_PORT: Final = 8765
+DEFAULT_MAX_FRAME_SIZE: Final = 1024 * 1024
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or wrong; the message says where and what."""
+
+
+@dataclass(frozen=True)
+class AgentProfile:
+    name: str
+    parser: str
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    single_turn_process: bool = False
+    resume_flag: str | None = None
+    mode_flag: str | None = None  # e.g. "--permission-mode {mode}", used when (re)spawning
+    override_flags: Mapping[str, str] = field(
+        default_factory=dict
+    )  # allowed_tools → "--allowedTools"
+    features: Features = field(default_factory=Features)
+    auto_allow: frozenset[str] = frozenset()
+    permission_timeout_sec: float = 60.0
+    description: str = ""
+
+    def public(self) -> dict[str, Any]:
+        """What ``GET /v1/agents`` shows (control-plane.md)."""
+        features = msgspec.to_builtins(replace_features(self.features, adapter_type="process"))
+        return {
+            "name": self.name,
+            "adapter_type": "process",
+            "single_turn_process": self.single_turn_process,
+            "resume_flag": self.resume_flag,
+            "features": features,
+            "parser": self.parser,
+            "description": self.description,
+        }
+
+
+def replace_features(features: Features, **changes: Any) -> Features:
+    return msgspec.structs.replace(features, **changes)
+
+
+_CLAUDE_FEATURES = Features(
+    thinking_stream=True,
+    tool_streaming=True,
+    subagent=True,
+    subagent_context=True,
+    context_compaction=True,
+    plan_mode=True,
+)
+_READ_ONLY_TOOLS = frozenset({"Read", "Glob", "Grep", "LS", "NotebookRead", "TodoWrite"})
+_CLAUDE_OVERRIDES = {
+    "allowed_tools": "--allowedTools",
+    "denied_tools": "--disallowedTools",
+    "max_turns": "--max-turns",
+}
+
+
+def builtin_profiles(claude: str = "claude") -> dict[str, AgentProfile]:
+    """The profiles every gateway has; a configured profile of the same name replaces one."""
+    stream = ("--output-format", "stream-json", "--verbose")
+    return {
+        "claude-code": AgentProfile(
+            name="claude-code",
+            parser="claude-code",
+            command=(
+                claude,
+                "-p",
+                "--input-format",
+                "stream-json",
+                *stream,
+                "--include-partial-messages",
+                "--permission-prompt-tool",
+                "stdio",
+            ),
+            resume_flag="--resume {session_id}",
+            mode_flag="--permission-mode {mode}",
+            features=_CLAUDE_FEATURES,
+            auto_allow=_READ_ONLY_TOOLS,
+            description="Claude Code, one long-lived process per session, prompts on stdin",
+        ),
+        "claude-code-oneshot": AgentProfile(
+            name="claude-code-oneshot",
+            parser="claude-code",
+            command=(claude, "-p", "{prompt}", *stream),
+            single_turn_process=True,
+            resume_flag="--resume {session_id}",
+            mode_flag="--permission-mode {mode}",
+            override_flags=_CLAUDE_OVERRIDES,
+            # No permission prompts without a stdin stream: tools needing approval are refused
+            # by the CLI itself, and seen by masters as error results.
+            features=replace_features(_CLAUDE_FEATURES, tool_streaming=True),
+            description="Claude Code, one process per prompt, resumed with --resume",
+        ),
+        "demo": AgentProfile(
+            name="demo",
+            parser="claude-code",
+            command=(
+                sys.executable,
+                "-m",
+                "gateway.demo_agent",
+                "--permission-prompt-tool",
+                "stdio",
+                "--include-partial-messages",
+            ),
+            features=Features(
+                thinking_stream=True, tool_streaming=True, context_compaction=True, plan_mode=True
+            ),
+            auto_allow=frozenset({"Read", "Glob", "Grep"}),
+            description="The embedded demo agent (speaks Claude Code's stream-json; no network)",
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class Config:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    workspace_root: Path = field(default_factory=Path.cwd)
+    token: str | None = None
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    max_request_bytes: int = 1024 * 1024
+    send_queue_bytes: int = 16 * 1024 * 1024  # per connection; past it the connection is closed
+    reattach_window_sec: float = 300.0
+    buffer_policy: str = "RING"
+    buffer_max_bytes: int = 8 * 1024 * 1024
+    max_buffer_bytes: int = 256 * 1024 * 1024  # the most a session may ask for
+    shutdown_grace_sec: float = 5.0
+    log_format: str = "text"  # or "json"
+    agents: Mapping[str, AgentProfile] = field(default_factory=builtin_profiles)
+    warnings: tuple[str, ...] = ()
+
+
+_SERVER_KEYS: Final = {
+    "host": str,
+    "port": int,
+    "workspace_root": str,
+    "token_file": str,
+    "max_frame_size": int,
+    "max_request_bytes": int,
+    "send_queue_bytes": int,
+    "reattach_window_sec": (int, float),
+    "buffer_policy": str,
+    "buffer_max_bytes": int,
+    "max_buffer_bytes": int,
+    "shutdown_grace_sec": (int, float),
+    "log_format": str,
+}
+_ENV: Final = {
+    "RAWP_GATEWAY_HOST": "host",
+    "RAWP_GATEWAY_PORT": "port",
+    "RAWP_GATEWAY_WORKSPACE_ROOT": "workspace_root",
+    "RAWP_GATEWAY_TOKEN_FILE": "token_file",
+    "RAWP_GATEWAY_MAX_FRAME_SIZE": "max_frame_size",
+    "RAWP_GATEWAY_REATTACH_WINDOW_SEC": "reattach_window_sec",
+    "RAWP_GATEWAY_BUFFER_POLICY": "buffer_policy",
+    "RAWP_GATEWAY_BUFFER_MAX_BYTES": "buffer_max_bytes",
+    "RAWP_GATEWAY_LOG_FORMAT": "log_format",
+}
+
+
+def _check(where: str, key: str, value: Any, expected: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, expected):
+        names = (
+            expected.__name__
+            if isinstance(expected, type)
+            else " or ".join(t.__name__ for t in expected)
+        )
+        raise ConfigError(f"{where}: {key} must be {names}, got {value!r}")
+    return value
+
+
+def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, where: str):
+    known = {
+        "parser", "command", "env", "single_turn_process", "resume_flag", "mode_flag",
+        "override_flags", "features", "auto_allow", "permission_timeout_sec", "description",
+    }  # fmt: skip
+    unknown = sorted(set(table) - known)
+    where = f"{where} [agents.{name}]"
+    changes: dict[str, Any] = {}
+    if "parser" in table:
+        changes["parser"] = _check(where, "parser", table["parser"], str)
+    if "command" in table:
+        command = table["command"]
+        if (
+            not isinstance(command, list)
+            or not command
+            or not all(isinstance(a, str) for a in command)
+        ):
+            raise ConfigError(f"{where}: command must be a non-empty list of strings (no shell)")
+        changes["command"] = tuple(command)
+    if "env" in table:
+        env = table["env"]
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise ConfigError(f"{where}: env must be a table of strings")
+        changes["env"] = dict(env)
+    for key in ("single_turn_process",):
+        if key in table:
+            if not isinstance(table[key], bool):
+                raise ConfigError(f"{where}: {key} must be true or false")
+            changes[key] = table[key]
+    for key in ("resume_flag", "mode_flag", "description"):
+        if key in table:
+            changes[key] = _check(where, key, table[key], str)
+    if "override_flags" in table:
+        changes["override_flags"] = dict(table["override_flags"])
+    if "features" in table:
+        try:
+            changes["features"] = msgspec.convert(table["features"], Features)
+        except msgspec.ValidationError as err:
+            raise ConfigError(f"{where}: features: {err}") from None
+    if "auto_allow" in table:
+        allow = table["auto_allow"]
+        if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
+            raise ConfigError(f"{where}: auto_allow must be a list of tool names")
+        changes["auto_allow"] = frozenset(allow)
+    if "permission_timeout_sec" in table:
+        changes["permission_timeout_sec"] = float(
+            _check(where, "permission_timeout_sec", table["permission_timeout_sec"], (int, float))
+        )
+    if base is not None:
+        return replace(base, **changes), unknown
+    for required in ("parser", "command"):
+        if required not in changes:
+            raise ConfigError(f"{where}: a new profile needs {required}")
+    return AgentProfile(name=name, **changes), unknown
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """The effective configuration: defaults < TOML file < flags < ``RAWP_GATEWAY_*``."""
+    environ = os.environ if environ is None else environ
+    settings: dict[str, Any] = {}
+    warnings: list[str] = []
+    agents = builtin_profiles(environ.get("RAWP_GATEWAY_CLAUDE", "claude"))
+    if path is not None:
+        where = str(path)
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except OSError as err:
+            raise ConfigError(f"cannot read config file {where}: {err.strerror}") from None
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{where}: not valid TOML: {err}") from None
+        server = data.get("server", {})
+        for key, value in server.items():
+            if key not in _SERVER_KEYS:
+                warnings.append(f"{where}: unknown key [server] {key}")
+                continue
+            settings[key] = _check(f"{where} [server]", key, value, _SERVER_KEYS[key])
+        for name, table in data.get("agents", {}).items():
+            if not isinstance(table, dict):
+                raise ConfigError(f"{where}: [agents.{name}] must be a table")
+            profile, unknown = _profile(name, table, agents.get(name), where)
+            agents[name] = profile
+            warnings += [f"{where}: unknown key [agents.{name}] {k}" for k in unknown]
+        for section in set(data) - {"server", "agents"}:
+            warnings.append(f"{where}: unknown section [{section}]")
+    for key, value in (flags or {}).items():
+        if value is not None:
+            settings[key] = value
+    for var, key in _ENV.items():
+        if var in environ:
+            settings[key] = environ[var]
+    if "RAWP_GATEWAY_TOKEN" in environ:
+        settings["token"] = environ["RAWP_GATEWAY_TOKEN"]
+    return _build(settings, agents, tuple(warnings))
+
+
+def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: tuple[str, ...]):
+    def number(key: str, kind: type, low: float) -> Any:
+        value = settings[key]
+        try:
+            value = kind(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key} must be a number, got {value!r}") from None
+        if value < low:
+            raise ConfigError(f"{key} must be at least {low}, got {value}")
+        return value
+
+    kw: dict[str, Any] = {"agents": agents, "warnings": warnings}
+    for key, kind, low in (
+        ("port", int, 0),
+        ("max_frame_size", int, 4096),
+        ("max_request_bytes", int, 1024),
+        ("send_queue_bytes", int, 65536),
+        ("reattach_window_sec", float, 0),
+        ("buffer_max_bytes", int, 0),
+        ("max_buffer_bytes", int, 0),
+        ("shutdown_grace_sec", float, 0),
+    ):
+        if key in settings:
+            kw[key] = number(key, kind, low)
+    if "host" in settings:
+        kw["host"] = str(settings["host"])
+    if "workspace_root" in settings:
+        kw["workspace_root"] = Path(settings["workspace_root"])
+    if "buffer_policy" in settings:
+        policy = str(settings["buffer_policy"]).upper()
+        if policy not in POLICIES:
+            raise ConfigError(f"buffer_policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        kw["buffer_policy"] = policy
+    if "log_format" in settings:
+        if settings["log_format"] not in ("text", "json"):
+            raise ConfigError(f"log_format must be text or json, got {settings['log_format']!r}")
+        kw["log_format"] = settings["log_format"]
+    token = settings.get("token")
+    if token is None and settings.get("token_file"):
+        token = read_token_file(settings["token_file"])
+    kw["token"] = token or None
+    config = Config(**kw)
+    root = config.workspace_root.expanduser().resolve()
+    if not root.is_dir():
+        raise ConfigError(f"workspace_root {str(root)!r} is not a directory")
+    return replace(config, workspace_root=root)
+
+
+def read_token_file(path: str | os.PathLike[str]) -> str:
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as err:
+        raise ConfigError(f"cannot read token file {path}: {err.strerror}") from None
+    if not token:
+        raise ConfigError(f"token file {path} is empty")
+    return token
+
+
+def command_for(profile: AgentProfile, *, prompt: str | None, workspace: str) -> list[str]:
+    """argv from the profile's template: ``{prompt}`` as one argument, ``{workspace}`` replaced."""
+    argv: list[str] = []
+    for arg in profile.command:
+        if arg == "{prompt}":
+            argv.append(prompt or "")
+        else:
+            argv.append(arg.replace("{workspace}", workspace))
+    return argv
+
+
+def template_args(template: str, **values: str) -> list[str]:
+    """A flag template such as ``--resume {session_id}``, split on spaces, then filled: a value
+    never becomes more than one argument."""
+    return [part.format(**values) for part in shlex.split(template)]

@@ -1,0 +1,114 @@
+"""Fan-out (§2.4): one WebSocket connection of a session, with a bounded send queue of its own.
+
+Theory of operation
+-------------------
+A session encodes each frame once and ``offer``s the same bytes to every ``Connection``. Offering
+never waits: the bytes join the connection's queue and its own writer task sends them in order
+(DPS-2.3-order). A connection whose queue passes ``max_queue_bytes`` (a stuck or slow master) is
+closed with code 1013 ("try again later") and a reason saying to reattach with ``last_message_id``,
+so it can never delay the agent or the other connections, and loses nothing it cannot get back from
+the session's history. ``close_after_flush`` sends what is queued, then closes: the session-end
+frames always reach a healthy master before its WebSocket closes (DPS-7.5.3).
+
+Each queued item carries the ``perf_counter_ns`` at which the agent line it came from was read (0
+for frames not made from a line), so the writer can observe the line-to-socket latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Callable
+from typing import Final
+
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from .protocol.capabilities import ConnectionFilter
+
+__all__ = ["Connection"]
+
+OVERFLOW_CODE: Final = WSCloseCode.TRY_AGAIN_LATER
+
+
+class Connection:
+    """A WebSocket bound to a session; ``offer()`` bytes, they are written in order."""
+
+    def __init__(
+        self,
+        conn_id: str,
+        ws: web.WebSocketResponse,
+        *,
+        role: str = "master",
+        max_queue_bytes: int = 16 * 1024 * 1024,
+        observe_latency_ns: Callable[[int], None] | None = None,
+        clock_ns: Callable[[], int] | None = None,
+    ) -> None:
+        self.id = conn_id
+        self.ws = ws
+        self.role = role
+        self.filter = ConnectionFilter()
+        self.max_queue_bytes = max_queue_bytes
+        self._queue: deque[tuple[bytes, int]] = deque()
+        self.queued_bytes = 0
+        self._wakeup = asyncio.Event()
+        self._closing: tuple[int, str] | None = None
+        self.closed = asyncio.Event()
+        self.overflowed = False
+        self.frames_sent = 0
+        self._observe = observe_latency_ns
+        self._clock_ns = clock_ns
+        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+
+    def offer(self, data: bytes, t_ns: int = 0) -> None:
+        if self._closing is not None:
+            return
+        self._queue.append((data, t_ns))
+        self.queued_bytes += len(data)
+        if self.queued_bytes > self.max_queue_bytes:
+            self.overflowed = True
+            self._queue.clear()
+            self.queued_bytes = 0
+            self._closing = (
+                OVERFLOW_CODE,
+                "send queue overflow: this connection fell too far behind; "
+                "reattach with last_message_id",
+            )
+        self._wakeup.set()
+
+    def close_after_flush(self, code: int = WSCloseCode.OK, reason: str = "") -> None:
+        if self._closing is None:
+            self._closing = (code, reason)
+        self._wakeup.set()
+
+    async def _write_loop(self) -> None:
+        ws = self.ws
+        try:
+            while True:
+                while self._queue:
+                    data, t_ns = self._queue.popleft()
+                    self.queued_bytes -= len(data)
+                    await ws.send_frame(data, WSMsgType.TEXT)
+                    self.frames_sent += 1
+                    if t_ns and self._observe is not None and self._clock_ns is not None:
+                        self._observe(self._clock_ns() - t_ns)
+                if self._closing is not None:
+                    code, reason = self._closing
+                    # Close reasons are limited to 123 bytes by RFC 6455.
+                    await ws.close(code=code, message=reason.encode()[:123])
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+        except (ConnectionError, RuntimeError, asyncio.CancelledError):
+            # The peer went away (or we are shutting down): nothing more to send.
+            pass
+        finally:
+            self._queue.clear()
+            self.queued_bytes = 0
+            self.closed.set()
+
+    async def aclose(self) -> None:
+        """Stop writing now (the peer is gone)."""
+        self._writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._writer

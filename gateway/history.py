@@ -1,0 +1,109 @@
+"""The per-session history buffer for reattach (§7.1), bounded in bytes.
+
+Theory of operation
+-------------------
+Every frame broadcast to a session's connections is appended as the bytes that were sent, with a
+sequence number. A master that reattaches says the last ``message_id`` it saw; ``since(id)`` returns
+every buffered frame after it and an exact count of the frames after it that are gone.
+
+Policies (``POST /v1/session`` ``buffer.policy``):
+
+* ``RING``: past ``max_bytes`` the oldest frames are evicted;
+* ``DROP``: past ``max_bytes`` new frames are not kept (the oldest history survives);
+* ``NONE``: nothing is kept; a reattach gets an empty history, truncated if it missed anything.
+
+To count lost frames exactly, the sequence number of recently sent ids is remembered (bounded by
+``id_memory``) even after their frames are evicted. An id the buffer has never heard of (or forgot)
+gets everything buffered, ``truncated: true`` and no count. The buffer is sans-IO: the server owns
+it and metrics read its counters.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Final, Literal
+
+Policy = Literal["RING", "DROP", "NONE"]
+POLICIES: Final = ("RING", "DROP", "NONE")
+
+__all__ = ["POLICIES", "History", "Replay"]
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    frames: list[bytes]
+    truncated: bool
+    lost_frame_count: int | None
+    last_message_id: str | None  # of the newest frame the session produced
+    last_timestamp: str | None
+
+
+class History:
+    def __init__(
+        self, policy: Policy = "RING", max_bytes: int = 8 * 1024 * 1024, id_memory: int = 65536
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"buffer policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+        if max_bytes < 0:
+            raise ValueError("max_bytes must be >= 0")
+        self.policy: Policy = policy
+        self.max_bytes = max_bytes if policy != "NONE" else 0
+        self._frames: deque[tuple[int, str, bytes]] = deque()  # (seq, message_id, data)
+        self._seq_of: OrderedDict[str, int] = OrderedDict()
+        self._id_memory = id_memory
+        self._next_seq = 0
+        self.bytes = 0
+        self.high_watermark = 0
+        self.evicted_frames = 0
+        self.last_message_id: str | None = None
+        self.last_timestamp: str | None = None
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def append(self, message_id: str, timestamp: str, data: bytes) -> tuple[bool, int, int]:
+        """Keep a sent frame. Returns whether it was kept, and the (frames, bytes) evicted to make
+        room for it. A frame that was not kept counts as lost too."""
+        seq = self._next_seq
+        self._next_seq += 1
+        self._seq_of[message_id] = seq
+        if len(self._seq_of) > self._id_memory:
+            self._seq_of.popitem(last=False)
+        self.last_message_id, self.last_timestamp = message_id, timestamp
+        size = len(data)
+        if self.policy == "NONE" or size > self.max_bytes:
+            self.evicted_frames += 1
+            return False, 0, 0
+        if self.policy == "DROP" and self.bytes + size > self.max_bytes:
+            self.evicted_frames += 1
+            return False, 0, 0
+        self._frames.append((seq, message_id, data))
+        self.bytes += size
+        gone = gone_bytes = 0
+        while self.bytes > self.max_bytes:
+            _, _, old = self._frames.popleft()
+            self.bytes -= len(old)
+            gone += 1
+            gone_bytes += len(old)
+        self.evicted_frames += gone
+        self.high_watermark = max(self.high_watermark, self.bytes)
+        return True, gone, gone_bytes
+
+    def since(self, message_id: str) -> Replay:
+        """The frames after ``message_id`` that are still here, and how many are not."""
+        seq = self._seq_of.get(message_id)
+        if seq is None:
+            frames = [data for _, _, data in self._frames]
+            return Replay(frames, True, None, self.last_message_id, self.last_timestamp)
+        frames = [data for s, _, data in self._frames if s > seq]
+        produced_after = self._next_seq - seq - 1
+        lost = produced_after - len(frames)
+        return Replay(frames, lost > 0, lost, self.last_message_id, self.last_timestamp)
+
+    def clear(self) -> int:
+        """Forget everything (the session is gone); returns the bytes released."""
+        released = self.bytes
+        self._frames.clear()
+        self.bytes = 0
+        return released

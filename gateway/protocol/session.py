@@ -1,0 +1,760 @@
+"""The session state machine: turns, modes, pending interactions and the §6 controls, sans-IO.
+
+Theory of operation
+-------------------
+One ``SessionMachine`` per Agent Session. It is fed four kinds of input and answers each with an
+ordered list of *actions* for the shell (``gateway/session.py``) to carry out:
+
+* ``agent_line(line)``: a line of the agent's stdout (parsed here by the session's agent parser and
+  mapped to frames by ``Mapper``);
+* ``receive(conn_id, data)``: a frame a master sent (decoded here by ``codec.decode``);
+* ``agent_exited(...)``: the agent process ended (DPS-17.2.2, §18.2);
+* ``timer_fired(key)``, ``delete(...)``, ``attached(conn_id)``: time passing and the control plane.
+
+Actions: ``Emit`` (a frame: broadcast, or to/away from one connection), ``WriteStdin``, ``Spawn``,
+``Signal``, ``Terminate`` (SIGTERM then SIGKILL), ``StartTimer``/``CancelTimer``, ``SetFeatures``
+(a master's announced capabilities), ``CloseAll`` (end every WebSocket of the session) and ``Log``.
+Because the list is ordered, "cleanup frames, then ``session.deleted``, then close" (DPS-7.5.3,
+DPS-7.7) is simply the order of the list.
+
+Every transition lives in this file: ``phase`` is ``idle`` (no turn), ``running`` (a turn is open),
+``terminating`` (the agent was told to stop) or ``terminated``. A turn opens when a prompt is
+accepted, or implicitly when the agent produces output outside a turn (``rawp-gateway translate``
+has no prompts; Claude Code starts a turn of its own after a background task). Agent processes are
+either long-lived (prompts on stdin) or single-turn (§18: prompt on the command line, respawned with
+the agent's session id for the next prompt).
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from parsers import events as ev
+from parsers.base import AgentInput, AgentParser
+
+from . import codec
+from . import frames as F
+from .capabilities import gateway_capabilities
+from .factory import FrameFactory
+from .mapper import Mapper
+from .tools import lookup
+
+__all__ = [
+    "Action",
+    "CancelTimer",
+    "CloseAll",
+    "Emit",
+    "Log",
+    "SessionConfig",
+    "SessionMachine",
+    "SetFeatures",
+    "Settled",
+    "Signal",
+    "Spawn",
+    "StartTimer",
+    "Terminate",
+    "WriteStdin",
+]
+
+CANCEL_GRACE_S: Final = 2.0  # interrupt, then SIGINT if the turn has not ended (issue 5)
+CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
+BLOCKED_OUTPUT: Final = "Tool not allowed in current mode"
+ALLOW, DENY = "allow", "deny"
+
+
+# --- actions ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Emit:
+    """Send a frame. ``to``: only that connection (not buffered); ``exclude``: all but that one."""
+
+    frame: F.Frame
+    to: str | None = None
+    exclude: str | None = None
+
+
+@dataclass(slots=True)
+class WriteStdin:
+    data: bytes
+
+
+@dataclass(slots=True)
+class Spawn:
+    """Start the agent. ``prompt`` for single-turn agents (``{prompt}`` in argv), ``resume_id`` to
+    fill ``resume_flag``, ``mode`` for the agent's own permission mode, ``overrides`` per turn."""
+
+    prompt: str | None = None
+    resume_id: str | None = None
+    mode: str = "default"
+    overrides: F.ConfigOverrides | None = None
+
+
+@dataclass(slots=True)
+class Signal:
+    signum: int
+
+
+@dataclass(slots=True)
+class Terminate:
+    """SIGTERM, then SIGKILL after the grace period (DPS-17.2.3); ``agent_exited`` follows."""
+
+
+@dataclass(slots=True)
+class StartTimer:
+    key: str
+    seconds: float
+
+
+@dataclass(slots=True)
+class CancelTimer:
+    key: str
+
+
+@dataclass(slots=True)
+class SetFeatures:
+    conn_id: str
+    features: F.Features
+
+
+@dataclass(slots=True)
+class CloseAll:
+    reason: str
+
+
+@dataclass(slots=True)
+class Log:
+    level: Literal["debug", "info", "warning", "error"]
+    message: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Settled:
+    """An interaction asked of masters was resolved (for metrics): allowed, denied, timed_out,
+    cancelled."""
+
+    interaction_type: str
+    outcome: str
+
+
+Action = (
+    Emit | WriteStdin | Spawn | Signal | Terminate | StartTimer | CancelTimer | SetFeatures
+) | (CloseAll | Log | Settled)
+
+
+# --- configuration ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """What the machine needs to know of the agent profile."""
+
+    agent: str = "claude-code"
+    features: F.Features = field(default_factory=F.Features)
+    single_turn_process: bool = False
+    auto_allow: frozenset[str] = frozenset()
+    permission_timeout_sec: float = 60.0
+    max_frame_size: int = 1 << 20
+    forward_unknown: bool = False
+
+
+@dataclass(slots=True)
+class _Interaction:
+    interaction_id: str
+    request_id: str
+    tool_name: str
+    input: dict[str, Any]
+    frame: F.Frame  # sent again to a master that attaches while it is pending
+
+
+@dataclass(slots=True)
+class _Turn:
+    turn_id: str
+    index: int
+    cancel_requested: bool = False
+    requested_compaction: bool = False
+    allowed: frozenset[str] = frozenset()
+    denied: frozenset[str] = frozenset()
+
+
+# --- the machine --------------------------------------------------------------------------------
+
+
+class SessionMachine:
+    def __init__(
+        self,
+        session_id: str,
+        parser: AgentParser,
+        agent_input: AgentInput,
+        config: SessionConfig | None = None,
+        *,
+        factory: FrameFactory | None = None,
+        seen_window: int = 4096,
+    ) -> None:
+        self.session_id = session_id
+        self.config = config or SessionConfig()
+        self.factory = factory or FrameFactory(session_id)
+        self.parser = parser
+        self.input = agent_input
+        self.mapper = Mapper(
+            self.factory,
+            max_frame_size=self.config.max_frame_size,
+            forward_unknown=self.config.forward_unknown,
+        )
+        self.phase: Literal["idle", "running", "terminating", "terminated"] = "idle"
+        self.mode: F.Mode = "default"
+        self.turn: _Turn | None = None
+        self.turn_count = 0
+        self.process_alive = False
+        self.name: str | None = None
+        self.interactions: dict[str, _Interaction] = {}
+        self._seen = codec.SeenWindow(seen_window)
+        self._deleting: tuple[str, str] | None = None  # (reason, deleted_by) once delete began
+        self._control_seq = 0
+        self._pending_controls: dict[str, str] = {}  # request_id → what it was for
+        self.capabilities_frame = self._make(
+            gateway_capabilities(self.config.features, max_frame_size=self.config.max_frame_size)
+        )
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    @property
+    def agent_session_id(self) -> str | None:
+        return self.mapper.agent_session_id
+
+    def _make(self, payload: F.Payload, *, turn: bool = False, parent_id: str | None = None):
+        turn_id = self.turn.turn_id if (turn and self.turn) else None
+        return self.factory.frame(payload, turn_id=turn_id, parent_id=parent_id)
+
+    def _error(self, code: str, message: str, to: str | None, parent_id: str | None) -> Emit:
+        frame = self._make(
+            F.SessionError(error_code=code, message=message, fatal=False), parent_id=parent_id
+        )
+        return Emit(frame, to=to)
+
+    def _next_request_id(self, what: str) -> str:
+        self._control_seq += 1
+        request_id = f"rawp-{self._control_seq}"
+        self._pending_controls[request_id] = what
+        return request_id
+
+    @staticmethod
+    def _emit_all(frames: list[F.Frame]) -> list[Action]:
+        return [Emit(f) for f in frames]
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> list[Action]:
+        """Session created: a long-lived agent starts now; a single-turn one at the first prompt."""
+        if self.config.single_turn_process:
+            return []
+        self.process_alive = True
+        return [Spawn(mode=self.mode)]
+
+    def greeting(self) -> list[F.Frame]:
+        """What a newly attached connection gets first (control-plane.md): capabilities, the latest
+        catalog and commands, then any interaction still waiting for an answer."""
+        frames = [self.capabilities_frame]
+        frames += [f for f in (self.mapper.catalog, self.mapper.commands) if f is not None]
+        frames += [i.frame for i in self.interactions.values()]
+        return frames
+
+    # --- the agent's side ----------------------------------------------------------------------
+
+    def agent_line(self, line: bytes) -> list[Action]:
+        return self.agent_events(self.parser.feed(line))
+
+    def agent_stdout_closed(self) -> list[Action]:
+        return self.agent_events(self.parser.end())
+
+    def agent_events(self, events: list[ev.AgentEvent]) -> list[Action]:
+        out: list[Action] = []
+        for event in events:
+            out += self._agent_event(event)
+        return out
+
+    def _agent_event(self, event: ev.AgentEvent) -> list[Action]:
+        if isinstance(event, ev.TurnEnded):
+            if self.turn is None:
+                # e.g. Claude Code's second result line after a background task's own turn
+                return [Emit(self.mapper.usage_frame(event))]
+            return self._end_turn(event.stop_reason, event)
+        if isinstance(event, ev.ControlAck):
+            return self._control_ack(event)
+        if isinstance(event, ev.ParseError):
+            return [Log("warning", "agent line is not valid", {"error": event.message})]
+        out: list[Action] = []
+        if self.turn is None and not isinstance(event, ev.SessionStarted | ev.Unknown):
+            out += self._open_turn()
+        if isinstance(event, ev.PermissionRequest):
+            return out + self._permission_request(event)
+        if isinstance(event, ev.Unknown):
+            out.append(Log("info", "agent line of unknown kind", {"kind": event.kind}))
+        if isinstance(event, ev.Compacted) and self.turn and self.turn.requested_compaction:
+            self.mapper.compaction_trigger_override = "requested"
+        out += self._emit_all(self.mapper.map(event))
+        return out
+
+    def _open_turn(self, overrides: F.ConfigOverrides | None = None) -> list[Action]:
+        turn_id = self.factory.new_id()
+        self.turn = _Turn(turn_id=turn_id, index=self.turn_count)
+        if overrides is not None:
+            self.turn.allowed = frozenset(overrides.allowed_tools or ())
+            self.turn.denied = frozenset(overrides.denied_tools or ())
+        self.turn_count += 1
+        self.phase = "running"
+        self.mapper.begin_turn(turn_id)
+        start = F.TurnStart(turn_id=turn_id, turn_index=self.turn.index, mode=self.mode)
+        return [Emit(self.factory.frame(start, turn_id=turn_id))]
+
+    def _end_turn(self, stop_reason: str, ended: ev.TurnEnded | None = None) -> list[Action]:
+        turn = self.turn
+        assert turn is not None
+        if turn.cancel_requested and stop_reason != "error":
+            stop_reason = "cancelled"
+        out: list[Action] = [CancelTimer("cancel"), CancelTimer("cancel-kill")]
+        out += self._deny_all_interactions("the turn ended")
+        out += self._emit_all(self.mapper.end_turn(stop_reason, ended))
+        self.mapper.compaction_trigger_override = None
+        self.turn = None
+        if self.phase == "running":
+            self.phase = "idle"
+        return out
+
+    def agent_exited(
+        self,
+        kind: Literal["ok", "error", "signal"],
+        returncode: int | None,
+        signum: int | None = None,
+        stderr_tail: str = "",
+    ) -> list[Action]:
+        """The agent process ended: DPS-17.2.2 (and §18.2 for single-turn agents)."""
+        self.process_alive = False
+        if self.phase == "terminated":
+            return []
+        out: list[Action] = []
+        deleting = self._deleting is not None
+        if kind != "ok" and not deleting:
+            code = "SIGNAL_EXIT" if kind == "signal" else "AGENT_EXIT"
+            how = f"signal {signum}" if kind == "signal" else f"exit code {returncode}"
+            details = F.ErrorDetails(
+                module="process", exit_code=returncode, signal=signum, stderr=stderr_tail or None
+            )
+            error = F.AgentError(
+                error_code=code,
+                message=f"the agent process ended with {how}",
+                severity="fatal",
+                recoverable=False,
+                details=details,
+            )
+            out.append(Emit(self._make(error, turn=True)))
+        if self.turn is not None:
+            if kind == "ok" and not deleting:
+                out += self._end_turn("end_turn")
+            else:
+                out += self._end_turn("error")
+        if deleting:
+            return out + self._finish_delete()
+        if kind != "ok":
+            # A fatal agent error ends the session (DPS-4.4-error, §18.2: TERMINATED).
+            self._deleting = ("error", "client")
+            return out + self._finish_delete()
+        return out  # exit 0: idle with no process; the next prompt respawns (DPS-18-respawn)
+
+    # --- the masters' side ---------------------------------------------------------------------
+
+    def attached(self, conn_id: str) -> list[Action]:
+        return [Emit(f, to=conn_id) for f in self.greeting()]
+
+    def receive(self, conn_id: str, data: bytes | str) -> list[Action]:
+        """A frame from a master's connection. Never raises."""
+        got = codec.decode(data)
+        if isinstance(got, codec.Rejected):
+            return [
+                self._error(got.error.error_code, got.error.message, conn_id, got.message_id),
+                Log("info", "frame rejected", {"conn": conn_id, "error": got.error.message}),
+            ]
+        if isinstance(got, codec.Ignored):
+            return [Log("info", "frame of unknown type ignored", {"type": got.frame_type})]
+        frame = got.frame
+        if not self._seen.first_time(frame.message_id):
+            return [Log("debug", "duplicate frame ignored", {"message_id": frame.message_id})]
+        if frame.session_id != self.session_id:
+            return [
+                self._error(
+                    "INVALID_FRAME",
+                    f"session_id {frame.session_id!r} is not this session's",
+                    conn_id,
+                    frame.message_id,
+                )
+            ]
+        out: list[Action] = []
+        if frame.TYPE.startswith("control."):
+            out.append(Emit(frame, exclude=conn_id))  # DPS-2.4-relay, never echoed
+        return out + self._control(conn_id, frame)
+
+    def _control(self, conn_id: str, frame: F.Frame) -> list[Action]:
+        payload = frame.payload  # type: ignore[attr-defined]
+        mid = frame.message_id
+        if self.phase in ("terminating", "terminated"):
+            if frame.TYPE.startswith("control."):
+                return [self._error("SESSION_TERMINATED", "the session is ending", conn_id, mid)]
+            return []
+        match payload:
+            case F.PromptRequest():
+                return self._prompt(conn_id, payload, mid)
+            case F.PromptCancel():
+                return self._cancel(conn_id, payload, mid)
+            case F.InteractionResponse():
+                return self._interaction_response(conn_id, payload, mid)
+            case F.InteractionTimeout():
+                return self._interaction_timeout(conn_id, payload.interaction_id, mid)
+            case F.ModeSwitch():
+                return self._mode_switch(conn_id, payload, mid)
+            case F.SessionCompact():
+                return self._compact(conn_id, payload, mid)
+            case F.Capabilities():
+                return self._master_capabilities(conn_id, payload, mid)
+            case F.Renamed():
+                return self.rename(payload.name, renamed_by=payload.renamed_by)
+            case F.FileSearch() | F.FileSearchCancel():
+                return [
+                    self._error(
+                        "FILE_SEARCH_NOT_SUPPORTED",
+                        "this gateway does not announce file_search_fuzzy",
+                        conn_id,
+                        mid,
+                    )
+                ]
+        return [Log("info", "frame not acted on", {"type": frame.TYPE})]
+
+    def _master_capabilities(self, conn_id: str, caps: F.Capabilities, mid: str) -> list[Action]:
+        if caps.protocol_version != F.PROTOCOL_VERSION:
+            # DPS-1.3-legacy: only rawp-dps-1.0 is spoken.
+            return [
+                self._error(
+                    "UNSUPPORTED_PROTOCOL",
+                    f"protocol_version {caps.protocol_version!r} is not supported; "
+                    f"this gateway speaks {F.PROTOCOL_VERSION} only",
+                    conn_id,
+                    mid,
+                )
+            ]
+        return [SetFeatures(conn_id, caps.features)]
+
+    # prompts ---------------------------------------------------------------------------------
+
+    def _prompt(self, conn_id: str, prompt: F.PromptRequest, mid: str) -> list[Action]:
+        if self.turn is not None:
+            # DPS-17.3.2-one-prompt: refused, not delivered.
+            return [
+                self._error(
+                    "PROMPT_IN_PROGRESS",
+                    "a turn is already running; cancel it or wait for session.turn.end",
+                    conn_id,
+                    mid,
+                )
+            ]
+        text = prompt_text_for_agent(prompt)
+        return self._start_prompt(text, prompt.config_overrides)
+
+    def _start_prompt(
+        self, text: str, overrides: F.ConfigOverrides | None, *, compaction: bool = False
+    ) -> list[Action]:
+        out = self._open_turn(overrides)
+        assert self.turn is not None
+        self.turn.requested_compaction = compaction
+        if self.process_alive and not self.config.single_turn_process:
+            data = self.input.prompt(text)
+            if data is None:  # cannot happen for a long-lived profile with stdin prompts
+                return out + [Log("error", "agent cannot take prompts on stdin")]
+            return out + [WriteStdin(data)]
+        self.process_alive = True
+        return out + [
+            Spawn(prompt=text, resume_id=self.agent_session_id, mode=self.mode, overrides=overrides)
+        ]
+
+    def _cancel(self, conn_id: str, cancel: F.PromptCancel, mid: str) -> list[Action]:
+        if self.turn is None or cancel.target_turn_id != self.turn.turn_id:
+            return [
+                self._error(
+                    "TURN_NOT_FOUND",
+                    f"no running turn {cancel.target_turn_id!r} to cancel",
+                    conn_id,
+                    mid,
+                )
+            ]
+        if self.turn.cancel_requested:
+            return []
+        self.turn.cancel_requested = True
+        out = self._deny_all_interactions("the turn was cancelled")
+        data = self.input.interrupt(self._next_request_id("interrupt"))
+        if data is not None:
+            out.append(WriteStdin(data))
+            out.append(StartTimer("cancel", CANCEL_GRACE_S))
+        else:
+            out.append(Signal(_signal.SIGINT))
+        out.append(StartTimer("cancel-kill", CANCEL_KILL_S))
+        return out
+
+    # permissions -------------------------------------------------------------------------------
+
+    def _permission_request(self, req: ev.PermissionRequest) -> list[Action]:
+        spec = lookup(req.tool_name)
+        turn = self.turn
+        if self.mode in ("plan", "review") and spec.writes:
+            # DPS-6.3.2-block: the gateway enforces the mode; the CLI does not when it asks us.
+            if req.call_id:
+                self.mapper.block_call(req.call_id)
+            return self._answer_permission(req.request_id, False, BLOCKED_OUTPUT)
+        if turn is not None and req.tool_name in turn.denied:
+            return self._answer_permission(
+                req.request_id, False, f"{req.tool_name} is denied for this prompt"
+            )
+        if req.tool_name in self.config.auto_allow or (
+            turn is not None and req.tool_name in turn.allowed
+        ):
+            return self._answer_permission(req.request_id, True, updated_input=req.input)
+        interaction_id = self.factory.new_id()
+        context = F.InteractionContext(
+            tool_name=req.tool_name,
+            tool_input=req.input,
+            affected_paths=list(req.affected_paths) or None,
+        )
+        payload = F.InteractionRequest(
+            interaction_id=interaction_id,
+            interaction_type="PERMISSION",
+            question_text=permission_question(req),
+            timeout_sec=self.config.permission_timeout_sec,
+            options=[
+                F.InteractionOption(value=ALLOW, label="Allow", risk_level=risk_of(spec)),
+                F.InteractionOption(value=DENY, label="Deny", risk_level="safe"),
+            ],
+            context=context,
+            default_value=DENY,
+        )
+        metadata = None
+        if req.call_id and (invocation_id := self.mapper.invocation_id(req.call_id)):
+            metadata = {"invocation_id": invocation_id}
+        frame = self.factory.frame(
+            payload, turn_id=self.turn.turn_id if self.turn else None, metadata=metadata
+        )
+        self.interactions[interaction_id] = _Interaction(
+            interaction_id, req.request_id, req.tool_name, req.input, frame
+        )
+        out: list[Action] = [Emit(frame)]
+        out += self._emit_all(self.mapper.set_state("awaiting_input", "permission_request"))
+        out.append(StartTimer(f"interaction:{interaction_id}", self.config.permission_timeout_sec))
+        return out
+
+    def _answer_permission(
+        self,
+        request_id: str,
+        allow: bool,
+        message: str = "",
+        updated_input: dict[str, Any] | None = None,
+    ) -> list[Action]:
+        data = self.input.permission(
+            request_id, allow=allow, message=message, updated_input=updated_input
+        )
+        return [WriteStdin(data)] if data is not None and self.process_alive else []
+
+    def _settle(
+        self, interaction: _Interaction, allow: bool, message: str, outcome: str
+    ) -> list[Action]:
+        out: list[Action] = [
+            CancelTimer(f"interaction:{interaction.interaction_id}"),
+            Settled("PERMISSION", outcome),
+        ]
+        out += self._answer_permission(
+            interaction.request_id,
+            allow,
+            message,
+            updated_input=interaction.input if allow else None,
+        )
+        if not self.interactions and self.turn is not None:
+            out += self._emit_all(self.mapper.set_state("tool_calling", "permission_answered"))
+        return out
+
+    def _interaction_response(
+        self, conn_id: str, resp: F.InteractionResponse, mid: str
+    ) -> list[Action]:
+        interaction = self.interactions.pop(resp.interaction_id, None)
+        if interaction is None:
+            return [
+                self._error(
+                    "INTERACTION_NOT_FOUND",
+                    f"no pending interaction {resp.interaction_id!r}",
+                    conn_id,
+                    mid,
+                )
+            ]
+        selected = resp.selected_value
+        values = selected if isinstance(selected, list) else [selected]
+        allow = ALLOW in values
+        message = resp.text_input or ("" if allow else "The user denied this tool use.")
+        return self._settle(interaction, allow, message, "allowed" if allow else "denied")
+
+    def _interaction_timeout(self, conn_id: str | None, interaction_id: str, mid: str | None):
+        interaction = self.interactions.pop(interaction_id, None)
+        if interaction is None:
+            if conn_id is None:
+                return []
+            return [
+                self._error(
+                    "INTERACTION_NOT_FOUND",
+                    f"no pending interaction {interaction_id!r}",
+                    conn_id,
+                    mid,
+                )
+            ]
+        # DPS-6.2-interaction: a timeout denies a PERMISSION.
+        return self._settle(interaction, False, "The permission request timed out.", "timed_out")
+
+    def _deny_all_interactions(self, why: str) -> list[Action]:
+        out: list[Action] = []
+        while self.interactions:
+            _, interaction = self.interactions.popitem()
+            out += self._settle(interaction, False, f"Denied: {why}.", "cancelled")
+        return out
+
+    # modes and compaction ----------------------------------------------------------------------
+
+    def _mode_switch(self, conn_id: str, switch: F.ModeSwitch, mid: str) -> list[Action]:
+        if not self.config.features.plan_mode:
+            return [
+                self._error(
+                    "MODE_NOT_SUPPORTED",
+                    f"the {self.config.agent} agent does not support mode switching",
+                    conn_id,
+                    mid,
+                )
+            ]
+        if self.turn is not None:
+            return [
+                self._error(
+                    "MODE_SWITCH_DURING_TURN",
+                    "the mode cannot change while a turn is running",
+                    conn_id,
+                    mid,
+                )
+            ]
+        previous, self.mode = self.mode, switch.mode
+        out: list[Action] = []
+        if self.process_alive and not self.config.single_turn_process:
+            # review is enforced by the gateway; the CLI itself runs in default mode then.
+            cli_mode = "plan" if switch.mode == "plan" else "default"
+            data = self.input.set_mode(self._next_request_id("set_mode"), cli_mode)
+            if data is not None:
+                out.append(WriteStdin(data))
+        state = self.mapper.state
+        change = F.StateChanged(previous_state=state, current_state=state, reason="mode_switch")
+        frame = self.factory.frame(
+            change, metadata={"mode": switch.mode, "previous_mode": previous}
+        )
+        out.append(Emit(frame))
+        return out
+
+    def _compact(self, conn_id: str, compact: F.SessionCompact, mid: str) -> list[Action]:
+        if not self.config.features.context_compaction:
+            return [
+                self._error(
+                    "COMPACTION_NOT_SUPPORTED",
+                    f"the {self.config.agent} agent does not support context compaction",
+                    conn_id,
+                    mid,
+                )
+            ]
+        if self.turn is not None:
+            return [
+                self._error(
+                    "PROMPT_IN_PROGRESS", "compaction must wait for the running turn", conn_id, mid
+                )
+            ]
+        text = "/compact" + (f" {compact.instruction}" if compact.instruction else "")
+        return self._start_prompt(text, None, compaction=True)
+
+    def _control_ack(self, ack: ev.ControlAck) -> list[Action]:
+        what = self._pending_controls.pop(ack.request_id, None)
+        if ack.ok or what is None:
+            return []
+        return [Log("warning", f"agent refused the {what} request", {"error": ack.error})]
+
+    # timers and the control plane ----------------------------------------------------------------
+
+    def timer_fired(self, key: str) -> list[Action]:
+        if key.startswith("interaction:"):
+            return self._interaction_timeout(None, key.partition(":")[2], None)
+        if key == "cancel" and self.turn is not None and self.process_alive:
+            return [Signal(_signal.SIGINT)]
+        if key == "cancel-kill" and self.turn is not None and self.process_alive:
+            return [Log("warning", "the agent ignored the cancel; stopping it"), Terminate()]
+        return []
+
+    def rename(self, name: str, *, renamed_by: str = "master") -> list[Action]:
+        previous, self.name = self.name, name
+        payload = F.Renamed(
+            session_id=self.session_id, name=name, renamed_by=renamed_by, previous_name=previous
+        )
+        return [Emit(self._make(payload))]  # DPS-7.6-renamed: to every connection
+
+    def delete(self, reason: str = "master_request", deleted_by: str = "master") -> list[Action]:
+        """End the session: deny what waits, stop the agent, then the cleanup frames (DPS-7.5.3),
+        ``session.deleted`` (DPS-7.7) and close. With no process the cleanup happens at once."""
+        if self._deleting is not None:
+            return []
+        self._deleting = (reason, deleted_by)
+        out = self._deny_all_interactions("the session is ending")
+        if self.process_alive:
+            self.phase = "terminating"
+            return out + [Terminate()]
+        return out + self._finish_delete()
+
+    def _finish_delete(self) -> list[Action]:
+        assert self._deleting is not None
+        reason, deleted_by = self._deleting
+        out: list[Action] = []
+        if self.turn is not None:
+            out += self._end_turn("error")
+        self.phase = "terminated"
+        deleted = F.Deleted(session_id=self.session_id, reason=reason, deleted_by=deleted_by)
+        out.append(Emit(self._make(deleted)))
+        out.append(CloseAll(f"session deleted ({reason})"))
+        return out
+
+
+# --- pure helpers ---------------------------------------------------------------------------------
+
+
+def prompt_text_for_agent(prompt: F.PromptRequest) -> str:
+    """The text the agent gets: slash commands as ``/name args``; file reference tokens are left to
+    the agent (it reads paths itself); attached files listed after the prompt."""
+    text = prompt.prompt_text
+    if prompt.input_type == "slash_command" and not text.startswith("/"):
+        text = "/" + text
+    for ref in prompt.file_references or ():
+        if ref.display_path and ref.ref_id in text:
+            text = text.replace(ref.ref_id, ref.display_path)
+    if prompt.context_files:
+        listed = "\n".join(f"- {f.file_name}: {f.file_url}" for f in prompt.context_files)
+        text = f"{text}\n\nAttached files:\n{listed}"
+    return text
+
+
+def permission_question(req: ev.PermissionRequest) -> str:
+    inp = req.input
+    detail = inp.get("command") or inp.get("file_path") or inp.get("path") or inp.get("url")
+    if isinstance(detail, str) and detail:
+        return f"Allow {req.tool_name}: {detail}?"
+    return f"Allow the agent to use {req.tool_name}?"
+
+
+def risk_of(spec: Any) -> Literal["safe", "moderate", "dangerous"]:
+    if spec.category == "shell":
+        return "dangerous"
+    if spec.writes or spec.category in ("web", "mcp", "custom"):
+        return "moderate"
+    return "safe"

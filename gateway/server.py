@@ -1,0 +1,372 @@
+"""The HTTP and WebSocket server of control-plane.md (aiohttp), and graceful shutdown.
+
+Theory of operation
+-------------------
+``create_app(config)`` builds the aiohttp application; ``serve(config)`` runs it on uvloop until
+SIGTERM or SIGINT. Sessions live in ``app[SESSIONS]`` as ``LiveSession`` objects; the handlers only
+translate HTTP into calls on them. Two middlewares wrap every request: errors become
+``{"error_code", "message"}`` JSON (never a stack trace), and, when a token is configured, every
+request but ``/healthz`` needs ``Authorization: Bearer <token>`` (compared in constant time).
+
+On shutdown every live session is deleted the DPS way (SIGTERM, SIGKILL after the grace period,
+cleanup frames, ``session.deleted``, close), so no agent process outlives the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import signal
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Final
+
+from aiohttp import WSMsgType, web
+
+from . import process
+from .config import Config
+from .history import POLICIES, History
+from .metrics import GatewayMetrics
+from .session import LiveSession
+
+__all__ = ["CONFIG", "METRICS", "SESSIONS", "create_app", "serve"]
+
+log = logging.getLogger("rawp_gateway.server")
+
+SUBPROTOCOL: Final = "rawp-dps-1.0"
+CONFIG: Final = web.AppKey("config", Config)
+METRICS: Final = web.AppKey("metrics", GatewayMetrics)
+SESSIONS: Final = web.AppKey("sessions", dict)
+KEEP_TERMINATED: Final = 100  # terminated sessions still listed, newest first
+
+
+class ApiError(Exception):
+    """An error answered as control-plane.md's JSON error object."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_code = code
+        self.message = message
+
+    def response(self) -> web.Response:
+        body = {"error_code": self.error_code, "message": self.message}
+        return web.json_response(body, status=self.status)
+
+
+def _error_for(exc: web.HTTPException) -> web.Response:
+    codes = {
+        400: "BAD_REQUEST",
+        401: "UNAUTHORIZED",
+        404: "NOT_FOUND",
+        405: "METHOD_NOT_ALLOWED",
+        413: "REQUEST_TOO_LARGE",
+    }
+    code = codes.get(exc.status, "HTTP_ERROR")
+    message = exc.reason or exc.text or "error"
+    if exc.status == 413:
+        message = "request body too large"
+    return web.json_response({"error_code": code, "message": message}, status=exc.status)
+
+
+@web.middleware
+async def errors_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return exc.response()
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error_for(exc)
+    except Exception:
+        log.exception("unhandled error", extra={"path": request.path})
+        return web.json_response(
+            {"error_code": "INTERNAL_ERROR", "message": "internal error; see the gateway log"},
+            status=500,
+        )
+
+
+def auth_middleware(token: str | None):
+    expected = f"Bearer {token}".encode() if token else None
+
+    @web.middleware
+    async def middleware(request: web.Request, handler):
+        if expected is not None and request.path != "/healthz":
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return ApiError(401, "UNAUTHORIZED", "missing or wrong bearer token").response()
+        return await handler(request)
+
+    return middleware
+
+
+# --- handlers -----------------------------------------------------------------------------------
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def metrics_handler(request: web.Request) -> web.Response:
+    body, content_type = request.app[METRICS].render()
+    response = web.Response(body=body)
+    response.headers["Content-Type"] = content_type
+    return response
+
+
+async def list_agents(request: web.Request) -> web.Response:
+    agents = request.app[CONFIG].agents
+    return web.json_response({"agents": [p.public() for p in agents.values()]})
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except ValueError:
+        raise ApiError(400, "INVALID_JSON", "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "INVALID_REQUEST", "the request body must be a JSON object")
+    return body
+
+
+def _resolve_workspace(config: Config, requested: Any) -> Path:
+    root = config.workspace_root
+    if requested is None:
+        return root
+    if not isinstance(requested, str) or not requested:
+        raise ApiError(400, "INVALID_REQUEST", "workspace_path must be a non-empty string")
+    path = (root / requested).resolve()  # an absolute requested path replaces root
+    if path != root and root not in path.parents:
+        raise ApiError(
+            403, "WORKSPACE_FORBIDDEN", f"workspace_path must be inside the workspace root {root}"
+        )
+    if path.exists() and not path.is_dir():
+        raise ApiError(400, "INVALID_REQUEST", "workspace_path is not a directory")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+async def create_session(request: web.Request) -> web.Response:
+    app = request.app
+    config = app[CONFIG]
+    body = await _json_body(request)
+    agent = body.get("agent")
+    if not isinstance(agent, str) or not agent:
+        raise ApiError(400, "INVALID_REQUEST", "agent is required (see GET /v1/agents)")
+    profile = config.agents.get(agent)
+    if profile is None:
+        names = ", ".join(sorted(config.agents))
+        raise ApiError(404, "AGENT_NOT_FOUND", f"no agent profile {agent!r}; known: {names}")
+    name = body.get("name")
+    if name is not None and not isinstance(name, str):
+        raise ApiError(400, "INVALID_REQUEST", "name must be a string")
+    origin = body.get("origin", "remote")
+    if origin not in ("remote", "local"):
+        raise ApiError(400, "INVALID_REQUEST", "origin must be remote or local")
+    window = body.get("reattach_window_sec", config.reattach_window_sec)
+    if isinstance(window, bool) or not isinstance(window, int | float) or window < 0:
+        raise ApiError(400, "INVALID_REQUEST", "reattach_window_sec must be a number >= 0")
+    history = _history_from(body.get("buffer"), config)
+    workspace = _resolve_workspace(config, body.get("workspace_path"))
+    session_id = str(uuid.uuid4())
+    session = LiveSession(
+        session_id,
+        profile,
+        workspace,
+        config=config,
+        metrics=app[METRICS],
+        name=name,
+        origin=origin,
+        reattach_window_sec=float(window),
+        history=history,
+        on_terminated=lambda s: _forget_terminated(app),
+    )
+    app[SESSIONS][session_id] = session
+    session.start()
+    log.info("session created", extra={"session": session_id, "agent": agent})
+    return web.json_response(session.to_json(), status=201)
+
+
+def _history_from(buffer: Any, config: Config) -> History:
+    if buffer is None:
+        return History(config.buffer_policy, config.buffer_max_bytes)  # type: ignore[arg-type]
+    if not isinstance(buffer, dict):
+        raise ApiError(400, "INVALID_REQUEST", "buffer must be an object {policy, max_bytes}")
+    policy = buffer.get("policy", config.buffer_policy)
+    if policy not in POLICIES:
+        raise ApiError(
+            400, "INVALID_REQUEST", f"buffer.policy must be one of {', '.join(POLICIES)}"
+        )
+    max_bytes = buffer.get("max_bytes", config.buffer_max_bytes)
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        raise ApiError(400, "INVALID_REQUEST", "buffer.max_bytes must be an integer >= 0")
+    if max_bytes > config.max_buffer_bytes:
+        raise ApiError(
+            400,
+            "INVALID_REQUEST",
+            f"buffer.max_bytes may be at most {config.max_buffer_bytes} on this gateway",
+        )
+    return History(policy, max_bytes)
+
+
+def _forget_terminated(app: web.Application) -> None:
+    sessions: dict[str, LiveSession] = app[SESSIONS]
+    terminated = [s for s in sessions.values() if s.state == "TERMINATED"]
+    for old in terminated[:-KEEP_TERMINATED]:
+        sessions.pop(old.id, None)
+
+
+def _session(request: web.Request) -> LiveSession:
+    session_id = request.match_info["session_id"]
+    session = request.app[SESSIONS].get(session_id)
+    if session is None:
+        raise ApiError(404, "SESSION_NOT_FOUND", f"no session {session_id}")
+    return session
+
+
+async def list_sessions(request: web.Request) -> web.Response:
+    return web.json_response({"sessions": [s.to_json() for s in request.app[SESSIONS].values()]})
+
+
+async def get_session(request: web.Request) -> web.Response:
+    return web.json_response(_session(request).to_json())
+
+
+async def patch_session(request: web.Request) -> web.Response:
+    session = _session(request)
+    body = await _json_body(request)
+    name = body.get("name")
+    if not isinstance(name, str) or not name:
+        raise ApiError(400, "INVALID_REQUEST", "name must be a non-empty string")
+    if session.state == "TERMINATED":
+        raise ApiError(409, "SESSION_TERMINATED", "the session has ended")
+    session.rename(name)
+    return web.json_response(session.to_json())
+
+
+async def delete_session(request: web.Request) -> web.Response:
+    session = _session(request)
+    if session.state != "TERMINATED":
+        await session.delete("master_request", "master")
+    return web.json_response(session.to_json())
+
+
+async def websocket(request: web.Request) -> web.StreamResponse:
+    session = _session(request)
+    config = request.app[CONFIG]
+    offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
+    if SUBPROTOCOL not in offered:
+        raise ApiError(
+            400,
+            "SUBPROTOCOL_REQUIRED",
+            f"offer the WebSocket subprotocol {SUBPROTOCOL} (RAWP-1.0-Legacy is not supported)",
+        )
+    if session.state == "TERMINATED":
+        raise ApiError(409, "SESSION_TERMINATED", "the session has ended")
+    role = "local_ui" if request.query.get("role") == "local-ui" else "master"
+    if session.origin == "local" and role != "local_ui":
+        # DPS-2.4-local: a local session's frames go to local UI connections only.
+        raise ApiError(403, "LOCAL_SESSION", "a local session accepts only ?role=local-ui")
+    last_message_id = request.query.get("last_message_id") or request.headers.get(
+        "X-RAWP-Last-Message-Id"
+    )
+    ws = web.WebSocketResponse(
+        protocols=(SUBPROTOCOL,), max_msg_size=config.max_frame_size, heartbeat=30.0
+    )
+    await ws.prepare(request)
+    conn_id = str(uuid.uuid4())
+    conn = session.attach(conn_id, ws, role=role, last_message_id=last_message_id)
+    try:
+        async for msg in ws:
+            if msg.type == WSMsgType.TEXT:
+                session.receive(conn_id, msg.data)
+            elif msg.type == WSMsgType.BINARY:
+                session.receive(conn_id, b"\x00binary")  # answered as INVALID_FRAME
+            elif msg.type == WSMsgType.ERROR:
+                break
+    finally:
+        session.detach(conn_id)
+        if not conn.closed.is_set():
+            await conn.aclose()
+    return ws
+
+
+# --- the application ---------------------------------------------------------------------------
+
+
+def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.Application:
+    app = web.Application(
+        middlewares=[errors_middleware, auth_middleware(config.token)],
+        client_max_size=config.max_request_bytes,
+    )
+    app[CONFIG] = config
+    app[METRICS] = metrics or GatewayMetrics(agents=config.agents.keys())
+    app[SESSIONS] = {}
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/v1/agents", list_agents)
+    app.router.add_post("/v1/session", create_session)
+    app.router.add_get("/v1/sessions", list_sessions)
+    app.router.add_get("/v1/session/{session_id}", get_session)
+    app.router.add_patch("/v1/session/{session_id}", patch_session)
+    app.router.add_delete("/v1/session/{session_id}", delete_session)
+    app.router.add_get("/v1/session/{session_id}/ws", websocket)
+    app.on_shutdown.append(_shutdown_sessions)
+    return app
+
+
+async def _shutdown_sessions(app: web.Application) -> None:
+    live = [s for s in app[SESSIONS].values() if s.state != "TERMINATED"]
+    if live:
+        log.info("shutting down", extra={"sessions": len(live)})
+        await asyncio.gather(*(s.delete("error", "client") for s in live), return_exceptions=True)
+    await process.terminate_all()
+
+
+def check_bind(config: Config) -> None:
+    """With no token the gateway serves loopback only (control-plane.md, Security)."""
+    loopback = config.host in ("127.0.0.1", "localhost", "::1") or config.host.startswith("127.")
+    if config.token is None and not loopback:
+        raise SystemExit(
+            f"refusing to listen on {config.host} without a token: set --token-file or "
+            "RAWP_GATEWAY_TOKEN, or listen on 127.0.0.1"
+        )
+
+
+async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> None:
+    """Serve until SIGTERM/SIGINT, then shut down gracefully."""
+    check_bind(config)
+    app = create_app(config)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port)
+    await site.start()
+    port = runner.addresses[0][1] if runner.addresses else config.port
+    log.info("listening", extra={"host": config.host, "port": port})
+    if ready is not None:
+        ready(port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("stopping")
+        await runner.cleanup()
+
+
+def serve(config: Config, *, ready: Callable[[int], None] | None = None) -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        asyncio.run(run(config, ready=ready))
+    else:
+        uvloop.run(run(config, ready=ready))

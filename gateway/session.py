@@ -1,0 +1,454 @@
+"""A live session: the asyncio shell around one ``SessionMachine``.
+
+Theory of operation
+-------------------
+``LiveSession`` owns what the sans-IO machine may not touch: the agent process, the WebSocket
+connections, the history buffer, timers and metrics. It feeds the machine (agent lines, master
+frames, exits, timers) and carries out the actions it returns, in order, in ``perform``:
+
+* ``Emit`` broadcast: encode once, append to history, offer the same bytes to every connection whose
+  announced features admit the frame (a second encoding without ``subagent_context`` is made at
+  most once per frame, for connections that did not announce it);
+* ``Emit`` to one connection: a reply (``session.error``) or a greeting; not buffered;
+* ``Spawn``/``WriteStdin``/``Signal``/``Terminate``: the agent process (writes made while the process
+  is still starting are queued and flushed once it runs);
+* ``StartTimer``/``CancelTimer``: ``loop.call_later`` handles by key;
+* ``CloseAll``: every connection flushes its queue, then closes.
+
+The reattach window (control-plane.md): while no connection is attached the session is
+``DETACHED``; when the window runs out the machine deletes it with ``reason: "timeout"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from parsers.base import get as get_parser
+
+from . import config as cfg
+from .fanout import Connection
+from .history import History
+from .metrics import GatewayMetrics
+from .process import AgentProcess, AgentStartError
+from .protocol import codec
+from .protocol import frames as F
+from .protocol import session as sm
+from .protocol.capabilities import ConnectionFilter, strip_subagent_context
+
+__all__ = ["LiveSession"]
+
+log = logging.getLogger("rawp_gateway.session")
+
+
+class LiveSession:
+    def __init__(
+        self,
+        session_id: str,
+        profile: cfg.AgentProfile,
+        workspace: Path,
+        *,
+        config: cfg.Config,
+        metrics: GatewayMetrics,
+        name: str | None = None,
+        origin: str = "remote",
+        reattach_window_sec: float | None = None,
+        history: History | None = None,
+        on_terminated: Callable[[LiveSession], None] | None = None,
+    ) -> None:
+        self.id = session_id
+        self.profile = profile
+        self.workspace = workspace
+        self.config = config
+        self.metrics = metrics
+        self.origin = origin
+        self.created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.reattach_window_sec = (
+            config.reattach_window_sec if reattach_window_sec is None else reattach_window_sec
+        )
+        if history is None:
+            history = History(config.buffer_policy, config.buffer_max_bytes)  # type: ignore[arg-type]
+        self.history = history
+        spec = get_parser(profile.parser)
+        self.agent_input = spec.input()
+        self.machine = sm.SessionMachine(
+            session_id,
+            spec.parser(),
+            self.agent_input,
+            sm.SessionConfig(
+                agent=profile.name,
+                features=profile.features,
+                single_turn_process=profile.single_turn_process,
+                auto_allow=profile.auto_allow,
+                permission_timeout_sec=profile.permission_timeout_sec,
+                max_frame_size=config.max_frame_size,
+            ),
+        )
+        self.machine.name = name
+        self.connections: dict[str, Connection] = {}
+        self.process: AgentProcess | None = None
+        self._spawning = False
+        self._stdin_pending: list[bytes] = []
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._line_t_ns = 0
+        self._turn_started = 0.0
+        self._lines = metrics.agent_lines(profile.name)
+        self.terminated = asyncio.Event()
+        self._on_terminated = on_terminated
+        self._state = "DETACHED"
+        metrics.session_state(None, self._state, agent=profile.name)
+
+    # --- public view -------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        if self.machine.phase == "terminated":
+            return "TERMINATED"
+        if not self.connections:
+            return "DETACHED"
+        return "RUNNING" if self.machine.turn is not None else "IDLE"
+
+    def _track_state(self) -> None:
+        new = self.state
+        if new != self._state:
+            self.metrics.session_state(self._state, new)
+            self._state = new
+
+    def to_json(self) -> dict[str, Any]:
+        obj: dict[str, Any] = {
+            "session_id": self.id,
+            "name": self.machine.name,
+            "agent": self.profile.name,
+            "origin": self.origin,
+            "state": self.state,
+            "agent_state": self.machine.mapper.state,
+            "mode": self.machine.mode,
+            "turn_index": self.machine.turn_count,
+            "connections": len(self.connections),
+            "created_at": self.created_at,
+            "ws_path": f"/v1/session/{self.id}/ws",
+            "workspace_path": str(self.workspace),
+        }
+        if self.machine.agent_session_id:
+            obj["agent_session_id"] = self.machine.agent_session_id
+        return obj
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.perform(self.machine.start())
+        self._arm_reattach_window()
+
+    async def delete(self, reason: str = "master_request", deleted_by: str = "master") -> None:
+        self.perform(self.machine.delete(reason, deleted_by))
+        await self.terminated.wait()
+
+    def rename(self, name: str) -> None:
+        self.perform(self.machine.rename(name, renamed_by="master"))
+
+    # --- connections ----------------------------------------------------------------------------
+
+    def attach(
+        self, conn_id: str, ws: Any, *, role: str, last_message_id: str | None
+    ) -> Connection:
+        conn = Connection(
+            conn_id,
+            ws,
+            role=role,
+            max_queue_bytes=self.config.send_queue_bytes,
+            observe_latency_ns=self.metrics.observe_latency_ns,
+            clock_ns=time.perf_counter_ns,
+        )
+        self.connections[conn_id] = conn
+        self._cancel_timer("reattach-window")
+        self.metrics.ws_connected(role)
+        actions = self.machine.attached(conn_id)
+        # capabilities first, then (on reattach) the history, then catalog/commands/interactions
+        first, rest = actions[:1], actions[1:]
+        self.perform(first)
+        if last_message_id is not None:
+            self._send_history(conn, last_message_id)
+        self.perform(rest)
+        self._track_state()
+        return conn
+
+    def _send_history(self, conn: Connection, last_message_id: str) -> None:
+        replay = self.history.since(last_message_id)
+        payload = F.History(
+            frames=[msgspec.Raw(data) for data in replay.frames],
+            buffer_status=F.BufferStatus(
+                policy_applied=self.history.policy,  # type: ignore[arg-type]
+                truncated=replay.truncated,
+                lost_frame_count=replay.lost_frame_count,
+                buffer_high_watermark=self.history.high_watermark,
+            ),
+            last_sync_timestamp=replay.last_timestamp or self.machine.factory.clock(),
+            last_message_id=replay.last_message_id or last_message_id,
+        )
+        frame = self.machine.factory.frame(payload)
+        conn.offer(codec.encode(frame))
+        self.metrics.reattached(
+            lost_frames=replay.lost_frame_count or (1 if replay.truncated else 0)
+        )
+
+    def detach(self, conn_id: str) -> None:
+        conn = self.connections.pop(conn_id, None)
+        if conn is None:
+            return
+        self.metrics.ws_disconnected(conn.role)
+        self._arm_reattach_window()
+        self._track_state()
+
+    def _arm_reattach_window(self) -> None:
+        if not self.connections and self.machine.phase != "terminated":
+            self._set_timer("reattach-window", self.reattach_window_sec)
+
+    def receive(self, conn_id: str, data: str | bytes) -> None:
+        self.metrics.frame_in(_peek_type(data), len(data))
+        self._line_t_ns = 0
+        self.perform(self.machine.receive(conn_id, data))
+
+    # --- the agent process ----------------------------------------------------------------------
+
+    def _spawn(self, action: sm.Spawn) -> None:
+        profile = self.profile
+        argv = cfg.command_for(profile, prompt=action.prompt, workspace=str(self.workspace))
+        if action.resume_id and profile.resume_flag:
+            argv += cfg.template_args(profile.resume_flag, session_id=action.resume_id)
+        cli_mode = "plan" if action.mode == "plan" else None
+        if cli_mode and profile.mode_flag:
+            argv += cfg.template_args(profile.mode_flag, mode=cli_mode)
+        overrides = action.overrides
+        if overrides is not None:
+            for key, flag in profile.override_flags.items():
+                value = getattr(overrides, key, None)
+                if value:
+                    argv += [flag, ",".join(value) if isinstance(value, list) else str(value)]
+        if action.prompt is not None and "{prompt}" not in profile.command:
+            data = self.agent_input.prompt(action.prompt)
+            if data is not None:
+                self._stdin_pending.append(data)
+        self._spawning = True
+        self._task(self._run_process(argv))
+
+    async def _run_process(self, argv: list[str]) -> None:
+        env = dict(os.environ)
+        env.update(self.profile.env)
+        try:
+            proc = await AgentProcess.start(
+                argv, env=env, session_id=self.id, workspace=self.workspace
+            )
+        except (AgentStartError, OSError, ValueError) as err:
+            self._spawning = False
+            log.error("agent did not start", extra={"session": self.id, "error": str(err)})
+            self.metrics.process_started(self.profile.name)
+            self.metrics.process_exited(self.profile.name, "error")
+            self.perform(self.machine.agent_exited("error", 127, None, str(err)))
+            return
+        self.process = proc
+        self._spawning = False
+        self.metrics.process_started(self.profile.name)
+        log.info("agent started", extra={"session": self.id, "pid": proc.pid, "argv": argv})
+        for data in self._stdin_pending:
+            proc.write(data)
+        self._stdin_pending.clear()
+        await self._pump(proc)
+
+    async def _pump(self, proc: AgentProcess) -> None:
+        lines = self._lines
+        machine = self.machine
+        clock = time.perf_counter_ns
+        while (item := await proc.readline()) is not None:
+            self._line_t_ns = item.t_ns
+            t0 = clock()
+            actions = machine.agent_line(item.line)
+            lines.line(_line_kind(actions), clock() - t0)
+            self.perform(actions)
+        self._line_t_ns = 0
+        self.perform(machine.agent_stdout_closed())
+        status = await proc.wait()
+        self.metrics.process_exited(self.profile.name, status.kind)
+        log.info(
+            "agent exited",
+            extra={"session": self.id, "returncode": status.returncode, "kind": status.kind},
+        )
+        self.process = None
+        proc.close()
+        self.perform(
+            machine.agent_exited(status.kind, status.returncode, status.signal, proc.stderr_tail())
+        )
+
+    def _write_stdin(self, data: bytes) -> None:
+        proc = self.process
+        if proc is not None and proc.returncode is None:
+            try:
+                proc.write(data)
+            except Exception as err:  # the pipe closed under us: the exit will be reported
+                log.warning("stdin write failed", extra={"session": self.id, "error": str(err)})
+        elif self._spawning:
+            self._stdin_pending.append(data)
+
+    async def _terminate(self) -> None:
+        while self._spawning:  # a process being started must not escape the termination
+            await asyncio.sleep(0.01)
+        proc = self.process
+        if proc is not None:
+            await proc.terminate(self.config.shutdown_grace_sec)
+        elif not self._spawning:
+            # Nothing runs: report the end ourselves so the cleanup frames follow.
+            self.perform(self.machine.agent_exited("signal", None, 15))
+
+    # --- actions ----------------------------------------------------------------------------------
+
+    def perform(self, actions: list[sm.Action]) -> None:
+        for action in actions:
+            if isinstance(action, sm.Emit):
+                self._emit(action)
+            elif isinstance(action, sm.WriteStdin):
+                self._write_stdin(action.data)
+            elif isinstance(action, sm.Spawn):
+                self._spawn(action)
+            elif isinstance(action, sm.Signal):
+                if self.process is not None:
+                    self.process.send_signal(action.signum)
+            elif isinstance(action, sm.Terminate):
+                self._task(self._terminate())
+            elif isinstance(action, sm.StartTimer):
+                self._set_timer(action.key, action.seconds)
+            elif isinstance(action, sm.CancelTimer):
+                self._cancel_timer(action.key)
+            elif isinstance(action, sm.SetFeatures):
+                conn = self.connections.get(action.conn_id)
+                if conn is not None:
+                    conn.filter = ConnectionFilter(action.features)
+            elif isinstance(action, sm.CloseAll):
+                self._close_all(action.reason)
+            elif isinstance(action, sm.Settled):
+                self.metrics.interaction(action.interaction_type, action.outcome)
+            elif isinstance(action, sm.Log):
+                log.log(
+                    logging.getLevelName(action.level.upper()),
+                    action.message,
+                    extra={"session": self.id, **action.fields},
+                )
+        self._track_state()
+
+    def _emit(self, action: sm.Emit) -> None:
+        frame = action.frame
+        data = codec.encode(frame)
+        if action.to is not None:
+            conn = self.connections.get(action.to)
+            if conn is not None:
+                conn.offer(data)
+            return
+        t_ns = self._line_t_ns
+        type_ = frame.TYPE
+        self.metrics.frame_out(type_, len(data))
+        kept, evicted, evicted_bytes = self.history.append(frame.message_id, frame.timestamp, data)
+        if kept:
+            self.metrics.history_appended(len(data))
+        if evicted:
+            self.metrics.history_evicted(evicted, evicted_bytes)
+        self._observe_frame(frame)
+        flat: bytes | None = None
+        has_context = bool(frame.metadata and "subagent_context" in frame.metadata)
+        for conn in self.connections.values():
+            if conn.id == action.exclude or not conn.filter.admits(type_):
+                continue
+            if has_context and not conn.filter.keeps_subagent_context:
+                if flat is None:
+                    flat = codec.encode(strip_subagent_context(frame))
+                conn.offer(flat, t_ns)
+            else:
+                conn.offer(data, t_ns)
+
+    def _observe_frame(self, frame: F.Frame) -> None:
+        payload = frame.payload  # type: ignore[attr-defined]
+        if isinstance(payload, F.TurnStart):
+            self._turn_started = time.monotonic()
+        elif isinstance(payload, F.TurnEnd):
+            self.metrics.turn_ended(payload.stop_reason, time.monotonic() - self._turn_started)
+        elif isinstance(payload, F.InvokeResult):
+            self.metrics.tool_result(payload.tool_name, payload.status)
+
+    def _close_all(self, reason: str) -> None:
+        for conn in list(self.connections.values()):
+            conn.close_after_flush(1000, reason)
+        for key in list(self._timers):
+            self._cancel_timer(key)
+        self._task(self._finish_close())
+
+    async def _finish_close(self) -> None:
+        conns = list(self.connections.values())
+        if conns:
+            await asyncio.wait([asyncio.ensure_future(c.closed.wait()) for c in conns], timeout=10)
+        self.metrics.history_released(self.history.clear())
+        self._track_state()
+        self.terminated.set()
+        if self._on_terminated is not None:
+            self._on_terminated(self)
+
+    # --- timers and tasks --------------------------------------------------------------------------
+
+    def _set_timer(self, key: str, seconds: float) -> None:
+        self._cancel_timer(key)
+        loop = asyncio.get_running_loop()
+        self._timers[key] = loop.call_later(seconds, self._fire, key)
+
+    def _cancel_timer(self, key: str) -> None:
+        handle = self._timers.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+
+    def _fire(self, key: str) -> None:
+        self._timers.pop(key, None)
+        if key == "reattach-window":
+            if not self.connections:
+                self.perform(self.machine.delete("timeout", "system"))
+            return
+        self.perform(self.machine.timer_fired(key))
+
+    def _task(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "session task failed",
+                exc_info=task.exception(),
+                extra={"session": self.id},
+            )
+
+
+class _TypePeek(msgspec.Struct):
+    type: str = "other"
+
+
+_peek = msgspec.json.Decoder(_TypePeek)
+
+
+def _peek_type(data: str | bytes) -> str:
+    """The frame type of a received frame, for metrics only (bounded by the metrics module)."""
+    try:
+        return _peek.decode(data).type
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return "other"
+
+
+def _line_kind(actions: list[sm.Action]) -> str:
+    """A bounded label for what an agent line became: the first frame's type, or 'none'."""
+    for action in actions:
+        if isinstance(action, sm.Emit):
+            return action.frame.TYPE
+    return "none"

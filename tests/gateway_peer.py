@@ -1,0 +1,138 @@
+"""Test utilities: a real gateway server in-process and a real WebSocket master talking to it.
+
+``gateway(tmp_path, ...)`` runs ``create_app`` on an aiohttp test server; ``Master`` is a thin
+master over aiohttp's WebSocket client that announces its features and collects frames as dicts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+from aiohttp.test_utils import TestClient, TestServer
+
+from gateway.config import Config, builtin_profiles
+from gateway.protocol.capabilities import ALL_FEATURES
+from gateway.server import create_app
+
+SUBPROTOCOL = "rawp-dps-1.0"
+
+
+def make_config(root: Path, **kw: Any) -> Config:
+    agents = dict(builtin_profiles())
+    agents.update(kw.pop("agents", {}))
+    return Config(workspace_root=root.resolve(), agents=agents, **kw)
+
+
+def fast_demo(delay_ms: int = 1, **changes: Any):
+    demo = builtin_profiles()["demo"]
+    return replace(demo, env={"RAWP_DEMO_DELAY_MS": str(delay_ms)}, **changes)
+
+
+async def start_gateway(config: Config) -> TestClient:
+    client = TestClient(TestServer(create_app(config)))
+    await client.start_server()
+    return client
+
+
+def envelope(session_id: str, type_: str, payload: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    frame = {
+        "v": 1,
+        "type": type_,
+        "message_id": str(uuid.uuid4()),
+        "timestamp": "2026-11-29T00:00:00.000Z",
+        "session_id": session_id,
+        "payload": payload,
+    }
+    frame.update(extra)
+    return frame
+
+
+class Master:
+    """A master on one WebSocket of a session."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, session_id: str) -> None:
+        self.ws = ws
+        self.session_id = session_id
+        self.frames: list[dict[str, Any]] = []
+
+    @classmethod
+    async def attach(
+        cls,
+        client: TestClient,
+        session_id: str,
+        *,
+        features: Any = ALL_FEATURES,
+        announce: bool = True,
+        last_message_id: str | None = None,
+        headers: dict[str, str] | None = None,
+        role: str | None = None,
+    ) -> Master:
+        params = {}
+        if last_message_id:
+            params["last_message_id"] = last_message_id
+        if role:
+            params["role"] = role
+        ws = await client.ws_connect(
+            f"/v1/session/{session_id}/ws", protocols=(SUBPROTOCOL,), params=params, headers=headers
+        )
+        master = cls(ws, session_id)
+        if announce:
+            caps = {
+                "protocol_version": "rawp-dps-1.0",
+                "supported_namespaces": ["agent", "tool", "control", "session"],
+                "features": msgspec.to_builtins(features),
+            }
+            await master.send("session.capabilities", caps)
+        return master
+
+    async def send(self, type_: str, payload: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        frame = envelope(self.session_id, type_, payload, **extra)
+        await self.ws.send_str(json.dumps(frame))
+        return frame
+
+    async def next(self, timeout: float = 10.0) -> dict[str, Any]:
+        msg = await self.ws.receive(timeout=timeout)
+        if msg.type != aiohttp.WSMsgType.TEXT:
+            raise ConnectionError(f"connection ended: {msg.type} {msg.data!r} {msg.extra!r}")
+        frame = json.loads(msg.data)
+        self.frames.append(frame)
+        return frame
+
+    async def until(
+        self, type_: str, timeout: float = 15.0, **payload_match: Any
+    ) -> dict[str, Any]:
+        """Read frames until one of ``type_`` whose payload has the given values."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while True:
+            frame = await self.next(timeout=max(0.1, end - loop.time()))
+            if frame["type"] == type_ and all(
+                frame["payload"].get(k) == v for k, v in payload_match.items()
+            ):
+                return frame
+
+    async def drain_until_closed(self, timeout: float = 15.0) -> list[dict[str, Any]]:
+        got = []
+        while True:
+            msg = await self.ws.receive(timeout=timeout)
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                return got
+            frame = json.loads(msg.data)
+            self.frames.append(frame)
+            got.append(frame)
+
+    def types(self) -> list[str]:
+        return [f["type"] for f in self.frames]
+
+
+async def create_session(client: TestClient, agent: str = "demo", **body: Any) -> dict[str, Any]:
+    resp = await client.post("/v1/session", json={"agent": agent, **body})
+    assert resp.status == 201, await resp.text()
+    return await resp.json()

@@ -1,0 +1,454 @@
+"""The gateway server of control-plane.md with the embedded demo agent: real server, real agent
+process, real WebSocket clients."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import aiohttp
+import pytest
+
+from gateway.protocol.frames import Features
+from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+
+
+@pytest.fixture
+async def gw(tmp_path):
+    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
+    yield client
+    await client.close()
+
+
+async def run_prompt(master: Master, text: str) -> list[dict]:
+    start = len(master.frames)
+    await master.send("control.prompt.request", {"prompt_text": text})
+    await master.until("session.usage")
+    await master.until("agent.state.changed", current_state="idle")  # what end_turn sends last
+    return master.frames[start:]
+
+
+async def test_healthz_agents_and_sessions(gw):
+    assert (await (await gw.get("/healthz")).json()) == {"status": "ok"}
+    agents = (await (await gw.get("/v1/agents")).json())["agents"]
+    names = {a["name"] for a in agents}
+    assert {"claude-code", "claude-code-oneshot", "demo"} <= names
+    oneshot = next(a for a in agents if a["name"] == "claude-code-oneshot")
+    assert oneshot["single_turn_process"] is True
+    assert oneshot["resume_flag"] == "--resume {session_id}"
+    assert oneshot["adapter_type"] == "process"
+    session = await create_session(gw, name="first")
+    assert uuid.UUID(session["session_id"]).version == 4
+    assert session["state"] == "DETACHED" and session["name"] == "first"
+    assert session["ws_path"] == f"/v1/session/{session['session_id']}/ws"
+    listed = (await (await gw.get("/v1/sessions")).json())["sessions"]
+    assert [s["session_id"] for s in listed] == [session["session_id"]]
+    missing = await gw.get(f"/v1/session/{uuid.uuid4()}")
+    assert missing.status == 404
+    assert (await missing.json())["error_code"] == "SESSION_NOT_FOUND"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"agent": "nope"}, 404, "AGENT_NOT_FOUND"),
+        ({}, 400, "INVALID_REQUEST"),
+        ({"agent": "demo", "workspace_path": "../outside"}, 403, "WORKSPACE_FORBIDDEN"),
+        ({"agent": "demo", "workspace_path": "/etc"}, 403, "WORKSPACE_FORBIDDEN"),
+        ({"agent": "demo", "buffer": {"policy": "LOSSY"}}, 400, "INVALID_REQUEST"),
+    ],
+)
+async def test_create_session_errors_are_json(gw, body, status, code):
+    resp = await gw.post("/v1/session", json=body)
+    assert resp.status == status
+    err = await resp.json()
+    assert err["error_code"] == code and err["message"]
+
+
+async def test_bad_json_and_huge_body_are_clear_errors(gw):
+    resp = await gw.post("/v1/session", data=b"{nope", headers={"Content-Type": "application/json"})
+    assert (resp.status, (await resp.json())["error_code"]) == (400, "INVALID_JSON")
+    resp = await gw.post("/v1/session", data=b"x" * (2 * 1024 * 1024))
+    assert resp.status == 413
+    assert (await resp.json())["error_code"] == "REQUEST_TOO_LARGE"
+
+
+async def test_websocket_needs_the_subprotocol(gw):
+    session = await create_session(gw)
+    resp = await gw.get(
+        session["ws_path"],
+        headers={"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                 "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="},
+    )  # fmt: skip
+    assert resp.status == 400
+    assert (await resp.json())["error_code"] == "SUBPROTOCOL_REQUIRED"
+
+
+async def test_token_guards_everything_but_healthz(tmp_path):
+    """control-plane.md Security: 401 UNAUTHORIZED without the bearer token."""
+    client = await start_gateway(
+        make_config(tmp_path, token="s3cret", agents={"demo": fast_demo()})
+    )
+    try:
+        assert (await client.get("/healthz")).status == 200
+        for path in ("/v1/agents", "/v1/sessions", "/metrics"):
+            resp = await client.get(path)
+            assert resp.status == 401
+            assert (await resp.json())["error_code"] == "UNAUTHORIZED"
+        wrong = await client.get("/v1/agents", headers={"Authorization": "Bearer nope"})
+        assert wrong.status == 401
+        ok = await client.get("/v1/agents", headers={"Authorization": "Bearer s3cret"})
+        assert ok.status == 200
+    finally:
+        await client.close()
+
+
+async def test_greeting_prompt_turn_and_usage(gw):
+    """DPS-12.2-caps first, then DPS-7.5.1-start, DPS-4.1-text, DPS-7.5.2-end and -usage."""
+    session = await create_session(gw)
+    master = await Master.attach(gw, session["session_id"])
+    first = await master.next()
+    assert first["type"] == "session.capabilities"
+    assert first["payload"]["protocol_version"] == "rawp-dps-1.0"
+    assert first["payload"]["features"]["adapter_type"] == "process"
+    frames = await run_prompt(master, "hello there")
+    types = [f["type"] for f in frames]
+    assert types[0] == "session.turn.start"
+    turn_id = frames[0]["payload"]["turn_id"]
+    assert frames[0]["payload"]["turn_index"] == 0
+    assert types[-3:] == ["session.turn.end", "session.usage", "agent.state.changed"]
+    assert frames[-3]["payload"]["stop_reason"] == "end_turn"
+    deltas = "".join(f["payload"]["text"] for f in frames if f["type"] == "agent.text.delta")
+    done = [f for f in frames if f["type"] == "agent.text.done"]
+    assert done and done[-1]["payload"]["full_text"] == deltas
+    assert all(f.get("turn_id") == turn_id for f in frames)  # DPS-2.1-turn-id
+    assert "tool.catalog.publish" in types or "tool.catalog.publish" in master.types()
+    second = await run_prompt(master, "and again")
+    start = next(f for f in second if f["type"] == "session.turn.start")
+    assert start["payload"]["turn_index"] == 1
+
+
+async def test_DPS_17_3_2_one_prompt_at_a_time(gw):
+    """DPS-17.3.2-one-prompt: PROMPT_IN_PROGRESS, fatal false, and the prompt is not delivered."""
+    session = await create_session(gw)
+    master = await Master.attach(gw, session["session_id"])
+    await master.send("control.prompt.request", {"prompt_text": "tell me a long story " * 5})
+    await master.until("session.turn.start")
+    second = await master.send("control.prompt.request", {"prompt_text": "second"})
+    err = await master.until("session.error")
+    assert err["payload"]["error_code"] == "PROMPT_IN_PROGRESS"
+    assert err["payload"]["fatal"] is False
+    assert err["parent_id"] == second["message_id"]
+    await master.until("session.usage")
+    starts = [f for f in master.frames if f["type"] == "session.turn.start"]
+    assert len(starts) == 1
+
+
+async def test_DPS_2_1_v_and_DPS_2_2_unknown_type_over_the_wire(gw):
+    """DPS-2.1-v: answered with session.error; DPS-2.2-unknown-type: ignored, connection stays."""
+    session = await create_session(gw)
+    master = await Master.attach(gw, session["session_id"])
+    await master.send("x-acme.custom", {"a": 1})
+    await master.send("control.prompt.request", {"prompt_text": "x"}, v=2)
+    err = await master.until("session.error")
+    assert err["payload"]["error_code"] == "UNSUPPORTED_VERSION"
+    await master.ws.send_str("{not json")
+    err = await master.until("session.error")
+    assert err["payload"]["error_code"] == "INVALID_FRAME"
+    frames = await run_prompt(master, "still here?")
+    assert "session.usage" in [f["type"] for f in frames]
+    assert not [
+        f for f in master.frames if f["type"] == "session.error" and "x-acme" in json.dumps(f)
+    ]
+
+
+async def test_DPS_2_1_idempotent_duplicate_prompt_runs_once(gw):
+    """DPS-2.1-idempotent: the same message_id twice is acted on once."""
+    session = await create_session(gw)
+    master = await Master.attach(gw, session["session_id"])
+    frame = await master.send("control.prompt.request", {"prompt_text": "once"})
+    await master.ws.send_str(json.dumps(frame))
+    await master.until("session.usage")
+    await asyncio.sleep(0.2)
+    assert master.types().count("session.turn.start") == 1
+    assert "session.error" not in master.types()
+
+
+async def test_DPS_2_4_fan_out_relay_and_no_echo(gw):
+    """DPS-2.4-broadcast and DPS-2.4-relay: both masters see the turn; the prompt is relayed to
+    the other master and never echoed to its sender."""
+    session = await create_session(gw)
+    a = await Master.attach(gw, session["session_id"])
+    b = await Master.attach(gw, session["session_id"])
+    prompt = await a.send("control.prompt.request", {"prompt_text": "hi both"})
+    await a.until("session.usage")
+    await b.until("session.usage")
+    relayed = [f for f in b.frames if f["type"] == "control.prompt.request"]
+    assert [f["message_id"] for f in relayed] == [prompt["message_id"]]
+    assert "control.prompt.request" not in a.types()
+    a_turn = [f["message_id"] for f in a.frames if f["type"].startswith(("agent.", "session.turn"))]
+    b_turn = [f["message_id"] for f in b.frames if f["type"].startswith(("agent.", "session.turn"))]
+    assert a_turn == b_turn
+
+
+async def test_DPS_12_2_filter_per_connection(gw):
+    """DPS-12.2-filter: a master without thinking_stream gets no agent.thinking.* frames."""
+    session = await create_session(gw)
+    full = await Master.attach(gw, session["session_id"])
+    plain = await Master.attach(gw, session["session_id"], features=Features())
+    await full.send("control.prompt.request", {"prompt_text": "think about it"})
+    await full.until("session.usage")
+    await plain.until("session.usage")
+    assert "agent.thinking.delta" in full.types()
+    assert not [t for t in plain.types() if t.startswith("agent.thinking")]
+
+
+async def test_DPS_7_1_history_reattach_gets_exactly_the_missed_frames(gw):
+    """DPS-7.1-history: session.history first (after capabilities) with the missed frames."""
+    session = await create_session(gw)
+    sid = session["session_id"]
+    watcher = await Master.attach(gw, sid)
+    leaver = await Master.attach(gw, sid)
+    await run_prompt(leaver, "first")
+    last_seen = leaver.frames[-1]["message_id"]
+    await leaver.ws.close()
+    await watcher.until("agent.state.changed", current_state="idle")  # the first turn's end
+    await run_prompt(watcher, "second while the other is away")
+    idx = next(i for i, f in enumerate(watcher.frames) if f["message_id"] == last_seen)
+    missed = [f for f in watcher.frames[idx + 1 :] if f["type"] != "control.prompt.request"]
+    back = await Master.attach(gw, sid, last_message_id=last_seen, announce=False)
+    caps = await back.next()
+    assert caps["type"] == "session.capabilities"
+    history = await back.next()
+    assert history["type"] == "session.history"
+    replayed = [f for f in history["payload"]["frames"] if f["type"] != "control.prompt.request"]
+    assert [f["message_id"] for f in replayed] == [f["message_id"] for f in missed]
+    status = history["payload"]["buffer_status"]
+    assert status == {
+        "policy_applied": "RING",
+        "truncated": False,
+        "lost_frame_count": 0,
+        "buffer_high_watermark": status["buffer_high_watermark"],
+    }
+    assert history["payload"]["last_message_id"] == watcher.frames[-1]["message_id"]
+
+
+async def test_DPS_7_1_history_counts_evicted_frames(gw):
+    """A small RING buffer: truncated true with the exact lost_frame_count."""
+    session = await create_session(gw, buffer={"policy": "RING", "max_bytes": 1000})
+    sid = session["session_id"]
+    stay = await Master.attach(gw, sid)
+    leaver = await Master.attach(gw, sid)
+    await run_prompt(leaver, "first")
+    last_seen = leaver.frames[-1]["message_id"]
+    await leaver.ws.close()
+    await stay.until("agent.state.changed", current_state="idle")
+    await run_prompt(stay, "a reply long enough to push earlier frames out of the buffer")
+    idx = next(i for i, f in enumerate(stay.frames) if f["message_id"] == last_seen)
+    produced = len(stay.frames[idx + 1 :]) + 1  # + the relayed prompt the stayer did not get
+    back = await Master.attach(gw, sid, last_message_id=last_seen, announce=False)
+    await back.next()
+    history = (await back.next())["payload"]
+    assert history["buffer_status"]["truncated"] is True
+    assert history["buffer_status"]["lost_frame_count"] == produced - len(history["frames"])
+    assert history["buffer_status"]["lost_frame_count"] > 0
+
+
+async def test_DPS_6_2_permission_allow_and_deny(gw, tmp_path):
+    """DPS-4.3-interaction + DPS-6.2-interaction: PERMISSION asked, answered, the tool runs or not."""
+    session = await create_session(gw, workspace_path="perm")
+    master = await Master.attach(gw, session["session_id"])
+    await master.send("control.prompt.request", {"prompt_text": "write hello.txt"})
+    ask = await master.until("agent.interaction.request")
+    p = ask["payload"]
+    assert p["interaction_type"] == "PERMISSION"
+    assert p["context"]["tool_name"] == "Write"
+    assert uuid.UUID(p["interaction_id"]).version == 4
+    assert p["default_value"] == "deny" and p["timeout_sec"] > 0
+    await master.send(
+        "control.interaction.response",
+        {"interaction_id": p["interaction_id"], "selected_value": "allow"},
+    )
+    result = await master.until("tool.invoke.result")
+    assert result["payload"]["status"] == "success"
+    await master.until("session.usage")
+    assert (tmp_path / "perm" / "hello.txt").exists()
+
+    await master.send("control.prompt.request", {"prompt_text": "write nope.txt"})
+    ask = await master.until("agent.interaction.request")
+    await master.send(
+        "control.interaction.response",
+        {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "deny"},
+    )
+    result = await master.until("tool.invoke.result")
+    assert result["payload"]["status"] == "error"
+    await master.until("session.usage")
+    assert not (tmp_path / "perm" / "nope.txt").exists()
+
+
+async def test_DPS_6_2_permission_timeout_denies(tmp_path):
+    """DPS-6.2-interaction: timeout_sec passing denies the PERMISSION."""
+    demo = fast_demo(permission_timeout_sec=0.3)
+    client = await start_gateway(make_config(tmp_path, agents={"demo": demo}))
+    try:
+        session = await create_session(client)
+        master = await Master.attach(client, session["session_id"])
+        await master.send("control.prompt.request", {"prompt_text": "write late.txt"})
+        await master.until("agent.interaction.request")
+        result = await master.until("tool.invoke.result")
+        assert result["payload"]["status"] == "error"
+        await master.until("session.usage")
+        assert not (tmp_path / "late.txt").exists()
+    finally:
+        await client.close()
+
+
+async def test_pending_interaction_is_sent_again_on_attach(gw):
+    session = await create_session(gw)
+    first = await Master.attach(gw, session["session_id"])
+    await first.send("control.prompt.request", {"prompt_text": "write again.txt"})
+    ask = await first.until("agent.interaction.request")
+    late = await Master.attach(gw, session["session_id"])
+    again = await late.until("agent.interaction.request")
+    assert again["payload"]["interaction_id"] == ask["payload"]["interaction_id"]
+
+
+async def test_DPS_6_1_2_cancel_mid_stream(tmp_path):
+    """DPS-6.1.2-cancel: text.done is_cancelled, then turn.end cancelled."""
+    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo(delay_ms=50)}))
+    try:
+        session = await create_session(client)
+        master = await Master.attach(client, session["session_id"])
+        await master.send("control.prompt.request", {"prompt_text": "a long answer " * 20})
+        start = await master.until("session.turn.start")
+        await master.until("agent.text.delta")
+        await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
+        end = await master.until("session.turn.end")
+        assert end["payload"]["stop_reason"] == "cancelled"
+        done = [f for f in master.frames if f["type"] == "agent.text.done"]
+        assert done and done[-1]["payload"].get("is_cancelled") is True
+        assert (await master.next())["type"] == "session.usage"
+    finally:
+        await client.close()
+
+
+async def test_DPS_6_3_2_mode_switch_and_plan_blocks_writes(gw, tmp_path):
+    """DPS-6.3.2-mode and DPS-6.3.2-block: state change, next turn carries mode, writes blocked."""
+    session = await create_session(gw)
+    master = await Master.attach(gw, session["session_id"])
+    await master.send("control.mode.switch", {"mode": "plan"})
+    change = await master.until("agent.state.changed", reason="mode_switch")
+    assert change["metadata"]["mode"] == "plan"
+    await master.send("control.prompt.request", {"prompt_text": "write blocked.txt"})
+    start = await master.until("session.turn.start")
+    assert start["payload"]["mode"] == "plan"
+    result = await master.until("tool.invoke.result")
+    assert result["payload"]["status"] == "error"
+    assert result["payload"]["output"] == "Tool not allowed in current mode"
+    await master.until("session.usage")
+    assert not (tmp_path / "blocked.txt").exists()
+    assert "agent.interaction.request" not in master.types()
+    # during a turn
+    await master.send("control.prompt.request", {"prompt_text": "a long answer " * 10})
+    await master.until("session.turn.start")
+    await master.send("control.mode.switch", {"mode": "default"})
+    err = await master.until("session.error")
+    assert (err["payload"]["error_code"], err["payload"]["fatal"]) == (
+        "MODE_SWITCH_DURING_TURN",
+        False,
+    )
+
+
+async def test_DPS_6_3_1_compaction_requested(gw):
+    """DPS-6.3.1-compact: control.session.compact → session.compacted trigger requested."""
+    session = await create_session(gw)
+    master = await Master.attach(gw, session["session_id"])
+    await run_prompt(master, "remember this")
+    await master.send("control.session.compact", {"instruction": "keep the names"})
+    compacted = await master.until("session.compacted")
+    assert compacted["payload"]["trigger"] == "requested"
+    assert compacted["payload"]["summary"]
+    await master.until("session.usage")
+
+
+async def test_unsupported_mode_and_compaction(tmp_path):
+    """MODE_NOT_SUPPORTED and COMPACTION_NOT_SUPPORTED (DPS-6.3.1-compact, DPS-6.3.2-mode)."""
+    bare = fast_demo(features=Features(thinking_stream=True))
+    client = await start_gateway(make_config(tmp_path, agents={"demo": bare}))
+    try:
+        session = await create_session(client)
+        master = await Master.attach(client, session["session_id"])
+        await master.send("control.mode.switch", {"mode": "plan"})
+        err = await master.until("session.error")
+        assert err["payload"]["error_code"] == "MODE_NOT_SUPPORTED"
+        await master.send("control.session.compact", {})
+        err = await master.until("session.error")
+        assert (err["payload"]["error_code"], err["payload"]["fatal"]) == (
+            "COMPACTION_NOT_SUPPORTED",
+            False,
+        )
+    finally:
+        await client.close()
+
+
+async def test_DPS_7_7_delete_during_turn(tmp_path):
+    """DPS-7.5.3-cleanup, DPS-7.7-deleted, DPS-17.2.3-signals: DELETE mid-turn → turn.end error,
+    then session.deleted, then close; the agent process is gone."""
+    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo(delay_ms=50)}))
+    try:
+        session = await create_session(client)
+        sid = session["session_id"]
+        master = await Master.attach(client, sid)
+        await master.send("control.prompt.request", {"prompt_text": "a long answer " * 20})
+        await master.until("agent.text.delta")
+        resp = await client.delete(f"/v1/session/{sid}")
+        assert resp.status == 200
+        assert (await resp.json())["state"] == "TERMINATED"
+        rest = await master.drain_until_closed()
+        types = [f["type"] for f in rest]
+        assert types[-1] == "session.deleted"
+        assert "session.turn.end" in types
+        end = next(f for f in rest if f["type"] == "session.turn.end")
+        assert end["payload"]["stop_reason"] == "error"
+        assert types.index("session.turn.end") < types.index("session.deleted")
+        deleted = rest[-1]["payload"]
+        assert deleted == {"session_id": sid, "reason": "master_request", "deleted_by": "master"}
+    finally:
+        await client.close()
+
+
+async def test_DPS_7_6_rename_broadcast(gw):
+    session = await create_session(gw, name="old")
+    master = await Master.attach(gw, session["session_id"])
+    resp = await gw.patch(f"/v1/session/{session['session_id']}", json={"name": "new"})
+    assert (await resp.json())["name"] == "new"
+    renamed = await master.until("session.renamed")
+    assert renamed["payload"] == {
+        "session_id": session["session_id"], "name": "new", "previous_name": "old",
+        "renamed_by": "master",
+    }  # fmt: skip
+
+
+async def test_DPS_2_4_local_session_only_to_local_ui(gw):
+    session = await create_session(gw, origin="local")
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await Master.attach(gw, session["session_id"])
+    assert refused.value.status == 403
+    ui = await Master.attach(gw, session["session_id"], role="local-ui")
+    assert (await ui.next())["type"] == "session.capabilities"
+
+
+async def test_reattach_window_expiry_deletes_with_timeout(gw):
+    """DPS-7.7-deleted: reason timeout when the reattach window runs out."""
+    session = await create_session(gw, reattach_window_sec=0.3)
+    sid = session["session_id"]
+    master = await Master.attach(gw, sid)
+    await master.next()
+    await master.ws.close()
+    for _ in range(100):
+        state = (await (await gw.get(f"/v1/session/{sid}")).json())["state"]
+        if state == "TERMINATED":
+            break
+        await asyncio.sleep(0.05)
+    assert state == "TERMINATED"
