@@ -52,6 +52,7 @@ BLOCKED_OUTPUT: Final = "Tool not allowed in current mode"  # DPS-6.3.2-block
 _NO_RESET: Final = "PT0S"  # time_to_reset: no limit applies (limits are -1), so nothing resets
 _UNLIMITED: Final = -1
 _FRAME_MARGIN: Final = 256  # bytes kept free under max_frame_size when cutting
+_MAX_CONTEXTS: Final = 1024  # subagent contexts remembered (for late frames of background ones)
 
 # MCP server status (the agent's word) → catalog status of its tools, and the diagnostic.
 _MCP_STATUS: Final[dict[str, tuple[F.ToolStatus, str, str]]] = {
@@ -344,6 +345,8 @@ class Mapper:
         if event.subagent_type is not None or spec.operation == "delegate":
             call.subagent_type = event.subagent_type
             subagent = F.SubagentInfo(agent_type=event.subagent_type, description=event.description)
+            if len(self._contexts) >= _MAX_CONTEXTS:
+                del self._contexts[next(iter(self._contexts))]  # the oldest subagent
             self._contexts[event.call_id] = F.SubagentContext(
                 parent_invocation_id=call.invocation_id,
                 depth=call.depth + 1,
