@@ -57,9 +57,9 @@ from .base import ParserSpec
 __all__ = ["SPEC", "ClaudeCodeInput", "ClaudeCodeParser"]
 
 _MAX_LINE_IN_EVENT: Final = 1024  # ParseError/Unknown keep at most this much of a line
-_INTERRUPT_RESULT: Final = (
-    "User rejected tool use"  # tool_use_result of a call the user interrupted
-)
+# tool_use_result of a call the user interrupted
+_INTERRUPT_RESULT: Final = "User rejected tool use"
+_MAX_OPEN_CALLS: Final = 4096  # tool calls remembered while waiting for their results
 
 
 # --- the line kinds -------------------------------------------------------------------------------
@@ -482,7 +482,11 @@ class ClaudeCodeParser:
         name = block.name or "?"
         tool_input = block.input or {}
         parent = msg.parent_tool_use_id
-        background = bool(tool_input.get("run_in_background"))
+        subagent = name in ("Agent", "Task")
+        background = subagent and bool(tool_input.get("run_in_background"))
+        if len(self._calls) >= _MAX_OPEN_CALLS:
+            # Calls whose result never came (the CLI died, an interrupt lost it): forget the oldest.
+            del self._calls[next(iter(self._calls))]
         self._calls[call_id] = _Call(name, tool_input, parent, msg.timestamp, background)
         call = ev.ToolCall(
             call_id=call_id,
@@ -493,7 +497,7 @@ class ClaudeCodeParser:
             background=background,
         )
         out: list[ev.AgentEvent] = []
-        if name in ("Agent", "Task"):
+        if subagent:
             # The CLI's default subagent is general-purpose when the model names none.
             call.subagent_type = _str(tool_input.get("subagent_type")) or "general-purpose"
             call.description = _str(tool_input.get("description"))
@@ -725,6 +729,11 @@ class ClaudeCodeParser:
     # --- result and control lines -----------------------------------------------------------------
 
     def _result(self, msg: _ResultLine) -> list[ev.AgentEvent]:
+        # Every API message of the turn has printed its assistant lines by now: what was kept to
+        # tell streamed blocks from whole ones can go (it would grow with the session otherwise).
+        self._streamed.clear()
+        self._aborted_streams.clear()
+        self._whole_counts.clear()
         out: list[ev.AgentEvent] = []
         stop = _stop_reason(msg)
         api_error = msg.api_error_status is not None or msg.terminal_reason == "api_error"
