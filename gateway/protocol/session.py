@@ -38,7 +38,7 @@ from . import codec
 from . import frames as F
 from .capabilities import gateway_capabilities
 from .factory import FrameFactory
-from .mapper import Mapper
+from .mapper import BLOCKED_OUTPUT, Mapper
 from .tools import lookup
 
 __all__ = [
@@ -60,7 +60,6 @@ __all__ = [
 
 CANCEL_GRACE_S: Final = 2.0  # interrupt, then SIGINT if the turn has not ended (issue 5)
 CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
-BLOCKED_OUTPUT: Final = "Tool not allowed in current mode"
 ALLOW, DENY = "allow", "deny"
 
 
