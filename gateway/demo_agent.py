@@ -107,6 +107,23 @@ def _words(text: str) -> list[str]:
     return re.findall(r"\S+\s*", text) or [text]
 
 
+def _block_stream(block: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A content block's `content_block_start` payload and its deltas, as the API streams them."""
+    if block["type"] == "text":
+        return {"type": "text", "text": ""}, [
+            {"type": "text_delta", "text": piece} for piece in _words(block["text"])
+        ]
+    if block["type"] == "thinking":
+        deltas = [{"type": "thinking_delta", "thinking": p} for p in _words(block["thinking"])]
+        deltas.append({"type": "signature_delta", "signature": block["signature"]})
+        return {"type": "thinking", "thinking": "", "signature": ""}, deltas
+    # tool_use: the input as JSON text in pieces, starting with an empty one as the API does.
+    raw = json.dumps(block["input"], ensure_ascii=False, separators=(",", ":"))
+    pieces = ["", *(raw[i : i + 24] for i in range(0, len(raw), 24))]
+    start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+    return start, [{"type": "input_json_delta", "partial_json": p} for p in pieces]
+
+
 # --------------------------------------------------------------------------- the "model"
 
 
@@ -494,6 +511,10 @@ class DemoAgent:
         # Always yield, so that an interrupt read from stdin can land between two deltas.
         await asyncio.sleep(self.delay_s)
 
+    def _event(self, turn: _Turn, kind: str, **fields: Any) -> None:
+        assert turn.message_id is not None
+        self._stream({"type": kind, **fields}, turn.message_id)
+
     async def _message(self, turn: _Turn, blocks: list[dict[str, Any]], stop_reason: str) -> None:
         """Stream one assistant message the way the CLI relays the Messages API stream."""
         self._system("status", status="requesting")
@@ -501,129 +522,50 @@ class DemoAgent:
         turn.message_id = f"msg_demo_{uuid.uuid4().hex[:24]}"
         turn.usage_in = self.context_tokens + 1
         out_tokens = 0
-        self._stream(
-            {
-                "type": "message_start",
-                "message": {
-                    "id": turn.message_id,
-                    "type": "message",
-                    "role": "assistant",
-                    "model": self.model,
-                    "content": [],
-                    "stop_reason": None,
-                    "stop_sequence": None,
-                    "usage": self._usage(turn.usage_in, 1),
-                },
-            },
-            turn.message_id,
-            ttft_ms=1,
-        )
+        message = {
+            "id": turn.message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": self._usage(turn.usage_in, 1),
+        }
+        self._stream({"type": "message_start", "message": message}, turn.message_id, ttft_ms=1)
         for index, block in enumerate(blocks):
-            turn.block_index = index
-            turn.block_announced = False
-            kind = block["type"]
-            if kind == "text":
-                turn.block = {"type": "text", "text": ""}
-                self._stream(
-                    {
-                        "type": "content_block_start",
-                        "index": index,
-                        "content_block": dict(turn.block),
-                    },
-                    turn.message_id,
-                )
-                for piece in _words(block["text"]):
-                    await self._pause()
-                    turn.block["text"] += piece
-                    self._stream(
-                        {
-                            "type": "content_block_delta",
-                            "index": index,
-                            "delta": {"type": "text_delta", "text": piece},
-                        },
-                        turn.message_id,
-                    )
-                turn.last_text = block["text"]
-            elif kind == "thinking":
-                turn.block = {"type": "thinking", "thinking": "", "signature": ""}
-                self._stream(
-                    {
-                        "type": "content_block_start",
-                        "index": index,
-                        "content_block": dict(turn.block),
-                    },
-                    turn.message_id,
-                )
-                for piece in _words(block["thinking"]):
-                    await self._pause()
-                    turn.block["thinking"] += piece
-                    est = _tokens(turn.block["thinking"])
+            start, deltas = _block_stream(block)
+            turn.block_index, turn.block, turn.block_announced = index, dict(start), False
+            self._event(turn, "content_block_start", index=index, content_block=start)
+            for delta in deltas:
+                await self._pause()
+                kind = delta["type"]
+                if kind == "text_delta":
+                    turn.block["text"] += delta["text"]
+                elif kind == "thinking_delta":
+                    turn.block["thinking"] += delta["thinking"]
                     self._system(
                         "thinking_tokens",
-                        estimated_tokens=est,
-                        estimated_tokens_delta=_tokens(piece),
+                        estimated_tokens=_tokens(turn.block["thinking"]),
+                        estimated_tokens_delta=_tokens(delta["thinking"]),
                     )
-                    self._stream(
-                        {
-                            "type": "content_block_delta",
-                            "index": index,
-                            "delta": {"type": "thinking_delta", "thinking": piece},
-                        },
-                        turn.message_id,
-                    )
-                turn.block["signature"] = block["signature"]
-                self._stream(
-                    {
-                        "type": "content_block_delta",
-                        "index": index,
-                        "delta": {"type": "signature_delta", "signature": block["signature"]},
-                    },
-                    turn.message_id,
-                )
-            else:  # tool_use: input streamed as JSON text pieces, as the API does
-                turn.block = {
-                    "type": "tool_use",
-                    "id": block["id"],
-                    "name": block["name"],
-                    "input": {},
-                }
-                self._stream(
-                    {
-                        "type": "content_block_start",
-                        "index": index,
-                        "content_block": dict(turn.block),
-                    },
-                    turn.message_id,
-                )
-                raw = json.dumps(block["input"], ensure_ascii=False, separators=(",", ":"))
-                pieces = [""] + [raw[i : i + 24] for i in range(0, len(raw), 24)]
-                for piece in pieces:
-                    await self._pause()
-                    self._stream(
-                        {
-                            "type": "content_block_delta",
-                            "index": index,
-                            "delta": {"type": "input_json_delta", "partial_json": piece},
-                        },
-                        turn.message_id,
-                    )
-                turn.block["input"] = block["input"]
+                self._event(turn, "content_block_delta", index=index, delta=delta)
+            turn.block = block
+            if block["type"] == "text":
+                turn.last_text = block["text"]
             out_tokens += _tokens(json.dumps(block))
             # The CLI prints a block's full assistant line before its content_block_stop.
             self._assistant(turn, block)
             turn.block_announced = True
-            self._stream({"type": "content_block_stop", "index": index}, turn.message_id)
-            turn.block_index = None
-            turn.block = None
-        self._stream(
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                "usage": {"output_tokens": out_tokens},
-            },
-            turn.message_id,
+            self._event(turn, "content_block_stop", index=index)
+            turn.block_index = turn.block = None
+        self._event(
+            turn,
+            "message_delta",
+            delta={"stop_reason": stop_reason, "stop_sequence": None},
+            usage={"output_tokens": out_tokens},
         )
-        self._stream({"type": "message_stop"}, turn.message_id)
+        self._event(turn, "message_stop")
         turn.usage_out += out_tokens
         self.total_in += turn.usage_in
         self.total_out += out_tokens
@@ -722,10 +664,10 @@ class DemoAgent:
         self._system("permission_denied", **fields, message=message)
         raise _Denied(message)
 
-    def _tool_error(self, tool_id: str, message: str) -> None:
+    def _tool_error(self, tool_id: str, message: str, summary: str | None = None) -> None:
         self._user(
             [{"type": "tool_result", "content": message, "is_error": True, "tool_use_id": tool_id}],
-            tool_use_result=f"Error: {message}",
+            tool_use_result=f"Error: {message}" if summary is None else summary,
         )
 
     # ------------------------------------------------------------------ turns
@@ -830,17 +772,7 @@ class DemoAgent:
             turn.denials.append(
                 {"tool_name": name, "tool_use_id": tool_id, "tool_input": tool_input}
             )
-            self._user(
-                [
-                    {
-                        "type": "tool_result",
-                        "content": REJECTED_BY_INTERRUPT,
-                        "is_error": True,
-                        "tool_use_id": tool_id,
-                    }
-                ],
-                tool_use_result="User rejected tool use",
-            )
+            self._tool_error(tool_id, REJECTED_BY_INTERRUPT, "User rejected tool use")
             self._user([{"type": "text", "text": INTERRUPTED_TOOL}])
             turn.messages += 1
             self._result(turn, error=True, stop_reason="tool_use", terminal="aborted_tools")
@@ -851,19 +783,15 @@ class DemoAgent:
                 self._assistant(turn, turn.block, aborted=True)
             self._user([{"type": "text", "text": INTERRUPTED}])
             if turn.block_index is not None:
-                self._stream(
-                    {"type": "content_block_stop", "index": turn.block_index}, turn.message_id
-                )
-            self._stream(
-                {
-                    "type": "message_delta",
-                    "context_management": None,
-                    "delta": {"stop_reason": None, "stop_sequence": None},
-                    "usage": {"output_tokens": 1},
-                },
-                turn.message_id,
+                self._event(turn, "content_block_stop", index=turn.block_index)
+            self._event(
+                turn,
+                "message_delta",
+                context_management=None,
+                delta={"stop_reason": None, "stop_sequence": None},
+                usage={"output_tokens": 1},
             )
-            self._stream({"type": "message_stop"}, turn.message_id)
+            self._event(turn, "message_stop")
         else:
             self._user([{"type": "text", "text": INTERRUPTED}])
         turn.messages += 1
