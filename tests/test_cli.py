@@ -1,0 +1,192 @@
+"""The ``rawp-gateway`` command as a user runs it: ``serve`` in a real process (graceful shutdown on
+SIGTERM, no agent left behind), ``translate`` on a recorded fixture, clear errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import aiohttp
+
+FIXTURES = Path(__file__).parent / "fixtures" / "claude-code"
+CLI = [sys.executable, "-m", "gateway"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead for our purposes
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    async with aiohttp.ClientSession() as http:
+        while loop.time() < end:
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            try:
+                async with http.get(url + "/healthz") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                await asyncio.sleep(0.1)
+    raise TimeoutError("gateway did not start")
+
+
+async def test_serve_sigterm_ends_sessions_the_DPS_way_and_leaves_no_agent(tmp_path):
+    """DPS-17.2.3-signals, DPS-7.5.3-cleanup, DPS-7.7-deleted on gateway shutdown."""
+    port = free_port()
+    env = dict(os.environ, RAWP_DEMO_DELAY_MS="200")
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "serve",
+            "--port",
+            str(port),
+            "--workspace-root",
+            str(tmp_path),
+            "--log-format",
+            "json",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await wait_http(url, proc)
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url + "/v1/session", json={"agent": "demo"}) as resp:
+                assert resp.status == 201
+                session = await resp.json()
+            sid = session["session_id"]
+            ws = await http.ws_connect(url + session["ws_path"], protocols=("rawp-dps-1.0",))
+            prompt = {
+                "v": 1, "type": "control.prompt.request", "message_id": str(uuid.uuid4()),
+                "timestamp": "2026-11-29T00:00:00.000Z", "session_id": sid,
+                "payload": {"prompt_text": "tell me a long story " * 10},
+            }  # fmt: skip
+            await ws.send_str(json.dumps(prompt))
+            frames = []
+            while True:  # wait until the agent is streaming
+                frame = json.loads((await ws.receive(timeout=20)).data)
+                frames.append(frame)
+                if frame["type"] == "agent.text.delta":
+                    break
+            async with http.get(url + "/v1/session/" + sid) as resp:
+                assert (await resp.json())["state"] == "RUNNING"
+            agent_pids = [
+                int(p) for p in os.listdir("/proc") if p.isdigit() and _is_demo_agent(int(p), sid)
+            ]
+            assert agent_pids, "the demo agent process should be running"
+            proc.send_signal(signal.SIGTERM)
+            while True:
+                msg = await ws.receive(timeout=20)
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    break
+                frames.append(json.loads(msg.data))
+        types = [f["type"] for f in frames]
+        assert types[-1] == "session.deleted"
+        assert frames[-1]["payload"]["reason"] == "error"
+        end = types.index("session.turn.end")
+        assert frames[end]["payload"]["stop_reason"] == "error"
+        assert types[end + 1] == "session.usage"
+        assert proc.wait(timeout=20) == 0
+        assert not [p for p in agent_pids if pid_alive(p)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _is_demo_agent(pid: int, session_id: str) -> bool:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"gateway.demo_agent" in cmdline and f"RAWP_SESSION_ID={session_id}".encode() in environ
+
+
+def test_serve_refuses_a_public_address_without_a_token(tmp_path):
+    done = subprocess.run(
+        [*CLI, "serve", "--host", "0.0.0.0", "--port", "0", "--workspace-root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={k: v for k, v in os.environ.items() if not k.startswith("RAWP_GATEWAY_")},
+    )
+    assert done.returncode != 0
+    assert "without a token" in done.stderr
+
+
+def test_serve_config_errors_are_one_clear_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[server]\nport = 'x'\n")
+    done = subprocess.run(
+        [*CLI, "serve", "--config", str(bad)], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"rawp-gateway: {bad} [server]: port must be int, got 'x'"
+
+
+def test_translate_a_recorded_fixture():
+    """translate writes only frames on stdout: capabilities, catalog, commands, then turns."""
+    fixture = FIXTURES / "tool-bash--partial.jsonl"
+    sid = "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a"
+    done = subprocess.run(
+        [*CLI, "translate", "--agent", "claude-code", "--session-id", sid, str(fixture)],
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    frames = [json.loads(line) for line in done.stdout.splitlines()]
+    types = [f["type"] for f in frames]
+    assert types[0] == "session.capabilities"
+    assert types[1:3] == ["tool.catalog.publish", "agent.commands.publish"]
+    assert types[3] == "session.turn.start"
+    assert types[-3:] == ["session.turn.end", "session.usage", "agent.state.changed"]
+    assert all(f["session_id"] == sid for f in frames)
+    assert "tool.invoke.request" in types and "tool.invoke.result" in types
+    # the same through stdin
+    piped = subprocess.run(
+        [*CLI, "translate", "-"], input=fixture.read_bytes(), capture_output=True, timeout=60
+    )
+    assert [json.loads(x)["type"] for x in piped.stdout.splitlines()] == types
+
+
+def test_translate_reports_bad_lines_on_stderr_only():
+    lines = (FIXTURES / "text.jsonl").read_bytes() + b"this is not json\n"
+    done = subprocess.run([*CLI, "translate"], input=lines, capture_output=True, timeout=60)
+    assert done.returncode == 0
+    for line in done.stdout.splitlines():
+        json.loads(line)  # stdout stays pure JSON lines
+    assert b"not valid" in done.stderr
+
+
+def test_translate_unknown_agent_and_missing_file():
+    done = subprocess.run(
+        [*CLI, "translate", "--agent", "nope", "x"], capture_output=True, timeout=60
+    )
+    assert done.returncode == 2
+    done = subprocess.run([*CLI, "translate", "/no/such/file"], capture_output=True, timeout=60)
+    assert done.returncode == 2 and b"cannot read" in done.stderr
