@@ -5,26 +5,38 @@ Theory of operation
 The hot path of the gateway, per agent stdout line: decode the JSON line (msgspec), map it to a
 DPS frame (a dict envelope with a fresh message_id and a timestamp, as every frame needs), encode
 it, append it to the history buffer, write it to each attached WebSocket. The instrumented variant
-adds exactly the calls the server makes (see `gateway.metrics.GatewayMetrics`): a clock read when
-the line is read (in the server gateway.process already takes it), `AgentLineMetrics.line(kind,
-parse_ns)`, `frame_out(type, nbytes)`, `history_appended(nbytes)`, and per connection
-`observe_latency_ns(ns)`. The WebSocket write
-itself is not simulated (it would only make the ratio look better): this is the worst case.
+adds exactly the calls the server makes (see `gateway.metrics.GatewayMetrics`): a clock read after
+parse+map (the read-time stamp itself is taken by gateway.process whether metrics are on or not),
+`AgentLineMetrics.kind(kind)` and `.parse_ns(ns)`, `frame_out(type, nbytes)`,
+`history_appended(nbytes)`, and per connection a clock read and `observe_latency_ns(ns)`.
 
-Both variants run in the same process, interleaved in many short rounds so that frequency scaling
-and a noisy neighbour hit both alike, timed with the process's CPU time (time.process_time: being
-descheduled does not count); the best round of each is compared, the usual way to filter noise out of
-a micro-benchmark on a shared machine. Prints lines per second of each and
-the ratio; exits non-zero if instrumentation costs more than `--max-overhead` (default 10%, the
-target being a few percent).
+Three ways to measure, all comparing the two variants in the same run:
+
+- default: no socket write (the worst case for the ratio: the cheapest possible baseline), both
+  variants interleaved in many short rounds, timed with the process's CPU time
+  (time.process_time: being descheduled does not count), best round of each;
+- `--ws`: every frame really written with aiohttp to `--fanout` WebSockets on loopback, read by a
+  client process of its own (its CPU is not counted);
+- `--instructions`: instructions per line counted by valgrind's callgrind (a run over 2n lines minus
+  one over n lines, so start-up cancels out). Slow (minutes), but it does not depend on what else
+  the machine is doing; use it on a shared or busy machine, where any timing is noise.
+
+Prints each variant's rate and the ratio; exits non-zero if instrumentation costs more than
+`--max-overhead` (default 10%; the target is a few percent).
 
     .venv/bin/python bench/bench_metrics.py [--lines 20000] [--rounds 25] [--fanout 1]
+    .venv/bin/python bench/bench_metrics.py --ws [--fanout 3]
+    .venv/bin/python bench/bench_metrics.py --instructions --lines 500
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
@@ -138,7 +150,8 @@ def run_instrumented(lines: list[bytes], fanout: int, metrics: GatewayMetrics) -
         t0 = clock_ns()  # StdoutLine.t_ns, as in run_plain
         kind, type_, payload = _map(decode(raw))
         data = encode(_envelope(type_, payload))
-        agent.line(kind, clock_ns() - t0)
+        agent.kind(kind)
+        agent.parse_ns(clock_ns() - t0)
         nbytes = len(data)
         metrics.frame_out(type_, nbytes)
         history.append(data)
@@ -151,18 +164,211 @@ def run_instrumented(lines: list[bytes], fanout: int, metrics: GatewayMetrics) -
     return written
 
 
+# --------------------------------------------------------------------------- --ws: real sockets
+
+
+async def ws_plain(lines: list[bytes], conns: list) -> None:
+    decode = msgspec.json.Decoder().decode
+    encode = msgspec.json.Encoder().encode
+    clock_ns = time.perf_counter_ns
+    history: list[bytes] = []
+    for raw in lines:
+        _t0 = clock_ns()
+        _kind, type_, payload = _map(decode(raw))
+        data = encode(_envelope(type_, payload))
+        history.append(data)
+        text = data.decode()  # DPS frames are WebSocket text messages
+        for ws in conns:
+            await ws.send_str(text)
+        if len(history) > 1024:
+            history.clear()
+
+
+async def ws_instrumented(lines: list[bytes], conns: list, metrics: GatewayMetrics) -> None:
+    decode = msgspec.json.Decoder().decode
+    encode = msgspec.json.Encoder().encode
+    clock_ns = metrics.clock_ns
+    agent = metrics.agent_lines("claude-code")
+    history: list[bytes] = []
+    for raw in lines:
+        t0 = clock_ns()
+        kind, type_, payload = _map(decode(raw))
+        data = encode(_envelope(type_, payload))
+        agent.kind(kind)
+        agent.parse_ns(clock_ns() - t0)
+        nbytes = len(data)
+        metrics.frame_out(type_, nbytes)
+        history.append(data)
+        metrics.history_appended(nbytes)
+        text = data.decode()
+        for ws in conns:
+            await ws.send_str(text)
+            metrics.observe_latency_ns(clock_ns() - t0)
+        if len(history) > 1024:
+            history.clear()
+
+
+async def ws_client(url: str, fanout: int) -> None:
+    """The masters, in a process of their own: connect `fanout` WebSockets, read until the bench
+    closes them, reconnect for the next round; stop when the bench is gone."""
+    import aiohttp  # here, not at the top: the callgrind runs should not pay for importing it
+
+    async with aiohttp.ClientSession() as http:
+        while True:
+            try:
+                conns = [await http.ws_connect(url, max_msg_size=0) for _ in range(fanout)]
+            except aiohttp.ClientError:
+                return
+
+            async def drain(ws) -> None:
+                async for _msg in ws:
+                    pass
+
+            await asyncio.gather(*(drain(ws) for ws in conns))
+
+
+async def ws_bench(lines: list[bytes], rounds: int, fanout: int) -> tuple[float, float]:
+    """Serve a WebSocket on loopback, run each variant once per round over `fanout` connections
+    from a client process, and return the best CPU time of each (this process only: the client's
+    reading is not the gateway's cost)."""
+    from aiohttp import web
+
+    arrivals: asyncio.Queue[web.WebSocketResponse] = asyncio.Queue()
+
+    async def handler(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        arrivals.put_nowait(ws)
+        async for _msg in ws:  # until the bench closes it
+            pass
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/ws", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    client = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--ws-client", f"http://127.0.0.1:{port}/ws", str(fanout)
+    )
+    metrics = GatewayMetrics()
+    best = {"plain": float("inf"), "instrumented": float("inf")}
+    try:
+        for _ in range(rounds):
+            for variant in best:
+                conns = [await arrivals.get() for _ in range(fanout)]
+                t = time.process_time()
+                if variant == "plain":
+                    await ws_plain(lines, conns)
+                else:
+                    await ws_instrumented(lines, conns, metrics)
+                # Closing waits for the client to have read everything, so data still queued in
+                # the transport is written (and counted) before the clock stops.
+                await asyncio.gather(*(ws.close() for ws in conns))
+                best[variant] = min(best[variant], time.process_time() - t)
+    finally:
+        await runner.cleanup()
+        with contextlib.suppress(ProcessLookupError):
+            client.kill()
+        await client.wait()
+    return best["plain"], best["instrumented"]
+
+
+# --------------------------------------------------------------------------- --instructions
+
+
+def run_variant(variant: str, lines: list[bytes], fanout: int) -> None:
+    """One variant once, for callgrind (`--variant`)."""
+    if variant == "plain":
+        run_plain(lines, fanout)
+    else:
+        run_instrumented(lines, fanout, GatewayMetrics())
+
+
+def callgrind_instructions(variant: str, n: int, fanout: int, workdir: str) -> int:
+    """Instructions executed by this script running `variant` over `n` lines, under callgrind."""
+    out = f"{workdir}/callgrind.{variant}.{n}"
+    subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            __file__,
+            "--variant",
+            variant,
+            "--lines",
+            str(n),
+            "--fanout",
+            str(fanout),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    with open(out) as f:
+        for line in f:
+            if line.startswith("summary:") or line.startswith("totals:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no instruction total in {out}")
+
+
+def instructions_bench(n: int, fanout: int) -> tuple[float, float]:
+    """Instructions per line of each variant: the difference between a run over 2n lines and one
+    over n lines, so interpreter start-up and imports cancel out. Instruction counts do not depend
+    on what else the machine is doing, unlike any timing on a shared machine."""
+    with tempfile.TemporaryDirectory() as workdir:
+        per_line = {}
+        for variant in ("plain", "instrumented"):
+            small = callgrind_instructions(variant, n, fanout, workdir)
+            large = callgrind_instructions(variant, 2 * n, fanout, workdir)
+            per_line[variant] = (large - small) / n
+    return per_line["plain"], per_line["instrumented"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lines", type=int, default=20_000, help="lines per round")
     ap.add_argument("--rounds", type=int, default=25)
     ap.add_argument("--fanout", type=int, default=1, help="WebSocket connections per session")
+    ap.add_argument(
+        "--ws", action="store_true", help="write every frame to real WebSockets on loopback"
+    )
+    ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions with valgrind's callgrind instead of timing (noise-free)",
+    )
+    ap.add_argument("--variant", choices=("plain", "instrumented"), help=argparse.SUPPRESS)
+    ap.add_argument("--ws-client", nargs=2, metavar=("URL", "FANOUT"), help=argparse.SUPPRESS)
     ap.add_argument("--max-overhead", type=float, default=0.10)
     args = ap.parse_args(argv)
+    if args.ws_client:
+        asyncio.run(ws_client(args.ws_client[0], int(args.ws_client[1])))
+        return 0
 
     lines = (LINES * (args.lines // len(LINES) + 1))[: args.lines]
+    if args.variant:
+        run_variant(args.variant, lines, args.fanout)
+        return 0
+    if args.instructions:
+        plain, instr = instructions_bench(args.lines, args.fanout)
+        overhead = instr / plain - 1
+        print(f"lines                {args.lines} and {2 * args.lines} (fanout {args.fanout})")
+        print(f"uninstrumented       {plain:10,.0f} instructions/line")
+        print(f"instrumented         {instr:10,.0f} instructions/line")
+        print(f"throughput ratio     {plain / instr:.3f}  (by instructions)")
+        print(
+            f"overhead             {overhead * 100:+.1f}%  ({instr - plain:,.0f} instructions per line)"
+        )
+        return 1 if overhead > args.max_overhead else 0
+
     metrics = GatewayMetrics()
     best_plain = best_instr = float("inf")
-    for _ in range(args.rounds):
+    if args.ws:
+        best_plain, best_instr = asyncio.run(ws_bench(lines, args.rounds, args.fanout))
+    for _ in range(0 if args.ws else args.rounds):
         t = time.process_time()
         run_plain(lines, args.fanout)
         best_plain = min(best_plain, time.process_time() - t)
@@ -174,7 +380,10 @@ def main(argv: list[str] | None = None) -> int:
     plain_rate, instr_rate = n / best_plain, n / best_instr
     overhead = best_instr / best_plain - 1
     per_line_ns = (best_instr - best_plain) / n * 1e9
-    print(f"lines per round      {n}  (fanout {args.fanout}, best of {args.rounds} rounds)")
+    where = "real WebSockets on loopback" if args.ws else "no socket write"
+    print(
+        f"lines per round      {n}  (fanout {args.fanout}, {where}, best of {args.rounds} rounds)"
+    )
     print(f"uninstrumented       {plain_rate:12,.0f} lines/s  {best_plain / n * 1e9:8.0f} ns/line")
     print(f"instrumented         {instr_rate:12,.0f} lines/s  {best_instr / n * 1e9:8.0f} ns/line")
     print(f"throughput ratio     {instr_rate / plain_rate:.3f}  (instrumented / uninstrumented)")

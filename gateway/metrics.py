@@ -7,12 +7,19 @@ instruments here answer them, and split in two kinds by how often the server tou
 
 *Hot path* — every agent stdout line, every frame, every WebSocket write. A prometheus-client
 `Counter.inc()` takes a lock and costs about as much as decoding a whole JSON line with msgspec, so
-instrumenting the hot path with it would halve throughput. Hot-path numbers are therefore plain
-Python ints in `__slots__` objects, pre-resolved per label value (a dict lookup by frame type, one
-`AgentLineMetrics` handle per agent), and histograms are a `bisect` into a fixed list of bounds. A
-custom collector turns them into metric families only when `/metrics` is scraped. The gateway runs
-on one asyncio event loop and `render()` is called from that same loop, so the numbers need no lock
-and a scrape always sees a consistent snapshot. **Hot-path methods must be called from the event
+instrumenting the hot path with it would halve throughput. So the hot path never touches a
+prometheus-client object:
+
+- counters are plain ints in `__slots__` objects, pre-resolved per label value (a dict lookup by
+  frame type; one `AgentLineMetrics` handle per agent, resolved once per session);
+- histogram observations and line kinds are *appended* to an `array('q')` / a list, through the
+  container's own bound `append` handed out as the method: a call straight into C, no Python
+  frame. `fold()` sorts them into bucket counts, also in C, on every scrape and every
+  `FOLD_INTERVAL_S` (a timer `start()` sets), so pending memory stays bounded.
+
+A custom collector turns all this into metric families when `/metrics` is scraped. The gateway
+runs on one asyncio event loop and `render()` is called from that same loop, so the numbers need
+no lock and a scrape sees a consistent snapshot. **Hot-path methods must be called from the event
 loop thread.** `bench/bench_metrics.py` measures what they cost.
 
 *Cold path* — session transitions, connections, turns, tool results, interactions, process starts and
@@ -31,9 +38,13 @@ Every metric is listed, with its labels and meaning, in `deploy/README.md` ("Met
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import time
+from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
+from functools import partial
 from typing import Final
 
 from prometheus_client import (
@@ -258,21 +269,34 @@ class _Tally:
 
 
 class _Histogram:
-    """A lock-free histogram for the event-loop thread, in integer nanoseconds: per-bucket
-    counts and a sum. Exported in seconds."""
+    """A histogram for the event-loop thread, in integer nanoseconds, exported in seconds.
 
-    __slots__ = ("bounds", "counts", "le", "sum")
+    `observe` is the bound `append` of an `array('q')`: a call into C, with no Python frame, which
+    is the whole of its hot-path cost. `fold()` later sorts the pending observations into bucket
+    counts and the sum, also in C (`Counter(map(partial(bisect_left, bounds), pending))`).
+    """
+
+    __slots__ = ("_bucket_of", "bounds", "counts", "le", "observe", "pending", "sum")
 
     def __init__(self, bounds_seconds: tuple[float, ...]) -> None:
         self.bounds = tuple(round(b * 1e9) for b in bounds_seconds)
         self.le = [floatToGoString(b) for b in bounds_seconds]
         self.counts = [0] * (len(bounds_seconds) + 1)  # the last one is +Inf
         self.sum = 0
+        self.pending = array("q")
+        self.observe = self.pending.append
+        # bisect_left finds the first bound >= ns, i.e. the smallest `le` bucket ns falls in.
+        self._bucket_of = partial(bisect_left, self.bounds)
 
-    def observe(self, ns: int) -> None:
-        # bisect_left finds the first bound >= ns, i.e. the smallest `le` bucket it falls in.
-        self.counts[bisect_left(self.bounds, ns)] += 1
-        self.sum += ns
+    def fold(self) -> None:
+        pending = self.pending
+        if not pending:
+            return
+        counts = self.counts
+        for i, n in collections.Counter(map(self._bucket_of, pending)).items():
+            counts[i] += n
+        self.sum += sum(pending)
+        del pending[:]  # in place: `observe` stays bound to this array
 
     def buckets(self) -> list[tuple[str, float]]:
         out: list[tuple[str, float]] = []
@@ -290,28 +314,24 @@ class _Histogram:
 
 class AgentLineMetrics:
     """Hot-path counters for one agent's stdout: get one from `GatewayMetrics.agent_lines(agent)`
-    when a session starts, and call it for every line that session's process prints.
+    when a session starts, then for every line that session's process prints call
+
+        lines.kind(kind)          # the kind the parser saw, e.g. "stream_event", "system/init"
+        lines.parse_ns(ns)        # nanoseconds parse + map took for that line
+
+    or `parse_error()` / `unknown_kind()` for a line that was not JSON / of an unknown kind. `kind`
+    and `parse_ns` are C-level `append`s (see `_Histogram`); the kind limit is applied when folding.
     """
 
-    __slots__ = ("agent", "kinds", "parse")
+    __slots__ = ("_pending_kinds", "agent", "kind", "kinds", "parse", "parse_ns")
 
     def __init__(self, agent: str) -> None:
         self.agent = agent
         self.kinds: dict[str, int] = {KIND_INVALID: 0, KIND_UNKNOWN: 0}
+        self._pending_kinds: list[str] = []
+        self.kind = self._pending_kinds.append
         self.parse = _Histogram(LATENCY_BUCKETS)
-
-    def line(self, kind: str, parse_ns: int) -> None:
-        """A line the parser understood: its `kind` and the nanoseconds parse+map took."""
-        kinds = self.kinds
-        n = kinds.get(kind)
-        if n is None:
-            if len(kinds) >= AGENT_LINE_KIND_LIMIT:
-                kind = OTHER
-            n = kinds.get(kind, 0)
-        kinds[kind] = n + 1
-        parse = self.parse
-        parse.counts[bisect_left(parse.bounds, parse_ns)] += 1
-        parse.sum += parse_ns
+        self.parse_ns = self.parse.observe
 
     def parse_error(self) -> None:
         """A line that was not valid JSON (counted as kind `invalid`)."""
@@ -320,6 +340,17 @@ class AgentLineMetrics:
     def unknown_kind(self) -> None:
         """A JSON line of a kind the parser does not know, skipped (counted as kind `unknown`)."""
         self.kinds[KIND_UNKNOWN] += 1
+
+    def fold(self) -> None:
+        pending = self._pending_kinds
+        if pending:
+            kinds = self.kinds
+            for kind, n in collections.Counter(pending).items():
+                if kind not in kinds and len(kinds) >= AGENT_LINE_KIND_LIMIT:
+                    kind = OTHER
+                kinds[kind] = kinds.get(kind, 0) + n
+            del pending[:]  # in place: `kind` stays bound to this list
+        self.parse.fold()
 
 
 class _HotPathCollector:
@@ -333,6 +364,7 @@ class _HotPathCollector:
         yield from self._families(with_samples=False)
 
     def collect(self) -> Iterator[Metric]:
+        self._owner.fold()
         yield from self._families(with_samples=True)
 
     def _families(self, *, with_samples: bool) -> Iterator[Metric]:
@@ -408,13 +440,18 @@ class GatewayMetrics:
     live in one process. Serve `render()` on `GET /metrics`.
 
     Hot path (event-loop thread only; see the module docstring):
-      `agent_lines(agent)` once per session, then `.line(kind, parse_ns)`, `.parse_error()`,
-      `.unknown_kind()` per stdout line; `frame_out(type_, nbytes)` per frame produced;
+      `agent_lines(agent)` once per session, then `.kind(kind)` and `.parse_ns(ns)` (or
+      `.parse_error()`, `.unknown_kind()`) per stdout line; `frame_out(type_, nbytes)` per frame
+      produced;
       `frame_in(type_, nbytes)` per frame received; `observe_latency_ns(clock_ns() - t_ns)` per
       frame written to each WebSocket; `history_appended(nbytes)` / `history_evicted(...)`.
     Cold path: `session_state`, `ws_connected`, `ws_disconnected`, `reattached`, `turn_ended`,
     `tool_result`, `interaction`, `process_started`, `process_exited`, `history_released`.
+    Lifecycle: `start()` on server start-up (inside the running loop), `close()` on shutdown.
     """
+
+    #: How often the pending hot-path observations are folded into counts (see `start`).
+    FOLD_INTERVAL_S: Final = 0.25
 
     clock_ns: Final = staticmethod(clock_ns)
 
@@ -446,8 +483,9 @@ class GatewayMetrics:
         self._out_other = self._tallies[(OTHER, TO_MASTER)] = _Tally()
         self._in_other = self._tallies[(OTHER, FROM_MASTER)] = _Tally()
         self._latency = _Histogram(LATENCY_BUCKETS)
-        # The bound method itself, so a call costs one Python call, not two.
+        # The array's own bound append: a call into C, no Python frame (see _Histogram).
         self.observe_latency_ns = self._latency.observe
+        self._fold_timer: asyncio.TimerHandle | None = None
         self._agent_names = tuple(dict.fromkeys(agents))
         self._agents: dict[str, AgentLineMetrics] = {
             a: AgentLineMetrics(a) for a in (*self._agent_names, OTHER)
@@ -583,6 +621,35 @@ class GatewayMetrics:
         """Nanoseconds from reading the agent's stdout line (`StdoutLine.t_ns`) to writing a frame
         made from it on one WebSocket: `observe_latency_ns(clock_ns() - line.t_ns)`."""
         self._latency.observe(ns)
+
+    # --- folding ----------------------------------------------------------------------------
+
+    def fold(self) -> None:
+        """Sort pending hot-path observations into their counts. Every scrape does it first;
+        `start()` also does it every FOLD_INTERVAL_S so that memory stays bounded by the rate
+        times that interval (8 bytes per observation) between scrapes."""
+        self._latency.fold()
+        for agent in self._agents.values():
+            agent.fold()
+
+    def start(self) -> None:
+        """Fold periodically on the running event loop, until `close()`."""
+        if self._fold_timer is None:
+            self._fold_timer = asyncio.get_running_loop().call_later(
+                self.FOLD_INTERVAL_S, self._fold_tick
+            )
+
+    def close(self) -> None:
+        """Stop the periodic fold (and fold what is pending, for a last scrape)."""
+        if self._fold_timer is not None:
+            self._fold_timer.cancel()
+            self._fold_timer = None
+        self.fold()
+
+    def _fold_tick(self) -> None:
+        self.fold()
+        loop = asyncio.get_running_loop()
+        self._fold_timer = loop.call_later(self.FOLD_INTERVAL_S, self._fold_tick)
 
     def history_appended(self, nbytes: int) -> None:
         """A frame of `nbytes` went into a session's history buffer."""
