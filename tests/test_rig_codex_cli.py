@@ -27,11 +27,17 @@ FIXTURES = rigenv.FIXTURE_ROOT / AGENT
 SCENARIOS = {s.name: s for s in all_scenarios(AGENT)}
 
 
-def shape(events: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+# Item types that a scenario prints in some runs and not in others (see its description).
+UNSTABLE_ITEMS = {"sandbox-denied": {"command_execution"}}
+
+
+def shape(events: list[dict[str, Any]], unstable: set[str] | None = None) -> Counter[Any]:
     """What kinds of events a run printed, as a multiset: parallel commands complete in the order
     they finish, so the order of those lines is not stable from run to run."""
     return Counter(
-        (e["type"], e.get("item", {}).get("type"), e.get("item", {}).get("status")) for e in events
+        (e["type"], e.get("item", {}).get("type"), e.get("item", {}).get("status"))
+        for e in events
+        if e.get("item", {}).get("type") not in (unstable or set())
     )
 
 
@@ -155,9 +161,10 @@ def check_sigterm(r: RunResult, cli: CliSetup) -> None:
 
 
 def check_sandbox_denied(r: RunResult, cli: CliSetup) -> None:
-    (cmd,) = items(r, "command_execution")
-    assert (cmd["exit_code"], cmd["status"]) == (1, "failed")
-    assert "Read-only file system" in cmd["aggregated_output"]
+    for cmd in items(r, "command_execution"):  # printed in some runs only
+        assert (cmd["exit_code"], cmd["status"]) == (1, "failed")
+        assert "Read-only file system" in cmd["aggregated_output"]
+    assert "Read-only file system" in json.dumps(r.requests[1].body["input"][-1])
     assert not (cli.cwd / "created.txt").exists()
 
 
@@ -224,9 +231,11 @@ async def test_every_scenario_runs_as_scripted_and_as_recorded() -> None:
             try:
                 assert not problems(sc, r), problems(sc, r)
                 fixture = (FIXTURES / f"{sc.name}.jsonl").read_text().splitlines()
-                assert shape(r.events) == shape([json.loads(x) for x in fixture]), "event kinds"
+                unstable = UNSTABLE_ITEMS.get(sc.name)
+                recorded = [json.loads(x) for x in fixture]
+                assert shape(r.events, unstable) == shape(recorded, unstable), "event kinds"
                 CHECKS[sc.name](r, cli)  # while the workspace still exists
-            except AssertionError as e:
+            except (AssertionError, LookupError, ValueError) as e:  # a check that did not hold
                 return f"{e!r}\n{r.describe()}"
         return None
 
