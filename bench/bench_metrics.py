@@ -7,7 +7,7 @@ DPS frame (a dict envelope with a fresh message_id and a timestamp, as every fra
 it, append it to the history buffer, write it to each attached WebSocket. The instrumented variant
 adds exactly the calls the server makes (see `gateway.metrics.GatewayMetrics`): a clock read after
 parse+map (the read-time stamp itself is taken by gateway.process whether metrics are on or not),
-`AgentLineMetrics.kind(kind)` and `.parse_ns(ns)`, `frame_out(type, nbytes)`,
+`AgentLineMetrics.line(kind, parse_ns)`, `frame_out(type, nbytes)`,
 `history_appended(nbytes)`, and per connection a clock read and `observe_latency_ns(ns)`.
 
 Three ways to measure, all comparing the two variants in the same run:
@@ -150,8 +150,7 @@ def run_instrumented(lines: list[bytes], fanout: int, metrics: GatewayMetrics) -
         t0 = clock_ns()  # StdoutLine.t_ns, as in run_plain
         kind, type_, payload = _map(decode(raw))
         data = encode(_envelope(type_, payload))
-        agent.kind(kind)
-        agent.parse_ns(clock_ns() - t0)
+        agent.line(kind, clock_ns() - t0)
         nbytes = len(data)
         metrics.frame_out(type_, nbytes)
         history.append(data)
@@ -194,8 +193,7 @@ async def ws_instrumented(lines: list[bytes], conns: list, metrics: GatewayMetri
         t0 = clock_ns()
         kind, type_, payload = _map(decode(raw))
         data = encode(_envelope(type_, payload))
-        agent.kind(kind)
-        agent.parse_ns(clock_ns() - t0)
+        agent.line(kind, clock_ns() - t0)
         nbytes = len(data)
         metrics.frame_out(type_, nbytes)
         history.append(data)

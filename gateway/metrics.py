@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import time
 from array import array
 from bisect import bisect_left
@@ -314,24 +315,27 @@ class _Histogram:
 
 class AgentLineMetrics:
     """Hot-path counters for one agent's stdout: get one from `GatewayMetrics.agent_lines(agent)`
-    when a session starts, then for every line that session's process prints call
-
-        lines.kind(kind)          # the kind the parser saw, e.g. "stream_event", "system/init"
-        lines.parse_ns(ns)        # nanoseconds parse + map took for that line
-
-    or `parse_error()` / `unknown_kind()` for a line that was not JSON / of an unknown kind. `kind`
-    and `parse_ns` are C-level `append`s (see `_Histogram`); the kind limit is applied when folding.
+    when a session starts, then call `line(kind, parse_ns)` for every line that session's process
+    prints (or `parse_error()` / `unknown_kind()` for a line that was not JSON / of an unknown
+    kind). `line` only appends to a list and an array, in C; the kind limit is applied when
+    folding.
     """
 
-    __slots__ = ("_pending_kinds", "agent", "kind", "kinds", "parse", "parse_ns")
+    __slots__ = ("_append_kind", "_append_parse", "_pending_kinds", "agent", "kinds", "parse")
 
     def __init__(self, agent: str) -> None:
         self.agent = agent
         self.kinds: dict[str, int] = {KIND_INVALID: 0, KIND_UNKNOWN: 0}
         self._pending_kinds: list[str] = []
-        self.kind = self._pending_kinds.append
+        self._append_kind = self._pending_kinds.append
         self.parse = _Histogram(LATENCY_BUCKETS)
-        self.parse_ns = self.parse.observe
+        self._append_parse = self.parse.observe
+
+    def line(self, kind: str, parse_ns: int) -> None:
+        """A line the parser understood: its `kind` (e.g. "stream_event", "system/init") and the
+        nanoseconds parse + map took for it."""
+        self._append_kind(kind)
+        self._append_parse(parse_ns)
 
     def parse_error(self) -> None:
         """A line that was not valid JSON (counted as kind `invalid`)."""
@@ -440,14 +444,14 @@ class GatewayMetrics:
     live in one process. Serve `render()` on `GET /metrics`.
 
     Hot path (event-loop thread only; see the module docstring):
-      `agent_lines(agent)` once per session, then `.kind(kind)` and `.parse_ns(ns)` (or
-      `.parse_error()`, `.unknown_kind()`) per stdout line; `frame_out(type_, nbytes)` per frame
-      produced;
+      `agent_lines(agent)` once per session, then `.line(kind, parse_ns)` (or `.parse_error()`,
+      `.unknown_kind()`) per stdout line; `frame_out(type_, nbytes)` per frame produced;
       `frame_in(type_, nbytes)` per frame received; `observe_latency_ns(clock_ns() - t_ns)` per
       frame written to each WebSocket; `history_appended(nbytes)` / `history_evicted(...)`.
     Cold path: `session_state`, `ws_connected`, `ws_disconnected`, `reattached`, `turn_ended`,
     `tool_result`, `interaction`, `process_started`, `process_exited`, `history_released`.
-    Lifecycle: `start()` on server start-up (inside the running loop), `close()` on shutdown.
+    Folding: `start()` (called by the first `agent_lines()` made inside a running loop, so the
+    server need not) folds every FOLD_INTERVAL_S; `close()` stops it.
     """
 
     #: How often the pending hot-path observations are folded into counts (see `start`).
@@ -602,7 +606,11 @@ class GatewayMetrics:
 
     def agent_lines(self, agent: str) -> AgentLineMetrics:
         """The line counters of `agent` (a configured profile name, else `other`). Resolve once
-        per session and keep the handle: its methods are the per-line calls."""
+        per session and keep the handle: its methods are the per-line calls. Inside a running event
+        loop this also starts the periodic fold (see `start`)."""
+        if self._fold_timer is None:
+            with contextlib.suppress(RuntimeError):  # no running loop: scrapes still fold
+                self.start()
         return self._agents.get(agent) or self._agents[OTHER]
 
     def frame_out(self, type_: str, nbytes: int) -> None:

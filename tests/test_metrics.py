@@ -127,10 +127,8 @@ def test_latency_histogram_buckets_span_50us_to_5s():
 def test_agent_lines_by_kind_parse_errors_and_unknown_kinds():
     m = GatewayMetrics()
     lines = m.agent_lines("claude-code")
-    lines.kind("stream_event")
-    lines.parse_ns(20_000)
-    lines.kind("stream_event")
-    lines.parse_ns(30_000)
+    lines.line("stream_event", 20_000)
+    lines.line("stream_event", 30_000)
     lines.parse_error()
     lines.unknown_kind()
     assert value(m, "rawp_gateway_agent_lines_total", agent="claude-code", kind="stream_event") == 2
@@ -152,8 +150,7 @@ def test_line_kinds_are_capped_per_agent():
     m = GatewayMetrics()
     lines = m.agent_lines("codex")
     for i in range(AGENT_LINE_KIND_LIMIT * 3):
-        lines.kind(f"kind-{i}")
-        lines.parse_ns(0)
+        lines.line(f"kind-{i}", 0)
     kinds = {
         dict(labels)["kind"]
         for (name, labels) in samples(m)
@@ -274,7 +271,7 @@ def test_no_label_value_is_unbounded_after_hostile_input():
     m.process_started(hostile)
     m.process_exited(hostile, hostile)
     m.session_state(None, "IDLE", agent=hostile)
-    m.agent_lines(hostile).kind("stream_event")
+    m.agent_lines(hostile).line("stream_event", 0)
     for _name, labels in samples(m):
         assert all(hostile not in v for _, v in labels)
 
@@ -292,7 +289,7 @@ async def test_start_folds_pending_observations_periodically():
     m.start()
     try:
         m.observe_latency_ns(1_000)
-        m.agent_lines("gemini").kind("tool_use")
+        m.agent_lines("gemini").line("tool_use", 10)
         assert len(m._latency.pending) == 1
         await asyncio.sleep(m.FOLD_INTERVAL_S * 3)
         assert len(m._latency.pending) == 0  # folded by the timer, not by a scrape
@@ -306,9 +303,8 @@ def test_scrape_folds_what_is_pending():
     m = GatewayMetrics()
     lines = m.agent_lines("claude-code")
     for _ in range(3):
-        lines.kind("assistant")
-        lines.parse_ns(100_000)
+        lines.line("assistant", 100_000)
     assert value(m, "rawp_gateway_agent_lines_total", agent="claude-code", kind="assistant") == 3
-    lines.kind("assistant")
+    lines.line("assistant", 0)
     assert value(m, "rawp_gateway_agent_lines_total", agent="claude-code", kind="assistant") == 4
     assert value(m, "rawp_gateway_parse_seconds_sum", agent="claude-code") == pytest.approx(0.0003)

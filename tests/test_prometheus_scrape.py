@@ -79,8 +79,7 @@ async def start_gateway_target() -> AsyncIterator[GatewayTarget]:
     lines = metrics.agent_lines("claude-code")
     for type_ in session:
         t0 = metrics.clock_ns()
-        lines.kind("stream_event")
-        lines.parse_ns(metrics.clock_ns() - t0)
+        lines.line("stream_event", metrics.clock_ns() - t0)
         metrics.frame_out(type_, 200)
         metrics.history_appended(200)
         metrics.observe_latency_ns(metrics.clock_ns() - t0)
