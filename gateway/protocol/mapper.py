@@ -302,27 +302,21 @@ class Mapper:
         return out
 
     def _done(self, block: _Block, cancelled: bool) -> F.Frame:
-        if block.kind == "text":
-            full: str | None = "".join(block.parts)
-            metadata = block.metadata
-            if len(full) > self._text_chunk:  # type: ignore[arg-type]
-                # full_text is optional (a check for the receiver): left out rather than
-                # making the frame too large.
-                probe = F.TextDone(content_index=block.index, full_text=full)
-                if len(encode(self._frame(probe, metadata))) + _FRAME_MARGIN > self.max_frame_size:
-                    full = None
-                    metadata = {**(metadata or {}), "full_text_omitted": True}
-            payload: F.Payload = F.TextDone(
-                content_index=block.index,
-                full_text=full,
-                is_cancelled=True if cancelled else None,
-            )
-            return self._frame(payload, metadata)
-        else:
-            payload = F.ThinkingDone(
-                content_index=block.index, is_cancelled=True if cancelled else None
-            )
-        return self._frame(payload, block.metadata)
+        is_cancelled = True if cancelled else None
+        if block.kind != "text":
+            payload = F.ThinkingDone(content_index=block.index, is_cancelled=is_cancelled)
+            return self._frame(payload, block.metadata)
+        full: str | None = "".join(block.parts)
+        metadata = block.metadata
+        if len(full) > self._text_chunk:  # type: ignore[arg-type]
+            # full_text is optional (a check for the receiver): left out rather than making the
+            # frame too large.
+            probe = F.TextDone(content_index=block.index, full_text=full)
+            if len(encode(self._frame(probe, metadata))) + _FRAME_MARGIN > self.max_frame_size:
+                full = None
+                metadata = {**(metadata or {}), "full_text_omitted": True}
+        done = F.TextDone(content_index=block.index, full_text=full, is_cancelled=is_cancelled)
+        return self._frame(done, metadata)
 
     # --- tools ------------------------------------------------------------------------------------
 
