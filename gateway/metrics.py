@@ -27,7 +27,7 @@ exits: at most a few per turn. These use ordinary prometheus-client instruments 
 pre-resolved where the label set is small and fixed).
 
 Label values are bounded by construction, never copied from the wire: frame types come from the
-DPS 1.0.1 list (appendix B) plus `other`; tool names pass only if they are in the known catalogs of
+DPS 1.0.1 list (appendix B) and the gateway's own `x-rawp-gateway.*` events, plus `other`; tool names pass only if they are in the known catalogs of
 the three agents, `mcp_*` tools collapse to `mcp`, anything else is `other`; stop reasons, statuses,
 interaction types and outcomes come from fixed enums; agent names from the configured profiles; agent
 line kinds from what the parser reports, capped per agent. No session id, invocation id or free text
@@ -65,6 +65,8 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 from prometheus_client.utils import floatToGoString
+
+from .protocol.frames import PAYLOAD_CLASSES, VENDOR_PREFIX
 
 __all__ = [
     "AGENT_LINE_KIND_LIMIT",
@@ -124,45 +126,48 @@ TURN_BUCKETS: Final[tuple[float, ...]] = (
 TO_MASTER: Final = "to_master"
 FROM_MASTER: Final = "from_master"
 
-# DPS 1.0.1 appendix B: every frame type and the directions it may travel in.
-_C2M: Final = (TO_MASTER,)
-_M2C: Final = (FROM_MASTER,)
-_BOTH: Final = (TO_MASTER, FROM_MASTER)
-FRAME_TYPES: Final[dict[str, tuple[str, ...]]] = {
-    "agent.text.delta": _C2M,
-    "agent.text.done": _C2M,
-    "agent.thinking.delta": _C2M,
-    "agent.thinking.done": _C2M,
-    "agent.interaction.request": _C2M,
-    "agent.error": _C2M,
-    "agent.file.transfer": _BOTH,
-    "agent.state.changed": _C2M,
-    "agent.commands.publish": _C2M,
-    "agent.subagent.started": _C2M,
-    "agent.subagent.ended": _C2M,
-    "tool.invoke.request": _C2M,
-    "tool.invoke.result": _C2M,
-    "tool.invoke.stream": _C2M,
-    "tool.catalog.publish": _C2M,
-    "control.prompt.request": _M2C,
-    "control.prompt.cancel": _M2C,
-    "control.interaction.response": _M2C,
-    "control.interaction.timeout": _M2C,
-    "control.session.compact": _M2C,
-    "control.mode.switch": _M2C,
-    "control.file.search": _M2C,
-    "control.file.search.cancel": _M2C,
-    "session.history": _C2M,
-    "session.compacted": _C2M,
-    "session.usage": _BOTH,
-    "session.error": _BOTH,
-    "session.turn.start": _C2M,
-    "session.turn.end": _C2M,
-    "session.capabilities": _BOTH,
-    "session.file.candidates": _C2M,
-    "session.renamed": _BOTH,
-    "session.deleted": _BOTH,
-}
+# DPS 1.0.1 appendix B: every frame type. Any of them may travel either way as far as counting
+# goes: masters' control.* frames are relayed to the other masters (DPS 2.4), and a master may send
+# a type meant for the other direction (counted, then refused), so each type is counted under
+# both directions.
+FRAME_TYPES: Final[tuple[str, ...]] = (
+    "agent.text.delta",
+    "agent.text.done",
+    "agent.thinking.delta",
+    "agent.thinking.done",
+    "agent.interaction.request",
+    "agent.error",
+    "agent.file.transfer",
+    "agent.state.changed",
+    "agent.commands.publish",
+    "agent.subagent.started",
+    "agent.subagent.ended",
+    "tool.invoke.request",
+    "tool.invoke.result",
+    "tool.invoke.stream",
+    "tool.catalog.publish",
+    "control.prompt.request",
+    "control.prompt.cancel",
+    "control.interaction.response",
+    "control.interaction.timeout",
+    "control.session.compact",
+    "control.mode.switch",
+    "control.file.search",
+    "control.file.search.cancel",
+    "session.history",
+    "session.compacted",
+    "session.usage",
+    "session.error",
+    "session.turn.start",
+    "session.turn.end",
+    "session.capabilities",
+    "session.file.candidates",
+    "session.renamed",
+    "session.deleted",
+    # The gateway's own extension events (DPS 3.1.1, `x-rawp-gateway.*`, e.g. an agent line
+    # passed through raw): a fixed set defined in code, so they get their own label values.
+    *sorted(t for t in PAYLOAD_CLASSES if t.startswith(VENDOR_PREFIX)),
+)
 OTHER: Final = "other"
 
 SESSION_STATES: Final = ("IDLE", "RUNNING", "DETACHED", "TERMINATED")
@@ -376,7 +381,8 @@ class _HotPathCollector:
         frames = CounterMetricFamily(
             PREFIX + "frames",
             "DPS frames by type and direction: to_master counts each frame the gateway produced "
-            "once (before fan-out), from_master each frame a master sent.",
+            "for masters once (before fan-out; relayed control frames included), from_master "
+            "each frame a master sent.",
             labels=("type", "direction"),
         )
         nbytes = CounterMetricFamily(
@@ -480,10 +486,9 @@ class GatewayMetrics:
         self._tallies: dict[tuple[str, str], _Tally] = {}
         self._out: dict[str, _Tally] = {}
         self._in: dict[str, _Tally] = {}
-        for type_, directions in FRAME_TYPES.items():
-            for direction in directions:
-                table = self._out if direction == TO_MASTER else self._in
-                table[type_] = self._tallies[(type_, direction)] = _Tally()
+        for type_ in FRAME_TYPES:
+            self._out[type_] = self._tallies[(type_, TO_MASTER)] = _Tally()
+            self._in[type_] = self._tallies[(type_, FROM_MASTER)] = _Tally()
         self._out_other = self._tallies[(OTHER, TO_MASTER)] = _Tally()
         self._in_other = self._tallies[(OTHER, FROM_MASTER)] = _Tally()
         self._latency = _Histogram(LATENCY_BUCKETS)
@@ -614,7 +619,8 @@ class GatewayMetrics:
         return self._agents.get(agent) or self._agents[OTHER]
 
     def frame_out(self, type_: str, nbytes: int) -> None:
-        """A frame the gateway produced for masters (once per frame, before fan-out)."""
+        """A frame the gateway produced for masters, a relayed control.* frame included (once per
+        frame, before fan-out)."""
         t = self._out.get(type_) or self._out_other
         t.frames += 1
         t.nbytes += nbytes

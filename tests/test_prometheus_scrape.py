@@ -1,18 +1,20 @@
-"""A real Prometheus scrapes the gateway's /metrics, and PromQL returns what a session produced.
+"""A real Prometheus scrapes a running gateway through a real session, and PromQL returns the
+number of frames that session produced.
 
 Theory of operation
 -------------------
-`start_gateway_target()` starts something that serves the gateway's `/metrics` on 127.0.0.1 behind
-the bearer token, runs a session through it, and says how many frames that session produced, by
-type. A Prometheus from Debian's package (scripts/install-prometheus.sh) is started on a free
-loopback port with a temporary config that scrapes that target every second with the token, and
-a temporary data dir. The test polls Prometheus' HTTP API until the query for the session's frame
-count returns it (a scrape or two, a few seconds), then checks the per-type counts and `up`.
+`start_gateway_target()` runs the real server (`gateway.server.create_app`) in-process on a free
+loopback port, with a bearer token and the embedded demo agent, and attaches a real WebSocket
+master to a new session. A Prometheus from Debian's package (scripts/install-prometheus.sh) starts
+on another free loopback port with a temporary config that scrapes the gateway's `/metrics` every
+second with the token, and a temporary data dir.
 
-Until the server exists, the target is a stand-in: a tiny aiohttp app that renders a
-`GatewayMetrics` after making the calls the server makes for a short turn. When `gateway/server.py`
-can be started in-process, replace `start_gateway_target()` (and only it) with the real server and
-a real session (the demo agent), keeping its return value.
+The test waits until Prometheus has scraped the session as it stands after the attach, runs one
+prompt through the demo agent, and reads every frame the master receives for that turn. Then
+`sum(rawp_gateway_frames_total{direction="to_master"})` must grow by exactly the number of frames
+the session produced in that turn, type by type: the frames the master received, plus its own
+prompt relayed to the session's other masters. Polling stops at the first answer that
+matches, so the test takes a few scrapes (well under 15 s).
 
 Without `prometheus` on PATH the test is skipped on a developer machine and fails in CI (CI=true).
 """
@@ -33,82 +35,60 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp import web
+from aiohttp.test_utils import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.metrics import GatewayMetrics
+from gateway.server import METRICS
+from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
 
 TOKEN = "scrape-test-token"
-SCRAPE_DEADLINE_S = 12.0
+SCRAPE_DEADLINE_S = 25.0  # an upper bound for a busy machine; typically done in 5-8 s
+TOTAL = 'sum(rawp_gateway_frames_total{job="rawp-gateway", direction="to_master"})'
+BY_TYPE = 'sum by (type) (rawp_gateway_frames_total{job="rawp-gateway", direction="to_master"})'
 
 
 @dataclass
 class GatewayTarget:
-    """What the test needs to know of a running gateway."""
+    """A running gateway with one session and one master attached to it."""
 
+    client: TestClient  # the gateway's HTTP client (base URL, app)
+    master: Master  # a WebSocket master on the session
     address: str  # host:port serving /metrics
     token: str  # the bearer token /metrics requires
-    frames_by_type: Counter[str]  # frames to masters the session produced, by DPS type
+
+    def frames_out(self) -> Counter[str]:
+        """The gateway's own count of frames to masters by type, from its registry."""
+        body, _ = self.client.server.app[METRICS].render()
+        out: Counter[str] = Counter()
+        for family in text_string_to_metric_families(body.decode()):
+            for s in family.samples:
+                if s.name == "rawp_gateway_frames_total" and s.labels["direction"] == "to_master":
+                    out[s.labels["type"]] += int(s.value)
+        return +out
 
 
-# ----------------------------------------------------------------------------------------------
-# STAND-IN: replace this function with the real gateway and a real session once gateway/server.py
-# can be started in-process (create a session with the demo agent over the HTTP API, attach a
-# WebSocket, send a prompt, count the frames received until session.turn.end). Keep the signature:
-# an async context manager yielding a GatewayTarget.
-# ----------------------------------------------------------------------------------------------
 @contextlib.asynccontextmanager
-async def start_gateway_target() -> AsyncIterator[GatewayTarget]:
-    metrics = GatewayMetrics()
-    session = [
-        "session.capabilities",
-        "tool.catalog.publish",
-        "agent.commands.publish",
-        "session.turn.start",
-        "agent.state.changed",
-        *["agent.text.delta"] * 5,
-        "agent.text.done",
-        "tool.invoke.request",
-        "tool.invoke.result",
-        "session.turn.end",
-        "session.usage",
-    ]
-    metrics.session_state(None, "IDLE", agent="claude-code")
-    metrics.ws_connected()
-    metrics.frame_in("control.prompt.request", 120)
-    metrics.session_state("IDLE", "RUNNING")
-    lines = metrics.agent_lines("claude-code")
-    for type_ in session:
-        t0 = metrics.clock_ns()
-        lines.line("stream_event", metrics.clock_ns() - t0)
-        metrics.frame_out(type_, 200)
-        metrics.history_appended(200)
-        metrics.observe_latency_ns(metrics.clock_ns() - t0)
-    metrics.tool_result("Read", "success")
-    metrics.turn_ended("end_turn", 1.5)
-    metrics.session_state("RUNNING", "IDLE")
-
-    async def handle_metrics(request: web.Request) -> web.Response:
-        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
-            return web.json_response(
-                {"error_code": "UNAUTHORIZED", "message": "bearer token required"}, status=401
-            )
-        body, content_type = metrics.render()
-        return web.Response(body=body, headers={"Content-Type": content_type})
-
-    app = web.Application()
-    app.router.add_get("/metrics", handle_metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+async def start_gateway_target(workdir: Path) -> AsyncIterator[GatewayTarget]:
+    """The real gateway (token required), a demo-agent session, and a master attached to it."""
+    workspace = workdir / "workspace"
+    workspace.mkdir()
+    config = make_config(workspace, agents={"demo": fast_demo()}, token=TOKEN)
+    client = await start_gateway(config)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
     try:
-        yield GatewayTarget(f"127.0.0.1:{port}", TOKEN, Counter(session))
+        assert (await client.get("/metrics")).status == 401  # the token is really required
+        client.session.headers.update(auth)
+        session = await create_session(client)
+        master = await Master.attach(client, session["session_id"], headers=auth)
+        # Read the greeting (capabilities, catalog, commands, ...) so that what the master reads
+        # after a prompt is that turn's frames only.
+        with contextlib.suppress(TimeoutError):
+            while True:
+                await master.next(timeout=0.5)
+        address = f"{client.server.host}:{client.server.port}"
+        yield GatewayTarget(client, master, address, TOKEN)
     finally:
-        await runner.cleanup()
-
-
-# ----------------------------------------------------------------------------------------------
+        await client.close()
 
 
 def free_port() -> int:
@@ -192,32 +172,56 @@ async def wait_for_value(
     pytest.fail(f"{promql} did not reach {expected} in time; last answer: {last}")
 
 
+async def prom_by_type(http: aiohttp.ClientSession, base: str) -> Counter[str]:
+    result = await query(http, base, BY_TYPE)
+    return +Counter({r["metric"]["type"]: int(float(r["value"][1])) for r in result})
+
+
+async def run_turn(master: Master, prompt: str) -> list[dict]:
+    """Send a prompt and read every frame of the turn, up to the final state change to idle."""
+    start = len(master.frames)
+    await master.send("control.prompt.request", {"prompt_text": prompt})
+    await master.until("session.usage")
+    await master.until("agent.state.changed", current_state="idle")
+    return master.frames[start:]
+
+
 async def test_prometheus_scrapes_the_frame_count_a_session_produced(tmp_path):
     prometheus_binary()
     deadline = time.monotonic() + SCRAPE_DEADLINE_S
     async with (
-        start_gateway_target() as target,
+        start_gateway_target(tmp_path) as target,
         run_prometheus(target, tmp_path) as base,
         aiohttp.ClientSession() as http,
     ):
-        produced = sum(target.frames_by_type.values())
-        assert produced > 0
-        total = 'sum(rawp_gateway_frames_total{job="rawp-gateway", direction="to_master"})'
-        await wait_for_value(http, base, total, produced, deadline)
+        # 1. Prometheus has scraped the session as it is after the attach.
+        before = target.frames_out()
+        await wait_for_value(http, base, TOTAL, sum(before.values()), deadline)
+        prom_before = await prom_by_type(http, base)
+        assert prom_before == before
 
-        # The scrape went through the token, and per-type counts match too.
+        # 2. One turn through the demo agent: what the session produced is what the gateway
+        # counted, and the master received all of it except its own prompt, which the gateway
+        # relays to the session's other masters only (DPS 2.4).
+        turn = await run_turn(target.master, "hello from the scrape test")
+        await asyncio.sleep(0.2)  # nothing else may follow the turn's last frame
+        produced = target.frames_out() - before
+        received = Counter(f["type"] for f in turn)
+        assert produced["agent.text.delta"] > 0 and produced["session.turn.end"] == 1
+        assert produced - received == Counter({"control.prompt.request": 1})
+        assert received - produced == Counter()
+
+        # 3. Prometheus reports exactly that many more frames, type by type.
+        total = sum(before.values()) + sum(produced.values())
+        await wait_for_value(http, base, TOTAL, total, deadline)
+        assert await prom_by_type(http, base) - prom_before == produced
         up = await query(http, base, 'up{job="rawp-gateway"}')
         assert [float(r["value"][1]) for r in up] == [1.0]
-        by_type = await query(
-            http, base, 'sum by (type) (rawp_gateway_frames_total{direction="to_master"}) > 0'
-        )
-        got = {r["metric"]["type"]: float(r["value"][1]) for r in by_type}
-        assert got == {t: float(n) for t, n in target.frames_by_type.items()}
 
-        # A histogram query the dashboard uses answers with a number.
+        # 4. The dashboard's latency query answers with a number now that frames flowed.
         p99 = await query(
             http,
             base,
             "histogram_quantile(0.99, sum by (le) (rawp_gateway_frame_latency_seconds_bucket))",
         )
-        assert len(p99) == 1 and float(p99[0]["value"][1]) >= 0
+        assert len(p99) == 1 and float(p99[0]["value"][1]) > 0
