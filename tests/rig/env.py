@@ -193,7 +193,8 @@ base_url = "{base_url.rstrip("/")}/v1"
 # verified: "chat" is rejected by 0.171.0; only POST /v1/responses (streamed) is called.
 wire_api = "responses"
 env_key = "{CODEX_API_KEY_VAR}"
-# Plain HTTP streaming only; the scripted server speaks no WebSocket.
+# verified: a custom provider streams over plain HTTP even without this; kept explicit because
+# the scripted server speaks no WebSocket.
 supports_websockets = false
 # verified: with 0 an HTTP error or a broken stream is one request and a quick exit 1.
 request_max_retries = 0
@@ -254,6 +255,7 @@ def gemini_env(base_url: str, home: Path) -> dict[str, str]:
     env.update(
         {
             # verified: with these the CLI calls only {base_url}/v1beta/models/<m>:<method>.
+            # Scenarios also pass --skip-trust (verified: else exit 55 with nothing on stdout).
             "GOOGLE_GEMINI_BASE_URL": base_url,
             "GEMINI_API_KEY": "rig-not-a-real-key",
             "TMPDIR": str(home / "tmp"),
