@@ -332,3 +332,42 @@ def test_dockerignore_keeps_what_the_build_copies():
         assert f"!{needed}" in ignore
     for src in re.findall(r"(?m)^COPY\s+(?!--from)(\S+)", dockerfile()):
         assert (ROOT / src).exists(), src
+
+
+# --------------------------------------------------------------------------- gateway config
+
+
+@pytest.mark.parametrize("source", ["image", "configmap"])
+def test_deployed_config_loads_with_the_gateways_own_loader(source, tmp_path):
+    """deploy/config.toml (image, compose) and the ConfigMap's copy are read by load_config, as
+    `rawp-gateway serve --config` does: no unknown key, a public address that the token allows.
+    The token file and the workspace exist only in the containers; the environment variables
+    the loader honours point them at temporary ones."""
+    from gateway.config import load_config
+
+    if source == "image":
+        path = DEPLOY / "config.toml"
+        expected_token_file = "/run/secrets/rawp-token"
+    else:
+        path = tmp_path / "config.toml"
+        path.write_text(by_kind("ConfigMap")["data"]["config.toml"])
+        expected_token_file = "/run/secrets/rawp-token/token"
+    assert tomllib.loads(path.read_text())["server"]["token_file"] == expected_token_file
+    token = tmp_path / "token"
+    token.write_text("a-token\n")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    environ = {"RAWP_GATEWAY_TOKEN_FILE": str(token), "RAWP_GATEWAY_WORKSPACE_ROOT": str(workspace)}
+    config = load_config(path, environ=environ)
+    assert config.warnings == ()
+    assert (config.host, config.port, config.token) == ("0.0.0.0", 8765, "a-token")
+    assert "claude-code" in config.agents
+
+
+def test_dockerfile_command_is_the_serve_command_with_the_image_config():
+    cmd = re.search(r"(?m)^CMD\s+(\[.*\])$", final_stage(dockerfile()))
+    entrypoint = re.search(r"(?m)^ENTRYPOINT\s+(\[.*\])$", final_stage(dockerfile()))
+    assert json.loads(entrypoint.group(1)) == ["tini", "--", "rawp-gateway"]
+    assert json.loads(cmd.group(1)) == ["serve", "--config", "/etc/rawp-gateway/config.toml"]
+    assert "COPY deploy/config.toml /etc/rawp-gateway/config.toml" in dockerfile()
+    assert gateway_container()["args"] == json.loads(cmd.group(1))
