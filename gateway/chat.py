@@ -47,9 +47,11 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final, TextIO
 
 import aiohttp
@@ -59,9 +61,11 @@ from .protocol import frames as F
 
 __all__ = [
     "add_chat_arguments",
-    "chat_main",
     "run_chat",
+    "run_chat_command",
     "run_chat_from_args",
+    "run_demo",
+    "run_demo_async",
 ]
 
 MODES: Final = ("default", "plan", "review")
@@ -540,6 +544,8 @@ class Chat:
     async def _dispatch_loop(self) -> None:
         while True:
             line = await self.lines.get()
+            if self.interactive and line is not EOF:
+                self.screen.at_line_start = True  # the terminal echoed the line and its newline
             if self._answer is not None and not self._answer.done():
                 self._answer.set_result(line)  # a pending question takes the line first
                 if line is EOF:
@@ -608,7 +614,6 @@ class Chat:
                 return
             finally:
                 self._answer = None
-            self.screen.at_line_start = True  # the terminal echoed the answer and its newline
             if answer is EOF:
                 await self._send(self.conn.interaction_timeout(req.interaction_id, turn_id=turn_id))
                 return
@@ -993,22 +998,30 @@ def _isatty(stream: Any) -> bool:
 
 
 def add_chat_arguments(
-    parser: argparse.ArgumentParser, *, url: bool = True, default_agent: str | None = None
+    parser: argparse.ArgumentParser, *, with_url: bool = True, default_agent: str | None = None
 ) -> None:
-    """The chat's options. ``url=False`` for ``demo``, which starts its own server."""
-    if url:
-        parser.add_argument("--url", required=True, help="the gateway, e.g. http://127.0.0.1:8765")
+    """The chat's options on ``parser``.
+
+    ``with_url`` adds the required ``--url`` (``chat``); ``demo`` passes False since it starts
+    its own server, and its ``--agent`` defaults to ``demo`` in ``run_demo``. A ``--url`` the
+    caller already added is kept.
+    """
+    if with_url:
+        with contextlib.suppress(argparse.ArgumentError):  # the caller added its own --url
+            parser.add_argument(
+                "--url", required=True, help="the gateway's base URL, http://host:port"
+            )
+    agent_help = "agent profile for a new session"
     parser.add_argument(
         "--agent",
         default=default_agent,
-        help="agent profile for a new session"
-        + (f" (default {default_agent})" if default_agent else ""),
+        help=agent_help + (f" (default {default_agent})" if default_agent else ""),
     )
     parser.add_argument(
         "--token-file", help="file holding the bearer token (else $RAWP_GATEWAY_TOKEN)"
     )
     parser.add_argument(
-        "--workspace", help="the session's workspace_path (inside the gateway's root)"
+        "--workspace", help="the session's workspace_path (inside the gateway's workspace root)"
     )
     parser.add_argument("--session", dest="session_id", help="attach to this existing session")
     answers = parser.add_mutually_exclusive_group()
@@ -1066,6 +1079,59 @@ async def run_chat_from_args(
     )
 
 
-def chat_main(args: argparse.Namespace) -> int:
-    """``rawp-gateway chat``: run the chat on a fresh event loop."""
+def run_chat_command(args: argparse.Namespace) -> int:
+    """``rawp-gateway chat``: the chat on a fresh event loop."""
     return asyncio.run(run_chat_from_args(args))
+
+
+async def run_demo_async(
+    args: argparse.Namespace, *, stdin: TextIO | None = None, stdout: TextIO | None = None
+) -> int:
+    """``rawp-gateway demo``: a gateway with the ``demo`` agent on a loopback port, and the chat.
+
+    The server runs in this process and loop (``gateway.server.create_app``) on 127.0.0.1 with an
+    ephemeral port and no token; its workspace root is ``args.workspace_root`` or a temporary
+    directory removed on exit. Environment and config files are not read: the demo is the same
+    everywhere.
+    """
+    # Imported here: the chat alone needs none of the server side.
+    from aiohttp import web
+
+    from .config import Config, builtin_profiles
+    from .server import create_app
+
+    out = stdout if stdout is not None else sys.stdout
+    root_arg = getattr(args, "workspace_root", None)
+    with contextlib.ExitStack() as stack:
+        if root_arg:
+            root = Path(root_arg).resolve()
+            root.mkdir(parents=True, exist_ok=True)
+        else:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rawp-demo-")))
+        config = Config(host="127.0.0.1", port=0, workspace_root=root, agents=builtin_profiles())
+        runner = web.AppRunner(create_app(config), handle_signals=False, access_log=None)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, config.host, 0)
+            await site.start()
+            port = runner.addresses[0][1]
+            url = f"http://127.0.0.1:{port}"
+            note = "" if root_arg else " (a temporary directory, removed on exit)"
+            out.write(f"rawp-gateway demo: server {url} · workspace {root}{note}\n")
+            out.write("try: list files · write hello.txt · think about it · /plan · /compact\n")
+            return await run_chat(
+                url,
+                agent=getattr(args, "agent", None) or "demo",
+                workspace=getattr(args, "workspace", None),
+                stdin=stdin,
+                stdout=stdout,
+                auto_answer=getattr(args, "auto_answer", None),
+                keep=getattr(args, "keep", False),
+            )
+        finally:
+            await runner.cleanup()
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """``rawp-gateway demo`` on a fresh event loop."""
+    return asyncio.run(run_demo_async(args))

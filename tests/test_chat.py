@@ -29,8 +29,10 @@ from gateway.chat import (
     permission_question,
     run_chat,
     run_chat_from_args,
+    run_demo_async,
     summarize_result,
 )
+from gateway.client import GatewayClient, MasterView, is_synthetic
 from gateway.protocol import codec
 from gateway.protocol import frames as F
 from gateway.protocol.capabilities import ALL_FEATURES
@@ -526,6 +528,11 @@ async def run_interactive(
         run_chat(gw.url, agent="demo", stdin=pipe.reader, stdout=out, interactive=True, **kw)  # type: ignore[attr-defined]
     )
     try:
+        # The chat is ready (and its SIGINT handler installed) once it prints its help line;
+        # a SIGINT before that would interrupt the test run itself.
+        while "Ctrl-D quits" not in out.getvalue():
+            assert not task.done(), out.getvalue()
+            await asyncio.sleep(0.01)
         await asyncio.wait_for(script(pipe), 10)
     finally:
         pipe.close()
@@ -592,18 +599,23 @@ async def test_ctrl_c_at_the_prompt_quits(fake: FakeGateway):
 # --------------------------------------------------------------------------- the real server
 
 
-@pytest.fixture
-async def real_gateway(tmp_path: Any) -> Any:
-    """``gateway.server.create_app`` with the embedded ``demo`` agent, workspace root ``tmp_path``."""
+async def start_real_gateway(root: Any, delay_ms: int = 1) -> TestServer:
+    """``gateway.server.create_app`` with the embedded ``demo`` agent, workspace root ``root``."""
     server_mod = pytest.importorskip("gateway.server")
     config_mod = pytest.importorskip("gateway.config")
     import dataclasses
 
     demo = config_mod.builtin_profiles()["demo"]
-    demo = dataclasses.replace(demo, env={**demo.env, "RAWP_DEMO_DELAY_MS": "1"})
-    config = config_mod.Config(workspace_root=tmp_path.resolve(), agents={"demo": demo})
+    demo = dataclasses.replace(demo, env={**demo.env, "RAWP_DEMO_DELAY_MS": str(delay_ms)})
+    config = config_mod.Config(workspace_root=root.resolve(), agents={"demo": demo})
     server = TestServer(server_mod.create_app(config))
     await server.start_server()
+    return server
+
+
+@pytest.fixture
+async def real_gateway(tmp_path: Any) -> Any:
+    server = await start_real_gateway(tmp_path)
     yield str(server.make_url("")).rstrip("/")
     await server.close()
 
@@ -649,6 +661,73 @@ async def test_real_server_plan_mode_blocks_a_write(real_gateway: str, tmp_path)
     assert "mode: plan" in out
     assert "Tool not allowed in current mode" in out
     assert not (tmp_path / "x.txt").exists()
+
+
+async def test_real_server_DPS_7_8_reattach_unfinalizes_from_the_gateway_history(tmp_path):
+    """DPS-7.8-finalize/-unfinalize with the real gateway's buffer: drop mid-turn, reattach."""
+    server = await start_real_gateway(tmp_path, delay_ms=30)
+    url = str(server.make_url("")).rstrip("/")
+    try:
+        async with GatewayClient(url) as client:
+            session = await client.create_session("demo")
+            sid = session["session_id"]
+            conn = await client.attach(session)
+            view = MasterView(sid)
+            await conn.prompt("say hello to everyone in the room")
+            while True:  # the turn is under way: some text has streamed
+                frame = await asyncio.wait_for(conn.receive(), 10)
+                assert frame is not None
+                view.apply(frame)
+                if isinstance(frame.payload, F.TextDelta):  # type: ignore[attr-defined]
+                    break
+            await conn.close()
+            synthetic = view.finalize()
+            assert {f.TYPE for f in synthetic} >= {"agent.text.done", "session.turn.end"}
+            await asyncio.sleep(0.2)  # the turn goes on in the gateway, buffered
+
+            again = await client.attach(sid, last_message_id=conn.last_message_id)
+            outcome = None
+            while view.turn_id is not None or outcome is None:
+                frame = await asyncio.wait_for(again.receive(), 10)
+                assert frame is not None
+                if isinstance(frame.payload, F.History):  # type: ignore[attr-defined]
+                    assert outcome is None, "one history, first"
+                    outcome = view.history(frame.payload)  # type: ignore[attr-defined]
+                    assert outcome.unfinalized and outcome.applied
+                else:
+                    assert outcome is not None or isinstance(
+                        frame.payload,  # type: ignore[attr-defined]
+                        F.Capabilities,
+                    )
+                    view.apply(frame)
+            await again.close()
+            await client.delete_session(sid)
+    finally:
+        await server.close()
+    assert not any(is_synthetic(f) for f in view.transcript)
+    ends = [f.payload for f in view.transcript if isinstance(f.payload, F.TurnEnd)]  # type: ignore[attr-defined]
+    assert [e.stop_reason for e in ends] == ["end_turn"]
+    deltas = [f.payload.text for f in view.transcript if isinstance(f.payload, F.TextDelta)]  # type: ignore[attr-defined]
+    (done,) = [f.payload for f in view.transcript if isinstance(f.payload, F.TextDone)]  # type: ignore[attr-defined]
+    assert "".join(deltas) == done.full_text  # nothing lost, nothing twice
+
+
+async def test_demo_command_runs_a_server_and_the_chat(tmp_path):
+    pytest.importorskip("gateway.server")
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workspace-root")
+    add_chat_arguments(parser, with_url=False)
+    args = parser.parse_args(["--workspace-root", str(tmp_path), "--yes"])
+    out = io.StringIO()
+    rc = await asyncio.wait_for(
+        run_demo_async(args, stdin=io.StringIO("write hello.txt\n"), stdout=out), 30
+    )
+    assert rc == 0, out.getvalue()
+    assert "rawp-gateway demo: server http://127.0.0.1:" in out.getvalue()
+    assert "[y/N] y (--yes)" in out.getvalue()
+    assert (tmp_path / "hello.txt").exists()
 
 
 # --------------------------------------------------------------------------- pieces
