@@ -257,6 +257,8 @@ def test_a_request_whose_input_is_too_large_is_cut():
     assert len(codec.encode(req)) <= 4096
     assert req.metadata["input_truncated"] is True
     assert p(req).input["file_path"] == "/a"
+    (res,) = of(run(m, result("t1", None, changed=False)), "tool.invoke.result")
+    assert res.truncated is None
 
 
 def test_frame_size_limit_has_a_floor():

@@ -529,7 +529,8 @@ class Mapper:
         excess = len(encode(frame)) + _FRAME_MARGIN - self.max_frame_size
         if excess > 0:
             payload.input = _cut_input(payload.input, excess)
-            metadata["input_truncated"] = True
+            # A copy: the call's later frames share ``metadata`` and were not cut.
+            frame.metadata = {**metadata, "input_truncated": True}
         return frame
 
     # --- session-level events ---------------------------------------------------------------------
