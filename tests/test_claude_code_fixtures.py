@@ -316,6 +316,20 @@ def test_DPS_10_2_context_exactly_on_frames_from_inside_a_subagent(path: Path):
             assert context.depth == 1
     for frame in run.of("session.turn.end", "tool.catalog.publish", "session.turn.start"):
         assert "subagent_context" not in (frame.metadata or {})
+    # Text: each block is from inside a subagent exactly when its assistant line was.
+    expected = [
+        o.get("parent_tool_use_id") is not None
+        for o in run.line_kinds("assistant")
+        if not o.get("is_api_error_message")
+        for b in o["message"]["content"]
+        if b.get("type") == "text"
+    ]
+    got = [
+        "subagent_context" in (f.metadata or {})
+        for f in run.of("agent.text.done")
+        if (f.metadata or {}).get("content_role") != "command_output"
+    ]
+    assert got == expected
 
 
 @every_fixture

@@ -312,6 +312,19 @@ def test_DPS_10_3_order_foreground_subagent():
     assert of(frames, "tool.invoke.result")[-1].output_type == "agent_result"
 
 
+def test_subagent_context_of_a_parent_for_the_session_machine():
+    m = mapper()
+    (req,) = [
+        f
+        for f in run(m, call("a1", "Agent", subagent_type="Explore"))
+        if f.TYPE == "tool.invoke.request"
+    ]
+    assert m.subagent_context(None) is None and m.subagent_context("unknown") is None
+    assert m.subagent_context("a1") == F.SubagentContext(
+        parent_invocation_id=p(req).invocation_id, depth=1, agent_type="Explore"
+    )
+
+
 def test_a_subagent_result_without_its_end_gets_a_synthesised_one():
     frames = run(
         mapper(),

@@ -224,6 +224,11 @@ class Mapper:
         call = self._calls.get(call_id)
         return call.invocation_id if call is not None else None
 
+    def subagent_context(self, parent: str | None) -> F.SubagentContext | None:
+        """``metadata.subagent_context`` for a frame about an event with this ``parent`` (e.g. the
+        session machine's ``agent.interaction.request`` for a subagent's ``PermissionRequest``)."""
+        return self._context(parent)
+
     def block_call(self, call_id: str) -> None:
         """The session machine refused this call for the mode: its result says so (DPS-6.3.2-block)."""
         call = self._calls.get(call_id)
