@@ -190,6 +190,28 @@ def check_web_search(r: RunResult, cli: CliSetup) -> None:
     assert item["id"] == "ws_rig_01_0" and item["query"] == "RAWP protocol"
 
 
+def check_long_command(r: RunResult, cli: CliSetup) -> None:
+    (started,) = r.of_type("item.started")
+    (cmd,) = items(r, "command_execution")
+    assert started["item"]["id"] == cmd["id"] and cmd["aggregated_output"] == "start\ndone\n"
+    assert (cmd["exit_code"], cmd["status"]) == (0, "completed")
+    # The poll went to the session the first tool output named.
+    poll = json.loads(r.requests[2].body["input"][-2]["arguments"])
+    assert f"session ID {poll['session_id']}" in r.requests[1].body["input"][-1]["output"]
+
+
+def check_command_left_running(r: RunResult, cli: CliSetup) -> None:
+    (started,) = r.of_type("item.started")
+    assert started["item"]["type"] == "command_execution"
+    assert not items(r, "command_execution") and r.of_type("turn.completed")
+
+
+def check_reasoning_raw(r: RunResult, cli: CliSetup) -> None:
+    assert not items(r, "reasoning") and [i["text"] for i in items(r, "agent_message")] == [
+        "Done thinking."
+    ]
+
+
 CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "text": check_text,
     "reasoning": check_reasoning,
@@ -208,6 +230,9 @@ CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "patch-fail": check_patch_fail,
     "http-401": check_http_401,
     "web-search": check_web_search,
+    "long-command": check_long_command,
+    "command-left-running": check_command_left_running,
+    "reasoning-raw": check_reasoning_raw,
 }
 
 

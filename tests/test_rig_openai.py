@@ -240,6 +240,21 @@ async def test_match_and_unexpected_requests(aiohttp_client: Any) -> None:
     assert [r.seq for r in server.unexpected] == [2] and server.unused_calls == []
 
 
+async def test_capture_fills_arguments_from_the_last_tool_output(aiohttp_client: Any) -> None:
+    poll = {
+        "type": "function_call",
+        "name": "write_stdin",
+        "arguments": {"chars": ""},
+        "capture": {"session_id": r"session ID (\d+)", "chunk": r"Chunk ID: (\w+)"},
+    }
+    server = ResponsesServer([{"output": [poll]}])
+    client = await aiohttp_client(server.app)
+    body = request(tool_output="Chunk ID: ab12\nProcess running with session ID 4242\n")
+    events = await sse_events(await post(client, body))
+    item = next(e["item"] for e in events if e["type"] == "response.output_item.done")
+    assert json.loads(item["arguments"]) == {"chars": "", "session_id": 4242, "chunk": "ab12"}
+
+
 def test_match_keys() -> None:
     s = ResponsesServer([])
     body = request("hello", tool_output="Process exited with code 2")

@@ -22,7 +22,9 @@ A call is a table with these keys (all optional):
       shows it as a ``reasoning`` item) and/or ``content`` (raw ``reasoning_text``);
     * ``function_call``: ``name`` (e.g. ``exec_command``), ``arguments`` (a table, sent
       JSON-encoded, or a ready string), optional ``namespace`` (MCP tools found through
-      ``tool_search`` are called as ``name`` inside namespace ``mcp__<server>``);
+      ``tool_search`` are called as ``name`` inside namespace ``mcp__<server>``), optional
+      ``capture = {argument = "regex"}`` (that argument is the regex's first group in the
+      request's last tool output, e.g. the session id of a command still running);
     * ``custom_tool_call``: ``name`` (``apply_patch``) and ``input`` (the freeform text);
     * ``tool_search_call``: ``arguments`` (e.g. ``{query = "echo"}``): Codex's client-side tool
       discovery, the way it reaches MCP tools;
@@ -55,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 from aiohttp import web
@@ -171,6 +174,8 @@ class ResponsesServer(ScriptedServer):
         ]
         done = []
         for i, spec in enumerate(call.get("output", [])):
+            if "capture" in spec:
+                spec = {**spec, "arguments": captured_arguments(spec, body)}
             item_events, item = item_stream(spec, i, f"{tag}_{i}")
             events += item_events
             done.append(item)
@@ -240,6 +245,22 @@ class ResponsesServer(ScriptedServer):
             # The CLI went away mid-stream (interrupt, signal): nothing left to answer.
             pass
         return resp
+
+
+def captured_arguments(spec: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """A function call's arguments with values taken from the request's last tool output: each
+    ``capture`` entry is ``argument = "regex"`` and the argument gets the regex's first group (a
+    number when it is all digits). This is how a scripted model polls a command that Codex left
+    running, whose session id Codex picks at random."""
+    items = body.get("input", [])
+    output = _content_text(items[-1].get("output", "")) if items else ""
+    args = dict(spec.get("arguments", {}))
+    for name, pattern in spec["capture"].items():
+        m = re.search(pattern, output)
+        if m is None:
+            raise ValueError(f"capture {name!r}: {pattern!r} not in the last tool output")
+        args[name] = int(m.group(1)) if m.group(1).isdigit() else m.group(1)
+    return args
 
 
 def usage_of(spec: dict[str, Any]) -> dict[str, Any]:
