@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -40,8 +41,8 @@ TURN = "5d2c1b0a-9e8f-4d7c-8b6a-5f4e3d2c1b0a"
 
 
 def transcript(fixture: str, n_lines: int) -> list[bytes]:
-    """The fixture's init, its streamed message lines repeated (renumbered) to ``n_lines``, its
-    result."""
+    """The fixture's init, its streamed message lines repeated to ``n_lines`` (message and tool call
+    ids renumbered per copy), its result."""
     lines = (FIXTURES / f"{fixture}.jsonl").read_bytes().splitlines()
     kinds = [json.loads(line).get("type") for line in lines]
     body = [
@@ -58,13 +59,15 @@ def transcript(fixture: str, n_lines: int) -> list[bytes]:
             if k == "assistant"
         }
     )
+    # Tool call ids too: each copy's calls are new calls.
+    ids += sorted({m.decode() for line in body for m in re.findall(rb"toolu_\w+", line)})
     out = [lines[0]]
     copy = 0
     while len(out) < n_lines:
         copy += 1
         for line in body:
-            for mid in ids:
-                line = line.replace(mid.encode(), f"{mid}_{copy}".encode())
+            for old in ids:
+                line = line.replace(old.encode(), f"{old}_{copy}".encode())
             out.append(line)
     out += [line for line, kind in zip(lines, kinds, strict=True) if kind == "result"]
     return out
