@@ -25,8 +25,9 @@ attaches the WebSocket, and then runs four tasks that share one ``MasterView``:
 
 Questions (``agent.interaction.request``) are asked one at a time by a fourth task, so frames keep
 printing while a question waits. A PERMISSION reads "Allow Bash: rm x? [y/N]" and is answered with
-``selected_value`` ``"allow"`` or ``"deny"``. With ``--yes``/``--no`` (``auto_answer``) questions are
-answered at once; without them, a stdin that is not a terminal denies (a script cannot be asked).
+``selected_value`` ``"allow"`` or ``"deny"``. With ``--yes``/``--no`` (``auto_answer``) questions
+are answered at once; without them, a stdin that is not a terminal denies (a script cannot be
+asked).
 
 Ctrl-C during a turn sends ``control.prompt.cancel`` for the running turn (a second Ctrl-C quits);
 Ctrl-C at the prompt, ``/quit`` or end of input exits, deleting the session this chat created
@@ -49,14 +50,22 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Any, Final, TextIO, cast
 
 import aiohttp
 
-from .client import Connection, GatewayClient, GatewayError, MasterView, is_synthetic
+from .client import (
+    Connection,
+    GatewayClient,
+    GatewayError,
+    InputType,
+    MasterView,
+    is_synthetic,
+    payload_of,
+)
 from .protocol import frames as F
 
 __all__ = [
@@ -261,6 +270,12 @@ def _option_value(req: F.InteractionRequest, allow: bool) -> str:
     return wanted
 
 
+def _interaction_id(frame: F.Frame) -> str:
+    req = payload_of(frame)
+    assert isinstance(req, F.InteractionRequest)
+    return req.interaction_id
+
+
 def _depth_indent(frame: F.Frame) -> str:
     ctx = (frame.metadata or {}).get("subagent_context")
     depth = ctx.get("depth", 0) if isinstance(ctx, dict) else 0
@@ -377,6 +392,7 @@ class Chat:
         client: GatewayClient,
         conn: Connection,
         *,
+        session: dict[str, Any] | None = None,
         screen: Screen,
         lines: LineSource,
         interactive: bool,
@@ -387,6 +403,7 @@ class Chat:
         self.client = client
         self.conn = conn
         self.session_id = conn.session_id
+        self.session: dict[str, Any] = session or {"session_id": conn.session_id}
         self.view = MasterView(conn.session_id)
         self.screen = screen
         self.s = screen.s
@@ -439,6 +456,10 @@ class Chat:
             return
         self.screen.end_line()
         self._quit.set()
+
+    async def _sent(self, frame: F.Frame) -> F.Frame:
+        await self.conn.send_frame(frame)
+        return frame
 
     async def _send(self, sending: Awaitable[F.Frame]) -> F.Frame | None:
         try:
@@ -494,9 +515,9 @@ class Chat:
         if name == "help":
             self._help()
         elif name in MODES:
-            await self._switch_mode(name)
+            await self._switch_mode(cast(F.Mode, name))
         elif name == "compact":
-            await self._send_and_wait("turn", self.conn.compact(rest.strip() or None), None)
+            await self._send_and_wait("turn", F.SessionCompact(instruction=rest.strip() or None))
         else:
             await self._prompt(line, "slash_command")
 
@@ -506,32 +527,32 @@ class Chat:
             names = " ".join(f"/{c.name}" for c in self.commands)
             self.screen.line(f"agent commands: {names}", style=self.s.dim)
 
-    async def _prompt(self, text: str, input_type: str) -> None:
+    async def _prompt(self, text: str, input_type: InputType) -> None:
         self._cancelled_turn = None
-        await self._send_and_wait("turn", self.conn.prompt(text, input_type=input_type), None)
+        await self._send_and_wait("turn", F.PromptRequest(prompt_text=text, input_type=input_type))
 
-    async def _switch_mode(self, mode: str) -> None:
-        awaiting = await self._send_and_wait("mode", self.conn.switch_mode(mode), ACK_TIMEOUT_S)
+    async def _switch_mode(self, mode: F.Mode) -> None:
+        awaiting = await self._send_and_wait("mode", F.ModeSwitch(mode=mode), ACK_TIMEOUT_S)
         if awaiting is None:
             return
         outcome = awaiting.outcome
-        if outcome is not None and isinstance(outcome.payload, F.StateChanged):  # type: ignore[attr-defined]
+        if outcome is not None and isinstance(payload_of(outcome), F.StateChanged):
             self.screen.line(f"mode: {mode} (from the next turn)", style=self.s.cyan)
         elif outcome is None and not self._ended.is_set():
             self.screen.line(f"mode switch to {mode} not acknowledged", style=self.s.yellow)
 
     async def _send_and_wait(
-        self, kind: str, sending: Awaitable[F.Frame], timeout: float | None
+        self, kind: str, payload: F.Payload, timeout: float | None = None
     ) -> _Awaiting | None:
         """Send a control frame and wait for what answers it (see ``_Awaiting``)."""
-        awaiting = _Awaiting(kind, "")
-        # Waiting starts before sending: the answer may be received while the send is awaited.
+        frame = self.conn.factory.frame(payload)
+        # Waiting starts before sending, with the frame's id known: the answer may be received
+        # while the send is still being awaited.
+        awaiting = _Awaiting(kind, frame.message_id)
         self._awaiting = awaiting
         try:
-            sent = await self._send(sending)
-            if sent is None:
+            if await self._send(self._sent(frame)) is None:
                 return None
-            awaiting.sent_id = sent.message_id
             await self._until_quit(asyncio.wait_for(awaiting.done.wait(), timeout))
         except TimeoutError:
             pass
@@ -561,7 +582,8 @@ class Chat:
     async def _ask_loop(self) -> None:
         while True:
             request = await self._asks.get()
-            req: F.InteractionRequest = request.payload  # type: ignore[attr-defined]
+            req = payload_of(request)
+            assert isinstance(req, F.InteractionRequest)
             if req.interaction_id not in self._pending_ids():
                 continue  # answered elsewhere, or its turn ended, while it waited in line
             task = asyncio.create_task(self._ask(request))
@@ -571,7 +593,7 @@ class Chat:
             self._asking = None
 
     def _pending_ids(self) -> set[str]:
-        return {f.payload.interaction_id for f in self.view.pending_interactions}  # type: ignore[attr-defined]
+        return {_interaction_id(f) for f in self.view.pending_interactions}
 
     def _withdraw_stale_question(self) -> None:
         if self._asking is not None and self._asking[0] not in self._pending_ids():
@@ -579,7 +601,8 @@ class Chat:
             self.screen.line("(question withdrawn)", style=self.s.dim)
 
     async def _ask(self, request: F.Frame) -> None:
-        req: F.InteractionRequest = request.payload  # type: ignore[attr-defined]
+        req = payload_of(request)
+        assert isinstance(req, F.InteractionRequest)
         turn_id = request.turn_id
         if req.interaction_type == "PERMISSION":
             question = f"{permission_question(req)} [y/N] "
@@ -681,12 +704,13 @@ class Chat:
         for synthetic in self.view.finalize():
             self._present(synthetic)
         self._flush_turn_end()
+        self._withdraw_stale_question()  # finalisation dropped it (DPS-7.8-finalize)
         self.screen.line("connection lost; reattaching…", style=self.s.yellow)
         for delay in self.reattach_delays:
             await asyncio.sleep(delay)
             try:
                 conn = await self.client.attach(
-                    self.session_id, last_message_id=self.conn.last_message_id
+                    self.session, last_message_id=self.conn.last_message_id
                 )
             except GatewayError as err:
                 if err.status in (401, 403, 404):
@@ -702,7 +726,7 @@ class Chat:
         return False
 
     def _on_frame(self, frame: F.Frame) -> None:
-        payload = frame.payload  # type: ignore[attr-defined]
+        payload = payload_of(frame)
         if isinstance(payload, F.History):
             self._on_history(payload)
             return
@@ -721,6 +745,11 @@ class Chat:
                 self.screen.line("(reattached)", style=self.s.dim)
             for frame in outcome.applied:
                 self._present(frame)
+            # A question that finalisation withdrew and nobody answered since: ask it again.
+            asking = self._asking[0] if self._asking is not None else None
+            for request in self.view.pending_interactions:
+                if _interaction_id(request) != asking:
+                    self._asks.put_nowait(request)
         elif outcome.reason == "truncated":
             lost = outcome.lost_frame_count
             # §7.1.1: the user must be told the data is incomplete.
@@ -749,7 +778,7 @@ class Chat:
 
     def _present(self, frame: F.Frame) -> None:
         """Print one frame and move the runner's and the asker's state along."""
-        p = frame.payload  # type: ignore[attr-defined]
+        p = payload_of(frame)
         if self._turn_end is not None and not isinstance(p, F.Usage):
             self._flush_turn_end()
         s = self.s
@@ -874,7 +903,8 @@ class Chat:
         frame, handle = self._turn_end
         self._turn_end = None
         handle.cancel()
-        end: F.TurnEnd = frame.payload  # type: ignore[attr-defined]
+        end = payload_of(frame)
+        assert isinstance(end, F.TurnEnd)
         parts = [f"— {end.stop_reason}"]
         if usage is not None:
             parts.append(format_usage(usage))
@@ -945,11 +975,14 @@ async def run_chat(
                 session = await client.create_session(agent, workspace_path=workspace, name=name)
                 created = True
             conn = await client.attach(session)
-        except GatewayError as err:
-            screen.line(f"✗ {err}", style=screen.s.red)
-            return 1
-        except (aiohttp.ClientError, OSError) as err:
-            screen.line(f"✗ cannot reach the gateway at {url}: {err}", style=screen.s.red)
+        except (GatewayError, aiohttp.ClientError, OSError) as err:
+            if isinstance(err, GatewayError):
+                screen.line(f"✗ {err}", style=screen.s.red)
+            else:
+                screen.line(f"✗ cannot reach the gateway at {url}: {err}", style=screen.s.red)
+            if created and not keep:  # do not leave behind a session nobody can see
+                with contextlib.suppress(GatewayError, aiohttp.ClientError, OSError):
+                    await client.delete_session(str(session["session_id"]))
             return 1
 
         sid = str(session["session_id"])
@@ -966,6 +999,7 @@ async def run_chat(
         chat = Chat(
             client,
             conn,
+            session=session,
             screen=screen,
             lines=lines,
             interactive=interactive,
@@ -1081,7 +1115,16 @@ async def run_chat_from_args(
 
 def run_chat_command(args: argparse.Namespace) -> int:
     """``rawp-gateway chat``: the chat on a fresh event loop."""
-    return asyncio.run(run_chat_from_args(args))
+    return _run_until_interrupted(run_chat_from_args(args))
+
+
+def _run_until_interrupted(main: Coroutine[Any, Any, int]) -> int:
+    # Without a terminal the chat leaves SIGINT to asyncio.run, which cancels the chat (so it
+    # still deletes its session on the way out) and then raises KeyboardInterrupt.
+    try:
+        return asyncio.run(main)
+    except KeyboardInterrupt:
+        return 130
 
 
 async def run_demo_async(
@@ -1134,4 +1177,4 @@ async def run_demo_async(
 
 def run_demo(args: argparse.Namespace) -> int:
     """``rawp-gateway demo`` on a fresh event loop."""
-    return asyncio.run(run_demo_async(args))
+    return _run_until_interrupted(run_demo_async(args))

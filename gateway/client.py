@@ -36,7 +36,7 @@ import datetime as _dt
 import logging
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal, cast
 
 import aiohttp
 
@@ -56,6 +56,7 @@ __all__ = [
     "history_order",
     "is_synthetic",
     "master_capabilities",
+    "payload_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,9 @@ SYNTHETIC_OUTPUT: Final = "Connection lost"  # §7.8.1: the output of a synthesi
 DISCONNECTED: Final = "disconnected"  # §7.8.1: the stop_reason of a turn ended by finalisation
 DEFAULT_MAX_MESSAGE: Final = 16 * 1024 * 1024  # a session.history can be as large as the buffer
 DEFAULT_HTTP_TIMEOUT_S: Final = 30.0
+
+InputType = Literal["text", "slash_command", "continuation", "piped_stdin"]
+CancelReason = Literal["user_cancelled", "timeout", "quota_exceeded"]
 
 
 # --------------------------------------------------------------------------- control plane
@@ -256,17 +260,22 @@ class Connection:
     ) -> F.Frame:
         """Send one frame carrying ``payload``; returns the frame (for ``MasterView.apply``)."""
         frame = self.factory.frame(payload, turn_id=turn_id, parent_id=parent_id, metadata=metadata)
+        await self.send_frame(frame)
+        return frame
+
+    async def send_frame(self, frame: F.Frame) -> None:
+        """Send a frame built beforehand (``self.factory.frame(...)``), when its id must be known
+        before an answer to it can arrive."""
         # Text messages, one envelope each (control-plane.md: frames are text, never batched).
         await self.ws.send_str(codec.encode(frame).decode())
-        return frame
 
     # The §6 controls, spelled out so callers need not build payloads.
 
-    async def prompt(self, text: str, *, input_type: str = "text") -> F.Frame:
-        return await self.send(F.PromptRequest(prompt_text=text, input_type=input_type))  # type: ignore[arg-type]
+    async def prompt(self, text: str, *, input_type: InputType = "text") -> F.Frame:
+        return await self.send(F.PromptRequest(prompt_text=text, input_type=input_type))
 
-    async def cancel(self, turn_id: str, *, reason: str = "user_cancelled") -> F.Frame:
-        payload = F.PromptCancel(target_turn_id=turn_id, reason=reason)  # type: ignore[arg-type]
+    async def cancel(self, turn_id: str, *, reason: CancelReason = "user_cancelled") -> F.Frame:
+        payload = F.PromptCancel(target_turn_id=turn_id, reason=reason)
         return await self.send(payload, turn_id=turn_id)
 
     async def answer(
@@ -287,8 +296,8 @@ class Connection:
     ) -> F.Frame:
         return await self.send(F.InteractionTimeout(interaction_id=interaction_id), turn_id=turn_id)
 
-    async def switch_mode(self, mode: str) -> F.Frame:
-        return await self.send(F.ModeSwitch(mode=mode))  # type: ignore[arg-type]
+    async def switch_mode(self, mode: F.Mode) -> F.Frame:
+        return await self.send(F.ModeSwitch(mode=mode))
 
     async def compact(self, instruction: str | None = None) -> F.Frame:
         return await self.send(F.SessionCompact(instruction=instruction or None))
@@ -331,7 +340,7 @@ class Connection:
         if not self._seen.first_time(frame.message_id):
             return None
         self.last_message_id = frame.message_id
-        payload = frame.payload  # type: ignore[attr-defined]
+        payload = payload_of(frame)
         if isinstance(payload, F.Capabilities):
             self.server_capabilities = payload
         elif isinstance(payload, F.History):
@@ -341,6 +350,11 @@ class Connection:
 
 
 # --------------------------------------------------------------------------- the master's view
+
+
+def payload_of(frame: F.Frame) -> F.Payload:
+    """A frame's payload: every concrete frame class has one, the ``Frame`` base declares none."""
+    return frame.payload  # type: ignore[attr-defined,no-any-return]
 
 
 def is_synthetic(frame: F.Frame) -> bool:
@@ -448,7 +462,11 @@ class MasterView:
     @property
     def turn_id(self) -> str | None:
         turn = self._open.turn
-        return turn.payload.turn_id if turn is not None else None  # type: ignore[attr-defined]
+        if turn is None:
+            return None
+        start = payload_of(turn)
+        assert isinstance(start, F.TurnStart)
+        return start.turn_id
 
     @property
     def agent_state(self) -> str:
@@ -478,7 +496,7 @@ class MasterView:
             return False
         self.transcript.append(frame)
         o = self._open
-        p = frame.payload  # type: ignore[attr-defined]
+        p = payload_of(frame)
         if isinstance(p, F.TextDelta):
             key = _block_key(frame, p.content_index)
             o.text.setdefault(key, (frame, []))[1].append(p.text)
@@ -547,7 +565,8 @@ class MasterView:
                 self._synth(F.TextDone(content_index=index, full_text="".join(parts)), first)
             )
         for request in o.calls.values():
-            req: F.InvokeRequest = request.payload  # type: ignore[attr-defined]
+            req = payload_of(request)
+            assert isinstance(req, F.InvokeRequest)
             result = F.InvokeResult(
                 invocation_id=req.invocation_id,
                 tool_name=req.tool_name,
@@ -557,9 +576,10 @@ class MasterView:
             )
             made.append(self._synth(result, request))
         if o.turn is not None:
-            start: F.TurnStart = o.turn.payload  # type: ignore[attr-defined]
+            start = payload_of(o.turn)
+            assert isinstance(start, F.TurnStart)
             # "disconnected" is a master-side stop_reason (§7.8.1), not one a gateway sends.
-            end = F.TurnEnd(turn_id=start.turn_id, stop_reason=DISCONNECTED)  # type: ignore[arg-type]
+            end = F.TurnEnd(turn_id=start.turn_id, stop_reason=cast(F.StopReason, DISCONNECTED))
             made.append(self._synth(end, o.turn))
         if o.agent_state != "idle":
             changed = F.StateChanged(
@@ -589,7 +609,7 @@ class MasterView:
         frames = history_order(decode_history(payload))
         status = payload.buffer_status
         deleted = next(
-            (f.payload for f in frames if isinstance(f.payload, F.Deleted)),  # type: ignore[attr-defined]
+            (p for p in map(payload_of, frames) if isinstance(p, F.Deleted)),
             None,
         )
         reason = "truncated" if status.truncated else "deleted" if deleted is not None else None

@@ -113,6 +113,8 @@ class FakeSession:
 class FakeGateway:
     """A scripted stand-in for the real server: enough of control-plane.md for a master."""
 
+    url = ""  # set once the test server runs
+
     def __init__(self, *, token: str | None = None, agents: tuple[str, ...] = ("demo",)) -> None:
         self.token = token
         self.agents = agents
@@ -217,7 +219,7 @@ class FakeGateway:
 
     async def on_control(self, s: FakeSession, frame: F.Frame) -> None:
         s.received.append(frame)
-        p = frame.payload  # type: ignore[attr-defined]
+        p = frame.payload
         if isinstance(p, F.PromptRequest):
             if s.running:
                 await s.emit(
@@ -269,13 +271,13 @@ class FakeGateway:
                     invocation_id=iid,
                     tool_name=name,
                     status=status,
-                    output=output,  # type: ignore[arg-type]
-                    output_type=output_type,  # type: ignore[arg-type]
+                    output=output,
+                    output_type=output_type,
                 ),
                 turn_id=tid,
             )
 
-        await s.emit(F.TurnStart(turn_id=tid, turn_index=s.turn_index, mode=s.mode), turn_id=tid)  # type: ignore[arg-type]
+        await s.emit(F.TurnStart(turn_id=tid, turn_index=s.turn_index, mode=s.mode), turn_id=tid)
         s.turn_index += 1
         s.turn_started.set()
         stop = "end_turn"
@@ -300,7 +302,7 @@ class FakeGateway:
             await s.emit(ask, turn_id=tid)
             s.asked.set()
             answer = await s.answers.get()
-            allowed = getattr(answer.payload, "selected_value", None) == "allow"  # type: ignore[attr-defined]
+            allowed = getattr(answer.payload, "selected_value", None) == "allow"
             if allowed:
                 await result(iid, "Bash", "success", "")
                 await say("Removed x.", index=1)
@@ -309,7 +311,7 @@ class FakeGateway:
         elif text == "slow":
             await s.emit(F.TextDelta(content_index=0, text="Counting"), turn_id=tid)
             cancel = await s.cancels.get()
-            assert cancel.payload.target_turn_id == tid  # type: ignore[attr-defined]
+            assert cancel.payload.target_turn_id == tid
             await s.emit(
                 F.TextDone(content_index=0, full_text="Counting", is_cancelled=True), turn_id=tid
             )
@@ -326,7 +328,7 @@ class FakeGateway:
             await asyncio.sleep(0.3)  # let the client reattach before the turn ends
         else:
             await say(f"You said: {text}")
-        await s.emit(F.TurnEnd(turn_id=tid, stop_reason=stop, tool_invocation_count=1), turn_id=tid)  # type: ignore[arg-type]
+        await s.emit(F.TurnEnd(turn_id=tid, stop_reason=stop, tool_invocation_count=1), turn_id=tid)
         await s.emit(usage(tid), turn_id=tid)
         s.running = None
 
@@ -336,7 +338,7 @@ async def fake() -> Any:
     gw = FakeGateway()
     server = TestServer(gw.app)
     await server.start_server()
-    gw.url = str(server.make_url("")).rstrip("/")  # type: ignore[attr-defined]
+    gw.url = str(server.make_url("")).rstrip("/")
     yield gw
     await server.close()
 
@@ -345,14 +347,14 @@ async def chat(gw: FakeGateway, stdin: str, **kw: Any) -> tuple[int, str]:
     out = io.StringIO()
     kw.setdefault("agent", "demo")
     rc = await asyncio.wait_for(
-        run_chat(gw.url, stdin=io.StringIO(stdin), stdout=out, reattach_delays=(0.05, 0.2), **kw),  # type: ignore[attr-defined]
+        run_chat(gw.url, stdin=io.StringIO(stdin), stdout=out, reattach_delays=(0.05, 0.2), **kw),
         timeout=20,
     )
     return rc, out.getvalue()
 
 
 def sent(s: FakeSession, cls: type[F.Payload]) -> list[Any]:
-    return [f.payload for f in s.received if isinstance(f.payload, cls)]  # type: ignore[attr-defined]
+    return [f.payload for f in s.received if isinstance(f.payload, cls)]
 
 
 # --------------------------------------------------------------------------- piped (tests' mode)
@@ -377,7 +379,7 @@ async def test_piped_prompt_streams_text_tool_call_and_turn_end(fake: FakeGatewa
 
 async def test_announces_every_feature_first(fake: FakeGateway):
     await chat(fake, "hi\n")
-    first = fake.session().received[0].payload  # type: ignore[attr-defined]
+    first = fake.session().received[0].payload
     assert isinstance(first, F.Capabilities)
     assert first.protocol_version == "rawp-dps-1.0"
     assert first.features == ALL_FEATURES
@@ -466,9 +468,7 @@ async def test_bearer_token(fake: FakeGateway):
 async def test_session_deleted_elsewhere_ends_the_chat(fake: FakeGateway):
     out = io.StringIO()
     pipe = Pipe()
-    task = asyncio.create_task(
-        run_chat(fake.url, agent="demo", stdin=pipe.reader, stdout=out)  # type: ignore[attr-defined]
-    )
+    task = asyncio.create_task(run_chat(fake.url, agent="demo", stdin=pipe.reader, stdout=out))
     try:
         while not fake.sessions or not fake.session().sockets:
             await asyncio.sleep(0.01)
@@ -484,7 +484,7 @@ async def test_session_deleted_elsewhere_ends_the_chat(fake: FakeGateway):
 
 
 async def test_DPS_7_8_reattach_after_the_connection_drops(fake: FakeGateway):
-    """DPS-7.8-finalize then DPS-7.8-unfinalize, end to end: synthetic results, reattach, history."""
+    """DPS-7.8-finalize then DPS-7.8-unfinalize end to end: synthetic results, reattach, history."""
     rc, out = await chat(fake, "drop\nafter\n")
     assert rc == 0, out
     assert "← cancelled: Connection lost\n" in out  # the synthetic result
@@ -498,7 +498,7 @@ async def test_DPS_7_8_reattach_after_the_connection_drops(fake: FakeGateway):
     first, second = s.attach_queries
     assert "last_message_id" not in first
     # The reattach names the last frame received before the drop (the Bash request).
-    bash = next(f for f in s.log if isinstance(f.payload, F.InvokeRequest))  # type: ignore[attr-defined]
+    bash = next(f for f in s.log if isinstance(f.payload, F.InvokeRequest))
     assert second["last_message_id"] == bash.message_id
 
 
@@ -525,7 +525,7 @@ async def run_interactive(
 ) -> tuple[int, str]:
     pipe, out = Pipe(), io.StringIO()
     task = asyncio.create_task(
-        run_chat(gw.url, agent="demo", stdin=pipe.reader, stdout=out, interactive=True, **kw)  # type: ignore[attr-defined]
+        run_chat(gw.url, agent="demo", stdin=pipe.reader, stdout=out, interactive=True, **kw)
     )
     try:
         # The chat is ready (and its SIGINT handler installed) once it prints its help line;
@@ -678,7 +678,7 @@ async def test_real_server_DPS_7_8_reattach_unfinalizes_from_the_gateway_history
                 frame = await asyncio.wait_for(conn.receive(), 10)
                 assert frame is not None
                 view.apply(frame)
-                if isinstance(frame.payload, F.TextDelta):  # type: ignore[attr-defined]
+                if isinstance(frame.payload, F.TextDelta):
                     break
             await conn.close()
             synthetic = view.finalize()
@@ -690,13 +690,13 @@ async def test_real_server_DPS_7_8_reattach_unfinalizes_from_the_gateway_history
             while view.turn_id is not None or outcome is None:
                 frame = await asyncio.wait_for(again.receive(), 10)
                 assert frame is not None
-                if isinstance(frame.payload, F.History):  # type: ignore[attr-defined]
+                if isinstance(frame.payload, F.History):
                     assert outcome is None, "one history, first"
-                    outcome = view.history(frame.payload)  # type: ignore[attr-defined]
+                    outcome = view.history(frame.payload)
                     assert outcome.unfinalized and outcome.applied
                 else:
                     assert outcome is not None or isinstance(
-                        frame.payload,  # type: ignore[attr-defined]
+                        frame.payload,
                         F.Capabilities,
                     )
                     view.apply(frame)
@@ -705,10 +705,10 @@ async def test_real_server_DPS_7_8_reattach_unfinalizes_from_the_gateway_history
     finally:
         await server.close()
     assert not any(is_synthetic(f) for f in view.transcript)
-    ends = [f.payload for f in view.transcript if isinstance(f.payload, F.TurnEnd)]  # type: ignore[attr-defined]
+    ends = [f.payload for f in view.transcript if isinstance(f.payload, F.TurnEnd)]
     assert [e.stop_reason for e in ends] == ["end_turn"]
-    deltas = [f.payload.text for f in view.transcript if isinstance(f.payload, F.TextDelta)]  # type: ignore[attr-defined]
-    (done,) = [f.payload for f in view.transcript if isinstance(f.payload, F.TextDone)]  # type: ignore[attr-defined]
+    deltas = [f.payload.text for f in view.transcript if isinstance(f.payload, F.TextDelta)]
+    (done,) = [f.payload for f in view.transcript if isinstance(f.payload, F.TextDone)]
     assert "".join(deltas) == done.full_text  # nothing lost, nothing twice
 
 
@@ -791,7 +791,7 @@ async def test_arguments_parse_and_run(fake: FakeGateway, tmp_path):
     parser = argparse.ArgumentParser()
     add_chat_arguments(parser)
     args = parser.parse_args(
-        ["--url", fake.url, "--agent", "demo", "--token-file", str(token_file), "--yes"]  # type: ignore[attr-defined]
+        ["--url", fake.url, "--agent", "demo", "--token-file", str(token_file), "--yes"]
     )
     assert args.auto_answer == "allow" and args.keep is False and args.session_id is None
     out = io.StringIO()

@@ -83,7 +83,7 @@ def history_payload(
 
 
 def by_type(frames: list[F.Frame]) -> dict[str, F.Payload]:
-    return {f.TYPE: f.payload for f in frames}  # type: ignore[attr-defined]
+    return {f.TYPE: f.payload for f in frames}
 
 
 # --------------------------------------------------------------------------- finalize
@@ -114,8 +114,8 @@ def test_DPS_7_8_finalize_closes_everything_open_with_synthetic_frames():
         "cancelled",
         SYNTHETIC_OUTPUT,
     )
-    assert payloads["session.turn.end"].stop_reason == "disconnected"  # type: ignore[union-attr]
-    assert payloads["agent.state.changed"].current_state == "idle"  # type: ignore[union-attr]
+    assert payloads["session.turn.end"].stop_reason == "disconnected"
+    assert payloads["agent.state.changed"].current_state == "idle"
     # The synthetic frames belong to the turn they close, so a UI can group them.
     assert all(f.turn_id == TURN for f in made if f.TYPE != "agent.state.changed")
 
@@ -128,7 +128,7 @@ def test_DPS_7_8_finalize_closes_everything_open_with_synthetic_frames():
 
 
 def test_DPS_7_8_finalize_synthetic_flag_is_on_the_envelope_metadata():
-    """DPS-7.8-finalize: ``synthetic: true`` is in the envelope's ``metadata``, and survives encoding."""
+    """DPS-7.8-finalize: ``synthetic: true`` is in the envelope's ``metadata``, also on the wire."""
     view = MasterView(SESSION)
     open_session(view, make_factory())
     for frame in view.finalize():
@@ -146,8 +146,8 @@ def test_DPS_7_8_finalize_keeps_subagent_context_on_synthetic_frames():
     )
     view.apply(gw.frame(F.TextDelta(content_index=0, text="outer")))
     made = view.finalize()
-    assert sorted(f.payload.full_text for f in made) == ["inner", "outer"]  # type: ignore[attr-defined]
-    inner = next(f for f in made if f.payload.full_text == "inner")  # type: ignore[attr-defined]
+    assert sorted(f.payload.full_text for f in made) == ["inner", "outer"]
+    inner = next(f for f in made if f.payload.full_text == "inner")
     assert inner.metadata == {"synthetic": True, "subagent_context": ctx}
 
 
@@ -230,7 +230,7 @@ def test_DPS_7_8_unfinalize_restores_a_pending_question_still_unanswered():
     view.finalize()
     assert view.pending_interactions == []
     view.history(history_payload([]))
-    assert [f.payload.interaction_id for f in view.pending_interactions] == [ASK]  # type: ignore[attr-defined]
+    assert [f.payload.interaction_id for f in view.pending_interactions] == [ASK]
     assert view.open_calls == [CALL]
 
 
@@ -295,7 +295,7 @@ def test_DPS_7_8_unfinalize_twice_lost_connection_restores_everything():
 
 
 def test_DPS_2_3_history_order_by_timestamp_then_message_id():
-    """DPS-2.3-history-order: replay sorts by timestamp, then message_id, whatever the array order."""
+    """DPS-2.3-history-order: replay sorts by timestamp, then message_id, whatever the order."""
 
     def at(ts: str, mid: str, text: str) -> F.Frame:
         return F.FRAME_CLASSES["agent.text.delta"](
@@ -316,7 +316,7 @@ def test_DPS_2_3_history_order_by_timestamp_then_message_id():
     view = MasterView(SESSION)
     outcome = view.history(history_payload([d, b, c, a]))
     assert outcome.applied == [a, b, c, d]
-    texts = "".join(f.payload.text for f in view.transcript)  # type: ignore[attr-defined]
+    texts = "".join(f.payload.text for f in view.transcript)
     assert texts == "abcd"
 
 
