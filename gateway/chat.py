@@ -588,9 +588,13 @@ class Chat:
                 continue  # answered elsewhere, or its turn ended, while it waited in line
             task = asyncio.create_task(self._ask(request))
             self._asking = (req.interaction_id, task)
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            self._asking = None
+            try:
+                # wait() rather than await: a withdrawn question's cancellation stays in its
+                # task, while a cancellation of this loop still ends the loop.
+                await asyncio.wait([task])
+            finally:
+                task.cancel()
+                self._asking = None
 
     def _pending_ids(self) -> set[str]:
         return {_interaction_id(f) for f in self.view.pending_interactions}
@@ -598,6 +602,7 @@ class Chat:
     def _withdraw_stale_question(self) -> None:
         if self._asking is not None and self._asking[0] not in self._pending_ids():
             self._asking[1].cancel()
+            self._asking = None  # withdrawn once, however many frames say so
             self.screen.line("(question withdrawn)", style=self.s.dim)
 
     async def _ask(self, request: F.Frame) -> None:

@@ -286,7 +286,7 @@ class FakeGateway:
             iid = await call("Glob", {"pattern": "**/*"})
             await result(iid, "Glob", "success", "a.txt\nb.txt\nc.txt\nd.txt\ne.txt", "file_list")
             await say("There are 5 files.", index=1)
-        elif text == "rm x":
+        elif text in ("rm x", "rm x, then drop"):
             iid = await call("Bash", {"command": "rm x"})
             ask = F.InteractionRequest(
                 interaction_id=str(uuid.uuid4()),
@@ -301,6 +301,10 @@ class FakeGateway:
             )
             await s.emit(ask, turn_id=tid)
             s.asked.set()
+            if text.endswith("drop"):
+                await asyncio.sleep(0.1)  # the question is on screen when the connection fails
+                for ws in list(s.sockets):
+                    await ws.close()
             answer = await s.answers.get()
             allowed = getattr(answer.payload, "selected_value", None) == "allow"
             if allowed:
@@ -556,6 +560,33 @@ async def test_permission_asked_at_the_keyboard(fake: FakeGateway):
     assert rc == 0
     assert "Allow Bash: rm x? [y/N] " in out
     (answer,) = sent(fake.session(), F.InteractionResponse)
+    assert answer.selected_value == "allow"
+    assert "Removed x." in out
+
+
+async def test_DPS_7_8_a_question_withdrawn_by_a_drop_is_asked_again_after_reattach(
+    fake: FakeGateway,
+):
+    """DPS-7.8-finalize drops the pending question; DPS-7.8-unfinalize brings it back."""
+
+    async def script(pipe: Pipe) -> None:
+        pipe.type("rm x, then drop")
+        while not fake.sessions:
+            await asyncio.sleep(0.01)
+        s = fake.session()
+        while len(s.attach_queries) < 2 or not s.sockets:  # dropped, and reattached
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        pipe.type("y")
+        while s.running or not s.turn_index:
+            await asyncio.sleep(0.01)
+
+    rc, out = await run_interactive(fake, script, reattach_delays=(0.05, 0.2))
+    assert rc == 0, out
+    assert out.count("Allow Bash: rm x? [y/N] ") == 2
+    assert "(question withdrawn)" in out
+    assert out.index("(question withdrawn)") < out.index("(reattached")
+    (answer,) = sent(fake.session(), F.InteractionResponse)  # answered once, after the reattach
     assert answer.selected_value == "allow"
     assert "Removed x." in out
 
