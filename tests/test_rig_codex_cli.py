@@ -212,6 +212,12 @@ def check_reasoning_raw(r: RunResult, cli: CliSetup) -> None:
     ]
 
 
+def check_mcp_error(r: RunResult, cli: CliSetup) -> None:
+    (call,) = items(r, "mcp_tool_call")
+    assert call["status"] == "failed" and call["error"] is None
+    assert call["result"]["content"] == [{"type": "text", "text": "echo failed: hello"}]
+
+
 CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "text": check_text,
     "reasoning": check_reasoning,
@@ -233,6 +239,7 @@ CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "long-command": check_long_command,
     "command-left-running": check_command_left_running,
     "reasoning-raw": check_reasoning_raw,
+    "mcp-error": check_mcp_error,
 }
 
 

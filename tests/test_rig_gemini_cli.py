@@ -183,6 +183,14 @@ def check_stream_cut(r: RunResult, cli: CliSetup) -> None:
     assert result["status"] == "error"
 
 
+def check_mcp_error(r: RunResult, cli: CliSetup) -> None:
+    ((name, res),) = tool_pairs(r)
+    assert name == "mcp_echo_echo" and res["status"] == "error"
+    assert (
+        res["error"]["type"] == "mcp_tool_error" and "echo failed: hello" in res["error"]["message"]
+    )
+
+
 CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "text": check_text,
     "thinking": check_thinking,
@@ -202,6 +210,7 @@ CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "http-429": check_http_429,
     "stream-error": check_stream_cut,
     "truncated": check_stream_cut,
+    "mcp-error": check_mcp_error,
 }
 
 

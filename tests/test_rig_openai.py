@@ -363,14 +363,21 @@ async def test_mcp_echo_speaks_mcp_over_stdio() -> None:
             "params": {"name": "echo", "arguments": {"text": "hi"}},
         },
         {"jsonrpc": "2.0", "id": 4, "method": "bogus"},
+        {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "x", "fail": True}},
+        },
     ]
     out, _ = await asyncio.wait_for(
         proc.communicate("".join(json.dumps(m) + "\n" for m in msgs).encode()), 10
     )
     replies = {r["id"]: r for r in map(json.loads, out.decode().splitlines())}
-    assert set(replies) == {1, 2, 3, 4}  # no reply to the notification
+    assert set(replies) == {1, 2, 3, 4, 5}  # no reply to the notification
     assert replies[1]["result"]["protocolVersion"] == "2025-06-18"
     tool = replies[2]["result"]["tools"][0]
     assert tool["name"] == "echo" and tool["annotations"]["readOnlyHint"] is True
     assert replies[3]["result"]["content"] == [{"type": "text", "text": "echo: hi"}]
     assert replies[4]["error"]["code"] == -32601
+    assert replies[5]["result"]["isError"] is True

@@ -4,7 +4,7 @@ Theory of operation: the agent CLI under test starts this script as an MCP serve
 transport: one JSON-RPC 2.0 message per line on stdin/stdout). It answers ``initialize``,
 ``tools/list`` and ``tools/call``; the one tool, ``echo``, returns its ``text`` argument
 prefixed with ``echo: ``, so a fixture shows both the arguments the model chose and the
-result the agent got back. It uses only the standard library, so any Python the rig runs
+result the agent got back; with ``fail = true`` it reports a tool error (``isError``) instead. It uses only the standard library, so any Python the rig runs
 with can start it, and it never writes anything but protocol messages to stdout.
 """
 
@@ -22,7 +22,10 @@ ECHO_TOOL = {
     "description": "Echoes the given text back, prefixed with 'echo: '.",
     "inputSchema": {
         "type": "object",
-        "properties": {"text": {"type": "string", "description": "The text to echo."}},
+        "properties": {
+            "text": {"type": "string", "description": "The text to echo."},
+            "fail": {"type": "boolean", "description": "Report an error instead (for tests)."},
+        },
         "required": ["text"],
     },
     # Read-only and closed-world: Codex runs such MCP tools without asking for approval
@@ -53,8 +56,16 @@ def handle(msg: dict) -> dict | None:
                 "id": msg["id"],
                 "error": {"code": -32602, "message": f"unknown tool {params.get('name')!r}"},
             }
-        text = str((params.get("arguments") or {}).get("text", ""))
-        result = {"content": [{"type": "text", "text": f"echo: {text}"}], "isError": False}
+        args = params.get("arguments") or {}
+        text = str(args.get("text", ""))
+        if args.get("fail"):
+            # A tool-level failure (isError), which MCP distinguishes from a protocol error.
+            result = {
+                "content": [{"type": "text", "text": f"echo failed: {text}"}],
+                "isError": True,
+            }
+        else:
+            result = {"content": [{"type": "text", "text": f"echo: {text}"}], "isError": False}
     elif method == "ping":
         result = {}
     elif method in ("resources/list", "prompts/list"):
