@@ -17,10 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gateway.protocol import codec
 from gateway.protocol import frames as F
+from gateway.protocol.factory import FrameFactory
+from gateway.protocol.mapper import Mapper
 from gateway.protocol.session import Emit, SessionMachine
+from parsers import events as ev
 from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude-code"
@@ -633,3 +638,53 @@ def test_agent_session_id_is_kept():
     assert (
         machine.agent_session_id == fixture("resume").line_kinds("system", "init")[0]["session_id"]
     )
+
+
+# --- any order of real lines ------------------------------------------------------------------------
+
+_ALL_LINES = sorted({line for p in ALL for line in p.read_bytes().splitlines() if line.strip()})
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(_ALL_LINES), max_size=40))
+def test_DPS_5_3_1_result_holds_for_real_lines_in_any_order(lines: list[bytes]):
+    """Parser and mapper never raise on real CLI lines in any order and mix, and every request
+    still gets exactly one result by the end of its turn (DPS-5.3.1-result, DPS-4.1-text)."""
+    parser = ClaudeCodeParser()
+    mapper = Mapper(FrameFactory(SESSION_ID))
+    turns = (f"6a1b2c3d-4e5f-4a6b-8c7d-{n:012d}" for n in range(1000))
+    mapper.begin_turn(next(turns))
+    frames: list[F.Frame] = []
+    for line in lines:
+        for event in parser.feed(line):
+            if isinstance(event, ev.TurnEnded):
+                frames += mapper.end_turn(event.stop_reason, event)
+                mapper.begin_turn(next(turns))
+            else:
+                frames += mapper.map(event)
+    for event in parser.end():
+        frames += mapper.map(event)
+    frames += mapper.end_turn("error")
+    requests = Counter(
+        p.invocation_id for p in (f.payload for f in frames) if isinstance(p, F.InvokeRequest)
+    )
+    results = Counter(
+        p.invocation_id for p in (f.payload for f in frames) if isinstance(p, F.InvokeResult)
+    )
+    assert results == requests
+    parts: dict[tuple[str | None, int], list[str]] = {}
+    done: set[tuple[str | None, int]] = set()
+    for frame in frames:
+        assert isinstance(codec.decode(codec.encode(frame)), codec.Accepted)
+        payload = frame.payload  # type: ignore[attr-defined]
+        if isinstance(payload, F.TextDelta | F.ThinkingDelta):
+            key = (frame.turn_id, payload.content_index)
+            assert key not in done
+            parts.setdefault(key, []).append(payload.text)
+        elif isinstance(payload, F.TextDone | F.ThinkingDone):
+            key = (frame.turn_id, payload.content_index)
+            assert key in parts and key not in done
+            done.add(key)
+            if isinstance(payload, F.TextDone):
+                assert payload.full_text == "".join(parts[key])
+    assert done == set(parts)

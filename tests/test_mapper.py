@@ -173,6 +173,12 @@ def test_DPS_5_2_request_invocation_ids_and_parallel_groups():
     assert p(again[-1]).parallel_group_id not in groups
 
 
+def test_a_call_announced_twice_is_requested_once():
+    m = mapper()
+    frames = run(m, call("t1"), call("t1"), result("t1"))
+    assert types(frames) == ["tool.invoke.request", "tool.invoke.result"]
+
+
 def test_DPS_5_3_1_result_once_per_request_and_late_results_dropped():
     """DPS-5.3.1-result: a result for a call never seen, or already ended, is not sent."""
     m = mapper()

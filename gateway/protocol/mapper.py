@@ -326,6 +326,8 @@ class Mapper:
     # --- tools ------------------------------------------------------------------------------------
 
     def _tool_call(self, event: ev.ToolCall) -> list[F.Frame]:
+        if event.call_id in self._calls:
+            return []  # the same call announced again: it already has its request
         out = self._main_state(event.parent, "tool_calling", "tool_call")
         spec = lookup(event.name)
         context = self._context(event.parent)
