@@ -688,3 +688,12 @@ def test_DPS_5_3_1_result_holds_for_real_lines_in_any_order(lines: list[bytes]):
             if isinstance(payload, F.TextDone):
                 assert payload.full_text == "".join(parts[key])
     assert done == set(parts)
+    # DPS-10.3-order holds whatever the order of the lines.
+    for i, frame in enumerate(frames):
+        payload = frame.payload  # type: ignore[attr-defined]
+        if isinstance(payload, F.InvokeRequest) and payload.subagent is not None:
+            assert isinstance(frames[i + 1].payload, F.SubagentStarted)  # type: ignore[attr-defined]
+        if isinstance(payload, F.InvokeResult) and payload.output_type == "agent_result":
+            ended = frames[i - 1].payload  # type: ignore[attr-defined]
+            assert isinstance(ended, F.SubagentEnded)
+            assert ended.parent_invocation_id == payload.invocation_id
