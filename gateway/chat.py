@@ -792,7 +792,11 @@ class Chat:
         parent = sub.get("parent_invocation_id") if isinstance(sub, dict) else None
 
         if isinstance(p, F.TextDelta):
-            self._stream_to(("text", parent, p.content_index))
+            key = ("text", parent, p.content_index)
+            if self._stream_key != key and (frame.metadata or {}).get("content_role") == "plan":
+                self._stream_to(key)
+                self.screen.line("plan:", style=s.cyan, indent=indent)
+            self._stream_to(key)
             self.screen.stream(p.text, indent=indent)
         elif isinstance(p, F.ThinkingDelta):
             key = ("thinking", parent, p.content_index)
@@ -887,7 +891,19 @@ class Chat:
             self._session_deleted()
         elif isinstance(p, F.CommandsPublish):
             self.commands = list(p.commands)
-        # Capabilities, catalogs, file transfers and the gateway's own events: nothing to print.
+        elif isinstance(p, F.CatalogPublish):
+            # §5.4.1: a master should warn about error diagnostics; fatal ones block the tool.
+            for d in p.diagnostics or ():
+                if d.severity in ("error", "fatal"):
+                    where = f"{d.tool_name}: " if d.tool_name else ""
+                    self.screen.line(f"⚠ {where}{d.message} ({d.code})", style=s.yellow)
+        elif isinstance(p, F.FileTransfer):
+            self.screen.line(
+                f"⇩ {p.direction} {p.file_name} ({p.size_bytes:,} bytes) {p.file_url}",
+                style=s.cyan,
+                indent=indent,
+            )
+        # Capabilities, state changes and the gateway's own events: nothing to print.
 
     def _stream_to(self, key: tuple[Any, ...] | None) -> None:
         """Start a new line when the stream being printed changes (text → thinking → tool)."""

@@ -330,6 +330,29 @@ class FakeGateway:
             await s.emit(F.TextDone(content_index=0, full_text="Working hard"), turn_id=tid)
             await result(iid, "Bash", "success", "built")
             await asyncio.sleep(0.3)  # let the client reattach before the turn ends
+        elif text == "plan it":
+            await s.emit(
+                F.CatalogPublish(
+                    tools=[F.CatalogTool(name="mcp__db__query", description="Query")],
+                    diagnostics=[
+                        F.Diagnostic(
+                            severity="error",
+                            tool_name="mcp__db__query",
+                            code="TOOL_UNAVAILABLE",
+                            message="MCP server db failed to start",
+                        )
+                    ],
+                )
+            )
+            plan = s.factory.frame(
+                F.TextDelta(content_index=0, text="1. read\n2. write"),
+                turn_id=tid,
+                metadata={"content_role": "plan"},
+            )
+            s.log.append(plan)
+            for ws in s.sockets:
+                await ws.send_str(codec.encode(plan).decode())
+            await s.emit(F.TextDone(content_index=0), turn_id=tid)
         else:
             await say(f"You said: {text}")
         await s.emit(F.TurnEnd(turn_id=tid, stop_reason=stop, tool_invocation_count=1), turn_id=tid)
@@ -436,6 +459,12 @@ async def test_slash_commands(fake: FakeGateway):
     assert "mode: plan" in out
     assert "compacted (requested): 9,000 → 900 tokens" in out
     assert "never sent" not in "".join(p.prompt_text for p in prompts)
+
+
+async def test_plan_documents_and_catalog_diagnostics_are_shown(fake: FakeGateway):
+    _, out = await chat(fake, "plan it\n")
+    assert "⚠ mcp__db__query: MCP server db failed to start (TOOL_UNAVAILABLE)\n" in out
+    assert "plan:\n1. read\n2. write\n" in out
 
 
 async def test_keep_leaves_the_session(fake: FakeGateway):
