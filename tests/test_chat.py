@@ -330,6 +330,54 @@ class FakeGateway:
             await s.emit(F.TextDone(content_index=0, full_text="Working hard"), turn_id=tid)
             await result(iid, "Bash", "success", "built")
             await asyncio.sleep(0.3)  # let the client reattach before the turn ends
+        elif text == "delegate":
+            await s.emit(F.ThinkingDelta(content_index=0, text="Hmm."), turn_id=tid)
+            await s.emit(F.ThinkingDone(content_index=0), turn_id=tid)
+            task = str(uuid.uuid4())
+            await s.emit(
+                F.InvokeRequest(
+                    invocation_id=task,
+                    tool_name="Task",
+                    input={"description": "Find the tests", "prompt": "find them"},
+                    subagent=F.SubagentInfo(agent_type="Explore", description="Find the tests"),
+                ),
+                turn_id=tid,
+            )
+            await s.emit(
+                F.SubagentStarted(parent_invocation_id=task, depth=1, agent_type="Explore"),
+                turn_id=tid,
+            )
+            ctx = {"subagent_context": {"parent_invocation_id": task, "depth": 1}}
+            for payload in (
+                F.TextDelta(content_index=0, text="Looking.\nStill looking."),
+                F.TextDone(content_index=0),
+                F.InvokeRequest(invocation_id="g", tool_name="Grep", input={"pattern": "def test"}),
+                F.InvokeResult(
+                    invocation_id="g",
+                    tool_name="Grep",
+                    status="success",
+                    output="t.py",
+                    output_type="text",
+                ),
+            ):
+                frame = s.factory.frame(payload, turn_id=tid, metadata=ctx)
+                s.log.append(frame)
+                for ws in s.sockets:
+                    await ws.send_str(codec.encode(frame).decode())
+            await s.emit(
+                F.SubagentEnded(parent_invocation_id=task, status="completed", duration_ms=1500),
+                turn_id=tid,
+            )
+            await result(task, "Task", "success", "Found t.py", "agent_result")
+            await s.emit(
+                F.AgentError(
+                    error_code="RATE_LIMITED",
+                    message="slow down",
+                    severity="warning",
+                    recoverable=True,
+                ),
+                turn_id=tid,
+            )
         elif text == "plan it":
             await s.emit(
                 F.CatalogPublish(
@@ -465,6 +513,23 @@ async def test_plan_documents_and_catalog_diagnostics_are_shown(fake: FakeGatewa
     _, out = await chat(fake, "plan it\n")
     assert "⚠ mcp__db__query: MCP server db failed to start (TOOL_UNAVAILABLE)\n" in out
     assert "plan:\n1. read\n2. write\n" in out
+
+
+async def test_subagents_thinking_and_errors(fake: FakeGateway):
+    _, out = await chat(fake, "delegate\n")
+    assert "(thinking) Hmm.\n" in out  # no terminal: marked, not dimmed
+    assert "→ Task: Find the tests\n⇢ subagent: Explore\n" in out
+    # The subagent's frames are indented by their depth, streamed text on every line.
+    assert "  Looking.\n  Still looking.\n  → Grep: def test\n  ← ok (1 line)\n    t.py\n" in out
+    assert "⇠ subagent completed in 1.5 s\n← ok (1 line)\n  Found t.py\n" in out
+    assert "✗ warning RATE_LIMITED: slow down\n" in out
+
+
+async def test_ansi_styles_only_when_asked_for(fake: FakeGateway):
+    _, out = await chat(fake, "delegate\n", color=True)
+    assert "\x1b[2mHmm.\x1b[0m" in out  # thinking dimmed
+    assert "(thinking)" not in out
+    assert "\x1b[36m→ Task: Find the tests\x1b[0m" in out
 
 
 async def test_keep_leaves_the_session(fake: FakeGateway):
