@@ -181,7 +181,9 @@ def codex_config(base_url: str) -> str:
     mcp_args = json.dumps([str(MCP_ECHO)])
     return f"""\
 # Written by tests/rig/env.py for one rig run.
-# verified: the provider's base_url can only be given here (or with -c), not by environment.
+# A provider of the rig's own; its base_url (the server's port) can only be given here or with -c.
+# verified: the built-in openai provider pointed here with OPENAI_BASE_URL instead hung for more
+# than 90 s without printing anything.
 model = "gpt-5.5"
 model_provider = "rig"
 # No update check: the rig has no network, and a check could only add noise or delay.
@@ -234,8 +236,8 @@ def gemini_settings() -> dict:
         "security": {"auth": {"selectedType": "gemini-api-key"}},
         "telemetry": {"enabled": False},
         "privacy": {"usageStatisticsEnabled": False},
-        # verified: 429 and 5xx are otherwise retried 10 times over about 200 s; with 1 an HTTP
-        # error is one request and the run ends at once.
+        # verified: with 1 an HTTP error is one request and the run ends at once; the default is
+        # 10 attempts (the CLI's settings schema), which gemini.md saw take about 200 s.
         "general": {
             "enableAutoUpdate": False,
             "enableAutoUpdateNotification": False,
