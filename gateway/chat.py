@@ -425,6 +425,7 @@ class Chat:
         self._stream_key: tuple[Any, ...] | None = None
         self._turn_end: tuple[F.Frame, asyncio.TimerHandle] | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._background: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle
 
@@ -437,13 +438,12 @@ class Chat:
         try:
             await self._run_commands()
         finally:
-            for task in self._tasks:
-                task.cancel()
-            for task in self._tasks:
-                with contextlib.suppress(BaseException):
-                    await task
             if self._asking is not None:
                 self._asking[1].cancel()
+            for task in self._tasks:
+                task.cancel()
+            # wait(), not await: their cancellation must not look like ours.
+            await asyncio.wait(self._tasks)
         return self.status
 
     def on_sigint(self) -> None:
@@ -452,7 +452,9 @@ class Chat:
         if turn is not None and self._cancelled_turn != turn and not self._ended.is_set():
             self._cancelled_turn = turn
             self.screen.line("^C cancelling the turn (Ctrl-C again to quit)", style=self.s.yellow)
-            asyncio.get_running_loop().create_task(self._send(self.conn.cancel(turn)))
+            task = asyncio.get_running_loop().create_task(self._send(self.conn.cancel(turn)))
+            self._background.add(task)  # the loop keeps only a weak reference to a task
+            task.add_done_callback(self._background.discard)
             return
         self.screen.end_line()
         self._quit.set()
@@ -487,12 +489,13 @@ class Chat:
         try:
             await asyncio.wait([task, *stops], return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for stop in stops:
-                stop.cancel()
-        if task.done():
-            return task.result()
-        task.cancel()
-        raise _Quit
+            finished = task.done()
+            for waiting in (task, *stops):
+                if not waiting.done():
+                    waiting.cancel()
+        if not finished:
+            raise _Quit
+        return task.result()
 
     async def _run_commands(self) -> None:
         with contextlib.suppress(_Quit):
