@@ -12,6 +12,10 @@ the CLI can warn about typos.
 An ``AgentProfile`` says how to run one agent: its parser, argv template (a list, never a shell
 string), extra environment, whether it is a single-turn process and how to resume it, the DPS
 features it supports, and which tools are allowed without asking a master.
+
+Resuming (a single-turn agent's next prompt, with the session id the agent reported): either
+``resume_flag`` (``--resume {session_id}``) is appended to ``command``, or, when the CLI resumes
+through a subcommand that must come before the prompt, ``resume_command`` replaces ``command``.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ class AgentProfile:
     env: Mapping[str, str] = field(default_factory=dict)
     single_turn_process: bool = False
     resume_flag: str | None = None
+    # Replaces ``command`` when resuming, for CLIs whose resume is a subcommand before the prompt
+    # (``codex exec resume <id> <prompt>``): ``{session_id}`` is the agent's session id.
+    resume_command: tuple[str, ...] | None = None
     mode_flag: str | None = None  # e.g. "--permission-mode {mode}", used when (re)spawning
     override_flags: Mapping[str, str] = field(
         default_factory=dict
@@ -65,6 +72,7 @@ class AgentProfile:
             "adapter_type": "process",
             "single_turn_process": self.single_turn_process,
             "resume_flag": self.resume_flag,
+            "resume_command": list(self.resume_command) if self.resume_command else None,
             "features": features,
             "parser": self.parser,
             "description": self.description,
@@ -91,7 +99,21 @@ _CLAUDE_OVERRIDES = {
 }
 
 
-def builtin_profiles(claude: str = "claude") -> dict[str, AgentProfile]:
+# Codex (`codex exec --json`) and Gemini (`gemini -p ... --output-format stream-json`) take one
+# prompt per process and print no thinking deltas, tool output chunks, subagents, compaction or plan
+# mode the gateway could relay or drive: those features are off, so masters get the spec's
+# *_NOT_SUPPORTED errors. Codex prints its reasoning summaries (whole): thinking_stream is on.
+_CODEX_FEATURES = Features(thinking_stream=True)
+_GEMINI_FEATURES = Features()
+# The workspace-write sandbox lets the agent edit the workspace it runs in (the default read-only one
+# refuses every write); `exec` never asks for approval. `exec resume` has no --sandbox option, so
+# the config override, which both take, says it.
+_CODEX_FLAGS = ("--json", "--skip-git-repo-check", "-c", "sandbox_mode=workspace-write")
+
+
+def builtin_profiles(
+    claude: str = "claude", *, codex: str = "codex", gemini: str = "gemini"
+) -> dict[str, AgentProfile]:
     """The profiles every gateway has; a configured profile of the same name replaces one."""
     stream = ("--output-format", "stream-json", "--verbose")
     return {
@@ -143,6 +165,57 @@ def builtin_profiles(claude: str = "claude") -> dict[str, AgentProfile]:
             ),
             auto_allow=frozenset({"Read", "Glob", "Grep"}),
             description="The embedded demo agent (speaks Claude Code's stream-json; no network)",
+        ),
+        "codex": AgentProfile(
+            name="codex",
+            parser="codex",
+            # "--": a prompt that starts with "-" is still the prompt, not an option.
+            command=(codex, "exec", *_CODEX_FLAGS, "--", "{prompt}"),
+            single_turn_process=True,
+            # `resume` is a subcommand taking the thread id before the prompt: a flag appended
+            # after the prompt cannot say it, so the whole argv is replaced when resuming.
+            resume_command=(
+                codex,
+                "exec",
+                "resume",
+                *_CODEX_FLAGS,
+                "--",
+                "{session_id}",
+                "{prompt}",
+            ),
+            features=_CODEX_FEATURES,
+            description="Codex CLI (codex exec --json), one process per prompt, resumed by thread",
+        ),
+        "gemini": AgentProfile(
+            name="gemini",
+            parser="gemini",
+            # yolo: headless mode cannot ask for approval, and without it the shell and write
+            # tools are not even offered to the model. --skip-trust: the workspace is the one the
+            # gateway was told to use (without it an untrusted folder exits 55 with no output).
+            command=(
+                gemini,
+                "--output-format",
+                "stream-json",
+                "--approval-mode",
+                "yolo",
+                "--skip-trust",
+                "-p",
+                "{prompt}",
+            ),
+            single_turn_process=True,
+            resume_flag="--resume {session_id}",
+            features=_GEMINI_FEATURES,
+            description="Gemini CLI (gemini -p, stream-json), one process per prompt, --resume",
+        ),
+        "plain": AgentProfile(
+            name="plain",
+            parser="plain",
+            # An example of wrapping any line-oriented program: each stdout line becomes text.
+            # Python prints the prompt back, so the profile works wherever the gateway runs;
+            # replace the command with the program to wrap ({prompt} is one argument, no shell).
+            command=(sys.executable, "-c", "import sys; print(sys.argv[1])", "{prompt}"),
+            single_turn_process=True,
+            description="Any line-oriented program: stdout lines become text (example: echo)",
         ),
     }
 
@@ -207,7 +280,8 @@ def _check(where: str, key: str, value: Any, expected: Any) -> Any:
 
 def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, where: str):
     known = {
-        "parser", "command", "env", "single_turn_process", "resume_flag", "mode_flag",
+        "parser", "command", "resume_command", "env", "single_turn_process", "resume_flag",
+        "mode_flag",
         "override_flags", "features", "auto_allow", "permission_timeout_sec", "description",
     }  # fmt: skip
     unknown = sorted(set(table) - known)
@@ -215,15 +289,16 @@ def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, whe
     changes: dict[str, Any] = {}
     if "parser" in table:
         changes["parser"] = _check(where, "parser", table["parser"], str)
-    if "command" in table:
-        command = table["command"]
-        if (
-            not isinstance(command, list)
-            or not command
-            or not all(isinstance(a, str) for a in command)
-        ):
-            raise ConfigError(f"{where}: command must be a non-empty list of strings (no shell)")
-        changes["command"] = tuple(command)
+    for key in ("command", "resume_command"):
+        if key in table:
+            command = table[key]
+            if (
+                not isinstance(command, list)
+                or not command
+                or not all(isinstance(a, str) for a in command)
+            ):
+                raise ConfigError(f"{where}: {key} must be a non-empty list of strings (no shell)")
+            changes[key] = tuple(command)
     if "env" in table:
         env = table["env"]
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
@@ -363,12 +438,23 @@ def read_token_file(path: str | os.PathLike[str]) -> str:
     return token
 
 
-def command_for(profile: AgentProfile, *, prompt: str | None, workspace: str) -> list[str]:
-    """argv from the profile's template: ``{prompt}`` as one argument, ``{workspace}`` replaced."""
+def command_for(
+    profile: AgentProfile, *, prompt: str | None, workspace: str, resume_id: str | None = None
+) -> list[str]:
+    """argv from the profile's template: ``{prompt}`` as one argument, ``{workspace}`` replaced.
+
+    With ``resume_id`` and a ``resume_command``, that template is used instead, its
+    ``{session_id}`` argument being the id (``resume_flag`` is the caller's to append otherwise).
+    """
+    template = profile.command
+    if resume_id is not None and profile.resume_command:
+        template = profile.resume_command
     argv: list[str] = []
-    for arg in profile.command:
+    for arg in template:
         if arg == "{prompt}":
             argv.append(prompt or "")
+        elif arg == "{session_id}" and resume_id is not None:
+            argv.append(resume_id)  # whole arguments only, like {prompt}: never split or joined
         else:
             argv.append(arg.replace("{workspace}", workspace))
     return argv

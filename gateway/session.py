@@ -220,9 +220,12 @@ class LiveSession:
 
     def _spawn(self, action: sm.Spawn) -> None:
         profile = self.profile
-        argv = cfg.command_for(profile, prompt=action.prompt, workspace=str(self.workspace))
-        if action.resume_id and profile.resume_flag:
-            argv += cfg.template_args(profile.resume_flag, session_id=action.resume_id)
+        resume_id = action.resume_id or None
+        argv = cfg.command_for(
+            profile, prompt=action.prompt, workspace=str(self.workspace), resume_id=resume_id
+        )
+        if resume_id and profile.resume_flag and not profile.resume_command:
+            argv += cfg.template_args(profile.resume_flag, session_id=resume_id)
         cli_mode = "plan" if action.mode == "plan" else None
         if cli_mode and profile.mode_flag:
             argv += cfg.template_args(profile.mode_flag, mode=cli_mode)
@@ -232,14 +235,18 @@ class LiveSession:
                 value = getattr(overrides, key, None)
                 if value:
                     argv += [flag, ",".join(value) if isinstance(value, list) else str(value)]
+        # A single-turn agent with its prompt in argv has nothing to read on stdin, and some CLIs
+        # read a piped stdin to EOF before starting (codex exec appends it to the prompt): it is
+        # closed once the process runs, as a terminal's /dev/null would be.
+        close_stdin = profile.single_turn_process and "{prompt}" in profile.command
         if action.prompt is not None and "{prompt}" not in profile.command:
             data = self.agent_input.prompt(action.prompt)
             if data is not None:
                 self._stdin_pending.append(data)
         self._spawning = True
-        self._task(self._run_process(argv))
+        self._task(self._run_process(argv, close_stdin=close_stdin))
 
-    async def _run_process(self, argv: list[str]) -> None:
+    async def _run_process(self, argv: list[str], *, close_stdin: bool = False) -> None:
         env = dict(os.environ)
         env.update(self.profile.env)
         try:
@@ -260,6 +267,8 @@ class LiveSession:
         for data in self._stdin_pending:
             proc.write(data)
         self._stdin_pending.clear()
+        if close_stdin:
+            proc.close_stdin()
         await self._pump(proc)
 
     async def _pump(self, proc: AgentProcess) -> None:

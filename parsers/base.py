@@ -8,6 +8,13 @@ stdout closes. ``AgentInput`` is the stdin side: it encodes what the gateway mus
 (a prompt, an interrupt, a permission answer, a mode change) as bytes to write, or ``None`` when the
 agent has no way to hear it (then the session machine uses a signal or a respawn instead).
 
+A parser may also name the agent's exit codes: an optional ``describe_exit(returncode)`` method
+returning ``(error_code, message)`` (or None for "nothing to add"). The session machine asks it when
+the process ends with a non-zero code, so a CLI that encodes an HTTP status or a reason of its own
+in its exit code (Gemini: 400 -> 144, 41 = auth) surfaces as ``agent.error`` ``API_BAD_REQUEST`` or
+``AUTH_ERROR`` rather than a bare "exit code 144". It is a method of the parser, not a table,
+because the parser has seen the run: the message can quote the agent's last error.
+
 A ``ParserSpec`` bundles the two factories under a name. ``get(name)`` finds built-in parsers and
 third-party ones registered under the ``rawp_gateway.parsers`` entry-point group, whose object is a
 ``ParserSpec``::
@@ -27,7 +34,17 @@ from typing import Any, Protocol
 
 from .events import AgentEvent
 
-__all__ = ["ENTRY_POINT_GROUP", "AgentInput", "AgentParser", "ParserSpec", "available", "get"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "AgentInput",
+    "AgentParser",
+    "DescribesExit",
+    "ExitDescription",
+    "NoInput",
+    "ParserSpec",
+    "available",
+    "get",
+]
 
 ENTRY_POINT_GROUP = "rawp_gateway.parsers"
 
@@ -39,6 +56,18 @@ class AgentParser(Protocol):
 
     def end(self) -> list[AgentEvent]:
         """Stdout closed: events for anything still pending."""
+        ...
+
+
+# (error_code, message) for an exit code: e.g. ("API_BAD_REQUEST", "the model API answered 400 ...")
+ExitDescription = tuple[str, str]
+
+
+class DescribesExit(Protocol):
+    """Optional on an ``AgentParser``: what a non-zero exit code of this agent means."""
+
+    def describe_exit(self, returncode: int) -> ExitDescription | None:
+        """``(error_code, message)`` for ``agent.error``, or None to keep the generic one."""
         ...
 
 

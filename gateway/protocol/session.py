@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from parsers import events as ev
-from parsers.base import AgentInput, AgentParser
+from parsers.base import AgentInput, AgentParser, ExitDescription
 
 from . import codec
 from . import frames as F
@@ -330,7 +330,8 @@ class SessionMachine:
         signum: int | None = None,
         stderr_tail: str = "",
     ) -> list[Action]:
-        """The agent process ended: DPS-17.2.2 (and §18.2 for single-turn agents)."""
+        """The agent process ended: DPS-17.2.2 (and §18.2 for single-turn agents). A parser that
+        names its agent's exit codes (``describe_exit``) gives the fatal ``agent.error`` its code."""
         self.process_alive = False
         if self.phase == "terminated":
             return []
@@ -339,12 +340,19 @@ class SessionMachine:
         if kind != "ok" and not deleting:
             code = "SIGNAL_EXIT" if kind == "signal" else "AGENT_EXIT"
             how = f"signal {signum}" if kind == "signal" else f"exit code {returncode}"
+            message = f"the agent process ended with {how}"
+            named = self._describe_exit(returncode)
+            if named is not None:
+                # The agent's own meaning of the code wins over 128+N: Gemini's 144 is HTTP 400,
+                # not signal 16. The exit code stays in details; the guessed signal does not.
+                code, message = named
+                signum = None
             details = F.ErrorDetails(
                 module="process", exit_code=returncode, signal=signum, stderr=stderr_tail or None
             )
             error = F.AgentError(
                 error_code=code,
-                message=f"the agent process ended with {how}",
+                message=message,
                 severity="fatal",
                 recoverable=False,
                 details=details,
@@ -362,6 +370,13 @@ class SessionMachine:
             self._deleting = ("error", "client")
             return out + self._finish_delete()
         return out  # exit 0: idle with no process; the next prompt respawns (DPS-18-respawn)
+
+    def _describe_exit(self, returncode: int | None) -> ExitDescription | None:
+        """The parser's name for a positive exit code (``parsers.base.DescribesExit``), if any."""
+        describe = getattr(self.parser, "describe_exit", None)
+        if describe is None or returncode is None or returncode <= 0:
+            return None  # no code to explain: killed by a signal, or no parser opinion
+        return describe(returncode)
 
     # --- the masters' side ---------------------------------------------------------------------
 

@@ -1,0 +1,440 @@
+"""Gemini CLI (0.61.0) ``gemini -p ... --output-format stream-json``: stdout lines → agent events.
+
+Theory of operation
+-------------------
+``GeminiParser.feed(line)`` decodes each line once with one msgspec decoder over a tagged union of
+the line kinds (``type``: ``init``, ``message``, ``tool_use``, ``tool_result``, ``error``,
+``result``). A line that is not JSON, or a known kind of the wrong shape, becomes ``ParseError``; a
+well-formed line of another kind becomes ``Unknown``. Nothing raises.
+
+What the CLI prints and what it becomes (facts: ``/work/shared/agents/gemini.md``):
+
+* ``init`` → ``SessionStarted`` with ``session_id`` as ``agent_session_id`` (the profile resumes
+  with ``--resume {session_id}``) and the model.
+* ``message``: the prompt's echo (``role: "user"``) is skipped, the master sent it. Assistant
+  chunks (``delta: true``) are text deltas of one block, which ends at the next line of another
+  kind (a tool call, the result, an error) or when stdout closes; a whole assistant message (no
+  ``delta``) is a block of its own. The CLI prints no thoughts in stream-json.
+* ``tool_use`` → ``ToolCall`` (the CLI's name and ``tool_id``; calls printed one right after
+  another were issued together: ``group``); ``tool_result`` → its one ``ToolResult`` by
+  ``tool_id``, with the duration between the two lines' timestamps. The result's ``status`` is
+  the CLI's: a shell command that failed still says ``success`` (the exit code is not printed), so
+  it stays a success whose output is the command's error text. ``output`` is a display string and
+  may be empty or missing; ``write_file`` and ``replace`` get a unified diff read from the
+  workspace instead (``file_changes.py``), ``write_todos`` its list (``structured``).
+* ``error`` → ``Notice`` (the CLI's severity); ``result`` → ``TurnEnded``: ``success`` is
+  ``end_turn``, ``error`` is ``error`` (with a ``Notice`` carrying an ``API_*`` code when the
+  result has an ``error`` object). ``stats`` → usage: ``input`` (or ``input_tokens`` - ``cached``)
+  uncached input, ``cached`` cache reads, ``output_tokens``, and what ``total_tokens`` counts beyond
+  input and output (thoughts) as thinking. Stats are per run, not carried across ``--resume``.
+
+``describe_exit`` names the CLI's exit codes: the HTTP status of a failed API call cut to 8 bits
+(400 → 144, 429 → 173, 500 → 244) becomes its ``API_*`` code, and the CLI's own codes (41 auth,
+42 input, 44 sandbox, 52 config, 53 turn limit, 54 tool, 55 untrusted folder, 130 cancelled) their
+names. The CLI reads nothing on stdin after its prompt (``NoInput``): cancel is SIGINT.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Final
+
+import msgspec
+
+from . import events as ev
+from .api_errors import HTTP_ERROR_CODES, http_error_code
+from .base import ExitDescription, NoInput, ParserSpec
+from .file_changes import FileChanges, Reader, read_text_file
+
+__all__ = ["EXIT_CODES", "SPEC", "GeminiParser"]
+
+_MAX_LINE_IN_EVENT: Final = 1024
+_MAX_OPEN_CALLS: Final = 4096
+
+# The CLI's own exit codes (gemini-cli's FatalError subclasses) and what they mean.
+EXIT_CODES: Final[dict[int, tuple[str, str]]] = {
+    41: ("AUTH_ERROR", "authentication failed or no auth method is configured"),
+    42: ("INPUT_ERROR", "the prompt or the arguments were not accepted"),
+    44: ("SANDBOX_ERROR", "the sandbox could not be set up"),
+    52: ("CONFIG_ERROR", "the configuration is invalid"),
+    53: ("TURN_LIMIT", "the session reached its turn limit"),
+    54: ("TOOL_ERROR", "a tool failed fatally"),
+    55: ("UNTRUSTED_FOLDER", "the workspace folder is not trusted (--skip-trust trusts it)"),
+    130: ("CANCELLED", "cancelled"),
+}
+# Exit code → HTTP status, for the statuses the CLI passes on as its exit code (status & 0xFF).
+# Only codes above 128 qualify: smaller ones (e.g. 529 & 0xFF = 17) are too likely other things.
+_HTTP_EXITS: Final = {s & 0xFF: s for s in HTTP_ERROR_CODES if (s & 0xFF) > 128}
+
+# --- the line kinds -------------------------------------------------------------------------------
+
+
+class _Init(msgspec.Struct, tag="init", tag_field="type"):
+    session_id: str | None = None
+    model: str | None = None
+
+
+class _Message(msgspec.Struct, tag="message", tag_field="type"):
+    role: str = ""
+    content: str = ""
+    delta: bool | None = None
+
+
+class _ToolUse(msgspec.Struct, tag="tool_use", tag_field="type"):
+    tool_name: str = "?"
+    tool_id: str = ""
+    parameters: dict[str, Any] = {}
+    timestamp: str | None = None
+
+
+class _ToolError(msgspec.Struct):
+    type: str | None = None
+    message: str | None = None
+
+
+class _ToolResult(msgspec.Struct, tag="tool_result", tag_field="type"):
+    tool_id: str = ""
+    status: str = "success"
+    output: str | None = None
+    error: _ToolError | None = None
+    timestamp: str | None = None
+
+
+class _Error(msgspec.Struct, tag="error", tag_field="type"):
+    severity: str = "error"
+    message: str = ""
+
+
+class _Stats(msgspec.Struct):
+    total_tokens: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached: int = 0
+    input: int | None = None  # uncached input, when the CLI says
+    duration_ms: int | None = None
+    tool_calls: int | None = None
+
+
+class _Result(msgspec.Struct, tag="result", tag_field="type"):
+    status: str = "success"
+    error: _ToolError | None = None
+    stats: _Stats | None = None
+
+
+_Line = _Init | _Message | _ToolUse | _ToolResult | _Error | _Result
+_line_decoder: Final = msgspec.json.Decoder(_Line)
+_KNOWN_KINDS: Final = frozenset({"init", "message", "tool_use", "tool_result", "error", "result"})
+
+
+class _Kind(msgspec.Struct):
+    type: str = ""
+
+
+_kind_decoder: Final = msgspec.json.Decoder(_Kind)
+
+WRITE_TOOLS: Final = frozenset({"write_file", "replace"})
+TODO_TOOL: Final = "write_todos"
+
+# What an API error message says about the HTTP status behind it: `"code": 400` in the JSON body
+# the CLI quotes, or the Google status name.
+_CODE_IN_BODY: Final = re.compile(r'"code"\s*:\s*(\d{3})\b')
+_GOOGLE_STATUS: Final = {
+    "INVALID_ARGUMENT": 400,
+    "FAILED_PRECONDITION": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "RESOURCE_EXHAUSTED": 429,
+    "Resource has been exhausted": 429,
+    "INTERNAL": 500,
+    "UNAVAILABLE": 503,
+    "DEADLINE_EXCEEDED": 504,
+}
+# Error events the CLI prints itself (not the API's): their codes.
+_CLI_ERRORS: Final = (
+    ("The model returned an empty response", "EMPTY_RESPONSE"),
+    ("Model stream ended without a finish reason", "STREAM_ERROR"),
+)
+
+
+class _Call(msgspec.Struct):
+    name: str
+    input: dict[str, Any]
+    started: str | None
+
+
+class GeminiParser:
+    """Gemini CLI stream-json stdout, one line at a time (see the module docstring)."""
+
+    __slots__ = (
+        "_batch",
+        "_batches",
+        "_blocks",
+        "_calls",
+        "_files",
+        "_last_error",
+        "_text",
+        "parse_errors",
+        "unknown_lines",
+    )
+
+    def __init__(self, read_file: Reader = read_text_file) -> None:
+        self._files = FileChanges(read_file)
+        self._calls: dict[str, _Call] = {}
+        self._text: str | None = None  # the open text block's key
+        self._blocks = 0
+        self._batch: str | None = None  # the group of the tool calls being printed together
+        self._batches = 0
+        self._last_error: str | None = None  # the last API error message (for describe_exit)
+        self.parse_errors = 0
+        self.unknown_lines = 0
+
+    # --- the AgentParser protocol ------------------------------------------------------------------
+
+    def feed(self, line: bytes) -> list[ev.AgentEvent]:
+        try:
+            msg = _line_decoder.decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError) as err:
+            return self._undecodable(line, err)
+        if type(msg) is _Message:  # the hot path: a text chunk
+            if msg.role != "assistant":
+                return []  # the prompt's echo: the master sent it
+            if msg.delta:
+                self._batch = None
+                if self._text is None:
+                    self._blocks += 1
+                    self._text = f"text-{self._blocks}"
+                return [ev.TextDelta(block=self._text, text=msg.content)]
+            return self._whole_message(msg.content)
+        out = self._close_text()
+        if type(msg) is _ToolUse:
+            return out + self._tool_use(msg)
+        self._batch = None
+        if type(msg) is _ToolResult:
+            return out + self._tool_result(msg)
+        if type(msg) is _Result:
+            return out + self._result(msg)
+        if type(msg) is _Error:
+            return out + [_notice(msg)]
+        if type(msg) is _Init:
+            return out + [
+                ev.SessionStarted(agent_session_id=msg.session_id or None, model=msg.model)
+            ]
+        return out  # pragma: no cover (the union has no other member)
+
+    def end(self) -> list[ev.AgentEvent]:
+        """Stdout closed: the open text block ends (open calls are closed by the mapper)."""
+        out = self._close_text()
+        self._calls.clear()
+        self._batch = None
+        return out
+
+    def describe_exit(self, returncode: int) -> ExitDescription | None:
+        """The CLI's own exit codes and HTTP statuses cut to 8 bits, by name (module docstring)."""
+        last = f": {self._last_error}" if self._last_error else ""
+        own = EXIT_CODES.get(returncode)
+        if own is not None:
+            code, meaning = own
+            return code, f"gemini exited {returncode}: {meaning}{last}"
+        status = _HTTP_EXITS.get(returncode)
+        if status is not None:
+            return (
+                http_error_code(status),
+                f"gemini exited {returncode}: the model API answered HTTP {status}"
+                f" (the CLI's exit code is the status cut to 8 bits){last}",
+            )
+        return None
+
+    # --- what could not be understood -------------------------------------------------------------
+
+    def _undecodable(self, line: bytes, err: Exception) -> list[ev.AgentEvent]:
+        snippet = bytes(line[:_MAX_LINE_IN_EVENT])
+        try:
+            kind = _kind_decoder.decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            self.parse_errors += 1
+            return [ev.ParseError(message=f"not a JSON object: {err}", line=snippet)]
+        if kind.type in _KNOWN_KINDS:
+            self.parse_errors += 1
+            return [ev.ParseError(message=f"malformed {kind.type} line: {err}", line=snippet)]
+        # The whole line: it is well-formed JSON and can be forwarded as it is.
+        self.unknown_lines += 1
+        return [ev.Unknown(kind=kind.type or "?", line=bytes(line))]
+
+    # --- content ----------------------------------------------------------------------------------
+
+    def _close_text(self) -> list[ev.AgentEvent]:
+        if self._text is None:
+            return []
+        key, self._text = self._text, None
+        return [ev.TextEnd(block=key)]
+
+    def _whole_message(self, text: str) -> list[ev.AgentEvent]:
+        out = self._close_text()
+        self._batch = None
+        if not text:
+            return out
+        self._blocks += 1
+        key = f"text-{self._blocks}"
+        return out + [ev.TextDelta(block=key, text=text), ev.TextEnd(block=key)]
+
+    # --- tools ------------------------------------------------------------------------------------
+
+    def _tool_use(self, msg: _ToolUse) -> list[ev.AgentEvent]:
+        if self._batch is None:
+            self._batches += 1
+            self._batch = f"batch-{self._batches}"
+        if msg.tool_name in WRITE_TOOLS and isinstance(msg.parameters.get("file_path"), str):
+            self._files.before([msg.parameters["file_path"]])
+        if len(self._calls) >= _MAX_OPEN_CALLS:
+            del self._calls[next(iter(self._calls))]  # never answered (the CLI died): the oldest
+        self._calls[msg.tool_id] = _Call(msg.tool_name, msg.parameters, msg.timestamp)
+        return [
+            ev.ToolCall(
+                call_id=msg.tool_id, name=msg.tool_name, input=msg.parameters, group=self._batch
+            )
+        ]
+
+    def _tool_result(self, msg: _ToolResult) -> list[ev.AgentEvent]:
+        call = self._calls.pop(msg.tool_id, None)
+        error = msg.error
+        status = msg.status
+        output: Any = msg.output or ""
+        result = ev.ToolResult(
+            call_id=msg.tool_id,
+            is_error=status not in ("success", "cancelled"),
+            cancelled=status == "cancelled",
+            output=output,
+            duration_ms=_duration(call.started if call else None, msg.timestamp),
+        )
+        if result.is_error:
+            # The error's own message is the clearer one ("File not found: <path>").
+            if error is not None and error.message:
+                result.output = error.message
+            return [result]
+        if call is not None and call.name in WRITE_TOOLS and not result.cancelled:
+            path = call.input.get("file_path")
+            diff = self._files.diff(path) if isinstance(path, str) else None
+            if diff is not None:
+                result.output, result.changed, result.output_type = diff, True, "diff"
+            elif not output:
+                result.output = f"{call.name} {path}"  # no diff could be read: say what changed
+        elif call is not None and call.name == TODO_TOOL:
+            todos = call.input.get("todos")
+            if isinstance(todos, list):
+                result.output, result.output_type = todos, "structured"
+        return [result]
+
+    # --- the end of a run -------------------------------------------------------------------------
+
+    def _result(self, msg: _Result) -> list[ev.AgentEvent]:
+        out: list[ev.AgentEvent] = []
+        error_text = None
+        if msg.error is not None:
+            error_text = msg.error.message or msg.error.type or "error"
+            self._last_error = _api_message(error_text)
+            status = _status_of(error_text)
+            out.append(
+                ev.Notice(
+                    severity="error",
+                    code=http_error_code(status),
+                    message=self._last_error,
+                    recoverable=False,
+                    http_status=status,
+                )
+            )
+        stop = {"success": "end_turn", "cancelled": "cancelled"}.get(msg.status, "error")
+        out.append(
+            ev.TurnEnded(
+                stop_reason=stop,  # type: ignore[arg-type]
+                usage=_usage_of(msg.stats),
+                is_error=stop == "error",
+                error=error_text if stop == "error" else None,
+            )
+        )
+        return out
+
+
+# --- pure helpers ---------------------------------------------------------------------------------
+
+
+def _notice(msg: _Error) -> ev.Notice:
+    code = "AGENT_ERROR"
+    for prefix, known in _CLI_ERRORS:
+        if msg.message.startswith(prefix):
+            code = known
+            break
+    warning = msg.severity == "warning"
+    return ev.Notice(
+        severity="warning" if warning else "error",
+        code=code,
+        message=msg.message or "error",
+        recoverable=warning,
+    )
+
+
+def _status_of(message: str) -> int | None:
+    m = _CODE_IN_BODY.search(message)
+    if m is not None:
+        return int(m.group(1))
+    for name, status in _GOOGLE_STATUS.items():
+        if name in message:
+            return status
+    return None
+
+
+_API_ERROR_JSON: Final = re.compile(r"^\[API Error: (\{.*\})\]", re.S)
+_API_ERROR_TEXT: Final = re.compile(r"^\[API Error: (.*?)\]", re.S)
+
+
+def _api_message(text: str) -> str:
+    """The API's own message out of the CLI's ``[API Error: ...]`` wrapping, when it has one."""
+    m = _API_ERROR_JSON.match(text)
+    if m is not None:
+        try:
+            body = msgspec.json.decode(m.group(1))
+        except msgspec.DecodeError:
+            body = None
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+    m = _API_ERROR_TEXT.match(text)
+    if m is not None:
+        return (m.group(1) + text[m.end() :]).strip()
+    return text
+
+
+def _usage_of(stats: _Stats | None) -> ev.UsageInfo | None:
+    if stats is None:
+        return None
+    uncached = stats.input if stats.input is not None else stats.input_tokens - stats.cached
+    beyond = stats.total_tokens - stats.input_tokens - stats.output_tokens
+    return ev.UsageInfo(
+        input_tokens=max(0, uncached),
+        output_tokens=stats.output_tokens,
+        cache_read_tokens=stats.cached,
+        thinking_tokens=max(0, beyond),
+    )
+
+
+def _duration(started: str | None, ended: str | None) -> int | None:
+    """Milliseconds between the CLI's timestamps of a call and its result (the core reads no
+    clock)."""
+    if not started or not ended:
+        return None
+    try:
+        t0 = datetime.fromisoformat(started)
+        t1 = datetime.fromisoformat(ended)
+    except ValueError:
+        return None
+    ms = round((t1 - t0).total_seconds() * 1000)
+    return ms if ms >= 0 else None
+
+
+SPEC: Final = ParserSpec(
+    name="gemini",
+    parser=GeminiParser,
+    input=NoInput,
+    description="Gemini CLI (gemini -p --output-format stream-json, tested with 0.61.0)",
+)

@@ -1,0 +1,380 @@
+"""The Gemini parser line by line (what ``gemini -p ... --output-format stream-json`` prints, shapes
+from ``/work/shared/agents/gemini.md`` and the recorded fixtures), and the exit-code naming the
+session machine takes from a parser (``describe_exit``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gateway.config import builtin_profiles, command_for, template_args
+from gateway.process import classify_exit
+from gateway.protocol.session import Emit, SessionMachine
+from parsers import events as ev
+from parsers.base import NoInput
+from parsers.base import get as get_parser
+from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
+from parsers.gemini import GeminiParser
+
+TS0 = "2026-11-29T21:20:54.185Z"
+TS1 = "2026-11-29T21:20:54.624Z"
+
+
+def line(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def feed(parser: GeminiParser, *objs: dict[str, Any]) -> list[ev.AgentEvent]:
+    out: list[ev.AgentEvent] = []
+    for obj in objs:
+        out += parser.feed(line(obj))
+    return out
+
+
+def say(text: str, *, delta: bool | None = True, role: str = "assistant") -> dict[str, Any]:
+    obj: dict[str, Any] = {"type": "message", "timestamp": TS0, "role": role, "content": text}
+    if delta is not None:
+        obj["delta"] = delta
+    return obj
+
+
+def tool_use(tool_id: str, name: str, **params: Any) -> dict[str, Any]:
+    return {
+        "type": "tool_use",
+        "timestamp": TS0,
+        "tool_name": name,
+        "tool_id": tool_id,
+        "parameters": params,
+    }
+
+
+def tool_result(tool_id: str, status: str = "success", **kw: Any) -> dict[str, Any]:
+    return {"type": "tool_result", "timestamp": TS1, "tool_id": tool_id, "status": status, **kw}
+
+
+def stats(total: int, i: int, o: int, cached: int = 0) -> dict[str, Any]:
+    return {
+        "total_tokens": total,
+        "input_tokens": i,
+        "output_tokens": o,
+        "cached": cached,
+        "input": i - cached,
+        "duration_ms": 10,
+        "tool_calls": 0,
+    }
+
+
+class Files:
+    def __init__(self, **files: str) -> None:
+        self.files = {f"/w/{k}": v for k, v in files.items()}
+
+    def read(self, path: str) -> str | None:
+        if path not in self.files:
+            raise FileNotFoundError(path)
+        return self.files[path]
+
+
+def test_spec_is_registered_as_gemini():
+    spec = get_parser("gemini")
+    assert isinstance(spec.parser(), GeminiParser)
+    assert isinstance(spec.input(), NoInput)
+
+
+def test_init_is_the_agent_session_id_and_model():
+    (event,) = feed(
+        GeminiParser(),
+        {"type": "init", "timestamp": TS0, "session_id": "d76f-1", "model": "gemini-2.5-flash"},
+    )
+    assert event == ev.SessionStarted(agent_session_id="d76f-1", model="gemini-2.5-flash")
+
+
+def test_DPS_4_1_text_the_prompt_echo_is_skipped_and_chunks_make_one_block():
+    parser = GeminiParser()
+    events = feed(
+        parser,
+        say("Run echo.", delta=None, role="user"),
+        say("I will "),
+        say("run it."),
+        tool_use("t0", "run_shell_command", command="echo hi"),
+        tool_result("t0", output="hi"),
+        say("It said "),
+        say("hi."),
+    )
+    events += parser.end()
+    texts = [
+        (type(e).__name__, getattr(e, "block", None), getattr(e, "text", None)) for e in events
+    ]
+    assert texts == [
+        ("TextDelta", "text-1", "I will "),
+        ("TextDelta", "text-1", "run it."),
+        ("TextEnd", "text-1", None),
+        ("ToolCall", None, None),
+        ("ToolResult", None, None),
+        ("TextDelta", "text-2", "It said "),
+        ("TextDelta", "text-2", "hi."),
+        ("TextEnd", "text-2", None),
+    ]
+
+
+def test_a_whole_assistant_message_is_a_block_of_its_own():
+    events = feed(GeminiParser(), say("Part "), say("Whole answer.", delta=None))
+    assert events == [
+        ev.TextDelta(block="text-1", text="Part "),
+        ev.TextEnd(block="text-1"),
+        ev.TextDelta(block="text-2", text="Whole answer."),
+        ev.TextEnd(block="text-2"),
+    ]
+
+
+def test_DPS_5_3_1_result_pairs_by_tool_id_with_the_duration_between_the_lines():
+    events = feed(
+        GeminiParser(),
+        tool_use("a", "read_file", file_path="/w/x"),
+        tool_use("b", "read_file", file_path="/w/missing"),
+        tool_result("a", output=""),
+        tool_result(
+            "b",
+            "error",
+            output="File not found.",
+            error={"type": "file_not_found", "message": "File not found: /w/missing"},
+        ),
+    )
+    call_a, call_b, result_a, result_b = events
+    assert isinstance(call_a, ev.ToolCall) and isinstance(call_b, ev.ToolCall)
+    assert call_a.group == call_b.group is not None  # printed together: issued together
+    assert call_a.input == {"file_path": "/w/x"}
+    assert isinstance(result_a, ev.ToolResult) and result_a.call_id == "a"
+    assert not result_a.is_error and result_a.output == "" and result_a.duration_ms == 439
+    assert isinstance(result_b, ev.ToolResult) and result_b.is_error
+    assert result_b.output == "File not found: /w/missing"
+
+
+def test_a_failing_shell_command_stays_a_success_as_the_cli_reports_it():
+    """The CLI says ``success`` and prints no exit code: the gateway does not guess otherwise; the
+    master sees the command's error text as its output."""
+    _, result = feed(
+        GeminiParser(),
+        tool_use("s", "run_shell_command", command="ls /nope"),
+        tool_result("s", output="ls: cannot access '/nope': No such file or directory"),
+    )
+    assert isinstance(result, ev.ToolResult)
+    assert not result.is_error and "No such file" in result.output
+
+
+def test_DPS_5_3_3_output_type_writes_are_diffs_read_from_the_workspace():
+    files = Files(**{"notes.txt": "alpha\nbeta\n"})
+    parser = GeminiParser(files.read)
+    feed(
+        parser,
+        tool_use("r", "replace", file_path="/w/notes.txt", old_string="beta", new_string="gamma"),
+        tool_use("w", "write_file", file_path="/w/hello.txt", content="hello\n"),
+    )
+    files.files["/w/notes.txt"] = "alpha\ngamma\n"
+    files.files["/w/hello.txt"] = "hello\n"
+    replaced, written = feed(parser, tool_result("r"), tool_result("w"))
+    assert isinstance(replaced, ev.ToolResult) and isinstance(written, ev.ToolResult)
+    assert replaced.output_type == written.output_type == "diff"
+    assert replaced.changed and written.changed
+    assert replaced.output == (
+        "--- /w/notes.txt\n+++ /w/notes.txt\n@@ -1,2 +1,2 @@\n alpha\n-beta\n+gamma\n"
+    )
+    assert written.output == "--- /dev/null\n+++ /w/hello.txt\n@@ -0,0 +1 @@\n+hello\n"
+    # Written with what it already held: nothing to diff, and no diff claimed.
+    feed(parser, tool_use("w2", "write_file", file_path="/w/hello.txt", content="hello\n"))
+    (same,) = feed(parser, tool_result("w2"))
+    assert isinstance(same, ev.ToolResult) and same.output_type is None
+    assert same.output == "write_file /w/hello.txt"
+
+
+def test_write_todos_result_is_the_list():
+    todos = [{"description": "read", "status": "completed"}]
+    _, result = feed(
+        GeminiParser(), tool_use("t", "write_todos", todos=todos), tool_result("t", output="ok")
+    )
+    assert isinstance(result, ev.ToolResult)
+    assert result.output == todos and result.output_type == "structured"
+
+
+def test_DPS_7_3_usage_from_result_stats():
+    (ended,) = feed(
+        GeminiParser(),
+        {"type": "result", "timestamp": TS1, "status": "success", "stats": stats(170, 120, 12, 20)},
+    )
+    assert isinstance(ended, ev.TurnEnded) and ended.stop_reason == "end_turn"
+    assert ended.usage == ev.UsageInfo(
+        input_tokens=100, output_tokens=12, cache_read_tokens=20, thinking_tokens=38
+    )
+
+
+@pytest.mark.parametrize(
+    ("message", "code", "status", "text"),
+    [
+        (
+            '[API Error: {"error":{"code":400,"message":"Request contains an invalid argument.",'
+            '"status":"INVALID_ARGUMENT"}}]',
+            "API_BAD_REQUEST",
+            400,
+            "Request contains an invalid argument.",
+        ),
+        (
+            "[API Error: Resource has been exhausted (e.g. check quota).]\nPlease wait.",
+            "API_RATE_LIMITED",
+            429,
+            "Resource has been exhausted (e.g. check quota).\nPlease wait.",
+        ),
+        ("something odd", "API_ERROR", None, "something odd"),
+    ],
+)
+def test_DPS_4_4_error_a_failed_result_is_a_notice_with_a_readable_code(
+    message, code, status, text
+):
+    notice, ended = feed(
+        GeminiParser(),
+        {
+            "type": "result",
+            "timestamp": TS1,
+            "status": "error",
+            "error": {"type": "unknown", "message": message},
+            "stats": stats(0, 0, 0),
+        },
+    )
+    assert isinstance(notice, ev.Notice)
+    assert (notice.code, notice.http_status, notice.message) == (code, status, text)
+    assert notice.severity == "error" and not notice.recoverable
+    assert isinstance(ended, ev.TurnEnded) and ended.stop_reason == "error" and ended.is_error
+
+
+def test_error_events_are_notices_with_the_clis_severity():
+    warning, error, empty = feed(
+        GeminiParser(),
+        {"type": "error", "timestamp": TS0, "severity": "warning", "message": "Loop detected"},
+        {
+            "type": "error",
+            "timestamp": TS0,
+            "severity": "error",
+            "message": "Model stream ended without a finish reason.",
+        },
+        {
+            "type": "error",
+            "timestamp": TS0,
+            "severity": "error",
+            "message": "The model returned an empty response with no text or thoughts.",
+        },
+    )
+    assert isinstance(warning, ev.Notice) and warning.severity == "warning" and warning.recoverable
+    assert isinstance(error, ev.Notice) and error.code == "STREAM_ERROR"
+    assert isinstance(empty, ev.Notice) and empty.code == "EMPTY_RESPONSE"
+
+
+def test_tolerant_of_what_it_does_not_know_and_never_raises():
+    parser = GeminiParser()
+    for raw in (b"", b"{", b"[]", b'{"type":"tool_use","parameters":3}', b"\x80"):
+        (event,) = parser.feed(raw)
+        assert isinstance(event, ev.ParseError)
+    (event,) = parser.feed(b'{"type":"stats","x":1}')
+    assert isinstance(event, ev.Unknown) and event.kind == "stats"
+    assert (parser.parse_errors, parser.unknown_lines) == (5, 1)
+
+
+# --- exit codes ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "code", "says"),
+    [
+        (144, "API_BAD_REQUEST", "HTTP 400"),
+        (145, "API_UNAUTHORIZED", "HTTP 401"),
+        (173, "API_RATE_LIMITED", "HTTP 429"),
+        (244, "API_SERVER_ERROR", "HTTP 500"),
+        (247, "API_UNAVAILABLE", "HTTP 503"),
+        (41, "AUTH_ERROR", "authentication"),
+        (42, "INPUT_ERROR", "not accepted"),
+        (44, "SANDBOX_ERROR", "sandbox"),
+        (52, "CONFIG_ERROR", "configuration"),
+        (53, "TURN_LIMIT", "turn limit"),
+        (54, "TOOL_ERROR", "tool"),
+        (55, "UNTRUSTED_FOLDER", "not trusted"),
+        (130, "CANCELLED", "cancelled"),
+    ],
+)
+def test_describe_exit_names_the_clis_exit_codes(exit_code: int, code: str, says: str):
+    named = GeminiParser().describe_exit(exit_code)
+    assert named is not None
+    assert named[0] == code and says in named[1] and str(exit_code) in named[1]
+
+
+@pytest.mark.parametrize("exit_code", [1, 2, 17, 127, 255])
+def test_describe_exit_leaves_other_codes_generic(exit_code: int):
+    assert GeminiParser().describe_exit(exit_code) is None
+
+
+def gemini_run(exit_code: int, *lines: dict[str, Any], parser: Any = None) -> list[Any]:
+    machine = SessionMachine(
+        "0b7f3c1e-5d2a-4e8f-9a6b-1c2d3e4f5a6b", parser or GeminiParser(), NoInput()
+    )
+    actions = []
+    for obj in lines:
+        actions += machine.agent_line(line(obj))
+    actions += machine.agent_stdout_closed()
+    status = classify_exit(exit_code)
+    actions += machine.agent_exited(status.kind, status.returncode, status.signal, "stderr tail")
+    return [a.frame for a in actions if isinstance(a, Emit)]
+
+
+def test_DPS_17_2_2_exit_a_named_exit_code_gives_the_fatal_agent_error_its_code():
+    """Exit 144 would be "signal 16" by the 128+N rule; Gemini's parser says it is HTTP 400, and
+    the fatal agent.error says so, quoting the API's message; the exit code stays in details."""
+    frames = gemini_run(
+        144,
+        {"type": "init", "timestamp": TS0, "session_id": "s1", "model": "m"},
+        {
+            "type": "result",
+            "timestamp": TS1,
+            "status": "error",
+            "error": {
+                "type": "unknown",
+                "message": '[API Error: {"error":{"code":400,'
+                '"message":"Bad thing.","status":"INVALID_ARGUMENT"}}]',
+            },
+            "stats": stats(0, 0, 0),
+        },
+    )
+    errors = [f.payload for f in frames if f.TYPE == "agent.error"]
+    assert [(e.error_code, e.severity) for e in errors] == [
+        ("API_BAD_REQUEST", "error"),
+        ("API_BAD_REQUEST", "fatal"),
+    ]
+    fatal = errors[1]
+    assert fatal.message.startswith("gemini exited 144: the model API answered HTTP 400")
+    assert fatal.message.endswith(": Bad thing.")
+    assert fatal.details.exit_code == 144 and fatal.details.signal is None
+    assert fatal.details.stderr == "stderr tail" and not fatal.recoverable
+    assert [f.TYPE for f in frames][-1] == "session.deleted"
+
+
+def test_DPS_17_2_2_exit_an_unnamed_code_and_a_parser_without_names_stay_generic():
+    frames = gemini_run(1, {"type": "init", "timestamp": TS0, "session_id": "s1"})
+    (error,) = [f.payload for f in frames if f.TYPE == "agent.error"]
+    assert error.error_code == "AGENT_EXIT" and error.details.exit_code == 1
+    # Claude Code's parser names no codes: 144 is 128+16 there, as DPS-17.2.2 says.
+    machine = SessionMachine(
+        "0b7f3c1e-5d2a-4e8f-9a6b-1c2d3e4f5a6b", ClaudeCodeParser(), ClaudeCodeInput()
+    )
+    status = classify_exit(144)
+    (emit, *_) = machine.agent_exited(status.kind, status.returncode, status.signal)
+    assert isinstance(emit, Emit)
+    payload = emit.frame.payload  # type: ignore[attr-defined]
+    assert payload.error_code == "SIGNAL_EXIT" and payload.details.signal == 16
+
+
+def test_gemini_profile_resumes_with_its_flag():
+    profile = builtin_profiles(gemini="/bin/gemini")["gemini"]
+    assert profile.single_turn_process and profile.resume_command is None
+    argv = command_for(profile, prompt="hi", workspace="/w")
+    assert argv[0] == "/bin/gemini" and argv[argv.index("-p") + 1] == "hi"
+    assert {"--output-format", "stream-json", "--skip-trust"} <= set(argv)
+    assert argv[argv.index("--approval-mode") + 1] == "yolo"
+    assert profile.resume_flag is not None
+    assert template_args(profile.resume_flag, session_id="d76f") == ["--resume", "d76f"]
