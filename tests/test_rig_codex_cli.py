@@ -218,6 +218,12 @@ def check_mcp_error(r: RunResult, cli: CliSetup) -> None:
     assert call["result"]["content"] == [{"type": "text", "text": "echo failed: hello"}]
 
 
+def check_full_access(r: RunResult, cli: CliSetup) -> None:
+    (cmd,) = items(r, "command_execution")
+    assert (cmd["exit_code"], cmd["aggregated_output"]) == (0, "created\n")
+    assert (cli.cwd / "created.txt").exists()
+
+
 CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "text": check_text,
     "reasoning": check_reasoning,
@@ -240,6 +246,7 @@ CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "command-left-running": check_command_left_running,
     "reasoning-raw": check_reasoning_raw,
     "mcp-error": check_mcp_error,
+    "full-access": check_full_access,
 }
 
 

@@ -191,6 +191,18 @@ def check_mcp_error(r: RunResult, cli: CliSetup) -> None:
     )
 
 
+def check_auto_edit(r: RunResult, cli: CliSetup) -> None:
+    pairs = tool_pairs(r)
+    assert [(n, res["status"]) for n, res in pairs] == [
+        ("write_file", "success"),
+        ("run_shell_command", "error"),
+    ]
+    assert pairs[1][1]["error"]["type"] == "tool_not_registered"
+    assert (cli.cwd / "auto.txt").read_text() == "auto\n"
+    kinds = [e["type"] for e in r.events if e["type"] in ("tool_use", "tool_result")]
+    assert kinds == ["tool_use", "tool_use", "tool_result", "tool_result"]
+
+
 CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "text": check_text,
     "thinking": check_thinking,
@@ -211,6 +223,7 @@ CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "stream-error": check_stream_cut,
     "truncated": check_stream_cut,
     "mcp-error": check_mcp_error,
+    "auto-edit": check_auto_edit,
 }
 
 
