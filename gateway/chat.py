@@ -70,6 +70,7 @@ from .protocol import frames as F
 
 __all__ = [
     "add_chat_arguments",
+    "answer_value",
     "run_chat",
     "run_chat_command",
     "run_chat_from_args",
@@ -268,6 +269,56 @@ def _option_value(req: F.InteractionRequest, allow: bool) -> str:
         if value.lower().startswith(wanted[:4] if allow else ("deny", "reject", "no")):
             return value
     return wanted
+
+
+def answer_value(
+    req: F.InteractionRequest, answer: str | None, *, auto: str | None
+) -> tuple[str | list[str] | None, str | None]:
+    """The ``selected_value`` and ``text_input`` for an answer; ``(None, None)`` declines.
+
+    ``answer`` is the line typed, or ``None`` when nobody was asked; then ``auto`` (``"allow"``
+    for --yes, ``"deny"`` for --no, ``None``) decides: yes/no questions follow it, a selection
+    takes its default (or, with --yes, the first option), free text takes its default.
+    """
+    if req.interaction_type in ("PERMISSION", "YN"):
+        yes = auto == "allow" if answer is None else answer.strip().lower() in ("y", "yes")
+        if req.interaction_type == "PERMISSION":
+            return _option_value(req, yes), None
+        if not req.options:
+            return ("yes" if yes else "no"), None
+        return req.options[0 if yes else -1].value, None
+    if req.interaction_type == "TEXT_INPUT":
+        if answer is None:
+            return req.default_value, None
+        return answer, answer
+    # SELECT / MULTI_SELECT: option numbers or values, separated by spaces or commas.
+    if answer is None or not answer.strip():
+        if req.default_value is not None:
+            return req.default_value, None
+        if answer is None and auto == "allow" and req.options:
+            return req.options[0].value, None
+        return None, None
+    chosen: list[str] = []
+    for token in answer.replace(",", " ").split():
+        if token.isdigit() and 1 <= int(token) <= len(req.options):
+            chosen.append(req.options[int(token) - 1].value)
+        else:
+            chosen.append(token)
+    if req.interaction_type == "MULTI_SELECT":
+        return chosen, None
+    return chosen[0], None
+
+
+def _shown(req: F.InteractionRequest, value: str | list[str] | None) -> str:
+    """How an answer given on the user's behalf reads after the question."""
+    if value is None:
+        return "no answer"
+    if req.interaction_type == "PERMISSION":
+        return "y" if value == _option_value(req, True) else "n"
+    if req.interaction_type == "YN":
+        yes = req.options[0].value if req.options else "yes"
+        return "y" if value == yes else "n"
+    return ", ".join(value) if isinstance(value, list) else value
 
 
 def _interaction_id(frame: F.Frame) -> str:
@@ -625,69 +676,37 @@ class Chat:
             question += "\n? "
         indent = _depth_indent(request)
 
-        answer: str | None
-        if self.auto_answer is not None:
-            answer = "y" if self.auto_answer == "allow" else "n"
-            self.screen.ask(f"{indent}{self.s.yellow}{question}{self.s.reset}")
-            self.screen.answer(f"{answer} (--{'yes' if answer == 'y' else 'no'})")
-        elif not self.interactive:
-            answer = None
-            self.screen.ask(f"{indent}{self.s.yellow}{question}{self.s.reset}")
-            self.screen.answer("n (stdin is not a terminal; --yes to allow)")
+        prompt = f"{indent}{self.s.yellow}{question}{self.s.reset}"
+        if self.auto_answer is not None or not self.interactive:
+            # Nobody to ask: --yes/--no decide, and without them a script declines.
+            value, text = answer_value(req, None, auto=self.auto_answer)
+            self.screen.ask(prompt)
+            if self.auto_answer is None:
+                note = "stdin is not a terminal; --yes to allow"
+            else:
+                note = "--yes" if self.auto_answer == "allow" else "--no"
+            self.screen.answer(f"{_shown(req, value)} ({note})")
         else:
             self._answer = asyncio.get_running_loop().create_future()
-            self.screen.ask(f"{indent}{self.s.yellow}{question}{self.s.reset}")
+            self.screen.ask(prompt)
             try:
                 answer = await asyncio.wait_for(self._answer, req.timeout_sec or None)
             except TimeoutError:
                 self.screen.line(f"(no answer in {req.timeout_sec:g} s)", style=self.s.dim)
-                await self._send(self.conn.interaction_timeout(req.interaction_id, turn_id=turn_id))
-                return
+                answer = EOF
             finally:
                 self._answer = None
             if answer is EOF:
-                await self._send(self.conn.interaction_timeout(req.interaction_id, turn_id=turn_id))
-                return
-        value, text = self._answer_value(req, answer)
+                value, text = None, None
+            else:
+                value, text = answer_value(req, answer, auto=None)
         if value is None:
+            # control.interaction.timeout declines: a PERMISSION is denied (DPS-6.2-interaction).
             await self._send(self.conn.interaction_timeout(req.interaction_id, turn_id=turn_id))
             return
         await self._send(
             self.conn.answer(req.interaction_id, value, text_input=text, turn_id=turn_id)
         )
-
-    @staticmethod
-    def _answer_value(
-        req: F.InteractionRequest, answer: str | None
-    ) -> tuple[str | list[str] | None, str | None]:
-        """The ``selected_value`` (and ``text_input``) for a typed answer; ``None`` declines."""
-        yes = answer is not None and answer.strip().lower() in ("y", "yes")
-        if req.interaction_type == "PERMISSION":
-            return _option_value(req, yes), None
-        if req.interaction_type == "YN":
-            if not req.options:
-                return ("yes" if yes else "no"), None
-            return req.options[0 if yes else -1].value, None
-        if req.interaction_type == "TEXT_INPUT":
-            if answer is None:
-                return req.default_value, None
-            return answer, answer
-        # SELECT / MULTI_SELECT: numbers or values; no answer takes the default.
-        if answer is None or not answer.strip():
-            if req.default_value is not None:
-                return req.default_value, None
-            if answer is None and req.options and yes:
-                return req.options[0].value, None
-            return None, None
-        chosen: list[str] = []
-        for token in answer.replace(",", " ").split():
-            if token.isdigit() and 1 <= int(token) <= len(req.options):
-                chosen.append(req.options[int(token) - 1].value)
-            else:
-                chosen.append(token)
-        if req.interaction_type == "MULTI_SELECT":
-            return chosen, None
-        return chosen[0], None
 
     # -- receiving
 

@@ -25,6 +25,7 @@ from aiohttp.test_utils import TestServer
 
 from gateway.chat import (
     add_chat_arguments,
+    answer_value,
     describe_call,
     permission_question,
     run_chat,
@@ -892,6 +893,43 @@ def test_summarize_result():
         "ok (1 line) 5 ms",
         ['{"k": 1}'],
     )
+
+
+def ask(kind: str, *values: str, default: str | None = None) -> F.InteractionRequest:
+    return F.InteractionRequest(
+        interaction_id="i",
+        interaction_type=kind,
+        question_text="?",
+        timeout_sec=60,
+        options=[F.InteractionOption(value=v, label=v.title()) for v in values],
+        default_value=default,
+    )
+
+
+def test_answer_value_for_each_interaction_type():
+    perm = ask("PERMISSION", "allow", "deny")
+    assert answer_value(perm, "y", auto=None) == ("allow", None)
+    assert answer_value(perm, "", auto=None) == ("deny", None)  # [y/N]: no means no
+    assert answer_value(perm, None, auto="allow") == ("allow", None)
+    assert answer_value(perm, None, auto=None) == ("deny", None)
+    # Options named otherwise: the one that reads as allowing or denying.
+    odd = ask("PERMISSION", "allow_once", "reject")
+    assert answer_value(odd, "yes", auto=None) == ("allow_once", None)
+    assert answer_value(odd, "n", auto=None) == ("reject", None)
+    yn = ask("YN", "yes", "no")
+    assert answer_value(yn, "Y", auto=None) == ("yes", None)
+    assert answer_value(yn, None, auto="deny") == ("no", None)
+    pick = ask("SELECT", "red", "green", "blue", default="green")
+    assert answer_value(pick, "3", auto=None) == ("blue", None)
+    assert answer_value(pick, "red", auto=None) == ("red", None)
+    assert answer_value(pick, None, auto=None) == ("green", None)
+    assert answer_value(ask("SELECT", "a", "b"), None, auto="allow") == ("a", None)
+    assert answer_value(ask("SELECT", "a", "b"), None, auto=None) == (None, None)  # declines
+    many = ask("MULTI_SELECT", "a", "b", "c")
+    assert answer_value(many, "1, 3", auto=None) == (["a", "c"], None)
+    text = ask("TEXT_INPUT", default="main")
+    assert answer_value(text, "fix it", auto=None) == ("fix it", "fix it")
+    assert answer_value(text, None, auto="allow") == ("main", None)
 
 
 def test_permission_question_names_the_tool_and_input():
