@@ -6,7 +6,7 @@
 Theory of operation
 -------------------
 The chat is a thin UI on ``gateway.client``: it creates a session (or attaches to ``--session``),
-attaches the WebSocket, and then runs four tasks that share one ``MasterView``:
+attaches the WebSocket, and then four parts share one ``MasterView``:
 
 * the *receiver* takes frames off the WebSocket, applies them to the view and prints them: streamed
   ``agent.text.delta`` text as it arrives, thinking dimmed, a tool call as ``→ Bash: ls`` and its
@@ -23,11 +23,12 @@ attaches the WebSocket, and then runs four tasks that share one ``MasterView``:
   ``/compact [instruction]`` compacts, ``/help`` lists commands, ``/quit`` exits, and any other
   ``/x`` goes to the agent as a prompt with ``input_type: "slash_command"``.
 
-Questions (``agent.interaction.request``) are asked one at a time by a fourth task, so frames keep
-printing while a question waits. A PERMISSION reads "Allow Bash: rm x? [y/N]" and is answered with
-``selected_value`` ``"allow"`` or ``"deny"``. With ``--yes``/``--no`` (``auto_answer``) questions
-are answered at once; without them, a stdin that is not a terminal denies (a script cannot be
-asked).
+Questions (``agent.interaction.request``) are asked one at a time by a task of their own, so
+frames keep printing while a question waits; one that is answered elsewhere, or whose turn ends, is
+withdrawn. A PERMISSION reads "Allow Bash: rm x? [y/N]" and is answered with ``selected_value``
+``"allow"`` or ``"deny"`` (no answer in ``timeout_sec``: ``control.interaction.timeout``). With
+``--yes``/``--no`` (``auto_answer``) questions are answered at once; without them, a stdin that is
+not a terminal declines (a script cannot be asked).
 
 Ctrl-C during a turn sends ``control.prompt.cancel`` for the running turn (a second Ctrl-C quits);
 Ctrl-C at the prompt, ``/quit`` or end of input exits, deleting the session this chat created
