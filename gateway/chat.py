@@ -85,7 +85,7 @@ PREVIEW_WIDTH: Final = 100
 CALL_WIDTH: Final = 80
 ACK_TIMEOUT_S: Final = 10.0  # mode switch: the gateway answers at once or not at all
 TURN_END_GRACE_S: Final = 0.5  # how long a turn end waits for its session.usage
-REATTACH_DELAYS_S: Final = (0.2, 1.0, 3.0)
+REATTACH_DELAYS_S: Final = (0.2, 0.5, 1.0, 2.0, 4.0, 8.0)  # ~16 s; the gateway keeps 300 s
 EOF: Final = None
 
 HELP: Final = """\
@@ -720,6 +720,10 @@ class Chat:
                         break
                     continue
                 self._on_frame(frame)
+        except Exception as err:  # a bug here must end the chat visibly, not leave it waiting
+            self.screen.line(f"✗ internal error: {err!r}", style=self.s.red)
+            self.status = 1
+            raise
         finally:
             self._flush_turn_end()
             self._ended.set()
