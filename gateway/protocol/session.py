@@ -31,6 +31,8 @@ import signal as _signal
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+import msgspec
+
 from parsers import events as ev
 from parsers.base import AgentInput, AgentParser, ExitDescription
 
@@ -276,6 +278,15 @@ class SessionMachine:
         return out
 
     def _agent_event(self, event: ev.AgentEvent) -> list[Action]:
+        if (
+            self.phase == "terminating"
+            and isinstance(event, ev.ToolResult)
+            and event.is_error
+            and not event.cancelled
+        ):
+            # DPS-7.5.3-cleanup: the session is ending and the gateway stopped the agent, so a call
+            # it now reports failed was cut short by that (Claude Code: "Exit code 137").
+            event = msgspec.structs.replace(event, cancelled=True)
         if isinstance(event, ev.TurnEnded):
             if self.turn is None:
                 # e.g. Claude Code's second result line after a background task's own turn
