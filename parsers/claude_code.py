@@ -990,6 +990,9 @@ def _shape_output(result: ev.ToolResult, call: _Call, rich: dict[str, Any]) -> N
         if isinstance(stdout, str):
             both = [s for s in (stdout, stderr if isinstance(stderr, str) else "") if s]
             result.output = "\n".join(both)
+            # Output too large: the CLI saved all of it to a file and printed only the start.
+            size = rich.get("persistedOutputSize")
+            result.truncated = isinstance(size, int) and size > len(stdout)
     elif name in ("TodoWrite", "TodoRead"):
         if isinstance(rich.get("newTodos"), list):
             result.output = rich["newTodos"]

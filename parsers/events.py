@@ -164,6 +164,9 @@ class ToolResult(AgentEvent):
     output_type: str | None = None
     duration_ms: int | None = None
     cancelled: bool = False
+    # The agent itself kept only part of the output (Claude Code: a Bash output too large is
+    # saved to a file and 30000 characters of it are printed).
+    truncated: bool = False
     # The call returned at once while its work goes on in the background (a background subagent):
     # its real end is a later SubagentEnded, and the mapper holds this result until then.
     background: bool = False

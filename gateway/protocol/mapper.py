@@ -518,6 +518,7 @@ class Mapper:
             output=output,
             output_type=output_type,  # type: ignore[arg-type]
             duration_ms=event.duration_ms,
+            truncated=True if event.truncated and not call.blocked else None,
         )
         return self._fit_result(payload, self._call_meta(call))
 
