@@ -67,6 +67,13 @@ DISCONNECTED: Final = "disconnected"  # §7.8.1: the stop_reason of a turn ended
 DEFAULT_MAX_MESSAGE: Final = 16 * 1024 * 1024  # a session.history can be as large as the buffer
 DEFAULT_HTTP_TIMEOUT_S: Final = 30.0
 
+# control-plane.md's error codes for the refusals a WebSocket upgrade can meet.
+_HANDSHAKE_CODES: Final = {
+    400: "SUBPROTOCOL_REQUIRED",
+    401: "UNAUTHORIZED",
+    404: "SESSION_NOT_FOUND",
+}
+
 InputType = Literal["text", "slash_command", "continuation", "piped_stdin"]
 CancelReason = Literal["user_cancelled", "timeout", "quota_exceeded"]
 
@@ -204,14 +211,22 @@ class GatewayClient:
             session_id = session
             ws_path = f"/v1/session/{session_id}/ws"
         params = {"last_message_id": last_message_id} if last_message_id else None
-        ws = await self.http.ws_connect(
-            self.base_url + ws_path,
-            protocols=(SUBPROTOCOL,),
-            headers=self._headers,
-            params=params,
-            max_msg_size=max_msg_size,
-            heartbeat=heartbeat_s,
-        )
+        try:
+            ws = await self.http.ws_connect(
+                self.base_url + ws_path,
+                protocols=(SUBPROTOCOL,),
+                headers=self._headers,
+                params=params,
+                max_msg_size=max_msg_size,
+                heartbeat=heartbeat_s,
+            )
+        except aiohttp.WSServerHandshakeError as err:
+            # aiohttp keeps the refusal's status but not its JSON body: name the error by status,
+            # so callers can tell "gone" or "not allowed" (stop) from a passing failure (retry).
+            code = _HANDSHAKE_CODES.get(err.status, "HANDSHAKE_FAILED")
+            raise GatewayError(
+                err.status, code, f"WebSocket upgrade refused: {err.message}"
+            ) from err
         if ws.protocol != SUBPROTOCOL:
             # A peer that did not select rawp-dps-1.0 speaks something else (DPS-1.3-legacy).
             await ws.close()

@@ -33,7 +33,7 @@ from gateway.chat import (
     run_demo_async,
     summarize_result,
 )
-from gateway.client import GatewayClient, MasterView, is_synthetic
+from gateway.client import GatewayClient, GatewayError, MasterView, is_synthetic
 from gateway.protocol import codec
 from gateway.protocol import frames as F
 from gateway.protocol.capabilities import ALL_FEATURES
@@ -548,6 +548,13 @@ async def test_attach_to_an_existing_session_never_deletes_it(fake: FakeGateway)
     rc, out = await chat(fake, "hi\n", agent=None, session_id=s.session_id)
     assert rc == 0 and "You said: hi" in out
     assert fake.deleted == []
+
+
+async def test_a_refused_websocket_upgrade_is_a_gateway_error(fake: FakeGateway):
+    async with GatewayClient(fake.url) as client:
+        with pytest.raises(GatewayError) as gone:
+            await client.attach("00000000-0000-4000-8000-000000000000")
+    assert (gone.value.status, gone.value.error_code) == (404, "SESSION_NOT_FOUND")
 
 
 async def test_errors_from_the_control_plane_are_reported(fake: FakeGateway):
