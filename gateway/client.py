@@ -74,6 +74,17 @@ _HANDSHAKE_CODES: Final = {
     404: "SESSION_NOT_FOUND",
 }
 
+# Frames a gateway may send to one connection only, outside its replay buffer.
+_MAYBE_UNBUFFERED: Final = frozenset(
+    {
+        "session.capabilities",
+        "session.history",
+        "session.error",
+        "tool.catalog.publish",
+        "agent.commands.publish",
+    }
+)
+
 InputType = Literal["text", "slash_command", "continuation", "piped_stdin"]
 CancelReason = Literal["user_cancelled", "timeout", "quota_exceeded"]
 
@@ -257,6 +268,7 @@ class Connection:
         self.last_message_id = last_message_id
         self.server_capabilities: F.Capabilities | None = None
         self._seen = codec.SeenWindow(seen_capacity)
+        self._mark: _dt.datetime | None = None  # timestamp of last_message_id's frame
 
     @property
     def closed(self) -> bool:
@@ -343,7 +355,7 @@ class Connection:
         result = codec.decode(data)
         if isinstance(result, codec.Ignored):
             log.info("ignoring frame of unknown type %s", result.frame_type)
-            self.last_message_id = result.message_id
+            self.last_message_id = result.message_id  # an x-* frame is a broadcast, buffered
             return None
         if isinstance(result, codec.Rejected):
             log.warning("gateway sent an invalid frame: %s", result.error.message)
@@ -354,14 +366,34 @@ class Connection:
         frame = result.frame
         if not self._seen.first_time(frame.message_id):
             return None
-        self.last_message_id = frame.message_id
         payload = payload_of(frame)
         if isinstance(payload, F.Capabilities):
             self.server_capabilities = payload
-        elif isinstance(payload, F.History):
+        if isinstance(payload, F.History):
             # What the gateway says we are now in sync with, even if the frames were cut.
-            self.last_message_id = payload.last_message_id or frame.message_id
+            if payload.last_message_id:
+                self.last_message_id = payload.last_message_id
+                self._mark = _timestamp_key(payload.last_sync_timestamp)
+        else:
+            self._advance(frame)
         return frame
+
+    def _advance(self, frame: F.Frame) -> None:
+        """Move ``last_message_id`` to ``frame`` if the gateway's buffer surely holds it.
+
+        Reattaching after an id the buffer does not know makes the gateway call the history
+        truncated, which keeps the finalisation (DPS-7.8-unfinalize); reattaching after an older
+        id only replays frames we drop as duplicates. So when in doubt the mark stays: frames a
+        gateway may send to one connection only (the greeting of an attach, answers to our own
+        frames) and frames older than the mark (the greeting re-sends the latest catalog,
+        commands and pending questions) do not move it.
+        """
+        if frame.TYPE in _MAYBE_UNBUFFERED:
+            return
+        at = _timestamp_key(frame.timestamp)
+        if self._mark is not None and at < self._mark:
+            return
+        self.last_message_id, self._mark = frame.message_id, at
 
 
 # --------------------------------------------------------------------------- the master's view

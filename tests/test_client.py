@@ -1,4 +1,5 @@
-"""The master-side rules of the client library, as pure tests of ``MasterView``.
+"""The client library: the master-side rules as pure tests of ``MasterView``, and ``Connection``'s
+bookkeeping for reattach over a stub socket.
 
 DPS-7.8-finalize: on close, open blocks/calls/turn/interactions are closed locally with synthetic
 frames. DPS-7.8-unfinalize: ``session.history`` removes them and replays, except when truncated or
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import itertools
 
+import aiohttp
 import msgspec
 
 from gateway.client import (
     SYNTHETIC_OUTPUT,
+    Connection,
     MasterView,
     history_order,
     is_synthetic,
@@ -357,3 +360,93 @@ def test_finalize_leaves_an_idle_agent_alone():
         make_factory().frame(F.StateChanged(previous_state="thinking", current_state="idle"))
     )
     assert view.finalize() == []
+
+
+# --------------------------------------------------------------------------- Connection
+
+
+class StubSocket:
+    """Just enough of aiohttp's client WebSocket: queued messages in, sent text recorded."""
+
+    def __init__(self, frames: list[F.Frame | bytes]) -> None:
+        self.inbox = [
+            aiohttp.WSMessage(
+                aiohttp.WSMsgType.TEXT,
+                (f if isinstance(f, bytes) else codec.encode(f)).decode(),
+                None,
+            )
+            for f in frames
+        ]
+        self.sent: list[str] = []
+        self.closed = False
+
+    async def receive(self) -> aiohttp.WSMessage:
+        if self.inbox:
+            return self.inbox.pop(0)
+        return aiohttp.WSMessage(aiohttp.WSMsgType.CLOSED, None, None)
+
+    async def send_str(self, data: str) -> None:
+        self.sent.append(data)
+
+
+async def drain(conn: Connection) -> list[F.Frame]:
+    return [f async for f in conn]
+
+
+async def test_last_message_id_only_names_frames_the_buffer_holds():
+    """Reattach after the newest buffered frame: not after per-connection or re-sent frames."""
+    gw = make_factory()
+    caps = gw.frame(master_capabilities())
+    catalog = gw.frame(F.CatalogPublish(tools=[]))
+    delta = gw.frame(F.TextDelta(content_index=0, text="a"), turn_id=TURN)
+    error = gw.frame(F.SessionError(error_code="PROMPT_IN_PROGRESS", message="busy", fatal=False))
+    conn = Connection(StubSocket([catalog, delta, caps, error]), SESSION)
+    assert [f.message_id for f in await drain(conn)] == [
+        catalog.message_id,
+        delta.message_id,
+        caps.message_id,
+        error.message_id,
+    ]
+    assert conn.last_message_id == delta.message_id
+    assert conn.server_capabilities == caps.payload
+
+
+async def test_last_message_id_after_a_history_ignores_the_greeting_re_sent_after_it():
+    gw = make_factory()
+    question = gw.frame(
+        F.InteractionRequest(
+            interaction_id=ASK,
+            interaction_type="PERMISSION",
+            question_text="?",
+            timeout_sec=60,
+            options=[],
+        ),
+        turn_id=TURN,
+    )
+    missed = [gw.frame(F.TextDelta(content_index=0, text="b"), turn_id=TURN)]
+    history = gw.frame(history_payload(missed))
+    live = gw.frame(F.TextDelta(content_index=0, text="c"), turn_id=TURN)
+    # On a reattach the gateway sends the history, then re-sends a pending question (older).
+    conn = Connection(StubSocket([history, question]), SESSION, last_message_id="x")
+    await drain(conn)
+    assert conn.last_message_id == missed[-1].message_id
+    conn = Connection(StubSocket([history, question, live]), SESSION, last_message_id="x")
+    await drain(conn)
+    assert conn.last_message_id == live.message_id
+
+
+async def test_connection_skips_unknown_types_and_answers_another_envelope_version():
+    """DPS-2.2-unknown-type: skipped; DPS-2.1-v: ignored and answered with session.error."""
+    unknown = (
+        b'{"v":1,"type":"x-other.thing","message_id":"m-1","timestamp":"2026-11-29T21:00:00.000Z",'
+        b'"session_id":"' + SESSION.encode() + b'","payload":{}}'
+    )
+    v2 = unknown.replace(b'"v":1', b'"v":2').replace(b"m-1", b"m-2")
+    good = make_factory().frame(F.TextDelta(content_index=0, text="ok"))
+    ws = StubSocket([unknown, v2, good, good])
+    conn = Connection(ws, SESSION)
+    assert await drain(conn) == [good]  # and the duplicate once only (DPS-2.1-idempotent)
+    (answer,) = [msgspec.json.decode(m) for m in ws.sent]
+    assert answer["type"] == "session.error"
+    assert answer["payload"]["error_code"] == "UNSUPPORTED_VERSION"
+    assert answer["parent_id"] == "m-2"
