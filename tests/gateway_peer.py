@@ -61,6 +61,7 @@ class Master:
         self.ws = ws
         self.session_id = session_id
         self.frames: list[dict[str, Any]] = []
+        self.end: aiohttp.WSMessage | None = None  # what drain_until_closed stopped at
 
     @classmethod
     async def attach(
@@ -123,6 +124,7 @@ class Master:
         while True:
             msg = await self.ws.receive(timeout=timeout)
             if msg.type != aiohttp.WSMsgType.TEXT:
+                self.end = msg
                 return got
             frame = json.loads(msg.data)
             self.frames.append(frame)
@@ -130,6 +132,14 @@ class Master:
 
     def types(self) -> list[str]:
         return [f["type"] for f in self.frames]
+
+    def drop(self) -> None:
+        """Lose the connection the hard way: abort the TCP transport, no WebSocket close frame
+        (a network drop, as opposed to ``ws.close()``)."""
+        transport = getattr(getattr(self.ws, "_writer", None), "transport", None)
+        if transport is None:  # pragma: no cover - aiohttp internals moved
+            raise RuntimeError("cannot reach the WebSocket's transport to abort it")
+        transport.abort()
 
 
 async def create_session(client: TestClient, agent: str = "demo", **body: Any) -> dict[str, Any]:

@@ -1,0 +1,737 @@
+"""End to end with the real Claude Code CLI: the real gateway server (``create_app``) spawns the
+pinned CLI against the rig's scripted Messages API, and real WebSocket masters drive it.
+
+Every test here asserts what actually came out of the CLI through parser, mapper, session machine
+and server: frame sequences and payloads, files on disk, and the model requests the scripted server
+received. Scenarios (``tests/rig/scenarios/claude-code-e2e/``) hold only ``[[calls]]`` and
+workspace files: the gateway, not the rig's runner, writes the CLI's stdin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient
+
+from gateway.config import builtin_profiles
+from gateway.server import CONFIG, SESSIONS
+from gateway.session import LiveSession
+from tests.gateway_peer import Master, create_session, make_config, start_gateway
+from tests.rig.anthropic import last_user_text
+from tests.rig.env import require_cli
+from tests.rig.run import CliSetup, scripted_cli
+
+pytestmark = pytest.mark.realcli
+
+SCENARIOS = Path(__file__).resolve().parent / "rig" / "scenarios" / "claude-code-e2e"
+
+
+@dataclass
+class Rig:
+    cli: CliSetup
+    gw: TestClient
+    headers: dict[str, str] | None = None
+
+    @property
+    def requests(self) -> list[Any]:
+        """The model requests the scripted server received (Messages API bodies)."""
+        return [r for r in self.cli.server.requests if r.path.startswith("/v1/messages")]
+
+    def session(self, session_id: str) -> LiveSession:
+        return self.gw.server.app[SESSIONS][session_id]
+
+    async def create(self, **body: Any) -> dict[str, Any]:
+        if self.headers:
+            resp = await self.gw.post(
+                "/v1/session", json={"agent": self.profile, **body}, headers=self.headers
+            )
+            assert resp.status == 201, await resp.text()
+            return await resp.json()
+        return await create_session(self.gw, self.profile, **body)
+
+    async def attach(self, session_id: str, **kw: Any) -> Master:
+        return await Master.attach(self.gw, session_id, headers=self.headers, **kw)
+
+    profile: str = "claude-code"
+
+
+@contextlib.asynccontextmanager
+async def gateway(
+    scenario: str,
+    *,
+    profile: str = "claude-code",
+    extra_args: tuple[str, ...] = (),
+    token: str | None = None,
+    max_frame_size: int | None = None,
+    **changes: Any,
+) -> AsyncIterator[Rig]:
+    """The scripted model server for ``scenario`` and a gateway whose ``profile`` runs the real CLI
+    (its argv, plus ``extra_args``; its env is the rig's; its workspace root the rig's workspace;
+    ``changes`` replace profile fields)."""
+    require_cli("claude-code")
+    async with scripted_cli(SCENARIOS / f"{scenario}.toml") as cli:
+        base = builtin_profiles(claude=str(cli.binary))[profile]
+        prof = replace(base, env=cli.env, command=(*base.command, *extra_args), **changes)
+        server = {"max_frame_size": max_frame_size} if max_frame_size else {}
+        config = make_config(cli.cwd, agents={profile: prof}, token=token, **server)
+        client = await start_gateway(config)
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        try:
+            yield Rig(cli, client, headers, profile)
+        finally:
+            await client.close()
+
+
+async def prompt(master: Master, text: str) -> dict[str, Any]:
+    return await master.send("control.prompt.request", {"prompt_text": text})
+
+
+async def turn(master: Master, text: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Send a prompt and read its turn; the frames up to the session.usage after session.turn.end
+    (the idle agent.state.changed that follows is read but not returned)."""
+    start = len(master.frames)
+    await prompt(master, text)
+    await master.until("session.turn.end", timeout=timeout)
+    await end_of_turn(master)
+    return master.frames[start:-1]
+
+
+async def end_of_turn(master: Master) -> None:
+    """After session.turn.end: session.usage at once (DPS-7.5.2-usage), then the state is idle."""
+    assert (await master.next())["type"] == "session.usage"
+    idle = await master.next()
+    assert idle["type"] == "agent.state.changed", idle
+    assert idle["payload"]["current_state"] == "idle"
+
+
+def of(frames: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
+    return [f for f in frames if f["type"] == type_]
+
+
+def texts(frames: list[dict[str, Any]]) -> str:
+    return "".join(f["payload"]["text"] for f in of(frames, "agent.text.delta"))
+
+
+def tool_results_sent(rig: Rig) -> list[dict[str, Any]]:
+    """Every tool_result block in the conversation the CLI last sent the model (what the model saw
+    of each tool; each request carries the whole history)."""
+    out: list[dict[str, Any]] = []
+    for r in rig.requests[-1:]:
+        for msg in r.body.get("messages", []):
+            if msg.get("role") == "user" and isinstance(msg.get("content"), list):
+                out += [b for b in msg["content"] if b.get("type") == "tool_result"]
+    return out
+
+
+def result_text(block: dict[str, Any]) -> str:
+    content = block.get("content")
+    if isinstance(content, list):
+        return "".join(c.get("text", "") for c in content if isinstance(c, dict))
+    return str(content)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (by parent pid, from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rpartition(")")[2].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def running_with(marker: str) -> list[int]:
+    """Live processes whose command line holds ``marker`` (the tests' commands carry unique ones)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and marker in cmdline(int(entry)):
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as f:
+                if f.read().rpartition(")")[2].split()[0] != "Z":
+                    pids.append(int(entry))
+    return pids
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover
+        return True
+    return True
+
+
+async def eventually(check: Any, timeout: float = 10.0, what: str = "condition") -> Any:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+# --- prompt, turn, usage --------------------------------------------------------------------------
+
+
+async def test_prompt_turn_and_usage():
+    """DPS-12.2-caps, DPS-7.5.1-start, DPS-4.1-text, DPS-7.5.2-end, DPS-7.5.2-usage, DPS-7.3-usage,
+    DPS-2.1-turn-id, DPS-5.4-catalog, DPS-12.1-commands with the real CLI: the frames of one turn,
+    in order, carrying what the model streamed and the usage it reported."""
+    async with gateway("turn") as rig:
+        session = await rig.create()
+        sid = session["session_id"]
+        master = await rig.attach(sid)
+        caps = await master.next()
+        assert caps["type"] == "session.capabilities"
+        assert caps["payload"]["protocol_version"] == "rawp-dps-1.0"
+        assert caps["payload"]["features"]["adapter_type"] == "process"
+        frames = await turn(master, "Say hello.")
+        types = [f["type"] for f in frames]
+        start = frames[0]
+        assert start["type"] == "session.turn.start"
+        assert start["payload"]["turn_index"] == 0 and start["payload"]["mode"] == "default"
+        turn_id = start["payload"]["turn_id"]
+        assert all(f["turn_id"] == turn_id for f in frames)
+        # the CLI's init line: catalog and commands, once, inside the turn
+        catalog = of(frames, "tool.catalog.publish")
+        assert len(catalog) == 1
+        tools = {t["name"] for t in catalog[0]["payload"]["tools"]}
+        assert {"Bash", "Read", "Write", "Edit"} <= tools
+        commands = of(frames, "agent.commands.publish")
+        assert len(commands) == 1
+        assert "compact" in {c["name"] for c in commands[0]["payload"]["commands"]}
+        said = "Hello from the scripted model, through the gateway."
+        assert texts(frames) == said
+        done = of(frames, "agent.text.done")
+        assert [d["payload"]["full_text"] for d in done] == [said]
+        assert types[-2:] == ["session.turn.end", "session.usage"]
+        end, usage = frames[-2]["payload"], frames[-1]["payload"]
+        assert end == {"turn_id": turn_id, "stop_reason": "end_turn", "tool_invocation_count": 0}
+        assert usage["token_usage"]["input_tokens"] == 1234
+        assert usage["token_usage"]["output_tokens"] == 56
+        assert usage["cost_usage"]["unit"] == "USD" and usage["cost_usage"]["used"] > 0
+        assert usage["message_usage"]["used"] == 1
+        assert usage["context_window"]["capacity"] > 0
+        # the model got the prompt, once
+        assert len(rig.requests) == 1
+        assert "Say hello." in last_user_text(rig.requests[0].body)
+        got = await (await rig.gw.get(f"/v1/session/{sid}")).json()
+        assert got["state"] == "IDLE" and got["turn_index"] == 1
+        # the id the CLI reported is the one it keeps its transcript under
+        asid = got["agent_session_id"]
+        assert list(rig.cli.home.rglob(f"{asid}.jsonl")), asid
+
+
+# --- tools and permissions --------------------------------------------------------------------------
+
+
+async def test_DPS_5_2_parallel_tools():
+    """DPS-5.2-request, DPS-5.3.1-result, DPS-5.3.3-output-type: three calls in one model message
+    share a parallel_group_id; each gets exactly one result with its own output and type."""
+    async with gateway(
+        "parallel",
+        extra_args=("--tools", "Bash,Read,Glob"),
+        auto_allow=frozenset({"Read", "Glob", "Bash"}),
+    ) as rig:
+        session = await rig.create()
+        master = await rig.attach(session["session_id"])
+        frames = await turn(master, "Look around.")
+        requests = of(frames, "tool.invoke.request")
+        assert [r["payload"]["tool_name"] for r in requests] == ["Read", "Bash", "Glob"]
+        groups = {r["payload"].get("parallel_group_id") for r in requests}
+        assert len(groups) == 1 and None not in groups
+        results = {
+            r["payload"]["invocation_id"]: r["payload"] for r in of(frames, "tool.invoke.result")
+        }
+        assert len(of(frames, "tool.invoke.result")) == 3
+        by_name = {}
+        for req in requests:
+            res = results[req["payload"]["invocation_id"]]
+            assert res["tool_name"] == req["payload"]["tool_name"]
+            assert res["status"] == "success", res
+            by_name[res["tool_name"]] = res
+        assert "some notes" in by_name["Read"]["output"]
+        assert by_name["Read"]["output_type"] == "file_content"
+        assert "parallel-e2e" in by_name["Bash"]["output"]
+        assert by_name["Bash"]["output_type"] == "text"
+        assert "src/a.py" in json.dumps(by_name["Glob"]["output"])
+        assert by_name["Glob"]["output_type"] == "file_list"
+        assert "agent.interaction.request" not in master.types()  # all three auto-allowed
+        end = of(frames, "session.turn.end")[0]["payload"]
+        assert (end["stop_reason"], end["tool_invocation_count"]) == ("end_turn", 3)
+        assert texts(frames).endswith("Done looking.")
+        sent = tool_results_sent(rig)
+        assert len(sent) == 3 and not any(b.get("is_error") for b in sent)
+
+
+async def test_DPS_6_2_permission_allow_deny_and_timeout():
+    """DPS-4.3-interaction, DPS-5.2-request, DPS-6.2-interaction: the CLI asks (can_use_tool) for a
+    Write, a Bash and another Write; the master allows the first (the file is written), denies the
+    second (the command never runs) and lets the third time out (denied, not written)."""
+    async with gateway("permissions", permission_timeout_sec=1.5) as rig:
+        session = await rig.create()
+        master = await rig.attach(session["session_id"])
+        start = len(master.frames)
+        await prompt(master, "Write allowed.txt, run a command, write late.txt.")
+
+        async def ask(tool: str) -> dict[str, Any]:
+            request = await master.until("tool.invoke.request", timeout=30)
+            assert request["payload"]["tool_name"] == tool
+            frame = await master.until("agent.interaction.request", timeout=30)
+            p = frame["payload"]
+            assert p["interaction_type"] == "PERMISSION" and p["context"]["tool_name"] == tool
+            assert p["default_value"] == "deny" and p["timeout_sec"] == 1.5
+            assert {o["value"] for o in p["options"]} == {"allow", "deny"}
+            assert frame["metadata"]["invocation_id"] == request["payload"]["invocation_id"]
+            return frame
+
+        allow = await ask("Write")
+        assert "allowed.txt" in allow["payload"]["question_text"]
+        await master.send(
+            "control.interaction.response",
+            {"interaction_id": allow["payload"]["interaction_id"], "selected_value": "allow"},
+        )
+        result = await master.until("tool.invoke.result", timeout=30)
+        assert (result["payload"]["tool_name"], result["payload"]["status"]) == ("Write", "success")
+
+        deny = await ask("Bash")
+        await master.send(
+            "control.interaction.response",
+            {"interaction_id": deny["payload"]["interaction_id"], "selected_value": "deny"},
+        )
+        result = await master.until("tool.invoke.result", timeout=30)
+        assert (result["payload"]["tool_name"], result["payload"]["status"]) == ("Bash", "error")
+
+        late = await ask("Write")
+        asked_at = asyncio.get_running_loop().time()
+        result = await master.until("tool.invoke.result", timeout=30)
+        waited = asyncio.get_running_loop().time() - asked_at
+        assert (result["payload"]["tool_name"], result["payload"]["status"]) == ("Write", "error")
+        assert 1.0 < waited < 10, waited
+        assert late["payload"]["interaction_id"] != deny["payload"]["interaction_id"]
+
+        end = await master.until("session.turn.end", timeout=30)
+        assert end["payload"]["stop_reason"] == "end_turn"
+        assert end["payload"]["tool_invocation_count"] == 3
+        frames = master.frames[start:]
+        assert len(of(frames, "agent.interaction.request")) == 3
+        ws = rig.cli.cwd
+        assert (ws / "allowed.txt").read_text() == "allowed\n"
+        assert not (ws / "denied.txt").exists()
+        assert not (ws / "late.txt").exists()
+        sent = tool_results_sent(rig)
+        assert [bool(b.get("is_error")) for b in sent] == [False, True, True]
+        assert "denied" in result_text(sent[1])
+        assert "timed out" in result_text(sent[2])
+
+
+async def test_DPS_6_3_2_plan_mode_blocks_a_write():
+    """DPS-6.3.2-mode and DPS-6.3.2-block: after control.mode.switch to plan the CLI (which, with a
+    permission prompt tool, only asks) wants to Write; the gateway refuses it without asking a
+    master, the result says so and the file is not written."""
+    async with gateway("plan-mode") as rig:
+        session = await rig.create()
+        master = await rig.attach(session["session_id"])
+        await master.send("control.mode.switch", {"mode": "plan"})
+        change = await master.until("agent.state.changed", reason="mode_switch")
+        assert change["metadata"] == {"mode": "plan", "previous_mode": "default"}
+        frames = await turn(master, "Create plan.txt.")
+        assert frames[0]["type"] == "session.turn.start"
+        assert frames[0]["payload"]["mode"] == "plan"
+        [request] = of(frames, "tool.invoke.request")
+        [result] = of(frames, "tool.invoke.result")
+        assert request["payload"]["tool_name"] == "Write"
+        assert result["payload"]["invocation_id"] == request["payload"]["invocation_id"]
+        assert result["payload"]["status"] == "error"
+        assert result["payload"]["output"] == "Tool not allowed in current mode"
+        assert "agent.interaction.request" not in master.types()
+        assert not (rig.cli.cwd / "plan.txt").exists()
+        [sent] = tool_results_sent(rig)
+        assert sent.get("is_error") is True
+        assert "Tool not allowed in current mode" in result_text(sent)
+        assert texts(frames) == "Plan: write plan.txt once plan mode ends."
+        assert of(frames, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
+
+
+# --- cancel -------------------------------------------------------------------------------------
+
+
+async def test_DPS_6_1_2_cancel_mid_stream():
+    """DPS-6.1.2-cancel: mid-stream, the open text block is finished with is_cancelled, the turn
+    ends cancelled with its usage; the same CLI process then answers the next prompt."""
+    async with gateway("cancel-stream") as rig:
+        session = await rig.create()
+        sid = session["session_id"]
+        master = await rig.attach(sid)
+        start_at = len(master.frames)
+        await prompt(master, "Write a long story.")
+        start = await master.until("session.turn.start")
+        await master.until("agent.text.delta", timeout=30)
+        pid = rig.session(sid).process.pid
+        await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
+        end = await master.until("session.turn.end", timeout=15)
+        assert end["payload"]["stop_reason"] == "cancelled"
+        await end_of_turn(master)
+        frames = master.frames[start_at:]
+        done = of(frames, "agent.text.done")
+        assert done and done[-1]["payload"].get("is_cancelled") is True
+        assert done[-1]["payload"]["full_text"] == texts(frames)
+        assert texts(frames)
+        assert "Once upon a time there was a very long story that".startswith(texts(frames))
+        after = await turn(master, "Still there?")
+        assert texts(after) == "Still here."
+        assert of(after, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
+        # the interrupt did it: the same process answers (the SIGINT fallback would end it)
+        assert rig.session(sid).process.pid == pid
+
+
+async def test_DPS_6_1_2_cancel_mid_tool():
+    """DPS-6.1.2-cancel: while a Bash command runs, cancel gives the open call a cancelled result,
+    the turn ends cancelled, the command's process is gone, and the session keeps working."""
+    async with gateway("cancel-tool", auto_allow=frozenset({"Bash"})) as rig:
+        session = await rig.create()
+        sid = session["session_id"]
+        master = await rig.attach(sid)
+        start_at = len(master.frames)
+        await prompt(master, "Wait for a while.")
+        start = await master.until("session.turn.start")
+        request = await master.until("tool.invoke.request", timeout=30)
+        assert request["payload"]["tool_name"] == "Bash"
+        pid = rig.session(sid).process.pid
+        marker = "time.sleep(30)"
+        await eventually(
+            lambda: [p for p in descendants(pid) if marker in cmdline(p)], what="the command"
+        )
+        await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
+        end = await master.until("session.turn.end", timeout=15)
+        assert end["payload"]["stop_reason"] == "cancelled"
+        await end_of_turn(master)
+        frames = master.frames[start_at:]
+        results = of(frames, "tool.invoke.result")
+        assert len(results) == 1
+        assert results[0]["payload"]["invocation_id"] == request["payload"]["invocation_id"]
+        assert results[0]["payload"]["status"] == "cancelled"
+        await eventually(
+            lambda: not [p for p in descendants(pid) if marker in cmdline(p)],
+            what="the command to stop",
+        )
+        after = await turn(master, "Still there?")
+        assert texts(after) == "Still here."
+        assert rig.session(sid).process.pid == pid
+
+
+# --- compaction and the single-turn profile ------------------------------------------------------
+
+
+async def test_DPS_6_3_1_compaction_requested():
+    """DPS-6.3.1-compact and DPS-7.2-compacted: control.session.compact makes the CLI compact (the
+    model gets its compaction request) and masters get session.compacted, trigger requested, with
+    the model's summary."""
+    async with gateway("compact") as rig:
+        session = await rig.create()
+        master = await rig.attach(session["session_id"])
+        await turn(master, "Tell me something to remember.")
+        start_at = len(master.frames)
+        await master.send("control.session.compact", {"instruction": "keep the rig facts"})
+        compacted = await master.until("session.compacted", timeout=30)
+        await master.until("session.turn.end", timeout=30)
+        await end_of_turn(master)
+        p = compacted["payload"]
+        assert p["trigger"] == "requested"
+        assert "e2e-compaction-summary" in p["summary"]
+        # the CLI's pre_tokens/post_tokens: the context the first answer reported, then less
+        assert p["previous_token_count"] >= 50000 > p["current_token_count"] > 0
+        frames = master.frames[start_at:]
+        assert frames[0]["type"] == "session.turn.start"
+        assert {f["turn_id"] for f in frames} == {frames[0]["payload"]["turn_id"]}
+        assert [r.answer for r in rig.requests] == ["call 1", "call 2"]
+        compaction = json.dumps(rig.requests[1].body["messages"][-1])
+        assert "CRITICAL: Respond with TEXT ONLY" in compaction
+        assert "keep the rig facts" in compaction
+
+
+async def test_DPS_18_respawn_oneshot_resumes_across_two_prompts(caplog):
+    """DPS-18-respawn: on claude-code-oneshot each prompt is one CLI process; after the first the
+    session is IDLE with no process; the second is spawned with --resume <agent session id> and the
+    model gets the first exchange again."""
+    caplog.set_level(logging.INFO, logger="rawp_gateway.session")
+    async with gateway("oneshot-resume", profile="claude-code-oneshot") as rig:
+        session = await rig.create()
+        sid = session["session_id"]
+        live = rig.session(sid)
+        assert live.process is None  # nothing runs before the first prompt
+        master = await rig.attach(sid)
+        first = await turn(master, "Remember the number 42.")
+        assert texts(first) == "I will remember 42."
+        assert of(first, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
+        await eventually(lambda: live.process is None and not live._spawning, what="the exit")
+        got = await (await rig.gw.get(f"/v1/session/{sid}")).json()
+        assert got["state"] == "IDLE"
+        asid = got["agent_session_id"]
+        second = await turn(master, "Which number did I ask you to remember?")
+        assert texts(second) == "You asked me to remember 42."
+        assert of(second, "session.turn.start")[0]["payload"]["turn_index"] == 1
+        await eventually(lambda: live.process is None, what="the second exit")
+        argvs = [r.argv for r in caplog.records if r.getMessage() == "agent started"]
+        assert len(argvs) == 2
+        assert "--resume" not in argvs[0]
+        assert argvs[0][argvs[0].index("-p") + 1] == "Remember the number 42."
+        assert argvs[1][-2:] == ["--resume", asid]
+        assert argvs[1][argvs[1].index("-p") + 1] == "Which number did I ask you to remember?"
+        # call 2 only answers a request that carries the first exchange
+        assert [r.answer for r in rig.requests] == ["call 1", "call 2"]
+        assert (await (await rig.gw.get(f"/v1/session/{sid}")).json())["agent_session_id"] == asid
+
+
+# --- masters: fan-out, reattach ---------------------------------------------------------------------
+
+
+async def test_DPS_2_4_two_masters_fan_out_relay_no_echo():
+    """DPS-2.4-broadcast, DPS-2.4-relay: both masters get every frame of the real CLI's turn in the
+    same order; the prompt is relayed to the other master and never echoed to its sender."""
+    async with gateway("turn") as rig:
+        session = await rig.create()
+        sid = session["session_id"]
+        a = await rig.attach(sid)
+        b = await rig.attach(sid)
+        sent = await prompt(a, "Say hello.")
+        for m in (a, b):
+            await m.until("session.turn.end", timeout=30)
+            await end_of_turn(m)
+        relayed = of(b.frames, "control.prompt.request")
+        assert len(relayed) == 1 and relayed[0] == sent  # the very frame, unchanged
+        assert "control.prompt.request" not in a.types()
+
+        def turn_frames(m: Master) -> list[str]:
+            return [f["message_id"] for f in m.frames if f.get("turn_id")]
+
+        assert turn_frames(a) == turn_frames(b)
+        assert texts(b.frames) == "Hello from the scripted model, through the gateway."
+        got = await (await rig.gw.get(f"/v1/session/{sid}")).json()
+        assert got["connections"] == 2
+
+
+async def test_DPS_7_1_history_reattach_after_a_drop_gets_exactly_the_missed_frames():
+    """DPS-7.1-history: a master loses its connection (TCP abort, no close frame) in the middle of a
+    real turn; on reattach with last_message_id its first frame after capabilities is
+    session.history holding exactly the frames it missed, in order, not truncated."""
+    async with gateway("two-turns") as rig:
+        session = await rig.create()
+        sid = session["session_id"]
+        watcher = await rig.attach(sid)
+        leaver = await rig.attach(sid)
+        await turn(leaver, "The first prompt.")
+        await watcher.until("session.turn.end", timeout=30)
+        await end_of_turn(watcher)
+        await prompt(watcher, "The second prompt.")
+        await leaver.until("session.turn.start", timeout=30)
+        await leaver.until("agent.text.delta", timeout=30)
+        last_seen = leaver.frames[-1]["message_id"]
+        leaver.drop()
+        await watcher.until("session.turn.end", timeout=30)
+        await end_of_turn(watcher)
+        await eventually(lambda: len(rig.session(sid).connections) == 1, what="the drop noticed")
+        idx = next(i for i, f in enumerate(watcher.frames) if f["message_id"] == last_seen)
+        missed = watcher.frames[idx + 1 :]
+        assert "agent.text.done" in [f["type"] for f in missed]
+        assert "session.turn.end" in [f["type"] for f in missed]
+
+        back = await rig.attach(sid, last_message_id=last_seen, announce=False)
+        assert (await back.next())["type"] == "session.capabilities"
+        history = await back.next()
+        assert history["type"] == "session.history"
+        replayed = history["payload"]["frames"]
+        assert replayed == missed  # the very frames, byte for byte as JSON values
+        status = history["payload"]["buffer_status"]
+        assert status["truncated"] is False and status["lost_frame_count"] == 0
+        assert status["policy_applied"] == "RING"
+        assert history["payload"]["last_message_id"] == missed[-1]["message_id"]
+        assert texts(missed).endswith("while a master is away.")
+
+
+# --- the session's end ------------------------------------------------------------------------------
+
+
+async def test_DPS_7_5_3_delete_during_a_turn():
+    """DPS-7.5.3-cleanup, DPS-7.7-deleted, DPS-17.2.3-signals: DELETE while a real Bash command
+    runs: the open call's result cancelled, then session.turn.end error, then session.deleted, then
+    the WebSocket closes; the CLI and the command's process are gone."""
+    async with gateway("delete-mid-tool", auto_allow=frozenset({"Bash"})) as rig:
+        session = await rig.create()
+        sid = session["session_id"]
+        master = await rig.attach(sid)
+        await prompt(master, "Wait for a while.")
+        request = await master.until("tool.invoke.request", timeout=30)
+        pid = rig.session(sid).process.pid
+        marker = "time.sleep(30)"
+        tool_pids = await eventually(
+            lambda: [p for p in descendants(pid) if marker in cmdline(p)], what="the command"
+        )
+        resp = await rig.gw.delete(f"/v1/session/{sid}")
+        assert resp.status == 200
+        assert (await resp.json())["state"] == "TERMINATED"
+        rest = await master.drain_until_closed()
+        # a close frame, code 1000, after session.deleted
+        assert master.end is not None and master.end.type == aiohttp.WSMsgType.CLOSE
+        assert master.end.data == 1000, master.end
+        types = [f["type"] for f in rest]
+        assert types[-1] == "session.deleted"
+        assert rest[-1]["payload"] == {
+            "session_id": sid, "reason": "master_request", "deleted_by": "master",
+        }  # fmt: skip
+        [result] = [f for f in rest if f["type"] == "tool.invoke.result"]
+        assert result["payload"]["invocation_id"] == request["payload"]["invocation_id"]
+        assert result["payload"]["status"] == "cancelled"
+        [end] = [f for f in rest if f["type"] == "session.turn.end"]
+        assert end["payload"]["stop_reason"] == "error"
+        assert types.index("tool.invoke.result") < types.index("session.turn.end")
+        assert types.index("session.turn.end") < types.index("session.deleted")
+        assert types.index("session.usage") == types.index("session.turn.end") + 1
+        assert not group_alive(pid)
+        await eventually(
+            lambda: not [p for p in tool_pids if marker in cmdline(p)],
+            timeout=5,
+            what="the command's processes to go",
+        )
+        assert (await (await rig.gw.get(f"/v1/session/{sid}")).json())["state"] == "TERMINATED"
+
+
+async def test_DPS_17_2_2_exit_agent_killed_by_a_signal():
+    """DPS-17.2.2-exit, DPS-4.4-error: the CLI's process group gets SIGKILL mid-stream: agent.error
+    fatal SIGNAL_EXIT (signal 9), then session.turn.end error, then the session ends."""
+    async with gateway("hang") as rig:
+        session = await rig.create()
+        sid = session["session_id"]
+        master = await rig.attach(sid)
+        await prompt(master, "Write a long story.")
+        await master.until("agent.text.delta", timeout=30)
+        pid = rig.session(sid).process.pid
+        os.killpg(pid, signal.SIGKILL)
+        rest = await master.drain_until_closed()
+        types = [f["type"] for f in rest]
+        [error] = [f for f in rest if f["type"] == "agent.error"]
+        p = error["payload"]
+        assert (p["error_code"], p["severity"], p["recoverable"]) == ("SIGNAL_EXIT", "fatal", False)
+        assert p["details"]["signal"] == signal.SIGKILL
+        [end] = [f for f in rest if f["type"] == "session.turn.end"]
+        assert end["payload"]["stop_reason"] == "error"
+        assert types.index("agent.error") < types.index("session.turn.end")
+        assert types[types.index("session.turn.end") + 1] == "session.usage"
+        assert types[-1] == "session.deleted"
+        assert rest[-1]["payload"]["reason"] == "error"
+        assert master.end is not None and master.end.type == aiohttp.WSMsgType.CLOSE
+        assert error["turn_id"] == end["turn_id"]
+        got = await (await rig.gw.get(f"/v1/session/{sid}")).json()
+        assert got["state"] == "TERMINATED"
+
+
+# --- protocol edges and security --------------------------------------------------------------------
+
+
+async def test_DPS_2_1_v_and_DPS_2_2_unknown_type_with_the_real_cli():
+    """DPS-2.1-v: a v 2 prompt is answered with session.error and never reaches the CLI;
+    DPS-2.2-unknown-type: unknown types (x-* and not) are ignored without an error or a disconnect;
+    the session then runs a real turn."""
+    async with gateway("turn") as rig:
+        session = await rig.create()
+        master = await rig.attach(session["session_id"])
+        await master.send("x-acme.custom", {"a": 1})
+        await master.send("agent.teleport", {"to": "mars"})
+        bad = await master.send("control.prompt.request", {"prompt_text": "Say hello."}, v=2)
+        err = await master.until("session.error")
+        assert err["payload"]["error_code"] == "UNSUPPORTED_VERSION"
+        assert err["payload"]["fatal"] is False
+        assert err["parent_id"] == bad["message_id"]
+        await asyncio.sleep(0.3)
+        assert rig.requests == [] and "session.turn.start" not in master.types()
+        frames = await turn(master, "Say hello.")
+        assert texts(frames) == "Hello from the scripted model, through the gateway."
+        assert len(rig.requests) == 1
+        assert [f for f in master.frames if f["type"] == "session.error"] == [err]
+
+
+async def test_401_without_the_token():
+    """control-plane.md Security: without the bearer token (or with a wrong one) HTTP and the
+    WebSocket upgrade are 401 UNAUTHORIZED and no session or CLI is started; with it a real turn
+    runs."""
+    async with gateway("turn", token="e2e-s3cret") as rig:
+        gw = rig.gw
+        for headers in (None, {"Authorization": "Bearer wrong"}):
+            resp = await gw.post("/v1/session", json={"agent": "claude-code"}, headers=headers)
+            assert resp.status == 401
+            assert (await resp.json())["error_code"] == "UNAUTHORIZED"
+        assert gw.server.app[SESSIONS] == {}
+        session = await rig.create()
+        sid = session["session_id"]
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await Master.attach(gw, sid)
+        assert refused.value.status == 401
+        resp = await gw.get(f"/v1/session/{sid}")
+        assert resp.status == 401
+        master = await rig.attach(sid)
+        frames = await turn(master, "Say hello.")
+        assert texts(frames) == "Hello from the scripted model, through the gateway."
+
+
+@pytest.mark.parametrize("max_frame_size", [None, 16384], ids=["default-1MiB", "16KiB"])
+async def test_10_mib_tool_output_is_cut_below_max_frame_size(max_frame_size):
+    """control-plane.md (a frame is never larger than max_frame_size; long tool output is cut and
+    marked truncated), DPS-5.3.1-result: a real Bash command prints 10 MiB. The CLI itself keeps
+    30000 characters (and says how much there was): truncated true at the default 1 MiB limit; at
+    16 KiB the gateway cuts further. Every frame fits; the session keeps working."""
+    kw = {} if max_frame_size is None else {"max_frame_size": max_frame_size}
+    async with gateway("big-output", auto_allow=frozenset({"Bash"}), **kw) as rig:
+        limit = rig.gw.server.app[CONFIG].max_frame_size
+        assert limit == (max_frame_size or 1024 * 1024)
+        session = await rig.create()
+        sid = session["session_id"]
+        master = await rig.attach(sid)
+        frames = await turn(master, "Print a lot.", timeout=60)
+        [result] = of(frames, "tool.invoke.result")
+        p = result["payload"]
+        assert (p["tool_name"], p["status"], p["truncated"]) == ("Bash", "success", True)
+        assert set(p["output"]) == {"x"}
+        assert 1000 < len(p["output"]) <= 30000 < 10485760
+        if max_frame_size is not None:
+            assert len(p["output"]) < max_frame_size
+        encoded = json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode()
+        assert len(encoded) <= limit
+        for f in master.frames:
+            size = len(json.dumps(f, separators=(",", ":"), ensure_ascii=False).encode())
+            assert size <= limit, (f["type"], size)
+        assert texts(frames) == "That was a lot of output."
+        after = await turn(master, "Still there?")
+        assert texts(after) == "Still here."
