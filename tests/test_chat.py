@@ -212,6 +212,11 @@ class FakeGateway:
                     continue
                 result = codec.decode(msg.data)
                 assert isinstance(result, codec.Accepted), result
+                if result.frame.TYPE.startswith("control."):
+                    # DPS-2.4-relay: to every other connection of the session, never back.
+                    for other in list(s.sockets):
+                        if other is not ws and not other.closed:
+                            await other.send_str(msg.data)
                 await self.on_control(s, result.frame)
         finally:
             if ws in s.sockets:
@@ -691,6 +696,32 @@ async def test_DPS_7_8_a_question_withdrawn_by_a_drop_is_asked_again_after_reatt
     (answer,) = sent(fake.session(), F.InteractionResponse)  # answered once, after the reattach
     assert answer.selected_value == "allow"
     assert "Removed x." in out
+
+
+async def test_a_second_master_sees_the_relayed_prompt_and_the_question_withdrawn(
+    fake: FakeGateway,
+):
+    """DPS-2.4-relay seen from a master: another master's prompt and answer reach this chat."""
+    async with GatewayClient(fake.url) as client:
+        sid = (await client.create_session("demo"))["session_id"]
+    s = fake.sessions[sid]
+
+    async def script(pipe: Pipe) -> None:
+        while not s.sockets:
+            await asyncio.sleep(0.01)
+        # Another master prompts and allows, while this chat waits at its prompt.
+        rc, _ = await chat(fake, "rm x\n", agent=None, session_id=sid, auto_answer="allow")
+        assert rc == 0
+        await asyncio.sleep(0.1)
+
+    rc, out = await run_interactive(fake, script, session_id=sid)
+    assert rc == 0, out
+    assert "» rm x\n" in out
+    assert "Allow Bash: rm x? [y/N] " in out
+    assert "(question withdrawn)" in out  # answered by the other master
+    assert "Removed x." in out
+    (answer,) = sent(s, F.InteractionResponse)  # this chat did not answer too
+    assert answer.selected_value == "allow"
 
 
 async def test_ctrl_c_during_a_turn_cancels_it(fake: FakeGateway):
