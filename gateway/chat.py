@@ -138,8 +138,11 @@ class Screen:
     def _write(self, text: str) -> None:
         if not text:
             return
-        self.out.write(text)
-        self.out.flush()
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except (BrokenPipeError, ValueError):
+            pass  # stdout went away (`| head`, a closed terminal): the session still ends cleanly
         self.at_line_start = text.endswith("\n")
 
     def stream(self, text: str, *, style: str = "", indent: str = "") -> None:
@@ -1055,7 +1058,10 @@ async def run_chat(
             reattach_delays=reattach_delays,
         )
         if handle_sigint:
-            loop.add_signal_handler(signal.SIGINT, chat.on_sigint)
+            try:
+                loop.add_signal_handler(signal.SIGINT, chat.on_sigint)
+            except (NotImplementedError, RuntimeError, ValueError):
+                handle_sigint = False  # no signal handlers here (Windows): Ctrl-C just quits
         try:
             status = await chat.run()
         finally:
