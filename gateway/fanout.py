@@ -43,6 +43,8 @@ class Connection:
         max_queue_bytes: int = 16 * 1024 * 1024,
         observe_latency_ns: Callable[[int], None] | None = None,
         clock_ns: Callable[[], int] | None = None,
+        abort: Callable[[], None] | None = None,
+        close_timeout: float = 2.0,
     ) -> None:
         self.id = conn_id
         self.ws = ws
@@ -58,14 +60,17 @@ class Connection:
         self.frames_sent = 0
         self._observe = observe_latency_ns
         self._clock_ns = clock_ns
-        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+        self._abort = abort
+        self._close_timeout = close_timeout
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._writer = loop.create_task(self._write_loop())
 
     def offer(self, data: bytes, t_ns: int = 0) -> None:
         if self._closing is not None:
             return
-        self._queue.append((data, t_ns))
-        self.queued_bytes += len(data)
-        if self.queued_bytes > self.max_queue_bytes:
+        # One frame always fits, however large: the bound is on what piles up behind it.
+        if self._queue and self.queued_bytes + len(data) > self.max_queue_bytes:
             self.overflowed = True
             self._queue.clear()
             self.queued_bytes = 0
@@ -74,6 +79,12 @@ class Connection:
                 "send queue overflow: this connection fell too far behind; "
                 "reattach with last_message_id",
             )
+            # A peer that stopped reading also blocks the close frame: drop it if it cannot be
+            # closed politely in time, so it holds no buffers.
+            self._loop.call_later(self._close_timeout, self._abort_if_open)
+        else:
+            self._queue.append((data, t_ns))
+            self.queued_bytes += len(data)
         self._wakeup.set()
 
     def close_after_flush(self, code: int = WSCloseCode.OK, reason: str = "") -> None:
@@ -106,6 +117,13 @@ class Connection:
             self._queue.clear()
             self.queued_bytes = 0
             self.closed.set()
+
+    def _abort_if_open(self) -> None:
+        if self.closed.is_set():
+            return
+        self._writer.cancel()
+        if self._abort is not None:
+            self._abort()
 
     async def aclose(self) -> None:
         """Stop writing now (the peer is gone)."""

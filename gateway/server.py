@@ -189,7 +189,12 @@ async def create_session(request: web.Request) -> web.Response:
         on_terminated=lambda s: _forget_terminated(app),
     )
     app[SESSIONS][session_id] = session
-    session.start()
+    await session.start()
+    if session.start_error is not None:
+        app[SESSIONS].pop(session_id, None)
+        raise ApiError(
+            502, "AGENT_START_FAILED", f"the {agent} agent could not start: {session.start_error}"
+        )
     log.info("session created", extra={"session": session_id, "agent": agent})
     return web.json_response(session.to_json(), status=201)
 
@@ -282,7 +287,14 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     )
     await ws.prepare(request)
     conn_id = str(uuid.uuid4())
-    conn = session.attach(conn_id, ws, role=role, last_message_id=last_message_id)
+    transport = request.transport
+    conn = session.attach(
+        conn_id,
+        ws,
+        role=role,
+        last_message_id=last_message_id,
+        abort=transport.abort if transport is not None else None,
+    )
     try:
         async for msg in ws:
             if msg.type == WSMsgType.TEXT:

@@ -31,6 +31,7 @@ from typing import Any
 
 import msgspec
 
+from parsers import events as ev
 from parsers.base import get as get_parser
 
 from . import config as cfg
@@ -95,6 +96,8 @@ class LiveSession:
         self.connections: dict[str, Connection] = {}
         self.process: AgentProcess | None = None
         self._spawning = False
+        self._spawned = asyncio.Event()
+        self.start_error: str | None = None
         self._stdin_pending: list[bytes] = []
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -143,9 +146,13 @@ class LiveSession:
 
     # --- lifecycle ------------------------------------------------------------------------------
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """Start the session; for a long-lived agent, wait until its process runs (or failed to
+        start: then ``start_error`` says why and the session is already terminated)."""
         self.perform(self.machine.start())
         self._arm_reattach_window()
+        if self._spawning:
+            await self._spawned.wait()
 
     async def delete(self, reason: str = "master_request", deleted_by: str = "master") -> None:
         self.perform(self.machine.delete(reason, deleted_by))
@@ -157,7 +164,13 @@ class LiveSession:
     # --- connections ----------------------------------------------------------------------------
 
     def attach(
-        self, conn_id: str, ws: Any, *, role: str, last_message_id: str | None
+        self,
+        conn_id: str,
+        ws: Any,
+        *,
+        role: str,
+        last_message_id: str | None,
+        abort: Callable[[], None] | None = None,
     ) -> Connection:
         conn = Connection(
             conn_id,
@@ -166,6 +179,7 @@ class LiveSession:
             max_queue_bytes=self.config.send_queue_bytes,
             observe_latency_ns=self.metrics.observe_latency_ns,
             clock_ns=time.perf_counter_ns,
+            abort=abort,
         )
         self.connections[conn_id] = conn
         self._cancel_timer("reattach-window")
@@ -255,6 +269,8 @@ class LiveSession:
             )
         except (AgentStartError, OSError, ValueError) as err:
             self._spawning = False
+            self.start_error = str(err)
+            self._spawned.set()
             log.error("agent did not start", extra={"session": self.id, "error": str(err)})
             self.metrics.process_started(self.profile.name)
             self.metrics.process_exited(self.profile.name, "error")
@@ -262,6 +278,7 @@ class LiveSession:
             return
         self.process = proc
         self._spawning = False
+        self._spawned.set()
         self.metrics.process_started(self.profile.name)
         log.info("agent started", extra={"session": self.id, "pid": proc.pid, "argv": argv})
         for data in self._stdin_pending:
@@ -274,12 +291,24 @@ class LiveSession:
     async def _pump(self, proc: AgentProcess) -> None:
         lines = self._lines
         machine = self.machine
+        parser = machine.parser
         clock = time.perf_counter_ns
         while (item := await proc.readline()) is not None:
             self._line_t_ns = item.t_ns
             t0 = clock()
-            actions = machine.agent_line(item.line)
-            lines.line(_line_kind(actions), clock() - t0)
+            events = parser.feed(item.line)
+            actions = machine.agent_events(events)
+            elapsed = clock() - t0
+            if events:
+                kind = type(events[0])
+                if kind is ev.ParseError:
+                    lines.parse_error()
+                elif kind is ev.Unknown:
+                    lines.unknown_kind()
+                else:
+                    lines.line(kind.__name__, elapsed)
+            else:
+                lines.line("none", elapsed)  # e.g. a stream event with nothing to say
             self.perform(actions)
         self._line_t_ns = 0
         self.perform(machine.agent_stdout_closed())
@@ -453,11 +482,3 @@ def _peek_type(data: str | bytes) -> str:
         return _peek.decode(data).type
     except (msgspec.DecodeError, msgspec.ValidationError):
         return "other"
-
-
-def _line_kind(actions: list[sm.Action]) -> str:
-    """A bounded label for what an agent line became: the first frame's type, or 'none'."""
-    for action in actions:
-        if isinstance(action, sm.Emit):
-            return action.frame.TYPE
-    return "none"

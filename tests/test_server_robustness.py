@@ -1,0 +1,209 @@
+"""Bad input loses nothing and gets a clear error: a huge agent line, a malformed agent line, a dead
+agent, a dropped master, a stuck master. Real server, real agent processes, real WebSockets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import sys
+from dataclasses import replace
+
+from gateway.server import SESSIONS
+from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+
+
+async def prompt_and_wait(master: Master, text: str) -> list[dict]:
+    start = len(master.frames)
+    await master.send("control.prompt.request", {"prompt_text": text})
+    await master.until("session.usage", timeout=60)
+    return master.frames[start:]
+
+
+async def test_a_64_MiB_agent_line_is_cut_to_max_frame_size_and_the_session_goes_on(tmp_path):
+    """The demo agent reads a 64 MiB file: its tool_result line is ~64 MiB. The process adapter reads
+    it whole, the result frame is cut under max_frame_size with truncated: true, and the session
+    serves the next prompt."""
+    (tmp_path / "big.txt").write_bytes(
+        (b"0123456789abcdef" * 64 + b"\n") * (64 * 1024 * 1024 // 1025)
+    )
+    config = make_config(tmp_path, agents={"demo": fast_demo()})
+    client = await start_gateway(config)
+    try:
+        session = await create_session(client)
+        master = await Master.attach(client, session["session_id"])
+        frames = await prompt_and_wait(master, "read big.txt")
+        result = next(f for f in frames if f["type"] == "tool.invoke.result")
+        assert result["payload"]["status"] == "success"
+        assert result["payload"]["truncated"] is True
+        assert len(json.dumps(result).encode()) <= config.max_frame_size
+        frames = await prompt_and_wait(master, "hello again")
+        assert frames[-1]["type"] == "session.usage"
+    finally:
+        await client.close()
+
+
+def noisy_demo():
+    """The demo agent, with a malformed line and an unknown kind printed before it starts."""
+    prelude = (
+        "import os, sys; print('this is not json', flush=True);"
+        'print(\'{"type": "brand_new_kind", "x": 1}\', flush=True);'
+        "os.execv(sys.executable, [sys.executable, '-m', 'gateway.demo_agent', *sys.argv[1:]])"
+    )
+    demo = fast_demo()
+    return replace(demo, command=(sys.executable, "-c", prelude, *demo.command[3:]))
+
+
+async def test_malformed_and_unknown_agent_lines_are_counted_not_fatal(tmp_path):
+    client = await start_gateway(make_config(tmp_path, agents={"demo": noisy_demo()}))
+    try:
+        session = await create_session(client)
+        master = await Master.attach(client, session["session_id"])
+        frames = await prompt_and_wait(master, "hello")
+        assert frames[-1]["type"] == "session.usage"
+        assert not [f for f in master.frames if f["type"] in ("agent.error", "session.error")]
+        metrics = await (await client.get("/metrics")).text()
+        assert 'rawp_gateway_agent_parse_errors_total{agent="demo"} 1.0' in metrics
+        assert 'rawp_gateway_agent_unknown_kinds_total{agent="demo"} 1.0' in metrics
+    finally:
+        await client.close()
+
+
+async def test_a_dead_agent_is_a_fatal_error_and_ends_the_session(tmp_path):
+    """DPS-17.2.2-exit: killed by SIGKILL mid-turn → agent.error fatal SIGNAL_EXIT with the signal,
+    then session.turn.end error, then session.deleted (reason error), then close."""
+    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo(delay_ms=100)}))
+    try:
+        session = await create_session(client)
+        sid = session["session_id"]
+        master = await Master.attach(client, sid)
+        await master.send("control.prompt.request", {"prompt_text": "a long answer " * 20})
+        await master.until("agent.text.delta")
+        live = client.server.app[SESSIONS][sid]
+        live.process.send_signal(signal.SIGKILL)
+        rest = await master.drain_until_closed()
+        types = [f["type"] for f in rest]
+        error = next(f for f in rest if f["type"] == "agent.error")["payload"]
+        assert (error["severity"], error["error_code"], error["recoverable"]) == (
+            "fatal", "SIGNAL_EXIT", False,
+        )  # fmt: skip
+        assert error["details"]["signal"] == signal.SIGKILL
+        assert (
+            types.index("agent.error")
+            < types.index("session.turn.end")
+            < types.index("session.deleted")
+        )
+        end = next(f for f in rest if f["type"] == "session.turn.end")
+        assert end["payload"]["stop_reason"] == "error"
+        assert rest[-1]["payload"]["reason"] == "error"
+        state = (await (await client.get(f"/v1/session/{sid}")).json())["state"]
+        assert state == "TERMINATED"
+    finally:
+        await client.close()
+
+
+async def test_an_agent_that_cannot_start_is_a_clear_http_error(tmp_path):
+    """A long-lived agent starts with its session: a missing CLI fails the POST, naming the file."""
+    missing = replace(fast_demo(), command=("/nonexistent/agent-cli", "-p"))
+    client = await start_gateway(make_config(tmp_path, agents={"demo": missing}))
+    try:
+        resp = await client.post("/v1/session", json={"agent": "demo"})
+        assert resp.status == 502
+        err = await resp.json()
+        assert err["error_code"] == "AGENT_START_FAILED"
+        assert "/nonexistent/agent-cli" in err["message"]
+        assert (await (await client.get("/v1/sessions")).json())["sessions"] == []
+    finally:
+        await client.close()
+
+
+async def test_a_single_turn_agent_that_cannot_start_reports_it_in_the_turn(tmp_path):
+    """DPS-17.2.2-exit: the spawn at the prompt fails → agent.error fatal (the reason in
+    details.stderr), session.turn.end error, session.deleted."""
+    missing = replace(
+        fast_demo(), command=("/nonexistent/agent-cli", "-p", "{prompt}"), single_turn_process=True
+    )
+    client = await start_gateway(make_config(tmp_path, agents={"demo": missing}))
+    try:
+        session = await create_session(client)
+        master = await Master.attach(client, session["session_id"])
+        await master.send("control.prompt.request", {"prompt_text": "hi"})
+        rest = await master.drain_until_closed()
+        types = [f["type"] for f in rest]
+        error = next(f for f in rest if f["type"] == "agent.error")["payload"]
+        assert error["severity"] == "fatal"
+        assert "/nonexistent/agent-cli" in error["details"]["stderr"]
+        assert types.index("agent.error") < types.index("session.turn.end")
+        assert types[-1] == "session.deleted"
+    finally:
+        await client.close()
+
+
+async def test_a_dropped_master_loses_nothing(tmp_path):
+    """A master that drops mid-turn reattaches and gets every frame it missed, the turn goes on."""
+    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo(delay_ms=30)}))
+    try:
+        session = await create_session(client)
+        sid = session["session_id"]
+        master = await Master.attach(client, sid)
+        await master.send("control.prompt.request", {"prompt_text": "a long answer " * 10})
+        await master.until("agent.text.delta")
+        last = master.frames[-1]["message_id"]
+        await master.ws.close()
+        await asyncio.sleep(0.5)
+        back = await Master.attach(client, sid, last_message_id=last, announce=False)
+        assert (await back.next())["type"] == "session.capabilities"
+        history = await back.next()
+        assert history["type"] == "session.history"
+        assert history["payload"]["buffer_status"]["truncated"] is False
+        await back.send(
+            "session.capabilities",
+            {"protocol_version": "rawp-dps-1.0", "supported_namespaces": ["agent"], "features": {}},
+        )
+        seen = [f["type"] for f in history["payload"]["frames"]]
+        if "session.usage" not in seen:
+            await back.until("session.usage", timeout=30)
+        everything = [*master.frames, *history["payload"]["frames"], *back.frames]
+        deltas = [f["payload"]["text"] for f in everything if f["type"] == "agent.text.delta"]
+        done = next(f for f in everything if f["type"] == "agent.text.done")
+        assert "".join(deltas) == done["payload"]["full_text"]
+    finally:
+        await client.close()
+
+
+async def test_a_stuck_master_is_closed_and_never_delays_the_others(tmp_path):
+    """A connection that stops reading overflows its bounded queue and is closed with 1013; the
+    other master gets the whole turn."""
+    # Room for two full frames per connection: a master that keeps reading never overflows.
+    config = make_config(tmp_path, agents={"demo": fast_demo()}, send_queue_bytes=2_200_000)
+    (tmp_path / "data.txt").write_text("line of text\n" * 120_000)  # ~1.5 MB: a ~1 MiB frame
+    client = await start_gateway(config)
+    try:
+        session = await create_session(client)
+        sid = session["session_id"]
+        good = await Master.attach(client, sid)
+        stuck = await client.ws_connect(
+            f"/v1/session/{sid}/ws", protocols=("rawp-dps-1.0",), max_msg_size=0
+        )
+        live = client.server.app[SESSIONS][sid]
+        _good, stuck_id = list(live.connections)
+        # A peer that stops reading: its socket buffers fill (kept small here so that a few frames
+        # do it), then the gateway's queue for it.
+        client_side = stuck._response.connection.transport
+        client_side.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client_side.pause_reading()
+        server_side = live.connections[stuck_id].ws._req.transport
+        server_side.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        for _ in range(12):
+            await prompt_and_wait(good, "read data.txt")
+        conn = live.connections.get(stuck_id)
+        assert conn is None or conn.overflowed
+        # It never read: the gateway dropped it (close frame or abort) and kept nothing for it.
+        for _ in range(100):
+            if stuck_id not in live.connections:
+                break
+            await asyncio.sleep(0.05)
+        assert stuck_id not in live.connections
+    finally:
+        await client.close()
