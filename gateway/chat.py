@@ -481,6 +481,7 @@ class Chat:
         self._turn_end: tuple[F.Frame, asyncio.TimerHandle] | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._background: set[asyncio.Task[Any]] = set()
+        self._idle = False  # the runner is at the prompt, waiting for a command
 
     # -- lifecycle
 
@@ -531,8 +532,15 @@ class Chat:
 
     async def _next_command(self) -> str | None:
         if self.interactive and self._queue.empty():
-            self.screen.ask(f"{self.s.bold}>{self.s.reset} ")
-        return await self._until_quit(self._queue.get())
+            self._show_prompt()
+        self._idle = True
+        try:
+            return await self._until_quit(self._queue.get())
+        finally:
+            self._idle = False
+
+    def _show_prompt(self) -> None:
+        self.screen.ask(f"{self.s.bold}>{self.s.reset} ")
 
     async def _until_quit(self, aw: Awaitable[Any]) -> Any:
         """``aw``'s result, or ``_Quit`` if the user quits or the session ends first."""
@@ -970,6 +978,8 @@ class Chat:
         # A turn lost with the connection is not over yet: a reattach may bring it back.
         if awaiting is not None and awaiting.turn_id == end.turn_id and not is_synthetic(frame):
             awaiting.finish(frame)
+        if self._idle and self.interactive:
+            self._show_prompt()  # another master's turn ended while we sat at the prompt
 
 
 # --------------------------------------------------------------------------- entry points
