@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from gateway.config import builtin_profiles, command_for
-from gateway.protocol.session import SessionMachine, Spawn
+from gateway.protocol import frames as F
+from gateway.protocol.session import Emit, SessionMachine, Signal, Spawn
 from parsers import events as ev
 from parsers.base import NoInput
 from parsers.base import get as get_parser
@@ -406,6 +407,47 @@ def test_DPS_18_respawn_the_next_prompt_resumes_the_reported_thread():
     machine.agent_exited("ok", 0)
     second = machine._start_prompt("two", None)
     assert [a for a in second if isinstance(a, Spawn)] == [Spawn(prompt="two", resume_id="01a2-t")]
+
+
+def single_turn_machine() -> SessionMachine:
+    machine = SessionMachine("0b7f3c1e-5d2a-4e8f-9a6b-1c2d3e4f5a6b", CodexParser(), NoInput())
+    machine.config = replace(machine.config, single_turn_process=True)
+    return machine
+
+
+def test_DPS_18_respawn_waits_for_the_previous_process_to_exit():
+    """The turn ends at turn.completed, but codex exec is still writing its thread: a prompt then
+    opens its turn at once and its process starts only when the previous one exited (two
+    processes resuming one thread side by side leave the second with nothing to say)."""
+    machine = single_turn_machine()
+    machine._start_prompt("one", None)
+    machine.agent_line(line({"type": "thread.started", "thread_id": "01a2-t"}))
+    machine.agent_line(line(usage(10, 1)))
+    assert machine.turn is None and machine.process_alive
+    waiting = machine._start_prompt("two", None)
+    assert machine.turn is not None and not [a for a in waiting if isinstance(a, Spawn)]
+    turn_id = machine.turn.turn_id
+    assert machine.agent_exited("ok", 0) == [Spawn(prompt="two", resume_id="01a2-t")]
+    assert machine.turn is not None and machine.turn.turn_id == turn_id  # still the same turn
+    assert machine.process_alive
+
+
+def test_DPS_6_1_2_cancel_a_prompt_whose_process_has_not_started():
+    """DPS-6.1.2-cancel: nothing runs yet, so nothing is signalled: the turn ends cancelled at once
+    and the previous process's exit starts nothing."""
+    machine = single_turn_machine()
+    machine._start_prompt("one", None)
+    machine.agent_line(line(usage(10, 1)))
+    machine._start_prompt("two", None)
+    assert machine.turn is not None
+    cancel = F.PromptCancel(target_turn_id=machine.turn.turn_id)
+    actions = machine._cancel("c1", cancel, "m1")
+    frames = [a.frame for a in actions if isinstance(a, Emit)]
+    assert not [a for a in actions if isinstance(a, Signal)]
+    end = next(f for f in frames if f.TYPE == "session.turn.end")
+    assert end.payload.stop_reason == "cancelled"  # type: ignore[attr-defined]
+    assert machine.turn is None
+    assert machine.agent_exited("ok", 0) == []
 
 
 def test_codex_profile_resume_command_replaces_the_command():

@@ -216,6 +216,8 @@ class SessionMachine:
         self._deleting: tuple[str, str] | None = None  # (reason, deleted_by) once delete began
         self._control_seq = 0
         self._pending_controls: dict[str, str] = {}  # request_id → what it was for
+        # A single-turn prompt waiting for the previous process to finish exiting (text, overrides).
+        self._waiting_spawn: tuple[str, F.ConfigOverrides | None] | None = None
         self.capabilities_frame = self._make(
             gateway_capabilities(self.config.features, max_frame_size=self.config.max_frame_size)
         )
@@ -346,6 +348,11 @@ class SessionMachine:
         self.process_alive = False
         if self.phase == "terminated":
             return []
+        waiting, self._waiting_spawn = self._waiting_spawn, None
+        if waiting is not None and kind == "ok" and self._deleting is None and self.turn:
+            # The previous single-turn process is gone: the waiting prompt's process starts now.
+            self.process_alive = True
+            return [self._spawn(*waiting)]
         out: list[Action] = []
         deleting = self._deleting is not None
         if kind != "ok" and not deleting:
@@ -497,10 +504,19 @@ class SessionMachine:
             if data is None:  # cannot happen for a long-lived profile with stdin prompts
                 return out + [Log("error", "agent cannot take prompts on stdin")]
             return out + [WriteStdin(data)]
+        if self.process_alive:
+            # The previous turn ended but its process is still exiting (codex exec writes its
+            # thread after turn.completed): a second process must not resume the thread beside
+            # it, so this one starts when that exit is reported.
+            self._waiting_spawn = (text, overrides)
+            return out
         self.process_alive = True
-        return out + [
-            Spawn(prompt=text, resume_id=self.agent_session_id, mode=self.mode, overrides=overrides)
-        ]
+        return out + [self._spawn(text, overrides)]
+
+    def _spawn(self, text: str, overrides: F.ConfigOverrides | None) -> Spawn:
+        return Spawn(
+            prompt=text, resume_id=self.agent_session_id, mode=self.mode, overrides=overrides
+        )
 
     def _cancel(self, conn_id: str, cancel: F.PromptCancel, mid: str) -> list[Action]:
         if self.turn is None or cancel.target_turn_id != self.turn.turn_id:
@@ -516,6 +532,10 @@ class SessionMachine:
             return []
         self.turn.cancel_requested = True
         out = self._deny_all_interactions("the turn was cancelled")
+        if self._waiting_spawn is not None:
+            # Its process never started: nothing to interrupt, the turn ends here.
+            self._waiting_spawn = None
+            return out + self._end_turn("cancelled")
         data = self.input.interrupt(self._next_request_id("interrupt"))
         if data is not None:
             out.append(WriteStdin(data))

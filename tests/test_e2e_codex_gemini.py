@@ -1,0 +1,301 @@
+"""End to end with the real Codex and Gemini CLIs: the real gateway server (``create_app``) spawns
+the pinned CLI through its built-in profile (``codex``, ``gemini``) against the rig's scripted model
+API, and a real WebSocket master drives it.
+
+Each test asserts what came out of the CLI through parser, mapper, session machine and server:
+frame sequences and payloads, and the model requests the scripted server received. The profiles
+are the built-in ones with only the binary, the rig's environment and (Gemini) a fixed model
+changed, so the argv templates, the resume mechanism and stdin handling are the ones users get.
+Scenarios are written here (``parse_scenario``): they hold only the model's answers and the
+workspace files, since the gateway, not the rig's runner, starts the CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from gateway.config import builtin_profiles
+from tests.gateway_peer import Master, create_session, make_config, start_gateway
+from tests.rig.env import require_cli
+from tests.rig.run import CliSetup, scripted_cli
+from tests.rig.scenario import parse_scenario
+
+pytestmark = pytest.mark.realcli
+
+GEMINI_MODEL = "gemini-2.5-flash"  # without -m the CLI first makes a routing call ("auto")
+
+
+@dataclass
+class Rig:
+    agent: str
+    cli: CliSetup
+    gw: TestClient
+
+    async def master(self) -> tuple[str, Master]:
+        session = await create_session(self.gw, self.agent)
+        master = await Master.attach(self.gw, session["session_id"])
+        caps = await master.next()
+        assert caps["type"] == "session.capabilities"
+        return session["session_id"], master
+
+    async def info(self, session_id: str) -> dict[str, Any]:
+        return await (await self.gw.get(f"/v1/session/{session_id}")).json()
+
+    @property
+    def model_requests(self) -> list[Any]:
+        return [
+            r
+            for r in self.cli.server.requests
+            if r.path.startswith("/v1/responses") or ":streamGenerateContent" in r.path
+        ]
+
+
+@contextlib.asynccontextmanager
+async def gateway(agent: str, calls: list[dict[str, Any]], **run: Any) -> AsyncIterator[Rig]:
+    """The scripted model server answering ``calls`` and a gateway whose built-in ``agent`` profile
+    runs the real CLI (with the rig's environment; its workspace root is the rig's workspace)."""
+    binary = require_cli(agent)
+    scenario = parse_scenario({"run": run, "calls": calls}, name=f"e2e-{agent}", agent=agent)
+    async with scripted_cli(scenario) as cli:
+        base = builtin_profiles(codex=str(binary), gemini=str(binary))[agent]
+        profile = replace(base, env=cli.env)
+        if agent == "gemini":
+            profile = replace(profile, command=(str(binary), "-m", GEMINI_MODEL, *base.command[1:]))
+        client = await start_gateway(make_config(cli.cwd, agents={agent: profile}))
+        try:
+            yield Rig(agent, cli, client)
+        finally:
+            await client.close()
+
+
+async def turn(master: Master, text: str, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """Send a prompt and read up to the session.usage right after its session.turn.end."""
+    start = len(master.frames)
+    await master.send("control.prompt.request", {"prompt_text": text})
+    await master.until("session.turn.end", timeout=timeout)
+    assert (await master.next())["type"] == "session.usage"  # DPS-7.5.2-usage
+    return master.frames[start:]
+
+
+def of(frames: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
+    return [f for f in frames if f["type"] == type_]
+
+
+def text_of(frames: list[dict[str, Any]]) -> str:
+    return "".join(f["payload"]["full_text"] for f in of(frames, "agent.text.done"))
+
+
+def check_turn(frames: list[dict[str, Any]]) -> dict[str, Any]:
+    """DPS-7.5.1-start, DPS-2.1-turn-id, DPS-5.3.1-result: the turn's frames in order; returns
+    its usage payload."""
+    start = next(i for i, f in enumerate(frames) if f["type"] == "session.turn.start")
+    turn_id = frames[start]["payload"]["turn_id"]
+    assert all(f.get("turn_id") == turn_id for f in frames[start:])
+    requests = {f["payload"]["invocation_id"] for f in of(frames, "tool.invoke.request")}
+    results = [f["payload"]["invocation_id"] for f in of(frames, "tool.invoke.result")]
+    assert sorted(results) == sorted(requests)
+    assert frames[-2]["type"] == "session.turn.end" and frames[-1]["type"] == "session.usage"
+    return frames[-1]["payload"]
+
+
+# --- Codex --------------------------------------------------------------------------------------
+
+CODEX_SHELL = [
+    {
+        "output": [
+            {"type": "function_call", "name": "exec_command", "arguments": {"cmd": "echo hi"}}
+        ]
+    },
+    {
+        "match": {"tool_output": True, "input_contains": "hi"},
+        "output": [{"type": "message", "text": "The command printed hi."}],
+    },
+]
+
+
+async def test_codex_prompt_with_a_shell_command():
+    """A prompt whose answer runs a command: shell request and its one result (exit 0 →
+    success, the command's output), the text, end_turn and the turn's usage."""
+    async with gateway("codex", CODEX_SHELL) as rig:
+        session_id, master = await rig.master()
+        frames = await turn(master, "Run echo.")
+        usage = check_turn(frames)
+        (request,) = of(frames, "tool.invoke.request")
+        (result,) = of(frames, "tool.invoke.result")
+        assert request["payload"]["tool_name"] == "shell"
+        assert "echo hi" in request["payload"]["input"]["command"]
+        assert result["payload"]["status"] == "success"
+        assert result["payload"]["output"] == "hi\n"
+        assert result["payload"]["output_type"] == "text"
+        assert text_of(frames) == "The command printed hi."
+        assert of(frames, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
+        assert usage["token_usage"]["input_tokens"] > 0
+        info = await rig.info(session_id)
+        assert info["state"] == "IDLE" and info["agent_session_id"]
+
+
+async def test_codex_second_prompt_resumes_the_thread():
+    """DPS-18-respawn: the second prompt runs ``codex exec resume <thread_id>``: the model gets
+    the first exchange again, the thread id stays, and the usage is the turn's own share of the
+    thread's cumulative count."""
+    calls = [
+        {
+            "match": {"last_user_contains": "Remember the number"},
+            "output": [{"type": "message", "text": "I will remember 42."}],
+        },
+        {
+            "match": {
+                "last_user_contains": "Which number",
+                "input_contains": "I will remember 42.",
+            },
+            "output": [{"type": "message", "text": "You asked me to remember 42."}],
+        },
+    ]
+    async with gateway("codex", calls) as rig:
+        session_id, master = await rig.master()
+        first = await turn(master, "Remember the number 42.")
+        thread = (await rig.info(session_id))["agent_session_id"]
+        second = await turn(master, "Which number did I ask you to remember?")
+        assert text_of(first) == "I will remember 42."
+        assert text_of(second) == "You asked me to remember 42."
+        assert (await rig.info(session_id))["agent_session_id"] == thread
+        assert len(rig.model_requests) == 2 and not rig.cli.server.unexpected
+        u1, u2 = check_turn(first)["token_usage"], check_turn(second)["token_usage"]
+        # Each model call is answered with the same small usage: the second turn's share equals
+        # the first turn's, although the CLI reports the thread's sum.
+        assert (u2["input_tokens"], u2["output_tokens"]) == (
+            u1["input_tokens"],
+            u1["output_tokens"],
+        )
+
+
+async def test_codex_http_error_is_an_agent_error_with_a_readable_code():
+    """An HTTP 401 from the model API: agent.error API_UNAUTHORIZED (http_status 401), the turn
+    ends with error, and the exit 1 that follows is a fatal agent.error named the same (DPS-4.4,
+    DPS-17.2.2), then the session ends."""
+    calls = [{"error": {"status": 401, "message": "Incorrect API key provided."}}]
+    async with gateway("codex", calls) as rig:
+        _, master = await rig.master()
+        await master.send("control.prompt.request", {"prompt_text": "Say hello."})
+        frames = await master.drain_until_closed(timeout=60)
+        errors = [f["payload"] for f in of(frames, "agent.error")]
+        assert [(e["error_code"], e["severity"]) for e in errors] == [
+            ("API_UNAUTHORIZED", "error"),
+            ("API_UNAUTHORIZED", "fatal"),
+        ]
+        assert errors[0]["details"]["http_status"] == 401
+        assert "Incorrect API key provided." in errors[0]["message"]
+        assert errors[1]["details"]["exit_code"] == 1
+        types = [f["type"] for f in frames]
+        assert types.index("session.turn.end") < types.index("session.deleted")
+        assert of(frames, "session.turn.end")[0]["payload"]["stop_reason"] == "error"
+
+
+async def test_codex_file_change_is_a_diff_when_the_workspace_shows_one():
+    """apply_patch through the real CLI: one request and one result for the file_change item;
+    the result is a unified diff when the gateway read the file before the patch landed, else
+    the list of changes as text (never a guessed diff)."""
+    patch = "*** Begin Patch\n*** Add File: hello.txt\n+hello\n*** End Patch\n"
+    calls = [
+        {"output": [{"type": "custom_tool_call", "name": "apply_patch", "input": patch}]},
+        {"match": {"tool_output": True}, "output": [{"type": "message", "text": "Added."}]},
+    ]
+    async with gateway("codex", calls) as rig:
+        _, master = await rig.master()
+        frames = await turn(master, "Add hello.txt.")
+        check_turn(frames)
+        (request,) = of(frames, "tool.invoke.request")
+        (result,) = of(frames, "tool.invoke.result")
+        path = str(rig.cli.cwd / "hello.txt")
+        assert request["payload"]["tool_name"] == "apply_patch"
+        assert request["payload"]["input"]["changes"] == [{"path": path, "kind": "add"}]
+        assert result["payload"]["status"] == "success"
+        assert result["payload"]["output_type"] == "diff"  # an added file needs no "before"
+        assert result["payload"]["output"] == f"--- /dev/null\n+++ {path}\n@@ -0,0 +1 @@\n+hello\n"
+
+
+# --- Gemini ---------------------------------------------------------------------------------------
+
+
+async def test_gemini_prompt_with_a_shell_command():
+    calls = [
+        {
+            "parts": [
+                {"text": "I will run a command."},
+                {"functionCall": {"name": "run_shell_command", "args": {"command": "echo hi"}}},
+            ]
+        },
+        {
+            "match": {"function_response": True, "contents_contain": "hi"},
+            "parts": [{"text": "The command printed hi."}],
+        },
+    ]
+    async with gateway("gemini", calls) as rig:
+        session_id, master = await rig.master()
+        frames = await turn(master, "Run echo.")
+        usage = check_turn(frames)
+        (request,) = of(frames, "tool.invoke.request")
+        (result,) = of(frames, "tool.invoke.result")
+        assert request["payload"]["tool_name"] == "run_shell_command"
+        assert request["payload"]["input"]["command"] == "echo hi"
+        assert result["payload"]["status"] == "success"
+        assert result["payload"]["output"].strip() == "hi"
+        assert [f["payload"]["full_text"] for f in of(frames, "agent.text.done")] == [
+            "I will run a command.",
+            "The command printed hi.",
+        ]
+        assert not of(frames, "agent.thinking.delta")
+        assert of(frames, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
+        assert usage["token_usage"]["input_tokens"] > 0
+        info = await rig.info(session_id)
+        assert info["state"] == "IDLE" and info["agent_session_id"]
+
+
+async def test_gemini_second_prompt_resumes_the_session():
+    """DPS-18-respawn: the second prompt runs with ``--resume <session_id>``: the model gets the
+    first exchange again and the session id stays."""
+    calls = [
+        {"match": {"last_user_contains": "Remember the number"}, "parts": [{"text": "I will."}]},
+        {
+            "match": {"last_user_contains": "Which number", "contents_contain": "I will."},
+            "parts": [{"text": "You asked me to remember 42."}],
+        },
+    ]
+    async with gateway("gemini", calls) as rig:
+        session_id, master = await rig.master()
+        first = await turn(master, "Remember the number 42.")
+        agent_session = (await rig.info(session_id))["agent_session_id"]
+        second = await turn(master, "Which number did I ask you to remember?")
+        check_turn(first)
+        check_turn(second)
+        assert text_of(second) == "You asked me to remember 42."
+        assert (await rig.info(session_id))["agent_session_id"] == agent_session
+        assert len(rig.model_requests) == 2 and not rig.cli.server.unexpected
+
+
+async def test_gemini_http_error_is_an_agent_error_with_a_readable_code():
+    """HTTP 400: the CLI exits 144 (400 cut to 8 bits), which DPS-17.2.2 alone would call signal
+    16; the fatal agent.error says API_BAD_REQUEST with the API's message, exit code 144 in
+    details, and the session ends."""
+    calls = [{"error": {"status": 400, "message": "Request contains an invalid argument."}}]
+    async with gateway("gemini", calls) as rig:
+        _, master = await rig.master()
+        await master.send("control.prompt.request", {"prompt_text": "Say hello."})
+        frames = await master.drain_until_closed(timeout=60)
+        errors = [f["payload"] for f in of(frames, "agent.error")]
+        assert [(e["error_code"], e["severity"]) for e in errors] == [
+            ("API_BAD_REQUEST", "error"),
+            ("API_BAD_REQUEST", "fatal"),
+        ]
+        fatal = errors[1]
+        assert fatal["details"]["exit_code"] == 144 and "signal" not in fatal["details"]
+        assert "HTTP 400" in fatal["message"]
+        assert fatal["message"].endswith("Request contains an invalid argument.")
+        assert of(frames, "session.turn.end")[0]["payload"]["stop_reason"] == "error"
+        assert frames[-1]["type"] == "session.deleted"
