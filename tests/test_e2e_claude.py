@@ -299,8 +299,9 @@ async def test_DPS_5_2_parallel_tools():
 
 async def test_DPS_6_2_permission_allow_deny_and_timeout():
     """DPS-4.3-interaction, DPS-5.2-request, DPS-6.2-interaction: the CLI asks (can_use_tool) for a
-    Write, a Bash and another Write; the master allows the first (the file is written), denies the
-    second (the command never runs) and lets the third time out (denied, not written)."""
+    Write, a Bash and two more Writes; the master allows the first (the file is written), denies the
+    second (the command never runs), lets timeout_sec pass on the third and sends
+    control.interaction.timeout for the fourth (both denied, not written)."""
     async with gateway("permissions", permission_timeout_sec=1.5) as rig:
         session = await rig.create()
         master = await rig.attach(session["session_id"])
@@ -326,6 +327,8 @@ async def test_DPS_6_2_permission_allow_deny_and_timeout():
         )
         result = await master.until("tool.invoke.result", timeout=30)
         assert (result["payload"]["tool_name"], result["payload"]["status"]) == ("Write", "success")
+        assert result["payload"]["output_type"] == "diff"  # DPS-5.3.3-output-type: a new file
+        assert "+allowed" in result["payload"]["output"]
 
         deny = await ask("Bash")
         await master.send(
@@ -343,25 +346,38 @@ async def test_DPS_6_2_permission_allow_deny_and_timeout():
         assert 1.0 < waited < 10, waited
         assert late["payload"]["interaction_id"] != deny["payload"]["interaction_id"]
 
+        gave_up = await ask("Write")  # DPS-6.2-interaction: the master's own timeout frame
+        await master.send(
+            "control.interaction.timeout", {"interaction_id": gave_up["payload"]["interaction_id"]}
+        )
+        result = await master.until("tool.invoke.result", timeout=30)
+        assert (result["payload"]["tool_name"], result["payload"]["status"]) == ("Write", "error")
+
         end = await master.until("session.turn.end", timeout=30)
+        await end_of_turn(master)
         assert end["payload"]["stop_reason"] == "end_turn"
-        assert end["payload"]["tool_invocation_count"] == 3
+        assert end["payload"]["tool_invocation_count"] == 4
         frames = master.frames[start:]
-        assert len(of(frames, "agent.interaction.request")) == 3
+        assert len(of(frames, "agent.interaction.request")) == 4
+        assert "session.error" not in [f["type"] for f in frames]
         ws = rig.cli.cwd
         assert (ws / "allowed.txt").read_text() == "allowed\n"
         assert not (ws / "denied.txt").exists()
         assert not (ws / "late.txt").exists()
+        assert not (ws / "gave-up.txt").exists()
         sent = tool_results_sent(rig)
-        assert [bool(b.get("is_error")) for b in sent] == [False, True, True]
+        assert [bool(b.get("is_error")) for b in sent] == [False, True, True, True]
         assert "denied" in result_text(sent[1])
         assert "timed out" in result_text(sent[2])
+        assert "timed out" in result_text(sent[3])
+        assert texts(frames) == "One written, one denied, two timed out."
 
 
 async def test_DPS_6_3_2_plan_mode_blocks_a_write():
     """DPS-6.3.2-mode and DPS-6.3.2-block: after control.mode.switch to plan the CLI (which, with a
     permission prompt tool, only asks) wants to Write; the gateway refuses it without asking a
-    master, the result says so and the file is not written."""
+    master, the result says so and the file is not written. Switched back to default, the Write is
+    asked for again and, allowed, writes the file."""
     async with gateway("plan-mode") as rig:
         session = await rig.create()
         master = await rig.attach(session["session_id"])
@@ -385,13 +401,34 @@ async def test_DPS_6_3_2_plan_mode_blocks_a_write():
         assert texts(frames) == "Plan: write plan.txt once plan mode ends."
         assert of(frames, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
 
+        # back to default: the CLI's mode is switched back too, and the same Write is asked for
+        await master.send("control.mode.switch", {"mode": "default"})
+        change = await master.until("agent.state.changed", reason="mode_switch")
+        assert change["metadata"] == {"mode": "default", "previous_mode": "plan"}
+        start_at = len(master.frames)
+        await prompt(master, "Now write it.")
+        ask = await master.until("agent.interaction.request", timeout=30)
+        assert ask["payload"]["context"]["tool_name"] == "Write"
+        await master.send(
+            "control.interaction.response",
+            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "allow"},
+        )
+        await master.until("session.turn.end", timeout=30)
+        await end_of_turn(master)
+        frames = master.frames[start_at:]
+        assert frames[0]["payload"]["mode"] == "default"
+        [result] = of(frames, "tool.invoke.result")
+        assert result["payload"]["status"] == "success"
+        assert (rig.cli.cwd / "plan.txt").read_text() == "written after plan mode\n"
+
 
 # --- cancel -------------------------------------------------------------------------------------
 
 
 async def test_DPS_6_1_2_cancel_mid_stream():
     """DPS-6.1.2-cancel: mid-stream, the open text block is finished with is_cancelled, the turn
-    ends cancelled with its usage; the same CLI process then answers the next prompt."""
+    ends cancelled with its usage; the same CLI process then answers the next prompt.
+    DPS-17.3.2-one-prompt: a prompt sent during the turn is refused and not delivered."""
     async with gateway("cancel-stream") as rig:
         session = await rig.create()
         sid = session["session_id"]
@@ -401,10 +438,19 @@ async def test_DPS_6_1_2_cancel_mid_stream():
         start = await master.until("session.turn.start")
         await master.until("agent.text.delta", timeout=30)
         pid = rig.session(sid).process.pid
+        # DPS-17.3.2-one-prompt: a second prompt meanwhile is refused and never reaches the CLI
+        second = await prompt(master, "Still there?")
+        err = await master.until("session.error")
+        assert (err["payload"]["error_code"], err["payload"]["fatal"]) == (
+            "PROMPT_IN_PROGRESS",
+            False,
+        )
+        assert err["parent_id"] == second["message_id"]
         await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
         end = await master.until("session.turn.end", timeout=15)
         assert end["payload"]["stop_reason"] == "cancelled"
         await end_of_turn(master)
+        assert len(rig.requests) == 1  # the refused prompt started no model request
         frames = master.frames[start_at:]
         done = of(frames, "agent.text.done")
         assert done and done[-1]["payload"].get("is_cancelled") is True
@@ -486,7 +532,7 @@ async def test_DPS_6_3_1_compaction_requested():
 async def test_DPS_18_respawn_oneshot_resumes_across_two_prompts(caplog):
     """DPS-18-respawn: on claude-code-oneshot each prompt is one CLI process; after the first the
     session is IDLE with no process; the second is spawned with --resume <agent session id> and the
-    model gets the first exchange again."""
+    model gets the first exchange again; DELETE while idle ends the session at once."""
     caplog.set_level(logging.INFO, logger="rawp_gateway.session")
     async with gateway("oneshot-resume", profile="claude-code-oneshot") as rig:
         session = await rig.create()
@@ -514,6 +560,16 @@ async def test_DPS_18_respawn_oneshot_resumes_across_two_prompts(caplog):
         # call 2 only answers a request that carries the first exchange
         assert [r.answer for r in rig.requests] == ["call 1", "call 2"]
         assert (await (await rig.gw.get(f"/v1/session/{sid}")).json())["agent_session_id"] == asid
+        # DELETE while idle: nothing to stop, the session ends at once
+        start_at = len(master.frames)
+        resp = await rig.gw.delete(f"/v1/session/{sid}")
+        assert (await resp.json())["state"] == "TERMINATED"
+        rest = await master.drain_until_closed()
+        assert (
+            [f["type"] for f in master.frames[start_at:]]
+            == ["session.deleted"]
+            == [f["type"] for f in rest]
+        )
 
 
 # --- masters: fan-out, reattach ---------------------------------------------------------------------
