@@ -791,3 +791,37 @@ async def test_10_mib_tool_output_is_cut_below_max_frame_size(max_frame_size):
         assert texts(frames) == "That was a lot of output."
         after = await turn(master, "Still there?")
         assert texts(after) == "Still here."
+
+
+async def test_DPS_6_1_2_cancel_while_a_permission_is_pending():
+    """DPS-6.1.2-cancel with DPS-6.2-interaction: cancelling while the CLI waits for a permission
+    answer denies it, gives the call a cancelled result and ends the turn cancelled; the file is
+    not written and the session keeps working."""
+    async with gateway("cancel-permission") as rig:
+        session = await rig.create()
+        sid = session["session_id"]
+        master = await rig.attach(sid)
+        start_at = len(master.frames)
+        await prompt(master, "Write never.txt.")
+        start = await master.until("session.turn.start")
+        request = await master.until("tool.invoke.request", timeout=30)
+        ask = await master.until("agent.interaction.request", timeout=30)
+        await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
+        end = await master.until("session.turn.end", timeout=15)
+        assert end["payload"]["stop_reason"] == "cancelled"
+        await end_of_turn(master)
+        frames = master.frames[start_at:]
+        [result] = of(frames, "tool.invoke.result")
+        assert result["payload"]["invocation_id"] == request["payload"]["invocation_id"]
+        assert result["payload"]["status"] == "cancelled", result
+        assert not (rig.cli.cwd / "never.txt").exists()
+        late = await master.send(
+            "control.interaction.response",
+            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "allow"},
+        )
+        err = await master.until("session.error")
+        assert err["payload"]["error_code"] == "INTERACTION_NOT_FOUND"
+        assert err["parent_id"] == late["message_id"]
+        after = await turn(master, "Still there?")
+        assert texts(after) == "Still here."
+        assert not (rig.cli.cwd / "never.txt").exists()
