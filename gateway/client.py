@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, cast
@@ -439,13 +440,15 @@ def decode_history(payload: F.History) -> list[F.Frame]:
     return out
 
 
-_BlockKey = tuple[str | None, int]  # (parent_invocation_id of a subagent or None, content_index)
+# (turn_id, parent_invocation_id of a subagent or None, content_index): content indexes count
+# per turn, and a subagent's blocks are its own.
+_BlockKey = tuple[str | None, str | None, int]
 
 
 def _block_key(frame: F.Frame, content_index: int) -> _BlockKey:
     ctx = (frame.metadata or {}).get("subagent_context")
     parent = ctx.get("parent_invocation_id") if isinstance(ctx, dict) else None
-    return (parent, content_index)
+    return (frame.turn_id, parent, content_index)
 
 
 @dataclass
@@ -503,6 +506,9 @@ class MasterView:
         self._open = _Open()
         self._finalized: _Open | None = None  # what finalisation closed, until unfinalisation
         self._seen = codec.SeenWindow(65536)
+        # What real frames closed, and when (bounded: only recent closures can be out of order).
+        self._closed: OrderedDict[tuple[Any, ...], _dt.datetime] = OrderedDict()
+        self._closed_capacity = 4096
 
     # -- what is open, for a UI
 
@@ -538,52 +544,79 @@ class MasterView:
     # -- transitions
 
     def apply(self, frame: F.Frame) -> bool:
-        """Take one frame into the view. False (and no change) for a frame applied before."""
+        """Take one frame into the view. False (and no change) for a frame applied before.
+
+        Opening frames (a delta, a tool request, a question, a turn start) never reopen what a
+        frame with the same or a later timestamp already closed. In order that cannot happen;
+        in a history replayed by timestamp then message_id (DPS-2.3-history-order) it does
+        whenever an opener and its closer share a millisecond and the ids sort them the other way
+        round, and without this rule the view would be left with a call, block or turn open that
+        the gateway closed long ago.
+        """
         if not self._seen.first_time(frame.message_id):
             return False
         self.transcript.append(frame)
         o = self._open
         p = payload_of(frame)
-        if isinstance(p, F.TextDelta):
+        if isinstance(p, F.TextDelta | F.ThinkingDelta):
+            blocks = o.text if isinstance(p, F.TextDelta) else o.thinking
             key = _block_key(frame, p.content_index)
-            o.text.setdefault(key, (frame, []))[1].append(p.text)
-        elif isinstance(p, F.TextDone):
-            o.text.pop(_block_key(frame, p.content_index), None)
-        elif isinstance(p, F.ThinkingDelta):
+            if key in blocks:
+                blocks[key][1].append(p.text)
+            elif not self._closed_since((p.TYPE, *key), frame):
+                blocks[key] = (frame, [p.text])
+        elif isinstance(p, F.TextDone | F.ThinkingDone):
+            blocks = o.text if isinstance(p, F.TextDone) else o.thinking
             key = _block_key(frame, p.content_index)
-            o.thinking.setdefault(key, (frame, []))[1].append(p.text)
-        elif isinstance(p, F.ThinkingDone):
-            o.thinking.pop(_block_key(frame, p.content_index), None)
+            blocks.pop(key, None)
+            delta = F.TextDelta.TYPE if isinstance(p, F.TextDone) else F.ThinkingDelta.TYPE
+            self._close((delta, *key), frame)
         elif isinstance(p, F.InvokeRequest):
-            o.calls[p.invocation_id] = frame
+            if not self._closed_since(("call", p.invocation_id), frame):
+                o.calls[p.invocation_id] = frame
         elif isinstance(p, F.InvokeResult):
             o.calls.pop(p.invocation_id, None)
+            self._close(("call", p.invocation_id), frame)
         elif isinstance(p, F.InteractionRequest):
-            o.interactions[p.interaction_id] = frame
+            if not self._closed_since(("ask", p.interaction_id), frame):
+                o.interactions[p.interaction_id] = frame
         elif isinstance(p, F.InteractionResponse | F.InteractionTimeout):
             # Ours or relayed from another master (§2.4): either way nobody needs to ask again.
             o.interactions.pop(p.interaction_id, None)
+            self._close(("ask", p.interaction_id), frame)
         elif isinstance(p, F.TurnStart):
-            o.turn = frame
+            if not self._closed_since(("turn", p.turn_id), frame):
+                o.turn = frame
             if p.mode is not None:
                 self.mode = p.mode
         elif isinstance(p, F.TurnEnd):
             if self.turn_id == p.turn_id:
                 o.turn = None
+            self._close(("turn", p.turn_id), frame)
             # The turn is over, so nothing of it can still be asked.
             for iid, req in list(o.interactions.items()):
                 if req.turn_id == p.turn_id:
                     del o.interactions[iid]
+                    self._close(("ask", iid), frame)
         elif isinstance(p, F.StateChanged):
             o.agent_state = p.current_state
-        elif isinstance(p, F.ModeSwitch):
-            pass  # a request only; the mode changes when a turn starts with it
         elif isinstance(p, F.Usage):
             if not (frame.metadata or {}).get("subagent_context"):
                 self.last_usage = p
         elif isinstance(p, F.Deleted):
             self.deleted = p
         return True
+
+    def _close(self, key: tuple[Any, ...], frame: F.Frame) -> None:
+        self._closed[key] = _timestamp_key(frame.timestamp)
+        self._closed.move_to_end(key)
+        if len(self._closed) > self._closed_capacity:
+            self._closed.popitem(last=False)
+
+    def _closed_since(self, key: tuple[Any, ...], frame: F.Frame) -> bool:
+        """True if ``key`` was closed by a frame no older than ``frame`` (see ``apply``)."""
+        closed = self._closed.get(key)
+        return closed is not None and _timestamp_key(frame.timestamp) <= closed
 
     def _synth(self, payload: F.Payload, like: F.Frame | None) -> F.Frame:
         metadata: dict[str, Any] = {"synthetic": True}
@@ -605,9 +638,9 @@ class MasterView:
         """
         o = self._open
         made: list[F.Frame] = []
-        for (_, index), (first, _parts) in o.thinking.items():
+        for (_, _, index), (first, _parts) in o.thinking.items():
             made.append(self._synth(F.ThinkingDone(content_index=index), first))
-        for (_, index), (first, parts) in o.text.items():
+        for (_, _, index), (first, parts) in o.text.items():
             made.append(
                 self._synth(F.TextDone(content_index=index, full_text="".join(parts)), first)
             )

@@ -323,6 +323,71 @@ def test_DPS_2_3_history_order_by_timestamp_then_message_id():
     assert texts == "abcd"
 
 
+def test_DPS_2_3_history_order_ties_never_leave_closed_things_open():
+    """DPS-2.3-history-order sorts same-millisecond frames by message_id, which can put a closer
+    before its opener (a result before its request); the view still ends with nothing open."""
+    same_ms = "2026-11-29T21:00:00.005Z"
+    ids = iter(f"00000000-0000-4000-8000-{n:012d}" for n in range(99, 0, -1))  # falling ids
+
+    def at(payload: F.Payload) -> F.Frame:
+        cls = F.FRAME_CLASSES[payload.TYPE]
+        return cls(
+            v=1,
+            message_id=next(ids),
+            timestamp=same_ms,
+            session_id=SESSION,
+            turn_id=TURN,
+            payload=payload,
+        )
+
+    produced = [
+        at(F.TurnStart(turn_id=TURN, turn_index=0)),
+        at(F.ThinkingDelta(content_index=0, text="hm")),
+        at(F.ThinkingDone(content_index=0)),
+        at(F.TextDelta(content_index=1, text="hi")),
+        at(F.TextDone(content_index=1, full_text="hi")),
+        at(F.InvokeRequest(invocation_id=CALL, tool_name="Glob", input={})),
+        at(
+            F.InteractionRequest(
+                interaction_id=ASK,
+                interaction_type="YN",
+                question_text="?",
+                timeout_sec=1,
+                options=[],
+            )
+        ),
+        at(F.InteractionTimeout(interaction_id=ASK)),
+        at(
+            F.InvokeResult(
+                invocation_id=CALL,
+                tool_name="Glob",
+                status="success",
+                output="",
+                output_type="text",
+            )
+        ),
+        at(F.TurnEnd(turn_id=TURN, stop_reason="end_turn")),
+    ]
+    replayed = history_order(produced)
+    assert replayed == produced[::-1]  # every closer now comes before its opener
+
+    view = MasterView(SESSION)
+    outcome = view.history(history_payload(produced))
+    assert outcome.applied == replayed
+    assert view.turn_id is None and view.open_calls == [] and view.open_blocks == 0
+    assert view.pending_interactions == []
+    assert view.finalize() == []  # nothing made up for things that really ended
+
+
+def test_a_new_block_with_an_index_reused_in_a_later_turn_opens():
+    gw = make_factory()
+    view = MasterView(SESSION)
+    view.apply(gw.frame(F.TextDelta(content_index=0, text="a"), turn_id=TURN))
+    view.apply(gw.frame(F.TextDone(content_index=0), turn_id=TURN))
+    view.apply(gw.frame(F.TextDelta(content_index=0, text="b"), turn_id="another-turn"))
+    assert view.open_blocks == 1
+
+
 def test_DPS_2_3_history_order_skips_frames_already_seen():
     gw = make_factory()
     view = MasterView(SESSION)
