@@ -35,6 +35,7 @@ from tests.rig.run import CliSetup, scripted_cli
 pytestmark = pytest.mark.realcli
 
 SCENARIOS = Path(__file__).resolve().parent / "rig" / "scenarios" / "claude-code-e2e"
+TEST_LIMIT_S = 60.0  # one test's body, and separately the gateway's shutdown after it
 
 
 @dataclass
@@ -88,9 +89,12 @@ async def gateway(
         client = await start_gateway(config)
         headers = {"Authorization": f"Bearer {token}"} if token else None
         try:
-            yield Rig(cli, client, headers, profile)
+            # A hang anywhere (CLI, gateway, a wait in the test) is a failure, not a stall.
+            async with asyncio.timeout(TEST_LIMIT_S):
+                yield Rig(cli, client, headers, profile)
         finally:
-            await client.close()
+            async with asyncio.timeout(TEST_LIMIT_S):
+                await client.close()  # deletes live sessions: the CLI is stopped
 
 
 async def prompt(master: Master, text: str) -> dict[str, Any]:
