@@ -64,6 +64,7 @@ from .client import (
     GatewayError,
     InputType,
     MasterView,
+    decode_history,
     is_synthetic,
     payload_of,
 )
@@ -786,8 +787,13 @@ class Chat:
                 )
             else:
                 self.screen.line("(reattached)", style=self.s.dim)
-            for frame in outcome.applied:
-                self._present(frame)
+            # The view replayed them by timestamp then message_id (DPS-2.3-history-order), which
+            # shuffles frames of one millisecond; printed, they keep the order the gateway sent.
+            applied = {f.message_id for f in outcome.applied}
+            for frame in decode_history(payload):
+                if frame.message_id in applied:
+                    applied.discard(frame.message_id)
+                    self._present(frame)
             # A question that finalisation withdrew and nobody answered since: ask it again.
             asking = self._asking[0] if self._asking is not None else None
             for request in self.view.pending_interactions:

@@ -54,6 +54,7 @@ __all__ = [
     "GatewayError",
     "HistoryOutcome",
     "MasterView",
+    "decode_history",
     "history_order",
     "is_synthetic",
     "master_capabilities",

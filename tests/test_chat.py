@@ -332,9 +332,14 @@ class FakeGateway:
             # The connection fails mid-turn; the turn goes on and its frames are buffered.
             for ws in list(s.sockets):
                 await ws.close()
+            # Produced within one millisecond, as a real gateway does: the history's ordering
+            # (timestamp, then random message_id) shuffles them.
+            clock, now = s.factory.clock, s.factory.clock()
+            s.factory.clock = lambda: now
             await s.emit(F.TextDelta(content_index=0, text=" hard"), turn_id=tid)
             await s.emit(F.TextDone(content_index=0, full_text="Working hard"), turn_id=tid)
             await result(iid, "Bash", "success", "built")
+            s.factory.clock = clock
             await asyncio.sleep(0.3)  # let the client reattach before the turn ends
         elif text == "delegate":
             await s.emit(F.ThinkingDelta(content_index=0, text="Hmm."), turn_id=tid)
