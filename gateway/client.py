@@ -27,7 +27,9 @@ Three layers, each usable alone:
   ``metadata.synthetic: true`` (DPS-7.8-finalize). ``history(payload)`` (after a reattach) removes
   those synthetic frames, restores what was open and replays the history ordered by ``timestamp``
   then ``message_id`` (DPS-2.3-history-order, DPS-7.8-unfinalize), except when the buffer was
-  truncated or the history holds ``session.deleted``: then the finalisation stands.
+  truncated or the history holds ``session.deleted``: then the finalisation stands. Because that
+  order shuffles frames of one millisecond (message ids are random), an opening frame never
+  reopens what a frame of the same or a later timestamp already closed.
 """
 
 from __future__ import annotations
