@@ -6,8 +6,9 @@ Three layers, each usable alone:
 
 * ``GatewayClient`` speaks the HTTP control plane of ``/work/shared/spec/control-plane.md``:
   ``POST /v1/session`` (create), ``GET`` and ``DELETE /v1/session/{id}``, ``GET /v1/agents``, with
-  ``Authorization: Bearer <token>`` when a token is given. A 4xx/5xx answer raises ``GatewayError``
-  carrying the gateway's ``error_code``; transport failures stay aiohttp's own exceptions.
+  ``Authorization: Bearer <token>`` when a token is given. A 4xx/5xx answer (or a refused
+  WebSocket upgrade) raises ``GatewayError`` carrying the gateway's ``error_code``; transport
+  failures stay aiohttp's own exceptions.
 
 * ``Connection`` is one WebSocket on ``ws_path`` with subprotocol ``rawp-dps-1.0``. Right after the
   upgrade it sends our ``session.capabilities`` announcing every feature (``ALL_FEATURES``): a
@@ -15,10 +16,10 @@ Three layers, each usable alone:
   (DPS-12.2-filter), so announcing less would only hide things. ``receive()`` returns typed frames
   (``gateway.protocol.frames``) decoded by the codec; unknown types are logged and skipped
   (DPS-2.2-unknown-type), a frame of another envelope version is answered with ``session.error``
-  (DPS-2.1-v), duplicates are dropped (DPS-2.1-idempotent). Every received ``message_id`` (and a
-  ``session.history``'s ``last_message_id``) is kept in ``last_message_id`` so that
-  ``GatewayClient.attach(..., last_message_id=conn.last_message_id)`` reattaches where this
-  connection stopped.
+  (DPS-2.1-v), duplicates are dropped (DPS-2.1-idempotent). ``last_message_id`` names the newest
+  frame received that the gateway's replay buffer surely holds (a ``session.history`` moves it to
+  the history's ``last_message_id``), so that ``GatewayClient.attach(...,
+  last_message_id=conn.last_message_id)`` reattaches where this connection stopped.
 
 * ``MasterView`` is the master's picture of a session and the master-side rules of §7.8, with no
   I/O at all: fed frames (received, or sent by us), it tracks open text/thinking blocks, open tool
