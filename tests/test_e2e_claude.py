@@ -829,3 +829,41 @@ async def test_DPS_6_1_2_cancel_while_a_permission_is_pending():
         after = await turn(master, "Still there?")
         assert texts(after) == "Still here."
         assert not (rig.cli.cwd / "never.txt").exists()
+
+
+async def test_DPS_7_1_history_detached_session_reattach_answers_the_pending_permission():
+    """DPS-7.1-history with the session DETACHED: the only master drops while the real CLI waits
+    for a permission answer; the session keeps the CLI and the question; on reattach the master gets
+    session.history (nothing new was missed) and the question again, answers it, and the turn
+    finishes with the file written."""
+    async with gateway("drop-permission") as rig:
+        session = await rig.create()
+        sid = session["session_id"]
+        master = await rig.attach(sid)
+        await prompt(master, "Write after-drop.txt.")
+        ask = await master.until("agent.interaction.request", timeout=30)
+        await master.until("agent.state.changed", current_state="awaiting_input")
+        last_seen = master.frames[-1]["message_id"]
+        pid = rig.session(sid).process.pid
+        master.drop()
+        await eventually(lambda: rig.session(sid).state == "DETACHED", what="DETACHED")
+        got = await (await rig.gw.get(f"/v1/session/{sid}")).json()
+        assert (got["state"], got["connections"]) == ("DETACHED", 0)
+
+        back = await rig.attach(sid, last_message_id=last_seen)
+        assert (await back.next())["type"] == "session.capabilities"
+        history = await back.next()
+        assert history["type"] == "session.history"
+        assert history["payload"]["frames"] == []
+        assert history["payload"]["buffer_status"]["truncated"] is False
+        again = await back.until("agent.interaction.request")
+        assert again == ask  # the same frame, sent again to the new connection
+        await back.send(
+            "control.interaction.response",
+            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "allow"},
+        )
+        await back.until("session.turn.end", timeout=30)
+        await end_of_turn(back)
+        assert (rig.cli.cwd / "after-drop.txt").read_text() == "written after a reattach\n"
+        assert texts(back.frames) == "Written after all."
+        assert rig.session(sid).process.pid == pid
