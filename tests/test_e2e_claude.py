@@ -867,3 +867,28 @@ async def test_DPS_7_1_history_detached_session_reattach_answers_the_pending_per
         assert (rig.cli.cwd / "after-drop.txt").read_text() == "written after a reattach\n"
         assert texts(back.frames) == "Written after all."
         assert rig.session(sid).process.pid == pid
+
+
+async def test_DPS_7_7_deleted_reattach_window_runs_out_mid_turn():
+    """DPS-7.7-deleted (reason timeout), DPS-17.2.3-signals: the only master drops mid-turn and
+    does not come back within reattach_window_sec; the session ends and the real CLI is stopped."""
+    async with gateway("hang") as rig:
+        session = await rig.create(reattach_window_sec=0.5)
+        sid = session["session_id"]
+        master = await rig.attach(sid)
+        await prompt(master, "Write a long story.")
+        await master.until("agent.text.delta", timeout=30)
+        pid = rig.session(sid).process.pid
+        master.drop()
+        live = rig.session(sid)
+        await eventually(lambda: live.state == "TERMINATED", timeout=15, what="the window to end")
+        await eventually(lambda: not group_alive(pid), timeout=10, what="the CLI to be stopped")
+        assert live.machine.turn is None
+        # nobody was attached, but the turn was still ended the DPS way (error) before the end
+        metrics = await (await rig.gw.get("/metrics")).text()
+        assert 'rawp_gateway_turns_total{stop_reason="error"} 1.0' in metrics
+        resp = await rig.gw.get(f"/v1/session/{sid}")
+        assert (await resp.json())["state"] == "TERMINATED"
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await rig.attach(sid)
+        assert refused.value.status == 409
