@@ -1106,28 +1106,33 @@ def add_chat_arguments(
 ) -> None:
     """The chat's options on ``parser``.
 
-    ``with_url`` adds the required ``--url`` (``chat``); ``demo`` passes False since it starts
-    its own server, and its ``--agent`` defaults to ``demo`` in ``run_demo``. A ``--url`` the
-    caller already added is kept.
+    ``with_url=True`` (``chat``): ``--url`` (required; kept if the caller added its own),
+    ``--agent``, ``--token-file``, ``--workspace``, ``--session``, ``--yes``/``--no``, ``--keep``.
+    ``with_url=False`` (``demo``, which runs its own tokenless server and ends with it): only
+    ``--agent`` (default ``demo``), ``--workspace`` and ``--yes``/``--no``.
     """
     if with_url:
         with contextlib.suppress(argparse.ArgumentError):  # the caller added its own --url
             parser.add_argument(
                 "--url", required=True, help="the gateway's base URL, http://host:port"
             )
+    else:
+        default_agent = default_agent or "demo"
     agent_help = "agent profile for a new session"
     parser.add_argument(
         "--agent",
         default=default_agent,
         help=agent_help + (f" (default {default_agent})" if default_agent else ""),
     )
-    parser.add_argument(
-        "--token-file", help="file holding the bearer token (else $RAWP_GATEWAY_TOKEN)"
-    )
+    if with_url:
+        parser.add_argument(
+            "--token-file", help="file holding the bearer token (else $RAWP_GATEWAY_TOKEN)"
+        )
     parser.add_argument(
         "--workspace", help="the session's workspace_path (inside the gateway's workspace root)"
     )
-    parser.add_argument("--session", dest="session_id", help="attach to this existing session")
+    if with_url:
+        parser.add_argument("--session", dest="session_id", help="attach to this existing session")
     answers = parser.add_mutually_exclusive_group()
     answers.add_argument(
         "--yes",
@@ -1143,7 +1148,8 @@ def add_chat_arguments(
         const="deny",
         help="deny every permission question without asking",
     )
-    parser.add_argument("--keep", action="store_true", help="do not delete the session on exit")
+    if with_url:
+        parser.add_argument("--keep", action="store_true", help="do not delete the session on exit")
 
 
 def read_token(token_file: str | None) -> str | None:
@@ -1239,7 +1245,6 @@ async def run_demo_async(
                 stdin=stdin,
                 stdout=stdout,
                 auto_answer=getattr(args, "auto_answer", None),
-                keep=getattr(args, "keep", False),
             )
         finally:
             await runner.cleanup()
