@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config import builtin_profiles, command_for
+from gateway.config import ConfigError, builtin_profiles, command_for, load_config
 from gateway.protocol import frames as F
 from gateway.protocol.session import Emit, SessionMachine, Signal, Spawn
 from parsers import events as ev
@@ -460,6 +460,30 @@ def test_codex_profile_resume_command_replaces_the_command():
     assert first == ["/bin/codex", "exec", *flags, "-p is a prompt"]
     again = command_for(profile, prompt="next", workspace="/w", resume_id="01a2-t")
     assert again == ["/bin/codex", "exec", "resume", *flags, "01a2-t", "next"]
+
+
+def test_resume_command_in_a_config_file(tmp_path):
+    """A configured profile can say resume_command too; it must be a list (no shell)."""
+    good = tmp_path / "good.toml"
+    good.write_text(
+        '[agents.my-codex]\nparser = "codex"\ncommand = ["codex", "exec", "--json", "{prompt}"]\n'
+        "single_turn_process = true\n"
+        'resume_command = ["codex", "exec", "resume", "--json", "{session_id}", "{prompt}"]\n'
+    )
+    profile = load_config(good, environ={}).agents["my-codex"]
+    assert profile.resume_command == (
+        "codex",
+        "exec",
+        "resume",
+        "--json",
+        "{session_id}",
+        "{prompt}",
+    )
+    assert command_for(profile, prompt="p", workspace="/w", resume_id="t")[-2:] == ["t", "p"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[agents.codex]\nresume_command = "codex exec resume {session_id}"\n')
+    with pytest.raises(ConfigError, match="resume_command must be a non-empty list"):
+        load_config(bad, environ={})
 
 
 # A stand-in for `codex exec`: like the real CLI it reads a piped stdin to EOF first (so it would
