@@ -90,6 +90,16 @@ class History:
         self.high_watermark = max(self.high_watermark, self.bytes)
         return True, gone, gone_bytes
 
+    def mark(self, message_id: str) -> None:
+        """A frame sent to one connection only (a greeting, an error reply) is not kept, but a master
+        may name it as the last frame it saw: it stands where it was sent. An id already known keeps
+        its first place, so a reattach after it can replay too much (duplicates), never too little.
+        """
+        if message_id not in self._seq_of:
+            self._seq_of[message_id] = self._next_seq - 1
+            if len(self._seq_of) > self._id_memory:
+                self._seq_of.popitem(last=False)
+
     def since(self, message_id: str) -> Replay:
         """The frames after ``message_id`` that are still here, and how many are not."""
         seq = self._seq_of.get(message_id)

@@ -386,6 +386,7 @@ class LiveSession:
             conn = self.connections.get(action.to)
             if conn is not None:
                 conn.offer(data)
+                self.history.mark(frame.message_id)
             return
         t_ns = self._line_t_ns
         type_ = frame.TYPE

@@ -59,6 +59,26 @@ def test_clock_formats_iso8601_utc_milliseconds_with_z():
     assert clock() == "2026-03-16T09:00:00.123Z"
 
 
+def test_DPS_2_3_history_order_timestamps_never_repeat():
+    """DPS-2.3-history-order: masters sort history by timestamp then message_id; frames made in one
+    millisecond get increasing timestamps, so that sort keeps the order they were sent in."""
+    times = iter(
+        [5.0001, 5.0002, 5.0003, 5.999, 5.9995, 4.0, 7.0]
+    )  # a burst, and a clock step back
+    clock = Clock(time=lambda: next(times))
+    got = [clock() for _ in range(7)]
+    assert got == [
+        "1970-01-01T00:00:05.000Z",
+        "1970-01-01T00:00:05.001Z",
+        "1970-01-01T00:00:05.002Z",
+        "1970-01-01T00:00:05.999Z",
+        "1970-01-01T00:00:06.000Z",
+        "1970-01-01T00:00:06.001Z",
+        "1970-01-01T00:00:07.000Z",
+    ]
+    assert got == sorted(got)
+
+
 def test_factory_accepts_injected_sources():
     factory = FrameFactory(SESSION, new_id=lambda: "id", clock=lambda: "now")
     frame = factory.frame(F.SessionError(error_code="X", message="m", fatal=False))

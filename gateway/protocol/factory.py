@@ -9,7 +9,8 @@ decoding the agent's line and encoding the frame together, so:
 * ``UuidSource`` draws random bytes from the OS 8 KiB at a time, hex-encodes them once, and slices
   32 hex digits per id, setting the version nibble to ``4`` and the variant nibble to one of
   ``89ab`` (RFC 4122 §4.4). The ids are as random as ``uuid4()``'s (same OS source, 122 random bits).
-* ``Clock`` formats the ``YYYY-MM-DDTHH:MM:SS.`` prefix once per second and appends milliseconds.
+* ``Clock`` formats the ``YYYY-MM-DDTHH:MM:SS.`` prefix once per second and appends milliseconds;
+  its timestamps never repeat, so ordering by timestamp is the order frames were made in.
 
 Both sources are injectable (``random_bytes``, ``time``) so the core needs no real clock or entropy
 in tests. Nothing here does I/O beyond reading entropy.
@@ -51,22 +52,31 @@ class UuidSource:
 
 
 class Clock:
-    """ISO 8601 UTC timestamps with millisecond precision and ``Z``, e.g. ``2026-03-16T09:00:00.123Z``."""
+    """ISO 8601 UTC timestamps with millisecond precision and ``Z``, e.g. ``2026-03-16T09:00:00.123Z``,
+    strictly increasing: a frame made in the same millisecond as the one before it gets the next
+    millisecond. Masters replaying ``session.history`` order frames by ``timestamp`` then
+    ``message_id`` (§2.3); with random UUIDs only distinct timestamps keep the order they were sent in.
+    Bursts push the clock ahead by a millisecond per frame; it falls back to real time when they end.
+    """
 
-    __slots__ = ("_prefix", "_second", "_time")
+    __slots__ = ("_last_ms", "_prefix", "_second", "_time")
 
     def __init__(self, time: Callable[[], float] = _time.time) -> None:
         self._time = time
         self._second = -1
         self._prefix = ""
+        self._last_ms = -1
 
     def __call__(self) -> str:
-        t = self._time()
-        s = int(t)
+        ms = int(self._time() * 1000)
+        if ms <= self._last_ms:
+            ms = self._last_ms + 1
+        self._last_ms = ms
+        s, frac = divmod(ms, 1000)
         if s != self._second:
             self._second = s
             self._prefix = _time.strftime("%Y-%m-%dT%H:%M:%S.", _time.gmtime(s))
-        return f"{self._prefix}{int((t - s) * 1000):03d}Z"
+        return f"{self._prefix}{frac:03d}Z"
 
 
 class FrameFactory:

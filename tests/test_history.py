@@ -1,0 +1,72 @@
+"""The reattach buffer (gateway/history.py): policies, byte bound, exact lost counts (DPS-7.1-history)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.history import History
+
+
+def fill(history: History, n: int, size: int = 10) -> list[str]:
+    ids = [f"m{i}" for i in range(n)]
+    for mid in ids:
+        history.append(mid, f"t{mid}", b"x" * size)
+    return ids
+
+
+def test_DPS_7_1_history_ring_keeps_the_newest_within_max_bytes():
+    h = History("RING", max_bytes=50)
+    fill(h, 8)
+    assert h.bytes == 50 and len(h) == 5 and h.evicted_frames == 3
+    replay = h.since("m4")
+    assert (len(replay.frames), replay.truncated, replay.lost_frame_count) == (3, False, 0)
+    replay = h.since("m1")  # m2 was evicted: one lost, m3..m7 replayed
+    assert (len(replay.frames), replay.truncated, replay.lost_frame_count) == (5, True, 1)
+    assert (replay.last_message_id, replay.last_timestamp) == ("m7", "tm7")
+    assert h.high_watermark == 50
+
+
+def test_DPS_7_1_history_drop_keeps_the_oldest():
+    h = History("DROP", max_bytes=30)
+    fill(h, 5)
+    replay = h.since("m0")
+    assert (len(replay.frames), replay.truncated, replay.lost_frame_count) == (2, True, 2)
+
+
+def test_DPS_7_1_history_none_keeps_nothing_but_counts():
+    h = History("NONE")
+    fill(h, 3)
+    replay = h.since("m0")
+    assert (replay.frames, replay.truncated, replay.lost_frame_count) == ([], True, 2)
+    replay = h.since("m2")
+    assert (replay.frames, replay.truncated, replay.lost_frame_count) == ([], False, 0)
+
+
+def test_unknown_id_gets_everything_and_truncated():
+    h = History("RING", max_bytes=100)
+    fill(h, 3)
+    replay = h.since("never-seen")
+    assert (len(replay.frames), replay.truncated, replay.lost_frame_count) == (3, True, None)
+
+
+def test_a_frame_sent_to_one_connection_stands_where_it_was_sent():
+    h = History("RING", max_bytes=100)
+    fill(h, 2)
+    h.mark("greeting")
+    h.append("m2", "t", b"x")
+    replay = h.since("greeting")
+    assert (replay.frames, replay.truncated, replay.lost_frame_count) == ([b"x"], False, 0)
+    h.mark("m0")  # known ids keep their first place
+    assert len(h.since("m0").frames) == 2
+
+
+def test_a_frame_larger_than_the_buffer_is_not_kept():
+    h = History("RING", max_bytes=5)
+    kept, evicted, _ = h.append("big", "t", b"x" * 6)
+    assert (kept, evicted, len(h)) == (False, 0, 0)
+    assert h.since("big").lost_frame_count == 0
+
+
+def test_bad_policy():
+    with pytest.raises(ValueError, match="RING, DROP, NONE"):
+        History("LOSSY")  # type: ignore[arg-type]
