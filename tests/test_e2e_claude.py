@@ -892,3 +892,35 @@ async def test_DPS_7_7_deleted_reattach_window_runs_out_mid_turn():
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
             await rig.attach(sid)
         assert refused.value.status == 409
+
+
+async def test_DPS_6_1_2_cancel_on_the_oneshot_profile():
+    """DPS-6.1.2-cancel on claude-code-oneshot (no stdin stream to send an interrupt on): the
+    turn still ends cancelled, promptly, with the text block cancelled; the next prompt respawns
+    the CLI with --resume and is answered (DPS-18-respawn)."""
+    async with gateway("oneshot-cancel", profile="claude-code-oneshot") as rig:
+        session = await rig.create()
+        sid = session["session_id"]
+        master = await rig.attach(sid)
+        start_at = len(master.frames)
+        await prompt(master, "Write a long story.")
+        start = await master.until("session.turn.start")
+        await master.until("agent.text.delta", timeout=30)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
+        end = await master.until("session.turn.end", timeout=15)
+        took = loop.time() - t0
+        assert end["payload"]["stop_reason"] == "cancelled"
+        await end_of_turn(master)
+        frames = master.frames[start_at:]
+        done = of(frames, "agent.text.done")
+        assert done and done[-1]["payload"].get("is_cancelled") is True
+        assert "agent.error" not in [f["type"] for f in frames]
+        live = rig.session(sid)
+        await eventually(lambda: live.process is None, what="the exit")
+        assert live.state == "IDLE"
+        after = await turn(master, "Still there?")
+        assert texts(after) == "Still here."
+        print(f"cancel took {took:.2f}s")
+        assert took < 1.5, took
