@@ -922,5 +922,4 @@ async def test_DPS_6_1_2_cancel_on_the_oneshot_profile():
         assert live.state == "IDLE"
         after = await turn(master, "Still there?")
         assert texts(after) == "Still here."
-        print(f"cancel took {took:.2f}s")
-        assert took < 1.5, took
+        assert took < 1.5, took  # SIGINT at once, not after the 2 s interrupt grace
