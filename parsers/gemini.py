@@ -13,8 +13,9 @@ What the CLI prints and what it becomes (facts: ``/work/shared/agents/gemini.md`
   with ``--resume {session_id}``) and the model.
 * ``message``: the prompt's echo (``role: "user"``) is skipped, the master sent it. Assistant
   chunks (``delta: true``) are text deltas of one block, which ends at the next line of another
-  kind (a tool call, the result, an error) or when stdout closes; a whole assistant message (no
-  ``delta``) is a block of its own. The CLI prints no thoughts in stream-json.
+  kind (a tool call, the result, an error), or with the turn when stdout closes without a result
+  (then ``is_cancelled`` if the turn was cancelled); a whole assistant message (no ``delta``) is
+  a block of its own. The CLI prints no thoughts in stream-json.
 * ``tool_use`` → ``ToolCall`` (the CLI's name and ``tool_id``; calls printed one right after
   another were issued together: ``group``); ``tool_result`` → its one ``ToolResult`` by
   ``tool_id``, with the duration between the two lines' timestamps. The result's ``status`` is
@@ -224,11 +225,12 @@ class GeminiParser:
         return out  # pragma: no cover (the union has no other member)
 
     def end(self) -> list[ev.AgentEvent]:
-        """Stdout closed: the open text block ends (open calls are closed by the mapper)."""
-        out = self._close_text()
+        """Stdout closed with no result line (a signal, a crash): the open text block and calls
+        are left to the mapper's ``end_turn``, which marks them cancelled when the turn was."""
+        self._text = None
         self._calls.clear()
         self._batch = None
-        return out
+        return []
 
     def describe_exit(self, returncode: int) -> ExitDescription | None:
         """The CLI's own exit codes and HTTP statuses cut to 8 bits, by name (module docstring)."""

@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 The least a program has to do to be wrapped by the gateway is print lines. ``PlainParser`` makes
 every line a text delta (with its newline, so the block's ``full_text`` is the output as printed)
-of one block per run; the block ends when stdout closes. It never produces a ``TurnEnded``: the
-turn ends when the process exits (exit 0 → ``end_turn``, anything else → ``agent.error``), which is
+of one block per run; the block ends with the turn. It never produces a ``TurnEnded``: the turn
+ends when the process exits (exit 0 → ``end_turn``, anything else → ``agent.error``), which is
 why a plain profile is a single-turn process. Bytes that are not UTF-8 are replaced, never fatal.
 
 ``PlainInput`` writes a prompt as one line on stdin, for a program that reads its prompt there
@@ -39,10 +39,9 @@ class PlainParser:
         return [ev.TextDelta(block=self._block, text=line.decode("utf-8", "replace") + "\n")]
 
     def end(self) -> list[ev.AgentEvent]:
-        if self._block is None:
-            return []
-        block, self._block = self._block, None
-        return [ev.TextEnd(block=block)]
+        # The block is the mapper's to end with the turn (is_cancelled when it was cancelled).
+        self._block = None
+        return []
 
 
 class PlainInput:

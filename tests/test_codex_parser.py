@@ -450,6 +450,32 @@ def test_DPS_6_1_2_cancel_a_prompt_whose_process_has_not_started():
     assert machine.agent_exited("ok", 0) == []
 
 
+def test_DPS_6_1_2_cancel_the_exit_it_causes_ends_the_turn_cancelled_not_the_session():
+    """DPS-6.1.2-cancel on a single-turn agent: SIGINT, and codex exec exits 1 with no line about
+    it; that exit is the cancel working, so the turn ends cancelled, no fatal error is sent and
+    the next prompt resumes the thread (DPS-18-respawn)."""
+    machine = single_turn_machine()
+    machine._start_prompt("one", None)
+    machine.agent_line(line({"type": "thread.started", "thread_id": "01a2-t"}))
+    assert machine.turn is not None
+    cancel = F.PromptCancel(target_turn_id=machine.turn.turn_id)
+    assert Signal(2) in machine._cancel("c1", cancel, "m1")
+    frames = [a.frame for a in machine.agent_exited("error", 1) if isinstance(a, Emit)]
+    assert [f.TYPE for f in frames if f.TYPE.startswith("session.")] == [
+        "session.turn.end",
+        "session.usage",
+    ]
+    end = next(f for f in frames if f.TYPE == "session.turn.end")
+    assert end.payload.stop_reason == "cancelled"  # type: ignore[attr-defined]
+    assert not [f for f in frames if f.TYPE == "agent.error"]
+    assert machine.phase == "idle"
+    again = machine._start_prompt("two", None)
+    assert [a for a in again if isinstance(a, Spawn)] == [Spawn(prompt="two", resume_id="01a2-t")]
+    # Without a cancel the same exit is fatal (DPS-17.2.2-exit).
+    frames = [a.frame for a in machine.agent_exited("error", 1) if isinstance(a, Emit)]
+    assert [f.payload.severity for f in frames if f.TYPE == "agent.error"] == ["fatal"]  # type: ignore[attr-defined]
+
+
 def test_codex_profile_resume_command_replaces_the_command():
     """``codex exec resume <thread_id> <prompt>``: a subcommand before the prompt, which a flag
     appended to argv cannot say; the profile's resume_command replaces the command instead."""

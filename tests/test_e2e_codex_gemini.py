@@ -299,3 +299,53 @@ async def test_gemini_http_error_is_an_agent_error_with_a_readable_code():
         assert fatal["message"].endswith("Request contains an invalid argument.")
         assert of(frames, "session.turn.end")[0]["payload"]["stop_reason"] == "error"
         assert frames[-1]["type"] == "session.deleted"
+
+
+# --- cancel, for both -------------------------------------------------------------------------------
+
+CANCEL_CALLS = {
+    "codex": [
+        {"output": [{"type": "message", "text": "Hello, I am still typ"}], "hang": True},
+        {
+            "match": {"last_user_contains": "Again"},
+            "output": [{"type": "message", "text": "Back again."}],
+        },
+    ],
+    "gemini": [
+        {"parts": [{"text": "Hello, I am still typing"}], "hang": True},
+        {"match": {"last_user_contains": "Again"}, "parts": [{"text": "Back again."}]},
+    ],
+}
+
+
+@pytest.mark.parametrize("agent", ["codex", "gemini"])
+async def test_DPS_6_1_2_cancel_mid_stream_then_the_next_prompt_resumes(agent: str):
+    """DPS-6.1.2-cancel: control.prompt.cancel while the model is still streaming stops the CLI
+    (SIGINT; codex exec then exits 1, Gemini 0): the turn ends cancelled, no fatal error, the
+    session stays IDLE and the next prompt resumes the agent's session."""
+    async with gateway(agent, CANCEL_CALLS[agent]) as rig:
+        session_id, master = await rig.master()
+        start = len(master.frames)
+        await master.send("control.prompt.request", {"prompt_text": "Say hello slowly."})
+        turn_start = await master.until("session.turn.start")
+        await master.until("agent.text.delta", timeout=60)
+        await master.send(
+            "control.prompt.cancel", {"target_turn_id": turn_start["payload"]["turn_id"]}
+        )
+        end = await master.until("session.turn.end", timeout=30)
+        assert end["payload"]["stop_reason"] == "cancelled"
+        assert (await master.next())["type"] == "session.usage"
+        frames = master.frames[start:]
+        assert not of(frames, "agent.error")
+        (done,) = of(frames, "agent.text.done")
+        assert done["payload"]["full_text"].startswith("Hello, I am still typ")
+        if agent == "gemini":
+            # Its chunks were still coming: the block was cut off.
+            assert done["payload"]["is_cancelled"] is True
+        agent_session = (await rig.info(session_id))["agent_session_id"]
+        assert (await rig.info(session_id))["state"] == "IDLE" and agent_session
+        frames = await turn(master, "Again, please.")
+        check_turn(frames)
+        assert text_of(frames) == "Back again."
+        assert of(frames, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
+        assert (await rig.info(session_id))["agent_session_id"] == agent_session

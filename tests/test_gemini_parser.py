@@ -114,8 +114,7 @@ def test_DPS_4_1_text_the_prompt_echo_is_skipped_and_chunks_make_one_block():
         ("ToolResult", None, None),
         ("TextDelta", "text-2", "It said "),
         ("TextDelta", "text-2", "hi."),
-        ("TextEnd", "text-2", None),
-    ]
+    ]  # stdout closed without a result: the last block is the mapper's to end with the turn
 
 
 def test_a_whole_assistant_message_is_a_block_of_its_own():

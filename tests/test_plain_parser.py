@@ -19,14 +19,13 @@ def test_spec_is_registered_as_plain():
 
 def test_DPS_4_1_text_each_line_is_text_of_one_block_per_run():
     parser = PlainParser()
-    events = parser.feed(b"first") + parser.feed(b"") + parser.feed(b"\xffbad") + parser.end()
+    events = parser.feed(b"first") + parser.feed(b"") + parser.feed(b"\xffbad")
     assert events == [
         ev.TextDelta(block="out-1", text="first\n"),
         ev.TextDelta(block="out-1", text="\n"),
         ev.TextDelta(block="out-1", text="\ufffdbad\n"),
-        ev.TextEnd(block="out-1"),
     ]
-    assert parser.end() == []  # nothing printed: nothing to end
+    assert parser.end() == []  # the block ends with the turn, in the mapper
     assert parser.feed(b"again") == [ev.TextDelta(block="out-2", text="again\n")]
 
 

@@ -355,6 +355,16 @@ class SessionMachine:
             return [self._spawn(*waiting)]
         out: list[Action] = []
         deleting = self._deleting is not None
+        if (
+            kind != "ok"
+            and self.config.single_turn_process
+            and self.turn
+            and self.turn.cancel_requested
+        ):
+            # A single-turn agent stops its process when told to cancel (codex exec exits 1 on
+            # SIGINT): that exit is the cancel working, not a failure. The turn ends cancelled and
+            # the next prompt resumes the agent's session (DPS-6.1.2-cancel, DPS-18-respawn).
+            kind = "ok"
         if kind != "ok" and not deleting:
             code = "SIGNAL_EXIT" if kind == "signal" else "AGENT_EXIT"
             how = f"signal {signum}" if kind == "signal" else f"exit code {returncode}"
@@ -536,11 +546,7 @@ class SessionMachine:
             # Its process never started: nothing to interrupt, the turn ends here.
             self._waiting_spawn = None
             return out + self._end_turn("cancelled")
-        # A single-turn process has no stdin stream to take an interrupt on (its prompt came in
-        # argv and stdin is closed): interrupt it as a terminal would, at once, not after the grace.
-        data = None
-        if not self.config.single_turn_process:
-            data = self.input.interrupt(self._next_request_id("interrupt"))
+        data = self.input.interrupt(self._next_request_id("interrupt"))
         if data is not None:
             out.append(WriteStdin(data))
             out.append(StartTimer("cancel", CANCEL_GRACE_S))
