@@ -546,7 +546,11 @@ class SessionMachine:
             # Its process never started: nothing to interrupt, the turn ends here.
             self._waiting_spawn = None
             return out + self._end_turn("cancelled")
-        data = self.input.interrupt(self._next_request_id("interrupt"))
+        # A single-turn process has no stdin stream to take an interrupt on (its prompt came in
+        # argv and stdin is closed): interrupt it as a terminal would, at once, not after the grace.
+        data = None
+        if not self.config.single_turn_process:
+            data = self.input.interrupt(self._next_request_id("interrupt"))
         if data is not None:
             out.append(WriteStdin(data))
             out.append(StartTimer("cancel", CANCEL_GRACE_S))
