@@ -305,6 +305,16 @@ class SessionMachine:
             return out + self._permission_request(event)
         if isinstance(event, ev.Unknown):
             out.append(Log("info", "agent line of unknown kind", {"kind": event.kind}))
+        if (
+            isinstance(event, ev.Notice)
+            and event.code == "PERMISSION_DENIED"
+            and event.call_id
+            and self.mode in ("plan", "review")
+            and lookup(event.tool_name or "").writes
+        ):
+            # DPS-6.3.2-block: the agent refused the call itself in its own plan mode (a single-turn
+            # Claude Code has no permission prompt tool to ask the gateway): the DPS block result.
+            self.mapper.block_call(event.call_id)
         if isinstance(event, ev.Compacted) and self.turn and self.turn.requested_compaction:
             self.mapper.compaction_trigger_override = "requested"
         out += self._emit_all(self.mapper.map(event))
