@@ -923,3 +923,26 @@ async def test_DPS_6_1_2_cancel_on_the_oneshot_profile():
         after = await turn(master, "Still there?")
         assert texts(after) == "Still here."
         assert took < 1.5, took  # SIGINT at once, not after the 2 s interrupt grace
+
+
+async def test_DPS_6_3_2_plan_mode_blocks_a_write_on_the_oneshot_profile(caplog):
+    """DPS-6.3.2-mode and DPS-6.3.2-block on claude-code-oneshot: the mode is switched while no
+    process runs, the next spawn carries --permission-mode plan, and the Write the CLI refuses
+    itself reaches masters as the DPS block result; the file is not written."""
+    caplog.set_level(logging.INFO, logger="rawp_gateway.session")
+    async with gateway("oneshot-plan", profile="claude-code-oneshot") as rig:
+        session = await rig.create()
+        master = await rig.attach(session["session_id"])
+        await master.send("control.mode.switch", {"mode": "plan"})
+        change = await master.until("agent.state.changed", reason="mode_switch")
+        assert change["metadata"]["mode"] == "plan"
+        frames = await turn(master, "Create plan.txt.")
+        assert frames[0]["payload"]["mode"] == "plan"
+        [argv] = [r.argv for r in caplog.records if r.getMessage() == "agent started"]
+        assert argv[argv.index("--permission-mode") + 1] == "plan"
+        [request] = of(frames, "tool.invoke.request")
+        [result] = of(frames, "tool.invoke.result")
+        assert request["payload"]["tool_name"] == "Write"
+        assert result["payload"]["status"] == "error"
+        assert result["payload"]["output"] == "Tool not allowed in current mode"
+        assert not (rig.cli.cwd / "plan.txt").exists()
