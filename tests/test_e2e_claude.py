@@ -111,12 +111,15 @@ async def turn(master: Master, text: str, timeout: float = 30.0) -> list[dict[st
     return master.frames[start:-1]
 
 
-async def end_of_turn(master: Master) -> None:
-    """After session.turn.end: session.usage at once (DPS-7.5.2-usage), then the state is idle."""
+async def end_of_turn(master: Master, *, idle: bool = True) -> None:
+    """After session.turn.end: session.usage at once (DPS-7.5.2-usage), then the state is idle
+    (``idle=False``: a turn in which the agent never left idle has no state change to undo)."""
     assert (await master.next())["type"] == "session.usage"
-    idle = await master.next()
-    assert idle["type"] == "agent.state.changed", idle
-    assert idle["payload"]["current_state"] == "idle"
+    if not idle:
+        return
+    change = await master.next()
+    assert change["type"] == "agent.state.changed", change
+    assert change["payload"]["current_state"] == "idle"
 
 
 def of(frames: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
@@ -946,3 +949,53 @@ async def test_DPS_6_3_2_plan_mode_blocks_a_write_on_the_oneshot_profile(caplog)
         assert result["payload"]["status"] == "error"
         assert result["payload"]["output"] == "Tool not allowed in current mode"
         assert not (rig.cli.cwd / "plan.txt").exists()
+
+
+async def test_api_error_ends_the_turn_and_the_session_goes_on():
+    """DPS-4.4-error, DPS-7.5.2-end: the model API fails (HTTP 500, retried once by the CLI): a
+    recoverable API_RETRY warning, a non-fatal API_ERROR, the turn ends with error; the long-lived
+    CLI stays and the next prompt is answered."""
+    async with gateway("api-error") as rig:
+        session = await rig.create()
+        sid = session["session_id"]
+        master = await rig.attach(sid)
+        start_at = len(master.frames)
+        await prompt(master, "Say hello.")
+        end = await master.until("session.turn.end", timeout=30)
+        await end_of_turn(master, idle=False)
+        assert end["payload"]["stop_reason"] == "error"
+        errors = [f["payload"] for f in of(master.frames[start_at:], "agent.error")]
+        assert [(e["error_code"], e["severity"]) for e in errors] == [
+            ("API_RETRY", "warning"),
+            ("API_ERROR", "error"),
+        ]
+        assert errors[0]["recoverable"] is True
+        assert errors[1]["details"]["http_status"] == 500
+        assert "500" in errors[1]["message"]
+        pid = rig.session(sid).process.pid
+        after = await turn(master, "Try again.")
+        assert texts(after) == "Working again."
+        assert rig.session(sid).process.pid == pid
+        assert [r.answer for r in rig.requests] == ["call 1", "call 2", "call 3"]
+
+
+async def test_DPS_18_respawn_oneshot_exit_1_terminates_the_session():
+    """DPS-18-respawn, DPS-17.2.2-exit: on claude-code-oneshot the CLI exits 1 after an API error:
+    the turn ends with error, then agent.error fatal AGENT_EXIT, then the session ends."""
+    async with gateway("api-error", profile="claude-code-oneshot") as rig:
+        session = await rig.create()
+        sid = session["session_id"]
+        master = await rig.attach(sid)
+        await prompt(master, "Say hello.")
+        rest = await master.drain_until_closed(timeout=30)
+        types = [f["type"] for f in rest]
+        [end] = [f for f in rest if f["type"] == "session.turn.end"]
+        assert end["payload"]["stop_reason"] == "error"
+        fatal = [f["payload"] for f in rest if f["type"] == "agent.error"][-1]
+        assert (fatal["error_code"], fatal["severity"]) == ("AGENT_EXIT", "fatal")
+        assert fatal["details"]["exit_code"] == 1
+        assert types.index("session.turn.end") < len(types) - 2
+        assert types[-2:] == ["agent.error", "session.deleted"]
+        assert rest[-1]["payload"]["reason"] == "error"
+        got = await (await rig.gw.get(f"/v1/session/{sid}")).json()
+        assert got["state"] == "TERMINATED"
