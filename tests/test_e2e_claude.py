@@ -25,6 +25,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.config import builtin_profiles
+from gateway.protocol.frames import Features
 from gateway.server import CONFIG, SESSIONS
 from gateway.session import LiveSession
 from tests.gateway_peer import Master, create_session, make_config, start_gateway
@@ -999,3 +1000,69 @@ async def test_DPS_18_respawn_oneshot_exit_1_terminates_the_session():
         assert rest[-1]["payload"]["reason"] == "error"
         got = await (await rig.gw.get(f"/v1/session/{sid}")).json()
         assert got["state"] == "TERMINATED"
+
+
+async def test_DPS_10_subagent_and_DPS_12_2_filter_per_master():
+    """DPS-10.1-request, DPS-10.2-context, DPS-10.3-order with the real CLI's foreground subagent,
+    and DPS-12.2-filter / DPS-10.6-caps: a master that announced nothing gets no thinking, no
+    subagent frames and no subagent_context, but the same tool calls and results."""
+    async with gateway("subagent", auto_allow=frozenset({"Agent", "Task", "Bash"})) as rig:
+        session = await rig.create()
+        sid = session["session_id"]
+        full = await rig.attach(sid)
+        plain = await rig.attach(sid, features=Features())
+        frames = await turn(full, "Delegate a check.")
+        await plain.until("session.turn.end", timeout=30)
+        await end_of_turn(plain)
+        types = [f["type"] for f in frames]
+        assert "agent.thinking.delta" in types and "agent.thinking.done" in types
+        agent_req = next(
+            f for f in of(frames, "tool.invoke.request") if f["payload"]["tool_name"] == "Agent"
+        )
+        inv = agent_req["payload"]["invocation_id"]
+        assert agent_req["payload"]["subagent"]["agent_type"] == "general-purpose"
+        assert agent_req["payload"]["subagent"]["description"] == "Check the workspace"
+        bash_req = next(
+            f for f in of(frames, "tool.invoke.request") if f["payload"]["tool_name"] == "Bash"
+        )
+        context = bash_req["metadata"]["subagent_context"]
+        assert context["parent_invocation_id"] == inv and context["depth"] == 1
+        [bash_res] = [
+            f for f in of(frames, "tool.invoke.result") if f["payload"]["tool_name"] == "Bash"
+        ]
+        assert "sub-e2e" in bash_res["payload"]["output"]
+        assert bash_res["metadata"]["subagent_context"]["parent_invocation_id"] == inv
+        [agent_res] = [
+            f for f in of(frames, "tool.invoke.result") if f["payload"]["invocation_id"] == inv
+        ]
+        assert agent_res["payload"]["output_type"] == "agent_result"
+        assert "sub-e2e" in json.dumps(agent_res["payload"]["output"])
+        # request → started → inner frames → ended → result
+        ids = [f["message_id"] for f in frames]
+        started = next(f for f in frames if f["type"] == "agent.subagent.started")
+        ended = next(f for f in frames if f["type"] == "agent.subagent.ended")
+        assert ended["payload"]["status"] in ("completed", "success")
+        order = [agent_req, started, bash_req, bash_res, ended, agent_res]
+        positions = [ids.index(f["message_id"]) for f in order]
+        assert positions == sorted(positions), [f["type"] for f in order]
+        done = {
+            f["payload"]["full_text"]: (f.get("metadata") or {}).get("subagent_context")
+            for f in of(frames, "agent.text.done")
+        }
+        assert done["I will delegate this."] is None  # the main agent's frames carry none
+        assert done["The subagent reports the command printed sub-e2e."] is None
+        # the plain master
+        plain_types = plain.types()
+        assert not [t for t in plain_types if t.startswith(("agent.thinking", "agent.subagent"))]
+        assert not [f for f in plain.frames if "subagent_context" in (f.get("metadata") or {})]
+        expected = [
+            f["message_id"]
+            for f in frames
+            if f["type"].startswith("tool.invoke.") and f["type"] != "tool.invoke.stream"
+        ]
+        got = [
+            f["message_id"]
+            for f in plain.frames
+            if f["type"].startswith("tool.invoke.") and f["type"] != "tool.invoke.stream"
+        ]
+        assert got == expected
