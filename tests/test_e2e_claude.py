@@ -567,6 +567,8 @@ async def test_DPS_18_respawn_oneshot_resumes_across_two_prompts(caplog):
         assert argvs[1][argvs[1].index("-p") + 1] == "Which number did I ask you to remember?"
         # call 2 only answers a request that carries the first exchange
         assert [r.answer for r in rig.requests] == ["call 1", "call 2"]
+        history = json.dumps(rig.requests[1].body["messages"])
+        assert "Remember the number 42." in history and "I will remember 42." in history
         assert (await (await rig.gw.get(f"/v1/session/{sid}")).json())["agent_session_id"] == asid
         # DELETE while idle: nothing to stop, the session ends at once
         start_at = len(master.frames)
