@@ -1068,3 +1068,23 @@ async def test_DPS_10_subagent_and_DPS_12_2_filter_per_master():
             if f["type"].startswith("tool.invoke.") and f["type"] != "tool.invoke.stream"
         ]
         assert got == expected
+
+
+async def test_DPS_6_3_1_auto_compaction():
+    """DPS-6.3.1-auto and DPS-7.2-compacted: the CLI compacts on its own before a prompt (its
+    context was nearly full): session.compacted trigger auto inside that prompt's turn, then the
+    answer."""
+    async with gateway("compact-auto") as rig:
+        session = await rig.create()
+        master = await rig.attach(session["session_id"])
+        first = await turn(master, "First message.")
+        assert of(first, "session.usage")[0]["payload"]["context_window"]["utilization"] > 0.9
+        second = await turn(master, "Second message.")
+        [compacted] = of(second, "session.compacted")
+        p = compacted["payload"]
+        assert p["trigger"] == "auto"
+        assert "e2e-auto-summary" in p["summary"]
+        assert p["previous_token_count"] >= 990000 > p["current_token_count"]
+        assert compacted["turn_id"] == second[0]["payload"]["turn_id"]
+        assert texts(second).endswith("Answer to the second message after compaction.")
+        assert [r.answer for r in rig.requests] == ["call 1", "call 2", "call 3"]
