@@ -1088,3 +1088,51 @@ async def test_DPS_6_3_1_auto_compaction():
         assert compacted["turn_id"] == second[0]["payload"]["turn_id"]
         assert texts(second).endswith("Answer to the second message after compaction.")
         assert [r.answer for r in rig.requests] == ["call 1", "call 2", "call 3"]
+
+
+async def test_DPS_6_1_1_prompt_config_overrides_allowed_and_denied_tools():
+    """DPS-6.1.1-prompt: a prompt's config_overrides are honoured for its turn: allowed_tools runs
+    Bash without asking, denied_tools refuses it without asking (the command does not run), and
+    the next prompt without overrides asks a master again."""
+    async with gateway("overrides") as rig:
+        session = await rig.create()
+        master = await rig.attach(session["session_id"])
+
+        async def run(text: str, overrides: dict[str, Any] | None) -> list[dict[str, Any]]:
+            start = len(master.frames)
+            body: dict[str, Any] = {"prompt_text": text}
+            if overrides:
+                body["config_overrides"] = overrides
+            await master.send("control.prompt.request", body)
+            while True:
+                frame = await master.next(timeout=30)
+                if frame["type"] == "agent.interaction.request":
+                    await master.send(
+                        "control.interaction.response",
+                        {
+                            "interaction_id": frame["payload"]["interaction_id"],
+                            "selected_value": "allow",
+                        },
+                    )
+                if frame["type"] == "session.turn.end":
+                    await end_of_turn(master)
+                    return master.frames[start:]
+
+        one = await run("Run one.", {"allowed_tools": ["Bash"]})
+        assert "agent.interaction.request" not in [f["type"] for f in one]
+        [result] = of(one, "tool.invoke.result")
+        assert result["payload"]["status"] == "success"
+        assert (rig.cli.cwd / "override-one.txt").exists()
+
+        two = await run("Run two.", {"denied_tools": ["Bash"]})
+        assert "agent.interaction.request" not in [f["type"] for f in two]
+        [result] = of(two, "tool.invoke.result")
+        assert result["payload"]["status"] == "error"
+        assert not (rig.cli.cwd / "override-two.txt").exists()
+        assert "denied" in result_text(tool_results_sent(rig)[-1])
+
+        three = await run("Run three.", None)
+        assert len(of(three, "agent.interaction.request")) == 1
+        [result] = of(three, "tool.invoke.result")
+        assert result["payload"]["status"] == "success"
+        assert (rig.cli.cwd / "override-three.txt").exists()
