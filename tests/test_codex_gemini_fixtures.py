@@ -34,6 +34,7 @@ from gateway.translate import translate
 from parsers.base import NoInput
 from parsers.codex import CodexParser
 from parsers.gemini import GeminiParser
+from tests.gateway_peer import envelope
 
 ROOT = Path(__file__).parent / "fixtures"
 CODEX = sorted((ROOT / "codex").glob("*.jsonl"))
@@ -578,3 +579,31 @@ def test_translate_agent_codex_and_gemini(path: Path):
     assert types[0] == "session.capabilities"
     assert types.count("session.turn.end") == 1
     assert types[types.index("session.turn.end") + 1] == "session.usage"
+
+
+# --- what the profiles say they cannot do ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("agent", ["codex", "gemini"])
+def test_DPS_6_3_1_compact_and_DPS_6_3_2_mode_are_not_supported(agent: str):
+    """DPS-6.3.1-compact / DPS-6.3.2-mode: neither CLI has compaction or a plan mode the gateway
+    can drive in a one-prompt process, so the profile says so and masters get the spec's
+    COMPACTION_NOT_SUPPORTED / MODE_NOT_SUPPORTED (fatal: false), and nothing is spawned."""
+    profile = builtin_profiles()[agent]
+    config = SessionConfig(
+        agent=agent, features=profile.features, single_turn_process=profile.single_turn_process
+    )
+    parser = CodexParser(_no_files) if agent == "codex" else GeminiParser(_no_files)
+    machine = SessionMachine(SESSION_ID, parser, NoInput(), config)
+    for type_, payload, code in (
+        ("control.session.compact", {}, "COMPACTION_NOT_SUPPORTED"),
+        ("control.mode.switch", {"mode": "plan"}, "MODE_NOT_SUPPORTED"),
+    ):
+        actions = machine.receive("c1", json.dumps(envelope(SESSION_ID, type_, payload)))
+        errors = [
+            a.frame.payload  # type: ignore[attr-defined]
+            for a in actions
+            if isinstance(a, Emit) and a.frame.TYPE == "session.error"
+        ]
+        assert [(e.error_code, e.fatal) for e in errors] == [(code, False)]
+        assert machine.turn is None and not machine.process_alive

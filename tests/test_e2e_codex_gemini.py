@@ -301,6 +301,56 @@ async def test_gemini_http_error_is_an_agent_error_with_a_readable_code():
         assert frames[-1]["type"] == "session.deleted"
 
 
+async def test_gemini_file_edits_are_diffs_read_from_the_workspace():
+    """replace and write_file through the real CLI (yolo): one request and one result each, and
+    each result the unified diff of what the file became (read before and after the call)."""
+    calls = [
+        {
+            "parts": [
+                {
+                    "functionCall": {
+                        "name": "replace",
+                        "args": {
+                            "file_path": "{workspace}/notes.txt",
+                            "old_string": "beta",
+                            "new_string": "gamma",
+                            "instruction": "Rename beta to gamma.",
+                        },
+                    }
+                },
+                {
+                    "functionCall": {
+                        "name": "write_file",
+                        "args": {"file_path": "{workspace}/hello.txt", "content": "hello\n"},
+                    }
+                },
+            ]
+        },
+        {"match": {"function_response": True}, "parts": [{"text": "Done."}]},
+    ]
+    async with gateway("gemini", calls, files={"notes.txt": "alpha\nbeta\n"}) as rig:
+        _, master = await rig.master()
+        frames = await turn(master, "Change beta to gamma and add hello.txt.")
+        check_turn(frames)
+        requests = of(frames, "tool.invoke.request")
+        assert [r["payload"]["tool_name"] for r in requests] == ["replace", "write_file"]
+        assert len({r["payload"]["parallel_group_id"] for r in requests}) == 1
+        results = {
+            r["payload"]["tool_name"]: r["payload"] for r in of(frames, "tool.invoke.result")
+        }
+        notes, hello = rig.cli.cwd / "notes.txt", rig.cli.cwd / "hello.txt"
+        assert notes.read_text() == "alpha\ngamma\n" and hello.read_text() == "hello\n"
+        assert results["replace"]["output_type"] == "diff"
+        assert results["replace"]["output"] == (
+            f"--- {notes}\n+++ {notes}\n@@ -1,2 +1,2 @@\n alpha\n-beta\n+gamma\n"
+        )
+        assert results["write_file"]["output_type"] == "diff"
+        assert (
+            results["write_file"]["output"]
+            == f"--- /dev/null\n+++ {hello}\n@@ -0,0 +1 @@\n+hello\n"
+        )
+
+
 # --- cancel, for both -------------------------------------------------------------------------------
 
 CANCEL_CALLS = {
