@@ -41,9 +41,12 @@ TEST_LIMIT_S = 60.0  # one test's body, and separately the gateway's shutdown af
 
 @dataclass
 class Rig:
+    """A scripted model server and a gateway whose ``profile`` spawns the real CLI against it."""
+
     cli: CliSetup
     gw: TestClient
-    headers: dict[str, str] | None = None
+    headers: dict[str, str] | None = None  # the bearer token, when the gateway has one
+    profile: str = "claude-code"
 
     @property
     def requests(self) -> list[Any]:
@@ -64,8 +67,6 @@ class Rig:
 
     async def attach(self, session_id: str, **kw: Any) -> Master:
         return await Master.attach(self.gw, session_id, headers=self.headers, **kw)
-
-    profile: str = "claude-code"
 
 
 @contextlib.asynccontextmanager
