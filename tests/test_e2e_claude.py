@@ -652,10 +652,12 @@ async def test_DPS_7_1_history_reattach_after_a_drop_gets_exactly_the_missed_fra
 # --- the session's end ------------------------------------------------------------------------------
 
 
-async def test_DPS_7_5_3_delete_during_a_turn():
+async def test_DPS_7_5_3_delete_during_a_turn(caplog):
     """DPS-7.5.3-cleanup, DPS-7.7-deleted, DPS-17.2.3-signals: DELETE while a real Bash command
-    runs: the open call's result cancelled, then session.turn.end error, then session.deleted, then
-    the WebSocket closes; the CLI and the command's process are gone."""
+    runs: the CLI ends on SIGTERM (no SIGKILL needed), the open call's result is cancelled, then
+    session.turn.end error, then session.deleted, then the WebSocket closes; the CLI and the
+    command's process are gone."""
+    caplog.set_level(logging.INFO, logger="rawp_gateway.session")
     async with gateway("delete-mid-tool", auto_allow=frozenset({"Bash"})) as rig:
         session = await rig.create()
         sid = session["session_id"]
@@ -667,9 +669,13 @@ async def test_DPS_7_5_3_delete_during_a_turn():
         tool_pids = await eventually(
             lambda: [p for p in descendants(pid) if marker in cmdline(p)], what="the command"
         )
+        t0 = asyncio.get_running_loop().time()
         resp = await rig.gw.delete(f"/v1/session/{sid}")
         assert resp.status == 200
         assert (await resp.json())["state"] == "TERMINATED"
+        assert asyncio.get_running_loop().time() - t0 < 5.0  # within the SIGTERM grace
+        [exited] = [r for r in caplog.records if r.getMessage() == "agent exited"]
+        assert exited.returncode in (143, -signal.SIGTERM), exited.returncode
         rest = await master.drain_until_closed()
         # a close frame, code 1000, after session.deleted
         assert master.end is not None and master.end.type == aiohttp.WSMsgType.CLOSE
