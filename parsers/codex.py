@@ -206,11 +206,6 @@ WEB_SEARCH: Final = "web_search"
 UPDATE_PLAN: Final = "update_plan"
 
 
-class _Open(msgspec.Struct):
-    name: str
-    group: str | None
-
-
 class CodexParser:
     """``codex exec --json`` stdout, one line at a time (see the module docstring)."""
 
@@ -230,7 +225,7 @@ class CodexParser:
 
     def __init__(self, read_file: Reader = read_text_file) -> None:
         self._files = FileChanges(read_file)
-        self._open: dict[str, _Open] = {}  # tool items started, by item id
+        self._open: dict[str, str] = {}  # tool items started: item id → tool name
         self._batch: str | None = None  # the group of the tool items being started together
         self._batches = 0
         self._plans: dict[str, tuple[int, list[dict[str, Any]]]] = {}  # todo_list: versions, last
@@ -423,7 +418,7 @@ class CodexParser:
             self._files.before(c.path for c in item.changes if _kind_of(c) != "add")
         if len(self._open) >= _MAX_OPEN_CALLS:
             del self._open[next(iter(self._open))]  # never completed (the CLI died): the oldest
-        self._open[item.id] = _Open(name, group)
+        self._open[item.id] = name
         return ev.ToolCall(call_id=item.id, name=name, input=tool_input, group=group)
 
     def _result(self, item: _Item) -> ev.ToolResult:
