@@ -14,7 +14,9 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -110,7 +112,30 @@ async def turn(master: Master, text: str, timeout: float = 30.0) -> list[dict[st
     await prompt(master, text)
     await master.until("session.turn.end", timeout=timeout)
     await end_of_turn(master)
-    return master.frames[start:-1]
+    frames = master.frames[start:-1]
+    check_turn(master, frames)
+    return frames
+
+
+TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(Z|[+-]\d\d:\d\d)$")
+
+
+def check_turn(master: Master, frames: list[dict[str, Any]]) -> None:
+    """DPS-2.1-envelope and DPS-2.1-turn-id over one turn as a master received it: every frame a
+    valid envelope of this session; every frame from session.turn.start on carries its turn_id."""
+    for f in frames:
+        assert f["v"] == 1 and isinstance(f["payload"], dict), f
+        assert uuid.UUID(f["message_id"]).version == 4, f
+        assert TIMESTAMP.match(f["timestamp"]), f["timestamp"]
+        assert f["session_id"] == master.session_id
+        assert isinstance(f.get("metadata", {}), dict)
+    starts = [i for i, f in enumerate(frames) if f["type"] == "session.turn.start"]
+    assert len(starts) == 1, [f["type"] for f in frames]
+    turn_id = frames[starts[0]]["payload"]["turn_id"]
+    own = [f for f in frames[starts[0] :] if not f["type"].startswith("control.")]
+    assert all(f.get("turn_id") == turn_id for f in own), [
+        f["type"] for f in own if f.get("turn_id") != turn_id
+    ]
 
 
 async def end_of_turn(master: Master, *, idle: bool = True) -> None:
