@@ -588,9 +588,10 @@ async def test_DPS_18_respawn_oneshot_resumes_across_two_prompts(caplog):
         argvs = [r.argv for r in caplog.records if r.getMessage() == "agent started"]
         assert len(argvs) == 2
         assert "--resume" not in argvs[0]
-        assert argvs[0][argvs[0].index("-p") + 1] == "Remember the number 42."
-        assert argvs[1][-2:] == ["--resume", asid]
-        assert argvs[1][argvs[1].index("-p") + 1] == "Which number did I ask you to remember?"
+        assert "Remember the number 42." in argvs[0]  # one argument, whatever the layout
+        i = argvs[1].index("--resume")
+        assert argvs[1][i + 1] == asid
+        assert "Which number did I ask you to remember?" in argvs[1]
         # call 2 only answers a request that carries the first exchange
         assert [r.answer for r in rig.requests] == ["call 1", "call 2"]
         history = json.dumps(rig.requests[1].body["messages"])
