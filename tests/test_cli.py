@@ -162,8 +162,12 @@ def test_translate_a_recorded_fixture():
     frames = [json.loads(line) for line in done.stdout.splitlines()]
     types = [f["type"] for f in frames]
     assert types[0] == "session.capabilities"
-    assert types[1:3] == ["tool.catalog.publish", "agent.commands.publish"]
-    assert types[3] == "session.turn.start"
+    # §18.3: the CLI's session id, announced again once init reports it
+    assert types[1] == "session.capabilities"
+    init = json.loads(fixture.read_bytes().splitlines()[0])
+    assert frames[1]["payload"]["extensions"] == {"agent_session_id": init["session_id"]}
+    assert types[2:4] == ["tool.catalog.publish", "agent.commands.publish"]
+    assert types[4] == "session.turn.start"
     assert types[-3:] == ["session.turn.end", "session.usage", "agent.state.changed"]
     assert all(f["session_id"] == sid for f in frames)
     assert "tool.invoke.request" in types and "tool.invoke.result" in types

@@ -204,6 +204,7 @@ class SessionMachine:
             self.factory,
             max_frame_size=self.config.max_frame_size,
             forward_unknown=self.config.forward_unknown,
+            agent=self.config.agent,
         )
         self.phase: Literal["idle", "running", "terminating", "terminated"] = "idle"
         self.mode: F.Mode = "default"
@@ -317,8 +318,27 @@ class SessionMachine:
             self.mapper.block_call(event.call_id)
         if isinstance(event, ev.Compacted) and self.turn and self.turn.requested_compaction:
             self.mapper.compaction_trigger_override = "requested"
+        if (
+            isinstance(event, ev.SessionStarted)
+            and event.agent_session_id
+            and event.agent_session_id != self.mapper.agent_session_id
+        ):
+            out.append(Emit(self._announce_agent_session(event.agent_session_id)))
         out += self._emit_all(self.mapper.map(event))
         return out
+
+    def _announce_agent_session(self, agent_session_id: str) -> F.Frame:
+        """§18.3: the agent's own session id, kept as ``extensions.agent_session_id`` of the
+        gateway's ``session.capabilities``, announced again to every master when it is learnt or
+        changes (newly attached masters get it in their greeting)."""
+        caps = gateway_capabilities(
+            self.config.features,
+            max_frame_size=self.config.max_frame_size,
+            extensions={"agent_session_id": agent_session_id},
+        )
+        self.capabilities_frame = self._make(caps)
+        # Broadcast inside a turn, it carries the turn's id (DPS-2.1-turn-id); the greeting's does not.
+        return self._make(caps, turn=True)
 
     def _open_turn(self, overrides: F.ConfigOverrides | None = None) -> list[Action]:
         turn_id = self.factory.new_id()
@@ -605,11 +625,13 @@ class SessionMachine:
             context=context,
             default_value=DENY,
         )
-        metadata = None
+        metadata: dict[str, Any] = {}
         if req.call_id and (invocation_id := self.mapper.invocation_id(req.call_id)):
-            metadata = {"invocation_id": invocation_id}
+            metadata["invocation_id"] = invocation_id
+        if (context := self.mapper.subagent_context(req.parent)) is not None:
+            metadata["subagent_context"] = context  # DPS-10.2-context: asked from a subagent
         frame = self.factory.frame(
-            payload, turn_id=self.turn.turn_id if self.turn else None, metadata=metadata
+            payload, turn_id=self.turn.turn_id if self.turn else None, metadata=metadata or None
         )
         self.interactions[interaction_id] = _Interaction(
             interaction_id, req.request_id, req.tool_name, req.input, frame
