@@ -1,0 +1,148 @@
+"""What metrics cost on the gateway's real per-line path, measured in the same run.
+
+Theory of operation
+-------------------
+The path is the shell's own code, not a model of it: for each line of a long
+``--include-partial-messages`` Claude Code transcript (built by ``bench_claude_parser.transcript``),
+what ``LiveSession._pump`` does per line (parse, session machine, the per-line metrics calls) and
+then ``LiveSession.perform`` (encode each frame once, history, per-frame metrics, and an ``offer``
+to each of ``--fanout`` connections whose writer discards the bytes). It runs once with the real
+``GatewayMetrics`` and once with ``NullMetrics`` (same methods, doing nothing), interleaved over
+rounds and timed in CPU time; the best round of each is compared. The difference is what
+instrumentation costs the hot path.
+
+    .venv/bin/python bench/bench_session_path.py [--lines 20000] [--rounds 7] [--fanout 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from bench_claude_parser import transcript  # noqa: E402
+
+from gateway.config import Config, builtin_profiles  # noqa: E402
+from gateway.metrics import GatewayMetrics  # noqa: E402
+from gateway.session import LiveSession  # noqa: E402
+from parsers import events as ev  # noqa: E402
+
+
+class NullMetrics:
+    """GatewayMetrics' interface, doing nothing."""
+
+    class _Lines:
+        def line(self, kind, ns):
+            pass
+
+        def parse_error(self):
+            pass
+
+        def unknown_kind(self):
+            pass
+
+    def __init__(self) -> None:
+        self._lines = self._Lines()
+
+    def agent_lines(self, agent):
+        return self._lines
+
+    # the hot path: plain methods, as cheap to call as a Python call can be
+    def frame_out(self, type_, nbytes):
+        pass
+
+    def frame_in(self, type_, nbytes):
+        pass
+
+    def observe_latency_ns(self, ns):
+        pass
+
+    def history_appended(self, nbytes):
+        pass
+
+    def history_evicted(self, nframes, nbytes):
+        pass
+
+    # the cold path
+    def __getattr__(self, name):
+        return _nothing
+
+    @staticmethod
+    def clock_ns() -> int:
+        return 0
+
+
+def _nothing(*args, **kwargs) -> None:
+    return None
+
+
+class _DiscardingWs:
+    async def send_frame(self, data, opcode):
+        pass
+
+    async def close(self, **kw):
+        pass
+
+
+async def one_pass(lines: list[bytes], metrics, fanout: int, root: Path) -> float:
+    config = Config(workspace_root=root)
+    session = LiveSession(
+        "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a", builtin_profiles()["demo"], root,
+        config=config, metrics=metrics,
+    )  # fmt: skip
+    for i in range(fanout):
+        session.attach(f"c{i}", _DiscardingWs(), role="master", last_message_id=None)
+    machine, parser = session.machine, session.machine.parser
+    per_line = metrics.agent_lines("demo")
+    clock = time.perf_counter_ns
+    machine.agent_events([ev.SessionStarted()])
+    start = time.process_time()
+    for line in lines:
+        # LiveSession._pump's per-line work, then perform()
+        session._line_t_ns = clock()
+        t0 = clock()
+        events = parser.feed(line)
+        actions = machine.agent_events(events)
+        per_line.line(type(events[0]).__name__ if events else "none", clock() - t0)
+        session.perform(actions)
+        await asyncio.sleep(0)  # let the connections' writers drain, as the event loop would
+    elapsed = time.process_time() - start
+    for conn in list(session.connections.values()):
+        await conn.aclose()
+    return elapsed
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    lines = transcript(args.fixture, args.lines)
+    root = Path(tempfile.mkdtemp(prefix="bench-session-"))
+    plain, instrumented = [], []
+    for i in range(args.rounds):
+        order = [(plain, NullMetrics), (instrumented, GatewayMetrics)]
+        for bucket, make in order if i % 2 == 0 else order[::-1]:
+            bucket.append(await one_pass(lines, make(), args.fanout, root))
+    best_plain, best_instr = min(plain), min(instrumented)
+    n = len(lines)
+    print(f"{n} lines, fan-out {args.fanout}, best of {args.rounds} rounds (CPU time)")
+    print(f"without metrics: {n / best_plain:12,.0f} lines/s")
+    print(f"with metrics:    {n / best_instr:12,.0f} lines/s")
+    print(f"instrumentation costs {100 * (best_instr / best_plain - 1):+.1f}% of the hot path")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lines", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--fanout", type=int, default=1)
+    parser.add_argument("--fixture", default="thinking--partial")
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
