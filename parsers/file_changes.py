@@ -5,17 +5,17 @@ Theory of operation
 Codex's ``file_change`` item lists paths and a kind (add, update, delete) and no diff; Gemini's
 ``write_file``/``replace`` results carry no diff either. §5.3.3 wants a write's output to be a diff
 when something changed, so the parser reads the files itself: ``FileChanges.before(paths)`` when
-the agent announces the change (Codex ``item.started``, Gemini ``tool_use``), ``diff(paths)`` when
-it reports it done. The agent prints the announcement *before* it writes, but the gateway reads
-stdout a little later, so the "before" read may already see the new content; then before equals
-after and no diff is claimed. When a change is reported with no announcement, the content last
-read here for that path (bounded memory) is the baseline. An added file needs no baseline.
+the agent announces the change (Codex ``item.started``, Gemini ``tool_use``), ``diff(path)`` when it
+reports it done (``created(path)`` for a file the agent says it added: its "before" is nothing).
+The agent prints the announcement *before* it writes, but the gateway reads stdout a little later,
+so the "before" read may already see the new content; then before equals after and no diff is
+claimed. A change reported without an announcement has no baseline at all.
 
-A diff is only ever made from contents actually read, never guessed: when none can be made (the
-race was lost, a binary or oversized file, a deleted file never read) the diff is None and the
-parser reports the change without one. This is the one place parsers touch the
-file system; ``read`` is injectable, so tests (and replays of recordings, whose paths are not on
-this machine) decide what the "workspace" holds.
+A diff is only ever made from contents read for that change, never guessed: when none can be made
+(the race was lost, no announcement, a binary or oversized file) the diff is None and the parser
+reports the change without one. This is the one place parsers touch the file system; ``read`` is
+injectable, so tests (and replays of recordings, whose paths are not on this machine) decide what
+the "workspace" holds.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Final
 __all__ = ["FileChanges", "read_text_file"]
 
 MAX_FILE_BYTES: Final = 1 << 20  # larger files are not diffed (nor kept)
-MAX_REMEMBERED: Final = 256  # files whose last seen content is kept as a baseline
+MAX_PENDING: Final = 256  # announced changes waiting for their report
 
 # A reader returns a file's text, None when it cannot be read as text, and raises
 # FileNotFoundError when there is no such file (a new file's "before" is then known: nothing).
@@ -64,28 +64,31 @@ def read_text_file(path: str) -> str | None:
 class FileChanges:
     """Before/after reads of files an agent changes, turned into unified diffs."""
 
-    __slots__ = ("_before", "_read", "_seen")
+    __slots__ = ("_before", "_read")
 
     def __init__(self, read: Reader = read_text_file) -> None:
         self._read = read
-        self._seen: OrderedDict[str, str] = OrderedDict()  # last text read, per path
-        self._before: dict[str, _Content] = {}  # per path: content when the change was announced
+        # Per path announced and not yet reported: its content then (bounded: see ``before``).
+        self._before: OrderedDict[str, _Content] = OrderedDict()
 
     def before(self, paths: Iterable[str]) -> None:
         """The agent announced a change of ``paths``: read them now."""
         for path in paths:
             self._before[path] = self._content(path)
+            self._before.move_to_end(path)
+        while len(self._before) > MAX_PENDING:
+            self._before.popitem(last=False)  # announced, never reported (the agent died)
 
     def diff(self, path: str, *, deleted: bool = False) -> str | None:
-        """A unified diff of ``path`` since ``before`` (or since it was last read here), or None
-        when none can be told for sure."""
-        old: _Content = self._before.pop(path) if path in self._before else self._seen.get(path)
+        """A unified diff of ``path`` since ``before``, or None when none can be told for sure."""
+        if path not in self._before:
+            return None
+        old = self._before.pop(path)
         new = _ABSENT if deleted else self._content(path)
         if isinstance(new, _Absent):
-            self._seen.pop(path, None)
             return _unified(path, old, None) if isinstance(old, str) else None
         if new is None or old is None or old == new:
-            # Unreadable, nothing to compare with, or the announcement was read after the write.
+            # Unreadable, or the announcement was read after the write: nothing sure to show.
             return None
         return _unified(path, None if isinstance(old, _Absent) else old, new)
 
@@ -97,16 +100,9 @@ class FileChanges:
 
     def _content(self, path: str) -> _Content:
         try:
-            content = self._read(path)
+            return self._read(path)
         except FileNotFoundError:
-            self._seen.pop(path, None)
             return _ABSENT
-        if content is not None:
-            self._seen[path] = content
-            self._seen.move_to_end(path)
-            while len(self._seen) > MAX_REMEMBERED:
-                self._seen.popitem(last=False)
-        return content
 
 
 def _unified(path: str, old: str | None, new: str | None) -> str:

@@ -235,6 +235,11 @@ def test_file_change_without_a_readable_before_says_what_changed_instead_of_a_di
     assert isinstance(result, ev.ToolResult)
     assert result.output_type == "text" and result.changed is True
     assert result.output == "update /w/notes.txt\n"
+    # Reported with no announcement: no baseline, so no diff either (not even against an older
+    # read: a command may have changed the file since).
+    files.files["/w/notes.txt"] = "newer\n"
+    _, unannounced = feed(parser, completed(change("item_3", "completed", ("notes.txt", "update"))))
+    assert isinstance(unannounced, ev.ToolResult) and unannounced.output_type == "text"
     _, failed = feed(parser, completed(change("item_2", "failed", ("notes.txt", "update"))))
     assert isinstance(failed, ev.ToolResult) and failed.is_error
     assert "update /w/notes.txt" in failed.output
