@@ -139,7 +139,8 @@ def builtin_profiles(
         "claude-code-oneshot": AgentProfile(
             name="claude-code-oneshot",
             parser="claude-code",
-            command=(claude, "-p", "{prompt}", *stream),
+            # "--": a prompt that starts with "-" (a Markdown list) is still the prompt.
+            command=(claude, "-p", *stream, "--", "{prompt}"),
             single_turn_process=True,
             resume_flag="--resume {session_id}",
             mode_flag="--permission-mode {mode}",

@@ -238,17 +238,25 @@ class LiveSession:
         argv = cfg.command_for(
             profile, prompt=action.prompt, workspace=str(self.workspace), resume_id=resume_id
         )
+        flags: list[str] = []
         if resume_id and profile.resume_flag and not profile.resume_command:
-            argv += cfg.template_args(profile.resume_flag, session_id=resume_id)
+            flags += cfg.template_args(profile.resume_flag, session_id=resume_id)
         cli_mode = "plan" if action.mode == "plan" else None
         if cli_mode and profile.mode_flag:
-            argv += cfg.template_args(profile.mode_flag, mode=cli_mode)
+            flags += cfg.template_args(profile.mode_flag, mode=cli_mode)
         overrides = action.overrides
         if overrides is not None:
             for key, flag in profile.override_flags.items():
                 value = getattr(overrides, key, None)
                 if value:
-                    argv += [flag, ",".join(value) if isinstance(value, list) else str(value)]
+                    flags += [flag, ",".join(value) if isinstance(value, list) else str(value)]
+        # Flags go before the template's end of options ("--" ahead of "{prompt}") if it has one;
+        # found in the template, since a prompt may itself be "--". Templates map one to one.
+        template = (
+            profile.resume_command if resume_id and profile.resume_command else profile.command
+        )
+        end = template.index("--") if "--" in template else len(argv)
+        argv[end:end] = flags
         # A single-turn agent with its prompt in argv has nothing to read on stdin, and some CLIs
         # read a piped stdin to EOF before starting (codex exec appends it to the prompt): it is
         # closed once the process runs, as a terminal's /dev/null would be.

@@ -115,6 +115,7 @@ def test_argv_templates_never_split_values():
     from gateway.config import builtin_profiles
 
     oneshot = builtin_profiles("claude")["claude-code-oneshot"]
-    argv = command_for(oneshot, prompt="hi; rm -rf / --flag", workspace="/w")
-    assert argv[:3] == ["claude", "-p", "hi; rm -rf / --flag"]
+    argv = command_for(oneshot, prompt="- hi; rm -rf / --flag", workspace="/w")
+    # one argument, after the end of options, so a leading "-" is not an option either
+    assert argv[-2:] == ["--", "- hi; rm -rf / --flag"]
     assert template_args("--resume {session_id}", session_id="a b;c") == ["--resume", "a b;c"]

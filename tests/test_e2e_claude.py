@@ -1169,3 +1169,27 @@ async def test_DPS_6_1_1_prompt_config_overrides_allowed_and_denied_tools():
         [result] = of(three, "tool.invoke.result")
         assert result["payload"]["status"] == "success"
         assert (rig.cli.cwd / "override-three.txt").exists()
+
+
+async def test_DPS_6_1_1_oneshot_prompt_starting_with_a_dash_is_a_prompt(caplog):
+    """DPS-6.1.1-prompt, control-plane.md (nothing in a frame becomes part of a command line except
+    through the profile's templates): on claude-code-oneshot a prompt that starts with "-" (a
+    Markdown list, or "--version") reaches the model as the prompt, not as a CLI option, also when
+    the gateway adds --resume and --permission-mode to the command line."""
+    caplog.set_level(logging.INFO, logger="rawp_gateway.session")
+    async with gateway("oneshot-dash", profile="claude-code-oneshot") as rig:
+        session = await rig.create()
+        sid = session["session_id"]
+        master = await rig.attach(sid)
+        first = await turn(master, "- say hello\n- then stop")
+        assert texts(first) == "Hello, as listed."
+        live = rig.session(sid)
+        await eventually(lambda: live.process is None and not live._spawning, what="the exit")
+        await master.send("control.mode.switch", {"mode": "plan"})
+        await master.until("agent.state.changed", reason="mode_switch")
+        second = await turn(master, "--version")
+        assert texts(second) == "Not a version: a prompt."
+        argvs = [r.argv for r in caplog.records if r.getMessage() == "agent started"]
+        assert argvs[1][-2:] == ["--", "--version"]
+        assert {"--resume", "--permission-mode"} <= set(argvs[1][: argvs[1].index("--")])
+        assert [r.answer for r in rig.requests] == ["call 1", "call 2"]
