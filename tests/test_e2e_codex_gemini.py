@@ -140,6 +140,23 @@ async def test_codex_prompt_with_a_shell_command():
         assert info["state"] == "IDLE" and info["agent_session_id"]
 
 
+async def test_codex_profile_sandbox_lets_a_command_write_in_the_workspace():
+    """The profile runs exec in the workspace-write sandbox: a command that writes a file in the
+    workspace succeeds (the default read-only sandbox refuses it: fixture sandbox-denied)."""
+    cmd = "echo made > made.txt && cat made.txt"
+    calls = [
+        {"output": [{"type": "function_call", "name": "exec_command", "arguments": {"cmd": cmd}}]},
+        {"match": {"tool_output": True}, "output": [{"type": "message", "text": "Made."}]},
+    ]
+    async with gateway("codex", calls) as rig:
+        _, master = await rig.master()
+        frames = await turn(master, "Make a file.")
+        check_turn(frames)
+        (result,) = of(frames, "tool.invoke.result")
+        assert (result["payload"]["status"], result["payload"]["output"]) == ("success", "made\n")
+        assert (rig.cli.cwd / "made.txt").read_text() == "made\n"
+
+
 async def test_codex_second_prompt_resumes_the_thread():
     """DPS-18-respawn: the second prompt runs ``codex exec resume <thread_id>``: the model gets
     the first exchange again, the thread id stays, and the usage is the turn's own share of the
