@@ -19,23 +19,23 @@ What the CLI prints and what it becomes (facts: ``/work/shared/agents/codex.md``
   out of order (parallel commands finish as they finish) still pair up. Items started one right
   after another, with nothing else between, were issued together and share a ``group``.
 
-  ========================  ====================  ===========================================
-  item                      tool name             result
-  ========================  ====================  ===========================================
-  ``command_execution``     ``shell``             ``aggregated_output`` (stdout and stderr
-                                                  merged); ``exit_code`` 0 is success, any
-                                                  other code (or none, with status failed or
-                                                  declined) an error
-  ``file_change``           ``apply_patch``       a unified diff per file, read from the
-                                                  workspace (``file_changes.py``); without
-                                                  one, a line per change (``text``)
-  ``mcp_tool_call``         ``mcp__<srv>__<tool>`` the text of the result's content (or its
-                                                  ``structured_content``); ``error`` → error
-  ``web_search``            ``web_search``        the query and action (``structured``): the
-                                                  CLI reports no results
-  ``todo_list``             ``update_plan``       the list (``structured``); every new version
-                                                  of the list is one call and its result
-  ========================  ====================  ===========================================
+  =====================  ======================  ========================================
+  item                   tool name               result
+  =====================  ======================  ========================================
+  ``command_execution``  ``shell``               ``aggregated_output`` (stdout and stderr
+                                                 merged); ``exit_code`` 0 is success, any
+                                                 other code (or none, with status failed
+                                                 or declined) an error
+  ``file_change``        ``apply_patch``         a unified diff per file, read from the
+                                                 workspace (``file_changes.py``); without
+                                                 one, a line per change (``text``)
+  ``mcp_tool_call``      ``mcp__<srv>__<tool>``  the text of the result's content (or its
+                                                 ``structured_content``); failed → error
+  ``web_search``         ``web_search``          the query and action (``structured``):
+                                                 the CLI reports no results
+  ``todo_list``          ``update_plan``         the list (``structured``); every new
+                                                 version is one call and its result
+  =====================  ======================  ========================================
 
 * ``web_search`` items contain the key ``"id"`` twice (the item's and the API's); a JSON decoder
   keeps the last, so the item id is read from the line itself.
