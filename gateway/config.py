@@ -64,6 +64,11 @@ class AgentProfile:
     permission_timeout_sec: float = 60.0
     description: str = ""
 
+    @property
+    def prompt_in_argv(self) -> bool:
+        """The prompt goes on the command line (``{prompt}`` in ``command``), not on stdin."""
+        return any("{prompt}" in arg for arg in self.command)
+
     def public(self) -> dict[str, Any]:
         """What ``GET /v1/agents`` shows (control-plane.md)."""
         features = msgspec.to_builtins(replace_features(self.features, adapter_type="process"))
@@ -200,13 +205,13 @@ def builtin_profiles(
                 "--approval-mode",
                 "yolo",
                 "--skip-trust",
-                "-p",
-                "{prompt}",
+                # One argument: "-p VALUE" would read a prompt starting with "-" as an option.
+                "--prompt={prompt}",
             ),
             single_turn_process=True,
             resume_flag="--resume {session_id}",
             features=_GEMINI_FEATURES,
-            description="Gemini CLI (gemini -p, stream-json), one process per prompt, --resume",
+            description="Gemini CLI (gemini --prompt, stream-json), one process per prompt, --resume",
         ),
         "plain": AgentProfile(
             name="plain",
@@ -442,7 +447,8 @@ def read_token_file(path: str | os.PathLike[str]) -> str:
 def command_for(
     profile: AgentProfile, *, prompt: str | None, workspace: str, resume_id: str | None = None
 ) -> list[str]:
-    """argv from the profile's template: ``{prompt}`` as one argument, ``{workspace}`` replaced.
+    """argv from the profile's template: ``{prompt}`` as one argument (or inside one, as in
+    ``--prompt={prompt}``), ``{workspace}`` replaced.
 
     With ``resume_id`` and a ``resume_command``, that template is used instead, its
     ``{session_id}`` argument being the id (``resume_flag`` is the caller's to append otherwise).
@@ -454,6 +460,8 @@ def command_for(
     for arg in template:
         if arg == "{prompt}":
             argv.append(prompt or "")
+        elif "{prompt}" in arg:  # e.g. "--prompt={prompt}": still exactly one argument
+            argv.append(arg.replace("{prompt}", prompt or ""))
         elif arg == "{session_id}" and resume_id is not None:
             argv.append(resume_id)  # whole arguments only, like {prompt}: never split or joined
         else:

@@ -260,8 +260,8 @@ class LiveSession:
         # A single-turn agent with its prompt in argv has nothing to read on stdin, and some CLIs
         # read a piped stdin to EOF before starting (codex exec appends it to the prompt): it is
         # closed once the process runs, as a terminal's /dev/null would be.
-        close_stdin = profile.single_turn_process and "{prompt}" in profile.command
-        if action.prompt is not None and "{prompt}" not in profile.command:
+        close_stdin = profile.single_turn_process and profile.prompt_in_argv
+        if action.prompt is not None and not profile.prompt_in_argv:
             data = self.agent_input.prompt(action.prompt)
             if data is not None:
                 self._stdin_pending.append(data)

@@ -13,6 +13,7 @@ workspace files, since the gateway, not the rig's runner, starts the CLI.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -294,6 +295,25 @@ async def test_gemini_second_prompt_resumes_the_session():
         assert text_of(second) == "You asked me to remember 42."
         assert (await rig.info(session_id))["agent_session_id"] == agent_session
         assert len(rig.model_requests) == 2 and not rig.cli.server.unexpected
+
+
+async def test_DPS_6_1_1_prompt_starting_with_a_dash_reaches_the_model_on_both():
+    """DPS-6.1.1-prompt: a prompt that starts with "-" (a Markdown list, or "--version") is the
+    prompt, never a CLI option (Codex puts it after "--", Gemini in one "--prompt=" argument)."""
+    for agent in ("codex", "gemini"):
+        if agent == "codex":
+            calls = [{"output": [{"type": "message", "text": "Listed."}]}]
+        else:
+            calls = [
+                {"match": {"last_user_contains": "- say hello"}, "parts": [{"text": "Listed."}]}
+            ]
+        async with gateway(agent, calls) as rig:
+            _, master = await rig.master()
+            frames = await turn(master, "- say hello\n- then stop")
+            check_turn(frames)
+            assert text_of(frames) == "Listed.", agent
+            assert len(rig.model_requests) == 1 and not rig.cli.server.unexpected
+            assert "- say hello" in json.dumps(rig.model_requests[0].body)
 
 
 async def test_gemini_http_error_is_an_agent_error_with_a_readable_code():

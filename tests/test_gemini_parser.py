@@ -371,8 +371,9 @@ def test_DPS_17_2_2_exit_an_unnamed_code_and_a_parser_without_names_stay_generic
 def test_gemini_profile_resumes_with_its_flag():
     profile = builtin_profiles(gemini="/bin/gemini")["gemini"]
     assert profile.single_turn_process and profile.resume_command is None
-    argv = command_for(profile, prompt="hi", workspace="/w")
-    assert argv[0] == "/bin/gemini" and argv[argv.index("-p") + 1] == "hi"
+    argv = command_for(profile, prompt="- hi {x}", workspace="/w")
+    # one argument that a leading "-" cannot turn into an option (checked with the real CLI)
+    assert argv[0] == "/bin/gemini" and argv[-1] == "--prompt=- hi {x}"
     assert {"--output-format", "stream-json", "--skip-trust"} <= set(argv)
     assert argv[argv.index("--approval-mode") + 1] == "yolo"
     assert profile.resume_flag is not None
