@@ -66,6 +66,8 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.utils import floatToGoString
 
+from gateway.protocol.tools import BUILTIN_TOOLS
+
 from .protocol.frames import PAYLOAD_CLASSES, VENDOR_PREFIX
 
 __all__ = [
@@ -189,54 +191,9 @@ INTERACTION_OUTCOMES: Final = ("allowed", "denied", "answered", "timed_out", "ca
 EXIT_CLASSES: Final = ("ok", "error", "signal")
 DEFAULT_AGENTS: Final = ("claude-code", "codex", "gemini")
 
-# Tool names of the three agents' built-in catalogs (shared/agents/*.md, DPS appendix A). Anything
+# Tool names of the three agents' built-in catalogs (one catalog: gateway/protocol/tools.py). Anything
 # else is a user's MCP server or plug-in and must not mint a new label value.
-KNOWN_TOOLS: Final = frozenset(
-    {
-        # Claude Code
-        "Agent",
-        "Bash",
-        "BashOutput",
-        "Edit",
-        "ExitPlanMode",
-        "Glob",
-        "Grep",
-        "KillShell",
-        "LS",
-        "MultiEdit",
-        "NotebookEdit",
-        "NotebookRead",
-        "Read",
-        "SlashCommand",
-        "Skill",
-        "Task",
-        "TodoRead",
-        "TodoWrite",
-        "WebFetch",
-        "WebSearch",
-        "Write",
-        # Codex
-        "apply_patch",
-        "exec_command",
-        "shell",
-        "tool_search",
-        "update_plan",
-        "web_search",
-        # Gemini
-        "glob",
-        "google_web_search",
-        "list_directory",
-        "read_file",
-        "read_many_files",
-        "replace",
-        "run_shell_command",
-        "save_memory",
-        "search_file_content",
-        "web_fetch",
-        "write_file",
-        "write_todos",
-    }
-)
+KNOWN_TOOLS: Final = frozenset(BUILTIN_TOOLS)
 
 # A parser reports a kind per line (e.g. "stream_event", "system/init"); a misbehaving parser or
 # agent must not be able to grow the series count without bound.

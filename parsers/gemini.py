@@ -308,6 +308,9 @@ class GeminiParser:
             is_error=status not in ("success", "cancelled"),
             cancelled=status == "cancelled",
             output=output,
+            # Gemini's tool output is a display string, whatever the tool: text unless a diff or
+            # the todo list replaces it below.
+            output_type="text",
             duration_ms=_duration(call.started if call else None, msg.timestamp),
         )
         if result.is_error:
@@ -320,8 +323,10 @@ class GeminiParser:
             diff = self._files.diff(path) if isinstance(path, str) else None
             if diff is not None:
                 result.output, result.changed, result.output_type = diff, True, "diff"
-            elif not output:
-                result.output = f"{call.name} {path}"  # no diff could be read: say what changed
+            else:
+                result.output_type = None  # no diff to claim: §5.3.3 decides (a write: empty)
+                if not output:
+                    result.output = f"{call.name} {path}"  # say what was written
         elif call is not None and call.name == TODO_TOOL:
             todos = call.input.get("todos")
             if isinstance(todos, list):

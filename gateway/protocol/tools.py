@@ -5,8 +5,8 @@ Theory of operation
 A ``ToolSpec`` is what the gateway knows about a tool beyond its name: a description for the
 catalog, the §5.4.1 ``category``, a declared ``output_type`` (only where one type always fits), whether
 it needs approval, and its ``operation`` (read, write, list, ...), which §5.3.3 needs to tell a
-filesystem read from a write. ``BUILTIN_TOOLS`` covers Appendix A and every name Claude Code 2.1.328
-reports; ``lookup(name)`` also knows MCP tools (``mcp__server__tool`` → category ``mcp``) and falls
+filesystem read from a write. ``BUILTIN_TOOLS`` covers Appendix A, every name Claude Code 2.1.328
+reports, and the tools of Codex 0.171.0 and Gemini CLI 0.61.0; ``lookup(name)`` also knows MCP tools (``mcp__server__tool`` → category ``mcp``) and falls
 back to a ``custom`` tool for names it has never seen.
 
 ``decide_output_type`` is §5.3.3 as one pure function: the declared type, else the category default,
@@ -107,6 +107,27 @@ _SPECS: Final = (
     _t("ReportFindings", "Report findings to the user", "custom"),
     _t("Workflow", "Run a workflow", "custom"),
     _t("LSP", "Query a language server", "search", "search", "text"),
+    _t("SlashCommand", "Run a slash command", "custom"),
+    # Codex CLI 0.171.0 (codex exec --json items, named as the parser names them)
+    _t("shell", "Run a shell command in the workspace", "shell", "exec", "text", True),
+    _t("exec_command", "Run a shell command in the workspace", "shell", "exec", "text", True),
+    _t("apply_patch", "Apply a patch to files in the workspace", "filesystem", "write", None, True),
+    _t("update_plan", "Update the plan (todo list)", "task_management", "other", "structured"),
+    _t("web_search", "Search the web", "search", "search", "web_content"),
+    _t("tool_search", "Find tools by name or description", "search", "search", "text"),
+    # Gemini CLI 0.61.0
+    _t("run_shell_command", "Run a shell command", "shell", "exec", "text", True),
+    _t("read_file", "Read a file", "filesystem", "read", "file_content"),
+    _t("read_many_files", "Read several files", "filesystem", "read", "file_content"),
+    _t("write_file", "Create or overwrite a file", "filesystem", "write", None, True),
+    _t("replace", "Replace text in a file", "filesystem", "write", None, True),
+    _t("glob", "Find files by glob pattern", "filesystem", "list", "file_list"),
+    _t("list_directory", "List a directory", "filesystem", "list", "file_list"),
+    _t("search_file_content", "Search file contents", "search", "search"),
+    _t("google_web_search", "Search the web", "search", "search", "web_content"),
+    _t("web_fetch", "Fetch web pages", "web", "read", "web_content", True),
+    _t("save_memory", "Save a fact to memory", "custom"),
+    _t("write_todos", "Write the todo list", "task_management", "other", "structured"),
 )
 
 BUILTIN_TOOLS: Final[dict[str, ToolSpec]] = {spec.name: spec for spec in _SPECS}
