@@ -7,8 +7,9 @@ never waits: the bytes join the connection's queue and its own writer task sends
 (DPS-2.3-order). A connection whose queue passes ``max_queue_bytes`` (a stuck or slow master) is
 closed with code 1013 ("try again later") and a reason saying to reattach with ``last_message_id``,
 so it can never delay the agent or the other connections, and loses nothing it cannot get back from
-the session's history. ``close_after_flush`` sends what is queued, then closes: the session-end
-frames always reach a healthy master before its WebSocket closes (DPS-7.5.3).
+the session's history. ``close_after_flush`` sends what is queued, then sets ``close_ready`` for the
+task that reads the socket to close it: the session-end frames always reach a healthy master before
+its WebSocket closes (DPS-7.5.3), with a complete close handshake.
 
 Each queued item carries the ``perf_counter_ns`` at which the agent line it came from was read (0
 for frames not made from a line), so the writer can observe the line-to-socket latency.
@@ -55,7 +56,8 @@ class Connection:
         self.queued_bytes = 0
         self._wakeup = asyncio.Event()
         self._closing: tuple[int, str] | None = None
-        self.closed = asyncio.Event()
+        self.closed = asyncio.Event()  # the writer is done: everything queued was sent (or lost)
+        self.close_ready = asyncio.Event()  # ...and the connection should now be closed
         self.overflowed = False
         self.frames_sent = 0
         self._observe = observe_latency_ns
@@ -104,9 +106,10 @@ class Connection:
                     if t_ns and self._observe is not None and self._clock_ns is not None:
                         self._observe(self._clock_ns() - t_ns)
                 if self._closing is not None:
-                    code, reason = self._closing
-                    # Close reasons are limited to 123 bytes by RFC 6455.
-                    await ws.close(code=code, message=reason.encode()[:123])
+                    # Everything is sent. The close handshake is done by the task that reads the
+                    # socket (``close_ready``): closing from this task would make aiohttp drop the
+                    # connection without waiting for the peer's close frame.
+                    self.close_ready.set()
                     return
                 self._wakeup.clear()
                 await self._wakeup.wait()
@@ -117,6 +120,12 @@ class Connection:
             self._queue.clear()
             self.queued_bytes = 0
             self.closed.set()
+
+    @property
+    def close_args(self) -> tuple[int, bytes]:
+        """Code and reason for the close frame (reasons are limited to 123 bytes, RFC 6455)."""
+        code, reason = self._closing or (WSCloseCode.OK, "")
+        return code, reason.encode()[:123]
 
     def _abort_if_open(self) -> None:
         if self.closed.is_set():

@@ -15,6 +15,7 @@ cleanup frames, ``session.deleted``, close), so no agent process outlives the ga
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 import signal
@@ -295,15 +296,29 @@ async def websocket(request: web.Request) -> web.StreamResponse:
         last_message_id=last_message_id,
         abort=transport.abort if transport is not None else None,
     )
+    close_ready = asyncio.ensure_future(conn.close_ready.wait())
     try:
-        async for msg in ws:
+        while True:
+            receiving = asyncio.ensure_future(ws.receive())
+            await asyncio.wait((receiving, close_ready), return_when=asyncio.FIRST_COMPLETED)
+            if not receiving.done():
+                # The session closes this connection; this task owns the socket's reading, so it
+                # does the close handshake (and waits for the master's close frame).
+                receiving.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await receiving
+                code, reason = conn.close_args
+                await ws.close(code=code, message=reason)
+                break
+            msg = receiving.result()
             if msg.type == WSMsgType.TEXT:
                 session.receive(conn_id, msg.data)
             elif msg.type == WSMsgType.BINARY:
                 session.receive(conn_id, b"\x00binary")  # answered as INVALID_FRAME
-            elif msg.type == WSMsgType.ERROR:
+            else:  # CLOSE, CLOSING, CLOSED, ERROR
                 break
     finally:
+        close_ready.cancel()
         session.detach(conn_id)
         if not conn.closed.is_set():
             await conn.aclose()

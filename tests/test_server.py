@@ -414,6 +414,8 @@ async def test_DPS_7_7_delete_during_turn(tmp_path):
         assert types.index("session.turn.end") < types.index("session.deleted")
         deleted = rest[-1]["payload"]
         assert deleted == {"session_id": sid, "reason": "master_request", "deleted_by": "master"}
+        # a complete close handshake, with the gateway's code and reason
+        assert master.ws.close_code == 1000
     finally:
         await client.close()
 
