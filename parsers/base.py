@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Protocol
 
-from .events import AgentEvent
+import msgspec
+
+from .events import AgentEvent, ParseError, Unknown
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -88,6 +90,30 @@ class AgentInput(Protocol):
     ) -> bytes | None: ...
 
     def set_mode(self, request_id: str, mode: str) -> bytes | None: ...
+
+
+MAX_LINE_IN_EVENT = 1024  # a ParseError keeps at most this much of its line
+
+
+class _Kind(msgspec.Struct):
+    type: str = ""
+
+
+_kind_decoder = msgspec.json.Decoder(_Kind)
+
+
+def refused_line(line: bytes, err: Exception, known_kinds: Container[str]) -> ParseError | Unknown:
+    """What a line is when a parser's typed decoder refused it: not a JSON object, or a kind the
+    parser knows in the wrong shape (``ParseError``, with the line's first KiB), or well-formed JSON
+    of a ``type`` it does not know (``Unknown``, the whole line, which can be forwarded as it is)."""
+    try:
+        kind = _kind_decoder.decode(line)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return ParseError(message=f"not a JSON object: {err}", line=bytes(line[:MAX_LINE_IN_EVENT]))
+    if kind.type in known_kinds:
+        message = f"malformed {kind.type} line: {err}"
+        return ParseError(message=message, line=bytes(line[:MAX_LINE_IN_EVENT]))
+    return Unknown(kind=kind.type or "?", line=bytes(line))
 
 
 class NoInput:

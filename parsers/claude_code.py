@@ -52,11 +52,13 @@ from typing import Any, Final
 import msgspec
 
 from . import events as ev
-from .base import ParserSpec
+from .base import ParserSpec, refused_line
 
 __all__ = ["SPEC", "ClaudeCodeInput", "ClaudeCodeParser"]
 
-_MAX_LINE_IN_EVENT: Final = 1024  # ParseError/Unknown keep at most this much of a line
+_KNOWN_KINDS: Final = frozenset(
+    {"stream_event", "assistant", "user", "system", "result", "control_request", "control_response"}
+)
 # tool_use_result of a call the user interrupted
 _INTERRUPT_RESULT: Final = "User rejected tool use"
 _MAX_OPEN_CALLS: Final = 4096  # tool calls remembered while waiting for their results
@@ -252,13 +254,6 @@ _Line = (
 _line_decoder: Final = msgspec.json.Decoder(_Line)
 
 
-class _Kind(msgspec.Struct):
-    type: str = ""
-    subtype: str | None = None
-
-
-_kind_decoder: Final = msgspec.json.Decoder(_Kind)
-
 # System subtypes that are understood and deliberately produce nothing: their information reaches
 # the master another way (task_started: the Agent call itself; task_updated and
 # background_tasks_changed: task_notification; thinking_tokens: the result's usage).
@@ -379,19 +374,12 @@ class ClaudeCodeParser:
     # --- what could not be understood -----------------------------------------------------------
 
     def _undecodable(self, line: bytes, err: Exception) -> list[ev.AgentEvent]:
-        snippet = bytes(line[:_MAX_LINE_IN_EVENT])
-        try:
-            kind = _kind_decoder.decode(line)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        event = refused_line(line, err, _KNOWN_KINDS)
+        if isinstance(event, ev.ParseError):
             self.parse_errors += 1
-            return [ev.ParseError(message=f"not a JSON object: {err}", line=snippet)]
-        if kind.type in ("stream_event", "assistant", "user", "system", "result") or kind.type in (
-            "control_request",
-            "control_response",
-        ):
-            self.parse_errors += 1
-            return [ev.ParseError(message=f"malformed {kind.type} line: {err}", line=snippet)]
-        return self._unknown(kind.type or "?", line)
+        else:
+            self.unknown_lines += 1
+        return [event]
 
     def _unknown(self, kind: str, line: bytes) -> list[ev.AgentEvent]:
         # The whole line (it is well-formed JSON, so it can be forwarded as it is); its length is

@@ -64,12 +64,11 @@ import msgspec
 
 from . import events as ev
 from .api_errors import http_error_code
-from .base import ExitDescription, NoInput, ParserSpec
+from .base import ExitDescription, NoInput, ParserSpec, refused_line
 from .file_changes import FileChanges, Reader, read_text_file
 
 __all__ = ["SPEC", "CodexParser"]
 
-_MAX_LINE_IN_EVENT: Final = 1024
 _MAX_OPEN_CALLS: Final = 4096  # tool items remembered while waiting for their completion
 
 # --- the line kinds -------------------------------------------------------------------------------
@@ -176,11 +175,6 @@ _KNOWN_KINDS: Final = frozenset(
 )
 
 
-class _Kind(msgspec.Struct):
-    type: str = ""
-
-
-_kind_decoder: Final = msgspec.json.Decoder(_Kind)
 _json_decoder: Final = msgspec.json.Decoder()
 
 # The first "id" of a line's item (web_search items repeat the key; decoders keep the last).
@@ -281,16 +275,12 @@ class CodexParser:
     # --- what could not be understood -------------------------------------------------------------
 
     def _undecodable(self, line: bytes, err: Exception) -> list[ev.AgentEvent]:
-        snippet = bytes(line[:_MAX_LINE_IN_EVENT])
-        try:
-            kind = _kind_decoder.decode(line)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        event = refused_line(line, err, _KNOWN_KINDS)
+        if isinstance(event, ev.ParseError):
             self.parse_errors += 1
-            return [ev.ParseError(message=f"not a JSON object: {err}", line=snippet)]
-        if kind.type in _KNOWN_KINDS:
-            self.parse_errors += 1
-            return [ev.ParseError(message=f"malformed {kind.type} line: {err}", line=snippet)]
-        return self._unknown(kind.type or "?", line)
+        else:
+            self.unknown_lines += 1
+        return [event]
 
     def _unknown(self, kind: str, line: bytes) -> list[ev.AgentEvent]:
         # The whole line: it is well-formed JSON and can be forwarded as it is.

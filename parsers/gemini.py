@@ -45,12 +45,11 @@ import msgspec
 
 from . import events as ev
 from .api_errors import HTTP_ERROR_CODES, http_error_code
-from .base import ExitDescription, NoInput, ParserSpec
+from .base import ExitDescription, NoInput, ParserSpec, refused_line
 from .file_changes import FileChanges, Reader, read_text_file
 
 __all__ = ["EXIT_CODES", "SPEC", "GeminiParser"]
 
-_MAX_LINE_IN_EVENT: Final = 1024
 _MAX_OPEN_CALLS: Final = 4096
 
 # The CLI's own exit codes (gemini-cli's FatalError subclasses) and what they mean.
@@ -127,12 +126,6 @@ _Line = _Init | _Message | _ToolUse | _ToolResult | _Error | _Result
 _line_decoder: Final = msgspec.json.Decoder(_Line)
 _KNOWN_KINDS: Final = frozenset({"init", "message", "tool_use", "tool_result", "error", "result"})
 
-
-class _Kind(msgspec.Struct):
-    type: str = ""
-
-
-_kind_decoder: Final = msgspec.json.Decoder(_Kind)
 
 WRITE_TOOLS: Final = frozenset({"write_file", "replace"})
 TODO_TOOL: Final = "write_todos"
@@ -251,18 +244,12 @@ class GeminiParser:
     # --- what could not be understood -------------------------------------------------------------
 
     def _undecodable(self, line: bytes, err: Exception) -> list[ev.AgentEvent]:
-        snippet = bytes(line[:_MAX_LINE_IN_EVENT])
-        try:
-            kind = _kind_decoder.decode(line)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        event = refused_line(line, err, _KNOWN_KINDS)
+        if isinstance(event, ev.ParseError):
             self.parse_errors += 1
-            return [ev.ParseError(message=f"not a JSON object: {err}", line=snippet)]
-        if kind.type in _KNOWN_KINDS:
-            self.parse_errors += 1
-            return [ev.ParseError(message=f"malformed {kind.type} line: {err}", line=snippet)]
-        # The whole line: it is well-formed JSON and can be forwarded as it is.
-        self.unknown_lines += 1
-        return [ev.Unknown(kind=kind.type or "?", line=bytes(line))]
+        else:
+            self.unknown_lines += 1
+        return [event]
 
     # --- content ----------------------------------------------------------------------------------
 
