@@ -10,6 +10,8 @@ import socket
 import sys
 from dataclasses import replace
 
+import aiohttp
+
 from gateway.server import SESSIONS
 from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
 
@@ -205,5 +207,25 @@ async def test_a_stuck_master_is_closed_and_never_delays_the_others(tmp_path):
                 break
             await asyncio.sleep(0.05)
         assert stuck_id not in live.connections
+    finally:
+        await client.close()
+
+
+async def test_a_frame_over_max_frame_size_closes_with_1009(tmp_path):
+    """Frames are size-limited (control-plane.md): a master's frame over max_frame_size is refused
+    with the WebSocket's own 'message too big' close, and the session goes on for the others."""
+    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
+    try:
+        session = await create_session(client)
+        sid = session["session_id"]
+        big = await Master.attach(client, sid)
+        other = await Master.attach(client, sid)
+        await big.ws.send_str("x" * (2 * 1024 * 1024))
+        msg = await big.ws.receive(timeout=10)
+        while msg.type == aiohttp.WSMsgType.TEXT:
+            msg = await big.ws.receive(timeout=10)
+        assert big.ws.close_code == 1009
+        frames = await prompt_and_wait(other, "still working?")
+        assert frames[-1]["type"] == "session.usage"
     finally:
         await client.close()
