@@ -22,7 +22,9 @@ Three ways to measure, all comparing the two variants in the same run:
   the machine is doing; use it on a shared or busy machine, where any timing is noise.
 
 Prints each variant's rate and the ratio; exits non-zero if instrumentation costs more than
-`--max-overhead` (default 10%; the target is a few percent).
+`--max-overhead` (default 10%; the target is a few percent). This path is a model, stripped to the
+least a gateway could do per line, so it overstates the share; `bench_session_path.py` measures the
+same instruments on the gateway's real per-line code (parser, session machine, fan-out).
 
     .venv/bin/python bench/bench_metrics.py [--lines 20000] [--rounds 25] [--fanout 1]
     .venv/bin/python bench/bench_metrics.py --ws [--fanout 3]
