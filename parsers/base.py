@@ -30,7 +30,7 @@ import importlib.util
 from collections.abc import Callable, Container
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import msgspec
 
@@ -42,6 +42,7 @@ __all__ = [
     "AgentParser",
     "DescribesExit",
     "ExitDescription",
+    "JsonLinesParser",
     "NoInput",
     "ParserSpec",
     "available",
@@ -114,6 +115,32 @@ def refused_line(line: bytes, err: Exception, known_kinds: Container[str]) -> Pa
         message = f"malformed {kind.type} line: {err}"
         return ParseError(message=message, line=bytes(line[:MAX_LINE_IN_EVENT]))
     return Unknown(kind=kind.type or "?", line=bytes(line))
+
+
+class JsonLinesParser:
+    """Base of the JSON-lines parsers: counts the lines they could not use (tests and logs read
+    ``parse_errors`` and ``unknown_lines``) and says what a refused line was."""
+
+    __slots__ = ("parse_errors", "unknown_lines")
+    KNOWN_KINDS: ClassVar[Container[str]] = ()
+
+    def __init__(self) -> None:
+        self.parse_errors = 0
+        self.unknown_lines = 0
+
+    def _undecodable(self, line: bytes, err: Exception) -> list[AgentEvent]:
+        event = refused_line(line, err, self.KNOWN_KINDS)
+        if isinstance(event, ParseError):
+            self.parse_errors += 1
+        else:
+            self.unknown_lines += 1
+        return [event]
+
+    def _unknown(self, kind: str, line: bytes) -> list[AgentEvent]:
+        # The whole line: it is well-formed JSON and can be forwarded as it is (its length is
+        # bounded by the process adapter's line limit).
+        self.unknown_lines += 1
+        return [Unknown(kind=kind, line=bytes(line))]
 
 
 class NoInput:

@@ -52,7 +52,7 @@ from typing import Any, Final
 import msgspec
 
 from . import events as ev
-from .base import ParserSpec, refused_line
+from .base import JsonLinesParser, ParserSpec
 
 __all__ = ["SPEC", "ClaudeCodeInput", "ClaudeCodeParser"]
 
@@ -286,7 +286,7 @@ class _PendingCompaction(msgspec.Struct):
     post_tokens: int
 
 
-class ClaudeCodeParser:
+class ClaudeCodeParser(JsonLinesParser):
     """Claude Code's stream-json stdout, one line at a time (see the module docstring)."""
 
     __slots__ = (
@@ -300,11 +300,11 @@ class ClaudeCodeParser:
         "_streamed",
         "_whole_counts",
         "mode",
-        "parse_errors",
-        "unknown_lines",
     )
+    KNOWN_KINDS = _KNOWN_KINDS
 
     def __init__(self) -> None:
+        super().__init__()
         # Streamed blocks still open: (message id, index) → (block key, kind, parent).
         self._blocks: dict[tuple[str, int], tuple[str, str, str | None]] = {}
         self._streamed: set[str] = set()  # API message ids seen through stream_event
@@ -316,8 +316,6 @@ class ClaudeCodeParser:
         self._context_used: int | None = None
         self._local_outputs = 0
         self.mode: str | None = None  # the CLI's permission mode (plan text is marked in "plan")
-        self.parse_errors = 0
-        self.unknown_lines = 0
 
     # --- the AgentParser protocol ----------------------------------------------------------------
 
@@ -370,22 +368,6 @@ class ClaudeCodeParser:
         self._blocks.clear()
         self._calls.clear()
         return out
-
-    # --- what could not be understood -----------------------------------------------------------
-
-    def _undecodable(self, line: bytes, err: Exception) -> list[ev.AgentEvent]:
-        event = refused_line(line, err, _KNOWN_KINDS)
-        if isinstance(event, ev.ParseError):
-            self.parse_errors += 1
-        else:
-            self.unknown_lines += 1
-        return [event]
-
-    def _unknown(self, kind: str, line: bytes) -> list[ev.AgentEvent]:
-        # The whole line (it is well-formed JSON, so it can be forwarded as it is); its length is
-        # bounded by the process adapter's line limit.
-        self.unknown_lines += 1
-        return [ev.Unknown(kind=kind, line=bytes(line))]
 
     # --- stream events ----------------------------------------------------------------------------
 

@@ -64,7 +64,7 @@ import msgspec
 
 from . import events as ev
 from .api_errors import http_error_code
-from .base import ExitDescription, NoInput, ParserSpec, refused_line
+from .base import ExitDescription, JsonLinesParser, NoInput, ParserSpec
 from .file_changes import FileChanges, Reader, read_text_file
 
 __all__ = ["SPEC", "CodexParser"]
@@ -200,7 +200,7 @@ WEB_SEARCH: Final = "web_search"
 UPDATE_PLAN: Final = "update_plan"
 
 
-class CodexParser:
+class CodexParser(JsonLinesParser):
     """``codex exec --json`` stdout, one line at a time (see the module docstring)."""
 
     __slots__ = (
@@ -213,11 +213,11 @@ class CodexParser:
         "_plans",
         "_thread",
         "_totals",
-        "parse_errors",
-        "unknown_lines",
     )
+    KNOWN_KINDS = _KNOWN_KINDS
 
     def __init__(self, read_file: Reader = read_text_file) -> None:
+        super().__init__()
         self._files = FileChanges(read_file)
         self._open: dict[str, str] = {}  # tool items started: item id → tool name
         self._batch: str | None = None  # the group of the tool items being started together
@@ -227,8 +227,6 @@ class CodexParser:
         self._totals: _Usage | None = None  # the thread's cumulative usage at the last turn end
         self._error_noticed = False  # an error line was turned into a Notice this turn
         self._last_error: tuple[str, str] | None = None  # (code, message) of the last fatal error
-        self.parse_errors = 0
-        self.unknown_lines = 0
 
     # --- the AgentParser protocol ------------------------------------------------------------------
 
@@ -271,21 +269,6 @@ class CodexParser:
             code, message = self._last_error
             return code, f"codex exec failed (exit 1): {message}"
         return None
-
-    # --- what could not be understood -------------------------------------------------------------
-
-    def _undecodable(self, line: bytes, err: Exception) -> list[ev.AgentEvent]:
-        event = refused_line(line, err, _KNOWN_KINDS)
-        if isinstance(event, ev.ParseError):
-            self.parse_errors += 1
-        else:
-            self.unknown_lines += 1
-        return [event]
-
-    def _unknown(self, kind: str, line: bytes) -> list[ev.AgentEvent]:
-        # The whole line: it is well-formed JSON and can be forwarded as it is.
-        self.unknown_lines += 1
-        return [ev.Unknown(kind=kind, line=bytes(line))]
 
     # --- thread and turn ---------------------------------------------------------------------------
 

@@ -45,7 +45,7 @@ import msgspec
 
 from . import events as ev
 from .api_errors import HTTP_ERROR_CODES, http_error_code
-from .base import ExitDescription, NoInput, ParserSpec, refused_line
+from .base import ExitDescription, JsonLinesParser, NoInput, ParserSpec
 from .file_changes import FileChanges, Reader, read_text_file
 
 __all__ = ["EXIT_CODES", "SPEC", "GeminiParser"]
@@ -158,7 +158,7 @@ class _Call(msgspec.Struct):
     started: str | None
 
 
-class GeminiParser:
+class GeminiParser(JsonLinesParser):
     """Gemini CLI stream-json stdout, one line at a time (see the module docstring)."""
 
     __slots__ = (
@@ -169,11 +169,11 @@ class GeminiParser:
         "_files",
         "_last_error",
         "_text",
-        "parse_errors",
-        "unknown_lines",
     )
+    KNOWN_KINDS = _KNOWN_KINDS
 
     def __init__(self, read_file: Reader = read_text_file) -> None:
+        super().__init__()
         self._files = FileChanges(read_file)
         self._calls: dict[str, _Call] = {}
         self._text: str | None = None  # the open text block's key
@@ -181,8 +181,6 @@ class GeminiParser:
         self._batch: str | None = None  # the group of the tool calls being printed together
         self._batches = 0
         self._last_error: str | None = None  # the last API error message (for describe_exit)
-        self.parse_errors = 0
-        self.unknown_lines = 0
 
     # --- the AgentParser protocol ------------------------------------------------------------------
 
@@ -240,16 +238,6 @@ class GeminiParser:
                 f" (the CLI's exit code is the status cut to 8 bits){last}",
             )
         return None
-
-    # --- what could not be understood -------------------------------------------------------------
-
-    def _undecodable(self, line: bytes, err: Exception) -> list[ev.AgentEvent]:
-        event = refused_line(line, err, _KNOWN_KINDS)
-        if isinstance(event, ev.ParseError):
-            self.parse_errors += 1
-        else:
-            self.unknown_lines += 1
-        return [event]
 
     # --- content ----------------------------------------------------------------------------------
 

@@ -15,10 +15,10 @@ interrupt (cancel is SIGINT), answer permissions or change modes.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 from . import events as ev
-from .base import ParserSpec
+from .base import NoInput, ParserSpec
 
 __all__ = ["SPEC", "PlainInput", "PlainParser"]
 
@@ -44,21 +44,12 @@ class PlainParser:
         return []
 
 
-class PlainInput:
+class PlainInput(NoInput):
     """A prompt is one line on stdin; nothing else can be said to a plain program."""
 
     def prompt(self, text: str) -> bytes | None:
         # One line: newlines inside the prompt would make it several prompts to a line reader.
         return text.replace("\r", " ").replace("\n", " ").encode() + b"\n"
-
-    def interrupt(self, request_id: str) -> bytes | None:
-        return None
-
-    def permission(self, request_id: str, **_: Any) -> bytes | None:
-        return None
-
-    def set_mode(self, request_id: str, mode: str) -> bytes | None:
-        return None
 
 
 SPEC: Final = ParserSpec(
