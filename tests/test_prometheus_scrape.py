@@ -134,8 +134,10 @@ async def run_prometheus(target: GatewayTarget, workdir: Path) -> AsyncIterator[
         stdout=log,
         stderr=log,
     )
+    base = f"http://127.0.0.1:{port}"
     try:
-        yield f"http://127.0.0.1:{port}"
+        await wait_ready(base, proc, workdir / "prometheus.log")
+        yield base
     finally:
         if proc.returncode is None:
             proc.terminate()
@@ -145,6 +147,21 @@ async def run_prometheus(target: GatewayTarget, workdir: Path) -> AsyncIterator[
                 proc.kill()
                 await proc.wait()
         log.close()
+
+
+async def wait_ready(base: str, proc: asyncio.subprocess.Process, log: Path) -> None:
+    """Until Prometheus says it is ready: its query API answers 503 while the TSDB starts."""
+    deadline = time.monotonic() + 20
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            if proc.returncode is not None:
+                pytest.fail(f"prometheus exited {proc.returncode}: {log.read_text()[-2000:]}")
+            with contextlib.suppress(aiohttp.ClientConnectionError):
+                async with http.get(f"{base}/-/ready") as resp:
+                    if resp.status == 200:
+                        return
+            await asyncio.sleep(0.1)
+    pytest.fail(f"prometheus was not ready in 20 s: {log.read_text()[-2000:]}")
 
 
 async def query(http: aiohttp.ClientSession, base: str, promql: str) -> list[dict]:
