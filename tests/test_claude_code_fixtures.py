@@ -27,11 +27,17 @@ from gateway.protocol.mapper import Mapper
 from gateway.protocol.session import Emit, SessionMachine
 from parsers import events as ev
 from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
+from tests.frame_checks import (
+    UUID4,
+    assert_blocks_joined,
+    assert_one_result_per_request,
+    assert_states_consistent,
+    assert_valid_envelopes,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude-code"
 ALL = sorted(FIXTURES.glob("*.jsonl"))
 SESSION_ID = "0b7f3c1e-5d2a-4e8f-9a6b-1c2d3e4f5a6b"
-UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 
 
 @dataclass
@@ -101,14 +107,7 @@ def test_there_are_fixtures_to_check():
 def test_DPS_2_1_envelope_every_frame_is_valid(path: Path):
     """DPS-2.1-envelope: every frame survives encode → decode as Accepted, with a UUID v4
     message_id and the session's id."""
-    run = run_of(path)
-    assert run.frames
-    for frame in run.frames:
-        decoded = codec.decode(codec.encode(frame))
-        assert isinstance(decoded, codec.Accepted), (frame.TYPE, decoded)
-        assert UUID4.match(frame.message_id)
-        assert frame.session_id == SESSION_ID
-        assert frame.timestamp.endswith("Z")
+    assert_valid_envelopes(run_of(path).frames, SESSION_ID)
 
 
 @every_fixture
@@ -129,21 +128,7 @@ def test_DPS_2_1_turn_id_on_every_in_turn_frame(path: Path):
 def test_DPS_5_3_1_result_each_request_gets_exactly_one_result_after_it(path: Path):
     """DPS-5.3.1-result: one tool.invoke.result per request, after it, same id and tool name."""
     run = run_of(path)
-    requests: dict[str, int] = {}
-    results: Counter[str] = Counter()
-    for i, frame in enumerate(run.frames):
-        p = frame.payload  # type: ignore[attr-defined]
-        if frame.TYPE == "tool.invoke.request":
-            assert UUID4.match(p.invocation_id)
-            assert p.invocation_id not in requests
-            requests[p.invocation_id] = i
-        elif frame.TYPE == "tool.invoke.result":
-            assert p.invocation_id in requests, "result without a request before it"
-            request = run.frames[requests[p.invocation_id]].payload  # type: ignore[attr-defined]
-            assert p.tool_name == request.tool_name
-            results[p.invocation_id] += 1
-    assert set(results) == set(requests)
-    assert all(n == 1 for n in results.values())
+    assert_one_result_per_request(run.frames)
     # One request per tool_use block the CLI printed.
     tool_uses = [
         b["id"]
@@ -159,29 +144,7 @@ def test_DPS_5_3_1_result_each_request_gets_exactly_one_result_after_it(path: Pa
 def test_DPS_4_1_text_full_text_is_the_joined_deltas(path: Path):
     """DPS-4.1-text and DPS-4.2-thinking: per turn, each content block has deltas then exactly one
     done; text done's full_text is the concatenation of its deltas; indexes are unique in a turn."""
-    run = run_of(path)
-    turn: str | None = None
-    parts: dict[tuple[str, int], list[str]] = {}
-    kinds: dict[tuple[str, int], str] = {}
-    done: set[tuple[str, int]] = set()
-    for frame in run.frames:
-        p = frame.payload  # type: ignore[attr-defined]
-        if frame.TYPE == "session.turn.start":
-            turn = p.turn_id
-        key = (frame.turn_id or "", getattr(p, "content_index", -1))
-        if frame.TYPE in ("agent.text.delta", "agent.thinking.delta"):
-            kind = frame.TYPE.split(".")[1]
-            assert kinds.setdefault(key, kind) == kind, "content_index reused across blocks"
-            assert key not in done, "delta after done"
-            parts.setdefault(key, []).append(p.text)
-        elif frame.TYPE in ("agent.text.done", "agent.thinking.done"):
-            assert key in parts and key not in done
-            assert kinds[key] == frame.TYPE.split(".")[1]
-            done.add(key)
-            if frame.TYPE == "agent.text.done":
-                assert p.full_text == "".join(parts[key])
-    assert done == set(parts), "a block without its done"
-    assert turn is None or parts is not None
+    assert_blocks_joined(run_of(path).frames)
 
 
 @every_fixture
@@ -387,15 +350,7 @@ def test_DPS_5_4_catalog_and_DPS_12_1_commands_from_init(path: Path):
 def test_DPS_4_6_state_changes_are_consistent(path: Path):
     """DPS-4.6-state: each agent.state.changed starts from the state the previous one reached and
     uses the reserved states; every turn ends idle."""
-    run = run_of(path)
-    state = "idle"
-    for p in run.payloads("agent.state.changed"):
-        if p.reason == "mode_switch":
-            continue
-        assert p.previous_state == state
-        assert p.current_state in ("idle", "thinking", "tool_calling", "awaiting_input", "error")
-        state = p.current_state
-    assert state == "idle"
+    assert_states_consistent(run_of(path).frames)
 
 
 @every_fixture

@@ -18,7 +18,6 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,12 @@ from gateway.translate import translate
 from parsers.base import NoInput
 from parsers.codex import CodexParser
 from parsers.gemini import GeminiParser
+from tests.frame_checks import (
+    assert_blocks_joined,
+    assert_one_result_per_request,
+    assert_states_consistent,
+    assert_valid_envelopes,
+)
 from tests.gateway_peer import envelope
 
 ROOT = Path(__file__).parent / "fixtures"
@@ -41,7 +46,6 @@ CODEX = sorted((ROOT / "codex").glob("*.jsonl"))
 GEMINI = sorted((ROOT / "gemini").glob("*.jsonl"))
 ALL = CODEX + GEMINI
 SESSION_ID = "7c0de3a1-5d2a-4e8f-9a6b-1c2d3e4f5a6b"
-UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 CODEX_TOOL_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search"}
 
 
@@ -121,14 +125,7 @@ def test_there_are_fixtures_to_check():
 def test_DPS_2_1_envelope_every_frame_is_valid(path: Path):
     """DPS-2.1-envelope: every frame survives encode → decode as Accepted (zero envelope
     violations), with a UUID v4 message_id and the session's id."""
-    run = run_of(path)
-    assert run.frames
-    for frame in run.frames:
-        decoded = codec.decode(codec.encode(frame))
-        assert isinstance(decoded, codec.Accepted), (frame.TYPE, decoded)
-        assert UUID4.match(frame.message_id)
-        assert frame.session_id == SESSION_ID
-        assert frame.timestamp.endswith("Z")
+    assert_valid_envelopes(run_of(path).frames, SESSION_ID)
 
 
 @every_fixture
@@ -158,21 +155,7 @@ def test_DPS_5_3_1_result_each_request_gets_exactly_one_result_after_it(path: Pa
     """DPS-5.3.1-result: one tool.invoke.result per request, after it, same id and tool name; one
     request per tool item (Codex) or tool_use (Gemini) the CLI printed, in the CLI's order."""
     run = run_of(path)
-    requests: dict[str, int] = {}
-    results: Counter[str] = Counter()
-    for i, frame in enumerate(run.frames):
-        p = frame.payload  # type: ignore[attr-defined]
-        if frame.TYPE == "tool.invoke.request":
-            assert UUID4.match(p.invocation_id)
-            assert p.invocation_id not in requests
-            requests[p.invocation_id] = i
-        elif frame.TYPE == "tool.invoke.result":
-            assert p.invocation_id in requests, "result without a request before it"
-            request = run.frames[requests[p.invocation_id]].payload  # type: ignore[attr-defined]
-            assert p.tool_name == request.tool_name
-            results[p.invocation_id] += 1
-    assert set(results) == set(requests)
-    assert all(n == 1 for n in results.values())
+    assert_one_result_per_request(run.frames)
     if run.agent == "codex":
         expected: list[str] = []
         for o in run.lines:
@@ -201,24 +184,7 @@ def _first_item_id(run: Run, item_id: str) -> str:
 def test_DPS_4_1_text_full_text_is_the_joined_deltas(path: Path):
     """DPS-4.1-text and DPS-4.2-thinking: each content block has deltas then exactly one done; text
     done's full_text is the concatenation of its deltas; indexes are unique in the turn."""
-    run = run_of(path)
-    parts: dict[tuple[str, int], list[str]] = {}
-    kinds: dict[tuple[str, int], str] = {}
-    done: set[tuple[str, int]] = set()
-    for frame in run.frames:
-        p = frame.payload  # type: ignore[attr-defined]
-        key = (frame.turn_id or "", getattr(p, "content_index", -1))
-        if frame.TYPE in ("agent.text.delta", "agent.thinking.delta"):
-            kind = frame.TYPE.split(".")[1]
-            assert kinds.setdefault(key, kind) == kind, "content_index reused across blocks"
-            assert key not in done, "delta after done"
-            parts.setdefault(key, []).append(p.text)
-        elif frame.TYPE in ("agent.text.done", "agent.thinking.done"):
-            assert key in parts and key not in done
-            done.add(key)
-            if frame.TYPE == "agent.text.done":
-                assert p.full_text == "".join(parts[key])
-    assert done == set(parts), "a block without its done"
+    assert_blocks_joined(run_of(path).frames)
 
 
 @every_codex
@@ -381,13 +347,7 @@ def test_DPS_5_3_3_output_type_and_status_of_every_result(path: Path):
 def test_DPS_4_6_state_changes_are_consistent(path: Path):
     """DPS-4.6-state: each agent.state.changed starts from the state the previous one reached and
     uses the reserved states; every run ends idle."""
-    run = run_of(path)
-    state = "idle"
-    for p in run.payloads("agent.state.changed"):
-        assert p.previous_state == state
-        assert p.current_state in ("idle", "thinking", "tool_calling", "awaiting_input", "error")
-        state = p.current_state
-    assert state == "idle"
+    assert_states_consistent(run_of(path).frames)
 
 
 @every_fixture
