@@ -71,7 +71,9 @@ class AgentProfile:
 
     def public(self) -> dict[str, Any]:
         """What ``GET /v1/agents`` shows (control-plane.md)."""
-        features = msgspec.to_builtins(replace_features(self.features, adapter_type="process"))
+        features = msgspec.to_builtins(
+            msgspec.structs.replace(self.features, adapter_type="process")
+        )
         return {
             "name": self.name,
             "adapter_type": "process",
@@ -82,10 +84,6 @@ class AgentProfile:
             "parser": self.parser,
             "description": self.description,
         }
-
-
-def replace_features(features: Features, **changes: Any) -> Features:
-    return msgspec.structs.replace(features, **changes)
 
 
 _CLAUDE_FEATURES = Features(
@@ -152,7 +150,7 @@ def builtin_profiles(
             override_flags=_CLAUDE_OVERRIDES,
             # No permission prompts without a stdin stream: tools needing approval are refused
             # by the CLI itself, and seen by masters as error results.
-            features=replace_features(_CLAUDE_FEATURES, tool_streaming=True),
+            features=_CLAUDE_FEATURES,
             description="Claude Code, one process per prompt, resumed with --resume",
         ),
         "demo": AgentProfile(
