@@ -27,6 +27,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--token-file", help="file holding the bearer token masters must send")
     serve.add_argument("--workspace-root", help="directory every session workspace must be in")
     serve.add_argument("--log-format", choices=("text", "json"), help="log format (default text)")
+    serve.add_argument(
+        "--state-dir", help="keep sessions here so they survive a restart (default: in memory)"
+    )
 
     tr = sub.add_parser(
         "translate", help="turn an agent's recorded stdout into DPS frames (one JSON per line)"
@@ -96,6 +99,7 @@ def _serve(args: argparse.Namespace) -> int:
         "token_file": args.token_file,
         "workspace_root": args.workspace_root,
         "log_format": args.log_format,
+        "state_dir": args.state_dir,
     }
     try:
         config = load_config(args.config, flags)

@@ -239,6 +239,7 @@ class Config:
     max_buffer_bytes: int = 256 * 1024 * 1024  # the most a session may ask for
     shutdown_grace_sec: float = 5.0
     log_format: str = "text"  # or "json"
+    state_dir: Path | None = None  # sessions and their replay buffers survive a restart
     agents: Mapping[str, AgentProfile] = field(default_factory=builtin_profiles)
     warnings: tuple[str, ...] = ()
 
@@ -257,6 +258,7 @@ _SERVER_KEYS: Final = {
     "max_buffer_bytes": int,
     "shutdown_grace_sec": (int, float),
     "log_format": str,
+    "state_dir": str,
 }
 _ENV: Final = {
     "RAWP_GATEWAY_HOST": "host",
@@ -268,6 +270,7 @@ _ENV: Final = {
     "RAWP_GATEWAY_BUFFER_POLICY": "buffer_policy",
     "RAWP_GATEWAY_BUFFER_MAX_BYTES": "buffer_max_bytes",
     "RAWP_GATEWAY_LOG_FORMAT": "log_format",
+    "RAWP_GATEWAY_STATE_DIR": "state_dir",
 }
 
 
@@ -412,6 +415,8 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: 
         kw["host"] = str(settings["host"])
     if "workspace_root" in settings:
         kw["workspace_root"] = Path(settings["workspace_root"])
+    if settings.get("state_dir"):  # empty: none, as unset
+        kw["state_dir"] = Path(settings["state_dir"]).expanduser().absolute()
     if "buffer_policy" in settings:
         policy = str(settings["buffer_policy"]).upper()
         if policy not in POLICIES:

@@ -16,6 +16,11 @@ To count lost frames exactly, the sequence number of recently sent ids is rememb
 ``id_memory``) even after their frames are evicted. An id the buffer has never heard of (or forgot)
 gets everything buffered, ``truncated: true`` and no count. The buffer is sans-IO: the server owns
 it and metrics read its counters.
+
+A buffer can be saved and loaded again (``entries``/``load``, see ``gateway/persistence.py``). One
+loaded after a crash of the gateway may lack the last frames it had sent: a reattach from before the
+restart is then ``truncated`` (with no count), and an id it never wrote down (most likely one of
+those last frames) gets only what was produced since the restart, so no frame comes twice.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ class History:
         self.evicted_frames = 0
         self.last_message_id: str | None = None
         self.last_timestamp: str | None = None
+        self._restart_seq: int | None = None  # the first seq after a load following a crash
 
     def __len__(self) -> int:
         return len(self._frames)
@@ -90,26 +96,78 @@ class History:
         self.high_watermark = max(self.high_watermark, self.bytes)
         return True, gone, gone_bytes
 
-    def mark(self, message_id: str) -> None:
+    def mark(self, message_id: str) -> bool:
         """A frame sent to one connection only (a greeting, an error reply) is not kept, but a master
         may name it as the last frame it saw: it stands where it was sent. An id already known keeps
         its first place, so a reattach after it can replay too much (duplicates), never too little.
+        Returns whether the id was new.
         """
-        if message_id not in self._seq_of:
-            self._seq_of[message_id] = self._next_seq - 1
-            if len(self._seq_of) > self._id_memory:
-                self._seq_of.popitem(last=False)
+        if message_id in self._seq_of:
+            return False
+        self._seq_of[message_id] = self._next_seq - 1
+        if len(self._seq_of) > self._id_memory:
+            self._seq_of.popitem(last=False)
+        return True
+
+    @property
+    def last_seq(self) -> int:
+        """The sequence number of the newest frame (the one ``append`` just took)."""
+        return self._next_seq - 1
 
     def since(self, message_id: str) -> Replay:
         """The frames after ``message_id`` that are still here, and how many are not."""
         seq = self._seq_of.get(message_id)
+        restart = self._restart_seq
         if seq is None:
-            frames = [data for _, _, data in self._frames]
+            after = -1 if restart is None else restart - 1
+            frames = [data for s, _, data in self._frames if s > after]
             return Replay(frames, True, None, self.last_message_id, self.last_timestamp)
         frames = [data for s, _, data in self._frames if s > seq]
         produced_after = self._next_seq - seq - 1
         lost = produced_after - len(frames)
+        if restart is not None and seq < restart - 1:
+            # Frames the gateway sent before its crash may never have reached the disk.
+            return Replay(frames, True, None, self.last_message_id, self.last_timestamp)
         return Replay(frames, lost > 0, lost, self.last_message_id, self.last_timestamp)
+
+    def entries(self) -> list[tuple[int, str, bytes | None]]:
+        """What a reattach can still get, in order, for saving: every buffered frame, and every
+        remembered id whose frame is gone (``None``)."""
+        buffered = {mid for _, mid, _ in self._frames}
+        ids = [(seq, mid, None) for mid, seq in self._seq_of.items() if mid not in buffered]
+        out: list[tuple[int, str, bytes | None]] = [*ids, *self._frames]  # type: ignore[list-item]
+        out.sort(key=lambda entry: entry[0])
+        return out
+
+    def load(
+        self,
+        entries: list[tuple[int, str, bytes | None]],
+        *,
+        last_timestamp: str | None,
+        crashed: bool,
+    ) -> None:
+        """Fill an empty buffer with saved ``entries`` (see ``entries``); ``crashed``: the gateway
+        that saved them did not stop cleanly, so their last frames may be missing."""
+        for seq, mid, data in entries:
+            self._seq_of[mid] = seq
+            self._seq_of.move_to_end(mid)
+            if data is not None and self.policy != "NONE" and len(data) <= self.max_bytes:
+                self._frames.append((seq, mid, data))
+                self.bytes += len(data)
+            self._next_seq = max(self._next_seq, seq + 1)
+            self.last_message_id = mid
+        while len(self._seq_of) > self._id_memory:
+            self._seq_of.popitem(last=False)
+        while self.bytes > self.max_bytes:
+            _, _, old = self._frames.popleft()
+            self.bytes -= len(old)
+        self.high_watermark = self.bytes
+        self.last_timestamp = last_timestamp
+        if crashed:
+            # One seq stands for the frames that may have been lost: ids from before it replay
+            # truncated; a greeting marked after the restart takes it and replays exactly.
+            self._next_seq += 1
+            self._restart_seq = self._next_seq
 
     def clear(self) -> int:
         """Forget everything (the session is gone); returns the bytes released."""

@@ -189,6 +189,7 @@ INTERACTION_TYPES: Final = ("YN", "SELECT", "MULTI_SELECT", "TEXT_INPUT", "PERMI
 # answered in time; cancelled when the turn or session ended with the question still open.
 INTERACTION_OUTCOMES: Final = ("allowed", "denied", "answered", "timed_out", "cancelled")
 EXIT_CLASSES: Final = ("ok", "error", "signal")
+RESTORE_FAILURES: Final = ("unreadable", "corrupt", "version", "agent", "workspace")
 DEFAULT_AGENTS: Final = ("claude-code", "codex", "gemini")
 
 # Tool names of the three agents' built-in catalogs (one catalog: gateway/protocol/tools.py). Anything
@@ -531,6 +532,13 @@ class GatewayMetrics:
             ("type", "outcome"),
             registry=r,
         )
+        self._restored = Counter(
+            PREFIX + "sessions_restored",
+            "Saved sessions read back from the state directory at start: restored, or the "
+            "reason one was skipped (unreadable, corrupt, version, agent, workspace).",
+            ("result",),
+            registry=r,
+        )
         self._process_starts = Counter(
             PREFIX + "agent_process_starts",
             "Agent processes started, by agent.",
@@ -563,6 +571,8 @@ class GatewayMetrics:
             self._connections_total.labels(role)
         for result in ("complete", "truncated"):
             self._reattaches.labels(result)
+        for result in ("restored", *RESTORE_FAILURES, OTHER):
+            self._restored.labels(result)
 
     # --- hot path ---------------------------------------------------------------------------
 
@@ -684,6 +694,15 @@ class GatewayMetrics:
         allowed, denied, answered, timed_out, cancelled."""
         key = (_bounded(type_, INTERACTION_TYPES), _bounded(outcome, INTERACTION_OUTCOMES))
         self._interaction_children[key].inc()
+
+    def session_restored(self) -> None:
+        """A session was read back from the state directory at start."""
+        self._restored.labels("restored").inc()
+
+    def session_restore_failed(self, reason: str) -> None:
+        """A saved session could not be read back (`reason`: unreadable, corrupt, version,
+        agent, workspace) and was skipped."""
+        self._restored.labels(_bounded(reason, RESTORE_FAILURES)).inc()
 
     def process_started(self, agent: str) -> None:
         """An agent process was spawned (first start and every respawn)."""

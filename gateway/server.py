@@ -9,7 +9,10 @@ translate HTTP into calls on them. Two middlewares wrap every request: errors be
 request but ``/healthz`` needs ``Authorization: Bearer <token>`` (compared in constant time).
 
 On shutdown every live session is deleted the DPS way (SIGTERM, SIGKILL after the grace period,
-cleanup frames, ``session.deleted``, close), so no agent process outlives the gateway.
+cleanup frames, ``session.deleted``, close), so no agent process outlives the gateway. With a state
+directory (``[server] state_dir``) sessions outlive the gateway instead: each is suspended (its agent
+stopped, its files written as a clean stop, its WebSockets closed with 1012) and read back when the
+gateway starts again (``gateway/persistence.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from . import process
 from .config import Config
 from .history import POLICIES, History
 from .metrics import GatewayMetrics
+from .persistence import LoadError, StateDir
 from .session import LiveSession
 
 __all__ = ["CONFIG", "METRICS", "SESSIONS", "create_app", "serve"]
@@ -40,6 +44,7 @@ SUBPROTOCOL: Final = "rawp-dps-1.0"
 CONFIG: Final = web.AppKey("config", Config)
 METRICS: Final = web.AppKey("metrics", GatewayMetrics)
 SESSIONS: Final = web.AppKey("sessions", dict)
+STATE: Final = web.AppKey("state", StateDir)
 KEEP_TERMINATED: Final = 100  # terminated sessions still listed, newest first
 
 
@@ -177,6 +182,7 @@ async def create_session(request: web.Request) -> web.Response:
     history = _history_from(body.get("buffer"), config)
     workspace = _resolve_workspace(config, body.get("workspace_path"))
     session_id = str(uuid.uuid4())
+    state = app.get(STATE)
     session = LiveSession(
         session_id,
         profile,
@@ -188,6 +194,7 @@ async def create_session(request: web.Request) -> web.Response:
         reattach_window_sec=float(window),
         history=history,
         on_terminated=lambda s: _forget_terminated(app),
+        files=state.create(session_id) if state is not None else None,
     )
     app[SESSIONS][session_id] = session
     await session.start()
@@ -336,6 +343,9 @@ def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.
     app[CONFIG] = config
     app[METRICS] = metrics or GatewayMetrics(agents=config.agents.keys())
     app[SESSIONS] = {}
+    if config.state_dir is not None:
+        app[STATE] = StateDir(config.state_dir)
+        app.on_startup.append(_restore_sessions)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/v1/agents", list_agents)
@@ -349,11 +359,74 @@ def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.
     return app
 
 
+async def _restore_sessions(app: web.Application) -> None:
+    """Read back the sessions of the state directory; one that cannot be used is skipped with a
+    log line and a metric, never a failed start."""
+    config, metrics = app[CONFIG], app[METRICS]
+    for got in app[STATE].load():
+        if isinstance(got, LoadError):
+            _restore_failed(metrics, got.session_id, got.reason, got.message)
+            continue
+        record = got.record
+        profile = config.agents.get(record["agent"])
+        if profile is None:
+            _restore_failed(
+                metrics, record["session_id"], "agent", f"no agent profile {record['agent']!r}"
+            )
+            continue
+        workspace = Path(record["workspace_path"])
+        root = config.workspace_root
+        if not workspace.is_dir() or (workspace != root and root not in workspace.parents):
+            _restore_failed(
+                metrics,
+                record["session_id"],
+                "workspace",
+                f"workspace {workspace} is not a directory inside the workspace root {root}",
+            )
+            continue
+        try:
+            session = LiveSession.restore(
+                got,
+                profile,
+                workspace,
+                config=config,
+                metrics=metrics,
+                on_terminated=lambda s: _forget_terminated(app),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            _restore_failed(metrics, record["session_id"], "corrupt", f"unusable record: {err}")
+            continue
+        app[SESSIONS][session.id] = session
+        await session.start()
+        metrics.session_restored()
+        log.info(
+            "session restored",
+            extra={
+                "session": session.id,
+                "agent": profile.name,
+                "turn_index": record["turn_index"],
+            },
+        )
+
+
+def _restore_failed(metrics: GatewayMetrics, session_id: str, reason: str, message: str) -> None:
+    metrics.session_restore_failed(reason)
+    log.error(
+        "saved session skipped: %s",
+        message,
+        extra={"session": session_id, "reason": reason},
+    )
+
+
 async def _shutdown_sessions(app: web.Application) -> None:
     live = [s for s in app[SESSIONS].values() if s.state != "TERMINATED"]
     if live:
         log.info("shutting down", extra={"sessions": len(live)})
-        await asyncio.gather(*(s.delete("error", "client") for s in live), return_exceptions=True)
+        if STATE in app:  # they live on: suspended, read back at the next start
+            ending = (s.suspend() for s in live)
+        else:
+            ending = (s.delete("error", "client") for s in live)
+        await asyncio.gather(*ending, return_exceptions=True)
     await process.terminate_all()
 
 

@@ -17,6 +17,12 @@ frames, exits, timers) and carries out the actions it returns, in order, in ``pe
 
 The reattach window (control-plane.md): while no connection is attached the session is
 ``DETACHED``; when the window runs out the machine deletes it with ``reason: "timeout"``.
+
+With a state directory (``gateway/persistence.py``) every broadcast frame also goes to the
+session's frame log and the record is rewritten when what it holds changes. ``suspend`` stops the
+agent without a word to the machine when the gateway stops; ``LiveSession.restore`` makes the
+session again from its files, closes the turn that was open (``gateway/protocol/recovery.py``) and
+leaves the agent to be spawned, resumed, by the next prompt.
 """
 
 from __future__ import annotations
@@ -38,8 +44,9 @@ from . import config as cfg
 from .fanout import Connection
 from .history import History
 from .metrics import GatewayMetrics
+from .persistence import COMPACT_SLACK, FORMAT, VERSION, Loaded, SessionFiles
 from .process import AgentProcess, AgentStartError
-from .protocol import codec
+from .protocol import codec, recovery
 from .protocol import frames as F
 from .protocol import session as sm
 from .protocol.capabilities import ConnectionFilter, strip_subagent_context
@@ -63,6 +70,7 @@ class LiveSession:
         reattach_window_sec: float | None = None,
         history: History | None = None,
         on_terminated: Callable[[LiveSession], None] | None = None,
+        files: SessionFiles | None = None,
     ) -> None:
         self.id = session_id
         self.profile = profile
@@ -108,6 +116,20 @@ class LiveSession:
         self._on_terminated = on_terminated
         self._state = "DETACHED"
         metrics.session_state(None, self._state, agent=profile.name)
+        # Persistence (None: in memory only). Usage totals are kept for the record only.
+        self.files = files
+        self.usage_totals: dict[str, float] = {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cost_usd": 0.0,
+            "turns": 0,
+        }
+        self._restored: recovery.OpenItems | None = None
+        self._suspended = False
+        self._record_key: tuple[Any, ...] | None = None
+        if files is not None:
+            files.entries = history.entries
+            files.compact_above = 2 * history.max_bytes + COMPACT_SLACK
 
     # --- public view -------------------------------------------------------------------------
 
@@ -148,11 +170,147 @@ class LiveSession:
 
     async def start(self) -> None:
         """Start the session; for a long-lived agent, wait until its process runs (or failed to
-        start: then ``start_error`` says why and the session is already terminated)."""
-        self.perform(self.machine.start())
+        start: then ``start_error`` says why and the session is already terminated). A restored
+        session closes the turn it had open instead; its agent starts with the next prompt."""
+        if self._restored is not None:
+            items, self._restored = self._restored, None
+            if items.turn_id:
+                self.perform(self.machine.close_interrupted_turn(items))
+        else:
+            self.perform(self.machine.start())
+        self._save_record()
         self._arm_reattach_window()
         if self._spawning:
             await self._spawned.wait()
+
+    @classmethod
+    def restore(
+        cls,
+        loaded: Loaded,
+        profile: cfg.AgentProfile,
+        workspace: Path,
+        *,
+        config: cfg.Config,
+        metrics: GatewayMetrics,
+        on_terminated: Callable[[LiveSession], None] | None = None,
+    ) -> LiveSession:
+        """The session ``loaded`` from its files after a restart (then ``start()`` it). Raises
+        ValueError when its record cannot be used."""
+        record = loaded.record
+        buffer = record["buffer"]
+        history = History(buffer.get("policy", "RING"), int(buffer.get("max_bytes", 0)))
+        frames = [data for _, _, data in loaded.entries if data is not None]
+        last = frames[-1] if frames else None
+        history.load(
+            loaded.entries,
+            last_timestamp=recovery.timestamp_of(last) if last else None,
+            crashed=not record["clean"] or loaded.torn,
+        )
+        session = cls(
+            record["session_id"],
+            profile,
+            workspace,
+            config=config,
+            metrics=metrics,
+            name=record.get("name"),
+            origin=record["origin"],
+            reattach_window_sec=float(record["reattach_window_sec"]),
+            history=history,
+            on_terminated=on_terminated,
+            files=loaded.files,
+        )
+        session.created_at = record["created_at"]
+        catalog = recovery.last_frame_of(frames, "tool.catalog.publish")
+        commands = recovery.last_frame_of(frames, "agent.commands.publish")
+        machine = session.machine
+        machine.restore(
+            name=record.get("name"),
+            mode=record["mode"],
+            turn_count=record["turn_index"],
+            agent_session_id=record.get("agent_session_id"),
+            catalog=_decoded(catalog),
+            commands=_decoded(commands),
+        )
+        if last is not None:
+            machine.factory.clock_not_before(recovery.timestamp_of(last))
+        totals = record.get("usage")
+        if isinstance(totals, dict):
+            for key in session.usage_totals:
+                if isinstance(totals.get(key), int | float):
+                    session.usage_totals[key] = totals[key]
+        open_turn = record.get("open_turn_id")
+        session._restored = (
+            recovery.open_items(frames, open_turn) if open_turn else recovery.OpenItems("")
+        )
+        return session
+
+    async def suspend(self) -> None:
+        """The gateway stops and the session is to live on (state directory): stop the agent
+        without telling the machine (the open turn is closed when the session is loaded again),
+        write everything down as a clean stop, and close every WebSocket with 1012 (service
+        restart) so masters reattach later with their last message id."""
+        if self.machine.phase == "terminated" or self.files is None:
+            return
+        self._suspended = True
+        for key in list(self._timers):
+            self._cancel_timer(key)
+        while self._spawning:
+            await asyncio.sleep(0.01)
+        proc = self.process
+        if proc is not None:
+            await proc.terminate(self.config.shutdown_grace_sec)
+        self._save_record(clean=True)
+        self.files.sync()
+        self.files.close()
+        conns = list(self.connections.values())
+        for conn in conns:
+            conn.close_after_flush(1012, "the gateway is restarting; reattach with last_message_id")
+        if conns:
+            await asyncio.wait([asyncio.ensure_future(c.closed.wait()) for c in conns], timeout=5)
+
+    def _record(self, *, clean: bool = False) -> dict[str, Any]:
+        machine = self.machine
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "session_id": self.id,
+            "name": machine.name,
+            "agent": self.profile.name,
+            "workspace_path": str(self.workspace),
+            "origin": self.origin,
+            "created_at": self.created_at,
+            "mode": machine.mode,
+            "turn_index": machine.turn_count,
+            "open_turn_id": machine.turn.turn_id if machine.turn is not None else None,
+            "reattach_window_sec": self.reattach_window_sec,
+            "agent_session_id": machine.agent_session_id,
+            "usage": self.usage_totals,
+            "buffer": {"policy": self.history.policy, "max_bytes": self.history.max_bytes},
+            "clean": clean,
+        }
+
+    def _save_record(self, *, clean: bool = False) -> None:
+        """Rewrite the record if what it says changed (or, ``clean``, for a graceful stop)."""
+        files = self.files
+        if files is None or files.removed or self.machine.phase == "terminated":
+            return
+        m = self.machine
+        key = (
+            m.name,
+            m.mode,
+            m.turn_count,
+            m.turn.turn_id if m.turn is not None else None,
+            m.agent_session_id,
+            self.usage_totals["turns"],
+            clean,
+        )
+        if key == self._record_key:
+            return
+        self._record_key = key
+        try:
+            files.write_record(self._record(clean=clean))
+        except OSError as err:
+            log.error("cannot write the session record", extra={"session": self.id, "error": err})
 
     async def delete(self, reason: str = "master_request", deleted_by: str = "master") -> None:
         self.perform(self.machine.delete(reason, deleted_by))
@@ -222,10 +380,12 @@ class LiveSession:
         self._track_state()
 
     def _arm_reattach_window(self) -> None:
-        if not self.connections and self.machine.phase != "terminated":
+        if not self.connections and self.machine.phase != "terminated" and not self._suspended:
             self._set_timer("reattach-window", self.reattach_window_sec)
 
     def receive(self, conn_id: str, data: str | bytes) -> None:
+        if self._suspended:
+            return  # the gateway is stopping; the master reattaches and sends it again
         self.metrics.frame_in(_peek_type(data), len(data))
         self._line_t_ns = 0
         self.perform(self.machine.receive(conn_id, data))
@@ -302,6 +462,8 @@ class LiveSession:
         parser = machine.parser
         clock = time.perf_counter_ns
         while (item := await proc.readline()) is not None:
+            if self._suspended:
+                continue  # the gateway is stopping: what the agent says now is not the session's
             self._line_t_ns = item.t_ns
             t0 = clock()
             events = parser.feed(item.line)
@@ -319,6 +481,8 @@ class LiveSession:
                 lines.line("none", elapsed)  # e.g. a stream event with nothing to say
             self.perform(actions)
         self._line_t_ns = 0
+        if self._suspended:
+            return
         self.perform(machine.agent_stdout_closed())
         status = await proc.wait()
         self.metrics.process_exited(self.profile.name, status.kind)
@@ -394,12 +558,15 @@ class LiveSession:
             conn = self.connections.get(action.to)
             if conn is not None:
                 conn.offer(data)
-                self.history.mark(frame.message_id)
+                if self.history.mark(frame.message_id) and self.files is not None:
+                    self.files.append(self.history.last_seq, frame.message_id, None)
             return
         t_ns = self._line_t_ns
         type_ = frame.TYPE
         self.metrics.frame_out(type_, len(data))
         kept, evicted, evicted_bytes = self.history.append(frame.message_id, frame.timestamp, data)
+        if self.files is not None:
+            self.files.append(self.history.last_seq, frame.message_id, data)
         if kept:
             self.metrics.history_appended(len(data))
         if evicted:
@@ -421,10 +588,27 @@ class LiveSession:
         payload = frame.payload  # type: ignore[attr-defined]
         if isinstance(payload, F.TurnStart):
             self._turn_started = time.monotonic()
+            self._save_record()
         elif isinstance(payload, F.TurnEnd):
             self.metrics.turn_ended(payload.stop_reason, time.monotonic() - self._turn_started)
         elif isinstance(payload, F.InvokeResult):
             self.metrics.tool_result(payload.tool_name, payload.status)
+        elif isinstance(payload, F.Usage):
+            if not (frame.metadata and "subagent_context" in frame.metadata):
+                self._add_usage(payload)
+        elif isinstance(payload, F.Renamed | F.Capabilities | F.StateChanged):
+            self._save_record()  # a new name, the agent's session id, a mode switch
+
+    def _add_usage(self, usage: F.Usage) -> None:
+        """The main agent's usage of a turn (session.usage right after session.turn.end)."""
+        totals = self.usage_totals
+        totals["input_tokens"] += usage.token_usage.input_tokens
+        totals["output_tokens"] += usage.token_usage.output_tokens
+        totals["cost_usd"] += usage.cost_usage.used
+        totals["turns"] += 1
+        if self.files is not None:
+            self._save_record()
+            self.files.sync_soon()
 
     def _close_all(self, reason: str) -> None:
         for conn in list(self.connections.values()):
@@ -438,6 +622,8 @@ class LiveSession:
         if conns:
             await asyncio.wait([asyncio.ensure_future(c.closed.wait()) for c in conns], timeout=10)
         self.metrics.history_released(self.history.clear())
+        if self.files is not None:
+            self.files.remove()
         self._track_state()
         self.terminated.set()
         if self._on_terminated is not None:
@@ -476,6 +662,14 @@ class LiveSession:
                 exc_info=task.exception(),
                 extra={"session": self.id},
             )
+
+
+def _decoded(data: bytes | None) -> F.Frame | None:
+    """A frame this gateway sent, read back (e.g. the catalog kept in a saved history)."""
+    if data is None:
+        return None
+    got = codec.decode(data)
+    return got.frame if isinstance(got, codec.Accepted) else None
 
 
 class _TypePeek(msgspec.Struct):

@@ -18,6 +18,7 @@ in tests. Nothing here does I/O beyond reading entropy.
 
 from __future__ import annotations
 
+import calendar
 import os
 import time as _time
 from collections.abc import Callable
@@ -79,6 +80,15 @@ class Clock:
         return f"{self._prefix}{frac:03d}Z"
 
 
+def _ms_of(timestamp: str) -> int | None:
+    """Milliseconds since the epoch of a timestamp this clock made (``...T..:..:...mmmZ``)."""
+    try:
+        whole = _time.strptime(timestamp[:19], "%Y-%m-%dT%H:%M:%S")
+        return calendar.timegm(whole) * 1000 + int(timestamp[20:23])
+    except (ValueError, IndexError):
+        return None
+
+
 class FrameFactory:
     """Builds frames of one Agent Session: ``factory.frame(payload, turn_id=...)``."""
 
@@ -94,6 +104,13 @@ class FrameFactory:
         self.session_id = session_id
         self.new_id = new_id or UuidSource()
         self.clock = clock or Clock()
+
+    def clock_not_before(self, timestamp: str | None) -> None:
+        """Frames made from now on get timestamps after ``timestamp`` (a session read back after a
+        restart goes on after its saved frames, whatever the wall clock says)."""
+        ms = _ms_of(timestamp) if timestamp else None
+        if ms is not None and isinstance(self.clock, Clock):
+            self.clock._last_ms = max(self.clock._last_ms, ms)
 
     def frame(
         self,

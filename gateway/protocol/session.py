@@ -36,7 +36,7 @@ import msgspec
 from parsers import events as ev
 from parsers.base import AgentInput, AgentParser, ExitDescription
 
-from . import codec
+from . import codec, recovery
 from . import frames as F
 from .capabilities import gateway_capabilities
 from .factory import FrameFactory
@@ -257,6 +257,41 @@ class SessionMachine:
             return []
         self.process_alive = True
         return [Spawn(mode=self.mode)]
+
+    def restore(
+        self,
+        *,
+        name: str | None,
+        mode: str,
+        turn_count: int,
+        agent_session_id: str | None,
+        catalog: F.Frame | None = None,
+        commands: F.Frame | None = None,
+    ) -> None:
+        """A session read back after the gateway restarted. No process runs (``start`` is not
+        called): the next prompt spawns the agent resumed with ``agent_session_id``, long-lived
+        profiles too, so the model sees the earlier conversation (DPS-18-respawn)."""
+        self.name = name
+        self.mode = mode if mode in ("default", "plan", "review") else "default"  # type: ignore[assignment]
+        self.turn_count = turn_count
+        self.mapper.catalog, self.mapper.commands = catalog, commands
+        if agent_session_id:
+            self.mapper.agent_session_id = agent_session_id
+            caps = gateway_capabilities(
+                self.config.features,
+                max_frame_size=self.config.max_frame_size,
+                extensions={"agent_session_id": agent_session_id},
+            )
+            self.capabilities_frame = self._make(caps)
+        self.process_alive = False
+
+    def close_interrupted_turn(self, items: recovery.OpenItems) -> list[Action]:
+        """Close a turn that was open when the gateway stopped, in the §7.5.3 order (see
+        ``recovery``); every frame carries the turn's id."""
+        return [
+            Emit(self.factory.frame(payload, turn_id=items.turn_id, metadata=metadata))
+            for payload, metadata in recovery.closing_payloads(items)
+        ]
 
     def greeting(self) -> list[F.Frame]:
         """What a newly attached connection gets first (control-plane.md): capabilities, the latest

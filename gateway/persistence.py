@@ -1,0 +1,333 @@
+"""Sessions that outlive the gateway process: each session's record and replay buffer on disk.
+
+Theory of operation
+-------------------
+With ``[server] state_dir`` set, every session has a directory ``<state_dir>/sessions/<id>/``
+(mode 0700, its files 0600; nothing in it holds the token) with two files:
+
+* ``session.json``, the record: what ``GET /v1/session`` shows, the agent's session id, usage
+  totals, the turn that was open, and ``clean`` (the gateway stopped gracefully). It is rewritten
+  whole (temporary file, then rename) whenever one of its fields changes;
+* ``frames.log``, the replay buffer: one line per frame the session broadcast,
+  ``<seq> <message_id> <frame JSON>\\n``, and ``<seq> <message_id> -\\n`` for a frame sent to one
+  connection only (a master may name it as the last frame it saw). Encoded JSON never holds a raw
+  newline, so a line is a frame.
+
+Flush policy: frames are collected in memory and written to the file once per event-loop iteration
+(one ``write`` for all the frames that iteration produced), so a crash of the gateway process loses
+at most the frames of its last iteration; the file and the record are fsynced (in a worker thread)
+at the end of every turn and at shutdown, so a crash of the machine loses at most the running
+turn's frames. The log stays bounded: once it has grown past twice the history's size (plus
+``COMPACT_SLACK``), it is rewritten from what the in-memory history still holds.
+
+Loading never raises: a session whose files are unreadable, corrupt or of another format version is
+reported as a ``LoadError`` and skipped; its files stay where they are for a person to look at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = ["FORMAT", "VERSION", "LoadError", "Loaded", "SessionFiles", "StateDir"]
+
+log = logging.getLogger("rawp_gateway.persistence")
+
+FORMAT: Final = "rawp-gateway-session"
+VERSION: Final = 1
+RECORD: Final = "session.json"
+FRAMES: Final = "frames.log"
+COMPACT_SLACK: Final = 4 * 1024 * 1024
+MAX_RECORD_BYTES: Final = 1024 * 1024  # a record is a few hundred bytes; more is not ours
+
+Entry = tuple[int, str, bytes | None]  # (seq, message_id, frame bytes or None for an id only)
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A session read back from disk."""
+
+    record: dict[str, Any]
+    entries: list[Entry]
+    torn: bool  # the log ended in a line that was cut short or unreadable (a crash mid-write)
+    files: SessionFiles
+
+
+@dataclass(frozen=True, slots=True)
+class LoadError:
+    session_id: str
+    reason: str  # bounded, for metrics: unreadable, corrupt, version
+    message: str
+
+
+class StateDir:
+    """``<state_dir>/sessions/``: one ``SessionFiles`` per session."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.sessions = root / "sessions"
+        old = os.umask(0o077)
+        try:
+            self.sessions.mkdir(parents=True, exist_ok=True)
+        finally:
+            os.umask(old)
+        with contextlib.suppress(OSError):
+            root.chmod(0o700)
+            self.sessions.chmod(0o700)
+
+    def create(self, session_id: str) -> SessionFiles:
+        path = self.sessions / session_id
+        path.mkdir(mode=0o700)
+        return SessionFiles(path)
+
+    def load(self) -> Iterator[Loaded | LoadError]:
+        """Every session directory, oldest record first (the order they are listed in again)."""
+        try:
+            dirs = [d for d in self.sessions.iterdir() if d.is_dir()]
+        except OSError as err:
+            yield LoadError("*", "unreadable", f"cannot list {self.sessions}: {err.strerror}")
+            return
+        found: list[tuple[str, Loaded | LoadError]] = []
+        for d in dirs:
+            got = _load_one(d)
+            created = got.record.get("created_at", "") if isinstance(got, Loaded) else ""
+            found.append((str(created), got))
+        found.sort(key=lambda pair: pair[0])
+        for _, got in found:
+            yield got
+
+
+def _load_one(path: Path) -> Loaded | LoadError:
+    sid = path.name
+    try:
+        raw = (path / RECORD).read_bytes()[: MAX_RECORD_BYTES + 1]
+    except OSError as err:
+        return LoadError(sid, "unreadable", f"cannot read {RECORD}: {err.strerror}")
+    if len(raw) > MAX_RECORD_BYTES:
+        return LoadError(sid, "corrupt", f"{RECORD} is larger than {MAX_RECORD_BYTES} bytes")
+    try:
+        record = json.loads(raw)
+    except ValueError as err:
+        return LoadError(sid, "corrupt", f"{RECORD} is not JSON: {err}")
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        return LoadError(sid, "corrupt", f"{RECORD} is not a {FORMAT} record")
+    if record.get("version") != VERSION:
+        return LoadError(
+            sid,
+            "version",
+            f"{RECORD} has format version {record.get('version')!r}; this gateway reads {VERSION}",
+        )
+    problem = _check_record(record, sid)
+    if problem is not None:
+        return LoadError(sid, "corrupt", f"{RECORD}: {problem}")
+    try:
+        entries, torn = _read_log(path / FRAMES)
+    except OSError as err:
+        return LoadError(sid, "unreadable", f"cannot read {FRAMES}: {err.strerror}")
+    return Loaded(record, entries, torn, SessionFiles(path, log_bytes=_size(path / FRAMES)))
+
+
+_FIELDS: Final = {
+    "session_id": str,
+    "agent": str,
+    "workspace_path": str,
+    "origin": str,
+    "created_at": str,
+    "mode": str,
+    "turn_index": int,
+    "reattach_window_sec": (int, float),
+    "clean": bool,
+    "buffer": dict,
+}
+
+
+def _check_record(record: dict[str, Any], sid: str) -> str | None:
+    for key, kind in _FIELDS.items():
+        value = record.get(key)
+        if isinstance(value, bool) and kind is not bool:
+            return f"{key} has the wrong type"
+        if not isinstance(value, kind):
+            return f"{key} is missing or of the wrong type"
+    if record["session_id"] != sid:
+        return "session_id does not match its directory"
+    for key in ("name", "agent_session_id", "open_turn_id"):
+        if record.get(key) is not None and not isinstance(record[key], str):
+            return f"{key} has the wrong type"
+    return None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _read_log(path: Path) -> tuple[list[Entry], bool]:
+    """The log's entries in order; stops at the first line that is cut short or not ours."""
+    entries: list[Entry] = []
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return entries, False
+    torn = False
+    last_seq = -2
+    for line in data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n"):
+        parts = line.split(b" ", 2)
+        if len(parts) != 3 or not parts[0].lstrip(b"-").isdigit() or not parts[1]:
+            torn = True
+            break
+        seq = int(parts[0])  # -1: an id marked before the first frame
+        body = parts[2]
+        if seq < last_seq or not (body == b"-" or (body.startswith(b"{") and body.endswith(b"}"))):
+            torn = True
+            break
+        last_seq = seq
+        entries.append((seq, parts[1].decode("ascii", "replace"), None if body == b"-" else body))
+    if data and not data.endswith(b"\n"):
+        torn = True  # the last write was cut short: that line is not a frame
+        if entries and entries[-1][2] is not None and not _whole_json(entries[-1][2]):
+            entries.pop()
+    return entries, torn
+
+
+def _whole_json(body: bytes) -> bool:
+    try:
+        json.loads(body)
+    except ValueError:
+        return False
+    return True
+
+
+class SessionFiles:
+    """One session's directory: the record and the frame log."""
+
+    def __init__(self, path: Path, *, log_bytes: int = 0) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._pending: list[bytes] = []
+        self._flush_scheduled = False
+        self.log_bytes = log_bytes
+        self.compact_above: int | None = None  # set by the owner from its history's size
+        self.entries: Callable[[], list[Entry]] | None = None  # the history's, for compaction
+        self._sync: asyncio.Future[Any] | None = None
+        self.removed = False
+
+    # --- the record ---------------------------------------------------------------------------
+
+    def write_record(self, record: dict[str, Any]) -> None:
+        if self.removed:
+            return
+        data = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
+        tmp = self.path / (RECORD + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path / RECORD)
+
+    # --- the frame log ------------------------------------------------------------------------
+
+    def append(self, seq: int, message_id: str, data: bytes | None) -> None:
+        """Add a frame (``None``: an id only); written at the end of this loop iteration."""
+        if data is None:
+            self._pending.append(b"%d %s -\n" % (seq, message_id.encode()))
+        else:
+            self._pending.append(b"%d %s %s\n" % (seq, message_id.encode(), data))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def _log_fd(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(
+                self.path / FRAMES, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+            )
+        return self._fd
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._pending or self.removed:
+            self._pending.clear()
+            return
+        data = b"".join(self._pending)
+        self._pending.clear()
+        try:
+            fd = self._log_fd()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError as err:
+            log.error("cannot write the frame log", extra={"path": str(self.path), "error": err})
+            return
+        self.log_bytes += len(data)
+        if self.compact_above is not None and self.log_bytes > self.compact_above:
+            self.compact()
+
+    def compact(self) -> None:
+        """Rewrite the log from the history's entries (it holds what a reattach can still get)."""
+        if self.entries is None or self.removed:
+            return
+        lines = [
+            b"%d %s -\n" % (seq, mid.encode())
+            if data is None
+            else b"%d %s %s\n" % (seq, mid.encode(), data)
+            for seq, mid, data in self.entries()
+        ]
+        data = b"".join(lines)
+        tmp = self.path / (FRAMES + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path / FRAMES)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.log_bytes = len(data)
+
+    def sync(self) -> None:
+        """Write what is pending and fsync the log, now (shutdown)."""
+        self.flush()
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.fsync(self._fd)
+
+    def sync_soon(self) -> None:
+        """Write what is pending and fsync the log in a worker thread (end of a turn)."""
+        self.flush()
+        if self._fd is None or (self._sync is not None and not self._sync.done()):
+            return
+        fd = os.dup(self._fd)  # the thread's own descriptor: ours may be closed meanwhile
+
+        def fsync() -> None:
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+        self._sync = asyncio.get_running_loop().run_in_executor(None, fsync)
+
+    def close(self) -> None:
+        self.flush()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def remove(self) -> None:
+        """The session ended: its files go."""
+        self._pending.clear()
+        self.close()
+        self.removed = True
+        shutil.rmtree(self.path, ignore_errors=True)

@@ -1,0 +1,316 @@
+"""Sessions that survive a gateway restart (``[server] state_dir``), with the embedded demo agent:
+a real server stopped and started again on the same state directory, real agent processes, real
+WebSocket masters. The real Claude Code CLI's side (``--resume`` after a restart, SIGTERM and
+SIGKILL of a ``rawp-gateway serve`` process) is in ``tests/test_e2e_restart.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from gateway.history import History
+from gateway.persistence import FRAMES, RECORD, LoadError, StateDir
+from gateway.protocol import recovery
+from gateway.server import SESSIONS
+from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+
+
+def config(root: Path, state: Path, delay_ms: int = 1, **kw):
+    return make_config(root, agents={"demo": fast_demo(delay_ms)}, state_dir=state, **kw)
+
+
+async def run_prompt(master: Master, text: str) -> list[dict]:
+    start = len(master.frames)
+    await master.send("control.prompt.request", {"prompt_text": text})
+    await master.until("session.usage")
+    await master.until("agent.state.changed", current_state="idle")
+    return master.frames[start:]
+
+
+def session_dir(state: Path, session_id: str) -> Path:
+    return state / "sessions" / session_id
+
+
+async def test_graceful_restart_restores_the_session_and_reattach_is_lossless(tmp_path):
+    """A session comes back DETACHED after SIGTERM-like shutdown, listed, with its name, mode and
+    turn index; a reattach with the last message id gets exactly nothing missed (DPS-7.1-history),
+    one with an earlier id exactly the frames after it, and the next prompt runs as turn 1."""
+    state = tmp_path / "state"
+    gw = await start_gateway(config(tmp_path, state))
+    created = await create_session(gw, name="kept")
+    sid = created["session_id"]
+    master = await Master.attach(gw, sid)
+    await master.next()  # capabilities
+    frames = await run_prompt(master, "hello there")
+    middle = frames[2]["message_id"]
+    last = master.frames[-1]["message_id"]
+    await gw.close()  # the gateway stops: sessions are suspended, not deleted
+    assert master.ws.closed or (await master.ws.receive()).data == 1012
+
+    record = json.loads((session_dir(state, sid) / RECORD).read_text())
+    assert record["clean"] is True and record["turn_index"] == 1 and record["name"] == "kept"
+
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        listed = (await (await gw.get("/v1/sessions")).json())["sessions"]
+        assert [(s["session_id"], s["state"], s["name"]) for s in listed] == [
+            (sid, "DETACHED", "kept")
+        ]
+        again = await Master.attach(gw, sid, last_message_id=last)
+        assert (await again.next())["type"] == "session.capabilities"
+        history = await again.next()
+        assert history["type"] == "session.history"
+        assert history["payload"]["frames"] == []
+        assert history["payload"]["buffer_status"]["truncated"] is False
+        earlier = await Master.attach(gw, sid, last_message_id=middle)
+        await earlier.next()
+        replay = (await earlier.next())["payload"]
+        after = [f["message_id"] for f in frames[3:]]
+        assert [f["message_id"] for f in replay["frames"]] == after
+        assert replay["buffer_status"]["truncated"] is False
+        second = await run_prompt(again, "and again")
+        start = next(f for f in second if f["type"] == "session.turn.start")
+        assert start["payload"]["turn_index"] == 1
+        # Timestamps go on after the saved ones (§2.3 order).
+        assert start["timestamp"] > frames[-1]["timestamp"]
+    finally:
+        await gw.close()
+
+
+async def test_a_turn_running_at_shutdown_is_closed_in_history(tmp_path):
+    """DPS-7.5.3-cleanup order for a turn the gateway lost: the open text block done with
+    is_cancelled, agent.error GATEWAY_RESTARTED (recoverable), turn.end error, then usage; the
+    frames follow right after the last one kept, with the turn's id."""
+    state = tmp_path / "state"
+    gw = await start_gateway(config(tmp_path, state, delay_ms=40))
+    sid = (await create_session(gw))["session_id"]
+    master = await Master.attach(gw, sid)
+    await master.send("control.prompt.request", {"prompt_text": "a long answer " * 30})
+    start = await master.until("session.turn.start")
+    await master.until("agent.text.delta")
+    await gw.close()
+    received = [f["message_id"] for f in master.frames]
+
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        listed = await (await gw.get(f"/v1/session/{sid}")).json()
+        assert listed["state"] == "DETACHED" and listed["turn_index"] == 1
+        again = await Master.attach(gw, sid, last_message_id=received[-1])
+        await again.next()
+        history = (await again.next())["payload"]
+        assert history["buffer_status"]["truncated"] is False
+        got = history["frames"]
+        turn_id = start["payload"]["turn_id"]
+        types = [f["type"] for f in got]
+        assert "agent.text.done" in types
+        done = got[types.index("agent.text.done")]
+        assert done["payload"]["is_cancelled"] is True
+        tail = types[types.index("agent.error") :]
+        assert tail[:3] == ["agent.error", "session.turn.end", "session.usage"]
+        error = got[types.index("agent.error")]["payload"]
+        assert error["error_code"] == "GATEWAY_RESTARTED" and error["recoverable"] is True
+        end = got[types.index("session.turn.end")]["payload"]
+        assert end == {**end, "turn_id": turn_id, "stop_reason": "error"}
+        assert all(f["turn_id"] == turn_id for f in got)
+        # The session goes on: the next prompt is a new turn.
+        frames = await run_prompt(again, "hello again")
+        start = next(f for f in frames if f["type"] == "session.turn.start")
+        assert start["payload"]["turn_index"] == 1
+    finally:
+        await gw.close()
+
+
+async def test_after_a_crash_reattach_is_truncated_never_duplicated(tmp_path):
+    """A gateway that dies without writing down its last frames (here: the last lines of the log
+    cut off, the record not clean): a reattach from before is truncated; an id the log never got
+    replays only what came after the restart, never a frame twice."""
+    state = tmp_path / "state"
+    gw = await start_gateway(config(tmp_path, state))
+    sid = (await create_session(gw))["session_id"]
+    master = await Master.attach(gw, sid)
+    await master.next()
+    await run_prompt(master, "hello there")
+    await gw.close()
+    log = session_dir(state, sid) / FRAMES
+    lines = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(b"".join(lines[:-3]) + lines[-3][:20])  # the last write cut short
+    record_path = session_dir(state, sid) / RECORD
+    record = json.loads(record_path.read_text())
+    record["clean"] = False
+    record_path.write_text(json.dumps(record))
+    kept = [json.loads(line.split(b" ", 2)[2]) for line in lines[:-3] if not line.endswith(b"-\n")]
+
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        early = await Master.attach(gw, sid, last_message_id=kept[2]["message_id"])
+        await early.next()
+        replay = (await early.next())["payload"]
+        assert replay["buffer_status"]["truncated"] is True
+        ids = [f["message_id"] for f in replay["frames"]]
+        assert ids == [f["message_id"] for f in kept[3:]]
+        unknown = await Master.attach(gw, sid, last_message_id=master.frames[-1]["message_id"])
+        await unknown.next()
+        replay = (await unknown.next())["payload"]
+        assert replay["buffer_status"]["truncated"] is True
+        assert replay["frames"] == []  # nothing was produced since the restart
+        assert len(set(ids)) == len(ids)
+    finally:
+        await gw.close()
+
+
+async def test_state_files_never_hold_the_token(tmp_path):
+    state = tmp_path / "state"
+    secret = "s3cret-bearer-value"
+    gw = await start_gateway(config(tmp_path, state, token=secret))
+    headers = {"Authorization": f"Bearer {secret}"}
+    resp = await gw.post("/v1/session", json={"agent": "demo", "name": "x"}, headers=headers)
+    sid = (await resp.json())["session_id"]
+    master = await Master.attach(gw, sid, headers=headers)
+    await master.next()
+    await run_prompt(master, "hello there")
+    await gw.close()
+    for path in session_dir(state, sid).iterdir():
+        assert secret.encode() not in path.read_bytes(), path
+
+
+async def test_delete_removes_the_state_files_and_the_session_stays_gone(tmp_path):
+    state = tmp_path / "state"
+    gw = await start_gateway(config(tmp_path, state))
+    sid = (await create_session(gw))["session_id"]
+    assert session_dir(state, sid).is_dir()
+    mode = stat.S_IMODE(os.stat(session_dir(state, sid)).st_mode)
+    assert mode == 0o700
+    assert stat.S_IMODE(os.stat(session_dir(state, sid) / RECORD).st_mode) == 0o600
+    resp = await gw.delete(f"/v1/session/{sid}")
+    assert resp.status == 200
+    assert not session_dir(state, sid).exists()
+    await gw.close()
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        resp = await gw.get(f"/v1/session/{sid}")
+        assert resp.status == 404
+        assert (await resp.json())["error_code"] == "SESSION_NOT_FOUND"
+    finally:
+        await gw.close()
+
+
+async def test_corrupt_and_unknown_version_sessions_are_skipped_with_a_metric(tmp_path, caplog):
+    state = tmp_path / "state"
+    gw = await start_gateway(config(tmp_path, state))
+    good = (await create_session(gw, name="good"))["session_id"]
+    bad = (await create_session(gw, name="bad"))["session_id"]
+    future = (await create_session(gw, name="future"))["session_id"]
+    await gw.close()
+    (session_dir(state, bad) / RECORD).write_text("{not json")
+    record = json.loads((session_dir(state, future) / RECORD).read_text())
+    record["version"] = 99
+    (session_dir(state, future) / RECORD).write_text(json.dumps(record))
+
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        listed = (await (await gw.get("/v1/sessions")).json())["sessions"]
+        assert [s["session_id"] for s in listed] == [good]
+        metrics = await (await gw.get("/metrics")).text()
+        assert 'rawp_gateway_sessions_restored_total{result="corrupt"} 1.0' in metrics
+        assert 'rawp_gateway_sessions_restored_total{result="version"} 1.0' in metrics
+        assert 'rawp_gateway_sessions_restored_total{result="restored"} 1.0' in metrics
+        skipped = [r for r in caplog.records if r.getMessage().startswith("saved session skipped")]
+        assert {r.session for r in skipped} == {bad, future}
+        assert (session_dir(state, bad) / RECORD).exists()  # left for a person to look at
+    finally:
+        await gw.close()
+
+
+async def test_restored_session_window_runs_again_and_ends_with_timeout(tmp_path):
+    state = tmp_path / "state"
+    gw = await start_gateway(config(tmp_path, state))
+    sid = (await create_session(gw, reattach_window_sec=0.5))["session_id"]
+    await gw.close()
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        session = gw.server.app[SESSIONS][sid]
+        await session.terminated.wait()
+        assert not session_dir(state, sid).exists()
+    finally:
+        await gw.close()
+
+
+# --- the pieces ------------------------------------------------------------------------------------
+
+
+def test_history_entries_round_trip_and_marks():
+    h = History("RING", 200)
+    for i in range(10):
+        h.append(f"m{i}", f"t{i}", b'{"n":%d,"pad":"xxxxxxxx"}' % i)
+    h.mark("greet")
+    saved = h.entries()
+    again = History("RING", 200)
+    again.load(saved, last_timestamp="t9", crashed=False)
+    assert again.since("m7").frames == h.since("m7").frames
+    assert again.since("m1").lost_frame_count == h.since("m1").lost_frame_count
+    assert again.since("greet").frames == [] and not again.since("greet").truncated
+    crashed = History("RING", 200)
+    crashed.load(saved, last_timestamp="t9", crashed=True)
+    assert crashed.since("m8").truncated is True
+    crashed.mark("after-restart")
+    assert crashed.since("after-restart").truncated is False
+
+
+def test_state_dir_loads_torn_logs_and_reports_bad_records(tmp_path):
+    sd = StateDir(tmp_path / "s")
+    files = sd.create("abc")
+    (files.path / RECORD).write_text("[]")
+    got = list(sd.load())
+    assert len(got) == 1 and isinstance(got[0], LoadError) and got[0].reason == "corrupt"
+
+
+def test_recovery_closes_what_was_open_in_order():
+    sid, turn = "s", "t"
+
+    def f(type_, payload, **kw):
+        env = {"type": type_, "payload": payload, "turn_id": turn, "timestamp": "x", **kw}
+        return json.dumps(env).encode()
+
+    frames = [
+        f("session.turn.start", {"turn_id": turn, "turn_index": 0}),
+        f("agent.state.changed", {"previous_state": "idle", "current_state": "tool_calling"}),
+        f("agent.text.delta", {"content_index": 0, "text": "a"}),
+        f("agent.text.done", {"content_index": 0}),
+        f("agent.thinking.delta", {"content_index": 1, "text": "b"}),
+        f("tool.invoke.request", {"invocation_id": "i1", "tool_name": "Task", "input": {}}),
+        f("agent.subagent.started", {"parent_invocation_id": "i1", "depth": 1}),
+        f(
+            "tool.invoke.request",
+            {"invocation_id": "i2", "tool_name": "Bash", "input": {}},
+            metadata={"subagent_context": {"depth": 1}},
+        ),
+        f("agent.text.delta", {"content_index": 2, "text": "c"}),
+    ]
+    items = recovery.open_items(frames, turn)
+    out = recovery.closing_payloads(items)
+    names = [type(p).__name__ for p, _ in out]
+    assert names == [
+        "ThinkingDone",
+        "TextDone",
+        "InvokeResult",  # the subagent's own call first
+        "SubagentEnded",
+        "InvokeResult",
+        "AgentError",
+        "TurnEnd",
+        "Usage",
+        "StateChanged",
+    ]
+    assert [p.invocation_id for p, _ in out if type(p).__name__ == "InvokeResult"] == ["i2", "i1"]
+    assert out[6][0].tool_invocation_count == 1
+    del sid
+
+
+@pytest.mark.parametrize("ended", [True, False])
+def test_recovery_of_a_turn_that_had_ended(ended):
+    frames = [b'{"type":"session.turn.end","payload":{},"turn_id":"t"}'] if ended else []
+    items = recovery.open_items(frames, "t")
+    assert not items.calls and not items.text
