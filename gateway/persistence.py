@@ -15,8 +15,8 @@ With ``[server] state_dir`` set, every session has a directory ``<state_dir>/ses
 
 Flush policy: frames are collected in memory and written to the file once per event-loop iteration
 (one ``write`` for all the frames that iteration produced), so a crash of the gateway process loses
-at most the frames of its last iteration; the file and the record are fsynced (in a worker thread)
-at the end of every turn and at shutdown, so a crash of the machine loses at most the running
+at most the frames of its last iteration; the log is fsynced (in a worker thread) at the end of
+every turn and at shutdown, so a crash of the machine loses at most the running
 turn's frames. The log stays bounded: once it has grown past twice the history's size (plus
 ``COMPACT_SLACK``), it is rewritten from what the in-memory history still holds.
 

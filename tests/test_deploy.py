@@ -196,7 +196,9 @@ def test_kubernetes_scrape_job_passes_promtool(tmp_path):
 # --------------------------------------------------------------------------- kubernetes
 
 
-@pytest.mark.parametrize("name", ["configmap.yaml", "deployment.yaml", "service.yaml"])
+@pytest.mark.parametrize(
+    "name", ["configmap.yaml", "deployment.yaml", "pvc.yaml", "service.yaml"]
+)
 def test_kubernetes_manifest_matches_the_api_schema(name):
     validator = kubernetes_validate()
     for doc in yaml.safe_load_all((K8S / name).read_text()):
@@ -221,9 +223,29 @@ def test_pod_has_workspace_and_gateway_sharing_the_workspace_volume():
     names = [c["name"] for c in pod["containers"]]
     assert names == ["workspace", "rawp-gateway"]
     for c in pod["containers"]:
-        mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-        assert mounts["workspace"] == "/workspace", c["name"]
+        mounts = {(m["name"], m["mountPath"]) for m in c["volumeMounts"]}
+        assert ("workspace", "/workspace") in mounts, c["name"]
     assert pod["securityContext"]["runAsNonRoot"] is True
+
+
+def test_sessions_and_the_agents_conversations_survive_the_pod():
+    """state_dir and the agent's home are on the workspace claim, which outlives the pod."""
+    pod = by_kind("Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    claim = volumes["workspace"]["persistentVolumeClaim"]["claimName"]
+    assert by_kind("PersistentVolumeClaim")["metadata"]["name"] == claim
+    config = tomllib.loads(by_kind("ConfigMap")["data"]["config.toml"])
+    assert config["server"]["state_dir"].startswith("/workspace/")
+    home = [m for m in gateway_container()["volumeMounts"] if m["mountPath"] == "/home/rawp"]
+    assert [m["name"] for m in home] == ["workspace"]
+
+
+def test_compose_keeps_state_dir_and_the_agent_home_on_volumes():
+    gateway = load_yaml(DEPLOY / "docker-compose.yml")["services"]["gateway"]
+    volumes = dict(v.split(":", 1) for v in gateway["volumes"])
+    assert volumes["workspace"] == "/workspace" and volumes["agent-home"] == "/home/rawp"
+    config = tomllib.loads((DEPLOY / "config.toml").read_text())
+    assert config["server"]["state_dir"].startswith("/workspace/")
 
 
 def test_gateway_token_comes_from_a_secret_file_matching_the_config():
