@@ -196,9 +196,7 @@ def test_kubernetes_scrape_job_passes_promtool(tmp_path):
 # --------------------------------------------------------------------------- kubernetes
 
 
-@pytest.mark.parametrize(
-    "name", ["configmap.yaml", "deployment.yaml", "pvc.yaml", "service.yaml"]
-)
+@pytest.mark.parametrize("name", ["configmap.yaml", "deployment.yaml", "pvc.yaml", "service.yaml"])
 def test_kubernetes_manifest_matches_the_api_schema(name):
     validator = kubernetes_validate()
     for doc in yaml.safe_load_all((K8S / name).read_text()):
