@@ -47,6 +47,7 @@ RECORD: Final = "session.json"
 FRAMES: Final = "frames.log"
 COMPACT_SLACK: Final = 4 * 1024 * 1024
 MAX_RECORD_BYTES: Final = 1024 * 1024  # a record is a few hundred bytes; more is not ours
+_IOV_MAX: Final = 1024  # the buffers one writev takes on Linux
 
 Entry = tuple[int, str, bytes | None]  # (seq, message_id, frame bytes or None for an id only)
 
@@ -207,6 +208,21 @@ def _whole_json(body: bytes) -> bool:
     return True
 
 
+def _write_all(fd: int, parts: list[bytes]) -> int:
+    """Write every part, in order, with as few system calls as writev allows."""
+    total = 0
+    for i in range(0, len(parts), _IOV_MAX):
+        chunk = parts[i : i + _IOV_MAX]
+        size = sum(map(len, chunk))
+        done = os.writev(fd, chunk)
+        if done < size:  # a short write (a full disk, a signal): the rest, byte by byte exact
+            rest = memoryview(b"".join(chunk))[done:]
+            while rest:
+                rest = rest[os.write(fd, rest) :]
+        total += size
+    return total
+
+
 class SessionFiles:
     """One session's directory: the record and the frame log."""
 
@@ -241,8 +257,8 @@ class SessionFiles:
         """Add a frame (``None``: an id only); written at the end of this loop iteration."""
         if data is None:
             self._pending.append(b"%d %s -\n" % (seq, message_id.encode()))
-        else:
-            self._pending.append(b"%d %s %s\n" % (seq, message_id.encode(), data))
+        else:  # the frame's own bytes, not a copy: written with writev
+            self._pending += (b"%d %s " % (seq, message_id.encode()), data, b"\n")
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
@@ -259,17 +275,14 @@ class SessionFiles:
         if not self._pending or self.removed:
             self._pending.clear()
             return
-        data = b"".join(self._pending)
-        self._pending.clear()
+        parts, self._pending = self._pending, []
         try:
             fd = self._log_fd()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            written = _write_all(fd, parts)
         except OSError as err:
             log.error("cannot write the frame log", extra={"path": str(self.path), "error": err})
             return
-        self.log_bytes += len(data)
+        self.log_bytes += written
         if self.compact_above is not None and self.log_bytes > self.compact_above:
             self.compact()
 

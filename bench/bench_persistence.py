@@ -1,0 +1,112 @@
+"""What a state directory (sessions that survive a restart) costs on the gateway's real per-line path.
+
+Theory of operation
+-------------------
+The same path as ``bench_session_path.py`` (each line of a long Claude Code transcript through the
+parser, the session machine and ``LiveSession.perform``: encode once, history, fan-out to
+``--fanout`` discarding connections, ``--per-iteration`` lines per event-loop iteration: 1 is an
+agent printing slowly, more is the batch a busy agent's stdout gives), once with an in-memory
+session and once with ``SessionFiles`` in a temporary state directory (every broadcast frame
+appended to ``frames.log``, written once per loop iteration, the record rewritten at turn edges,
+the log fsynced at turn ends). Rounds alternate; the best round of each, in CPU time of the whole
+process (user and system, the fsync thread included), is compared.
+
+    .venv/bin/python bench/bench_persistence.py [--lines 20000] [--rounds 7] [--fanout 1]
+        [--per-iteration 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from bench_claude_parser import transcript  # noqa: E402
+from bench_session_path import _DiscardingWs  # noqa: E402
+
+from gateway.config import Config, builtin_profiles  # noqa: E402
+from gateway.metrics import GatewayMetrics  # noqa: E402
+from gateway.persistence import StateDir  # noqa: E402
+from gateway.session import LiveSession  # noqa: E402
+from parsers import events as ev  # noqa: E402
+
+SESSION_ID = "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a"
+
+
+async def one_pass(
+    lines: list[bytes], fanout: int, root: Path, state: Path | None, per_iteration: int
+) -> float:
+    files = None
+    if state is not None:
+        shutil.rmtree(state, ignore_errors=True)
+        files = StateDir(state).create(SESSION_ID)
+    session = LiveSession(
+        SESSION_ID, builtin_profiles()["demo"], root,
+        config=Config(workspace_root=root), metrics=GatewayMetrics(), files=files,
+    )  # fmt: skip
+    for i in range(fanout):
+        session.attach(f"c{i}", _DiscardingWs(), role="master", last_message_id=None)
+    machine, parser = session.machine, session.machine.parser
+    per_line = session.metrics.agent_lines("demo")
+    clock = time.perf_counter_ns
+    machine.agent_events([ev.SessionStarted()])
+    start = time.process_time()
+    for n, line in enumerate(lines, 1):
+        session._line_t_ns = clock()
+        t0 = clock()
+        events = parser.feed(line)
+        actions = machine.agent_events(events)
+        per_line.line(type(events[0]).__name__ if events else "none", clock() - t0)
+        session.perform(actions)
+        if n % per_iteration == 0:
+            await asyncio.sleep(0)  # the loop turns: the log gets one write for these lines
+    if files is not None:
+        files.sync()
+    elapsed = time.process_time() - start
+    for conn in list(session.connections.values()):
+        await conn.aclose()
+    if files is not None:
+        files.remove()
+    return elapsed
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    lines = transcript(args.fixture, args.lines)
+    root = Path(tempfile.mkdtemp(prefix="bench-persistence-"))
+    memory, disk = [], []
+    for i in range(args.rounds):
+        order = [(memory, None), (disk, root / "state")]
+        for bucket, state in order if i % 2 == 0 else order[::-1]:
+            bucket.append(await one_pass(lines, args.fanout, root, state, args.per_iteration))
+    shutil.rmtree(root, ignore_errors=True)
+    best_memory, best_disk = min(memory), min(disk)
+    n = len(lines)
+    print(
+        f"{n} lines, fan-out {args.fanout}, {args.per_iteration} per loop iteration, "
+        f"best of {args.rounds} rounds (CPU time)"
+    )
+    print(f"in memory:     {n / best_memory:12,.0f} lines/s")
+    print(f"with state_dir:{n / best_disk:12,.0f} lines/s")
+    print(f"persistence costs {100 * (best_disk / best_memory - 1):+.1f}% of the hot path")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lines", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--fanout", type=int, default=1)
+    parser.add_argument("--per-iteration", type=int, default=1)
+    parser.add_argument("--fixture", default="thinking--partial")
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
