@@ -119,3 +119,18 @@ def test_argv_templates_never_split_values():
     # one argument, after the end of options, so a leading "-" is not an option either
     assert argv[-2:] == ["--", "- hi; rm -rf / --flag"]
     assert template_args("--resume {session_id}", session_id="a b;c") == ["--resume", "a b;c"]
+
+
+def test_state_dir_from_file_flag_and_environment(tmp_path):
+    """Unset: sessions in memory only. Set in the file, by --state-dir or RAWP_GATEWAY_STATE_DIR
+    (each overriding the one before); an empty value means unset."""
+    root = {"workspace_root": str(tmp_path)}
+    assert load_config(None, root, environ={}).state_dir is None
+    path = tmp_path / "c.toml"
+    path.write_text('[server]\nstate_dir = "/var/lib/rawp"\n')
+    assert str(load_config(path, root, environ={}).state_dir) == "/var/lib/rawp"
+    flag = load_config(path, {**root, "state_dir": str(tmp_path / "s")}, environ={})
+    assert flag.state_dir == tmp_path / "s"
+    env = load_config(path, root, environ={"RAWP_GATEWAY_STATE_DIR": str(tmp_path / "e")})
+    assert env.state_dir == tmp_path / "e"
+    assert load_config(path, root, environ={"RAWP_GATEWAY_STATE_DIR": ""}).state_dir is None

@@ -9,9 +9,11 @@ import json
 import os
 import stat
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
+from gateway.config import Config, builtin_profiles
 from gateway.history import History
 from gateway.persistence import FRAMES, RECORD, LoadError, StateDir
 from gateway.protocol import recovery
@@ -46,6 +48,8 @@ async def test_graceful_restart_restores_the_session_and_reattach_is_lossless(tm
     master = await Master.attach(gw, sid)
     await master.next()  # capabilities
     frames = await run_prompt(master, "hello there")
+    await master.send("control.mode.switch", {"mode": "plan"})
+    await master.until("agent.state.changed")
     middle = frames[2]["message_id"]
     last = master.frames[-1]["message_id"]
     await gw.close()  # the gateway stops: sessions are suspended, not deleted
@@ -57,21 +61,29 @@ async def test_graceful_restart_restores_the_session_and_reattach_is_lossless(tm
     gw = await start_gateway(config(tmp_path, state))
     try:
         listed = (await (await gw.get("/v1/sessions")).json())["sessions"]
-        assert [(s["session_id"], s["state"], s["name"]) for s in listed] == [
-            (sid, "DETACHED", "kept")
+        assert [(s["session_id"], s["state"], s["name"], s["mode"]) for s in listed] == [
+            (sid, "DETACHED", "kept", "plan")
         ]
+        assert listed[0]["agent_session_id"] == created.get("agent_session_id", ANY)
         again = await Master.attach(gw, sid, last_message_id=last)
-        assert (await again.next())["type"] == "session.capabilities"
+        caps = await again.next()
+        assert caps["type"] == "session.capabilities"
+        assert caps["payload"]["extensions"]["agent_session_id"] == listed[0]["agent_session_id"]
         history = await again.next()
         assert history["type"] == "session.history"
         assert history["payload"]["frames"] == []
         assert history["payload"]["buffer_status"]["truncated"] is False
+        # The greeting goes on with the catalog the agent published before the restart.
+        assert (await again.next())["type"] == "tool.catalog.publish"
         earlier = await Master.attach(gw, sid, last_message_id=middle)
         await earlier.next()
         replay = (await earlier.next())["payload"]
-        after = [f["message_id"] for f in frames[3:]]
-        assert [f["message_id"] for f in replay["frames"]] == after
+        seen = [f["message_id"] for f in master.frames]
+        replayed = [f["message_id"] for f in replay["frames"] if f["type"] != "control.mode.switch"]
+        assert replayed == seen[seen.index(middle) + 1 :]  # and the master's own relayed switch
         assert replay["buffer_status"]["truncated"] is False
+        await again.send("control.mode.switch", {"mode": "default"})
+        await again.until("agent.state.changed")
         second = await run_prompt(again, "and again")
         start = next(f for f in second if f["type"] == "session.turn.start")
         assert start["payload"]["turn_index"] == 1
@@ -221,6 +233,36 @@ async def test_corrupt_and_unknown_version_sessions_are_skipped_with_a_metric(tm
         skipped = [r for r in caplog.records if r.getMessage().startswith("saved session skipped")]
         assert {r.session for r in skipped} == {bad, future}
         assert (session_dir(state, bad) / RECORD).exists()  # left for a person to look at
+    finally:
+        await gw.close()
+
+
+async def test_a_session_whose_profile_or_workspace_is_gone_is_skipped(tmp_path, caplog):
+    state = tmp_path / "state"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    gw = await start_gateway(config(tmp_path, state))
+    moved = (await create_session(gw, workspace_path="ws"))["session_id"]
+    kept = (await create_session(gw))["session_id"]
+    await gw.close()
+    ws.rmdir()
+    no_demo = {k: v for k, v in builtin_profiles().items() if k != "demo"}
+    gw = await start_gateway(
+        Config(workspace_root=tmp_path.resolve(), agents=no_demo, state_dir=state)
+    )
+    try:
+        assert (await (await gw.get("/v1/sessions")).json())["sessions"] == []
+        metrics = await (await gw.get("/metrics")).text()
+        assert 'rawp_gateway_sessions_restored_total{result="agent"} 2.0' in metrics
+    finally:
+        await gw.close()
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        listed = (await (await gw.get("/v1/sessions")).json())["sessions"]
+        assert [s["session_id"] for s in listed] == [kept]
+        metrics = await (await gw.get("/metrics")).text()
+        assert 'rawp_gateway_sessions_restored_total{result="workspace"} 1.0' in metrics
+        assert (session_dir(state, moved) / RECORD).exists()
     finally:
         await gw.close()
 
