@@ -6,7 +6,7 @@ The same path as ``bench_session_path.py`` (each line of a long Claude Code tran
 parser, the session machine and ``LiveSession.perform``: encode once, history, fan-out to
 ``--fanout`` discarding connections, ``--per-iteration`` lines per event-loop iteration: 1 is an
 agent printing slowly, more is the batch a busy agent's stdout gives), once with an in-memory
-session and once with ``SessionFiles`` in a temporary state directory (every broadcast frame
+session and once with ``SavedSession`` in a temporary state directory (every broadcast frame
 appended to ``frames.log``, written once per loop iteration, the record rewritten at turn edges,
 the log fsynced at turn ends). Rounds alternate; the best round of each, in CPU time of the whole
 process (user and system, the fsync thread included), is compared.
@@ -44,13 +44,13 @@ SESSION_ID = "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a"
 async def one_pass(
     lines: list[bytes], fanout: int, root: Path, state: Path | None, per_iteration: int
 ) -> float:
-    files = None
+    saved = None
     if state is not None:
         shutil.rmtree(state, ignore_errors=True)
-        files = StateDir(state).create(SESSION_ID)
+        saved = StateDir(state).create(SESSION_ID)
     session = LiveSession(
         SESSION_ID, builtin_profiles()["demo"], root,
-        config=Config(workspace_root=root), metrics=GatewayMetrics(), files=files,
+        config=Config(workspace_root=root), metrics=GatewayMetrics(), saved=saved,
     )  # fmt: skip
     for i in range(fanout):
         session.attach(f"c{i}", _DiscardingWs(), role="master", last_message_id=None)
@@ -68,13 +68,13 @@ async def one_pass(
         session.perform(actions)
         if n % per_iteration == 0:
             await asyncio.sleep(0)  # the loop turns: the log gets one write for these lines
-    if files is not None:
-        files.sync()
+    if saved is not None:
+        saved.sync()
     elapsed = time.process_time() - start
     for conn in list(session.connections.values()):
         await conn.aclose()
-    if files is not None:
-        files.remove()
+    if saved is not None:
+        saved.remove()
     return elapsed
 
 

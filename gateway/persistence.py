@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["FORMAT", "VERSION", "LoadError", "Loaded", "SessionFiles", "StateDir"]
+__all__ = ["FORMAT", "VERSION", "LoadError", "Loaded", "SavedSession", "StateDir"]
 
 log = logging.getLogger("rawp_gateway.persistence")
 
@@ -59,7 +59,7 @@ class Loaded:
     record: dict[str, Any]
     entries: list[Entry]
     torn: bool  # the log ended in a line that was cut short or unreadable (a crash mid-write)
-    files: SessionFiles
+    saved: SavedSession
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +70,7 @@ class LoadError:
 
 
 class StateDir:
-    """``<state_dir>/sessions/``: one ``SessionFiles`` per session."""
+    """``<state_dir>/sessions/``: one ``SavedSession`` per session."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -84,10 +84,10 @@ class StateDir:
             root.chmod(0o700)
             self.sessions.chmod(0o700)
 
-    def create(self, session_id: str) -> SessionFiles:
+    def create(self, session_id: str) -> SavedSession:
         path = self.sessions / session_id
         path.mkdir(mode=0o700)
-        return SessionFiles(path)
+        return SavedSession(path)
 
     def load(self) -> Iterator[Loaded | LoadError]:
         """Every session directory, oldest record first (the order they are listed in again)."""
@@ -133,7 +133,7 @@ def _load_one(path: Path) -> Loaded | LoadError:
         entries, torn = _read_log(path / FRAMES)
     except OSError as err:
         return LoadError(sid, "unreadable", f"cannot read {FRAMES}: {err.strerror}")
-    return Loaded(record, entries, torn, SessionFiles(path, log_bytes=_size(path / FRAMES)))
+    return Loaded(record, entries, torn, SavedSession(path, log_bytes=_size(path / FRAMES)))
 
 
 _FIELDS: Final = {
@@ -223,7 +223,7 @@ def _write_all(fd: int, parts: list[bytes]) -> int:
     return total
 
 
-class SessionFiles:
+class SavedSession:
     """One session's directory: the record and the frame log."""
 
     def __init__(self, path: Path, *, log_bytes: int = 0) -> None:

@@ -194,7 +194,7 @@ async def create_session(request: web.Request) -> web.Response:
         reattach_window_sec=float(window),
         history=history,
         on_terminated=lambda s: _forget_terminated(app),
-        files=state.create(session_id) if state is not None else None,
+        saved=state.create(session_id) if state is not None else None,
     )
     app[SESSIONS][session_id] = session
     await session.start()

@@ -44,7 +44,7 @@ from . import config as cfg
 from .fanout import Connection
 from .history import History
 from .metrics import GatewayMetrics
-from .persistence import COMPACT_SLACK, FORMAT, VERSION, Loaded, SessionFiles
+from .persistence import COMPACT_SLACK, FORMAT, VERSION, Loaded, SavedSession
 from .process import AgentProcess, AgentStartError
 from .protocol import codec, recovery
 from .protocol import frames as F
@@ -70,7 +70,7 @@ class LiveSession:
         reattach_window_sec: float | None = None,
         history: History | None = None,
         on_terminated: Callable[[LiveSession], None] | None = None,
-        files: SessionFiles | None = None,
+        saved: SavedSession | None = None,
     ) -> None:
         self.id = session_id
         self.profile = profile
@@ -117,7 +117,7 @@ class LiveSession:
         self._state = "DETACHED"
         metrics.session_state(None, self._state, agent=profile.name)
         # Persistence (None: in memory only). Usage totals are kept for the record only.
-        self.files = files
+        self.saved = saved
         self.usage_totals: dict[str, float] = {
             "input_tokens": 0,
             "output_tokens": 0,
@@ -127,9 +127,9 @@ class LiveSession:
         self._restored: recovery.OpenItems | None = None
         self._suspended = False
         self._record_key: tuple[Any, ...] | None = None
-        if files is not None:
-            files.entries = history.entries
-            files.compact_above = 2 * history.max_bytes + COMPACT_SLACK
+        if saved is not None:
+            saved.entries = history.entries
+            saved.compact_above = 2 * history.max_bytes + COMPACT_SLACK
 
     # --- public view -------------------------------------------------------------------------
 
@@ -217,7 +217,7 @@ class LiveSession:
             reattach_window_sec=float(record["reattach_window_sec"]),
             history=history,
             on_terminated=on_terminated,
-            files=loaded.files,
+            saved=loaded.saved,
         )
         session.created_at = record["created_at"]
         catalog = recovery.last_frame_of(frames, "tool.catalog.publish")
@@ -249,7 +249,7 @@ class LiveSession:
         without telling the machine (the open turn is closed when the session is loaded again),
         write everything down as a clean stop, and close every WebSocket with 1012 (service
         restart) so masters reattach later with their last message id."""
-        if self.machine.phase == "terminated" or self.files is None:
+        if self.machine.phase == "terminated" or self.saved is None:
             return
         self._suspended = True
         for key in list(self._timers):
@@ -260,8 +260,8 @@ class LiveSession:
         if proc is not None:
             await proc.terminate(self.config.shutdown_grace_sec)
         self._save_record(clean=True)
-        self.files.sync()
-        self.files.close()
+        self.saved.sync()
+        self.saved.close()
         conns = list(self.connections.values())
         for conn in conns:
             conn.close_after_flush(1012, "the gateway is restarting; reattach with last_message_id")
@@ -291,8 +291,8 @@ class LiveSession:
 
     def _save_record(self, *, clean: bool = False) -> None:
         """Rewrite the record if what it says changed (or, ``clean``, for a graceful stop)."""
-        files = self.files
-        if files is None or files.removed or self.machine.phase == "terminated":
+        saved = self.saved
+        if saved is None or saved.removed or self.machine.phase == "terminated":
             return
         m = self.machine
         key = (
@@ -308,7 +308,7 @@ class LiveSession:
             return
         self._record_key = key
         try:
-            files.write_record(self._record(clean=clean))
+            saved.write_record(self._record(clean=clean))
         except OSError as err:
             log.error("cannot write the session record", extra={"session": self.id, "error": err})
 
@@ -558,15 +558,15 @@ class LiveSession:
             conn = self.connections.get(action.to)
             if conn is not None:
                 conn.offer(data)
-                if self.history.mark(frame.message_id) and self.files is not None:
-                    self.files.append(self.history.last_seq, frame.message_id, None)
+                if self.history.mark(frame.message_id) and self.saved is not None:
+                    self.saved.append(self.history.last_seq, frame.message_id, None)
             return
         t_ns = self._line_t_ns
         type_ = frame.TYPE
         self.metrics.frame_out(type_, len(data))
         kept, evicted, evicted_bytes = self.history.append(frame.message_id, frame.timestamp, data)
-        if self.files is not None:
-            self.files.append(self.history.last_seq, frame.message_id, data)
+        if self.saved is not None:
+            self.saved.append(self.history.last_seq, frame.message_id, data)
         if kept:
             self.metrics.history_appended(len(data))
         if evicted:
@@ -606,9 +606,9 @@ class LiveSession:
         totals["output_tokens"] += usage.token_usage.output_tokens
         totals["cost_usd"] += usage.cost_usage.used
         totals["turns"] += 1
-        if self.files is not None:
+        if self.saved is not None:
             self._save_record()
-            self.files.sync_soon()
+            self.saved.sync_soon()
 
     def _close_all(self, reason: str) -> None:
         for conn in list(self.connections.values()):
@@ -622,8 +622,8 @@ class LiveSession:
         if conns:
             await asyncio.wait([asyncio.ensure_future(c.closed.wait()) for c in conns], timeout=10)
         self.metrics.history_released(self.history.clear())
-        if self.files is not None:
-            self.files.remove()
+        if self.saved is not None:
+            self.saved.remove()
         self._track_state()
         self.terminated.set()
         if self._on_terminated is not None:
