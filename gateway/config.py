@@ -56,6 +56,10 @@ class AgentProfile:
     # (``codex exec resume <id> <prompt>``): ``{session_id}`` is the agent's session id.
     resume_command: tuple[str, ...] | None = None
     mode_flag: str | None = None  # e.g. "--permission-mode {mode}", used when (re)spawning
+    # How a single-turn CLI is given an image with its prompt: "--image {path}", once per image
+    # (Codex). Without it (and without a stdin input that takes images), images are uploads like
+    # any other file: written into the workspace and named in the prompt.
+    image_flag: str | None = None
     override_flags: Mapping[str, str] = field(
         default_factory=dict
     )  # allowed_tools → "--allowedTools"
@@ -187,6 +191,7 @@ def builtin_profiles(
                 "{session_id}",
                 "{prompt}",
             ),
+            image_flag="--image {path}",  # exec and exec resume both take it
             features=_CODEX_FEATURES,
             description="Codex CLI (codex exec --json), one process per prompt, resumed by thread",
         ),
@@ -237,6 +242,8 @@ class Config:
     buffer_policy: str = "RING"
     buffer_max_bytes: int = 8 * 1024 * 1024
     max_buffer_bytes: int = 256 * 1024 * 1024  # the most a session may ask for
+    max_session_file_bytes: int = 256 * 1024 * 1024  # all files of a session (gateway/files.py)
+    max_upload_bytes: int = 20 * 1024 * 1024  # one PUT /v1/session/{id}/files
     shutdown_grace_sec: float = 5.0
     log_format: str = "text"  # or "json"
     state_dir: Path | None = None  # sessions and their replay buffers survive a restart
@@ -256,6 +263,8 @@ _SERVER_KEYS: Final = {
     "buffer_policy": str,
     "buffer_max_bytes": int,
     "max_buffer_bytes": int,
+    "max_session_file_bytes": int,
+    "max_upload_bytes": int,
     "shutdown_grace_sec": (int, float),
     "log_format": str,
     "state_dir": str,
@@ -288,7 +297,7 @@ def _check(where: str, key: str, value: Any, expected: Any) -> Any:
 def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, where: str):
     known = {
         "parser", "command", "resume_command", "env", "single_turn_process", "resume_flag",
-        "mode_flag",
+        "mode_flag", "image_flag",
         "override_flags", "features", "auto_allow", "permission_timeout_sec", "description",
     }  # fmt: skip
     unknown = sorted(set(table) - known)
@@ -316,7 +325,7 @@ def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, whe
             if not isinstance(table[key], bool):
                 raise ConfigError(f"{where}: {key} must be true or false")
             changes[key] = table[key]
-    for key in ("resume_flag", "mode_flag", "description"):
+    for key in ("resume_flag", "mode_flag", "image_flag", "description"):
         if key in table:
             changes[key] = _check(where, key, table[key], str)
     if "override_flags" in table:
@@ -407,6 +416,8 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: 
         ("reattach_window_sec", float, 0),
         ("buffer_max_bytes", int, 0),
         ("max_buffer_bytes", int, 0),
+        ("max_session_file_bytes", int, 0),
+        ("max_upload_bytes", int, 1),
         ("shutdown_grace_sec", float, 0),
     ):
         if key in settings:

@@ -31,6 +31,7 @@ from aiohttp import WSMsgType, web
 
 from . import process
 from .config import Config
+from .files import FileError, check_mime_type
 from .history import POLICIES, History
 from .metrics import GatewayMetrics
 from .persistence import LoadError, StateDir
@@ -332,6 +333,122 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     return ws
 
 
+# --- files (control-plane.md, "Files"; gateway/files.py) ----------------------------------------
+# Binaries are exchanged over HTTP, never on the WebSocket. Every route here needs the token like
+# any other (auth_middleware); a file belongs to its session and is gone with it.
+
+_UPLOAD_CHUNK: Final = 64 * 1024
+
+
+def _file_error(err: FileError) -> ApiError:
+    return ApiError(err.status, err.error_code, err.message)
+
+
+async def put_file(request: web.Request) -> web.Response:
+    """``PUT /v1/session/{id}/files?name=<file name>``: the raw body becomes a file of the session,
+    streamed to disk and refused (413) as soon as it passes ``max_upload_bytes``."""
+    session = _session(request)
+    if session.state == "TERMINATED":
+        raise ApiError(409, "SESSION_TERMINATED", "the session has ended")
+    store = session.files
+    name = request.query.get("name")
+    if name is None:
+        raise ApiError(400, "INVALID_FILE_NAME", "name=<file name> is required")
+    try:
+        # aiohttp's content_type: the header without parameters, application/octet-stream if none.
+        mime_type = check_mime_type(request.content_type)
+    except FileError as err:
+        raise _file_error(err) from None
+    declared = request.content_length
+    if declared is not None and declared > store.max_upload_bytes:
+        raise ApiError(
+            413, "FILE_TOO_LARGE", f"an upload may be at most {store.max_upload_bytes} bytes"
+        )
+    try:
+        stored = await store.receive(
+            request.content.iter_chunked(_UPLOAD_CHUNK),
+            file_name=name,
+            mime_type=mime_type,
+        )
+    except FileError as err:
+        raise _file_error(err) from None
+    log.info(
+        "file uploaded",
+        extra={
+            "session": session.id,
+            "transfer_id": stored.transfer_id,
+            "bytes": stored.size_bytes,
+        },
+    )
+    body = {
+        "transfer_id": stored.transfer_id,
+        "file_url": stored.file_url,
+        "file_name": stored.file_name,
+        "mime_type": stored.mime_type,
+        "size_bytes": stored.size_bytes,
+        "checksum": stored.checksum,
+    }
+    return web.json_response(body, status=201)
+
+
+async def get_file(request: web.Request) -> web.StreamResponse:
+    """``GET /v1/session/{id}/files/{transfer_id}``: the bytes, with their ``Content-Type``, an
+    ``ETag`` that is their SHA-256, and one ``Range`` honoured (206; 416 when unsatisfiable)."""
+    sessions = request.app[SESSIONS]
+    session = sessions.get(request.match_info["session_id"])
+    transfer_id = request.match_info["transfer_id"]
+    if session is None:
+        raise ApiError(404, "TRANSFER_NOT_FOUND", f"no file {transfer_id!r}: no such session")
+    try:
+        stored, path = session.files.get(transfer_id)
+    except FileError as err:
+        raise _file_error(err) from None
+    size = stored.size_bytes
+    start, end = 0, size  # [start, end)
+    status = 200
+    try:
+        wanted = request.http_range
+    except ValueError:
+        # Not one "bytes=a-b" range (several, or malformed): RFC 9110 lets it be ignored.
+        wanted = slice(None, None)
+    if wanted.start is not None or wanted.stop is not None:
+        if wanted.start is not None and wanted.start >= size:
+            refused = ApiError(416, "RANGE_NOT_SATISFIABLE", "the range is outside the file")
+            answer = refused.response()
+            answer.headers["Content-Range"] = f"bytes */{size}"
+            return answer
+        start, end, _ = wanted.indices(size)
+        status = 206
+    response = web.StreamResponse(status=status)
+    response.content_type = stored.mime_type
+    response.content_length = end - start
+    response.headers["ETag"] = f'"{stored.checksum.removeprefix("sha256:")}"'
+    response.headers["Accept-Ranges"] = "bytes"
+    # A file is data for a master, never a page of the gateway's origin.
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Content-Security-Policy"] = "sandbox"
+    if status == 206:
+        response.headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+    await response.prepare(request)
+    loop = asyncio.get_running_loop()
+    with open(path, "rb") as f:
+        f.seek(start)
+        left = end - start
+        while left > 0:
+            chunk = await loop.run_in_executor(None, f.read, min(_UPLOAD_CHUNK, left))
+            if not chunk:
+                break
+            await response.write(chunk)
+            left -= len(chunk)
+    await response.write_eof()
+    return response
+
+
+def add_file_routes(app: web.Application) -> None:
+    app.router.add_put("/v1/session/{session_id}/files", put_file)
+    app.router.add_get("/v1/session/{session_id}/files/{transfer_id}", get_file)
+
+
 # --- the application ---------------------------------------------------------------------------
 
 
@@ -355,6 +472,7 @@ def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.
     app.router.add_patch("/v1/session/{session_id}", patch_session)
     app.router.add_delete("/v1/session/{session_id}", delete_session)
     app.router.add_get("/v1/session/{session_id}/ws", websocket)
+    add_file_routes(app)
     app.on_shutdown.append(_shutdown_sessions)
     return app
 

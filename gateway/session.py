@@ -14,6 +14,9 @@ frames, exits, timers) and carries out the actions it returns, in order, in ``pe
   is still starting are queued and flushed once it runs);
 * ``StartTimer``/``CancelTimer``: ``loop.call_later`` handles by key;
 * ``CloseAll``: every connection flushes its queue, then closes.
+* ``WritePrompt``/``PlaceFile`` and ``Spawn.images``: a prompt's attached files, read from the
+  session's ``FileStore`` (``gateway/files.py``), which also keeps what tools return as bytes
+  (stored between the parser and the machine, in ``_pump``) and is emptied with the session.
 
 The reattach window (control-plane.md): while no connection is attached the session is
 ``DETACHED``; when the window runs out the machine deletes it with ``reason: "timeout"``.
@@ -38,10 +41,12 @@ from typing import Any
 import msgspec
 
 from parsers import events as ev
+from parsers.base import PromptImage
 from parsers.base import get as get_parser
 
 from . import config as cfg
 from .fanout import Connection
+from .files import FileError, FileStore, store_tool_files
 from .history import History
 from .metrics import GatewayMetrics
 from .persistence import COMPACT_SLACK, FORMAT, VERSION, Loaded, SavedSession
@@ -87,6 +92,11 @@ class LiveSession:
         self.history = history
         spec = get_parser(profile.parser)
         self.agent_input = spec.input()
+        self.files = FileStore(
+            session_id,
+            max_session_bytes=config.max_session_file_bytes,
+            max_upload_bytes=config.max_upload_bytes,
+        )
         self.machine = sm.SessionMachine(
             session_id,
             spec.parser(),
@@ -98,7 +108,13 @@ class LiveSession:
                 auto_allow=profile.auto_allow,
                 permission_timeout_sec=profile.permission_timeout_sec,
                 max_frame_size=config.max_frame_size,
+                accepts_images=(
+                    profile.image_flag is not None
+                    if profile.prompt_in_argv
+                    else getattr(self.agent_input, "accepts_images", False)
+                ),
             ),
+            files=self.files.files,
         )
         self.machine.name = name
         self.connections: dict[str, Connection] = {}
@@ -404,6 +420,10 @@ class LiveSession:
         cli_mode = "plan" if action.mode == "plan" else None
         if cli_mode and profile.mode_flag:
             flags += cfg.template_args(profile.mode_flag, mode=cli_mode)
+        if profile.prompt_in_argv and profile.image_flag:
+            for image in action.images:
+                path = str(self.files.get(image.transfer_id)[1])
+                flags += cfg.template_args(profile.image_flag, path=path)
         overrides = action.overrides
         if overrides is not None:
             for key, flag in profile.override_flags.items():
@@ -422,7 +442,7 @@ class LiveSession:
         # closed once the process runs, as a terminal's /dev/null would be.
         close_stdin = profile.single_turn_process and profile.prompt_in_argv
         if action.prompt is not None and not profile.prompt_in_argv:
-            data = self.agent_input.prompt(action.prompt)
+            data = self._prompt_bytes(action.prompt, action.images)
             if data is not None:
                 self._stdin_pending.append(data)
         self._spawning = True
@@ -466,7 +486,7 @@ class LiveSession:
                 continue  # the gateway is stopping: what the agent says now is not the session's
             self._line_t_ns = item.t_ns
             t0 = clock()
-            events = parser.feed(item.line)
+            events = store_tool_files(parser.feed(item.line), self.files, self.workspace)
             actions = machine.agent_events(events)
             elapsed = clock() - t0
             if events:
@@ -496,6 +516,29 @@ class LiveSession:
             machine.agent_exited(status.kind, status.returncode, status.signal, proc.stderr_tail())
         )
 
+    def _prompt_bytes(self, text: str, images: list[ev.StoredFile]) -> bytes | None:
+        """The prompt for the agent's stdin, its images read from the file store."""
+        if not images:
+            return self.agent_input.prompt(text)
+        attached = [PromptImage(f.mime_type, self.files.read(f.transfer_id)) for f in images]
+        return self.agent_input.prompt(text, images=attached)  # type: ignore[call-arg]
+
+    def _place_file(self, action: sm.PlaceFile) -> None:
+        """An uploaded file into the workspace (``.rawp/uploads/<name>``), never through a link
+        that leads out of it."""
+        root = self.workspace.resolve()
+        directory = root / sm.UPLOADS_DIR
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            if not directory.resolve().is_relative_to(root):
+                raise OSError(f"{sm.UPLOADS_DIR} leads out of the workspace")
+            self.files.copy_to(action.transfer_id, directory, action.name)
+        except (OSError, FileError) as err:
+            log.warning(
+                "upload not placed in the workspace",
+                extra={"session": self.id, "file": action.name, "error": str(err)},
+            )
+
     def _write_stdin(self, data: bytes) -> None:
         proc = self.process
         if proc is not None and proc.returncode is None:
@@ -524,6 +567,12 @@ class LiveSession:
                 self._emit(action)
             elif isinstance(action, sm.WriteStdin):
                 self._write_stdin(action.data)
+            elif isinstance(action, sm.WritePrompt):
+                data = self._prompt_bytes(action.text, action.images)
+                if data is not None:
+                    self._write_stdin(data)
+            elif isinstance(action, sm.PlaceFile):
+                self._place_file(action)
             elif isinstance(action, sm.Spawn):
                 self._spawn(action)
             elif isinstance(action, sm.Signal):
@@ -622,6 +671,7 @@ class LiveSession:
         if conns:
             await asyncio.wait([asyncio.ensure_future(c.closed.wait()) for c in conns], timeout=10)
         self.metrics.history_released(self.history.clear())
+        self.files.close()
         if self.saved is not None:
             self.saved.remove()
         self._track_state()

@@ -5,6 +5,10 @@ when the agent's output starts one, and the end of the input stands for the proc
 ``--exit-code`` (0 by default; DPS-17.2.2 decides what a non-zero code adds). The output is what a
 master that announced every feature receives from the session's first frame on, one JSON frame per
 line and nothing else; diagnostics go to stderr.
+
+Binary content a tool returned (an image Claude Code's ``Read`` gave the model) is written to a
+temporary directory, as the server would store it, and its ``agent.file.transfer`` carries the
+file's ``file://`` URL, size and checksum, so it can be opened; stderr says where it went.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ from typing import BinaryIO, TextIO
 from parsers.base import NoInput
 from parsers.base import get as get_parser
 
-from .config import builtin_profiles
+from .config import Config, builtin_profiles
+from .files import FileStore, store_tool_files
 from .process import classify_exit
 from .protocol import codec
 from .protocol import session as sm
 from .protocol.capabilities import ALL_FEATURES
+from .protocol.frames import FileTransfer
 
 __all__ = ["translate"]
 
@@ -41,8 +47,16 @@ def translate(
     features = profile.features if profile is not None else ALL_FEATURES
     parser_name = profile.parser if profile is not None else agent
     spec = get_parser(parser_name)
+    session_id = session_id or str(uuid.uuid4())
+    defaults = Config()
+    files = FileStore(
+        session_id,
+        max_session_bytes=defaults.max_session_file_bytes,
+        max_upload_bytes=defaults.max_upload_bytes,
+        url_of=lambda _transfer_id, path: path.as_uri(),
+    )
     machine = sm.SessionMachine(
-        session_id or str(uuid.uuid4()),
+        session_id,
         spec.parser(),
         NoInput(),
         sm.SessionConfig(agent=agent, features=features, forward_unknown=forward_unknown),
@@ -54,6 +68,10 @@ def translate(
         for action in actions:
             if isinstance(action, sm.Emit) and action.to is None:
                 out.write(codec.encode(action.frame) + b"\n")
+                payload = action.frame.payload  # type: ignore[attr-defined]
+                if isinstance(payload, FileTransfer):
+                    what = f"{payload.file_name} ({payload.mime_type}, {payload.size_bytes} bytes)"
+                    print(f"translate: {what} written to {payload.file_url}", file=err)
             elif isinstance(action, sm.Log):
                 if action.level in ("warning", "error"):
                     bad += 1
@@ -64,7 +82,7 @@ def translate(
     for line in lines:
         line = line.rstrip(b"\r\n")
         if line:
-            emit(machine.agent_line(line))
+            emit(machine.agent_events(store_tool_files(machine.parser.feed(line), files, None)))
     emit(machine.agent_stdout_closed())
     status = classify_exit(exit_code)
     emit(machine.agent_exited(status.kind, status.returncode, status.signal))

@@ -7,6 +7,9 @@ at a time (``feed``) that returns normalised events (``parsers/events.py``), plu
 stdout closes. ``AgentInput`` is the stdin side: it encodes what the gateway must tell the agent
 (a prompt, an interrupt, a permission answer, a mode change) as bytes to write, or ``None`` when the
 agent has no way to hear it (then the session machine uses a signal or a respawn instead).
+An input whose prompts can carry images says so with ``accepts_images = True`` and takes them as
+``prompt(text, images=[PromptImage, ...])`` (Claude Code: image blocks in the stream-json user
+message); the gateway passes ``images`` only to such an input.
 
 A parser may also name the agent's exit codes: an optional ``describe_exit(returncode)`` method
 returning ``(error_code, message)`` (or None for "nothing to add"). The session machine asks it when
@@ -45,6 +48,7 @@ __all__ = [
     "JsonLinesParser",
     "NoInput",
     "ParserSpec",
+    "PromptImage",
     "available",
     "get",
 ]
@@ -74,10 +78,20 @@ class DescribesExit(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class PromptImage:
+    """An image a master attached to a prompt (an uploaded screenshot): its bytes and MIME type."""
+
+    mime_type: str
+    data: bytes
+
+
 class AgentInput(Protocol):
     """Bytes to write on the agent's stdin, or None where the agent cannot be told."""
 
-    def prompt(self, text: str) -> bytes | None: ...
+    def prompt(self, text: str) -> bytes | None:
+        """The prompt; an input with ``accepts_images = True`` also takes ``images=[...]``."""
+        ...
 
     def interrupt(self, request_id: str) -> bytes | None: ...
 
@@ -145,6 +159,8 @@ class JsonLinesParser:
 
 class NoInput:
     """For agents that take their prompt on the command line and read nothing on stdin."""
+
+    accepts_images: ClassVar[bool] = False
 
     def prompt(self, text: str) -> bytes | None:
         return None

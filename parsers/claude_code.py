@@ -45,14 +45,16 @@ What the CLI prints and what it becomes (the full table is ``docs/claude-code-ma
 
 from __future__ import annotations
 
+import base64
 import re
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import msgspec
 
 from . import events as ev
-from .base import JsonLinesParser, ParserSpec
+from .base import JsonLinesParser, ParserSpec, PromptImage
 
 __all__ = ["SPEC", "ClaudeCodeInput", "ClaudeCodeParser"]
 
@@ -547,6 +549,9 @@ class ClaudeCodeParser(JsonLinesParser):
         )
         if call is not None and not is_error and isinstance(rich, dict):
             _shape_output(result, call, rich)
+        if not is_error:
+            path = call.input.get("file_path") if call is not None else None
+            result.binary = _binary_blocks(block.content, path if isinstance(path, str) else None)
         if call is not None:
             result.duration_ms = _duration(rich, call.started, msg.timestamp)
         out: list[ev.AgentEvent] = []
@@ -970,6 +975,32 @@ def _shape_output(result: ev.ToolResult, call: _Call, rich: dict[str, Any]) -> N
         result.output = _agent_output(rich, result.output)
 
 
+def _binary_blocks(content: Any, path: str | None) -> list[ev.BinaryData]:
+    """The base64 blocks of a tool_result's content: the image a ``Read`` of a PNG gives the model
+    (``{"type": "image", "source": {"type": "base64", "media_type", "data"}}``), a document, or
+    what an MCP tool returned. The line's ``tool_use_result`` repeats the same bytes; the content
+    block is used because it belongs to its own result even when a line carries several."""
+    if not isinstance(content, list):
+        return []
+    found = []
+    for block in content:
+        source = block.get("source") if isinstance(block, dict) else None
+        if (
+            isinstance(source, dict)
+            and source.get("type") == "base64"
+            and isinstance(source.get("data"), str)
+        ):
+            mime = source.get("media_type")
+            found.append(
+                ev.BinaryData(
+                    data=source["data"],
+                    mime_type=mime if isinstance(mime, str) else "application/octet-stream",
+                    path=path,
+                )
+            )
+    return found
+
+
 _TOOLS_USED_TAG: Final = re.compile(
     r"<tools-used-before-summary>.*?</tools-used-before-summary>\s*"
 )
@@ -1096,8 +1127,26 @@ class ClaudeCodeInput:
     """What the gateway writes on Claude Code's stdin (``--input-format stream-json``): one JSON
     object per line."""
 
-    def prompt(self, text: str) -> bytes | None:
-        return _encode({"type": "user", "message": {"role": "user", "content": text}}) + b"\n"
+    accepts_images: ClassVar[bool] = True
+
+    def prompt(self, text: str, images: Sequence[PromptImage] = ()) -> bytes | None:
+        content: str | list[dict[str, Any]] = text
+        if images:
+            # Image blocks first, then the text (the Messages API's advice for image prompts);
+            # the CLI passes them to the model as they are.
+            content = [
+                {
+                    "type": "image",
+                    "source": {
+                        "type": "base64",
+                        "media_type": image.mime_type,
+                        "data": base64.b64encode(image.data).decode("ascii"),
+                    },
+                }
+                for image in images
+            ]
+            content.append({"type": "text", "text": text})
+        return _encode({"type": "user", "message": {"role": "user", "content": content}}) + b"\n"
 
     def interrupt(self, request_id: str) -> bytes | None:
         return (

@@ -27,6 +27,7 @@ import msgspec
 
 __all__ = [
     "AgentEvent",
+    "BinaryData",
     "Compacted",
     "ControlAck",
     "McpServer",
@@ -35,6 +36,7 @@ __all__ = [
     "PermissionRequest",
     "SessionStarted",
     "SlashCommand",
+    "StoredFile",
     "SubagentEnded",
     "TextDelta",
     "TextEnd",
@@ -72,6 +74,29 @@ class McpServer(_Value):
 class SlashCommand(_Value):
     name: str
     description: str | None = None
+
+
+class BinaryData(_Value):
+    """Binary content a tool returned, as the agent printed it: base64 and its MIME type (Claude
+    Code's ``Read`` of an image gives the model an image block). ``path``: the file the tool read,
+    as the agent named it, when known."""
+
+    data: str
+    mime_type: str
+    path: str | None = None
+
+
+class StoredFile(_Value):
+    """A file kept in the session's file store (``gateway/files.py``): what ``agent.file.transfer``
+    and a ``binary_ref`` result say about it. The shell fills these in; parsers never do."""
+
+    transfer_id: str
+    file_url: str
+    file_name: str
+    mime_type: str
+    size_bytes: int
+    checksum: str  # "sha256:<hex>"
+    workspace_relative_path: str | None = None
 
 
 class UsageInfo(_Value):
@@ -170,6 +195,11 @@ class ToolResult(AgentEvent):
     # The call returned at once while its work goes on in the background (a background subagent):
     # its real end is a later SubagentEnded, and the mapper holds this result until then.
     background: bool = False
+    # Binary content the tool returned (base64, from the parser). It never reaches a master as
+    # is: the shell stores it (gateway/files.py) and replaces it with ``files`` before the session
+    # machine sees the event; the mapper then sends agent.file.transfer and a binary_ref result.
+    binary: list[BinaryData] = []
+    files: list[StoredFile] = []
 
 
 class SubagentEnded(AgentEvent):

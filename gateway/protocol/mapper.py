@@ -411,7 +411,31 @@ class Mapper:
             )
             return self._finish_subagent(event.call_id, call, event, ended)
         del self._calls[event.call_id]
-        return [self._result_frame(call, event), *self._after_result(call)]
+        out = self._transfers(call, event)
+        return [*out, self._result_frame(call, event), *self._after_result(call)]
+
+    def _transfers(self, call: _Call, event: ev.ToolResult) -> list[F.Frame]:
+        """``agent.file.transfer`` (download) for each file the shell stored from the result, sent
+        before the ``binary_ref`` result that points at them (control-plane.md, Files)."""
+        if not event.files or event.is_error or event.cancelled or call.blocked:
+            return []
+        out = []
+        for file in event.files:
+            payload = F.FileTransfer(
+                transfer_id=file.transfer_id,
+                direction="download",
+                file_url=file.file_url,
+                file_name=file.file_name,
+                mime_type=file.mime_type,
+                size_bytes=file.size_bytes,
+                checksum=file.checksum,
+                context=F.FileTransferContext(
+                    workspace_relative_path=file.workspace_relative_path,
+                    related_tool_invocation_id=call.invocation_id,
+                ),
+            )
+            out.append(self._frame(payload, self._call_meta(call)))
+        return out
 
     def _after_result(self, call: _Call) -> list[F.Frame]:
         if not call.main:
@@ -503,6 +527,9 @@ class Mapper:
             # §5.3.3 types what a tool produces; a failed call's output is the error message.
             # (A subagent's result stays agent_result whatever happened: §10.3 pairs it with ended.)
             output_type: str = "text"
+        elif event.files and call.subagent_type is None:
+            # The bytes went to the file store; the result points at them (§4.5, binary_ref).
+            output, output_type = _binary_refs(event.files, output), "binary_ref"
         else:
             output_type = event.output_type or decide_output_type(
                 declared=spec.output_type,
@@ -701,6 +728,24 @@ def _token_usage(usage: ev.UsageInfo | None) -> F.TokenUsage:
         cache_write_tokens=usage.cache_write_tokens,
         thinking_tokens=usage.thinking_tokens,
     )
+
+
+def _binary_refs(files: list[ev.StoredFile], text: Any) -> Any:
+    """A ``binary_ref`` output: ``{transfer_id, file_url, mime_type, size_bytes}`` for the file (a
+    list of them for several), with the tool's own text beside the file as ``text`` when it
+    gave some (an MCP tool's caption of a screenshot)."""
+    refs: list[dict[str, Any]] = [
+        {
+            "transfer_id": f.transfer_id,
+            "file_url": f.file_url,
+            "mime_type": f.mime_type,
+            "size_bytes": f.size_bytes,
+        }
+        for f in files
+    ]
+    if isinstance(text, str) and text:
+        refs[0]["text"] = text
+    return refs[0] if len(refs) == 1 else refs
 
 
 def _subagent_status(result: ev.ToolResult) -> str:

@@ -11,8 +11,9 @@ ordered list of *actions* for the shell (``gateway/session.py``) to carry out:
 * ``agent_exited(...)``: the agent process ended (DPS-17.2.2, §18.2);
 * ``timer_fired(key)``, ``delete(...)``, ``attached(conn_id)``: time passing and the control plane.
 
-Actions: ``Emit`` (a frame: broadcast, or to/away from one connection), ``WriteStdin``, ``Spawn``,
-``Signal``, ``Terminate`` (SIGTERM then SIGKILL), ``StartTimer``/``CancelTimer``, ``SetFeatures``
+Actions: ``Emit`` (a frame: broadcast, or to/away from one connection), ``WriteStdin``,
+``WritePrompt`` (a prompt with images, whose bytes only the shell's file store has), ``PlaceFile``
+(copy an uploaded file into the workspace), ``Spawn``, ``Signal``, ``Terminate`` (SIGTERM then SIGKILL), ``StartTimer``/``CancelTimer``, ``SetFeatures``
 (a master's announced capabilities), ``CloseAll`` (end every WebSocket of the session) and ``Log``.
 Because the list is ordered, "cleanup frames, then ``session.deleted``, then close" (DPS-7.5.3,
 DPS-7.7) is simply the order of the list.
@@ -28,6 +29,7 @@ the agent's session id for the next prompt).
 from __future__ import annotations
 
 import signal as _signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -49,6 +51,7 @@ __all__ = [
     "CloseAll",
     "Emit",
     "Log",
+    "PlaceFile",
     "SessionConfig",
     "SessionMachine",
     "SetFeatures",
@@ -57,12 +60,20 @@ __all__ = [
     "Spawn",
     "StartTimer",
     "Terminate",
+    "WritePrompt",
     "WriteStdin",
+    "valid_file_name",
 ]
 
 CANCEL_GRACE_S: Final = 2.0  # interrupt, then SIGINT if the turn has not ended (issue 5)
 CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
 ALLOW, DENY = "allow", "deny"
+# control-plane.md, Files: uploads reach an agent that takes images as images when they are one of
+# these; every other upload is written here in the workspace and named in the prompt.
+IMAGE_MIME_TYPES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+UPLOADS_DIR: Final = ".rawp/uploads"
+MAX_CONTEXT_FILES: Final = 20  # files attached to one prompt
+MAX_FILE_NAME_BYTES: Final = 255  # a file name, in UTF-8 bytes (most file systems' limit)
 
 
 # --- actions ------------------------------------------------------------------------------------
@@ -83,14 +94,33 @@ class WriteStdin:
 
 
 @dataclass(slots=True)
+class WritePrompt:
+    """Write a prompt that carries images on the agent's stdin: the shell encodes it with the
+    agent's input, reading the images' bytes from its file store."""
+
+    text: str
+    images: list[ev.StoredFile]
+
+
+@dataclass(slots=True)
+class PlaceFile:
+    """Copy the stored file ``transfer_id`` into the workspace as ``UPLOADS_DIR/name``."""
+
+    transfer_id: str
+    name: str
+
+
+@dataclass(slots=True)
 class Spawn:
     """Start the agent. ``prompt`` for single-turn agents (``{prompt}`` in argv), ``resume_id`` to
-    fill ``resume_flag``, ``mode`` for the agent's own permission mode, ``overrides`` per turn."""
+    fill ``resume_flag``, ``mode`` for the agent's own permission mode, ``overrides`` per turn,
+    ``images`` attached to the prompt (``image_flag`` or the stdin prompt)."""
 
     prompt: str | None = None
     resume_id: str | None = None
     mode: str = "default"
     overrides: F.ConfigOverrides | None = None
+    images: list[ev.StoredFile] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -143,7 +173,7 @@ class Settled:
 
 Action = (
     Emit | WriteStdin | Spawn | Signal | Terminate | StartTimer | CancelTimer | SetFeatures
-) | (CloseAll | Log | Settled)
+) | (CloseAll | Log | Settled | WritePrompt | PlaceFile)
 
 
 # --- configuration ------------------------------------------------------------------------------
@@ -160,6 +190,8 @@ class SessionConfig:
     permission_timeout_sec: float = 60.0
     max_frame_size: int = 1 << 20
     forward_unknown: bool = False
+    # The agent takes images with a prompt (its stdin input or the profile's image_flag).
+    accepts_images: bool = False
 
 
 @dataclass(slots=True)
@@ -194,12 +226,15 @@ class SessionMachine:
         *,
         factory: FrameFactory | None = None,
         seen_window: int = 4096,
+        files: Mapping[str, ev.StoredFile] | None = None,
     ) -> None:
         self.session_id = session_id
         self.config = config or SessionConfig()
         self.factory = factory or FrameFactory(session_id)
         self.parser = parser
         self.input = agent_input
+        # The session's stored files by transfer_id (the shell's FileStore index, read only).
+        self.files: Mapping[str, ev.StoredFile] = files if files is not None else {}
         self.mapper = Mapper(
             self.factory,
             max_frame_size=self.config.max_frame_size,
@@ -218,7 +253,7 @@ class SessionMachine:
         self._control_seq = 0
         self._pending_controls: dict[str, str] = {}  # request_id → what it was for
         # A single-turn prompt waiting for the previous process to finish exiting (text, overrides).
-        self._waiting_spawn: tuple[str, F.ConfigOverrides | None] | None = None
+        self._waiting_spawn: tuple[str, F.ConfigOverrides | None, list[ev.StoredFile]] | None = None
         self.capabilities_frame = self._make(
             gateway_capabilities(self.config.features, max_frame_size=self.config.max_frame_size)
         )
@@ -565,16 +600,57 @@ class SessionMachine:
                     mid,
                 )
             ]
-        text = prompt_text_for_agent(prompt)
-        return self._start_prompt(text, prompt.config_overrides)
+        files = self._context_files(prompt.context_files or [])
+        if isinstance(files, str):
+            return [self._error("INVALID_FRAME", files, conn_id, mid)]
+        images, uploads = files
+        # context_files are this machine's to list (as images or workspace files), not as URLs.
+        text = prompt_text_for_agent(msgspec.structs.replace(prompt, context_files=None))
+        text += attachments_text(images, uploads)
+        out: list[Action] = [PlaceFile(f.transfer_id, name) for f, name in uploads]
+        return out + self._start_prompt(text, prompt.config_overrides, images=images)
+
+    def _context_files(
+        self, context_files: list[F.ContextFile]
+    ) -> tuple[list[ev.StoredFile], list[tuple[ev.StoredFile, str]]] | str:
+        """A prompt's ``context_files`` as (images for the agent, (file, name) to write into the
+        workspace), or why they are refused. Only files stored in this session count: the gateway
+        never fetches a URL that came in a frame (control-plane.md, Files)."""
+        if len(context_files) > MAX_CONTEXT_FILES:
+            return f"a prompt may attach at most {MAX_CONTEXT_FILES} context_files"
+        images: list[ev.StoredFile] = []
+        uploads: list[tuple[ev.StoredFile, str]] = []
+        for attached in context_files:
+            stored = self.files.get(attached.file_url.rpartition("/")[2])
+            if stored is None or stored.file_url != attached.file_url:
+                return (
+                    f"context_files: {attached.file_url[:200]!r} is not a file of this session: "
+                    f"upload it with PUT /v1/session/{self.session_id}/files?name=... and use the "
+                    "file_url it returns (the gateway fetches no URL)"
+                )
+            if not valid_file_name(attached.file_name):
+                return f"context_files: {attached.file_name[:200]!r} is not a base file name"
+            if self.config.accepts_images and stored.mime_type in IMAGE_MIME_TYPES:
+                images.append(stored)
+            else:
+                uploads.append((stored, attached.file_name))
+        return images, uploads
 
     def _start_prompt(
-        self, text: str, overrides: F.ConfigOverrides | None, *, compaction: bool = False
+        self,
+        text: str,
+        overrides: F.ConfigOverrides | None,
+        *,
+        compaction: bool = False,
+        images: list[ev.StoredFile] | None = None,
     ) -> list[Action]:
+        images = images or []
         out = self._open_turn(overrides)
         assert self.turn is not None
         self.turn.requested_compaction = compaction
         if self.process_alive and not self.config.single_turn_process:
+            if images:
+                return out + [WritePrompt(text, images)]
             data = self.input.prompt(text)
             if data is None:  # cannot happen for a long-lived profile with stdin prompts
                 return out + [Log("error", "agent cannot take prompts on stdin")]
@@ -583,14 +659,20 @@ class SessionMachine:
             # The previous turn ended but its process is still exiting (codex exec writes its
             # thread after turn.completed): a second process must not resume the thread beside
             # it, so this one starts when that exit is reported.
-            self._waiting_spawn = (text, overrides)
+            self._waiting_spawn = (text, overrides, images)
             return out
         self.process_alive = True
-        return out + [self._spawn(text, overrides)]
+        return out + [self._spawn(text, overrides, images)]
 
-    def _spawn(self, text: str, overrides: F.ConfigOverrides | None) -> Spawn:
+    def _spawn(
+        self, text: str, overrides: F.ConfigOverrides | None, images: list[ev.StoredFile]
+    ) -> Spawn:
         return Spawn(
-            prompt=text, resume_id=self.agent_session_id, mode=self.mode, overrides=overrides
+            prompt=text,
+            resume_id=self.agent_session_id,
+            mode=self.mode,
+            overrides=overrides,
+            images=images,
         )
 
     def _cancel(self, conn_id: str, cancel: F.PromptCancel, mid: str) -> list[Action]:
@@ -868,6 +950,29 @@ def prompt_text_for_agent(prompt: F.PromptRequest) -> str:
         listed = "\n".join(f"- {f.file_name}: {f.file_url}" for f in prompt.context_files)
         text = f"{text}\n\nAttached files:\n{listed}"
     return text
+
+
+def valid_file_name(name: str) -> bool:
+    """A base name: 1 to ``MAX_FILE_NAME_BYTES`` UTF-8 bytes, no ``/``, no NUL or other control
+    character, not ``.`` or ``..`` (control-plane.md, Files)."""
+    return (
+        name not in ("", ".", "..")
+        and "/" not in name
+        and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)
+        and len(name.encode("utf-8", "surrogatepass")) <= MAX_FILE_NAME_BYTES
+    )
+
+
+def attachments_text(images: list[ev.StoredFile], uploads: list[tuple[ev.StoredFile, str]]) -> str:
+    """What the prompt says about its attached files: images given to the agent as images by
+    name, other files by their path in the workspace."""
+    if not images and not uploads:
+        return ""
+    lines = [f"- {f.file_name} ({f.mime_type}, attached as an image)" for f in images]
+    lines += [
+        f"- {UPLOADS_DIR}/{name} ({f.mime_type}, {f.size_bytes} bytes)" for f, name in uploads
+    ]
+    return "\n\nAttached files:\n" + "\n".join(lines)
 
 
 def permission_question(req: ev.PermissionRequest) -> str:

@@ -20,6 +20,7 @@ Both are plain asyncio and need no pytest: the recorder (record.py) uses them to
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import importlib
 import json
@@ -191,10 +192,13 @@ async def scripted_cli(
     try:
         base_url = await server.start()
         names["base_url"] = base_url
-        for rel, text in sc.run.files.items():
+        for rel, content in sc.run.files.items():
             path = cwd / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(expand(text, names))
+            if isinstance(content, dict):  # { base64 = "..." }: a binary file (an image)
+                path.write_bytes(base64.b64decode(content["base64"]))
+            else:
+                path.write_text(expand(content, names))
         env = rigenv.agent_env(
             sc.agent, base_url=base_url, home=home, extra=expand(sc.run.env, names)
         )

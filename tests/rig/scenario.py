@@ -8,7 +8,8 @@ interprets:
 
 ``[run]``
     How to start the CLI: ``args`` (after the binary), ``env`` (added to the rig's environment),
-    ``files`` (workspace files to create, path -> text), ``stdin`` (lines written right after
+    ``files`` (workspace files to create, path -> text, or path -> ``{ base64 = "..." }`` for a
+    binary file), ``stdin`` (lines written right after
     spawn: a table is sent as one JSON line, a string as is), ``close_stdin`` ("auto": close
     after the initial lines unless an action writes to stdin or closes it later; "start": close
     after the initial lines; "never": leave it open until an action closes it), ``timeout``
@@ -77,7 +78,7 @@ class Action:
 class RunSpec:
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
-    files: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str | dict[str, str]] = field(default_factory=dict)
     stdin: list[Any] = field(default_factory=list)
     close_stdin: str = "auto"
     timeout: float = 30.0

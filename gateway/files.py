@@ -1,0 +1,351 @@
+"""Files of a session (DPS §4.5, control-plane.md "Files"): a bounded store on disk, per session.
+
+Theory of operation
+-------------------
+Binary content never rides the WebSocket. What a tool returned as bytes (Claude Code's ``Read`` of
+an image) and what a master uploads (``PUT /v1/session/{id}/files``) are kept here, one
+``FileStore`` per session, and exchanged as HTTP URLs.
+
+* **On disk, not in memory.** The store's directory is a temporary directory of its own, made on
+  the first file and removed with the session (``close``). A file is kept under its
+  ``transfer_id`` (a UUID v4), never under a name a master or an agent chose.
+* **Bounded.** All files of a session together at most ``max_session_bytes`` (507
+  ``SESSION_STORAGE_FULL``); one upload at most ``max_upload_bytes`` (413 ``FILE_TOO_LARGE``),
+  counted while it streams in, so an over-size body is refused without being kept. Uploads in
+  progress reserve what they wrote, so concurrent ones cannot together pass the bound.
+* **The index is plain data.** ``files`` maps ``transfer_id`` to ``StoredFile`` (URL, name, MIME
+  type, size, ``sha256:`` checksum): the session machine reads it to check a prompt's
+  ``context_files`` without any I/O.
+
+``store_tool_files`` is the step between the parser and the session machine: a ``ToolResult``
+whose parser found base64 content is stored here and handed on with ``StoredFile`` references in
+place of the bytes; the mapper then sends ``agent.file.transfer`` and a ``binary_ref`` result. A
+file that cannot be stored (the session's storage is full, bad base64) is named in the result's
+text instead, and logged; the bytes are dropped either way.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import logging
+import mimetypes
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterable, Callable
+from pathlib import Path, PurePosixPath
+from typing import Final
+
+import msgspec
+
+from parsers import events as ev
+
+from .protocol.session import IMAGE_MIME_TYPES, MAX_FILE_NAME_BYTES, valid_file_name
+
+__all__ = [
+    "IMAGE_TYPES",
+    "FileError",
+    "FileStore",
+    "check_file_name",
+    "check_mime_type",
+    "files_path",
+    "store_tool_files",
+]
+
+log = logging.getLogger("rawp_gateway.files")
+
+OCTET_STREAM: Final = "application/octet-stream"
+_MIME: Final = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,63}")
+_CHUNK: Final = 64 * 1024
+
+
+def _webp(head: bytes) -> bool:
+    return head[:4] == b"RIFF" and head[8:12] == b"WEBP"
+
+
+# The image types an agent may be given as images (control-plane.md), with how each begins: a body
+# labelled with one of them must be one, or the model API would refuse the whole conversation.
+IMAGE_TYPES: Final[dict[str, Callable[[bytes], bool]]] = {
+    "image/png": lambda head: head.startswith(b"\x89PNG\r\n\x1a\n"),
+    "image/jpeg": lambda head: head.startswith(b"\xff\xd8\xff"),
+    "image/gif": lambda head: head.startswith((b"GIF87a", b"GIF89a")),
+    "image/webp": _webp,
+}
+assert IMAGE_TYPES.keys() == IMAGE_MIME_TYPES
+
+
+class FileError(Exception):
+    """A file operation refused, as control-plane.md's HTTP error (status and ``error_code``)."""
+
+    def __init__(self, status: int, error_code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_code = error_code
+        self.message = message
+
+
+def files_path(session_id: str, transfer_id: str) -> str:
+    """The ``file_url`` of a stored file: its path on the gateway (control-plane.md)."""
+    return f"/v1/session/{session_id}/files/{transfer_id}"
+
+
+def check_file_name(name: object) -> str:
+    """``name`` if it is a base name (no ``/``, no NUL or other control character, not ``.`` or
+    ``..``, 1 to 255 UTF-8 bytes); ``FileError`` 400 ``INVALID_FILE_NAME`` otherwise."""
+    if not isinstance(name, str) or not valid_file_name(name):
+        raise FileError(
+            400,
+            "INVALID_FILE_NAME",
+            f"{name!r} is not a file name: a base name of 1 to {MAX_FILE_NAME_BYTES} bytes, "
+            "without '/' or control characters, not '.' or '..'",
+        )
+    return name
+
+
+def check_mime_type(value: str) -> str:
+    """A MIME type ``type/subtype`` (lower case, no parameters); ``FileError`` 400 otherwise."""
+    mime = value.strip().lower()
+    if not _MIME.fullmatch(mime):
+        raise FileError(400, "INVALID_REQUEST", f"{value!r} is not a MIME type (type/subtype)")
+    return mime
+
+
+class FileStore:
+    """One session's files (see the module docstring)."""
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        max_session_bytes: int,
+        max_upload_bytes: int,
+        url_of: Callable[[str, Path], str] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.max_session_bytes = max_session_bytes
+        self.max_upload_bytes = max_upload_bytes
+        # The file_url of a stored file: the gateway's path by default; translate uses file URIs.
+        self._url_of = url_of or (lambda transfer_id, _path: files_path(session_id, transfer_id))
+        self.files: dict[str, ev.StoredFile] = {}
+        self.used_bytes = 0  # stored, plus what uploads in progress have written so far
+        self._dir: Path | None = None
+        self._closed = False
+
+    # --- writing -----------------------------------------------------------------------------------
+
+    def _directory(self) -> Path:
+        if self._closed:
+            raise FileError(404, "TRANSFER_NOT_FOUND", "the session has ended")
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix=f"rawp-files-{self.session_id[:8]}-"))
+        return self._dir
+
+    def _reserve(self, size: int, limit: int | None) -> None:
+        if limit is not None and size > limit:
+            raise FileError(
+                413,
+                "FILE_TOO_LARGE",
+                f"an upload may be at most {self.max_upload_bytes} bytes on this gateway",
+            )
+        if self.used_bytes + size > self.max_session_bytes:
+            raise FileError(
+                507,
+                "SESSION_STORAGE_FULL",
+                f"the session's files may take at most {self.max_session_bytes} bytes "
+                f"({self.used_bytes} in use)",
+            )
+        self.used_bytes += size
+
+    def put(
+        self,
+        data: bytes,
+        *,
+        file_name: str,
+        mime_type: str,
+        workspace_relative_path: str | None = None,
+    ) -> ev.StoredFile:
+        """Store ``data`` (bounded by the session's total only: it came from the agent)."""
+        check_file_name(file_name)
+        self._reserve(len(data), None)
+        transfer_id = str(uuid.uuid4())
+        try:
+            path = self._directory() / transfer_id
+            path.write_bytes(data)
+        except BaseException:
+            self.used_bytes -= len(data)
+            raise
+        return self._index(
+            transfer_id,
+            path,
+            file_name,
+            mime_type,
+            len(data),
+            hashlib.sha256(data).hexdigest(),
+            workspace_relative_path,
+        )
+
+    async def receive(
+        self, chunks: AsyncIterable[bytes], *, file_name: str, mime_type: str
+    ) -> ev.StoredFile:
+        """Store an upload as it streams in, refusing it (and keeping nothing) as soon as it passes
+        ``max_upload_bytes`` or the session's bound. An image type must start like one."""
+        check_file_name(file_name)
+        transfer_id = str(uuid.uuid4())
+        path = self._directory() / transfer_id
+        digest = hashlib.sha256()
+        size = 0
+        head = b""
+        try:
+            with open(path, "xb") as out:
+                async for chunk in chunks:
+                    self._reserve(len(chunk), self.max_upload_bytes - size)
+                    size += len(chunk)
+                    if len(head) < 16:
+                        head = (head + chunk)[:16]
+                    digest.update(chunk)
+                    out.write(chunk)
+            looks_right = IMAGE_TYPES.get(mime_type)
+            if looks_right is not None and not looks_right(head):
+                raise FileError(400, "INVALID_REQUEST", f"the body is not a {mime_type} image")
+        except BaseException:
+            self.used_bytes -= size
+            path.unlink(missing_ok=True)
+            raise
+        return self._index(transfer_id, path, file_name, mime_type, size, digest.hexdigest(), None)
+
+    def _index(
+        self,
+        transfer_id: str,
+        path: Path,
+        file_name: str,
+        mime_type: str,
+        size: int,
+        sha256: str,
+        workspace_relative_path: str | None,
+    ) -> ev.StoredFile:
+        stored = ev.StoredFile(
+            transfer_id=transfer_id,
+            file_url=self._url_of(transfer_id, path),
+            file_name=file_name,
+            mime_type=mime_type,
+            size_bytes=size,
+            checksum=f"sha256:{sha256}",
+            workspace_relative_path=workspace_relative_path,
+        )
+        self.files[transfer_id] = stored
+        return stored
+
+    # --- reading -------------------------------------------------------------------------------------
+
+    def get(self, transfer_id: str) -> tuple[ev.StoredFile, Path]:
+        """The file and where its bytes are; ``FileError`` 404 ``TRANSFER_NOT_FOUND`` if there is no
+        such file (or the session has ended)."""
+        stored = self.files.get(transfer_id)
+        if stored is None or self._dir is None:
+            raise FileError(404, "TRANSFER_NOT_FOUND", f"no file {transfer_id!r} in this session")
+        return stored, self._dir / transfer_id
+
+    def read(self, transfer_id: str) -> bytes:
+        return self.get(transfer_id)[1].read_bytes()
+
+    def copy_to(self, transfer_id: str, directory: Path, name: str) -> Path:
+        """Write the file as ``directory/name`` (replacing a file of that name), made without
+        following a link there, so an agent cannot point the copy outside ``directory``."""
+        _, source = self.get(transfer_id)
+        check_file_name(name)
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / name
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with open(fd, "wb") as out, open(source, "rb") as src:
+            shutil.copyfileobj(src, out, _CHUNK)
+        return target
+
+    # --- the end -------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """The session ended: every file is deleted, and later lookups are 404."""
+        self._closed = True
+        self.files.clear()
+        self.used_bytes = 0
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+# --- the step between the parser and the session machine ---------------------------------------------
+
+
+def store_tool_files(
+    events: list[ev.AgentEvent], store: FileStore, workspace: Path | None
+) -> list[ev.AgentEvent]:
+    """``events`` with the binary content of tool results stored in ``store`` (see the module
+    docstring). The list is changed in place and returned; events without binary content are the
+    same objects."""
+    for i, event in enumerate(events):
+        if type(event) is not ev.ToolResult or not event.binary:
+            continue
+        stored: list[ev.StoredFile] = []
+        notes: list[str] = []
+        for n, binary in enumerate(event.binary):
+            mime = _mime_or_default(binary.mime_type)
+            name = _name_for(binary, mime, event.tool_name, n)
+            try:
+                data = base64.b64decode(binary.data, validate=True)
+                stored.append(
+                    store.put(
+                        data,
+                        file_name=name,
+                        mime_type=mime,
+                        workspace_relative_path=_relative(binary.path, workspace),
+                    )
+                )
+            except (binascii.Error, ValueError) as err:
+                notes.append(f"[{mime} {name}: not relayed, not valid base64: {err}]")
+            except FileError as err:
+                notes.append(f"[{mime} {name}: not relayed: {err.message}]")
+            except OSError as err:
+                notes.append(f"[{mime} {name}: not relayed: {err.strerror}]")
+        if notes:
+            log.warning("tool output not stored", extra={"session": store.session_id, "why": notes})
+        output = event.output
+        if notes:
+            text = output if isinstance(output, str) else ""
+            output = "\n".join([text, *notes] if text else notes)
+        events[i] = msgspec.structs.replace(event, binary=[], files=stored, output=output)
+    return events
+
+
+def _mime_or_default(value: str) -> str:
+    try:
+        return check_mime_type(value)
+    except FileError:
+        return OCTET_STREAM
+
+
+def _name_for(binary: ev.BinaryData, mime: str, tool: str | None, n: int) -> str:
+    """The file's own base name when the tool read a file, else ``<tool>-<n><ext>``."""
+    if binary.path:
+        name = PurePosixPath(binary.path).name
+        try:
+            return check_file_name(name)
+        except FileError:
+            pass
+    extension = mimetypes.guess_extension(mime) or ".bin"
+    return f"{tool or 'output'}-{n + 1}{extension}"
+
+
+def _relative(path: str | None, workspace: Path | None) -> str | None:
+    """``path`` relative to the workspace when it is inside it (``context.workspace_relative_path``)."""
+    if not path or workspace is None:
+        return None
+    if not PurePosixPath(path).is_absolute():
+        parts = PurePosixPath(path).parts
+        return None if ".." in parts else PurePosixPath(path).as_posix()
+    try:
+        return PurePosixPath(path).relative_to(PurePosixPath(str(workspace))).as_posix()
+    except ValueError:
+        return None
