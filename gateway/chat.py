@@ -223,9 +223,15 @@ def output_text(output: Any) -> str:
 
 def summarize_result(result: F.InvokeResult) -> tuple[str, list[str]]:
     """``("ok (12 lines)", first lines)`` for a ``tool.invoke.result``."""
+    status = "ok" if result.status == "success" else result.status
+    if result.output_type == "binary_ref":
+        # The file itself was announced by its agent.file.transfer line, with its URL.
+        refs = result.output if isinstance(result.output, list) else [result.output]
+        sizes = [r.get("size_bytes", 0) for r in refs if isinstance(r, dict)]
+        files = f"{len(sizes)} file{'s' if len(sizes) != 1 else ''}"
+        return f"{status} ({files}, {sum(sizes):,} bytes)", []
     text = output_text(result.output).rstrip("\n")
     lines = text.split("\n") if text else []
-    status = "ok" if result.status == "success" else result.status
     if result.status == "cancelled" and lines:
         return f"{status}: {_one_line(lines[0], PREVIEW_WIDTH)}", []
     head = status
@@ -942,8 +948,12 @@ class Chat:
                     where = f"{d.tool_name}: " if d.tool_name else ""
                     self.screen.line(f"⚠ {where}{d.message} ({d.code})", style=s.yellow)
         elif isinstance(p, F.FileTransfer):
+            # A file arrived (control-plane.md, Files): where to GET it, with the token.
+            self._stream_to(None)
+            url = p.file_url if "://" in p.file_url else self.client.base_url + p.file_url
+            arrow = "⇩" if p.direction == "download" else "⇧"
             self.screen.line(
-                f"⇩ {p.direction} {p.file_name} ({p.size_bytes:,} bytes) {p.file_url}",
+                f"{arrow} file {p.file_name} ({p.mime_type}, {p.size_bytes:,} bytes): {url}",
                 style=s.cyan,
                 indent=indent,
             )

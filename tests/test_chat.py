@@ -341,6 +341,24 @@ class FakeGateway:
             await result(iid, "Bash", "success", "built")
             s.factory.clock = clock
             await asyncio.sleep(0.3)  # let the client reattach before the turn ends
+        elif text == "look":
+            iid = await call("Read", {"file_path": "/w/dot.png"})
+            transfer = str(uuid.uuid4())
+            url = f"/v1/session/{s.session_id}/files/{transfer}"
+            await s.emit(
+                F.FileTransfer(
+                    transfer_id=transfer,
+                    direction="download",
+                    file_url=url,
+                    file_name="dot.png",
+                    mime_type="image/png",
+                    size_bytes=1234,
+                ),
+                turn_id=tid,
+            )
+            ref = {"transfer_id": transfer, "file_url": url, "mime_type": "image/png"}
+            await result(iid, "Read", "success", {**ref, "size_bytes": 1234}, "binary_ref")
+            await say("A red dot.")
         elif text == "delegate":
             await s.emit(F.ThinkingDelta(content_index=0, text="Hmm."), turn_id=tid)
             await s.emit(F.ThinkingDone(content_index=0), turn_id=tid)
@@ -534,6 +552,16 @@ async def test_subagents_thinking_and_errors(fake: FakeGateway):
     assert "  Looking.\n  Still looking.\n  → Grep: def test\n  ← ok (1 line)\n    t.py\n" in out
     assert "⇠ subagent completed in 1.5 s\n← ok (1 line)\n  Found t.py\n" in out
     assert "✗ warning RATE_LIMITED: slow down\n" in out
+
+
+async def test_a_file_that_arrived_is_shown_with_where_to_get_it(fake: FakeGateway):
+    """agent.file.transfer: the file's name, type and size, and its URL on the gateway; the
+    binary_ref result says how many bytes, not the reference's JSON."""
+    _, out = await chat(fake, "look\n")
+    (s,) = fake.sessions.values()
+    assert "→ Read: /w/dot.png\n⇩ file dot.png (image/png, 1,234 bytes): " in out
+    assert f"{fake.url}/v1/session/{s.session_id}/files/" in out
+    assert "← ok (1 file, 1,234 bytes)\nA red dot.\n" in out
 
 
 async def test_ansi_styles_only_when_asked_for(fake: FakeGateway):
