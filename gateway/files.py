@@ -38,7 +38,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterable, Callable
 from pathlib import Path, PurePosixPath
-from typing import Final
+from typing import Final, Protocol
 
 import msgspec
 
@@ -76,6 +76,14 @@ IMAGE_TYPES: Final[dict[str, Callable[[bytes], bool]]] = {
     "image/webp": _webp,
 }
 assert IMAGE_TYPES.keys() == IMAGE_MIME_TYPES
+
+
+class FileMetrics(Protocol):
+    """What the store reports (``GatewayMetrics``): bytes held, and each file offered."""
+
+    def file_bytes(self, delta: int) -> None: ...
+
+    def file(self, direction: str, outcome: str) -> None: ...
 
 
 class FileError(Exception):
@@ -124,8 +132,10 @@ class FileStore:
         max_session_bytes: int,
         max_upload_bytes: int,
         url_of: Callable[[str, Path], str] | None = None,
+        metrics: FileMetrics | None = None,
     ) -> None:
         self.session_id = session_id
+        self._metrics = metrics
         self.max_session_bytes = max_session_bytes
         self.max_upload_bytes = max_upload_bytes
         # The file_url of a stored file: the gateway's path by default; translate uses file URIs.
@@ -159,6 +169,17 @@ class FileStore:
                 f"({self.used_bytes} in use)",
             )
         self.used_bytes += size
+        if self._metrics is not None:
+            self._metrics.file_bytes(size)
+
+    def _release(self, size: int) -> None:
+        self.used_bytes -= size
+        if self._metrics is not None:
+            self._metrics.file_bytes(-size)
+
+    def _count(self, direction: str, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.file(direction, outcome)
 
     def put(
         self,
@@ -169,15 +190,21 @@ class FileStore:
         workspace_relative_path: str | None = None,
     ) -> ev.StoredFile:
         """Store ``data`` (bounded by the session's total only: it came from the agent)."""
-        check_file_name(file_name)
-        self._reserve(len(data), None)
+        try:
+            check_file_name(file_name)
+            self._reserve(len(data), None)
+        except FileError:
+            self._count("download", "refused")
+            raise
         transfer_id = str(uuid.uuid4())
         try:
             path = self._directory() / transfer_id
             path.write_bytes(data)
         except BaseException:
-            self.used_bytes -= len(data)
+            self._release(len(data))
+            self._count("download", "refused")
             raise
+        self._count("download", "stored")
         return self._index(
             transfer_id,
             path,
@@ -193,9 +220,12 @@ class FileStore:
     ) -> ev.StoredFile:
         """Store an upload as it streams in, refusing it (and keeping nothing) as soon as it passes
         ``max_upload_bytes`` or the session's bound. An image type must start like one."""
-        check_file_name(file_name)
-        transfer_id = str(uuid.uuid4())
-        path = self._directory() / transfer_id
+        try:
+            check_file_name(file_name)
+            path = self._directory() / str(uuid.uuid4())
+        except FileError:
+            self._count("upload", "refused")
+            raise
         digest = hashlib.sha256()
         size = 0
         head = b""
@@ -212,10 +242,12 @@ class FileStore:
             if looks_right is not None and not looks_right(head):
                 raise FileError(400, "INVALID_REQUEST", f"the body is not a {mime_type} image")
         except BaseException:
-            self.used_bytes -= size
+            self._release(size)
             path.unlink(missing_ok=True)
+            self._count("upload", "refused")
             raise
-        return self._index(transfer_id, path, file_name, mime_type, size, digest.hexdigest(), None)
+        self._count("upload", "stored")
+        return self._index(path.name, path, file_name, mime_type, size, digest.hexdigest(), None)
 
     def _index(
         self,
@@ -270,7 +302,7 @@ class FileStore:
         """The session ended: every file is deleted, and later lookups are 404."""
         self._closed = True
         self.files.clear()
-        self.used_bytes = 0
+        self._release(self.used_bytes)
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None

@@ -539,6 +539,19 @@ class GatewayMetrics:
             ("result",),
             registry=r,
         )
+        # Files of sessions (gateway/files.py): what is held on disk, and what was offered.
+        self._file_bytes = Gauge(
+            PREFIX + "session_file_bytes",
+            "Bytes of files held in the sessions' file stores (tool output and uploads, on disk).",
+            registry=r,
+        )
+        self._files = Counter(
+            PREFIX + "session_files",
+            "Files offered to a session's file store, by direction (download: binary tool "
+            "output; upload: a master's PUT) and outcome (stored, refused).",
+            ("direction", "outcome"),
+            registry=r,
+        )
         self._process_starts = Counter(
             PREFIX + "agent_process_starts",
             "Agent processes started, by agent.",
@@ -703,6 +716,17 @@ class GatewayMetrics:
         """A saved session could not be read back (`reason`: unreadable, corrupt, version,
         agent, workspace) and was skipped."""
         self._restored.labels(_bounded(reason, RESTORE_FAILURES)).inc()
+
+    def file_bytes(self, delta: int) -> None:
+        """The bytes held by a session's file store changed by `delta`."""
+        self._file_bytes.inc(delta)
+
+    def file(self, direction: str, outcome: str) -> None:
+        """A file was offered to a session's store: `direction` download or upload, `outcome`
+        stored or refused."""
+        self._files.labels(
+            _bounded(direction, ("download", "upload")), _bounded(outcome, ("stored", "refused"))
+        ).inc()
 
     def process_started(self, agent: str) -> None:
         """An agent process was spawned (first start and every respawn)."""

@@ -358,9 +358,11 @@ async def put_file(request: web.Request) -> web.Response:
         # aiohttp's content_type: the header without parameters, application/octet-stream if none.
         mime_type = check_mime_type(request.content_type)
     except FileError as err:
+        session.metrics.file("upload", "refused")
         raise _file_error(err) from None
     declared = request.content_length
     if declared is not None and declared > store.max_upload_bytes:
+        session.metrics.file("upload", "refused")
         raise ApiError(
             413, "FILE_TOO_LARGE", f"an upload may be at most {store.max_upload_bytes} bytes"
         )

@@ -96,6 +96,7 @@ class LiveSession:
             session_id,
             max_session_bytes=config.max_session_file_bytes,
             max_upload_bytes=config.max_upload_bytes,
+            metrics=metrics,
         )
         self.machine = sm.SessionMachine(
             session_id,

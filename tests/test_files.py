@@ -491,3 +491,22 @@ def test_translate_shows_the_transfer(tmp_path):
     finally:
         path.unlink()
         path.parent.rmdir()
+
+
+async def test_file_metrics(gw):
+    """rawp_gateway_session_file_bytes follows what the stores hold; every file offered is
+    counted by direction and outcome."""
+    sid = (await create_session(gw))["session_id"]
+    assert (await put(gw, sid, "dot.png", PNG)).status == 201
+    assert (await put(gw, sid, "big.bin", b"x" * 5000, "text/plain")).status == 413
+    text = await (await gw.get("/metrics")).text()
+    assert f"rawp_gateway_session_file_bytes {float(len(PNG))}" in text
+    assert 'rawp_gateway_session_files_total{direction="upload",outcome="stored"} 1.0' in text
+    assert 'rawp_gateway_session_files_total{direction="upload",outcome="refused"} 1.0' in text
+    await gw.delete(f"/v1/session/{sid}")
+    for _ in range(100):
+        text = await (await gw.get("/metrics")).text()
+        if "rawp_gateway_session_file_bytes 0.0" in text:
+            break
+        await asyncio.sleep(0.02)
+    assert "rawp_gateway_session_file_bytes 0.0" in text
