@@ -510,3 +510,19 @@ async def test_file_metrics(gw):
             break
         await asyncio.sleep(0.02)
     assert "rawp_gateway_session_file_bytes 0.0" in text
+
+
+async def test_uploads_are_bounded_by_max_upload_bytes_not_the_json_body_limit(tmp_path):
+    """A PUT body streams to disk: [server] max_request_bytes (JSON bodies) does not apply."""
+    config = make_config(
+        tmp_path, agents={"demo": fast_demo()}, max_request_bytes=1024, max_upload_bytes=8192
+    )
+    gw = await start_gateway(config)
+    try:
+        sid = (await create_session(gw))["session_id"]
+        body = bytes(range(256)) * 24  # 6144 bytes
+        resp = await put(gw, sid, "blob.bin", body, "application/octet-stream")
+        assert resp.status == 201, await resp.text()
+        assert await (await gw.get((await resp.json())["file_url"])).read() == body
+    finally:
+        await gw.close()
