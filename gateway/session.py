@@ -530,9 +530,11 @@ class LiveSession:
         root = self.workspace.resolve()
         directory = root / sm.UPLOADS_DIR
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            if not directory.resolve().is_relative_to(root):
-                raise OSError(f"{sm.UPLOADS_DIR} leads out of the workspace")
+            # Checked before anything is made (a link there would make it elsewhere) and after.
+            for _ in range(2):
+                if not directory.resolve().is_relative_to(root):
+                    raise OSError(f"{sm.UPLOADS_DIR} leads out of the workspace")
+                directory.mkdir(parents=True, exist_ok=True)
             self.files.copy_to(action.transfer_id, directory, action.name)
         except (OSError, FileError) as err:
             log.warning(

@@ -526,3 +526,37 @@ async def test_uploads_are_bounded_by_max_upload_bytes_not_the_json_body_limit(t
         assert await (await gw.get((await resp.json())["file_url"])).read() == body
     finally:
         await gw.close()
+
+
+async def test_an_upload_never_lands_outside_the_workspace(gw, tmp_path):
+    """The agent made .rawp a link out of its workspace: the upload is not written there (nor is
+    any directory made there), and the prompt still runs."""
+    session = await create_session(gw, workspace_path="ws2")
+    sid = session["session_id"]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "ws2" / ".rawp").symlink_to(outside)
+    stored = await (await put(gw, sid, "app.log", b"boom\n", "text/plain")).json()
+    master = await Master.attach(gw, sid)
+    files = [{"file_url": stored["file_url"], "file_name": "app.log"}]
+    await master.send("control.prompt.request", {"prompt_text": "hi", "context_files": files})
+    await master.until("session.turn.end")
+    assert list(outside.iterdir()) == []
+    await master.ws.close()
+
+
+def test_file_limits_and_image_flag_are_configurable(tmp_path):
+    from gateway.config import Config, load_config
+
+    toml = tmp_path / "gw.toml"
+    toml.write_text(
+        "[server]\nmax_upload_bytes = 1000\nmax_session_file_bytes = 5000\n"
+        '[agents.mine]\nparser = "plain"\ncommand = ["x", "{prompt}"]\n'
+        'image_flag = "--attach {path}"\n'
+    )
+    config = load_config(toml, environ={})
+    assert (config.max_upload_bytes, config.max_session_file_bytes) == (1000, 5000)
+    assert config.agents["mine"].image_flag == "--attach {path}"
+    assert config.agents["codex"].image_flag == "--image {path}"
+    assert (Config().max_upload_bytes, Config().max_session_file_bytes) == (20 << 20, 256 << 20)
+    assert not config.warnings
