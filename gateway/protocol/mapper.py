@@ -527,7 +527,7 @@ class Mapper:
             # §5.3.3 types what a tool produces; a failed call's output is the error message.
             # (A subagent's result stays agent_result whatever happened: §10.3 pairs it with ended.)
             output_type: str = "text"
-        elif event.files and call.subagent_type is None:
+        elif status == "success" and event.files and call.subagent_type is None:
             # The bytes went to the file store; the result points at them (§4.5, binary_ref).
             output, output_type = _binary_refs(event.files, output), "binary_ref"
         else:

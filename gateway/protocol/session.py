@@ -13,8 +13,9 @@ ordered list of *actions* for the shell (``gateway/session.py``) to carry out:
 
 Actions: ``Emit`` (a frame: broadcast, or to/away from one connection), ``WriteStdin``,
 ``WritePrompt`` (a prompt with images, whose bytes only the shell's file store has), ``PlaceFile``
-(copy an uploaded file into the workspace), ``Spawn``, ``Signal``, ``Terminate`` (SIGTERM then SIGKILL), ``StartTimer``/``CancelTimer``, ``SetFeatures``
-(a master's announced capabilities), ``CloseAll`` (end every WebSocket of the session) and ``Log``.
+(copy an uploaded file into the workspace), ``Spawn``, ``Signal``, ``Terminate`` (SIGTERM then
+SIGKILL), ``StartTimer``/``CancelTimer``, ``SetFeatures`` (a master's announced capabilities),
+``CloseAll`` (end every WebSocket of the session) and ``Log``.
 Because the list is ordered, "cleanup frames, then ``session.deleted``, then close" (DPS-7.5.3,
 DPS-7.7) is simply the order of the list.
 
@@ -252,7 +253,8 @@ class SessionMachine:
         self._deleting: tuple[str, str] | None = None  # (reason, deleted_by) once delete began
         self._control_seq = 0
         self._pending_controls: dict[str, str] = {}  # request_id → what it was for
-        # A single-turn prompt waiting for the previous process to finish exiting (text, overrides).
+        # A single-turn prompt waiting for the previous process to finish exiting (text,
+        # overrides, images).
         self._waiting_spawn: tuple[str, F.ConfigOverrides | None, list[ev.StoredFile]] | None = None
         self.capabilities_frame = self._make(
             gateway_capabilities(self.config.features, max_frame_size=self.config.max_frame_size)
