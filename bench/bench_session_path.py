@@ -30,6 +30,7 @@ sys.path.insert(0, str(HERE))
 from bench_claude_parser import transcript  # noqa: E402
 
 from gateway.config import Config, builtin_profiles  # noqa: E402
+from gateway.files import store_tool_files  # noqa: E402
 from gateway.metrics import GatewayMetrics  # noqa: E402
 from gateway.session import LiveSession  # noqa: E402
 from parsers import events as ev  # noqa: E402
@@ -108,7 +109,7 @@ async def one_pass(lines: list[bytes], metrics, fanout: int, root: Path) -> floa
         # LiveSession._pump's per-line work, then perform()
         session._line_t_ns = clock()
         t0 = clock()
-        events = parser.feed(line)
+        events = store_tool_files(parser.feed(line), session.files, session.workspace)
         actions = machine.agent_events(events)
         per_line.line(type(events[0]).__name__ if events else "none", clock() - t0)
         session.perform(actions)
