@@ -311,12 +311,20 @@ class FileStore:
 # --- the step between the parser and the session machine ---------------------------------------------
 
 
+_TOOL_RESULT: Final = ev.ToolResult
+
+
 def store_tool_files(
     events: list[ev.AgentEvent], store: FileStore, workspace: Path | None
 ) -> list[ev.AgentEvent]:
     """``events`` with the binary content of tool results stored in ``store`` (see the module
     docstring). The list is changed in place and returned; events without binary content are the
     same objects."""
+    for event in events:  # the hot path: almost every line has no binary content
+        if type(event) is _TOOL_RESULT and event.binary:  # type: ignore[attr-defined]
+            break
+    else:
+        return events
     for i, event in enumerate(events):
         if type(event) is not ev.ToolResult or not event.binary:
             continue
