@@ -20,8 +20,10 @@ attaches the WebSocket, and then four parts share one ``MasterView``:
   command queue (so lines typed during a turn are type-ahead, not lost);
 * the *runner* (the calling task) takes commands one at a time: a prompt is sent and the runner
   waits until the turn it started has ended; ``/plan``, ``/default``, ``/review`` switch mode,
-  ``/compact [instruction]`` compacts, ``/help`` lists commands, ``/quit`` exits, and any other
-  ``/x`` goes to the agent as a prompt with ``input_type: "slash_command"``.
+  ``/compact [instruction]`` compacts, ``/attach PATH`` uploads a file (a screenshot) that goes
+  with the next prompt as a ``context_files`` entry, ``/help`` lists commands, ``/quit`` exits,
+  and any other ``/x`` goes to the agent as a prompt with ``input_type: "slash_command"``. A file
+  the agent produced (``agent.file.transfer``) is shown with the URL to fetch it from.
 
 Questions (``agent.interaction.request``) are asked one at a time by a task of their own, so
 frames keep printing while a question waits; one that is answered elsewhere, or whose turn ends, is
@@ -46,6 +48,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import mimetypes
 import os
 import signal
 import sys
@@ -93,6 +96,7 @@ HELP: Final = """\
 commands:
   /plan /default /review    switch the agent's mode (between turns)
   /compact [instruction]    compact the agent's context
+  /attach PATH              upload a file (a screenshot) to go with the next prompt
   /quit                     leave (the session is deleted unless --keep)
   /<name> [args]            any other slash command goes to the agent
 Ctrl-C cancels the running turn; at the prompt it quits."""
@@ -489,6 +493,7 @@ class Chat:
         self._tasks: list[asyncio.Task[Any]] = []
         self._background: set[asyncio.Task[Any]] = set()
         self._idle = False  # the runner is at the prompt, waiting for a command
+        self._attached: list[F.ContextFile] = []  # uploaded by /attach, for the next prompt
 
     # -- lifecycle
 
@@ -591,6 +596,8 @@ class Chat:
             await self._switch_mode(cast(F.Mode, name))
         elif name == "compact":
             await self._send_and_wait("turn", F.SessionCompact(instruction=rest.strip() or None))
+        elif name == "attach":
+            await self._attach_file(rest.strip())
         else:
             await self._prompt(line, "slash_command")
 
@@ -602,7 +609,29 @@ class Chat:
 
     async def _prompt(self, text: str, input_type: InputType) -> None:
         self._cancelled_turn = None
-        await self._send_and_wait("turn", F.PromptRequest(prompt_text=text, input_type=input_type))
+        files, self._attached = self._attached or None, []
+        prompt = F.PromptRequest(prompt_text=text, input_type=input_type, context_files=files)
+        await self._send_and_wait("turn", prompt)
+
+    async def _attach_file(self, path_text: str) -> None:
+        """Upload a file to the session (``PUT .../files``); the next prompt names it."""
+        path = Path(path_text).expanduser()
+        if not path_text or not path.is_file():
+            self.screen.line(f"✗ /attach: no file {path_text!r}", style=self.s.red)
+            return
+        mime_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        try:
+            with path.open("rb") as data:  # streamed: the gateway bounds the size
+                stored = await self.client.upload_file(self.session_id, path.name, data, mime_type)
+        except (GatewayError, OSError, aiohttp.ClientError) as err:
+            self.screen.line(f"✗ /attach {path.name}: {err}", style=self.s.red)
+            return
+        self._attached.append(F.ContextFile(file_url=stored["file_url"], file_name=path.name))
+        size = f"{stored['size_bytes']:,} bytes"
+        self.screen.line(
+            f"⇧ attached {path.name} ({mime_type}, {size}): goes with the next prompt",
+            style=self.s.cyan,
+        )
 
     async def _switch_mode(self, mode: F.Mode) -> None:
         awaiting = await self._send_and_wait("mode", F.ModeSwitch(mode=mode), ACK_TIMEOUT_S)

@@ -5,7 +5,8 @@ Theory of operation
 Three layers, each usable alone:
 
 * ``GatewayClient`` speaks the HTTP control plane of ``/work/shared/spec/control-plane.md``:
-  ``POST /v1/session`` (create), ``GET`` and ``DELETE /v1/session/{id}``, ``GET /v1/agents``, with
+  ``POST /v1/session`` (create), ``GET`` and ``DELETE /v1/session/{id}``, ``GET /v1/agents``, the
+  session's files (``upload_file``, ``download_file``; ``docs/files.md``), with
   ``Authorization: Bearer <token>`` when a token is given. A 4xx/5xx answer (or a refused
   WebSocket upgrade) raises ``GatewayError`` carrying the gateway's ``error_code``; transport
   failures stay aiohttp's own exceptions.
@@ -40,7 +41,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, cast
+from typing import Any, BinaryIO, Final, Literal, cast
 
 import aiohttp
 
@@ -160,17 +161,7 @@ class GatewayClient:
         async with self.http.request(
             method, self.base_url + path, json=body, headers=self._headers
         ) as resp:
-            try:
-                data = await resp.json(content_type=None)
-            except ValueError:
-                data = None
-            if resp.status >= 400:
-                code, message = "HTTP_ERROR", resp.reason or ""
-                if isinstance(data, dict):
-                    code = str(data.get("error_code", code))
-                    message = str(data.get("message", message))
-                raise GatewayError(resp.status, code, message)
-            return data
+            return await _answer(resp)
 
     async def agents(self) -> list[dict[str, Any]]:
         """``GET /v1/agents``: the configured agent profiles."""
@@ -205,6 +196,28 @@ class GatewayClient:
     async def delete_session(self, session_id: str) -> dict[str, Any]:
         """``DELETE /v1/session/{id}``: ends the session (the gateway sends the cleanup frames)."""
         return await self._request("DELETE", f"/v1/session/{session_id}")
+
+    async def upload_file(
+        self, session_id: str, name: str, data: bytes | BinaryIO, mime_type: str
+    ) -> dict[str, Any]:
+        """``PUT /v1/session/{id}/files?name=``: store a file in the session (``data`` is streamed
+        when it is a file object); returns ``{transfer_id, file_url, ...}`` for a prompt's
+        ``context_files``."""
+        async with self.http.put(
+            f"{self.base_url}/v1/session/{session_id}/files",
+            params={"name": name},
+            data=data,
+            headers={**self._headers, "Content-Type": mime_type},
+        ) as resp:
+            return await _answer(resp)
+
+    async def download_file(self, file_url: str) -> bytes:
+        """The bytes of a session's file (an ``agent.file.transfer``'s ``file_url``)."""
+        url = file_url if "://" in file_url else self.base_url + file_url
+        async with self.http.get(url, headers=self._headers) as resp:
+            if resp.status >= 400:
+                await _answer(resp)
+            return await resp.read()
 
     async def attach(
         self,
@@ -250,6 +263,21 @@ class GatewayClient:
         conn = Connection(ws, session_id, last_message_id=last_message_id)
         await conn.send(master_capabilities(features))
         return conn
+
+
+async def _answer(resp: aiohttp.ClientResponse) -> Any:
+    """A JSON answer, or ``GatewayError`` with the gateway's ``error_code`` for a 4xx/5xx."""
+    try:
+        data = await resp.json(content_type=None)
+    except ValueError:
+        data = None
+    if resp.status >= 400:
+        code, message = "HTTP_ERROR", resp.reason or ""
+        if isinstance(data, dict):
+            code = str(data.get("error_code", code))
+            message = str(data.get("message", message))
+        raise GatewayError(resp.status, code, message)
+    return data
 
 
 # --------------------------------------------------------------------------- WebSocket
@@ -303,8 +331,17 @@ class Connection:
 
     # The §6 controls, spelled out so callers need not build payloads.
 
-    async def prompt(self, text: str, *, input_type: InputType = "text") -> F.Frame:
-        return await self.send(F.PromptRequest(prompt_text=text, input_type=input_type))
+    async def prompt(
+        self,
+        text: str,
+        *,
+        input_type: InputType = "text",
+        context_files: list[F.ContextFile] | None = None,
+    ) -> F.Frame:
+        payload = F.PromptRequest(
+            prompt_text=text, input_type=input_type, context_files=context_files or None
+        )
+        return await self.send(payload)
 
     async def cancel(self, turn_id: str, *, reason: CancelReason = "user_cancelled") -> F.Frame:
         payload = F.PromptCancel(target_turn_id=turn_id, reason=reason)

@@ -1033,3 +1033,17 @@ async def test_arguments_parse_and_run(fake: FakeGateway, tmp_path):
     assert rc == 0 and "Removed x." in out.getvalue()
     with pytest.raises(SystemExit):
         parser.parse_args(["--url", "u", "--yes", "--no"])
+
+
+async def test_real_server_attach_uploads_a_file_for_the_next_prompt(real_gateway: str, tmp_path):
+    """/attach PATH: the file is uploaded to the session and named in the next prompt's
+    context_files; the gateway puts it in the workspace under .rawp/uploads/ for the agent."""
+    shot = tmp_path / "outside" / "notes.txt"
+    shot.parent.mkdir()
+    shot.write_text("hi\n")
+    rc, out = await real_chat(real_gateway, f"/attach {shot}\n/attach nope.txt\nlist files\n")
+    assert rc == 0, out
+    assert "⇧ attached notes.txt (text/plain, 3 bytes): goes with the next prompt\n" in out
+    assert "✗ /attach: no file 'nope.txt'\n" in out
+    assert (tmp_path / ".rawp" / "uploads" / "notes.txt").read_text() == "hi\n"
+    assert "— end_turn" in out

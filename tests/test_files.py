@@ -560,3 +560,19 @@ def test_file_limits_and_image_flag_are_configurable(tmp_path):
     assert config.agents["codex"].image_flag == "--image {path}"
     assert (Config().max_upload_bytes, Config().max_session_file_bytes) == (20 << 20, 256 << 20)
     assert not config.warnings
+
+
+async def test_client_uploads_and_downloads(gw):
+    from gateway.client import GatewayClient, GatewayError
+
+    sid = (await create_session(gw))["session_id"]
+    async with GatewayClient(str(gw.make_url("")).rstrip("/")) as client:
+        stored = await client.upload_file(sid, "dot.png", PNG, "image/png")
+        assert stored["size_bytes"] == len(PNG)
+        assert await client.download_file(stored["file_url"]) == PNG
+        with pytest.raises(GatewayError) as err:
+            await client.upload_file(sid, "../x", b"x", "text/plain")
+        assert err.value.error_code == "INVALID_FILE_NAME"
+        with pytest.raises(GatewayError) as err:
+            await client.download_file(f"/v1/session/{sid}/files/nope")
+        assert err.value.error_code == "TRANSFER_NOT_FOUND"
