@@ -432,6 +432,9 @@ async def get_file(request: web.Request) -> web.StreamResponse:
     if status == 206:
         response.headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
     await response.prepare(request)
+    if request.method == "HEAD":  # the headers only: bytes after them would corrupt the connection
+        await response.write_eof()
+        return response
     loop = asyncio.get_running_loop()
     with open(path, "rb") as f:
         f.seek(start)

@@ -576,3 +576,15 @@ async def test_client_uploads_and_downloads(gw):
         with pytest.raises(GatewayError) as err:
             await client.download_file(f"/v1/session/{sid}/files/nope")
         assert err.value.error_code == "TRANSFER_NOT_FOUND"
+
+
+async def test_head_gives_the_headers_only_and_several_ranges_give_the_whole_file(gw):
+    """HEAD: Content-Length and no body (the connection stays usable for the next request);
+    a Range of several parts is ignored (RFC 9110 allows it): 200 with every byte."""
+    sid = (await create_session(gw))["session_id"]
+    url = (await (await put(gw, sid, "a.txt", b"hello world", "text/plain")).json())["file_url"]
+    head = await gw.head(url)
+    assert head.status == 200 and head.headers["Content-Length"] == "11"
+    assert await head.read() == b""
+    several = await gw.get(url, headers={"Range": "bytes=0-1,4-5"})
+    assert several.status == 200 and await several.read() == b"hello world"
