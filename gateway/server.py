@@ -436,16 +436,19 @@ async def get_file(request: web.Request) -> web.StreamResponse:
         await response.write_eof()
         return response
     loop = asyncio.get_running_loop()
-    with open(path, "rb") as f:
-        f.seek(start)
-        left = end - start
-        while left > 0:
-            chunk = await loop.run_in_executor(None, f.read, min(_UPLOAD_CHUNK, left))
-            if not chunk:
-                break
-            await response.write(chunk)
-            left -= len(chunk)
-    await response.write_eof()
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            left = end - start
+            while left > 0:
+                chunk = await loop.run_in_executor(None, f.read, min(_UPLOAD_CHUNK, left))
+                if not chunk:
+                    break
+                await response.write(chunk)
+                left -= len(chunk)
+        await response.write_eof()
+    except ConnectionError:
+        pass  # the master went away mid-download: nothing to answer
     return response
 
 
