@@ -374,6 +374,9 @@ async def put_file(request: web.Request) -> web.Response:
         )
     except FileError as err:
         raise _file_error(err) from None
+    except ConnectionError:
+        # The master went away mid-upload; the store kept nothing of it.
+        raise ApiError(400, "INVALID_REQUEST", "the upload was interrupted") from None
     log.info(
         "file uploaded",
         extra={

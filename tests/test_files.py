@@ -15,6 +15,7 @@ import pytest
 from gateway import files as gf
 from gateway.protocol import codec
 from gateway.protocol import session as sm
+from gateway.server import SESSIONS
 from parsers import events as ev
 from parsers.base import PromptImage
 from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
@@ -588,3 +589,29 @@ async def test_head_gives_the_headers_only_and_several_ranges_give_the_whole_fil
     assert await head.read() == b""
     several = await gw.get(url, headers={"Range": "bytes=0-1,4-5"})
     assert several.status == 200 and await several.read() == b"hello world"
+
+
+async def test_an_upload_cut_off_midway_keeps_nothing(gw):
+    """The master's connection drops in the middle of the body: nothing stays stored or
+    counted, and the session takes the next upload."""
+    sid = (await create_session(gw))["session_id"]
+    store = gw.server.app[SESSIONS][sid].files
+    _reader, writer = await asyncio.open_connection(gw.host, gw.port)
+    writer.write(
+        f"PUT /v1/session/{sid}/files?name=cut.bin HTTP/1.1\r\nHost: x\r\n"
+        "Content-Type: text/plain\r\nContent-Length: 4000\r\n\r\n".encode()
+        + b"x" * 1000
+    )
+    await writer.drain()
+    for _ in range(100):  # the server has read what was sent
+        if store.used_bytes:
+            break
+        await asyncio.sleep(0.01)
+    writer.close()
+    for _ in range(200):
+        if not store.used_bytes:
+            break
+        await asyncio.sleep(0.01)
+    assert store.used_bytes == 0 and not store.files
+    assert not list(store._dir.iterdir())
+    assert (await put(gw, sid, "next.txt", b"ok", "text/plain")).status == 201
