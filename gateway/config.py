@@ -38,6 +38,8 @@ __all__ = ["AgentProfile", "Config", "ConfigError", "builtin_profiles", "load_co
 
 DEFAULT_PORT: Final = 8765
 DEFAULT_MAX_FRAME_SIZE: Final = 1024 * 1024
+MAX_ALLOWED_ORIGINS: Final = 64  # [server] allowed_origins entries
+MAX_ORIGIN_CHARS: Final = 256
 
 
 class ConfigError(ValueError):
@@ -247,6 +249,8 @@ class Config:
     shutdown_grace_sec: float = 5.0
     log_format: str = "text"  # or "json"
     state_dir: Path | None = None  # sessions and their replay buffers survive a restart
+    # Origins (besides the gateway's own) whose pages may open WebSockets: browser console.
+    allowed_origins: frozenset[str] = frozenset()
     agents: Mapping[str, AgentProfile] = field(default_factory=builtin_profiles)
     warnings: tuple[str, ...] = ()
 
@@ -268,6 +272,7 @@ _SERVER_KEYS: Final = {
     "shutdown_grace_sec": (int, float),
     "log_format": str,
     "state_dir": str,
+    "allowed_origins": list,
 }
 _ENV: Final = {
     "RAWP_GATEWAY_HOST": "host",
@@ -437,6 +442,8 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: 
         if settings["log_format"] not in ("text", "json"):
             raise ConfigError(f"log_format must be text or json, got {settings['log_format']!r}")
         kw["log_format"] = settings["log_format"]
+    if "allowed_origins" in settings:
+        kw["allowed_origins"] = _origins(settings["allowed_origins"])
     token = settings.get("token")
     if token is None and settings.get("token_file"):
         token = read_token_file(settings["token_file"])
@@ -446,6 +453,32 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: 
     if not root.is_dir():
         raise ConfigError(f"workspace_root {str(root)!r} is not a directory")
     return replace(config, workspace_root=root)
+
+
+def normalize_origin(origin: str) -> str:
+    """``scheme://host[:port]`` in lower case, without a trailing slash."""
+    return origin.strip().rstrip("/").lower()
+
+
+def _origins(values: list[Any]) -> frozenset[str]:
+    """``[server] allowed_origins``: ``scheme://host[:port]`` strings, normalised."""
+    if len(values) > MAX_ALLOWED_ORIGINS:
+        raise ConfigError(f"allowed_origins may list at most {MAX_ALLOWED_ORIGINS} origins")
+    out: set[str] = set()
+    for value in values:
+        if not isinstance(value, str) or len(value) > MAX_ORIGIN_CHARS:
+            raise ConfigError(
+                f"allowed_origins entries must be strings of at most {MAX_ORIGIN_CHARS} "
+                f"characters, got {value!r}"
+            )
+        origin = normalize_origin(value)
+        scheme, sep, host = origin.partition("://")
+        if not sep or scheme not in ("http", "https") or not host or "/" in host:
+            raise ConfigError(
+                f"allowed_origins entries must look like https://host[:port], got {value!r}"
+            )
+        out.add(origin)
+    return frozenset(out)
 
 
 def read_token_file(path: str | os.PathLike[str]) -> str:

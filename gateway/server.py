@@ -6,7 +6,9 @@ Theory of operation
 SIGTERM or SIGINT. Sessions live in ``app[SESSIONS]`` as ``LiveSession`` objects; the handlers only
 translate HTTP into calls on them. Two middlewares wrap every request: errors become
 ``{"error_code", "message"}`` JSON (never a stack trace), and, when a token is configured, every
-request but ``/healthz`` needs ``Authorization: Bearer <token>`` (compared in constant time).
+request but ``/healthz`` and the browser console's page needs ``Authorization: Bearer <token>``
+(compared in constant time); a WebSocket upgrade may carry a one-time ``?ticket=`` instead
+(``gateway/console.py``).
 
 On shutdown every live session is deleted the DPS way (SIGTERM, SIGKILL after the grace period,
 cleanup frames, ``session.deleted``, close), so no agent process outlives the gateway. With a state
@@ -22,6 +24,7 @@ import contextlib
 import hmac
 import logging
 import signal
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -29,7 +32,7 @@ from typing import Any, Final
 
 from aiohttp import WSMsgType, web
 
-from . import process
+from . import console, process
 from .config import Config
 from .files import FileError, check_mime_type
 from .history import POLICIES, History
@@ -46,6 +49,9 @@ CONFIG: Final = web.AppKey("config", Config)
 METRICS: Final = web.AppKey("metrics", GatewayMetrics)
 SESSIONS: Final = web.AppKey("sessions", dict)
 STATE: Final = web.AppKey("state", StateDir)
+TICKETS: Final = web.AppKey("tickets", console.TicketStore)
+STATIC: Final = web.AppKey("static", dict)
+WS_ROUTE: Final = "session-ws"
 KEEP_TERMINATED: Final = 100  # terminated sessions still listed, newest first
 
 
@@ -98,14 +104,28 @@ async def errors_middleware(
         )
 
 
+def _public(path: str) -> bool:
+    """Served without the token: liveness and the console's page (it holds no data)."""
+    return path in ("/healthz", "/", "/ui") or path.startswith("/ui/")
+
+
+def _ticket_ok(request: web.Request) -> bool:
+    """A one-time ticket on the upgrade of the session it was issued for (browser console)."""
+    ticket = request.query.get("ticket")
+    if not ticket or request.match_info.route.name != WS_ROUTE:
+        return False
+    session_id = request.match_info["session_id"]
+    return request.app[TICKETS].redeem(ticket, session_id, time.monotonic())
+
+
 def auth_middleware(token: str | None):
     expected = f"Bearer {token}".encode() if token else None
 
     @web.middleware
     async def middleware(request: web.Request, handler):
-        if expected is not None and request.path != "/healthz":
+        if expected is not None and not _public(request.path):
             given = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
+            if not hmac.compare_digest(given, expected) and not _ticket_ok(request):
                 return ApiError(401, "UNAUTHORIZED", "missing or wrong bearer token").response()
         return await handler(request)
 
@@ -272,9 +292,42 @@ async def delete_session(request: web.Request) -> web.Response:
     return web.json_response(session.to_json())
 
 
-async def websocket(request: web.Request) -> web.StreamResponse:
+async def ws_ticket(request: web.Request) -> web.Response:
     session = _session(request)
+    if session.state == "TERMINATED":
+        raise ApiError(409, "SESSION_TERMINATED", "the session has ended")
+    ticket = request.app[TICKETS].issue(session.id, time.monotonic())
+    if ticket is None:
+        raise ApiError(429, "TOO_MANY_TICKETS", "too many unused WebSocket tickets; retry shortly")
+    return web.json_response({"ticket": ticket, "expires_in": console.TICKET_TTL_S})
+
+
+async def console_page(request: web.Request) -> web.Response:
+    return console.static_response(request.app[STATIC]["index.html"])
+
+
+async def console_file(request: web.Request) -> web.Response:
+    file = request.app[STATIC].get(request.match_info["name"])
+    if file is None:
+        raise ApiError(404, "NOT_FOUND", "no such console file")
+    return console.static_response(file)
+
+
+async def console_redirect(request: web.Request) -> web.Response:
+    raise web.HTTPFound("/ui")
+
+
+async def websocket(request: web.Request) -> web.StreamResponse:
     config = request.app[CONFIG]
+    try:
+        console.check_origin(request, config.allowed_origins)
+    except console.OriginForbidden as exc:
+        raise ApiError(
+            403,
+            "ORIGIN_FORBIDDEN",
+            f"WebSocket upgrades from origin {exc} are not allowed (see [server] allowed_origins)",
+        ) from None
+    session = _session(request)
     offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
     if SUBPROTOCOL not in offered:
         raise ApiError(
@@ -474,6 +527,11 @@ def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.
     if config.state_dir is not None:
         app[STATE] = StateDir(config.state_dir)
         app.on_startup.append(_restore_sessions)
+    app[TICKETS] = console.TicketStore()
+    app[STATIC] = console.load_static()
+    app.router.add_get("/", console_redirect)
+    app.router.add_get("/ui", console_page)
+    app.router.add_get("/ui/{name}", console_file)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/v1/agents", list_agents)
@@ -482,7 +540,8 @@ def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.
     app.router.add_get("/v1/session/{session_id}", get_session)
     app.router.add_patch("/v1/session/{session_id}", patch_session)
     app.router.add_delete("/v1/session/{session_id}", delete_session)
-    app.router.add_get("/v1/session/{session_id}/ws", websocket)
+    app.router.add_post("/v1/session/{session_id}/ws-ticket", ws_ticket)
+    app.router.add_get("/v1/session/{session_id}/ws", websocket, name=WS_ROUTE)
     add_file_routes(app)
     app.on_shutdown.append(_shutdown_sessions)
     return app

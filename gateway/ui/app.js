@@ -1,0 +1,588 @@
+// The browser console: a master of the gateway it is served by, over the same HTTP API and DPS
+// WebSocket as any other (docs/browser-console.md). view.js keeps the §7.8 state, render.js
+// draws the transcript; this file does the I/O: HTTP calls with the token, the WebSocket with a
+// one-time ticket, reattaching after a reload or a lost connection, the question dialog, keys.
+
+import { Renderer, describeCall, el, jsonTree } from "./render.js";
+import { SessionView, makeFrame, timeKey } from "./view.js";
+
+const SUBPROTOCOL = "rawp-dps-1.0";
+const TOKEN_KEY = "rawp-console.token";
+const SAVED_PREFIX = "rawp-console.session.";
+const MAX_SAVED_CHARS = 2_000_000; // one session's saved transcript in sessionStorage
+const RECONNECT_MAX_MS = 10_000;
+const SESSIONS_POLL_MS = 5_000;
+const SAVE_DELAY_MS = 300;
+// What this master can show: everything (the gateway filters what a master does not announce).
+const FEATURES = {
+  thinking_stream: true,
+  tool_streaming: true,
+  structured_output: true,
+  subagent: true,
+  subagent_context: true,
+  context_compaction: true,
+  plan_mode: true,
+  file_reference: true,
+  file_search_fuzzy: true,
+};
+
+const $ = (id) => document.getElementById(id);
+
+const state = {
+  token: sessionStorage.getItem(TOKEN_KEY),
+  sessions: [],
+  current: null, // {id, view, ws, caps, retry, timer, closing, trimmed}
+  asking: null, // {id, frame, timer}
+};
+
+const renderer = new Renderer($("transcript"), { fetchBlob });
+
+// --- HTTP ------------------------------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(`${code}: ${message}`);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+async function api(method, path, body) {
+  for (let attempt = 0; ; attempt++) {
+    const headers = {};
+    if (state.token) headers.Authorization = `Bearer ${state.token}`;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const resp = await fetch(path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const data = await resp.json().catch(() => null);
+    if (resp.status === 401 && attempt < 3) {
+      await askToken(state.token ? "That token was refused." : null);
+      continue;
+    }
+    if (!resp.ok) {
+      const code = (data && data.error_code) || "HTTP_ERROR";
+      throw new ApiError(resp.status, code, (data && data.message) || resp.statusText);
+    }
+    return data;
+  }
+}
+
+async function fetchBlob(path) {
+  const headers = state.token ? { Authorization: `Bearer ${state.token}` } : {};
+  const resp = await fetch(path, { headers });
+  if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+  return resp.blob();
+}
+
+let tokenWaiters = null;
+
+// Asks once for the token and keeps it for this tab (sessionStorage); concurrent callers share
+// the one dialog.
+function askToken(error) {
+  if (tokenWaiters) return new Promise((resolve) => tokenWaiters.push(resolve));
+  tokenWaiters = [];
+  const dialog = $("token-dialog");
+  $("token-error").hidden = !error;
+  $("token-error").textContent = error || "";
+  $("token").value = "";
+  dialog.showModal();
+  $("token").focus();
+  return new Promise((resolve) => {
+    tokenWaiters.push(resolve);
+    $("token-form").onsubmit = () => {
+      state.token = $("token").value.trim();
+      sessionStorage.setItem(TOKEN_KEY, state.token);
+      const waiters = tokenWaiters;
+      tokenWaiters = null;
+      for (const w of waiters) w();
+    };
+  });
+}
+
+// --- sessions ----------------------------------------------------------------------------------
+
+function showError(err) {
+  banner(err.message || String(err), "error");
+}
+
+function banner(text, kind = "info") {
+  const b = $("banner");
+  b.textContent = text;
+  b.dataset.kind = kind;
+  b.hidden = !text;
+}
+
+async function loadAgents() {
+  const data = await api("GET", "/v1/agents");
+  const select = $("new-agent");
+  select.replaceChildren();
+  for (const a of data.agents || []) {
+    select.append(el("option", { value: a.name, text: a.name, title: a.description || "" }));
+  }
+  if ([...select.options].some((o) => o.value === "demo")) select.value = "demo";
+}
+
+async function refreshSessions() {
+  const data = await api("GET", "/v1/sessions");
+  state.sessions = data.sessions || [];
+  const list = $("sessions");
+  list.replaceChildren();
+  for (const s of state.sessions) list.append(sessionItem(s));
+  const cur = state.current && state.sessions.find((s) => s.session_id === state.current.id);
+  if (cur) showSessionInfo(cur);
+}
+
+function sessionItem(s) {
+  const name = s.name || s.session_id.slice(0, 8);
+  const attach = el("button", { class: "attach", text: "Attach", disabled: s.state === "TERMINATED" });
+  attach.onclick = () => attachTo(s.session_id).catch(showError);
+  const rename = el("button", { class: "rename", text: "Rename", disabled: s.state === "TERMINATED" });
+  const del = el("button", { class: "delete", text: "Delete" });
+  const label = el("span", { class: "name", text: name });
+  const item = el(
+    "li",
+    { "data-session-id": s.session_id, "data-state": s.state },
+    label,
+    el("span", { class: "meta", text: `${s.agent} · ${s.state.toLowerCase()} · ${s.connections} attached` }),
+    el("span", { class: "actions" }, attach, rename, del),
+  );
+  if (state.current && state.current.id === s.session_id) item.classList.add("current");
+  rename.onclick = () => {
+    const input = el("input", { class: "rename-input", value: s.name || "", "aria-label": "new name" });
+    const save = el("button", { class: "rename-save", text: "Save" });
+    const form = el("form", { class: "rename-form" }, input, save);
+    form.onsubmit = (e) => {
+      e.preventDefault();
+      api("PATCH", `/v1/session/${s.session_id}`, { name: input.value.trim() })
+        .then(refreshSessions)
+        .catch(showError);
+    };
+    label.replaceWith(form);
+    input.focus();
+  };
+  del.onclick = () => {
+    if (del.dataset.confirm !== "yes") {
+      // A second click confirms; no native confirm(), which blocks the page.
+      del.dataset.confirm = "yes";
+      del.textContent = "Really delete?";
+      setTimeout(() => {
+        del.dataset.confirm = "";
+        del.textContent = "Delete";
+      }, 4000);
+      return;
+    }
+    api("DELETE", `/v1/session/${s.session_id}`)
+      .then(() => {
+        if (state.current && state.current.id === s.session_id) detach();
+        return refreshSessions();
+      })
+      .catch(showError);
+  };
+  return item;
+}
+
+function showSessionInfo(s) {
+  $("session-title").textContent = s.name || `${s.agent} ${s.session_id.slice(0, 8)}`;
+  document.title = `${$("session-title").textContent} · rawp-gateway`;
+}
+
+async function createSession(event) {
+  event.preventDefault();
+  const body = { agent: $("new-agent").value };
+  const workspace = $("new-workspace").value.trim();
+  const name = $("new-name").value.trim();
+  if (workspace) body.workspace_path = workspace;
+  if (name) body.name = name;
+  const s = await api("POST", "/v1/session", body);
+  $("new-name").value = "";
+  await refreshSessions();
+  await attachTo(s.session_id);
+}
+
+// --- attaching ---------------------------------------------------------------------------------
+
+function savedKey(id) {
+  return SAVED_PREFIX + id;
+}
+
+function loadSaved(id) {
+  try {
+    return JSON.parse(sessionStorage.getItem(savedKey(id)) || "null");
+  } catch {
+    return null;
+  }
+}
+
+let saveTimer = null;
+
+function scheduleSave() {
+  if (saveTimer === null) saveTimer = setTimeout(saveNow, SAVE_DELAY_MS);
+}
+
+// The transcript and the reattach mark survive a reload of the tab; past MAX_SAVED_CHARS the
+// oldest frames are left out (and the page says so when it comes back).
+function saveNow() {
+  clearTimeout(saveTimer);
+  saveTimer = null;
+  const cur = state.current;
+  if (!cur) return;
+  const snap = cur.view.snapshot();
+  let frames = snap.transcript;
+  let trimmed = cur.trimmed;
+  for (;;) {
+    const text = JSON.stringify({ ...snap, transcript: frames, trimmed });
+    if (text.length <= MAX_SAVED_CHARS || frames.length === 0) {
+      try {
+        sessionStorage.setItem(savedKey(cur.id), text);
+        return;
+      } catch {
+        if (frames.length === 0) return; // storage full even without frames: nothing kept
+      }
+    }
+    frames = frames.slice(Math.ceil(frames.length / 4));
+    trimmed = true;
+  }
+}
+
+function detach() {
+  const cur = state.current;
+  if (!cur) return;
+  saveNow();
+  cur.closing = true;
+  clearTimeout(cur.timer);
+  if (cur.ws) cur.ws.close(1000, "detached");
+  state.current = null;
+  closeAsk();
+  renderer.reset();
+  setConnection("none", "not attached");
+  $("session-title").textContent = "rawp-gateway";
+  history.replaceState(null, "", "#");
+  updateControls();
+}
+
+async function attachTo(id) {
+  if (state.current && state.current.id === id) return;
+  detach();
+  const saved = loadSaved(id);
+  const view = saved ? SessionView.restore(id, saved) : new SessionView(id);
+  const cur = { id, view, ws: null, caps: null, retry: 0, timer: null, closing: false };
+  cur.trimmed = Boolean(saved && saved.trimmed);
+  state.current = cur;
+  history.replaceState(null, "", `#session=${id}`);
+  document.body.classList.remove("show-sessions");
+  const info = state.sessions.find((s) => s.session_id === id);
+  if (info) showSessionInfo(info);
+  for (const li of $("sessions").children) li.classList.toggle("current", li.dataset.sessionId === id);
+  // What was open when the page went away is shown interrupted until the history comes.
+  view.finalize();
+  renderer.renderAll(view.transcript);
+  if (cur.trimmed) banner("The earliest part of this transcript was not kept in this tab.", "info");
+  else banner("");
+  updateControls();
+  await connect(cur);
+}
+
+async function connect(cur) {
+  if (cur !== state.current) return;
+  setConnection("connecting", cur.view.lastMessageId ? "reattaching…" : "connecting…");
+  let ticket = null;
+  try {
+    const info = await api("GET", `/v1/session/${cur.id}`);
+    if (info.state === "TERMINATED") return ended(cur, "This session has ended.");
+    if (state.token) ticket = (await api("POST", `/v1/session/${cur.id}/ws-ticket`)).ticket;
+  } catch (err) {
+    if (err instanceof ApiError && (err.status === 404 || err.status === 409)) {
+      return ended(cur, "This session no longer exists on the gateway.");
+    }
+    return retryLater(cur);
+  }
+  if (cur !== state.current) return;
+  const params = new URLSearchParams();
+  if (cur.view.lastMessageId) params.set("last_message_id", cur.view.lastMessageId);
+  if (ticket) params.set("ticket", ticket); // never the token itself
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const query = params.toString();
+  const url = `${scheme}//${location.host}/v1/session/${cur.id}/ws${query ? "?" + query : ""}`;
+  const ws = new WebSocket(url, SUBPROTOCOL);
+  cur.ws = ws;
+  ws.onopen = () => {
+    cur.retry = 0;
+    const caps = {
+      protocol_version: SUBPROTOCOL,
+      supported_namespaces: ["agent", "tool", "control", "session"],
+      features: FEATURES,
+    };
+    ws.send(JSON.stringify(makeFrame(cur.id, "session.capabilities", caps)));
+    setConnection("open", "attached");
+    updateControls();
+    refreshSessions().catch(() => {});
+  };
+  ws.onmessage = (msg) => {
+    if (cur !== state.current || typeof msg.data !== "string") return;
+    let frame;
+    try {
+      frame = JSON.parse(msg.data);
+    } catch {
+      return;
+    }
+    if (frame && typeof frame.type === "string") receive(cur, frame);
+  };
+  ws.onclose = () => {
+    if (cur.ws !== ws) return;
+    cur.ws = null;
+    if (cur.closing || cur !== state.current) return;
+    lost(cur);
+  };
+}
+
+function ended(cur, text) {
+  if (cur !== state.current) return;
+  setConnection("ended", "ended");
+  banner(text, "error");
+  updateControls();
+}
+
+// The connection is gone: close what was open locally, then try again with the reattach mark.
+function lost(cur) {
+  const made = cur.view.finalize();
+  for (const f of made) renderer.render(f);
+  closeAsk();
+  scheduleSave();
+  if (cur.view.deleted) return ended(cur, "This session was deleted.");
+  retryLater(cur);
+}
+
+function retryLater(cur) {
+  if (cur !== state.current) return;
+  const delay = Math.min(RECONNECT_MAX_MS, 500 * 2 ** cur.retry);
+  cur.retry += 1;
+  setConnection("reconnecting", `connection lost — retrying in ${Math.round(delay / 1000)} s`);
+  updateControls();
+  cur.timer = setTimeout(() => connect(cur), delay);
+}
+
+function receive(cur, frame) {
+  const view = cur.view;
+  view.received(frame);
+  if (frame.type === "session.history") {
+    const outcome = view.history(frame.payload);
+    if (outcome.unfinalized) {
+      renderer.renderAll(view.transcript);
+    } else {
+      for (const f of outcome.frames) renderer.render(f);
+    }
+    if (outcome.reason === "truncated") {
+      const lost = outcome.lost == null ? "some" : outcome.lost;
+      banner(`History truncated: the gateway no longer had ${lost} frame(s) of what happened while this page was away; what was open is shown interrupted.`, "warning");
+    } else if (outcome.reason === "deleted") {
+      banner("This session was deleted while this page was away.", "error");
+    } else if (!cur.trimmed) {
+      banner("");
+    }
+  } else if (frame.type === "session.capabilities") {
+    cur.caps = frame.payload;
+  } else if (view.apply(frame)) {
+    renderer.render(frame);
+  }
+  afterFrame(cur, frame);
+  scheduleSave();
+}
+
+function afterFrame(cur, frame) {
+  const p = frame.payload || {};
+  switch (frame.type) {
+    case "session.renamed":
+      refreshSessions().catch(() => {});
+      break;
+    case "session.deleted":
+      cur.closing = true;
+      ended(cur, "This session was deleted.");
+      refreshSessions().catch(() => {});
+      break;
+    case "session.error":
+      if (String(p.error_code).startsWith("MODE_")) $("mode").value = cur.view.mode || "default";
+      break;
+  }
+  // Whatever the frame, the question on screen must be one still open.
+  syncAsk(cur);
+  updateControls();
+}
+
+function send(type, payload, opts = {}) {
+  const cur = state.current;
+  if (!cur || !cur.ws || cur.ws.readyState !== WebSocket.OPEN) {
+    banner("Not connected: wait for the console to reattach.", "error");
+    return null;
+  }
+  const frame = makeFrame(cur.id, type, payload, opts);
+  cur.ws.send(JSON.stringify(frame));
+  // Our own prompts and answers are part of the transcript (and close what they answer).
+  if (opts.record && cur.view.apply(frame)) renderer.render(frame);
+  scheduleSave();
+  return frame;
+}
+
+// --- controls ----------------------------------------------------------------------------------
+
+function setConnection(kind, text) {
+  document.body.dataset.connection = kind;
+  $("connection").textContent = text;
+  $("connection").dataset.kind = kind;
+}
+
+function updateControls() {
+  const cur = state.current;
+  const open = Boolean(cur && cur.ws && cur.ws.readyState === WebSocket.OPEN);
+  const features = (cur && cur.caps && cur.caps.features) || {};
+  const running = Boolean(cur && cur.view.turnId);
+  $("prompt").disabled = !cur || Boolean(cur.view.deleted);
+  $("send").disabled = !open;
+  $("cancel").disabled = !open || !running;
+  $("compact").disabled = !open || running || !features.context_compaction;
+  $("mode").disabled = !open || running || !features.plan_mode;
+  if (cur && cur.view.mode && document.activeElement !== $("mode")) $("mode").value = cur.view.mode;
+  $("agent-state").textContent = cur ? cur.view.open.agentState : "";
+  document.body.dataset.turn = running ? "running" : "idle";
+}
+
+function sendPrompt() {
+  const text = $("prompt").value;
+  if (!text.trim()) return;
+  const slash = text.startsWith("/");
+  const payload = { prompt_text: text, input_type: slash ? "slash_command" : "text" };
+  if (send("control.prompt.request", payload, { record: true })) $("prompt").value = "";
+}
+
+function cancelTurn() {
+  const cur = state.current;
+  const turnId = cur && cur.view.turnId;
+  if (!turnId) return;
+  send("control.prompt.cancel", { target_turn_id: turnId, reason: "user_cancelled" }, { turnId });
+}
+
+// --- questions (agent.interaction.request) ------------------------------------------------------
+
+function syncAsk(cur) {
+  const pending = cur.view.pendingInteractions;
+  if (state.asking && !pending.some((f) => f.payload.interaction_id === state.asking.id)) closeAsk();
+  if (!state.asking && pending.length > 0) showAsk(pending[0]);
+}
+
+function closeAsk() {
+  if (!state.asking) return;
+  clearInterval(state.asking.timer);
+  state.asking = null;
+  const dialog = $("ask-dialog");
+  if (dialog.open) dialog.close();
+  if (state.current) $("prompt").focus();
+}
+
+function answer(frame, value, textInput) {
+  const payload = { interaction_id: frame.payload.interaction_id, selected_value: value };
+  if (textInput !== undefined) payload.text_input = textInput;
+  send("control.interaction.response", payload, { turnId: frame.turn_id, record: true });
+  closeAsk();
+  if (state.current) syncAsk(state.current);
+}
+
+function showAsk(frame) {
+  const p = frame.payload;
+  const dialog = $("ask-dialog");
+  dialog.dataset.type = p.interaction_type;
+  dialog.dataset.interactionId = p.interaction_id;
+  const ctx = p.context || {};
+  $("ask-question").textContent = ctx.tool_name ? `Allow ${describeCall(ctx.tool_name, ctx.tool_input)}?` : p.question_text;
+  $("ask-context").replaceChildren();
+  if (ctx.tool_input) $("ask-context").append(jsonTree(ctx.tool_input));
+  if (ctx.affected_paths && ctx.affected_paths.length) {
+    $("ask-context").append(el("div", { class: "paths", text: ctx.affected_paths.join(", ") }));
+  }
+  const input = $("ask-input");
+  const options = $("ask-options");
+  input.replaceChildren();
+  options.replaceChildren();
+  const buttons = [];
+  if (p.interaction_type === "TEXT_INPUT") {
+    const field = el("input", { id: "ask-text", value: p.default_value || "", "aria-label": "answer" });
+    input.append(field);
+    const ok = el("button", { type: "button", class: "option", text: "Answer" });
+    ok.onclick = () => answer(frame, field.value, field.value);
+    buttons.push(ok);
+  } else if (p.interaction_type === "MULTI_SELECT") {
+    for (const o of p.options) {
+      input.append(el("label", { class: "check" }, el("input", { type: "checkbox", value: o.value }), ` ${o.label}`));
+    }
+    const ok = el("button", { type: "button", class: "option", text: "Answer" });
+    ok.onclick = () => answer(frame, [...input.querySelectorAll("input:checked")].map((c) => c.value));
+    buttons.push(ok);
+  } else {
+    for (const o of p.options) {
+      const b = el("button", { type: "button", class: "option", text: o.label, title: o.description || "" });
+      b.dataset.value = o.value;
+      if (o.risk_level) b.dataset.risk = o.risk_level;
+      b.onclick = () => answer(frame, o.value);
+      buttons.push(b);
+    }
+  }
+  options.append(...buttons);
+  const deadline = Math.min(timeKey(frame.timestamp), Date.now()) + p.timeout_sec * 1000;
+  const tick = () => {
+    const left = Math.max(0, Math.ceil((deadline - Date.now()) / 1000));
+    $("ask-remaining").textContent = left > 0 ? `${left} s left to answer` : "time is up";
+  };
+  tick();
+  state.asking = { id: p.interaction_id, frame, timer: setInterval(tick, 250) };
+  if (!dialog.open) dialog.showModal();
+  if (buttons.length) buttons[0].focus();
+}
+
+// --- wiring --------------------------------------------------------------------------------------
+
+function wire() {
+  $("new-session").addEventListener("submit", (e) => createSession(e).catch(showError));
+  $("composer").addEventListener("submit", (e) => {
+    e.preventDefault();
+    sendPrompt();
+  });
+  $("prompt").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      sendPrompt();
+    }
+  });
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && state.current && state.current.view.turnId) {
+      e.preventDefault();
+      cancelTurn();
+    }
+  });
+  // Esc in the question dialog cancels the turn (above) and does not just hide the question.
+  $("ask-dialog").addEventListener("cancel", (e) => e.preventDefault());
+  $("token-dialog").addEventListener("cancel", (e) => e.preventDefault());
+  $("cancel").onclick = cancelTurn;
+  $("compact").onclick = () => send("control.session.compact", {});
+  $("mode").onchange = () => send("control.mode.switch", { mode: $("mode").value });
+  $("toggle-sessions").onclick = () => document.body.classList.toggle("show-sessions");
+  window.addEventListener("pagehide", saveNow);
+}
+
+async function main() {
+  wire();
+  try {
+    await loadAgents();
+    await refreshSessions();
+  } catch (err) {
+    showError(err);
+  }
+  const match = /^#session=([0-9a-f-]{36})$/.exec(location.hash);
+  if (match) await attachTo(match[1]).catch(showError);
+  else document.body.classList.add("show-sessions");
+  setInterval(() => {
+    if (document.visibilityState === "visible") refreshSessions().catch(() => {});
+  }, SESSIONS_POLL_MS);
+}
+
+main();
