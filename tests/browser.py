@@ -116,7 +116,9 @@ class Browser:
         msg_id = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[msg_id] = fut
-        await self.ws.send_str(json.dumps({"id": msg_id, "method": method, "params": params or {}, **kw}))
+        await self.ws.send_str(
+            json.dumps({"id": msg_id, "method": method, "params": params or {}, **kw})
+        )
         return await asyncio.wait_for(fut, 30)
 
     async def page(self, width: int = 1200, height: int = 800) -> Page:
