@@ -247,6 +247,15 @@ function saveNow() {
   }
 }
 
+// Leaving (reload, navigation, a tab put in the back/forward cache): keep the transcript and close
+// the socket, so the gateway buffers for a reattach. A page restored from that cache finds the
+// connection lost and reattaches by itself.
+function leavePage() {
+  saveNow();
+  const cur = state.current;
+  if (cur && cur.ws) cur.ws.close(1000, "page hidden");
+}
+
 function detach() {
   const cur = state.current;
   if (!cur) return;
@@ -566,7 +575,7 @@ function wire() {
   $("compact").onclick = () => send("control.session.compact", {});
   $("mode").onchange = () => send("control.mode.switch", { mode: $("mode").value });
   $("toggle-sessions").onclick = () => document.body.classList.toggle("show-sessions");
-  window.addEventListener("pagehide", saveNow);
+  window.addEventListener("pagehide", leavePage);
 }
 
 async function main() {

@@ -1,0 +1,316 @@
+"""The browser console in a real headless Chromium (Debian's ``chromium``, driven over the
+DevTools protocol by tests/browser.py) against a real gateway with the demo agent, a token
+configured. Every assertion is on the page's DOM (or the WebSocket URLs Chromium opened).
+Screenshots of the main states are written to tests/artifacts/browser-console/."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from gateway.server import CONFIG
+from tests.browser import Browser, Page
+from tests.gateway_peer import fast_demo, make_config, start_gateway
+
+pytestmark = pytest.mark.browser
+
+TOKEN = "browser-console-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "browser-console"
+# Slow enough that a turn is still streaming when the test cancels or reloads, fast enough that
+# the whole file stays well under a minute.
+DELAY_MS = 60
+
+# Records, from the first script of every document on, whether anything was ever shown
+# interrupted: the §7.8 finalisation is on screen only between a reload and the history.
+WATCH_INTERRUPTED = """
+window.__sawInterrupted = false;
+new MutationObserver(() => {
+  if (document.querySelector('[data-state="interrupted"]')) window.__sawInterrupted = true;
+}).observe(document, { subtree: true, childList: true, attributes: true });
+"""
+
+
+@pytest.fixture
+async def gateway(tmp_path):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "a.txt").write_text("one\ntwo\n")
+    config = make_config(tmp_path, token=TOKEN, agents={"demo": fast_demo(DELAY_MS)})
+    client = await start_gateway(config)
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def page():
+    browser = await Browser().start()
+    try:
+        tab = await browser.page()
+        await tab.send("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_INTERRUPTED})
+        yield tab
+    finally:
+        await browser.close()
+
+
+def url_of(gateway) -> str:
+    return f"http://{gateway.host}:{gateway.port}"
+
+
+async def shot(page: Page, name: str) -> None:
+    await page.screenshot(ARTIFACTS / f"{name}.png")
+
+
+def q(selector: str) -> str:
+    return f"document.querySelector({json.dumps(selector)})"
+
+
+async def text_of(page: Page, selector: str) -> str:
+    return await page.js(f"{q(selector)}?.textContent ?? null")
+
+
+async def count(page: Page, selector: str) -> int:
+    return await page.js(f"document.querySelectorAll({json.dumps(selector)}).length")
+
+
+async def prompt(page: Page, text: str) -> None:
+    """Type into the composer and press Enter, as a person would."""
+    await page.js("document.getElementById('prompt').focus()")
+    await page.type_text(text)
+    await page.key("Enter")
+
+
+async def choose_mode(page: Page, mode: str) -> None:
+    await page.js(
+        "(() => { const m = document.getElementById('mode');"
+        f" m.value = {json.dumps(mode)}; m.dispatchEvent(new Event('change')); }})()"
+    )
+
+
+async def turns_ended(page: Page, n: int) -> None:
+    await page.wait(f"document.querySelectorAll('.turn[data-state=ended]').length >= {n}", 15)
+
+
+async def turn_over(gateway, session_id: str, timeout: float = 15.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        resp = await gateway.get(f"/v1/session/{session_id}", headers=AUTH)
+        session = await resp.json()
+        if session["state"] == "DETACHED" and session["agent_state"] == "idle":
+            return
+        assert loop.time() < deadline, json.dumps(session)
+        await asyncio.sleep(0.05)
+
+
+async def log_in_and_create(page: Page, gateway, name: str) -> str:
+    await page.goto(url_of(gateway) + "/")
+    assert await page.js("location.pathname") == "/ui"
+    await page.wait("document.getElementById('token-dialog').open")
+    await page.js("document.getElementById('token').focus()")
+    await page.type_text(TOKEN)
+    await page.key("Enter")
+    await page.wait("document.querySelectorAll('#new-agent option').length > 0")
+    assert await page.js("sessionStorage.getItem('rawp-console.token')") == TOKEN
+    await page.js(
+        "document.getElementById('new-workspace').value = 'ws';"
+        f"document.getElementById('new-name').value = {json.dumps(name)};"
+    )
+    await page.click("#new-session button[type=submit]")
+    await page.wait("document.body.dataset.connection === 'open'")
+    return await page.js("location.hash.slice('#session='.length)")
+
+
+async def test_console_drives_a_demo_session(gateway, page):
+    session_id = await log_in_and_create(page, gateway, "console test")
+    assert await text_of(page, "#session-title") == "console test"
+    assert await page.wait(f"{q('#sessions li.current')}?.dataset.sessionId") == session_id
+
+    # The WebSocket carried a one-time ticket, never the token.
+    [ws_url] = page.websocket_urls()
+    assert re.search(r"[?&]ticket=[\w-]{20,}", ws_url)
+    assert TOKEN not in ws_url
+
+    # A prompt: Shift+Enter is a new line, Enter sends; thinking, text, a tool card, usage.
+    await page.js("document.getElementById('prompt').focus()")
+    await page.type_text("think about it")
+    await page.key("Enter", shift=True)
+    assert await page.js("document.getElementById('prompt').value") == "think about it\n"
+    await page.type_text("and list files")
+    await page.key("Enter")
+    await turns_ended(page, 1)
+    assert await text_of(page, ".prompt") == "think about it\nand list files"
+    assert await page.js("document.getElementById('prompt').value") == ""
+    thinking = "document.querySelector('.turn details.thinking')"
+    assert await page.js(f"{thinking}.open") is False  # collapsed once done, and expandable
+    assert "I will answer" in await page.js(
+        f"{thinking}.querySelector('.thinking-body').textContent"
+    )
+    card = ".turn .tool-card[data-tool=Glob]"
+    assert await page.js(f"{q(card)}.dataset.outputType") == "file_list"
+    assert await page.js(
+        f"[...{q(card)}.querySelectorAll('.file-list li')].map(li => li.textContent)"
+    ) == ["a.txt"]
+    usage = await text_of(page, ".turn .turn-footer .usage")
+    assert re.fullmatch(r"[\d,]+ in / [\d,]+ out tokens · \d+\.\d{4} USD", usage), usage
+
+    # A tool call that asks first: the dialog takes the focus and shows the time left; Enter on
+    # the focused Allow button answers.
+    await prompt(page, "write a.txt")
+    await page.wait("document.getElementById('ask-dialog').open")
+    assert await page.js("document.getElementById('ask-dialog').contains(document.activeElement)")
+    assert await page.js("document.activeElement.dataset.value") == "allow"
+    assert re.fullmatch(r"\d+ s left to answer", await text_of(page, "#ask-remaining"))
+    target = gateway.server.app[CONFIG].workspace_root / "ws" / "a.txt"
+    assert await text_of(page, "#ask-question") == f"Allow Write: {target}?"
+    await shot(page, "permission")
+    await page.key("Enter")
+    await turns_ended(page, 2)
+    assert not await page.js("document.getElementById('ask-dialog').open")
+    write = "[...document.querySelectorAll('.tool-card[data-tool=Write]')].at(-1)"
+    assert await page.js(f"{write}.dataset.state") == "success"
+    assert await page.js(f"{write}.dataset.outputType") == "diff"
+    added = await page.js(f"[...{write}.querySelectorAll('.diff .add')].map(e => e.textContent)")
+    removed = await page.js(f"[...{write}.querySelectorAll('.diff .del')].map(e => e.textContent)")
+    assert added == ["+Hello from the RAWP demo agent."] and removed == ["-one", "-two"]
+    colours = await page.js(
+        f"['add', 'del', 'ctx', 'hunk'].map(c => {write}.querySelector('.diff .' + c))"
+        ".map(e => e && getComputedStyle(e).backgroundColor)"
+    )
+    assert colours[0] != colours[1] and "rgba(0, 0, 0, 0)" not in colours[:2]
+    assert (await text_of(page, ".notice.ask[data-state=answered] .answer")).endswith("allow")
+    await shot(page, "diff")
+
+    # Deny: the tool is refused and says so.
+    await prompt(page, "write b.txt")
+    await page.wait("document.getElementById('ask-dialog').open")
+    await page.click("#ask-options button[data-value=deny]")
+    await turns_ended(page, 3)
+    denied = "[...document.querySelectorAll('.tool-card[data-tool=Write]')].at(-1)"
+    assert await page.js(f"{denied}.dataset.state") == "error"
+    answers = await page.js(
+        "[...document.querySelectorAll('.notice.ask .answer')].map(e => e.textContent)"
+    )
+    assert answers[-1].endswith("deny")
+
+    # Esc cancels the running turn while it streams.
+    await prompt(page, "hello there")
+    streaming = "[...document.querySelectorAll('.turn')].at(-1).querySelector('.text[data-state=streaming]')"
+    await page.wait(f"{streaming}?.textContent.length > 0")
+    await page.key("Escape")
+    await page.wait(
+        "[...document.querySelectorAll('.turn')].at(-1).dataset.stopReason === 'cancelled'"
+    )
+    assert await page.js("document.body.dataset.turn") == "idle"
+    last_text = await page.js("[...document.querySelectorAll('.text')].at(-1).textContent")
+    assert len(last_text) > 0 and "/compact." not in last_text  # cut short
+
+    # Mode switch and compaction, with the token counts before and after.
+    await choose_mode(page, "plan")
+    await page.wait(
+        "[...document.querySelectorAll('.notice.mode')].at(-1)?.textContent === 'mode: plan'"
+    )
+    await choose_mode(page, "default")
+    await page.wait(
+        "[...document.querySelectorAll('.notice.mode')].at(-1)?.textContent === 'mode: default'"
+    )
+    await page.click("#compact")
+    compacted = await page.wait(f"{q('.notice.compacted summary')}?.textContent", 15)
+    assert re.fullmatch(r"compacted \(\w+\): [\d,]+ → [\d,]+ tokens", compacted), compacted
+    await page.wait("document.body.dataset.turn === 'idle'")
+
+    # Rename from the sessions list: the gateway's session.renamed comes back to the page.
+    await page.click("#sessions li.current .rename")
+    await page.js("document.querySelector('#sessions .rename-input').value = 'renamed here'")
+    await page.click("#sessions .rename-save")
+    await page.wait(f"{q('#session-title')}.textContent === 'renamed here'")
+    await page.wait(
+        "[...document.querySelectorAll('.notice.info')].some(n => n.textContent === 'renamed to “renamed here”')"
+    )
+
+    # Phone width: nothing overflows sideways, the sessions list folds behind a button.
+    await page.viewport(390, 844)
+    assert await page.js("document.documentElement.scrollWidth") <= 390
+    assert await page.js("getComputedStyle(document.querySelector('aside')).display") == "none"
+    await shot(page, "phone")
+    await page.click("#toggle-sessions")
+    assert await page.js("getComputedStyle(document.querySelector('aside')).display") == "block"
+    await page.click("#toggle-sessions")
+    await page.viewport(1200, 800)
+
+    # Delete (two clicks): the session ends and the page says so.
+    await page.click("#sessions li.current .delete")
+    await page.click("#sessions li.current .delete")
+    await page.wait(f"{q('#banner')}.textContent.includes('deleted')")
+    resp = await gateway.get(f"/v1/session/{session_id}", headers=AUTH)
+    assert (await resp.json())["state"] == "TERMINATED"
+
+
+async def test_reload_mid_turn_reattaches_and_restores(gateway, page):
+    session_id = await log_in_and_create(page, gateway, "reload")
+    await prompt(page, "think about it")
+    await page.wait(
+        "document.querySelector('.turn .text[data-state=streaming]')?.textContent.length > 0"
+    )
+    assert not await page.js("window.__sawInterrupted")
+    await page.reload()
+
+    # The page comes back to the same session and reattaches where it was (DPS-7.8-finalize,
+    # DPS-7.8-unfinalize): what was open shows interrupted until the history restores it.
+    await turns_ended(page, 1)
+    first_url, second_url = page.websocket_urls()
+    assert "last_message_id=" not in first_url
+    assert re.search(r"[?&]last_message_id=[0-9a-f-]{36}", second_url)
+    assert re.search(r"[?&]ticket=", second_url) and TOKEN not in second_url
+    assert session_id in second_url
+    assert await page.js("window.__sawInterrupted") is True
+    assert await count(page, "[data-state=interrupted]") == 0
+    assert await count(page, ".badge.interrupted") == 0
+    assert await count(page, ".turn") == 1 and await count(page, ".prompt") == 1
+    texts = await page.js(
+        "[...document.querySelectorAll('.turn .text')].map(t => [t.dataset.state, t.textContent])"
+    )
+    assert texts and all(state == "done" for state, _ in texts)
+    assert texts[-1][1].startswith("Hello! I am the RAWP demo agent") and texts[-1][1].endswith(
+        "/compact."
+    )
+    assert await page.js("document.getElementById('banner').hidden")
+    await shot(page, "after-reload")
+
+
+async def test_truncated_history_is_said_and_keeps_the_interruption(gateway, page):
+    # A session whose gateway keeps no frames for reattach: anything missed is lost.
+    resp = await gateway.post(
+        "/v1/session",
+        json={
+            "agent": "demo",
+            "workspace_path": "ws",
+            "buffer": {"policy": "NONE", "max_bytes": 0},
+        },
+        headers=AUTH,
+    )
+    session_id = (await resp.json())["session_id"]
+    await page.goto(url_of(gateway) + f"/ui#session={session_id}")
+    await page.wait("document.getElementById('token-dialog').open")
+    await page.js("document.getElementById('token').focus()")
+    await page.type_text(TOKEN)
+    await page.key("Enter")
+    await page.wait("document.body.dataset.connection === 'open'")
+    await prompt(page, "hello")
+    await page.wait(
+        "document.querySelector('.turn .text[data-state=streaming]')?.textContent.length > 0"
+    )
+    # Leave mid-turn and come back once the turn is over: the frames in between are gone.
+    await page.goto("about:blank")
+    await turn_over(gateway, session_id)
+    await page.goto(url_of(gateway) + f"/ui#session={session_id}")
+    await page.wait(f"{q('#banner')}.dataset.kind === 'warning'")
+    banner = await text_of(page, "#banner")
+    assert banner.startswith("History truncated")
+    # The finalisation stands: the turn stays interrupted.
+    assert await page.js("document.querySelector('.turn').dataset.state") == "interrupted"
+    assert await text_of(page, ".turn .stop-reason") == "interrupted (connection lost)"
+    await shot(page, "truncated")
