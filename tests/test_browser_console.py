@@ -6,13 +6,16 @@ Screenshots of the main states are written to tests/artifacts/browser-console/."
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import re
+import uuid
 from pathlib import Path
 
 import pytest
 
 from gateway.server import CONFIG
+from gateway.translate import translate
 from tests.browser import Browser, Page
 from tests.gateway_peer import fast_demo, make_config, start_gateway
 
@@ -314,3 +317,84 @@ async def test_truncated_history_is_said_and_keeps_the_interruption(gateway, pag
     assert await page.js("document.querySelector('.turn').dataset.state") == "interrupted"
     assert await text_of(page, ".turn .stop-reason") == "interrupted (connection lost)"
     await shot(page, "truncated")
+
+
+def recorded_frames(name: str) -> list[dict]:
+    """The frames a master receives for a recording of the real Claude Code CLI."""
+    out = io.BytesIO()
+    fixture = Path(__file__).resolve().parent / "fixtures" / "claude-code" / f"{name}.jsonl"
+    translate(fixture.read_bytes().splitlines(), out, session_id=str(uuid.uuid4()))
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+async def render_in_page(page: Page, frames: list[dict]) -> None:
+    """The console's own modules render ``frames`` into a fresh element #fixture."""
+    await page.js(
+        "(async (frames) => {"
+        " const { Renderer } = await import('/ui/render.js');"
+        " const { SessionView } = await import('/ui/view.js');"
+        " document.getElementById('fixture')?.remove();"
+        " const root = Object.assign(document.createElement('div'), { id: 'fixture' });"
+        " document.querySelector('main').prepend(root);"
+        " const view = new SessionView(frames[0].session_id);"
+        " const renderer = new Renderer(root, { fetchBlob: () => Promise.reject(new Error('none')) });"
+        " for (const f of frames) if (view.apply(f)) renderer.render(f);"
+        f" }})({json.dumps(frames)})"
+    )
+
+
+async def test_recorded_tool_output_renders_by_type(tmp_path, page):
+    gateway = await start_gateway(make_config(tmp_path))
+    try:
+        await page.goto(url_of(gateway) + "/ui")
+        fx = "#fixture"
+
+        # A subagent (DPS §10): its calls and usage nest inside the parent's card, by depth.
+        await render_in_page(page, recorded_frames("subagent"))
+        parent = f"{fx} .tool-card[data-tool=Agent]"
+        sub = f"{parent} > .subagents > .subagent"
+        assert await page.js(f"{q(sub)}.dataset.depth") == "1"
+        assert "general-purpose: Check the workspace" in await text_of(
+            page, f"{sub} .subagent-head"
+        )
+        assert await text_of(page, f"{sub} .tool-card[data-tool=Bash] .text-output") == "sub"
+        assert re.match(r"100 in / 20 out tokens", await text_of(page, f"{sub} > .subagent-usage"))
+        assert await page.js(f"{q(parent)}.dataset.outputType") == "agent_result"
+        assert await text_of(page, f"{parent} > .tool-stream") == "Running Echo sub"
+        assert await text_of(page, f"{fx} .turn > .turn-footer .usage") != await text_of(
+            page, f"{sub} > .subagent-usage"
+        )
+
+        # file_content with the agent's own line numbers; structured as a JSON tree.
+        await render_in_page(page, recorded_frames("tool-read"))
+        rows = await page.js(
+            f"[...document.querySelectorAll('{fx} .file-content tr')]"
+            ".map(r => [...r.cells].map(c => c.textContent))"
+        )
+        assert rows and [n for n, _ in rows] == [str(i) for i in range(1, len(rows) + 1)]
+        assert not any("→" in code for _, code in rows)
+        await render_in_page(page, recorded_frames("tool-todowrite"))
+        tree = f"{fx} .tool-card[data-tool=TodoWrite] .tool-result .structured details.json"
+        assert await page.js(f"{q(tree)}.open") is True
+        keys = await page.js(
+            f"[...document.querySelectorAll('{tree} .json-key')].map(k => k.textContent)"
+        )
+        assert "content: " in keys and "status: " in keys
+
+        # Calls of one parallel group stand side by side. The recording made one call per
+        # message, so the test puts the Grep call into the Glob call's group.
+        frames = recorded_frames("tool-glob-grep")
+        requests = [f for f in frames if f["type"] == "tool.invoke.request"]
+        requests[1]["payload"]["parallel_group_id"] = requests[0]["payload"]["parallel_group_id"]
+        await render_in_page(page, frames)
+        group = f"{fx} .parallel"
+        assert await count(page, f"{group} > .tool-card") == 2
+        tops = await page.js(
+            f"[...document.querySelectorAll('{group} > .tool-card')]"
+            ".map(c => c.getBoundingClientRect().top)"
+        )
+        assert tops[0] == tops[1]
+        files = f"[...document.querySelectorAll('{group} .file-list li')].map(li => li.textContent)"
+        assert await page.js(files) == ["src/a.py", "src/b.py"]
+    finally:
+        await gateway.close()
