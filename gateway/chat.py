@@ -1245,7 +1245,8 @@ def _run_until_interrupted(main: Coroutine[Any, Any, int]) -> int:
 async def run_demo_async(
     args: argparse.Namespace, *, stdin: TextIO | None = None, stdout: TextIO | None = None
 ) -> int:
-    """``rawp-gateway demo``: a gateway with the ``demo`` agent on a loopback port, and the chat.
+    """``rawp-gateway demo``: a gateway with the ``demo`` agent on a loopback port, and the chat
+    (or, with ``--ui``, only the browser console, whose URL is printed either way).
 
     The server runs in this process and loop (``gateway.server.create_app``) on 127.0.0.1 with an
     ephemeral port and no token; its workspace root is ``args.workspace_root`` or a temporary
@@ -1276,7 +1277,12 @@ async def run_demo_async(
             url = f"http://127.0.0.1:{port}"
             note = "" if root_arg else " (a temporary directory, removed on exit)"
             out.write(f"rawp-gateway demo: server {url} · workspace {root}{note}\n")
+            out.write(f"browser console: {url}/ui\n")
             out.write("try: list files · write hello.txt · think about it · /plan · /compact\n")
+            out.flush()
+            if getattr(args, "ui", False):
+                # The page creates and attaches its own sessions; the server runs until Ctrl-C.
+                await asyncio.Event().wait()
             return await run_chat(
                 url,
                 agent=getattr(args, "agent", None) or "demo",

@@ -50,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
         "demo", help="run the gateway with the embedded demo agent and a terminal client"
     )
     demo.add_argument("--workspace-root", help="workspace for the demo (default: a temp dir)")
+    demo.add_argument(
+        "--ui",
+        action="store_true",
+        help="no terminal client: serve the browser console only, until Ctrl-C",
+    )
     _chat_arguments(demo, with_url=False)
 
     chat = sub.add_parser("chat", help="a terminal client for any rawp-gateway server")

@@ -9,15 +9,18 @@ chat sends, so tests assert on the wire, not only on the screen.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import itertools
 import os
+import re
 import signal
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import msgspec
 import pytest
 from aiohttp import WSMsgType, web
@@ -923,8 +926,36 @@ async def test_demo_command_runs_a_server_and_the_chat(tmp_path):
     )
     assert rc == 0, out.getvalue()
     assert "rawp-gateway demo: server http://127.0.0.1:" in out.getvalue()
+    assert re.search(r"^browser console: http://127\.0\.0\.1:\d+/ui$", out.getvalue(), re.M)
     assert "[y/N] y (--yes)" in out.getvalue()
     assert (tmp_path / "hello.txt").exists()
+
+
+async def test_demo_ui_serves_the_browser_console_until_stopped(tmp_path):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workspace-root")
+    parser.add_argument("--ui", action="store_true")
+    add_chat_arguments(parser, with_url=False)
+    args = parser.parse_args(["--workspace-root", str(tmp_path), "--ui"])
+    out = io.StringIO()
+    demo = asyncio.create_task(run_demo_async(args, stdin=io.StringIO(""), stdout=out))
+    try:
+        for _ in range(200):
+            found = re.search(r"^browser console: (http://\S+/ui)$", out.getvalue(), re.M)
+            if found:
+                break
+            await asyncio.sleep(0.05)
+        assert found, out.getvalue()
+        async with aiohttp.ClientSession() as http, http.get(found.group(1)) as resp:
+            assert resp.status == 200
+            assert "<title>rawp-gateway console</title>" in await resp.text()
+        assert not demo.done()  # no chat ran and ended it: the server stays up
+    finally:
+        demo.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await demo
 
 
 # --------------------------------------------------------------------------- pieces
