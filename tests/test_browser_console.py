@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.server import CONFIG
+from gateway.server import CONFIG, SESSIONS
 from gateway.translate import translate
 from tests.browser import Browser, Page
 from tests.gateway_peer import fast_demo, make_config, start_gateway
@@ -282,6 +282,31 @@ async def test_reload_mid_turn_reattaches_and_restores(gateway, page):
     )
     assert await page.js("document.getElementById('banner').hidden")
     await shot(page, "after-reload")
+
+
+async def test_lost_connection_mid_turn_reconnects_and_restores(gateway, page):
+    session_id = await log_in_and_create(page, gateway, "network")
+    await prompt(page, "think about it")
+    await page.wait(
+        "document.querySelector('.turn .text[data-state=streaming]')?.textContent.length > 0"
+    )
+    # The network drops: the gateway's side of the socket is cut with no close handshake.
+    live = gateway.server.app[SESSIONS][session_id]
+    for conn in list(live.connections.values()):
+        conn._abort()
+    await page.wait("window.__sawInterrupted", 5)  # finalised while away (DPS-7.8-finalize)
+    await turns_ended(page, 1)  # ...then reattached and restored (DPS-7.8-unfinalize)
+    first_url, second_url = page.websocket_urls()
+    assert "last_message_id=" not in first_url
+    assert re.search(r"[?&]last_message_id=[0-9a-f-]{36}", second_url)
+    assert await count(page, "[data-state=interrupted]") == 0
+    assert await count(page, ".turn") == 1
+    texts = await page.js(
+        "[...document.querySelectorAll('.turn .text')].map(t => [t.dataset.state, t.textContent])"
+    )
+    assert texts and all(state == "done" for state, _ in texts)
+    assert texts[-1][1].endswith("/compact.")
+    assert await page.js("document.body.dataset.connection") == "open"
 
 
 async def test_truncated_history_is_said_and_keeps_the_interruption(gateway, page):
