@@ -242,6 +242,16 @@ class Page:
         path.write_bytes(base64.b64decode(data["data"]))
         return path
 
+    def errors(self) -> list[str]:
+        """Uncaught exceptions and console errors the page reported."""
+        out = []
+        for e in self.events:
+            if e.get("method") == "Runtime.exceptionThrown":
+                out.append(e["params"]["exceptionDetails"].get("text", "exception"))
+            elif e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error":
+                out.append(" ".join(str(a.get("value", "")) for a in e["params"]["args"]))
+        return out
+
     def websocket_urls(self) -> list[str]:
         return [
             e["params"]["url"] for e in self.events if e.get("method") == "Network.webSocketCreated"

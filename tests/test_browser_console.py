@@ -30,11 +30,16 @@ DELAY_MS = 60
 
 # Records, from the first script of every document on, whether anything was ever shown
 # interrupted: the §7.8 finalisation is on screen only between a reload and the history.
-WATCH_INTERRUPTED = """
+# It also collects what the Content-Security-Policy blocked.
+WATCH_PAGE = """
 window.__sawInterrupted = false;
+window.__cspViolations = [];
 new MutationObserver(() => {
   if (document.querySelector('[data-state="interrupted"]')) window.__sawInterrupted = true;
 }).observe(document, { subtree: true, childList: true, attributes: true });
+document.addEventListener('securitypolicyviolation', (e) => {
+  window.__cspViolations.push(`${e.violatedDirective} ${e.blockedURI}`);
+});
 """
 
 
@@ -53,7 +58,7 @@ async def page():
     browser = await Browser().start()
     try:
         tab = await browser.page()
-        await tab.send("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_INTERRUPTED})
+        await tab.send("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_PAGE})
         yield tab
     finally:
         await browser.close()
@@ -244,6 +249,17 @@ async def test_console_drives_a_demo_session(gateway, page):
     await page.click("#toggle-sessions")
     await page.viewport(1200, 800)
 
+    # Everything came from the gateway itself; nothing was blocked, nothing threw.
+    own = url_of(gateway)
+    requested = [
+        e["params"]["request"]["url"]
+        for e in page.events
+        if e.get("method") == "Network.requestWillBeSent"
+    ]
+    assert requested and all(u.startswith(own) for u in requested), requested
+    assert await page.js("window.__cspViolations") == []
+    assert page.errors() == []
+
     # Delete (two clicks): the session ends and the page says so.
     await page.click("#sessions li.current .delete")
     await page.click("#sessions li.current .delete")
@@ -281,6 +297,7 @@ async def test_reload_mid_turn_reattaches_and_restores(gateway, page):
         "/compact."
     )
     assert await page.js("document.getElementById('banner').hidden")
+    assert page.errors() == []
     await shot(page, "after-reload")
 
 
@@ -307,6 +324,7 @@ async def test_lost_connection_mid_turn_reconnects_and_restores(gateway, page):
     assert texts and all(state == "done" for state, _ in texts)
     assert texts[-1][1].endswith("/compact.")
     assert await page.js("document.body.dataset.connection") == "open"
+    assert page.errors() == []
 
 
 async def test_truncated_history_is_said_and_keeps_the_interruption(gateway, page):
