@@ -109,10 +109,6 @@ class TicketStore:
         entry = self._tickets.pop(ticket, None)
         return entry is not None and entry.session_id == session_id and entry.expires_at > now
 
-    def forget_session(self, session_id: str) -> None:
-        for ticket in [t for t, e in self._tickets.items() if e.session_id == session_id]:
-            del self._tickets[ticket]
-
 
 # --- Origin ----------------------------------------------------------------------------------------
 
