@@ -4,6 +4,7 @@ files shipped in a non-editable install. The page itself is driven in tests/test
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -87,10 +88,17 @@ async def test_only_the_console_files_are_served(gw, path):
 
 def test_the_wheel_ships_the_console(tmp_path):
     """A non-editable install has the page: the wheel holds gateway/ui, and load_static reads it
-    from the installed copy."""
+    from the installed copy. Built from a copy of the sources, so the build leaves nothing in the
+    repository."""
+    src = tmp_path / "src"
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for name in ("gateway", "parsers"):
+        shutil.copytree(REPO / name, src / name, ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-         "-q", "-w", str(tmp_path / "dist"), str(REPO)],
+         "-q", "-w", str(tmp_path / "dist"), str(src)],
         check=True,
         cwd=tmp_path,
     )  # fmt: skip
