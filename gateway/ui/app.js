@@ -129,8 +129,11 @@ async function refreshSessions() {
   const data = await api("GET", "/v1/sessions");
   state.sessions = data.sessions || [];
   const list = $("sessions");
-  list.replaceChildren();
-  for (const s of state.sessions) list.append(sessionItem(s));
+  // Not while a rename is typed or a delete awaits its second click: redrawing would drop it.
+  if (!list.querySelector(".rename-form, [data-confirm=yes]")) {
+    list.replaceChildren();
+    for (const s of state.sessions) list.append(sessionItem(s));
+  }
   const cur = state.current && state.sessions.find((s) => s.session_id === state.current.id);
   if (cur) showSessionInfo(cur);
 }
@@ -157,7 +160,10 @@ function sessionItem(s) {
     form.onsubmit = (e) => {
       e.preventDefault();
       api("PATCH", `/v1/session/${s.session_id}`, { name: input.value.trim() })
-        .then(refreshSessions)
+        .then(() => {
+          form.remove();
+          return refreshSessions();
+        })
         .catch(showError);
     };
     label.replaceWith(form);
@@ -174,6 +180,7 @@ function sessionItem(s) {
       }, 4000);
       return;
     }
+    del.dataset.confirm = "";
     api("DELETE", `/v1/session/${s.session_id}`)
       .then(() => {
         if (state.current && state.current.id === s.session_id) detach();
