@@ -370,6 +370,14 @@ def recorded_frames(name: str) -> list[dict]:
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
+# What the page's fetch of a binary_ref's file_url returns here: a 3x2 PNG drawn in the page.
+PNG_BLOB = (
+    "() => new Promise((resolve) => {"
+    " const c = Object.assign(document.createElement('canvas'), { width: 3, height: 2 });"
+    " c.getContext('2d').fillRect(0, 0, 3, 2); c.toBlob(resolve, 'image/png'); })"
+)
+
+
 async def render_in_page(page: Page, frames: list[dict]) -> None:
     """The console's own modules render ``frames`` into a fresh element #fixture."""
     await page.js(
@@ -380,7 +388,7 @@ async def render_in_page(page: Page, frames: list[dict]) -> None:
         " const root = Object.assign(document.createElement('div'), { id: 'fixture' });"
         " document.querySelector('main').prepend(root);"
         " const view = new SessionView(frames[0].session_id);"
-        " const renderer = new Renderer(root, { fetchBlob: () => Promise.reject(new Error('none')) });"
+        f" const renderer = new Renderer(root, {{ fetchBlob: {PNG_BLOB} }});"
         " for (const f of frames) if (view.apply(f)) renderer.render(f);"
         f" }})({json.dumps(frames)})"
     )
@@ -439,5 +447,28 @@ async def test_recorded_tool_output_renders_by_type(tmp_path, page):
         assert tops[0] == tops[1]
         files = f"[...document.querySelectorAll('{group} .file-list li')].map(li => li.textContent)"
         assert await page.js(files) == ["src/a.py", "src/b.py"]
+
+        # binary_ref: the image is fetched (with the token, by the page) and shown from a blob:
+        # URL, which the Content-Security-Policy allows. No recording has one yet (the gateway's
+        # file transfer is not part of this test), so the frames are made here.
+        call = {"invocation_id": str(uuid.uuid4()), "tool_name": "Read"}
+        ref = {
+            "transfer_id": "t1",
+            "file_url": "/v1/session/s/files/t1",
+            "mime_type": "image/png",
+            "size_bytes": 70,
+        }
+        made = [
+            {**frames[0], "type": "tool.invoke.request", "message_id": str(uuid.uuid4()),
+             "payload": {**call, "input": {"file_path": "shot.png"}}},
+            {**frames[0], "type": "tool.invoke.result", "message_id": str(uuid.uuid4()),
+             "payload": {**call, "status": "success", "output": ref, "output_type": "binary_ref"}},
+        ]  # fmt: skip
+        await render_in_page(page, made)
+        img = f"{fx} .tool-card[data-output-type=binary_ref] .binary-ref img"
+        await page.wait(f"{q(img)}?.complete && {q(img)}.naturalWidth === 3")
+        assert (await page.js(f"{q(img)}.src")).startswith("blob:")
+        assert await text_of(page, f"{fx} .binary-label") == "image/png · 70 bytes"
+        assert await page.js("window.__cspViolations") == []
     finally:
         await gateway.close()
