@@ -339,12 +339,17 @@ async def test_truncated_history_is_said_and_keeps_the_interruption(gateway, pag
         headers=AUTH,
     )
     session_id = (await resp.json())["session_id"]
-    await page.goto(url_of(gateway) + f"/ui#session={session_id}")
+    await page.goto(url_of(gateway) + "/ui")
     await page.wait("document.getElementById('token-dialog').open")
     await page.js("document.getElementById('token').focus()")
     await page.type_text(TOKEN)
     await page.key("Enter")
+    # Attach from the sessions list.
+    item = f"#sessions li[data-session-id='{session_id}']"
+    await page.wait(q(item))
+    await page.click(f"{item} .attach")
     await page.wait("document.body.dataset.connection === 'open'")
+    assert await page.js("location.hash") == f"#session={session_id}"
     await prompt(page, "hello")
     await page.wait(
         "document.querySelector('.turn .text[data-state=streaming]')?.textContent.length > 0"
