@@ -246,7 +246,9 @@ function saveNow() {
         sessionStorage.setItem(savedKey(cur.id), text);
         return;
       } catch {
-        if (frames.length === 0) return; // storage full even without frames: nothing kept
+        // The tab's storage is full: other sessions' transcripts go first, then our oldest frames.
+        if (dropOtherSessions(cur.id)) continue;
+        if (frames.length === 0) return; // full even without frames: nothing kept
       }
     }
     frames = frames.slice(Math.ceil(frames.length / 4));
@@ -261,6 +263,16 @@ function leavePage() {
   saveNow();
   const cur = state.current;
   if (cur && cur.ws) cur.ws.close(1000, "page hidden");
+}
+
+function dropOtherSessions(keep) {
+  const others = [];
+  for (let i = 0; i < sessionStorage.length; i++) {
+    const key = sessionStorage.key(i);
+    if (key.startsWith(SAVED_PREFIX) && key !== savedKey(keep)) others.push(key);
+  }
+  for (const key of others) sessionStorage.removeItem(key);
+  return others.length > 0;
 }
 
 function detach() {
