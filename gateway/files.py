@@ -8,7 +8,9 @@ an image) and what a master uploads (``PUT /v1/session/{id}/files``) are kept he
 
 * **On disk, not in memory.** The store's directory is a temporary directory of its own, made on
   the first file and removed with the session (``close``). A file is kept under its
-  ``transfer_id`` (a UUID v4), never under a name a master or an agent chose.
+  ``transfer_id`` (a UUID v4), never under a name a master or an agent chose. With a state
+  directory (``gateway/persistence.py``) the store lives in the session's directory instead, with
+  an ``index.json`` beside the files, so a session restored after a restart still serves them.
 * **Bounded.** All files of a session together at most ``max_session_bytes`` (507
   ``SESSION_STORAGE_FULL``); one upload at most ``max_upload_bytes`` (413 ``FILE_TOO_LARGE``),
   counted while it streams in, so an over-size body is refused without being kept. Uploads in
@@ -58,9 +60,12 @@ __all__ = [
 
 log = logging.getLogger("rawp_gateway.files")
 
+_INDEX: Final = "index.json"
+
 OCTET_STREAM: Final = "application/octet-stream"
 _MIME: Final = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,63}")
 _CHUNK: Final = 64 * 1024
+_index_decoder = msgspec.json.Decoder(list[ev.StoredFile])
 
 
 def _webp(head: bytes) -> bool:
@@ -133,6 +138,7 @@ class FileStore:
         max_upload_bytes: int,
         url_of: Callable[[str, Path], str] | None = None,
         metrics: FileMetrics | None = None,
+        directory: Path | None = None,
     ) -> None:
         self.session_id = session_id
         self._metrics = metrics
@@ -143,6 +149,7 @@ class FileStore:
         self.files: dict[str, ev.StoredFile] = {}
         self.used_bytes = 0  # stored, plus what uploads in progress have written so far
         self._dir: Path | None = None
+        self._fixed_dir = directory  # None: a temporary directory, made on the first file
         self._closed = False
 
     # --- writing -----------------------------------------------------------------------------------
@@ -151,7 +158,11 @@ class FileStore:
         if self._closed:
             raise FileError(404, "TRANSFER_NOT_FOUND", "the session has ended")
         if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix=f"rawp-files-{self.session_id[:8]}-"))
+            if self._fixed_dir is not None:
+                self._fixed_dir.mkdir(mode=0o700, exist_ok=True)
+                self._dir = self._fixed_dir
+            else:
+                self._dir = Path(tempfile.mkdtemp(prefix=f"rawp-files-{self.session_id[:8]}-"))
         return self._dir
 
     def _reserve(self, size: int, limit: int | None) -> None:
@@ -269,7 +280,41 @@ class FileStore:
             workspace_relative_path=workspace_relative_path,
         )
         self.files[transfer_id] = stored
+        if self._fixed_dir is not None:
+            self._save_index()
         return stored
+
+    def _save_index(self) -> None:
+        directory = self._directory()
+        tmp = directory / (_INDEX + ".tmp")
+        tmp.write_bytes(msgspec.json.encode(list(self.files.values())))
+        tmp.chmod(0o600)
+        tmp.replace(directory / _INDEX)
+
+    def restore(self) -> int:
+        """Read back the files a saved session had (its ``index.json``): each whose bytes are still
+        there, whole, is served again. Returns how many."""
+        if self._fixed_dir is None:
+            return 0
+        try:
+            saved = _index_decoder.decode((self._fixed_dir / _INDEX).read_bytes())
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            return 0
+        for stored in saved:
+            path = self._fixed_dir / stored.transfer_id
+            try:
+                whole = uuid.UUID(stored.transfer_id).version == 4 and (
+                    path.stat().st_size == stored.size_bytes
+                )
+            except (OSError, ValueError):
+                whole = False
+            if whole and self.used_bytes + stored.size_bytes <= self.max_session_bytes:
+                self._dir = self._fixed_dir
+                self.used_bytes += stored.size_bytes
+                if self._metrics is not None:
+                    self._metrics.file_bytes(stored.size_bytes)
+                self.files[stored.transfer_id] = stored
+        return len(self.files)
 
     # --- reading -------------------------------------------------------------------------------------
 

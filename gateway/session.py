@@ -97,6 +97,7 @@ class LiveSession:
             max_session_bytes=config.max_session_file_bytes,
             max_upload_bytes=config.max_upload_bytes,
             metrics=metrics,
+            directory=saved.path / "files" if saved is not None else None,
         )
         self.machine = sm.SessionMachine(
             session_id,
@@ -237,6 +238,7 @@ class LiveSession:
             saved=loaded.saved,
         )
         session.created_at = record["created_at"]
+        session.files.restore()
         catalog = recovery.last_frame_of(frames, "tool.catalog.publish")
         commands = recovery.last_frame_of(frames, "agent.commands.publish")
         machine = session.machine

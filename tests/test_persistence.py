@@ -356,3 +356,30 @@ def test_recovery_of_a_turn_that_had_ended(ended):
     frames = [b'{"type":"session.turn.end","payload":{},"turn_id":"t"}'] if ended else []
     items = recovery.open_items(frames, "t")
     assert not items.calls and not items.text
+
+
+async def test_a_restored_session_still_serves_its_files(tmp_path):
+    """A file put into the session before the restart downloads as the same bytes after it (the
+    store lives in the session's state directory); DELETE then removes it with the session."""
+    state = tmp_path / "state"
+    gw = await start_gateway(config(tmp_path, state))
+    sid = (await create_session(gw))["session_id"]
+    data = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 40
+    resp = await gw.put(
+        f"/v1/session/{sid}/files", params={"name": "shot.png"}, data=data,
+        headers={"Content-Type": "image/png"},
+    )  # fmt: skip
+    assert resp.status == 201, await resp.text()
+    url = (await resp.json())["file_url"]
+    await gw.close()
+
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        got = await gw.get(url)
+        assert got.status == 200 and await got.read() == data
+        assert got.headers["Content-Type"] == "image/png"
+        await gw.delete(f"/v1/session/{sid}")
+        assert (await gw.get(url)).status == 404
+        assert not session_dir(state, sid).exists()
+    finally:
+        await gw.close()
