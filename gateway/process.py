@@ -6,7 +6,14 @@ Theory of operation
 `loop.subprocess_exec`, in a new session so that the agent and everything it starts (Bash tool
 commands, MCP servers, subagents) share one process group whose id is the agent's pid. Every signal
 the gateway sends goes to that group (`os.killpg`), so a SIGTERM or SIGKILL also reaches the
-grandchildren. The three `RAWP_*` variables of DPS-17.2.1 are added to the environment.
+grandchildren. The three `RAWP_*` variables of DPS-17.2.1 are added to the environment. The agent
+gets exactly fds 0, 1 and 2 (uvloop needs help there, see `start`): no descendant can hold the
+agent's pipes through a descriptor it did not know it had.
+
+Descendants that leave the group (setsid(), as Gemini CLI's shell tool does, or a daemon's double
+fork) are found too: the gateway is a child subreaper (Linux), so they stay in its process tree, and
+/proc says which came from which agent (see "descendants" below). Terminating an agent signals them
+with its group.
 
 The pipes are driven by a `SubprocessProtocol` of our own instead of `asyncio.StreamReader`:
 
@@ -29,10 +36,15 @@ The pipes are driven by a `SubprocessProtocol` of our own instead of `asyncio.St
 Exit statuses are classified by the pure `classify_exit()` (DPS-17.2.2), usable by the sans-IO core:
 0 is "ok", 1-127 "error", a negative return code (killed by signal N) or 128+N "signal".
 
-`terminate(grace)` follows DPS-17.2.3: SIGTERM to the group, SIGKILL to the group when the agent
-has not exited after `grace` seconds. If the agent exits in time but members of its group linger,
-they get SIGKILL when the grace period ends (a timer, so `terminate` returns as soon as the agent
-itself is gone).
+The agent's exit is seen when the agent itself exits, not at stdout EOF: its exit status is
+reported at once, what it left behind gets SIGTERM, and SIGKILL when the grace ends; stdout (and
+stderr) are read on until EOF or for `EXIT_DRAIN_S` at most, then closed, so a descendant still
+holding the pipe cannot keep the consumer waiting. Lines already read are still handed out.
+
+`terminate(grace)` follows DPS-17.2.3: SIGTERM to the group and the descendants, SIGKILL to them
+when the agent has not exited after `grace` seconds. If the agent exits in time but descendants
+linger, they get SIGKILL when the grace period ends (a timer, so `terminate` returns as soon as the
+agent itself is gone), and its output is not read past that deadline.
 
 `readlines()` hands over every queued line per await (one coroutine round trip per burst);
 `close()` / `aclose()` drop an agent without reading it to the end (SIGKILL to the group, then the
@@ -49,9 +61,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
+import ctypes
 import errno
 import os
 import signal
+import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -78,6 +93,9 @@ DEFAULT_GRACE_S: Final = 5.0
 DEFAULT_HIGH_WATER: Final = 4 * 1024 * 1024
 DEFAULT_MAX_LINE_BYTES: Final = 1024 * 1024 * 1024
 DEFAULT_STDERR_LIMIT: Final = 64 * 1024
+# After the agent exits, what is left on its stdout is read for at most this long: its own output is
+# already in the pipe; only a descendant still holding the pipe open could make it longer.
+EXIT_DRAIN_S: Final = 2.0
 _STDOUT_FD: Final = 1
 _STDERR_FD: Final = 2
 _STDIN_FD: Final = 0
@@ -184,18 +202,17 @@ def _killpg(pgid: int, sig: int) -> bool:
     return True
 
 
-def _group_alive(pgid: int) -> bool:
-    # Signal 0 checks existence. Zombies count as members until reaped; that only makes us send a
-    # harmless SIGKILL to a group that is already dead.
-    return _killpg(pgid, 0)
-
-
 def kill_all_groups(sig: int = signal.SIGKILL) -> None:
-    """Send `sig` to every registered group now, synchronously. The last resort (atexit)."""
-    for pgid in list(_live_groups):
-        _killpg(pgid, sig)
+    """Send `sig` to every registered group and every descendant that left one, now,
+    synchronously. The last resort (atexit)."""
+    procs = _processes()
+    for pgid, owner in list(_live_groups.items()):
+        owner._signal_all(sig, procs)
         if sig == signal.SIGKILL:
             _live_groups.pop(pgid, None)
+    # Orphans of agents already forgotten (adopted by the gateway as their subreaper).
+    _signal_pids(_adopted_from_agents(procs), sig, procs)
+    _reap(procs)
 
 
 async def terminate_all(grace: float = DEFAULT_GRACE_S) -> None:
@@ -206,6 +223,154 @@ async def terminate_all(grace: float = DEFAULT_GRACE_S) -> None:
     # Stragglers in groups whose leader is gone are killed now rather than at their own deadline:
     # shutdown does not wait for them.
     kill_all_groups(signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- descendants (Linux)
+#
+# A descendant may leave the agent's process group and session (setsid(), as Gemini CLI does for
+# its shell tool, or a daemon's double fork); signals to the group miss it then. The gateway makes
+# itself a child subreaper, so such orphans are re-parented to the gateway instead of init and stay
+# in its process tree; /proc tells who they are: members of the agent's group or session, the
+# agent's subtree, and orphans adopted by the gateway that carry the agent's RAWP_SESSION_ID (or
+# that an earlier look saw under the agent). Elsewhere than Linux only the group is signalled.
+
+_PR_SET_CHILD_SUBREAPER: Final = 36
+_subreaper_tried = False
+# pid -> start time of processes the gateway signalled that may become its zombies to reap.
+_to_reap: dict[int, int] = {}
+
+
+class _Proc(NamedTuple):
+    pid: int
+    ppid: int
+    pgrp: int
+    sid: int
+    start: int  # clock ticks since boot: tells a recycled pid apart
+    zombie: bool
+
+
+def _become_subreaper() -> None:
+    global _subreaper_tried
+    if _subreaper_tried or not sys.platform.startswith("linux"):
+        return
+    _subreaper_tried = True
+    # Without prctl only the group is signalled.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _stat(pid: int) -> _Proc | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: the fields follow its last ")".
+    fields = data[data.rfind(b")") + 2 :].split()
+    try:
+        return _Proc(
+            pid, int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]), fields[0] in b"ZX"
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+def _processes() -> dict[int, _Proc]:
+    """Every process of the machine, from /proc (empty where there is none)."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return {}
+    procs = {}
+    for name in names:
+        if name.isdigit() and (p := _stat(int(name))) is not None:
+            procs[p.pid] = p
+    return procs
+
+
+def _session_id_of(pid: int) -> str | None:
+    """The RAWP_SESSION_ID a process inherited, if its environment is readable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+    except OSError:
+        return None
+    for item in env.split(b"\0"):
+        if item.startswith(b"RAWP_SESSION_ID="):
+            return item[16:].decode(errors="replace")
+    return None
+
+
+def _subtree(roots: set[int], procs: dict[int, _Proc]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for p in procs.values():
+        children.setdefault(p.ppid, []).append(p.pid)
+    found, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo += children.get(pid, ())
+    return found
+
+
+def _adopted(procs: dict[int, _Proc]) -> list[_Proc]:
+    """Children of the gateway that it did not start: orphans of agents' descendants."""
+    me = os.getpid()
+    return [p for p in procs.values() if p.ppid == me and p.pid not in _live_groups]
+
+
+def _adopted_from_agents(procs: dict[int, _Proc]) -> set[int]:
+    roots = {p.pid for p in _adopted(procs) if _session_id_of(p.pid) is not None}
+    return _subtree(roots, procs) if roots else set()
+
+
+def _signal_pids(pids: set[int], sig: int, procs: dict[int, _Proc] | None = None) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:  # gone already, or not ours to signal
+            continue
+        if procs is not None and pid in procs:
+            _to_reap[pid] = procs[pid].start
+
+
+def _reap(procs: dict[int, _Proc] | None = None) -> None:
+    """Collect signalled orphans that died as the gateway's children (it is their subreaper). Only
+    pids the gateway signalled and that are still the same processes: never an agent, whose exit
+    status belongs to the event loop's child watcher."""
+    if not _to_reap:
+        return
+    me = os.getpid()
+    for pid, start in list(_to_reap.items()):
+        p = procs.get(pid) if procs is not None else _stat(pid)
+        if p is None or p.start != start or pid in _live_groups:
+            del _to_reap[pid]
+        elif p.ppid == me and p.zombie:
+            del _to_reap[pid]
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+
+
+def _cloexec_above_2() -> None:
+    """In the child between fork and exec: every fd but 0, 1 and 2 closes at exec. (Closing them
+    here would be too early: uvloop moves the stdio pipes onto 0-2 after this runs.)"""
+    try:
+        fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, os.sysconf("SC_OPEN_MAX")))
+    for fd in fds:
+        if fd > 2:
+            with contextlib.suppress(OSError):
+                os.set_inheritable(fd, False)
+
+
+def _schedule_reaps(loop: asyncio.AbstractEventLoop) -> None:
+    # Signalled processes die a moment later; collect them then.
+    if loop.is_closed():  # atexit
+        return
+    for delay in (0.1, 1.0, 5.0):
+        loop.call_later(delay, _reap)
 
 
 atexit.register(kill_all_groups)
@@ -285,6 +450,11 @@ class AgentProcess:
     _drain_waiter: asyncio.Future[None] | None
     _exit: asyncio.Future[ExitStatus]
     _straggler_timer: asyncio.TimerHandle | None
+    _drain_timer: asyncio.TimerHandle | None
+    _session_id: str
+    _grace: float
+    _kill_at: float | None  # loop time when terminate() gives up waiting
+    _seen: dict[int, int]  # descendants seen so far: pid -> start time
 
     #: Counters for metrics (read by the shell; never reset).
     lines_read: int
@@ -308,12 +478,15 @@ class AgentProcess:
         high_water: int = DEFAULT_HIGH_WATER,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         stderr_limit: int = DEFAULT_STDERR_LIMIT,
+        grace: float = DEFAULT_GRACE_S,
     ) -> AgentProcess:
-        """Spawn `argv` (no shell) in a new process group.
+        """Spawn `argv` (no shell) in a new process group, with exactly fds 0, 1 and 2.
 
         `env` is the complete base environment (None: inherit the gateway's); `RAWP_SESSION_ID`,
         `RAWP_WORKSPACE_PATH` (absolute) and `RAWP_DPS_VERSION` are added (DPS-17.2.1). `cwd`
-        defaults to the workspace. Raises `AgentExecutableNotFound` or `AgentStartError`.
+        defaults to the workspace. `grace`: how long descendants left behind by the agent's own
+        exit get between SIGTERM and SIGKILL. Raises `AgentExecutableNotFound` or
+        `AgentStartError`.
         """
         if isinstance(argv, str | bytes) or not argv:
             raise ValueError("argv must be a non-empty list of strings (no shell is used)")
@@ -328,8 +501,15 @@ class AgentProcess:
         self = object.__new__(cls)
         self._init_state(high_water, max_line_bytes, stderr_limit)
         self._argv = tuple(argv)
+        self._session_id = session_id
+        self._grace = grace
         loop = self._loop = asyncio.get_running_loop()
         self._exit = loop.create_future()
+        _become_subreaper()
+        # The stdlib loop spawns with close_fds=True. uvloop leaves the child the original numbers
+        # of its stdio socket pairs (and whatever the gateway holds without O_CLOEXEC) besides
+        # 0-2: a descendant that puts 0-2 on /dev/null would still hold the agent's stdout.
+        extra = {} if isinstance(loop, asyncio.BaseEventLoop) else {"preexec_fn": _cloexec_above_2}
         try:
             transport, _ = await loop.subprocess_exec(
                 lambda: _Protocol(self),
@@ -340,6 +520,7 @@ class AgentProcess:
                 env=child_env,
                 cwd=os.fspath(cwd) if cwd is not None else workspace_abs,
                 start_new_session=True,
+                **extra,
             )
         except FileNotFoundError as exc:
             # FileNotFoundError covers a missing cwd too; say which one it was.
@@ -383,6 +564,9 @@ class AgentProcess:
         self._stdin_exc = None
         self._drain_waiter = None
         self._straggler_timer = None
+        self._drain_timer = None
+        self._kill_at = None
+        self._seen = {}
         self.lines_read = 0
         self.bytes_read = 0
         self.lines_dropped = 0
@@ -633,9 +817,32 @@ class AgentProcess:
         assert rc is not None
         if not self._exit.done():
             self._exit.set_result(classify_exit(rc))
-        if not _group_alive(self._pid):
+        # The agent's exit is its own: what it started and left behind is asked to stop now and
+        # killed when the grace ends (at terminate()'s deadline if that is under way) ...
+        if self._signal_all(signal.SIGTERM):
+            if self._straggler_timer is None:
+                when = (
+                    self._kill_at if self._kill_at is not None else self._loop.time() + self._grace
+                )
+                self._straggler_timer = self._loop.call_at(when, self._kill_stragglers)
+        else:
             self._forget()
+        # ... and its output is read until EOF, or for EXIT_DRAIN_S at most (never past that
+        # deadline): a descendant holding the pipe cannot keep the agent's turn open.
+        if not (self._stdout_eof and self._stderr_eof) and not self._closing:
+            when = self._loop.time() + EXIT_DRAIN_S
+            if self._kill_at is not None:
+                when = min(when, self._kill_at)
+            self._drain_timer = self._loop.call_at(when, self._end_output)
         self._maybe_close_transport()
+
+    def _end_output(self) -> None:
+        """Stop reading stdout and stderr: queued lines are still handed out, then EOF."""
+        self._drain_timer = None
+        for fd, eof in ((_STDOUT_FD, self._stdout_eof), (_STDERR_FD, self._stderr_eof)):
+            pipe = self._transport.get_pipe_transport(fd)
+            if not eof and pipe is not None:
+                pipe.close()  # reported through pipe_connection_lost, as a real EOF is
 
     def _maybe_close_transport(self) -> None:
         # Like asyncio's own SubprocessStreamProtocol: once the process is gone and its output is
@@ -647,7 +854,7 @@ class AgentProcess:
             self._transport.close()
 
     def close(self) -> None:
-        """Give the agent up: SIGKILL to its group if it still runs, and release the pipes.
+        """Give the agent up: SIGKILL to its group and descendants, and release the pipes.
 
         Unread stdout is discarded. The pipes are released as soon as the exit is reported (at
         once if it already was); `aclose()` also waits for that. Stop agents politely with
@@ -655,10 +862,9 @@ class AgentProcess:
         """
         self._closing = True
         self._stdin_closed = True
-        if not self._exit.done():
-            self.send_signal(signal.SIGKILL)
-        else:
-            self._forget()
+        if _live_groups.get(self._pid) is self:
+            self._signal_all(signal.SIGKILL)
+        self._forget()
         self._maybe_close_transport()
 
     async def aclose(self) -> ExitStatus:
@@ -684,41 +890,78 @@ class AgentProcess:
         if _live_groups.get(self._pid) is not self:
             return False  # never signal a pgid that may have been reused
         if not _killpg(self._pid, sig):
-            self._forget()
+            if self._exit.done():
+                self._forget()
             return False
         return True
 
-    async def terminate(self, grace: float = DEFAULT_GRACE_S) -> ExitStatus:
-        """DPS-17.2.3: SIGTERM to the group, SIGKILL to the group after `grace` s; the exit status.
+    def _descendants(self, procs: dict[int, _Proc]) -> set[int]:
+        """Live processes that came from the agent, itself excluded: members of its group or
+        session, its subtree, and orphans adopted by the gateway that carry its session id or were
+        seen under it before."""
+        agent = self._pid
+        roots = set()
+        if _live_groups.get(agent) is self:  # else the pid may be another process's by now
+            roots = {p.pid for p in procs.values() if agent in (p.pgrp, p.sid)}
+            if not self._exit.done():
+                roots.add(agent)
+        for p in _adopted(procs):
+            if self._seen.get(p.pid) == p.start or _session_id_of(p.pid) == self._session_id:
+                roots.add(p.pid)
+        found = _subtree(roots, procs) if roots else set()
+        found.discard(agent)
+        found = {pid for pid in found if not procs[pid].zombie}
+        for pid in found:
+            self._seen[pid] = procs[pid].start
+        return found
 
-        Returns once the agent itself has exited. Group members that outlive it get SIGKILL when the
-        grace period ends.
+    def _signal_all(self, sig: int, procs: dict[int, _Proc] | None = None) -> bool:
+        """`sig` to the agent's group and to every descendant found, wherever it went. True when
+        something besides the agent itself may still be alive."""
+        if procs is None:
+            procs = _processes()
+        group = _live_groups.get(self._pid) is self and _killpg(self._pid, sig)
+        found = self._descendants(procs)
+        if found:
+            _signal_pids(found, sig, procs)
+            _schedule_reaps(self._loop)
+        # /proc tells live members from zombies; without it, any member of the group counts.
+        return bool(found) if procs else group
+
+    async def terminate(self, grace: float = DEFAULT_GRACE_S) -> ExitStatus:
+        """DPS-17.2.3: SIGTERM to the group and the agent's descendants, SIGKILL to them after
+        `grace` s; the exit status.
+
+        Returns once the agent itself has exited. Descendants that outlive it get SIGKILL when the
+        grace period ends, and its output is not waited for past then.
         """
         if _live_groups.get(self._pid) is not self:
-            # Exited and the group is known to be empty: probing the pgid again could hit a
-            # recycled pid.
+            # Exited and nothing is known to be left: probing the pgid again could hit a recycled
+            # pid.
             return await self.wait()
-        deadline = self._loop.time() + grace
-        self.send_signal(signal.SIGTERM)
+        self._kill_at = self._loop.time() + grace
+        if self._drain_timer is not None and self._drain_timer.when() > self._kill_at:
+            self._drain_timer.cancel()
+            self._drain_timer = self._loop.call_at(self._kill_at, self._end_output)
+        self._signal_all(signal.SIGTERM)
         try:
             async with asyncio.timeout(grace):
                 status = await self.wait()
         except TimeoutError:
-            self.send_signal(signal.SIGKILL)
+            self._kill_stragglers()
             status = await self.wait()
-            # Nothing survives SIGKILL; members may be zombies for a moment, which is harmless.
-            self._forget()
+            self._end_output()
             return status
-        if _group_alive(self._pid):
-            if self._straggler_timer is None:
-                self._straggler_timer = self._loop.call_at(deadline, self._kill_stragglers)
-        else:
-            self._forget()
+        if _live_groups.get(self._pid) is self and self._straggler_timer is None:
+            self._straggler_timer = self._loop.call_at(self._kill_at, self._kill_stragglers)
         return status
 
     def _kill_stragglers(self) -> None:
         self._straggler_timer = None
-        self.send_signal(signal.SIGKILL)
+        # A few rounds: a process killed now may have started children that a look before missed.
+        for _ in range(3):
+            if not self._signal_all(signal.SIGKILL):
+                break
         self._forget()
 
     def __repr__(self) -> str:

@@ -1,0 +1,167 @@
+"""An agent's exit is its own, whatever its descendants do (gateway.process, real processes).
+
+The hostile agent (``tests/hostile/leaves_descendant.py``) leaves a descendant behind that ignores
+SIGTERM and sleeps 120 s: in its process group holding stdout, in a session of its own holding
+stdout, in its own session with fds 0-2 on /dev/null, or as a double-forked daemon. In every case
+the agent's output is read to its last line, stdout ends although the descendant may still hold it,
+the descendant is killed when the grace ends, and, as the gateway is its subreaper, reaped. Each
+scenario runs on the stdlib loop and on uvloop (production).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.process import EXIT_DRAIN_S, AgentProcess, kill_all_groups, live_groups
+from tests.test_process import LOOPS, PY, alive, eventually, run
+
+HOSTILE = str(Path(__file__).parent / "hostile" / "leaves_descendant.py")
+HOWS = ["group", "setsid", "devnull", "daemon"]
+
+
+def gone(pid: int) -> bool:
+    """Not even a zombie: exited and reaped."""
+    return not os.path.exists(f"/proc/{pid}")
+
+
+async def hostile(tmp_path: Path, how: str, *flags: str, grace: float = 0.5) -> AgentProcess:
+    return await AgentProcess.start(
+        [PY, HOSTILE, how, "--ignore-term", *flags],
+        env=None,
+        session_id="hostile-1",
+        workspace=tmp_path,
+        grace=grace,
+    )
+
+
+@LOOPS
+def test_an_agent_gets_exactly_fds_0_1_2(loop_factory: Any, tmp_path: Path) -> None:
+    """Nothing of the gateway leaks into the agent: no socket pair, no pipe of another agent."""
+
+    async def scenario() -> list[str]:
+        other = await AgentProcess.start(
+            [PY, "-c", "import time; time.sleep(30)"], env=None, session_id="s", workspace=tmp_path
+        )
+        proc = await AgentProcess.start(
+            [PY, "-c", "import json, os; print(json.dumps(os.listdir('/proc/self/fd')))"],
+            env=None,
+            session_id="s",
+            workspace=tmp_path,
+        )
+        line = await proc.readline()
+        assert line is not None
+        await proc.wait()
+        await other.aclose()
+        return json.loads(line.line)
+
+    fds = run(loop_factory, scenario())
+    fds.remove("3")  # the directory listdir itself had open
+    assert sorted(fds) == ["0", "1", "2"]
+
+
+@LOOPS
+@pytest.mark.parametrize("how", HOWS)
+def test_exit_ends_the_output_whatever_a_descendant_holds(
+    loop_factory: Any, how: str, tmp_path: Path
+) -> None:
+    """The agent exits 0 leaving a descendant that ignores SIGTERM (and may hold stdout): every
+    line it printed arrives, then EOF (at most EXIT_DRAIN_S after the exit, not 120 s later);
+    the descendant is killed when the grace ends and reaped."""
+
+    async def scenario() -> None:
+        proc = await hostile(tmp_path, how)
+        lines = [item.line async for item in proc]  # EOF, although the descendant may hold it
+        assert lines == [b"working", b"done"]
+        assert (await proc.wait()).kind == "ok"
+        descendant = int((tmp_path / "descendant.pid").read_text())
+        assert await eventually(lambda: gone(descendant), timeout=10)
+        assert proc.pid not in live_groups()
+
+    run(loop_factory, scenario())
+
+
+@LOOPS
+@pytest.mark.parametrize("how", HOWS)
+def test_terminate_reaches_descendants_that_left_the_group(
+    loop_factory: Any, how: str, tmp_path: Path
+) -> None:
+    """DPS-17.2.3-signals: terminate() stops the agent and, by the end of the grace, every
+    descendant, wherever it went; the output ends by then too."""
+
+    async def scenario() -> None:
+        proc = await hostile(tmp_path, how, "--stay", grace=5.0)
+        assert (await proc.readline()).line == b"working"  # type: ignore[union-attr]
+        assert (await proc.readline()).line == b"done"  # type: ignore[union-attr]
+        descendant = int((tmp_path / "descendant.pid").read_text())
+        assert alive(descendant)
+        status = await proc.terminate(grace=0.5)
+        assert status.signal == signal.SIGTERM
+        assert await proc.readline() is None
+        assert await eventually(lambda: gone(descendant), timeout=10)
+        assert proc.pid not in live_groups()
+
+    run(loop_factory, scenario())
+
+
+def test_the_drain_after_exit_is_bounded(tmp_path: Path) -> None:
+    """A descendant in the group that ignores SIGTERM and holds stdout, with a 60 s grace before
+    its SIGKILL: stdout still ends (EXIT_DRAIN_S after the exit, within the test's 20 s limit) with
+    every line the agent printed, while the descendant still lives."""
+
+    async def scenario() -> None:
+        proc = await hostile(tmp_path, "group", grace=60.0)
+        lines = [item.line async for item in proc]
+        assert (await proc.wait()).kind == "ok" and lines == [b"working", b"done"]
+        descendant = int((tmp_path / "descendant.pid").read_text())
+        assert alive(descendant)
+        proc.close()  # the blunt end kills it now
+        assert await eventually(lambda: gone(descendant), timeout=10)
+
+    assert EXIT_DRAIN_S < 20
+    run(asyncio.new_event_loop, scenario())
+
+
+def test_no_descendant_outlives_a_gateway_that_exits(tmp_path: Path) -> None:
+    """The atexit fallback reaches a daemon that left the agent's group and session."""
+    pidfile = tmp_path / "pids"
+    gateway = f"""
+import asyncio, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+from gateway.process import AgentProcess
+async def main():
+    p = await AgentProcess.start([sys.executable, {HOSTILE!r}, "daemon", "--ignore-term", "--stay"],
+                                 env=None, session_id="s", workspace={str(tmp_path)!r})
+    await p.readline(); await p.readline()
+    daemon = open({str(tmp_path / "descendant.pid")!r}).read()
+    open({str(pidfile)!r}, "w").write(f"{{p.pid}} {{daemon}}")
+asyncio.run(main())
+"""
+
+    async def scenario() -> None:
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", gateway)
+        assert await proc.wait() == 0
+        pids = [int(x) for x in pidfile.read_text().split()]
+        assert await eventually(lambda: not any(alive(p) for p in pids), timeout=10)
+
+    run(asyncio.new_event_loop, scenario())
+
+
+def test_kill_all_groups_reaches_escaped_descendants(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        proc = await hostile(tmp_path, "devnull", "--stay", grace=60.0)
+        await proc.readline()
+        await proc.readline()
+        descendant = int((tmp_path / "descendant.pid").read_text())
+        kill_all_groups()
+        assert (await proc.wait()).signal == signal.SIGKILL
+        assert await eventually(lambda: gone(descendant), timeout=10)
+
+    run(asyncio.new_event_loop, scenario())
