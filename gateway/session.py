@@ -456,7 +456,11 @@ class LiveSession:
         env.update(self.profile.env)
         try:
             proc = await AgentProcess.start(
-                argv, env=env, session_id=self.id, workspace=self.workspace
+                argv,
+                env=env,
+                session_id=self.id,
+                workspace=self.workspace,
+                grace=self.config.shutdown_grace_sec,
             )
         except (AgentStartError, OSError, ValueError) as err:
             self._spawning = False

@@ -2,6 +2,7 @@
 with --stay, waits for a signal).
 
 usage: leaves_descendant.py HOW [--stay] [--ignore-term] [PROMPT ...]
+       leaves_descendant.py HOW [--ignore-term] --exec ARGV ...   (leave it, then become ARGV)
 
 HOW says where the descendant goes:
   group    a child in the agent's own process group that keeps the agent's stdout
@@ -35,9 +36,13 @@ def descendant(ignore_term: bool, devnull: bool) -> None:
 
 def main() -> None:
     how = sys.argv[1]
-    stay = "--stay" in sys.argv
-    ignore_term = "--ignore-term" in sys.argv
-    print("working", flush=True)
+    args = sys.argv
+    then = args[args.index("--exec") + 1 :] if "--exec" in args else None
+    args = args[: len(args) - len(then) - 1] if then is not None else args
+    stay = "--stay" in args
+    ignore_term = "--ignore-term" in args
+    if then is None:
+        print("working", flush=True)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -57,6 +62,8 @@ def main() -> None:
         os.waitpid(pid, 0)
     with open("descendant.pid", "w") as f:
         f.write(str(grandchild))
+    if then is not None:
+        os.execv(then[0], then)
     print("done", flush=True)
     if stay:
         signal.pause()
