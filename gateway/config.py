@@ -40,6 +40,9 @@ DEFAULT_PORT: Final = 8765
 DEFAULT_MAX_FRAME_SIZE: Final = 1024 * 1024
 MAX_ALLOWED_ORIGINS: Final = 64  # [server] allowed_origins entries
 MAX_ORIGIN_CHARS: Final = 256
+DEFAULT_STALL_WARNING_SEC: Final = 300.0
+DEFAULT_STALL_TIMEOUT_SEC: Final = 1800.0
+MAX_STALL_SEC: Final = 86400.0
 
 
 class ConfigError(ValueError):
@@ -68,6 +71,10 @@ class AgentProfile:
     features: Features = field(default_factory=Features)
     auto_allow: frozenset[str] = frozenset()
     permission_timeout_sec: float = 60.0
+    # The stall watchdog (0: off): silence in a turn after which masters are warned, and after
+    # which the turn ends with error and the agent is restarted. Long enough for a silent tool.
+    stall_warning_sec: float = DEFAULT_STALL_WARNING_SEC
+    stall_timeout_sec: float = DEFAULT_STALL_TIMEOUT_SEC
     description: str = ""
 
     @property
@@ -304,6 +311,7 @@ def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, whe
         "parser", "command", "resume_command", "env", "single_turn_process", "resume_flag",
         "mode_flag", "image_flag",
         "override_flags", "features", "auto_allow", "permission_timeout_sec", "description",
+        "stall_warning_sec", "stall_timeout_sec",
     }  # fmt: skip
     unknown = sorted(set(table) - known)
     where = f"{where} [agents.{name}]"
@@ -349,6 +357,14 @@ def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, whe
         changes["permission_timeout_sec"] = float(
             _check(where, "permission_timeout_sec", table["permission_timeout_sec"], (int, float))
         )
+    for key in ("stall_warning_sec", "stall_timeout_sec"):
+        if key in table:
+            value = float(_check(where, key, table[key], (int, float)))
+            if not 0 <= value <= MAX_STALL_SEC:
+                raise ConfigError(
+                    f"{where}: {key} must be 0 (off) to {MAX_STALL_SEC:g}, got {value}"
+                )
+            changes[key] = value
     if base is not None:
         return replace(base, **changes), unknown
     for required in ("parser", "command"):

@@ -115,6 +115,8 @@ class LiveSession:
                     if profile.prompt_in_argv
                     else getattr(self.agent_input, "accepts_images", False)
                 ),
+                stall_warning_sec=profile.stall_warning_sec,
+                stall_timeout_sec=profile.stall_timeout_sec,
             ),
             files=self.files.files,
         )

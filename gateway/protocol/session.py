@@ -25,6 +25,15 @@ accepted, or implicitly when the agent produces output outside a turn (``rawp-ga
 has no prompts; Claude Code starts a turn of its own after a background task). Agent processes are
 either long-lived (prompts on stdin) or single-turn (§18: prompt on the command line, respawned with
 the agent's session id for the next prompt).
+
+The stall watchdog: a CLI may go silent mid-turn and never finish it. While a turn runs and no
+interaction waits for a master, a "stall" timer ticks (a quarter of the shorter limit); a tick that
+saw no agent output adds to the silence. After ``stall_warning_sec`` of silence the masters get an
+``agent.error`` (``AGENT_STALLED``, severity warning, recoverable); after ``stall_timeout_sec`` the
+agent is stopped, and when its exit is reported the turn ends with ``error`` and a long-lived agent
+is started again (resumed with its session id where the profile can), instead of the exit ending
+the session. 0 turns a limit off. Counting output per line is one integer; no timer is touched per
+line.
 """
 
 from __future__ import annotations
@@ -68,6 +77,7 @@ __all__ = [
 
 CANCEL_GRACE_S: Final = 2.0  # interrupt, then SIGINT if the turn has not ended (issue 5)
 CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
+STALL_TIMER: Final = "stall"
 ALLOW, DENY = "allow", "deny"
 # control-plane.md, Files: uploads reach an agent that takes images as images when they are one of
 # these; every other upload is written here in the workspace and named in the prompt.
@@ -193,6 +203,14 @@ class SessionConfig:
     forward_unknown: bool = False
     # The agent takes images with a prompt (its stdin input or the profile's image_flag).
     accepts_images: bool = False
+    stall_warning_sec: float = 0.0  # 0: off
+    stall_timeout_sec: float = 0.0  # 0: off
+
+    @property
+    def stall_tick_sec(self) -> float:
+        """How often the watchdog looks (0: never): silence is measured to within one tick."""
+        limits = [x for x in (self.stall_warning_sec, self.stall_timeout_sec) if x > 0]
+        return min(limits) / 4 if limits else 0.0
 
 
 @dataclass(slots=True)
@@ -256,6 +274,12 @@ class SessionMachine:
         # A single-turn prompt waiting for the previous process to finish exiting (text,
         # overrides, images).
         self._waiting_spawn: tuple[str, F.ConfigOverrides | None, list[ev.StoredFile]] | None = None
+        # The stall watchdog: agent output counted (one per batch), as of the last tick; silence.
+        self._activity = 0
+        self._activity_seen = 0
+        self._silent_sec = 0.0
+        self._stall_warned = False
+        self._stalled = False  # the watchdog stopped the agent: its exit restarts, not ends
         self.capabilities_frame = self._make(
             gateway_capabilities(self.config.features, max_frame_size=self.config.max_frame_size)
         )
@@ -347,6 +371,7 @@ class SessionMachine:
         return self.agent_events(self.parser.end())
 
     def agent_events(self, events: list[ev.AgentEvent]) -> list[Action]:
+        self._activity += 1
         out: list[Action] = []
         for event in events:
             out += self._agent_event(event)
@@ -422,7 +447,12 @@ class SessionMachine:
         self.phase = "running"
         self.mapper.begin_turn(turn_id)
         start = F.TurnStart(turn_id=turn_id, turn_index=self.turn.index, mode=self.mode)
-        return [Emit(self.factory.frame(start, turn_id=turn_id))]
+        out: list[Action] = [Emit(self.factory.frame(start, turn_id=turn_id))]
+        tick = self.config.stall_tick_sec
+        if tick > 0:
+            self._activity_seen, self._silent_sec, self._stall_warned = self._activity, 0.0, False
+            out.append(StartTimer(STALL_TIMER, tick))
+        return out
 
     def _end_turn(self, stop_reason: str, ended: ev.TurnEnded | None = None) -> list[Action]:
         turn = self.turn
@@ -430,6 +460,8 @@ class SessionMachine:
         if turn.cancel_requested and stop_reason != "error":
             stop_reason = "cancelled"
         out: list[Action] = [CancelTimer("cancel"), CancelTimer("cancel-kill")]
+        if self.config.stall_tick_sec > 0:
+            out.append(CancelTimer(STALL_TIMER))
         out += self._deny_all_interactions("the turn ended")
         out += self._emit_all(self.mapper.end_turn(stop_reason, ended))
         self.mapper.compaction_trigger_override = None
@@ -451,6 +483,9 @@ class SessionMachine:
         if self.phase == "terminated":
             return []
         waiting, self._waiting_spawn = self._waiting_spawn, None
+        stalled, self._stalled = self._stalled, False
+        if stalled and self._deleting is None:
+            return self._restart_after_stall()
         if waiting is not None and kind == "ok" and self._deleting is None and self.turn:
             # The previous single-turn process is gone: the waiting prompt's process starts now.
             self.process_alive = True
@@ -500,6 +535,63 @@ class SessionMachine:
             self._deleting = ("error", "client")
             return out + self._finish_delete()
         return out  # exit 0: idle with no process; the next prompt respawns (DPS-18-respawn)
+
+    def _restart_after_stall(self) -> list[Action]:
+        """The agent the watchdog stopped has exited: its turn ends with error; a long-lived agent
+        starts again, resuming its session where the profile can (a single-turn one starts at the
+        next prompt, as after any turn)."""
+        out: list[Action] = []
+        if self.turn is not None:
+            out += self._end_turn("error")
+        if not self.config.single_turn_process:
+            self.process_alive = True
+            out.append(Spawn(resume_id=self.agent_session_id, mode=self.mode))
+        return out
+
+    def _stall_tick(self) -> list[Action]:
+        turn = self.turn
+        if turn is None or self._stalled or not self.process_alive:
+            return []
+        tick = self.config.stall_tick_sec
+        out: list[Action] = [StartTimer(STALL_TIMER, tick)]
+        if self._activity != self._activity_seen or self.interactions or turn.cancel_requested:
+            # Output came, or the silence is a master's (a pending question) or the cancel's own
+            # timers' business.
+            self._activity_seen, self._silent_sec, self._stall_warned = self._activity, 0.0, False
+            return out
+        self._silent_sec += tick
+        silent = self._silent_sec
+        timeout, warning = self.config.stall_timeout_sec, self.config.stall_warning_sec
+        if timeout > 0 and silent >= timeout:
+            self._stalled = True
+            message = (
+                f"the agent printed nothing for {silent:g} s (stall_timeout_sec); "
+                "the turn ends and the agent is restarted"
+            )
+            error = F.AgentError(
+                error_code="AGENT_STALLED",
+                message=message,
+                severity="error",
+                recoverable=True,
+                details=F.ErrorDetails(module="process"),
+            )
+            return [
+                Emit(self._make(error, turn=True)),
+                Log("warning", "agent stalled; restarting it", {"silent_sec": silent}),
+                Terminate(),
+            ]
+        if warning > 0 and silent >= warning and not self._stall_warned:
+            self._stall_warned = True
+            message = f"the agent has printed nothing for {silent:g} s (stall_warning_sec)"
+            error = F.AgentError(
+                error_code="AGENT_STALLED",
+                message=message,
+                severity="warning",
+                recoverable=True,
+                details=F.ErrorDetails(module="process"),
+            )
+            out.append(Emit(self._make(error, turn=True)))
+        return out
 
     def _describe_exit(self, returncode: int | None) -> ExitDescription | None:
         """The parser's name for a positive exit code (``parsers.base.DescribesExit``), if any."""
@@ -896,6 +988,8 @@ class SessionMachine:
     # timers and the control plane ----------------------------------------------------------------
 
     def timer_fired(self, key: str) -> list[Action]:
+        if key == STALL_TIMER:
+            return self._stall_tick()
         if key.startswith("interaction:"):
             return self._interaction_timeout(None, key.partition(":")[2], None)
         if key == "cancel" and self.turn is not None and self.process_alive:
