@@ -43,6 +43,10 @@ MAX_ORIGIN_CHARS: Final = 256
 DEFAULT_STALL_WARNING_SEC: Final = 300.0
 DEFAULT_STALL_TIMEOUT_SEC: Final = 1800.0
 MAX_STALL_SEC: Final = 86400.0
+# A prompt longer than this (UTF-8 bytes) never goes in argv: Linux refuses one argument over
+# 128 KiB (E2BIG) and all of argv and the environment over ARG_MAX. It goes to the CLI's stdin where
+# the profile says how (``stdin_prompt_arg``); elsewhere it is refused.
+MAX_ARGV_PROMPT_BYTES: Final = 100 * 1024
 
 
 class ConfigError(ValueError):
@@ -71,6 +75,9 @@ class AgentProfile:
     features: Features = field(default_factory=Features)
     auto_allow: frozenset[str] = frozenset()
     permission_timeout_sec: float = 60.0
+    # For a prompt too long for argv (MAX_ARGV_PROMPT_BYTES): what replaces the argument holding
+    # ``{prompt}`` ("" drops it) while the prompt is written to stdin. None: refused.
+    stdin_prompt_arg: str | None = None
     # The stall watchdog (0: off): silence in a turn after which masters are warned, and after
     # which the turn ends with error and the agent is restarted. Long enough for a silent tool.
     stall_warning_sec: float = DEFAULT_STALL_WARNING_SEC
@@ -158,6 +165,7 @@ def builtin_profiles(
             # "--": a prompt that starts with "-" (a Markdown list) is still the prompt.
             command=(claude, "-p", *stream, "--", "{prompt}"),
             single_turn_process=True,
+            stdin_prompt_arg="",  # -p without a prompt reads it from stdin
             resume_flag="--resume {session_id}",
             mode_flag="--permission-mode {mode}",
             override_flags=_CLAUDE_OVERRIDES,
@@ -189,6 +197,7 @@ def builtin_profiles(
             # "--": a prompt that starts with "-" is still the prompt, not an option.
             command=(codex, "exec", *_CODEX_FLAGS, "--", "{prompt}"),
             single_turn_process=True,
+            stdin_prompt_arg="-",  # exec (and exec resume) read the prompt from stdin
             # `resume` is a subcommand taking the thread id before the prompt: a flag appended
             # after the prompt cannot say it, so the whole argv is replaced when resuming.
             resume_command=(
@@ -222,6 +231,7 @@ def builtin_profiles(
             ),
             single_turn_process=True,
             resume_flag="--resume {session_id}",
+            stdin_prompt_arg="",  # without --prompt, a piped stdin is the prompt
             features=_GEMINI_FEATURES,
             description="Gemini CLI (gemini --prompt, stream-json), one process per prompt, --resume",
         ),
@@ -311,7 +321,7 @@ def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, whe
         "parser", "command", "resume_command", "env", "single_turn_process", "resume_flag",
         "mode_flag", "image_flag",
         "override_flags", "features", "auto_allow", "permission_timeout_sec", "description",
-        "stall_warning_sec", "stall_timeout_sec",
+        "stall_warning_sec", "stall_timeout_sec", "stdin_prompt_arg",
     }  # fmt: skip
     unknown = sorted(set(table) - known)
     where = f"{where} [agents.{name}]"
@@ -338,7 +348,7 @@ def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, whe
             if not isinstance(table[key], bool):
                 raise ConfigError(f"{where}: {key} must be true or false")
             changes[key] = table[key]
-    for key in ("resume_flag", "mode_flag", "image_flag", "description"):
+    for key in ("resume_flag", "mode_flag", "image_flag", "description", "stdin_prompt_arg"):
         if key in table:
             changes[key] = _check(where, key, table[key], str)
     if "override_flags" in table:
@@ -507,21 +517,42 @@ def read_token_file(path: str | os.PathLike[str]) -> str:
     return token
 
 
+def prompt_on_stdin(profile: AgentProfile, prompt: str | None) -> bool:
+    """True when this prompt of an argv profile is too long for argv and the profile can give it
+    to the CLI on stdin instead."""
+    return (
+        prompt is not None
+        and profile.prompt_in_argv
+        and profile.stdin_prompt_arg is not None
+        and len(prompt.encode()) > MAX_ARGV_PROMPT_BYTES
+    )
+
+
 def command_for(
-    profile: AgentProfile, *, prompt: str | None, workspace: str, resume_id: str | None = None
+    profile: AgentProfile,
+    *,
+    prompt: str | None,
+    workspace: str,
+    resume_id: str | None = None,
+    on_stdin: bool = False,
 ) -> list[str]:
     """argv from the profile's template: ``{prompt}`` as one argument (or inside one, as in
     ``--prompt={prompt}``), ``{workspace}`` replaced.
 
     With ``resume_id`` and a ``resume_command``, that template is used instead, its
     ``{session_id}`` argument being the id (``resume_flag`` is the caller's to append otherwise).
+    ``on_stdin``: the prompt goes to stdin; the argument holding it becomes ``stdin_prompt_arg``
+    (none when that is empty).
     """
     template = profile.command
     if resume_id is not None and profile.resume_command:
         template = profile.resume_command
     argv: list[str] = []
     for arg in template:
-        if arg == "{prompt}":
+        if on_stdin and "{prompt}" in arg:
+            if profile.stdin_prompt_arg:
+                argv.append(profile.stdin_prompt_arg)
+        elif arg == "{prompt}":
             argv.append(prompt or "")
         elif "{prompt}" in arg:  # e.g. "--prompt={prompt}": still exactly one argument
             argv.append(arg.replace("{prompt}", prompt or ""))

@@ -117,6 +117,11 @@ class LiveSession:
                 ),
                 stall_warning_sec=profile.stall_warning_sec,
                 stall_timeout_sec=profile.stall_timeout_sec,
+                prompt_argv_max=(
+                    cfg.MAX_ARGV_PROMPT_BYTES
+                    if profile.prompt_in_argv and profile.stdin_prompt_arg is None
+                    else None
+                ),
             ),
             files=self.files.files,
         )
@@ -416,8 +421,13 @@ class LiveSession:
     def _spawn(self, action: sm.Spawn) -> None:
         profile = self.profile
         resume_id = action.resume_id or None
+        on_stdin = cfg.prompt_on_stdin(profile, action.prompt)
         argv = cfg.command_for(
-            profile, prompt=action.prompt, workspace=str(self.workspace), resume_id=resume_id
+            profile,
+            prompt=action.prompt,
+            workspace=str(self.workspace),
+            resume_id=resume_id,
+            on_stdin=on_stdin,
         )
         flags: list[str] = []
         if resume_id and profile.resume_flag and not profile.resume_command:
@@ -446,7 +456,10 @@ class LiveSession:
         # read a piped stdin to EOF before starting (codex exec appends it to the prompt): it is
         # closed once the process runs, as a terminal's /dev/null would be.
         close_stdin = profile.single_turn_process and profile.prompt_in_argv
-        if action.prompt is not None and not profile.prompt_in_argv:
+        if on_stdin:
+            # Too long for argv (E2BIG): the CLI reads it from stdin, which then closes (EOF).
+            self._stdin_pending.append(action.prompt.encode())  # type: ignore[union-attr]
+        elif action.prompt is not None and not profile.prompt_in_argv:
             data = self._prompt_bytes(action.prompt, action.images)
             if data is not None:
                 self._stdin_pending.append(data)

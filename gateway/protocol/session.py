@@ -203,6 +203,9 @@ class SessionConfig:
     forward_unknown: bool = False
     # The agent takes images with a prompt (its stdin input or the profile's image_flag).
     accepts_images: bool = False
+    # The longest prompt (UTF-8 bytes) the agent can take, for a profile whose prompt goes in argv
+    # and that has no other way; None: no such limit.
+    prompt_argv_max: int | None = None
     stall_warning_sec: float = 0.0  # 0: off
     stall_timeout_sec: float = 0.0  # 0: off
 
@@ -701,6 +704,18 @@ class SessionMachine:
         # context_files are this machine's to list (as images or workspace files), not as URLs.
         text = prompt_text_for_agent(msgspec.structs.replace(prompt, context_files=None))
         text += attachments_text(images, uploads)
+        limit = self.config.prompt_argv_max
+        if limit is not None and len(text.encode()) > limit:
+            # Refused before anything starts: exec would fail (E2BIG) and end the session.
+            return [
+                self._error(
+                    "PROMPT_TOO_LONG",
+                    f"the prompt is {len(text.encode())} bytes; the {self.config.agent} agent "
+                    f"takes its prompt on the command line, which holds at most {limit}",
+                    conn_id,
+                    mid,
+                )
+            ]
         out: list[Action] = [PlaceFile(f.transfer_id, name) for f, name in uploads]
         return out + self._start_prompt(text, prompt.config_overrides, images=images)
 
