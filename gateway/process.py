@@ -238,6 +238,9 @@ _PR_SET_CHILD_SUBREAPER: Final = 36
 _subreaper_tried = False
 # pid -> start time of processes the gateway signalled that may become its zombies to reap.
 _to_reap: dict[int, int] = {}
+# Agents whose exit the event loop has not reported yet (registered or not): never adopted orphans,
+# never reaped here (their exit status is the loop's child watcher's).
+_running: set[int] = set()
 
 
 class _Proc(NamedTuple):
@@ -317,11 +320,18 @@ def _subtree(roots: set[int], procs: dict[int, _Proc]) -> set[int]:
 def _adopted(procs: dict[int, _Proc]) -> list[_Proc]:
     """Children of the gateway that it did not start: orphans of agents' descendants."""
     me = os.getpid()
-    return [p for p in procs.values() if p.ppid == me and p.pid not in _live_groups]
+    return [
+        p
+        for p in procs.values()
+        if p.ppid == me and p.pid not in _live_groups and p.pid not in _running
+    ]
 
 
 def _adopted_from_agents(procs: dict[int, _Proc]) -> set[int]:
-    roots = {p.pid for p in _adopted(procs) if _session_id_of(p.pid) is not None}
+    # An adopted orphan carrying a session id came from an agent; not the gateway's own id, which
+    # it has when it runs under another gateway and passes on to what else it starts.
+    own = os.environ.get("RAWP_SESSION_ID")
+    roots = {p.pid for p in _adopted(procs) if _session_id_of(p.pid) not in (None, own)}
     return _subtree(roots, procs) if roots else set()
 
 
@@ -344,7 +354,7 @@ def _reap(procs: dict[int, _Proc] | None = None) -> None:
     me = os.getpid()
     for pid, start in list(_to_reap.items()):
         p = procs.get(pid) if procs is not None else _stat(pid)
-        if p is None or p.start != start or pid in _live_groups:
+        if p is None or p.start != start or pid in _live_groups or pid in _running:
             del _to_reap[pid]
         elif p.ppid == me and p.zombie:
             del _to_reap[pid]
@@ -541,6 +551,7 @@ class AgentProcess:
         assert pid is not None
         self._pid = pid
         _live_groups[pid] = self
+        _running.add(pid)
 
     def _init_state(self, high_water: int, max_line_bytes: int, stderr_limit: int) -> None:
         self._high_water = high_water
@@ -817,6 +828,7 @@ class AgentProcess:
         assert rc is not None
         if not self._exit.done():
             self._exit.set_result(classify_exit(rc))
+        _running.discard(self._pid)
         # The agent's exit is its own: what it started and left behind is asked to stop now and
         # killed when the grace ends (at terminate()'s deadline if that is under way) ...
         if self._signal_all(signal.SIGTERM):
@@ -852,6 +864,9 @@ class AgentProcess:
         if self._exit.done() and (self._closing or (self._stdout_eof and self._stderr_eof)):
             self._stdin_closed = True
             self._transport.close()
+            if self._drain_timer is not None:
+                self._drain_timer.cancel()
+                self._drain_timer = None
 
     def close(self) -> None:
         """Give the agent up: SIGKILL to its group and descendants, and release the pipes.
