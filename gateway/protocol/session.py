@@ -553,8 +553,8 @@ class SessionMachine:
 
     def _stall_tick(self) -> list[Action]:
         turn = self.turn
-        if turn is None or self._stalled or not self.process_alive:
-            return []
+        if turn is None or self._stalled or not self.process_alive or self._deleting is not None:
+            return []  # nothing to watch, or the agent is being stopped already
         tick = self.config.stall_tick_sec
         out: list[Action] = [StartTimer(STALL_TIMER, tick)]
         if self._activity != self._activity_seen or self.interactions or turn.cancel_requested:
