@@ -1,0 +1,70 @@
+"""``rawp-gateway serve`` as users run it (uvloop, a real process) with a hostile single-turn agent
+whose descendant leaves its session, puts fds 0-2 on /dev/null and ignores SIGTERM: the agent's
+exit ends each turn (the descendant holds no pipe of the agent: it got fds 0-2 only), the next
+prompt is taken, the descendant is gone, and SIGTERM stops the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+
+import aiohttp
+
+from tests.test_agent_descendants import HOSTILE, gone
+from tests.test_cli import CLI, free_port, wait_http
+from tests.test_process import eventually
+
+
+async def test_serve_ends_turns_at_the_agents_exit_and_leaves_no_descendant(tmp_path):
+    config = tmp_path / "gateway.toml"
+    command = [sys.executable, HOSTILE, "devnull", "--ignore-term", "{prompt}"]
+    config.write_text(
+        "[server]\nshutdown_grace_sec = 1\n"
+        f'[agents.hostile]\nparser = "plain"\nsingle_turn_process = true\n'
+        f"command = {json.dumps(command)}\n"
+    )
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    port = free_port()
+    proc = subprocess.Popen(
+        [*CLI, "serve", "--config", str(config), "--port", str(port)]
+        + ["--workspace-root", str(workspace)],
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await wait_http(url, proc)
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url + "/v1/session", json={"agent": "hostile"}) as resp:
+                assert resp.status == 201, await resp.text()
+                session = await resp.json()
+            sid = session["session_id"]
+            ws = await http.ws_connect(url + session["ws_path"], protocols=("rawp-dps-1.0",))
+            for text in ("first", "second"):
+                prompt = {
+                    "v": 1, "type": "control.prompt.request", "message_id": str(uuid.uuid4()),
+                    "timestamp": "2026-11-29T00:00:00.000Z", "session_id": sid,
+                    "payload": {"prompt_text": text},
+                }  # fmt: skip
+                await ws.send_str(json.dumps(prompt))
+                while True:
+                    frame = json.loads((await ws.receive(timeout=15)).data)
+                    assert frame["type"] != "session.error", frame
+                    if frame["type"] == "session.turn.end":
+                        break
+                assert frame["payload"]["stop_reason"] == "end_turn"
+                descendant = int((workspace / "descendant.pid").read_text())
+                assert await eventually(lambda d=descendant: gone(d), timeout=10)
+            await ws.close()
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not os.path.exists(f"/proc/{proc.pid}")
