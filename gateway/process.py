@@ -38,8 +38,10 @@ Exit statuses are classified by the pure `classify_exit()` (DPS-17.2.2), usable 
 
 The agent's exit is seen when the agent itself exits, not at stdout EOF: its exit status is
 reported at once, what it left behind gets SIGTERM, and SIGKILL when the grace ends; stdout (and
-stderr) are read on until EOF or for `EXIT_DRAIN_S` at most, then closed, so a descendant still
-holding the pipe cannot keep the consumer waiting. Lines already read are still handed out.
+stderr) are read on until EOF or for `EXIT_DRAIN_S` at most (up to five times that while the
+consumer is behind and reading is paused: the pipe then holds the agent's own output), then closed,
+so a descendant still holding the pipe cannot keep the consumer waiting. Lines already read are
+still handed out.
 
 `terminate(grace)` follows DPS-17.2.3: SIGTERM to the group and the descendants, SIGKILL to them
 when the agent has not exited after `grace` seconds. If the agent exits in time but descendants
@@ -464,6 +466,7 @@ class AgentProcess:
     _session_id: str
     _grace: float
     _kill_at: float | None  # loop time when terminate() gives up waiting
+    _drain_by: float  # loop time after which output is not read, consumer behind or not
     _seen: dict[int, int]  # descendants seen so far: pid -> start time
 
     #: Counters for metrics (read by the shell; never reset).
@@ -577,6 +580,7 @@ class AgentProcess:
         self._straggler_timer = None
         self._drain_timer = None
         self._kill_at = None
+        self._drain_by = float("inf")
         self._seen = {}
         self.lines_read = 0
         self.bytes_read = 0
@@ -842,15 +846,21 @@ class AgentProcess:
         # ... and its output is read until EOF, or for EXIT_DRAIN_S at most (never past that
         # deadline): a descendant holding the pipe cannot keep the agent's turn open.
         if not (self._stdout_eof and self._stderr_eof) and not self._closing:
-            when = self._loop.time() + EXIT_DRAIN_S
+            now = self._loop.time()
+            when, self._drain_by = now + EXIT_DRAIN_S, now + 5 * EXIT_DRAIN_S
             if self._kill_at is not None:
-                when = min(when, self._kill_at)
+                when, self._drain_by = min(when, self._kill_at), min(self._drain_by, self._kill_at)
             self._drain_timer = self._loop.call_at(when, self._end_output)
         self._maybe_close_transport()
 
     def _end_output(self) -> None:
         """Stop reading stdout and stderr: queued lines are still handed out, then EOF."""
         self._drain_timer = None
+        if self._stdout_paused and self._loop.time() < self._drain_by:
+            # The consumer is behind (backpressure), not the agent: what waits in the pipe is the
+            # agent's own output. Look again soon, up to a hard limit.
+            self._drain_timer = self._loop.call_later(0.1, self._end_output)
+            return
         for fd, eof in ((_STDOUT_FD, self._stdout_eof), (_STDERR_FD, self._stderr_eof)):
             pipe = self._transport.get_pipe_transport(fd)
             if not eof and pipe is not None:
@@ -955,6 +965,7 @@ class AgentProcess:
             # pid.
             return await self.wait()
         self._kill_at = self._loop.time() + grace
+        self._drain_by = min(self._drain_by, self._kill_at)
         if self._drain_timer is not None and self._drain_timer.when() > self._kill_at:
             self._drain_timer.cancel()
             self._drain_timer = self._loop.call_at(self._kill_at, self._end_output)

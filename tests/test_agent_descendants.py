@@ -165,3 +165,26 @@ def test_kill_all_groups_reaches_escaped_descendants(tmp_path: Path) -> None:
         assert await eventually(lambda: gone(descendant), timeout=10)
 
     run(asyncio.new_event_loop, scenario())
+
+
+def test_the_drain_waits_for_a_consumer_that_is_behind(tmp_path: Path) -> None:
+    """The agent writes more than the high-water mark and exits; the consumer reads nothing for
+    longer than EXIT_DRAIN_S: what was in the pipe was the agent's own output, and all of it
+    arrives."""
+
+    async def scenario() -> None:
+        proc = await AgentProcess.start(
+            # One write per line (flushed): reading pauses early, the rest waits in the pipe.
+            [PY, "-c", "import sys\nfor _ in range(5000): print('x' * 9, flush=True)"],
+            env=None,
+            session_id="s",
+            workspace=tmp_path,
+            high_water=1024,
+        )
+        assert (await proc.wait()).kind == "ok"
+        assert await eventually(lambda: proc.stdout_pauses >= 1)
+        await asyncio.sleep(EXIT_DRAIN_S + 0.5)
+        lines = [item.line async for item in proc]
+        assert lines == [b"x" * 9] * 5000
+
+    run(asyncio.new_event_loop, scenario())
