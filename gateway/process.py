@@ -879,24 +879,28 @@ class AgentProcess:
                 self._drain_timer = None
 
     def close(self) -> None:
-        """Give the agent up: SIGKILL to its group and descendants, and release the pipes.
+        """Give the agent up: SIGKILL to its group and descendants if it still runs, and release
+        the pipes.
 
         Unread stdout is discarded. The pipes are released as soon as the exit is reported (at
         once if it already was); `aclose()` also waits for that. Stop agents politely with
-        `terminate()`; this is the blunt end, safe to call at any time and more than once.
+        `terminate()`; this is the blunt end, safe to call at any time and more than once. After
+        the agent's own exit, what it left behind keeps its deadline (see `_on_exit`).
         """
         self._closing = True
         self._stdin_closed = True
-        if _live_groups.get(self._pid) is self:
+        if not self._exit.done():
             self._signal_all(signal.SIGKILL)
-        self._forget()
+        # After the exit, what the agent left behind keeps its deadline (SIGKILL at the grace).
         self._maybe_close_transport()
 
     async def aclose(self) -> ExitStatus:
         """`close()`, then wait for the exit; returns the exit status."""
+        killed = not self._exit.done()
         self.close()
         status = await self.wait()
-        self._forget()
+        if killed:
+            self._forget()  # everything got SIGKILL: nothing left to wait for
         return status
 
     def _forget(self) -> None:
@@ -978,8 +982,12 @@ class AgentProcess:
             status = await self.wait()
             self._end_output()
             return status
-        if _live_groups.get(self._pid) is self and self._straggler_timer is None:
-            self._straggler_timer = self._loop.call_at(self._kill_at, self._kill_stragglers)
+        if _live_groups.get(self._pid) is self:
+            timer = self._straggler_timer
+            if timer is None or timer.when() > self._kill_at:
+                if timer is not None:
+                    timer.cancel()
+                self._straggler_timer = self._loop.call_at(self._kill_at, self._kill_stragglers)
         return status
 
     def _kill_stragglers(self) -> None:

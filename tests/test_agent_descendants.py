@@ -122,8 +122,10 @@ def test_the_drain_after_exit_is_bounded(tmp_path: Path) -> None:
         assert (await proc.wait()).kind == "ok" and lines == [b"working", b"done"]
         descendant = int((tmp_path / "descendant.pid").read_text())
         assert alive(descendant)
-        proc.close()  # the blunt end kills it now
+        # Terminating what is left shortens its deadline to the new grace.
+        await proc.terminate(grace=0.2)
         assert await eventually(lambda: gone(descendant), timeout=10)
+        assert proc.pid not in live_groups()
 
     assert EXIT_DRAIN_S < 20
     run(asyncio.new_event_loop, scenario())
