@@ -49,8 +49,8 @@ def descendant_of(tmp_path: Path) -> int:
 
 @pytest.mark.parametrize("how", HOWS)
 async def test_single_turn_agent_exit_ends_the_turn_and_the_next_prompt_runs(how, tmp_path):
-    """DPS-18-respawn: the exit of the agent ends its turn although a descendant holds stdout;
-    the next prompt starts a new process; the descendant is killed by the end of the grace."""
+    """DPS-18-respawn, DPS-17.3.2-one-prompt: the exit of the agent ends its turn although a
+    descendant holds stdout; the next prompt starts a new process (not PROMPT_IN_PROGRESS); the descendant is killed by the end of the grace."""
     config = make_config(tmp_path, agents={"hostile": single_turn(how)}, shutdown_grace_sec=GRACE)
     client = await start_gateway(config)
     try:
@@ -77,7 +77,7 @@ async def test_single_turn_agent_exit_ends_the_turn_and_the_next_prompt_runs(how
 
 @pytest.mark.parametrize("how", HOWS)
 async def test_delete_finishes_within_the_grace_whatever_descendants_do(how, tmp_path):
-    """DPS-17.2.3-signals, DPS-7.7: DELETE of a long-lived agent whose descendant ignores SIGTERM
+    """DPS-17.2.3-signals, DPS-7.7-deleted: DELETE of a long-lived agent whose descendant ignores SIGTERM
     (and may hold stdout) answers once the agent is stopped and the grace is over, not when the
     descendant would end (120 s); the descendant is gone."""
     config = make_config(tmp_path, agents={"hostile": long_lived(how)}, shutdown_grace_sec=GRACE)

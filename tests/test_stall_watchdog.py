@@ -61,7 +61,7 @@ def test_the_watchdog_ticks_only_during_a_turn_and_only_when_on():
 
 
 def test_silence_warns_once_then_stops_the_agent_and_restarts_it_resumed():
-    """After stall_warning_sec of silence: agent.error AGENT_STALLED, severity warning,
+    """DPS-4.4-error: after stall_warning_sec of silence, agent.error AGENT_STALLED, severity warning,
     recoverable; after stall_timeout_sec: severity error and Terminate; the exit that follows ends
     the turn with error and starts the agent again with its session id (not a fatal error)."""
     m = machine(1.0, 2.0)
@@ -148,9 +148,10 @@ def test_config_keys_are_per_profile_and_checked(tmp_path):
 
 
 async def test_a_silent_agent_is_warned_about_then_restarted_and_the_session_goes_on(tmp_path):
-    """The hostile agent answers "hang" with a first message and then nothing: masters get the
-    warning, then the error; the turn ends with error; the agent is started again with --resume
-    and its session id; the next prompt is answered."""
+    """DPS-4.4-error, DPS-17.3.2-one-prompt: the hostile agent answers "hang" with a first message
+    and then nothing: masters get the warning (a prompt meanwhile is refused: the turn still runs),
+    then the error; the turn ends with error; the agent is started again with --resume and its
+    session id; the next prompt is answered."""
     base = builtin_profiles()["claude-code"]
     profile = type(base)(
         name="silent",
@@ -159,7 +160,7 @@ async def test_a_silent_agent_is_warned_about_then_restarted_and_the_session_goe
         resume_flag="--resume {session_id}",
         features=base.features,
         stall_warning_sec=0.4,
-        stall_timeout_sec=1.2,
+        stall_timeout_sec=2.0,
     )
     client = await start_gateway(
         make_config(tmp_path, agents={"silent": profile}, shutdown_grace_sec=1.0)
@@ -169,8 +170,14 @@ async def test_a_silent_agent_is_warned_about_then_restarted_and_the_session_goe
         master = await Master.attach(client, session["session_id"])
         await master.send("control.prompt.request", {"prompt_text": "please hang"})
         warning = await master.until("agent.error", timeout=10, severity="warning")
-        error = await master.until("agent.error", timeout=10, severity="error")
+        # The stalled turn is still the running one until it ends.
+        await master.send("control.prompt.request", {"prompt_text": "too early"})
         end = await master.until("session.turn.end", timeout=10)
+        later = master.frames[master.frames.index(warning) + 1 :]
+        (busy,) = [f for f in later if f["type"] == "session.error"]
+        assert busy["payload"]["error_code"] == "PROMPT_IN_PROGRESS"
+        (error,) = [f for f in later if f["type"] == "agent.error"]
+        assert error["payload"]["severity"] == "error"
         assert warning["payload"]["error_code"] == error["payload"]["error_code"] == "AGENT_STALLED"
         assert warning["payload"]["recoverable"] and error["payload"]["recoverable"]
         assert end["payload"]["stop_reason"] == "error"
