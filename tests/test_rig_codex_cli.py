@@ -224,6 +224,14 @@ def check_full_access(r: RunResult, cli: CliSetup) -> None:
     assert (cli.cwd / "created.txt").exists()
 
 
+def check_view_image(r: RunResult, cli: CliSetup) -> None:
+    # exec --json prints no item for view_image at all: only the answer. The model got the image.
+    assert [i["type"] for e in r.of_type("item.completed") for i in [e["item"]]] == [
+        "agent_message"
+    ]
+    assert "data:image/png;base64," in json.dumps(r.requests[1].body["input"])
+
+
 CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "text": check_text,
     "reasoning": check_reasoning,
@@ -247,6 +255,7 @@ CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "reasoning-raw": check_reasoning_raw,
     "mcp-error": check_mcp_error,
     "full-access": check_full_access,
+    "view-image": check_view_image,
 }
 
 

@@ -203,6 +203,18 @@ def check_auto_edit(r: RunResult, cli: CliSetup) -> None:
     assert kinds == ["tool_use", "tool_use", "tool_result", "tool_result"]
 
 
+def check_read_image(r: RunResult, cli: CliSetup) -> None:
+    # The tool_result output is a display string; the bytes go to the model, not to stdout.
+    ((name, res),) = tool_pairs(r)
+    assert (name, res["status"], res["output"]) == (
+        "read_file",
+        "success",
+        "Read image file: dot.png",
+    )
+    assert "base64" not in json.dumps(r.events)
+    assert '"mimeType": "image/png"' in json.dumps(r.requests[1].body)
+
+
 CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "text": check_text,
     "thinking": check_thinking,
@@ -224,6 +236,7 @@ CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "truncated": check_stream_cut,
     "mcp-error": check_mcp_error,
     "auto-edit": check_auto_edit,
+    "read-image": check_read_image,
 }
 
 
