@@ -170,8 +170,10 @@ class History:
             self._restart_seq = self._next_seq
 
     def clear(self) -> int:
-        """Forget everything (the session is gone); returns the bytes released."""
+        """Forget everything, the id index included (the session is gone); returns the frame bytes
+        released."""
         released = self.bytes
         self._frames.clear()
+        self._seq_of.clear()
         self.bytes = 0
         return released

@@ -4,11 +4,13 @@ Theory of operation
 -------------------
 ``create_app(config)`` builds the aiohttp application; ``serve(config)`` runs it on uvloop until
 SIGTERM or SIGINT. Sessions live in ``app[SESSIONS]`` as ``LiveSession`` objects; the handlers only
-translate HTTP into calls on them. Two middlewares wrap every request: errors become
-``{"error_code", "message"}`` JSON (never a stack trace), and, when a token is configured, every
-request but ``/healthz`` and the browser console's page needs ``Authorization: Bearer <token>``
-(compared in constant time); a WebSocket upgrade may carry a one-time ``?ticket=`` instead
-(``gateway/console.py``).
+translate HTTP into calls on them. A session that ended is replaced by a ``TerminatedSession``, the
+JSON the API shows of it and nothing else (its process, parser, machine, history and connections are
+freed); the newest ``KEEP_TERMINATED`` of them stay listed. Two middlewares wrap every request:
+errors become ``{"error_code", "message"}`` JSON (never a stack trace), and, when a token is
+configured, every request but ``/healthz`` and the browser console's page needs
+``Authorization: Bearer <token>`` (compared in constant time); a WebSocket upgrade may carry a
+one-time ``?ticket=`` instead (``gateway/console.py``).
 
 On shutdown every live session is deleted the DPS way (SIGTERM, SIGKILL after the grace period,
 cleanup frames, ``session.deleted``, close), so no agent process outlives the gateway. With a state
@@ -52,7 +54,21 @@ STATE: Final = web.AppKey("state", StateDir)
 TICKETS: Final = web.AppKey("tickets", console.TicketStore)
 STATIC: Final = web.AppKey("static", dict)
 WS_ROUTE: Final = "session-ws"
-KEEP_TERMINATED: Final = 100  # terminated sessions still listed, newest first
+KEEP_TERMINATED: Final = 100  # terminated sessions still listed (summaries only), oldest forgotten
+
+
+class TerminatedSession:
+    """What is kept of a session that ended: its last ``to_json()``, a few hundred bytes."""
+
+    __slots__ = ("_summary", "id")
+    state: Final = "TERMINATED"
+
+    def __init__(self, session: LiveSession) -> None:
+        self.id = session.id
+        self._summary = {**session.to_json(), "state": "TERMINATED", "connections": 0}
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self._summary)
 
 
 class ApiError(Exception):
@@ -214,7 +230,7 @@ async def create_session(request: web.Request) -> web.Response:
         origin=origin,
         reattach_window_sec=float(window),
         history=history,
-        on_terminated=lambda s: _forget_terminated(app),
+        on_terminated=lambda s: _terminated(app, s),
         saved=state.create(session_id) if state is not None else None,
     )
     app[SESSIONS][session_id] = session
@@ -250,14 +266,20 @@ def _history_from(buffer: Any, config: Config) -> History:
     return History(policy, max_bytes)
 
 
-def _forget_terminated(app: web.Application) -> None:
-    sessions: dict[str, LiveSession] = app[SESSIONS]
+def _terminated(app: web.Application, session: LiveSession) -> None:
+    """A session ended: its summary replaces it (freeing everything else), and the oldest
+    summaries past ``KEEP_TERMINATED`` are forgotten."""
+    sessions: dict[str, LiveSession | TerminatedSession] = app[SESSIONS]
+    if sessions.get(session.id) is not session:
+        return  # never listed (its agent could not start) or already replaced
+    sessions[session.id] = TerminatedSession(session)
     terminated = [s for s in sessions.values() if s.state == "TERMINATED"]
     for old in terminated[:-KEEP_TERMINATED]:
-        sessions.pop(old.id, None)
+        del sessions[old.id]
+        app[METRICS].session_state("TERMINATED", None)
 
 
-def _session(request: web.Request) -> LiveSession:
+def _session(request: web.Request) -> LiveSession | TerminatedSession:
     session_id = request.match_info["session_id"]
     session = request.app[SESSIONS].get(session_id)
     if session is None:
@@ -457,6 +479,8 @@ async def get_file(request: web.Request) -> web.StreamResponse:
     transfer_id = request.match_info["transfer_id"]
     if session is None:
         raise ApiError(404, "TRANSFER_NOT_FOUND", f"no file {transfer_id!r}: no such session")
+    if isinstance(session, TerminatedSession):  # its files went with it
+        raise ApiError(404, "TRANSFER_NOT_FOUND", f"no file {transfer_id!r}: the session has ended")
     try:
         stored, path = session.files.get(transfer_id)
     except FileError as err:
@@ -579,7 +603,7 @@ async def _restore_sessions(app: web.Application) -> None:
                 workspace,
                 config=config,
                 metrics=metrics,
-                on_terminated=lambda s: _forget_terminated(app),
+                on_terminated=lambda s: _terminated(app, s),
             )
         except (KeyError, TypeError, ValueError) as err:
             _restore_failed(metrics, record["session_id"], "corrupt", f"unusable record: {err}")

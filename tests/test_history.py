@@ -70,3 +70,22 @@ def test_a_frame_larger_than_the_buffer_is_not_kept():
 def test_bad_policy():
     with pytest.raises(ValueError, match="RING, DROP, NONE"):
         History("LOSSY")  # type: ignore[arg-type]
+
+
+def test_clear_releases_the_frames_and_the_id_index():
+    """A deleted session's buffer keeps nothing: the index of sent ids (up to ``id_memory``
+    entries, ~12 MB when full) goes with the frames."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        h = History("RING", max_bytes=1024)
+        fill(h, 65536, size=1)
+        assert tracemalloc.get_traced_memory()[0] - before > 5_000_000
+        h.clear()
+        assert tracemalloc.get_traced_memory()[0] - before < 100_000
+        assert (h.bytes, len(h)) == (0, 0)
+        assert h.since("m65535").lost_frame_count is None  # the id is forgotten too
+    finally:
+        tracemalloc.stop()
