@@ -110,13 +110,71 @@ def test_plan_text_is_marked_with_its_content_role():
 
 def test_a_huge_text_delta_is_split_to_fit_the_frame_size():
     m = mapper(max_frame_size=4096)
-    frames = run(m, ev.TextDelta(block="b", text="é" * 5000), ev.TextEnd(block="b"))
+    # 4000 characters are 8000 bytes: more than a frame, not more than one event may carry.
+    frames = run(m, ev.TextDelta(block="b", text="é" * 4000), ev.TextEnd(block="b"))
     deltas = of(frames, "agent.text.delta")
     assert len(deltas) > 1
     assert all(len(codec.encode(f)) <= 4096 for f in frames)
     (done,) = [f for f in frames if f.TYPE == "agent.text.done"]
     assert p(done).full_text is None and done.metadata == {"full_text_omitted": True}
-    assert "".join(d.text for d in deltas) == "é" * 5000
+    assert "".join(d.text for d in deltas) == "é" * 4000
+    assert not of(frames, "agent.error")
+
+
+def test_one_event_carries_at_most_max_frame_size_characters_and_says_it_was_cut():
+    """A 20 MB line becomes a bounded burst: the first max_frame_size characters in deltas that
+    each fit a frame, the last marked text_truncated with the count cut, then a warning."""
+    m = mapper(max_frame_size=4096)
+    text = "".join(chr(0x61 + i % 26) for i in range(50_000))
+    frames = run(m, ev.TextDelta(block="b", text=text), ev.TextDelta(block="b", text="tail"))
+    assert all(len(codec.encode(f)) <= 4096 for f in frames)
+    deltas = [f for f in frames if f.TYPE == "agent.text.delta"]
+    assert "".join(p(d).text for d in deltas) == text[:4096] + "tail"
+    cut = [d for d in deltas if d.metadata and d.metadata.get("text_truncated")]
+    assert cut == [deltas[-2]]
+    assert cut[0].metadata["omitted_chars"] == 50_000 - 4096
+    types_ = types(frames)
+    assert types_[types_.index("agent.error") - 1] == "agent.text.delta"
+    (warning,) = of(frames, "agent.error")
+    assert (warning.error_code, warning.severity, warning.recoverable) == (
+        "OUTPUT_TRUNCATED", "warning", True,
+    )  # fmt: skip
+    assert "50000" in warning.message and "4096" in warning.message
+    # Thinking and a tool's streamed output are bounded the same way.
+    thinking = run(m, ev.ThinkingDelta(block="t", text=text))
+    assert sum(len(d.text) for d in of(thinking, "agent.thinking.delta")) == 4096
+    assert of(thinking, "agent.error")[0].error_code == "OUTPUT_TRUNCATED"
+    stream = run(m, call("c1"), ev.ToolOutput(call_id="c1", chunk=text, stream="stdout"))
+    chunks = of(stream, "tool.invoke.stream")
+    assert "".join(c.chunk for c in chunks) == text[:4096]
+    assert [c.sequence for c in chunks] == list(range(len(chunks)))
+    assert all(len(codec.encode(f)) <= 4096 for f in stream)
+    (warning,) = of(stream, "agent.error")
+    assert warning.details.related_invocation_id == chunks[0].invocation_id
+
+
+def test_full_text_is_kept_up_to_one_frame_then_dropped_so_a_block_holds_bounded_memory():
+    """Many one-line deltas in one block: full_text is kept while it could fit a frame, then
+    the kept text is let go (omitted at done, full_text_omitted) and memory stays flat."""
+    import tracemalloc
+
+    m = mapper(max_frame_size=64 * 1024)
+    few = run(m, *(ev.TextDelta(block="a", text=f"line {i}\n") for i in range(100)))
+    done = run(m, ev.TextEnd(block="a"))[-1]
+    assert p(done).full_text == "".join(p(f).text for f in few if f.TYPE == "agent.text.delta")
+    tracemalloc.start()
+    try:
+        for i in range(100_000):
+            m.map(ev.TextDelta(block="b", text=f"{i:010d}\n"))
+            if i == 10_000:  # past the limit: from here on nothing more may pile up
+                early = tracemalloc.get_traced_memory()[0]
+                tracemalloc.reset_peak()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak - early < 256 * 1024  # 1.1 MB written; the block holds at most one frame's worth
+    done = run(m, ev.TextEnd(block="b"))[-1]
+    assert p(done).full_text is None and done.metadata == {"full_text_omitted": True}
 
 
 # --- state ---------------------------------------------------------------------------------------

@@ -6,10 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
+import sys
 import weakref
+from dataclasses import replace
+from pathlib import Path
 
+from gateway.config import builtin_profiles
 from gateway.server import SESSIONS, TerminatedSession
 from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+
+HOSTILE = Path(__file__).parent / "hostile"
 
 
 async def prompt_and_wait(master: Master, text: str) -> list[dict]:
@@ -65,5 +72,46 @@ async def test_a_deleted_session_is_freed_whole_and_only_its_summary_stays(tmp_p
         assert (resp.status, (await resp.json())["error_code"]) == (409, "SESSION_TERMINATED")
         resp = await client.delete(f"/v1/session/{sid}")
         assert resp.status == 200 and (await resp.json())["state"] == "TERMINATED"
+    finally:
+        await client.close()
+
+
+async def test_a_20_MB_line_never_closes_masters_that_keep_reading(tmp_path):
+    """A plain agent prints one 20 MB line. Two masters reading at full speed both get the
+    documented cut (the first max_frame_size characters, in deltas that each fit a frame, the
+    last marked text_truncated, then an OUTPUT_TRUNCATED warning), the whole turn, and are not
+    closed; a master that reattaches gets it all from history."""
+    plain = replace(
+        builtin_profiles()["plain"], command=(sys.executable, str(HOSTILE / "big_line.py"), "20")
+    )
+    config = make_config(tmp_path, agents={"plain": plain})
+    client = await start_gateway(config)
+    try:
+        session = await create_session(client, "plain")
+        sid = session["session_id"]
+        masters = [await Master.attach(client, sid) for _ in range(2)]
+        first = masters[0].frames[-1]["message_id"] if masters[0].frames else None
+        await masters[0].send("control.prompt.request", {"prompt_text": "go"})
+        await asyncio.gather(*(m.until("session.usage", timeout=60) for m in masters))
+        line = "0123456789abcdef" * (20 * 65536) + "\n"
+        kept = line[: config.max_frame_size]
+        for master in masters:
+            assert master.ws.close_code is None and not master.ws.closed
+            deltas = [f for f in master.frames if f["type"] == "agent.text.delta"]
+            assert "".join(d["payload"]["text"] for d in deltas) == kept
+            assert all(len(json.dumps(f).encode()) <= config.max_frame_size for f in deltas)
+            assert deltas[-1]["metadata"]["text_truncated"] is True
+            assert deltas[-1]["metadata"]["omitted_chars"] == len(line) - len(kept)
+            warning = next(f for f in master.frames if f["type"] == "agent.error")["payload"]
+            assert (warning["error_code"], warning["severity"]) == ("OUTPUT_TRUNCATED", "warning")
+            end = next(f for f in master.frames if f["type"] == "session.turn.end")
+            assert end["payload"]["stop_reason"] == "end_turn"
+        # History has it: a master reattaching from before the prompt gets every frame.
+        back = await Master.attach(client, sid, last_message_id=first or "unknown", announce=False)
+        await back.next()  # session.capabilities
+        history = await back.next()
+        assert history["type"] == "session.history"
+        replayed = [f for f in history["payload"]["frames"] if f["type"] == "agent.text.delta"]
+        assert "".join(d["payload"]["text"] for d in replayed) == kept
     finally:
         await client.close()

@@ -12,7 +12,10 @@ What it keeps, per turn unless said otherwise:
 
 * **Blocks**: each parser block key gets the next ``content_index`` of the turn on its first delta,
   so indexes are unique in the turn however the agent numbers its blocks (DPS-4.1-text). The mapper
-  keeps the deltas it sent, so ``agent.text.done`` ``full_text`` is exactly their concatenation.
+  keeps the text it sent, so ``agent.text.done`` ``full_text`` is exactly the deltas' concatenation;
+  it stops keeping it once the block passes ``max_frame_size`` characters, since such a
+  ``full_text`` could never fit its frame (it is omitted, ``metadata.full_text_omitted: true``): an
+  open block holds at most one frame's worth of text, however long the agent writes.
 * **Calls**: each agent call id gets a fresh UUID v4 ``invocation_id`` (the agent's id stays in
   ``metadata.agent_call_id``), the ``parallel_group_id`` of its ``group`` (one UUID per group value
   per turn; a lone call gets its own), and a record that lives until its one
@@ -29,12 +32,18 @@ What it keeps, per turn unless said otherwise:
   ``thinking``, a call → ``tool_calling``, the last open call's result → ``thinking``, turn end →
   ``idle``); a subagent's events do not move it, the main agent is waiting on the call then.
 * **Size**: a result whose encoded frame would exceed ``max_frame_size`` has its output cut and
-  ``truncated: true``; an oversized request input is cut the same way (``metadata.input_truncated``);
-  a huge text delta is split.
+  ``truncated: true``; an oversized request input is cut the same way (``metadata.input_truncated``).
+  A text, thinking or tool-stream event longer than one frame is split into several deltas (or
+  stream chunks) that each fit. One event carries at most ``max_frame_size`` characters: the rest is
+  cut, its last frame says ``metadata.text_truncated: true`` and ``omitted_chars``, and an
+  ``agent.error`` warning ``OUTPUT_TRUNCATED`` follows. So one agent line (a 20 MB line of a plain
+  program) gives a bounded burst of frames, which a master that keeps reading always takes: the
+  per-connection send queue is there to cut off masters that stopped reading, not this.
 """
 
 from __future__ import annotations
 
+import io
 from typing import Any, Final
 
 import msgspec
@@ -64,13 +73,26 @@ _MCP_STATUS: Final[dict[str, tuple[F.ToolStatus, str, str]]] = {
 
 
 class _Block:
-    __slots__ = ("index", "kind", "metadata", "parts")
+    __slots__ = ("index", "kind", "metadata", "size", "text")
 
     def __init__(self, index: int, kind: str, metadata: dict[str, Any] | None) -> None:
         self.index = index
         self.kind = kind
         self.metadata = metadata
-        self.parts: list[str] = []
+        # The text sent so far, for full_text (thinking has none); None once it is too long to
+        # be sent (see ``keep``). One buffer, not a list of parts: a million one-line deltas cost
+        # their characters, not a million string objects.
+        self.text: io.StringIO | None = io.StringIO() if kind == "text" else None
+        self.size = 0
+
+    def keep(self, text: str, limit: int) -> None:
+        if self.text is None:
+            return
+        self.size += len(text)
+        if self.size > limit:
+            self.text = None  # full_text would not fit its frame: it will be omitted
+        else:
+            self.text.write(text)
 
 
 class _Call:
@@ -147,6 +169,10 @@ class Mapper:
         # subagent's late frames still say where they come from.
         self._contexts: dict[str, F.SubagentContext] = {}
         self._text_chunk = max(1, max_frame_size // 8)  # chars per delta (≤ 6 bytes each escaped)
+        # More characters than this cannot fit a frame: the most full_text keeps, and the most one
+        # event carries (see "Size" in the module docstring).
+        self._full_text_limit = max_frame_size - _FRAME_MARGIN
+        self._event_text_limit = max_frame_size
         self._dispatch = {
             ev.TextDelta: self._text_delta,
             ev.ThinkingDelta: self._thinking_delta,
@@ -271,27 +297,56 @@ class Mapper:
     def _text_delta(self, event: ev.TextDelta) -> list[F.Frame]:
         out = self._main_state(event.parent, "thinking", "generating")
         block = self._open_block(event.block, "text", event.parent, event.role)
-        for text in self._chunks(event.text):
-            block.parts.append(text)
+        chunks, omitted = self._chunks(event.text)
+        for text in chunks:
+            block.keep(text, self._full_text_limit)
             out.append(
                 self._frame(F.TextDelta(content_index=block.index, text=text), block.metadata)
             )
+        if omitted:
+            out += self._truncated(out[-1], len(event.text), omitted, event.parent)
         return out
 
     def _thinking_delta(self, event: ev.ThinkingDelta) -> list[F.Frame]:
         out = self._main_state(event.parent, "thinking", "thinking")
         block = self._open_block(event.block, "thinking", event.parent, None)
-        for text in self._chunks(event.text):
-            block.parts.append(text)
+        chunks, omitted = self._chunks(event.text)
+        for text in chunks:
             payload = F.ThinkingDelta(content_index=block.index, text=text, redacted=event.redacted)
             out.append(self._frame(payload, block.metadata))
+        if omitted:
+            out += self._truncated(out[-1], len(event.text), omitted, event.parent)
         return out
 
-    def _chunks(self, text: str) -> list[str]:
+    def _chunks(self, text: str) -> tuple[list[str], int]:
+        """One event's text as pieces that each fit a frame, and how many characters past
+        ``_event_text_limit`` were cut."""
         size = self._text_chunk
         if len(text) <= size:
-            return [text]
-        return [text[i : i + size] for i in range(0, len(text), size)]
+            return [text], 0
+        omitted = max(0, len(text) - self._event_text_limit)
+        end = len(text) - omitted
+        return [text[i : min(i + size, end)] for i in range(0, end, size)], omitted
+
+    def _truncated(
+        self,
+        last: F.Frame,
+        length: int,
+        omitted: int,
+        parent: str | None,
+        details: F.ErrorDetails | None = None,
+    ) -> list[F.Frame]:
+        """Mark the last frame of an event that was cut, and say so (see "Size" above)."""
+        last.metadata = {**(last.metadata or {}), "text_truncated": True, "omitted_chars": omitted}
+        payload = F.AgentError(
+            error_code="OUTPUT_TRUNCATED",
+            message=f"the agent wrote {length} characters at once; only the first "
+            f"{length - omitted} were sent",
+            severity="warning",
+            recoverable=True,
+            details=details,
+        )
+        return [self._frame(payload, self._meta(parent))]
 
     def _block_end(self, event: ev.TextEnd | ev.ThinkingEnd) -> list[F.Frame]:
         block = self._blocks.pop(event.block, None)
@@ -311,8 +366,13 @@ class Mapper:
         if block.kind != "text":
             payload = F.ThinkingDone(content_index=block.index, is_cancelled=is_cancelled)
             return self._frame(payload, block.metadata)
-        full: str | None = "".join(block.parts)
         metadata = block.metadata
+        if block.text is None:
+            return self._frame(
+                F.TextDone(content_index=block.index, is_cancelled=is_cancelled),
+                {**(metadata or {}), "full_text_omitted": True},
+            )
+        full: str | None = block.text.getvalue()
         if len(full) > self._text_chunk:  # type: ignore[arg-type]
             # full_text is optional (a check for the receiver): left out rather than making the
             # frame too large.
@@ -381,15 +441,24 @@ class Mapper:
         call = self._calls.get(event.call_id)
         if call is None:
             return []
-        payload = F.InvokeStream(
-            invocation_id=call.invocation_id,
-            tool_name=call.tool_name,
-            stream_type=event.stream,
-            chunk=event.chunk,
-            sequence=call.sequence,
-        )
-        call.sequence += 1
-        return [self._frame(payload, self._call_meta(call))]
+        out: list[F.Frame] = []
+        chunks, omitted = self._chunks(event.chunk)
+        for chunk in chunks:
+            payload = F.InvokeStream(
+                invocation_id=call.invocation_id,
+                tool_name=call.tool_name,
+                stream_type=event.stream,
+                chunk=chunk,
+                sequence=call.sequence,
+            )
+            call.sequence += 1
+            out.append(self._frame(payload, self._call_meta(call)))
+        if omitted:
+            details = F.ErrorDetails(
+                related_tool=call.tool_name, related_invocation_id=call.invocation_id
+            )
+            out += self._truncated(out[-1], len(event.chunk), omitted, event.parent, details)
+        return out
 
     def _tool_result(self, event: ev.ToolResult) -> list[F.Frame]:
         call = self._calls.get(event.call_id)
