@@ -257,6 +257,7 @@ class Config:
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     max_request_bytes: int = 1024 * 1024
     send_queue_bytes: int = 16 * 1024 * 1024  # per connection; past it the connection is closed
+    max_stdin_bytes: int = 4 * 1024 * 1024  # agent input not read yet; past it input is refused
     reattach_window_sec: float = 300.0
     buffer_policy: str = "RING"
     buffer_max_bytes: int = 8 * 1024 * 1024
@@ -280,6 +281,7 @@ _SERVER_KEYS: Final = {
     "max_frame_size": int,
     "max_request_bytes": int,
     "send_queue_bytes": int,
+    "max_stdin_bytes": int,
     "reattach_window_sec": (int, float),
     "buffer_policy": str,
     "buffer_max_bytes": int,
@@ -444,6 +446,7 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: 
         ("max_frame_size", int, 4096),
         ("max_request_bytes", int, 1024),
         ("send_queue_bytes", int, 65536),
+        ("max_stdin_bytes", int, 65536),
         ("reattach_window_sec", float, 0),
         ("buffer_max_bytes", int, 0),
         ("max_buffer_bytes", int, 0),

@@ -31,7 +31,10 @@ The pipes are driven by a `SubprocessProtocol` of our own instead of `asyncio.St
   `bench/bench_process_lines.py` measures the two readers.
 * stderr is drained continuously into a ring of the last `stderr_limit` bytes (`stderr_tail()`),
   for `agent.error.details`; a chatty stderr can never fill the pipe and stall the agent.
-* stdin: `write()` + `await drain()` with the transport's flow control, `close_stdin()`.
+* stdin: `write()` + `await drain()` with the transport's flow control, `close_stdin()`. What the
+  agent has not read yet waits in the transport (`stdin_backlog`); `write(data, limit=N)` refuses
+  (`AgentStdinFull`, nothing written) a write that would take it past N bytes, so an agent that
+  never reads stdin cannot make the gateway grow.
 
 Exit statuses are classified by the pure `classify_exit()` (DPS-17.2.2), usable by the sans-IO core:
 0 is "ok", 1-127 "error", a negative return code (killed by signal N) or 128+N "signal".
@@ -81,6 +84,7 @@ __all__ = [
     "AgentProcess",
     "AgentProcessError",
     "AgentStartError",
+    "AgentStdinFull",
     "ExitKind",
     "ExitStatus",
     "StdoutLine",
@@ -163,6 +167,10 @@ def classify_exit(returncode: int) -> ExitStatus:
 
 class AgentProcessError(Exception):
     """Base class of the errors this module raises."""
+
+
+class AgentStdinFull(AgentProcessError):
+    """The agent has left too much of its input unread: the write was refused."""
 
 
 class AgentStartError(AgentProcessError):
@@ -781,8 +789,10 @@ class AgentProcess:
 
     # ------------------------------------------------------------------ stdin
 
-    def write(self, data: bytes) -> None:
-        """Queue bytes for the agent's stdin. Raises if stdin is closed or the pipe broke."""
+    def write(self, data: bytes, *, limit: int | None = None) -> None:
+        """Queue bytes for the agent's stdin. Raises if stdin is closed or the pipe broke, and
+        `AgentStdinFull` (writing nothing) if the bytes the agent has not read yet would pass
+        `limit` with these; a write into an empty backlog always goes."""
         if self._stdin_closed:
             raise AgentProcessError("agent stdin is closed")
         if self._stdin_exc is not None:
@@ -790,7 +800,21 @@ class AgentProcess:
         pipe = self._transport.get_pipe_transport(_STDIN_FD)
         if pipe is None or pipe.is_closing():
             raise AgentProcessError("agent stdin pipe is closed")
+        if limit is not None:
+            backlog = pipe.get_write_buffer_size()  # type: ignore[attr-defined]
+            if backlog and backlog + len(data) > limit:
+                raise AgentStdinFull(
+                    f"the agent has not read {backlog} bytes of its input (limit {limit})"
+                )
         pipe.write(data)  # type: ignore[attr-defined]
+
+    @property
+    def stdin_backlog(self) -> int:
+        """Bytes written to stdin that the agent has not taken yet (beyond the pipe's own buffer)."""
+        pipe = self._transport.get_pipe_transport(_STDIN_FD)
+        if pipe is None or pipe.is_closing():
+            return 0
+        return pipe.get_write_buffer_size()  # type: ignore[attr-defined]
 
     async def drain(self) -> None:
         """Wait until the stdin buffer is below the transport's high-water mark."""

@@ -11,7 +11,10 @@ frames, exits, timers) and carries out the actions it returns, in order, in ``pe
   most once per frame, for connections that did not announce it);
 * ``Emit`` to one connection: a reply (``session.error``) or a greeting; not buffered;
 * ``Spawn``/``WriteStdin``/``Signal``/``Terminate``: the agent process (writes made while the process
-  is still starting are queued and flushed once it runs);
+  is still starting are queued and flushed once it runs). Input the agent has not read (that queue,
+  or the stdin pipe's buffer) is bounded by ``max_stdin_bytes``: a prompt that would pass it is
+  refused before it opens a turn, with a non-fatal ``session.error`` ``AGENT_STDIN_FULL`` to its
+  sender; any other write past it is dropped and every master is told the same way;
 * ``StartTimer``/``CancelTimer``: ``loop.call_later`` handles by key;
 * ``CloseAll``: every connection flushes its queue, then closes.
 * ``WritePrompt``/``PlaceFile`` and ``Spawn.images``: a prompt's attached files, read from the
@@ -36,7 +39,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -50,7 +53,7 @@ from .files import FileError, FileStore, store_tool_files
 from .history import History
 from .metrics import GatewayMetrics
 from .persistence import COMPACT_SLACK, FORMAT, VERSION, Loaded, SavedSession
-from .process import AgentProcess, AgentStartError
+from .process import AgentProcess, AgentStartError, AgentStdinFull
 from .protocol import codec, recovery
 from .protocol import frames as F
 from .protocol import session as sm
@@ -412,8 +415,15 @@ class LiveSession:
     def receive(self, conn_id: str, data: str | bytes) -> None:
         if self._suspended:
             return  # the gateway is stopping; the master reattaches and sends it again
-        self.metrics.frame_in(_peek_type(data), len(data))
+        peek = _peek_frame(data)
+        self.metrics.frame_in(peek.type, len(data))
         self._line_t_ns = 0
+        if peek.type == "control.prompt.request" and self._stdin_full(len(data)):
+            # Refused before the machine opens a turn for it (the frame's size bounds what the
+            # prompt becomes on stdin): nothing is started that the agent could not be told.
+            mid = peek.message_id if isinstance(peek.message_id, str) else None
+            self._stdin_full_error(mid, to=conn_id)
+            return
         self.perform(self.machine.receive(conn_id, data))
 
     # --- the agent process ----------------------------------------------------------------------
@@ -567,11 +577,43 @@ class LiveSession:
         proc = self.process
         if proc is not None and proc.returncode is None:
             try:
-                proc.write(data)
+                proc.write(data, limit=self.config.max_stdin_bytes)
+            except AgentStdinFull:
+                self._stdin_full_error(None)
             except Exception as err:  # the pipe closed under us: the exit will be reported
                 log.warning("stdin write failed", extra={"session": self.id, "error": str(err)})
         elif self._spawning:
-            self._stdin_pending.append(data)
+            if self._stdin_full(len(data)):
+                self._stdin_full_error(None)
+            else:
+                self._stdin_pending.append(data)
+
+    def _stdin_backlog(self) -> int:
+        """Input the agent has not read: queued while it starts, or waiting in the pipe."""
+        proc = self.process
+        pending = sum(map(len, self._stdin_pending))
+        return pending + (proc.stdin_backlog if proc is not None else 0)
+
+    def _stdin_full(self, size: int) -> bool:
+        backlog = self._stdin_backlog()
+        return backlog > 0 and backlog + size > self.config.max_stdin_bytes
+
+    def _stdin_full_error(self, parent_id: str | None, to: str | None = None) -> None:
+        """``session.error`` ``AGENT_STDIN_FULL`` (non-fatal): to the sender of a refused prompt,
+        or to every master when other input (an interrupt, a permission answer) was dropped."""
+        backlog, limit = self._stdin_backlog(), self.config.max_stdin_bytes
+        log.warning(
+            "agent stdin full", extra={"session": self.id, "backlog": backlog, "limit": limit}
+        )
+        what = "this prompt was not sent" if to is not None else "input for it was dropped"
+        payload = F.SessionError(
+            error_code="AGENT_STDIN_FULL",
+            message=f"the agent has not read {backlog} bytes of earlier input (limit "
+            f"max_stdin_bytes = {limit}); {what}",
+            fatal=False,
+        )
+        frame = self.machine.factory.frame(payload, parent_id=parent_id)
+        self.perform([sm.Emit(frame, to=to)])
 
     async def _terminate(self) -> None:
         while self._spawning:  # a process being started must not escape the termination
@@ -746,16 +788,19 @@ def _decoded(data: bytes | None) -> F.Frame | None:
     return got.frame if isinstance(got, codec.Accepted) else None
 
 
-class _TypePeek(msgspec.Struct):
+class _Peek(msgspec.Struct):
     type: str = "other"
+    message_id: Any = None  # a wrong kind is the machine's to refuse, not a reason to miscount
 
 
-_peek = msgspec.json.Decoder(_TypePeek)
+_peek = msgspec.json.Decoder(_Peek)
+_NOTHING: Final = _Peek()
 
 
-def _peek_type(data: str | bytes) -> str:
-    """The frame type of a received frame, for metrics only (bounded by the metrics module)."""
+def _peek_frame(data: str | bytes) -> _Peek:
+    """The type (for metrics, bounded by the metrics module) and id of a received frame, without
+    validating it (the machine does)."""
     try:
-        return _peek.decode(data).type
+        return _peek.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return "other"
+        return _NOTHING

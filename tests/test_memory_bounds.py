@@ -12,7 +12,9 @@ import weakref
 from dataclasses import replace
 from pathlib import Path
 
-from gateway.config import builtin_profiles
+import pytest
+
+from gateway.config import ConfigError, builtin_profiles, load_config
 from gateway.server import SESSIONS, TerminatedSession
 from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
 
@@ -115,3 +117,61 @@ async def test_a_20_MB_line_never_closes_masters_that_keep_reading(tmp_path):
         assert "".join(d["payload"]["text"] for d in replayed) == kept
     finally:
         await client.close()
+
+
+async def test_prompts_an_agent_does_not_read_are_bounded_and_refused_clearly(tmp_path):
+    """An agent that never reads stdin: 900 KB prompts pile up in the stdin pipe until
+    max_stdin_bytes, then a prompt is refused with a non-fatal session.error AGENT_STDIN_FULL
+    (parent_id: the prompt) and opens no turn; the session goes on."""
+    deaf = replace(
+        builtin_profiles()["claude-code"],
+        command=(sys.executable, str(HOSTILE / "deaf_agent.py")),
+        resume_flag="",
+    )
+    limit = 2 * 1024 * 1024
+    client = await start_gateway(
+        make_config(tmp_path, agents={"deaf": deaf}, max_stdin_bytes=limit)
+    )
+    try:
+        session = await create_session(client, "deaf")
+        sid = session["session_id"]
+        live = client.server.app[SESSIONS][sid]
+        master = await Master.attach(client, sid)
+        big = "p" * 900_000
+        refused = None
+        for _ in range(12):
+            start = len(master.frames)
+            sent = await master.send("control.prompt.request", {"prompt_text": big})
+            while True:
+                frame = await master.next(timeout=15)
+                if frame["type"] == "session.error" or frame["type"] == "session.turn.end":
+                    break
+            assert live.process.stdin_backlog <= limit
+            if frame["type"] == "session.error":
+                refused = (sent, frame, master.frames[start:])
+                break
+        assert refused is not None, "the unread input grew past max_stdin_bytes"
+        sent, error, frames = refused
+        assert error["payload"]["error_code"] == "AGENT_STDIN_FULL"
+        assert error["payload"]["fatal"] is False
+        assert error["parent_id"] == sent["message_id"]
+        assert "max_stdin_bytes" in error["payload"]["message"]
+        # No turn was opened for it (the agent's own results outside turns only give usage).
+        assert "session.turn.start" not in [f["type"] for f in frames]
+        resp = await client.get(f"/v1/session/{sid}")
+        assert (await resp.json())["state"] in ("IDLE", "RUNNING")
+    finally:
+        await client.close()
+
+
+def test_max_stdin_bytes_has_a_default_a_toml_key_and_a_lower_bound(tmp_path):
+    assert load_config(None, {"workspace_root": str(tmp_path)}, environ={}).max_stdin_bytes == (
+        4 * 1024 * 1024
+    )
+    path = tmp_path / "gateway.toml"
+    path.write_text("[server]\nmax_stdin_bytes = 1048576\n")
+    config = load_config(path, {"workspace_root": str(tmp_path)}, environ={})
+    assert (config.max_stdin_bytes, config.warnings) == (1024 * 1024, ())
+    path.write_text("[server]\nmax_stdin_bytes = 10\n")
+    with pytest.raises(ConfigError, match="max_stdin_bytes must be at least"):
+        load_config(path, {"workspace_root": str(tmp_path)}, environ={})
