@@ -802,5 +802,6 @@ def _peek_frame(data: str | bytes) -> _Peek:
     validating it (the machine does)."""
     try:
         return _peek.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeEncodeError):
+        # Deep nesting and lone surrogates are the codec's to refuse (INVALID_FRAME).
         return _NOTHING
