@@ -9,8 +9,9 @@ Three phases, each timed and bounded:
 1. **long session**: a plain agent (``soak_lines``, below) prints ``--lines`` short lines in one
    turn, one ``agent.text.delta`` each, to one attached master reading at full speed (a master
    closed for falling behind reattaches with its ``last_message_id``, and is counted);
-2. **cycles**: ``--cycles`` times, create a demo-agent session, attach, run a prompt to its
-   ``session.usage``, DELETE it;
+2. **cycles**: ``--cycles`` times, two sessions side by side: create, attach, run a turn to its
+   ``session.usage``, DELETE; one with the demo agent (Claude Code's stream-json), one with the
+   plain agent printing ``--cycle-lines`` lines (a busy session: a full history, many ids);
 3. **reattach storm**: ``--storm`` masters attach to one busy session with an old
    ``last_message_id`` (a full history replay each), 20 at a time, and leave.
 
@@ -157,6 +158,7 @@ class Soak:
         self.base = base
         self.sampler = sampler
         self.baseline = 0
+        self.cycle_lines = 0
 
     async def create(self, agent: str) -> str:
         async with self.http.post(f"{self.base}/v1/session", json={"agent": agent}) as resp:
@@ -235,13 +237,20 @@ class Soak:
         )
 
     async def cycles(self, count: int) -> None:
+        self.sampler.reset_peak()
         t0 = time.monotonic()
-        for i in range(count):
-            sid = await self.create("demo")
+
+        async def one(agent: str, prompt: str) -> None:
+            sid = await self.create(agent)
             ws = await self.attach(sid)
-            await self.turn(ws, sid, "a long answer " * 20)
+            await self.turn(ws, sid, prompt)
             await self.delete(sid)
             await ws.close()
+
+        for i in range(count):
+            await asyncio.gather(
+                one("demo", "a long answer " * 20), one("soak_lines", str(self.cycle_lines))
+            )
             if i == 0 and not self.baseline:
                 await asyncio.sleep(0.2)
                 self.baseline = self.sampler.rss()
@@ -285,6 +294,7 @@ async def run(args: argparse.Namespace) -> None:
         try:
             async with aiohttp.ClientSession() as http:
                 soak = Soak(http, f"http://127.0.0.1:{port}", sampler)
+                soak.cycle_lines = args.cycle_lines
                 print(f"started          RSS {sampler.rss() / 2**20:7.1f} MiB", flush=True)
                 await soak.cycles(args.cycles)
                 await soak.long_session(args.lines)
@@ -309,11 +319,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lines", type=int, default=1_000_000)
     parser.add_argument("--cycles", type=int, default=50, help="per cycles phase (run twice)")
+    parser.add_argument("--cycle-lines", type=int, default=20_000, help="per busy cycle")
     parser.add_argument("--storm", type=int, default=200)
     parser.add_argument("--quick", action="store_true", help="a ~30 s run")
     args = parser.parse_args()
     if args.quick:
-        args.lines, args.cycles, args.storm = 100_000, 10, 50
+        args.lines, args.cycles, args.cycle_lines, args.storm = 100_000, 10, 20_000, 50
     asyncio.run(run(args))
 
 
