@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from gateway import server
 from gateway.config import ConfigError, builtin_profiles, load_config
+from gateway.process import AgentProcess, AgentStdinFull
 from gateway.server import SESSIONS, TerminatedSession
 from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
 
@@ -180,3 +182,46 @@ def test_max_stdin_bytes_has_a_default_a_toml_key_and_a_lower_bound(tmp_path):
     path.write_text("[server]\nmax_stdin_bytes = 10\n")
     with pytest.raises(ConfigError, match="max_stdin_bytes must be at least"):
         load_config(path, {"workspace_root": str(tmp_path)}, environ={})
+
+
+async def test_only_the_newest_summaries_are_kept_and_the_gauge_follows(tmp_path, monkeypatch):
+    """Past KEEP_TERMINATED the oldest summary is forgotten (404) and leaves the sessions gauge."""
+    monkeypatch.setattr(server, "KEEP_TERMINATED", 2)
+    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
+    try:
+        ids = []
+        for _ in range(3):
+            ids.append((await create_session(client))["session_id"])
+            assert (await client.delete(f"/v1/session/{ids[-1]}")).status == 200
+        assert (await client.get(f"/v1/session/{ids[0]}")).status == 404
+        listed = (await (await client.get("/v1/sessions")).json())["sessions"]
+        assert [s["session_id"] for s in listed] == ids[1:]
+        metrics = await (await client.get("/metrics")).text()
+        assert 'rawp_gateway_sessions{state="TERMINATED"} 2.0' in metrics
+    finally:
+        await client.close()
+
+
+async def test_a_stdin_write_past_the_limit_is_refused_whole(tmp_path):
+    """AgentProcess.write(limit=): an agent that reads nothing; writes go until the next would pass
+    the limit, that one raises AgentStdinFull and writes nothing."""
+    proc = await AgentProcess.start(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env=None,
+        session_id="00000000-0000-4000-8000-000000000000",
+        workspace=tmp_path,
+    )
+    try:
+        limit = 1024 * 1024
+        chunk = b"x" * 100_000
+        with pytest.raises(AgentStdinFull):
+            for _ in range(100):
+                proc.write(chunk, limit=limit)
+        backlog = proc.stdin_backlog
+        assert 0 < backlog <= limit
+        with pytest.raises(AgentStdinFull):
+            proc.write(chunk, limit=limit)
+        assert proc.stdin_backlog == backlog
+        proc.write(b"x", limit=None)  # no limit: the caller's own business
+    finally:
+        await proc.aclose()
