@@ -22,7 +22,7 @@ includes the allocator's high-water mark (Python rarely returns freed arenas), s
 figure to read there.
 
     .venv/bin/python bench/bench_soak.py            # 1M lines, 50 cycles, 200 reattaches
-    .venv/bin/python bench/bench_soak.py --quick    # 100k lines, 10 cycles, 50 reattaches (~30 s)
+    .venv/bin/python bench/bench_soak.py --quick    # 100k lines, 2x10 cycles, 50 reattaches (~30-45 s)
 """
 
 from __future__ import annotations
@@ -321,7 +321,7 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=50, help="per cycles phase (run twice)")
     parser.add_argument("--cycle-lines", type=int, default=20_000, help="per busy cycle")
     parser.add_argument("--storm", type=int, default=200)
-    parser.add_argument("--quick", action="store_true", help="a ~30 s run")
+    parser.add_argument("--quick", action="store_true", help="a short run (~30-45 s)")
     args = parser.parse_args()
     if args.quick:
         args.lines, args.cycles, args.cycle_lines, args.storm = 100_000, 10, 20_000, 50
