@@ -13,6 +13,11 @@ An ``AgentProfile`` says how to run one agent: its parser, argv template (a list
 string), extra environment, whether it is a single-turn process and how to resume it, the DPS
 features it supports, and which tools are allowed without asking a master.
 
+Features: a parser declares what its agent supports (``ParserSpec.features``); a profile announces
+exactly that unless its ``features`` table says otherwise, key by key (``plan_mode = false``
+narrows, ``file_reference = true`` widens, the other keys keep the parser's). A profile that
+replaces a built-in without changing the parser keeps the built-in's features as the base.
+
 Resuming (a single-turn agent's next prompt, with the session id the agent reported): either
 ``resume_flag`` (``--resume {session_id}``) is appended to ``command``, or, when the CLI resumes
 through a subcommand that must come before the prompt, ``resume_command`` replaces ``command``.
@@ -30,6 +35,8 @@ from pathlib import Path
 from typing import Any, Final
 
 import msgspec
+
+from parsers.base import get as get_parser
 
 from .history import POLICIES
 from .protocol.frames import Features
@@ -106,14 +113,19 @@ class AgentProfile:
         }
 
 
-_CLAUDE_FEATURES = Features(
-    thinking_stream=True,
-    tool_streaming=True,
-    subagent=True,
-    subagent_context=True,
-    context_compaction=True,
-    plan_mode=True,
-)
+_FEATURE_NAMES: Final = frozenset(Features.__struct_fields__) - {"adapter_type"}
+
+
+def parser_features(parser: str) -> Features:
+    """The DPS features the agent behind ``parser`` supports (its ``ParserSpec.features``), on;
+    KeyError when no parser has that name, ValueError when it declares a name DPS does not have."""
+    declared = get_parser(parser).features
+    unknown = sorted(set(declared) - _FEATURE_NAMES)
+    if unknown:
+        raise ValueError(f"parser {parser!r} declares unknown features {', '.join(unknown)}")
+    return Features(**dict.fromkeys(declared, True))
+
+
 _READ_ONLY_TOOLS = frozenset({"Read", "Glob", "Grep", "LS", "NotebookRead", "TodoWrite"})
 _CLAUDE_OVERRIDES = {
     "allowed_tools": "--allowedTools",
@@ -122,12 +134,6 @@ _CLAUDE_OVERRIDES = {
 }
 
 
-# Codex (`codex exec --json`) and Gemini (`gemini -p ... --output-format stream-json`) take one
-# prompt per process and print no thinking deltas, tool output chunks, subagents, compaction or plan
-# mode the gateway could relay or drive: those features are off, so masters get the spec's
-# *_NOT_SUPPORTED errors. Codex prints its reasoning summaries (whole): thinking_stream is on.
-_CODEX_FEATURES = Features(thinking_stream=True)
-_GEMINI_FEATURES = Features()
 # The workspace-write sandbox lets the agent edit the workspace it runs in (the default read-only one
 # refuses every write); `exec` never asks for approval. `exec resume` has no --sandbox option, so
 # the config override, which both take, says it.
@@ -139,6 +145,7 @@ def builtin_profiles(
 ) -> dict[str, AgentProfile]:
     """The profiles every gateway has; a configured profile of the same name replaces one."""
     stream = ("--output-format", "stream-json", "--verbose")
+    claude_features = parser_features("claude-code")
     return {
         "claude-code": AgentProfile(
             name="claude-code",
@@ -155,7 +162,7 @@ def builtin_profiles(
             ),
             resume_flag="--resume {session_id}",
             mode_flag="--permission-mode {mode}",
-            features=_CLAUDE_FEATURES,
+            features=claude_features,
             auto_allow=_READ_ONLY_TOOLS,
             description="Claude Code, one long-lived process per session, prompts on stdin",
         ),
@@ -171,7 +178,7 @@ def builtin_profiles(
             override_flags=_CLAUDE_OVERRIDES,
             # No permission prompts without a stdin stream: tools needing approval are refused
             # by the CLI itself, and seen by masters as error results.
-            features=_CLAUDE_FEATURES,
+            features=claude_features,
             description="Claude Code, one process per prompt, resumed with --resume",
         ),
         "demo": AgentProfile(
@@ -185,9 +192,8 @@ def builtin_profiles(
                 "stdio",
                 "--include-partial-messages",
             ),
-            features=Features(
-                thinking_stream=True, tool_streaming=True, context_compaction=True, plan_mode=True
-            ),
+            # The demo agent speaks Claude Code's stream-json but runs no subagents.
+            features=msgspec.structs.replace(claude_features, subagent=None, subagent_context=None),
             auto_allow=frozenset({"Read", "Glob", "Grep"}),
             description="The embedded demo agent (speaks Claude Code's stream-json; no network)",
         ),
@@ -210,7 +216,7 @@ def builtin_profiles(
                 "{prompt}",
             ),
             image_flag="--image {path}",  # exec and exec resume both take it
-            features=_CODEX_FEATURES,
+            features=parser_features("codex"),
             description="Codex CLI (codex exec --json), one process per prompt, resumed by thread",
         ),
         "gemini": AgentProfile(
@@ -232,7 +238,7 @@ def builtin_profiles(
             single_turn_process=True,
             resume_flag="--resume {session_id}",
             stdin_prompt_arg="",  # without --prompt, a piped stdin is the prompt
-            features=_GEMINI_FEATURES,
+            features=parser_features("gemini"),
             description="Gemini CLI (gemini --prompt, stream-json), one process per prompt, --resume",
         ),
         "plain": AgentProfile(
@@ -243,6 +249,7 @@ def builtin_profiles(
             # replace the command with the program to wrap ({prompt} is one argument, no shell).
             command=(sys.executable, "-c", "import sys; print(sys.argv[1])", "{prompt}"),
             single_turn_process=True,
+            features=parser_features("plain"),
             description="Any line-oriented program: stdout lines become text (example: echo)",
         ),
     }
@@ -355,11 +362,16 @@ def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, whe
             changes[key] = _check(where, key, table[key], str)
     if "override_flags" in table:
         changes["override_flags"] = dict(table["override_flags"])
+    parser = changes.get("parser", base.parser if base is not None else None)
+    features = base.features if base is not None else Features()
+    if parser is not None and (base is None or parser != base.parser):
+        try:  # a new parser: the features its agent supports
+            features = parser_features(parser)
+        except (KeyError, ValueError) as err:
+            raise ConfigError(f"{where}: {err.args[0]}") from None
     if "features" in table:
-        try:
-            changes["features"] = msgspec.convert(table["features"], Features)
-        except msgspec.ValidationError as err:
-            raise ConfigError(f"{where}: features: {err}") from None
+        features = _override_features(features, table["features"], where)
+    changes["features"] = features
     if "auto_allow" in table:
         allow = table["auto_allow"]
         if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
@@ -383,6 +395,20 @@ def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, whe
         if required not in changes:
             raise ConfigError(f"{where}: a new profile needs {required}")
     return AgentProfile(name=name, **changes), unknown
+
+
+def _override_features(base: Features, table: Any, where: str) -> Features:
+    """``base`` with the keys ``table`` names set as it says (true, false); the rest kept."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: features must be a table of true/false")
+    unknown = sorted(set(table) - _FEATURE_NAMES)
+    if unknown:
+        known = ", ".join(sorted(_FEATURE_NAMES))
+        raise ConfigError(f"{where}: features: unknown {', '.join(unknown)} (known: {known})")
+    for key, value in table.items():
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: features: {key} must be true or false, got {value!r}")
+    return msgspec.structs.replace(base, **table)
 
 
 def load_config(

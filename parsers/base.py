@@ -18,7 +18,10 @@ in its exit code (Gemini: 400 -> 144, 41 = auth) surfaces as ``agent.error`` ``A
 ``AUTH_ERROR`` rather than a bare "exit code 144". It is a method of the parser, not a table,
 because the parser has seen the run: the message can quote the agent's last error.
 
-A ``ParserSpec`` bundles the two factories under a name. ``get(name)`` finds built-in parsers and
+A ``ParserSpec`` bundles the two factories under a name, with ``features``: the DPS features
+(names of ``Features`` fields of DPS §12.2, e.g. ``thinking_stream``, ``plan_mode``) the agent
+behind this parser supports. A profile using the parser announces them unless its configuration
+says otherwise, so a profile of one's own does not silently lose what the agent can do. ``get(name)`` finds built-in parsers and
 third-party ones registered under the ``rawp_gateway.parsers`` entry-point group, whose object is a
 ``ParserSpec``::
 
@@ -181,6 +184,8 @@ class ParserSpec:
     parser: Callable[[], AgentParser]
     input: Callable[[], AgentInput] = NoInput
     description: str = ""
+    # DPS §12.2 feature names the agent supports; the rest it does not (profiles may narrow).
+    features: frozenset[str] = frozenset()
 
 
 # Built-ins are found by module path so importing the registry stays cheap.

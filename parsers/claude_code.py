@@ -1206,4 +1206,16 @@ SPEC: Final = ParserSpec(
     parser=ClaudeCodeParser,
     input=ClaudeCodeInput,
     description="Claude Code CLI (stream-json, tested with 2.1.328)",
+    # Thinking and tool input deltas (--include-partial-messages), Task subagents with their
+    # context, /compact and permission modes (plan) on stdin: the CLI does all of them.
+    features=frozenset(
+        {
+            "thinking_stream",
+            "tool_streaming",
+            "subagent",
+            "subagent_context",
+            "context_compaction",
+            "plan_mode",
+        }
+    ),
 )

@@ -565,4 +565,7 @@ SPEC: Final = ParserSpec(
     parser=CodexParser,
     input=NoInput,
     description="Codex CLI (codex exec --json, tested with 0.171.0)",
+    # Reasoning summaries arrive whole, as thinking. No tool output chunks, subagents, compaction
+    # or modes the gateway could relay or drive through `exec`.
+    features=frozenset({"thinking_stream"}),
 )

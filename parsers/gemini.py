@@ -419,4 +419,7 @@ SPEC: Final = ParserSpec(
     parser=GeminiParser,
     input=NoInput,
     description="Gemini CLI (gemini -p --output-format stream-json, tested with 0.61.0)",
+    # stream-json prints no thinking, tool output chunks, subagents, compaction or modes: no
+    # features (masters get the *_NOT_SUPPORTED errors).
+    features=frozenset(),
 )

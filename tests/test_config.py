@@ -134,3 +134,73 @@ def test_state_dir_from_file_flag_and_environment(tmp_path):
     env = load_config(path, root, environ={"RAWP_GATEWAY_STATE_DIR": str(tmp_path / "e")})
     assert env.state_dir == tmp_path / "e"
     assert load_config(path, root, environ={"RAWP_GATEWAY_STATE_DIR": ""}).state_dir is None
+
+
+def test_a_profile_of_ones_own_announces_what_its_parser_supports(tmp_path):
+    """A profile without ``features`` gets its parser's (``ParserSpec.features``); a ``features``
+    table changes only the keys it names, narrowing or widening."""
+    from gateway.config import parser_features
+    from parsers.base import get as get_parser
+
+    path = write(
+        tmp_path,
+        f"""
+[server]
+workspace_root = "{tmp_path}"
+
+[agents.mine]
+parser = "claude-code"
+command = ["/opt/claude", "-p", "--input-format", "stream-json"]
+
+[agents.narrow]
+parser = "claude-code"
+command = ["/opt/claude"]
+features = {{ plan_mode = false, file_reference = true }}
+
+[agents.claude-code]
+features = {{ subagent = false }}
+
+[agents.codex]
+parser = "gemini"
+""",
+    )
+    config = load_config(path, environ={})
+    claude = get_parser("claude-code").features
+    assert {"thinking_stream", "context_compaction", "plan_mode", "subagent"} <= claude
+    mine = config.agents["mine"].features
+    assert mine == parser_features("claude-code")
+    assert all(getattr(mine, name) is True for name in claude)
+    narrow = config.agents["narrow"].features
+    assert narrow.plan_mode is False and narrow.file_reference is True
+    assert narrow.thinking_stream is True and narrow.context_compaction is True  # kept
+    built_in = config.agents["claude-code"].features
+    assert built_in.subagent is False and built_in.plan_mode is True
+    # another parser: that parser's features, not the replaced profile's
+    assert config.agents["codex"].features == parser_features("gemini")
+
+
+def test_builtin_profiles_announce_their_parsers_features():
+    from gateway.config import builtin_profiles, parser_features
+
+    profiles = builtin_profiles()
+    for name in ("claude-code", "claude-code-oneshot", "codex", "gemini", "plain"):
+        assert profiles[name].features == parser_features(profiles[name].parser), name
+    assert parser_features("codex").thinking_stream is True
+    assert parser_features("gemini").thinking_stream is None
+    # the demo agent narrows: it speaks Claude Code's stream-json but runs no subagents
+    demo = profiles["demo"].features
+    assert demo.plan_mode is True and demo.subagent is None
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[agents.x]\nparser = 'nope'\ncommand = ['a']", "no agent parser named 'nope'"),
+        ("[agents.claude-code]\nfeatures = { plan_mod = false }", "unknown plan_mod"),
+        ("[agents.claude-code]\nfeatures = 'all'", "features must be a table"),
+    ],
+)
+def test_feature_errors_name_the_key(tmp_path, text, needle):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=needle):
+        load_config(path, {"workspace_root": str(tmp_path)}, environ={})

@@ -392,6 +392,50 @@ async def test_unsupported_mode_and_compaction(tmp_path):
         await client.close()
 
 
+async def test_own_profile_keeps_what_its_parser_supports(tmp_path):
+    """A configured ``[agents.mine]`` with ``parser = "claude-code"`` and no ``features``: GET
+    /v1/agents and session.capabilities (DPS-12.2-caps) announce the Claude Code features, and
+    mode switch and compaction work (DPS-6.3.2-mode, DPS-6.3.1-compact) instead of answering
+    *_NOT_SUPPORTED."""
+    import sys
+
+    from gateway.config import load_config
+
+    command = [sys.executable, "-m", "gateway.demo_agent", "--permission-prompt-tool", "stdio"]
+    config_file = tmp_path / "gateway.toml"
+    config_file.write_text(  # a JSON list of strings is a TOML array
+        f"""[agents.mine]
+parser = "claude-code"
+command = {json.dumps(command)}
+env = {{ RAWP_DEMO_DELAY_MS = "1" }}
+"""
+    )
+    config = load_config(config_file, {"workspace_root": str(tmp_path)}, environ={})
+    client = await start_gateway(config)
+    try:
+        agents = (await (await client.get("/v1/agents")).json())["agents"]
+        mine = next(a for a in agents if a["name"] == "mine")
+        for feature in ("thinking_stream", "tool_streaming", "context_compaction", "plan_mode"):
+            assert mine["features"][feature] is True, feature
+        session = await create_session(client, agent="mine")
+        master = await Master.attach(client, session["session_id"])
+        caps = await master.next()
+        assert caps["payload"]["features"]["plan_mode"] is True
+        assert caps["payload"]["features"]["thinking_stream"] is True
+        await master.send("control.mode.switch", {"mode": "plan"})
+        change = await master.until("agent.state.changed", reason="mode_switch")
+        assert change["metadata"]["mode"] == "plan"
+        await master.send("control.mode.switch", {"mode": "default"})
+        await master.until("agent.state.changed", reason="mode_switch")
+        await run_prompt(master, "remember this")
+        await master.send("control.session.compact", {})
+        compacted = await master.until("session.compacted")
+        assert compacted["payload"]["trigger"] == "requested"
+        assert "session.error" not in master.types()
+    finally:
+        await client.close()
+
+
 async def test_DPS_7_7_delete_during_turn(tmp_path):
     """DPS-7.5.3-cleanup, DPS-7.7-deleted, DPS-17.2.3-signals: DELETE mid-turn → turn.end error,
     then session.deleted, then close; the agent process is gone."""
