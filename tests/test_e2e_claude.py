@@ -498,6 +498,36 @@ async def test_DPS_6_1_2_cancel_mid_stream():
         assert rig.session(sid).process.pid == pid
 
 
+@pytest.mark.parametrize("open_block", ["agent.thinking.delta", "agent.text.delta"])
+async def test_DPS_6_1_2_cancel_while_the_model_streams_ends_open_blocks_cancelled(open_block):
+    """DPS-6.1.2-cancel: the model streams thinking then text slowly (no hang); cancelled while a
+    block is open, every block open at that moment ends with is_cancelled, although the CLI closes
+    an interrupted thinking block as if it were complete; the next prompt is answered as usual."""
+    async with gateway("cancel-streaming") as rig:
+        session = await rig.create()
+        master = await rig.attach(session["session_id"])
+        start_at = len(master.frames)
+        await prompt(master, "Write a long story.")
+        start = await master.until("session.turn.start")
+        await master.until(open_block, timeout=30)
+        frames = master.frames[start_at:]
+        done_before = {f["payload"]["content_index"] for f in frames if f["type"].endswith(".done")}
+        open_at_cancel = {
+            f["payload"]["content_index"] for f in frames if f["type"].endswith(".delta")
+        } - done_before
+        await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
+        end = await master.until("session.turn.end", timeout=15)
+        assert end["payload"]["stop_reason"] == "cancelled"
+        await end_of_turn(master)
+        frames = master.frames[start_at:]
+        done = {f["payload"]["content_index"]: f for f in frames if f["type"].endswith(".done")}
+        assert open_at_cancel and open_at_cancel <= set(done)
+        for index in open_at_cancel:
+            assert done[index]["payload"].get("is_cancelled") is True, done[index]
+        after = await turn(master, "Still there?")
+        assert texts(after) == "Still here."
+
+
 async def test_DPS_6_1_2_cancel_mid_tool():
     """DPS-6.1.2-cancel: while a Bash command runs, cancel gives the open call a cancelled result,
     the turn ends cancelled, the command's process is gone, and the session keeps working."""

@@ -80,7 +80,55 @@ def test_DPS_17_3_2_one_prompt_the_refused_prompt_is_not_written():
     assert [e.payload.error_code for e in errors] == ["PROMPT_IN_PROGRESS"]
 
 
+def test_DPS_6_1_2_cancel_blocks_open_at_cancel_end_cancelled():
+    """DPS-6.1.2-cancel: every text and thinking block open when the cancel arrives ends with
+    is_cancelled, even when the agent then closes it as complete (Claude Code does, for a thinking
+    block it was streaming); a block begun after the cancel ends as the agent says."""
+    m = machine()
+    m.start()
+    m.receive("c1", _prompt("tell a story"))
+    m.agent_events(
+        [ev.ThinkingDelta(block="m:0", text="Let me "), ev.TextDelta(block="m:1", text="Once ")]
+    )
+    cancel = m.receive("c1", _frame("control.prompt.cancel", {"target_turn_id": m.turn.turn_id}))
+    assert any(isinstance(a, sm.WriteStdin) for a in cancel)  # the interrupt
+    frames = emitted(
+        m.agent_events(
+            [
+                ev.ThinkingEnd(block="m:0"),
+                ev.TextDelta(block="m:1", text="upon"),
+                ev.TextEnd(block="m:1"),
+                ev.TextDelta(block="m:2", text="[late]"),
+                ev.TextEnd(block="m:2"),
+                ev.TurnEnded(stop_reason="end_turn"),
+            ]
+        )
+    )
+    done = {f.payload.content_index: f.payload for f in frames if f.TYPE.endswith(".done")}
+    assert done[0].is_cancelled is True and done[1].is_cancelled is True
+    assert done[1].full_text == "Once upon"
+    assert done[2].is_cancelled is None  # opened after the cancel, closed complete
+    end = next(f for f in frames if f.TYPE == "session.turn.end")
+    assert end.payload.stop_reason == "cancelled"
+
+
+def test_DPS_6_1_2_cancel_blocks_still_open_at_turn_end_end_cancelled():
+    """DPS-6.1.2-cancel: a block the agent never closes is closed at the turn's end, cancelled."""
+    m = machine()
+    m.start()
+    m.receive("c1", _prompt("tell a story"))
+    m.agent_events([ev.TextDelta(block="m:0", text="Once ")])
+    m.receive("c1", _frame("control.prompt.cancel", {"target_turn_id": m.turn.turn_id}))
+    frames = emitted(m.agent_events([ev.TurnEnded(stop_reason="cancelled")]))
+    assert [f.TYPE for f in frames][:2] == ["agent.text.done", "session.turn.end"]
+    assert frames[0].payload.is_cancelled is True
+
+
 def _prompt(text: str) -> bytes:
+    return _frame("control.prompt.request", {"prompt_text": text})
+
+
+def _frame(type_: str, payload: dict) -> bytes:
     import uuid
 
     import msgspec
@@ -88,10 +136,10 @@ def _prompt(text: str) -> bytes:
     return msgspec.json.encode(
         {
             "v": 1,
-            "type": "control.prompt.request",
+            "type": type_,
             "message_id": str(uuid.uuid4()),
             "timestamp": "2026-11-29T00:00:00.000Z",
             "session_id": SESSION,
-            "payload": {"prompt_text": text},
+            "payload": payload,
         }
     )

@@ -73,12 +73,13 @@ _MCP_STATUS: Final[dict[str, tuple[F.ToolStatus, str, str]]] = {
 
 
 class _Block:
-    __slots__ = ("index", "kind", "metadata", "size", "text")
+    __slots__ = ("cancelled", "index", "kind", "metadata", "size", "text")
 
     def __init__(self, index: int, kind: str, metadata: dict[str, Any] | None) -> None:
         self.index = index
         self.kind = kind
         self.metadata = metadata
+        self.cancelled = False  # open when the turn was cancelled: its done says is_cancelled
         # The text sent so far, for full_text (thinking has none); None once it is too long to
         # be sent (see ``keep``). One buffer, not a list of parts: a million one-line deltas cost
         # their characters, not a million string objects.
@@ -212,7 +213,7 @@ class Mapper:
         cancelled = stop_reason == "cancelled"
         out: list[F.Frame] = []
         for block in list(self._blocks.values()):
-            out.append(self._done(block, cancelled))
+            out.append(self._done(block, cancelled or block.cancelled))
         self._blocks.clear()
         for call_id, call in list(self._calls.items()):
             out += self._close_call(call_id, call, cancelled)
@@ -254,6 +255,13 @@ class Mapper:
         """``metadata.subagent_context`` for a frame about an event with this ``parent`` (e.g. the
         session machine's ``agent.interaction.request`` for a subagent's ``PermissionRequest``)."""
         return self._context(parent)
+
+    def cancel_open_blocks(self) -> None:
+        """The master cancelled the turn: every text and thinking block open now ends with
+        ``is_cancelled: true`` (DPS-6.1.2-cancel), whatever the agent says when it closes it (Claude
+        Code may close an interrupted block as if it were complete)."""
+        for block in self._blocks.values():
+            block.cancelled = True
 
     def block_call(self, call_id: str) -> None:
         """The session machine refused this call for the mode: its result says so (DPS-6.3.2-block)."""
@@ -358,7 +366,7 @@ class Mapper:
                 return []
             out += self._text_delta(ev.TextDelta(block=event.block, text=full, parent=event.parent))
             block = self._blocks.pop(event.block)
-        out.append(self._done(block, event.cancelled))
+        out.append(self._done(block, event.cancelled or block.cancelled))
         return out
 
     def _done(self, block: _Block, cancelled: bool) -> F.Frame:

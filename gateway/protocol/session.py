@@ -797,6 +797,7 @@ class SessionMachine:
         if self.turn.cancel_requested:
             return []
         self.turn.cancel_requested = True
+        self.mapper.cancel_open_blocks()
         out = self._deny_all_interactions("the turn was cancelled")
         if self._waiting_spawn is not None:
             # Its process never started: nothing to interrupt, the turn ends here.
