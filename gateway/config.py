@@ -38,6 +38,7 @@ import msgspec
 
 from parsers.base import get as get_parser
 
+from .demo_agent import ALL_TOOLS as DEMO_TOOLS
 from .history import POLICIES
 from .protocol.frames import Features
 
@@ -80,6 +81,9 @@ class AgentProfile:
         default_factory=dict
     )  # allowed_tools → "--allowedTools"
     features: Features = field(default_factory=Features)
+    # The agent's tools before it reports them: the first tool.catalog.publish (the parser's
+    # ``ParserSpec.tools`` unless a built-in profile knows its flags change them).
+    tools: tuple[str, ...] = ()
     auto_allow: frozenset[str] = frozenset()
     permission_timeout_sec: float = 60.0
     # For a prompt too long for argv (MAX_ARGV_PROMPT_BYTES): what replaces the argument holding
@@ -146,6 +150,12 @@ def builtin_profiles(
     """The profiles every gateway has; a configured profile of the same name replaces one."""
     stream = ("--output-format", "stream-json", "--verbose")
     claude_features = parser_features("claude-code")
+    claude_tools = get_parser("claude-code").tools
+    # With the prompt in argv and no permission prompt tool, 2.1.328 offers no AskUserQuestion,
+    # EnterPlanMode or ExitPlanMode.
+    oneshot_tools = tuple(
+        t for t in claude_tools if t not in {"AskUserQuestion", "EnterPlanMode", "ExitPlanMode"}
+    )
     return {
         "claude-code": AgentProfile(
             name="claude-code",
@@ -163,6 +173,7 @@ def builtin_profiles(
             resume_flag="--resume {session_id}",
             mode_flag="--permission-mode {mode}",
             features=claude_features,
+            tools=claude_tools,
             auto_allow=_READ_ONLY_TOOLS,
             description="Claude Code, one long-lived process per session, prompts on stdin",
         ),
@@ -179,6 +190,7 @@ def builtin_profiles(
             # No permission prompts without a stdin stream: tools needing approval are refused
             # by the CLI itself, and seen by masters as error results.
             features=claude_features,
+            tools=oneshot_tools,
             description="Claude Code, one process per prompt, resumed with --resume",
         ),
         "demo": AgentProfile(
@@ -194,6 +206,7 @@ def builtin_profiles(
             ),
             # The demo agent speaks Claude Code's stream-json but runs no subagents.
             features=msgspec.structs.replace(claude_features, subagent=None, subagent_context=None),
+            tools=DEMO_TOOLS,
             auto_allow=frozenset({"Read", "Glob", "Grep"}),
             description="The embedded demo agent (speaks Claude Code's stream-json; no network)",
         ),
@@ -365,8 +378,9 @@ def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, whe
     parser = changes.get("parser", base.parser if base is not None else None)
     features = base.features if base is not None else Features()
     if parser is not None and (base is None or parser != base.parser):
-        try:  # a new parser: the features its agent supports
+        try:  # a new parser: the features and tools of its agent
             features = parser_features(parser)
+            changes["tools"] = get_parser(parser).tools
         except (KeyError, ValueError) as err:
             raise ConfigError(f"{where}: {err.args[0]}") from None
     if "features" in table:

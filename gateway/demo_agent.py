@@ -853,6 +853,12 @@ class DemoAgent:
         elif subtype == "set_model" and isinstance(request.get("model"), str):
             self.model = request["model"]
             self._control_response(request_id, {})
+        elif subtype == "initialize":
+            # As the real CLI answers it: the slash commands (and more the gateway does not use).
+            commands = [
+                {"name": c, "description": f"/{c}", "argumentHint": ""} for c in SLASH_COMMANDS
+            ]
+            self._control_response(request_id, {"commands": commands, "pid": os.getpid()})
         else:
             self.emit(
                 {

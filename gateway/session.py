@@ -125,6 +125,7 @@ class LiveSession:
                     if profile.prompt_in_argv and profile.stdin_prompt_arg is None
                     else None
                 ),
+                tools=profile.tools,
             ),
             files=self.files.files,
         )

@@ -11,6 +11,11 @@ An input whose prompts can carry images says so with ``accepts_images = True`` a
 ``prompt(text, images=[PromptImage, ...])`` (Claude Code: image blocks in the stream-json user
 message); the gateway passes ``images`` only to such an input.
 
+An ``AgentInput`` may also have ``initialize(request_id)``: bytes that make a long-lived agent
+say what it has (its commands, answered as ``CommandsListed``) right after it starts, before any
+prompt; the session machine writes them when it spawns the process. Claude Code prints its own
+``init`` only when a prompt starts a run.
+
 A parser may also name the agent's exit codes: an optional ``describe_exit(returncode)`` method
 returning ``(error_code, message)`` (or None for "nothing to add"). The session machine asks it when
 the process ends with a non-zero code, so a CLI that encodes an HTTP status or a reason of its own
@@ -48,6 +53,7 @@ __all__ = [
     "AgentParser",
     "DescribesExit",
     "ExitDescription",
+    "Initializes",
     "JsonLinesParser",
     "NoInput",
     "ParserSpec",
@@ -87,6 +93,12 @@ class PromptImage:
 
     mime_type: str
     data: bytes
+
+
+class Initializes(Protocol):
+    """Optional on an ``AgentInput``: what to write at spawn so the agent lists its commands."""
+
+    def initialize(self, request_id: str) -> bytes | None: ...
 
 
 class AgentInput(Protocol):
@@ -186,6 +198,9 @@ class ParserSpec:
     description: str = ""
     # DPS §12.2 feature names the agent supports; the rest it does not (profiles may narrow).
     features: frozenset[str] = frozenset()
+    # The tools the agent offers by default (the tested version, the built-in profile's flags):
+    # the first tool.catalog.publish, sent before the agent reports its own list, which replaces it.
+    tools: tuple[str, ...] = ()
 
 
 # Built-ins are found by module path so importing the registry stays cheap.

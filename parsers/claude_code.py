@@ -64,6 +64,8 @@ _KNOWN_KINDS: Final = frozenset(
 # tool_use_result of a call the user interrupted
 _INTERRUPT_RESULT: Final = "User rejected tool use"
 _MAX_OPEN_CALLS: Final = 4096  # tool calls remembered while waiting for their results
+_MAX_COMMANDS: Final = 1024  # slash commands taken from the initialize answer
+_MAX_COMMAND_DESCRIPTION: Final = 200  # characters of a command's description (its first line)
 
 
 # --- the line kinds -------------------------------------------------------------------------------
@@ -296,6 +298,7 @@ class ClaudeCodeParser(JsonLinesParser):
         "_api_error_noticed",
         "_blocks",
         "_calls",
+        "_command_descriptions",
         "_compaction",
         "_context_used",
         "_local_outputs",
@@ -317,6 +320,9 @@ class ClaudeCodeParser(JsonLinesParser):
         self._api_error_noticed = False
         self._context_used: int | None = None
         self._local_outputs = 0
+        # The CLI's own descriptions of its commands (the initialize answer), used again when its
+        # init names the same commands, so the list is not published twice for a wording change.
+        self._command_descriptions: dict[str, str] = {}
         self.mode: str | None = None  # the CLI's permission mode (plan text is marked in "plan")
 
     # --- the AgentParser protocol ----------------------------------------------------------------
@@ -656,7 +662,7 @@ class ClaudeCodeParser(JsonLinesParser):
             tools=list(msg.tools),
             mcp_servers=servers,
             commands=[
-                ev.SlashCommand(name=c, description=_COMMANDS.get(c)) for c in msg.slash_commands
+                ev.SlashCommand(name=c, description=self._describe(c)) for c in msg.slash_commands
             ],
             permission_mode=msg.permissionMode,
         )
@@ -768,13 +774,34 @@ class ClaudeCodeParser(JsonLinesParser):
     def _control_response(self, msg: _ControlResponseLine) -> list[ev.AgentEvent]:
         body = msg.response
         ok = body.subtype == "success"
+        out: list[ev.AgentEvent] = []
         if ok and body.response and isinstance(body.response.get("mode"), str):
             self.mode = body.response["mode"]  # set_permission_mode took effect
-        return [
-            ev.ControlAck(
-                request_id=body.request_id, ok=ok, error=body.error, response=body.response
-            )
-        ]
+        if ok and body.response and isinstance(body.response.get("commands"), list):
+            out.append(self._commands_listed(body.response["commands"]))  # the initialize answer
+        ack = ev.ControlAck(
+            request_id=body.request_id, ok=ok, error=body.error, response=body.response
+        )
+        return [ack, *out]
+
+    def _commands_listed(self, listed: list[Any]) -> ev.CommandsListed:
+        commands = []
+        for item in listed[:_MAX_COMMANDS]:
+            name = _str(item.get("name")) if isinstance(item, dict) else None
+            if name is None:
+                continue
+            description = _str(item.get("description"))
+            remembered = len(self._command_descriptions) < _MAX_COMMANDS
+            if description is not None and name not in _COMMANDS and remembered:
+                first = description.split("\n", 1)[0].strip()
+                if len(first) > _MAX_COMMAND_DESCRIPTION:
+                    first = first[: _MAX_COMMAND_DESCRIPTION - 1].rstrip() + "…"
+                self._command_descriptions[name] = first
+            commands.append(ev.SlashCommand(name=name, description=self._describe(name)))
+        return ev.CommandsListed(commands=commands)
+
+    def _describe(self, command: str) -> str | None:
+        return _COMMANDS.get(command) or self._command_descriptions.get(command)
 
 
 # --- pure helpers ---------------------------------------------------------------------------------
@@ -1200,6 +1227,20 @@ class ClaudeCodeInput:
             + b"\n"
         )
 
+    def initialize(self, request_id: str) -> bytes | None:
+        """Asked at spawn: the CLI answers at once with its slash commands (its ``init`` line,
+        with the tools, comes only when a prompt starts a run)."""
+        return (
+            _encode(
+                {
+                    "type": "control_request",
+                    "request_id": request_id,
+                    "request": {"subtype": "initialize"},
+                }
+            )
+            + b"\n"
+        )
+
 
 SPEC: Final = ParserSpec(
     name="claude-code",
@@ -1217,5 +1258,34 @@ SPEC: Final = ParserSpec(
             "context_compaction",
             "plan_mode",
         }
+    ),
+    # What 2.1.328's init lists with --input-format stream-json and --permission-prompt-tool
+    # stdio (the long-lived profile): the catalog until the CLI's own init, at the first prompt.
+    tools=(
+        "Task",
+        "AskUserQuestion",
+        "Bash",
+        "CronCreate",
+        "CronDelete",
+        "CronList",
+        "Edit",
+        "EnterPlanMode",
+        "EnterWorktree",
+        "ExitPlanMode",
+        "ExitWorktree",
+        "ListAgents",
+        "Monitor",
+        "NotebookEdit",
+        "Read",
+        "ReportFindings",
+        "ScheduleWakeup",
+        "SendMessage",
+        "Skill",
+        "TaskStop",
+        "ToolSearch",
+        "WebFetch",
+        "WebSearch",
+        "Workflow",
+        "Write",
     ),
 )

@@ -28,6 +28,7 @@ import msgspec
 __all__ = [
     "AgentEvent",
     "BinaryData",
+    "CommandsListed",
     "Compacted",
     "ControlAck",
     "McpServer",
@@ -121,6 +122,13 @@ class SessionStarted(AgentEvent):
     mcp_servers: list[McpServer] = []
     commands: list[SlashCommand] = []
     permission_mode: str | None = None
+
+
+class CommandsListed(AgentEvent):
+    """The agent listed its slash commands outside any turn (Claude Code's answer to the
+    ``initialize`` request the gateway sends at spawn), before it says anything else."""
+
+    commands: list[SlashCommand] = []
 
 
 # --- content ------------------------------------------------------------------------------------

@@ -694,6 +694,59 @@ def test_control_response_is_an_ack():
     assert isinstance(ack, ev.ControlAck) and not ack.ok and ack.error == "nope"
 
 
+def test_initialize_answer_lists_the_commands_and_init_names_them_alike():
+    """DPS-12.1-commands: the answer to initialize (the CLI's shape, 2.1.328) becomes
+    CommandsListed, descriptions cut to their first line and 200 characters; the init that names
+    the same commands later describes them the same way, so nothing is published twice."""
+    long = "Use this skill whenever you chart. " * 20 + "\nSecond line."
+    listed = [
+        {"name": "compact", "description": "Clear history but keep a summary", "argumentHint": ""},
+        {"name": "dataviz", "description": long, "argumentHint": "", "builtin": True},
+        {"name": "plain"},
+        {"description": "no name"},
+        "not an object",
+    ]
+    parser = ClaudeCodeParser()
+    ack, commands = feed(
+        parser,
+        {
+            "type": "control_response",
+            "response": {
+                "subtype": "success",
+                "request_id": "rawp-1",
+                "response": {"commands": listed, "models": [], "pid": 1},
+            },
+        },
+    )
+    assert isinstance(ack, ev.ControlAck) and ack.ok
+    assert isinstance(commands, ev.CommandsListed)
+    by_name = {c.name: c.description for c in commands.commands}
+    assert list(by_name) == ["compact", "dataviz", "plain"]
+    assert by_name["compact"] == "Compact the conversation, keeping a summary in context"
+    assert len(by_name["dataviz"]) <= 200 and by_name["dataviz"].endswith("…")
+    assert by_name["plain"] is None
+    init = {
+        "type": "system",
+        "subtype": "init",
+        "session_id": "s",
+        "tools": ["Bash"],
+        "slash_commands": ["compact", "dataviz", "plain"],
+    }
+    (started,) = feed(parser, init)
+    assert isinstance(started, ev.SessionStarted)
+    assert started.commands == commands.commands
+
+
+def test_builtin_tools_are_what_the_real_cli_lists():
+    """SPEC.tools (the first catalog of the long-lived profile) is the init tool list of a fixture
+    recorded with --input-format stream-json and --permission-prompt-tool stdio."""
+    meta = json.loads((FIXTURES / "permission-prompt.meta.json").read_text())
+    assert "--input-format" in meta["argv"] and "--permission-prompt-tool" in meta["argv"]
+    init = json.loads((FIXTURES / "permission-prompt.jsonl").read_bytes().splitlines()[0])
+    assert init["subtype"] == "init"
+    assert list(SPEC.tools) == init["tools"]
+
+
 # --- stdin ---------------------------------------------------------------------------------------
 
 
@@ -724,6 +777,11 @@ def test_input_lines_are_what_the_real_cli_was_given():
 
 
 def test_set_mode_line():
+    assert json.loads(ClaudeCodeInput().initialize("rawp-2")) == {  # type: ignore[arg-type]
+        "type": "control_request",
+        "request_id": "rawp-2",
+        "request": {"subtype": "initialize"},
+    }
     assert json.loads(ClaudeCodeInput().set_mode("rawp-1", "plan")) == {  # type: ignore[arg-type]
         "type": "control_request",
         "request_id": "rawp-1",

@@ -242,8 +242,9 @@ async def eventually(check: Any, timeout: float = 10.0, what: str = "condition")
 
 async def test_prompt_turn_and_usage():
     """DPS-12.2-caps, DPS-7.5.1-start, DPS-4.1-text, DPS-7.5.2-end, DPS-7.5.2-usage, DPS-7.3-usage,
-    DPS-2.1-turn-id, DPS-5.4-catalog, DPS-12.1-commands with the real CLI: the frames of one turn,
-    in order, carrying what the model streamed and the usage it reported."""
+    DPS-2.1-turn-id, DPS-5.4-catalog, DPS-12.1-commands with the real CLI: the catalog and the
+    commands right after session.capabilities, before any prompt (control-plane.md), then the
+    frames of one turn, in order, carrying what the model streamed and the usage it reported."""
     async with gateway("turn") as rig:
         session = await rig.create()
         sid = session["session_id"]
@@ -252,6 +253,16 @@ async def test_prompt_turn_and_usage():
         assert caps["type"] == "session.capabilities"
         assert caps["payload"]["protocol_version"] == "rawp-dps-1.0"
         assert caps["payload"]["features"]["adapter_type"] == "process"
+        # the catalog the profile expects, then the commands the CLI lists when asked at spawn
+        catalog = await master.next()
+        assert catalog["type"] == "tool.catalog.publish"
+        tools = [t["name"] for t in catalog["payload"]["tools"]]
+        assert {"Bash", "Read", "Write", "Edit"} <= set(tools)
+        commands = await master.next(timeout=30)
+        assert commands["type"] == "agent.commands.publish"
+        listed = {c["name"]: c["description"] for c in commands["payload"]["commands"]}
+        assert "compact" in listed and all(listed.values())
+        assert not rig.requests  # no prompt, no model call: nothing of this came from a turn
         frames = await turn(master, "Say hello.")
         types = [f["type"] for f in frames]
         start = frames[0]
@@ -259,14 +270,9 @@ async def test_prompt_turn_and_usage():
         assert start["payload"]["turn_index"] == 0 and start["payload"]["mode"] == "default"
         turn_id = start["payload"]["turn_id"]
         assert all(f["turn_id"] == turn_id for f in frames)
-        # the CLI's init line: catalog and commands, once, inside the turn
-        catalog = of(frames, "tool.catalog.publish")
-        assert len(catalog) == 1
-        tools = {t["name"] for t in catalog[0]["payload"]["tools"]}
-        assert {"Bash", "Read", "Write", "Edit"} <= tools
-        commands = of(frames, "agent.commands.publish")
-        assert len(commands) == 1
-        assert "compact" in {c["name"] for c in commands[0]["payload"]["commands"]}
+        # the CLI's init line names the same tools and commands: nothing is published again
+        assert not of(frames, "tool.catalog.publish"), tools
+        assert not of(frames, "agent.commands.publish")
         said = "Hello from the scripted model, through the gateway."
         assert texts(frames) == said
         done = of(frames, "agent.text.done")

@@ -105,13 +105,21 @@ async def test_token_guards_everything_but_healthz(tmp_path):
 
 
 async def test_greeting_prompt_turn_and_usage(gw):
-    """DPS-12.2-caps first, then DPS-7.5.1-start, DPS-4.1-text, DPS-7.5.2-end and -usage."""
+    """DPS-12.2-caps first, then the catalog (DPS-5.4-catalog) and the commands (DPS-12.1-commands)
+    before any prompt (control-plane.md), then DPS-7.5.1-start, DPS-4.1-text, DPS-7.5.2-end and
+    -usage; the agent's own init, naming the same tools and commands, publishes nothing again."""
     session = await create_session(gw)
     master = await Master.attach(gw, session["session_id"])
     first = await master.next()
     assert first["type"] == "session.capabilities"
     assert first["payload"]["protocol_version"] == "rawp-dps-1.0"
     assert first["payload"]["features"]["adapter_type"] == "process"
+    catalog = await master.next()
+    assert catalog["type"] == "tool.catalog.publish"
+    assert [t["name"] for t in catalog["payload"]["tools"]] == ["Glob", "Read", "Write"]
+    commands = await master.next()  # the demo agent's answer to initialize
+    assert commands["type"] == "agent.commands.publish"
+    assert "compact" in [c["name"] for c in commands["payload"]["commands"]]
     frames = await run_prompt(master, "hello there")
     types = [f["type"] for f in frames]
     assert types[0] == "session.turn.start"
@@ -123,7 +131,7 @@ async def test_greeting_prompt_turn_and_usage(gw):
     done = [f for f in frames if f["type"] == "agent.text.done"]
     assert done and done[-1]["payload"]["full_text"] == deltas
     assert all(f.get("turn_id") == turn_id for f in frames)  # DPS-2.1-turn-id
-    assert "tool.catalog.publish" in types or "tool.catalog.publish" in master.types()
+    assert "tool.catalog.publish" not in types and "agent.commands.publish" not in types
     second = await run_prompt(master, "and again")
     start = next(f for f in second if f["type"] == "session.turn.start")
     assert start["payload"]["turn_index"] == 1

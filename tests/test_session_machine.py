@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from gateway.protocol import frames as F
 from gateway.protocol import session as sm
 from parsers import events as ev
@@ -122,6 +124,37 @@ def test_DPS_6_1_2_cancel_blocks_still_open_at_turn_end_end_cancelled():
     frames = emitted(m.agent_events([ev.TurnEnded(stop_reason="cancelled")]))
     assert [f.TYPE for f in frames][:2] == ["agent.text.done", "session.turn.end"]
     assert frames[0].payload.is_cancelled is True
+
+
+def test_catalog_and_commands_before_any_prompt():
+    """DPS-5.4-catalog, DPS-12.1-commands (control-plane.md: right after session.capabilities):
+    the profile's expected tools make the greeting's catalog; a long-lived agent is asked to
+    initialize at spawn, and the commands it lists are published without opening a turn."""
+    m = machine(tools=("Bash", "Read"))
+    greeting = m.greeting()
+    assert [f.TYPE for f in greeting] == ["session.capabilities", "tool.catalog.publish"]
+    assert [t.name for t in greeting[1].payload.tools] == ["Bash", "Read"]
+    actions = m.start()
+    assert isinstance(actions[0], sm.Spawn)
+    (write,) = [a for a in actions if isinstance(a, sm.WriteStdin)]
+    request = msgspec.json.decode(write.data)
+    assert request["request"] == {"subtype": "initialize"}
+    listed = ev.CommandsListed(commands=[ev.SlashCommand(name="compact", description="Compact")])
+    frames = emitted(
+        m.agent_events([ev.ControlAck(request_id=request["request_id"], ok=True), listed])
+    )
+    assert [f.TYPE for f in frames] == ["agent.commands.publish"]
+    assert m.turn is None
+    assert [f.TYPE for f in m.greeting()][1:] == ["tool.catalog.publish", "agent.commands.publish"]
+    # the agent's own init with the same tools and commands publishes nothing again
+    init = ev.SessionStarted(tools=["Bash", "Read"], commands=listed.commands)
+    assert not [f for f in emitted(m.agent_events([init])) if f.TYPE != "session.capabilities"]
+
+
+def test_a_single_turn_agent_is_not_asked_to_initialize():
+    m = machine(single_turn_process=True)
+    assert m.start() == []
+    assert [f.TYPE for f in m.greeting()] == ["session.capabilities"]
 
 
 def _prompt(text: str) -> bytes:

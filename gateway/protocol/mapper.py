@@ -184,6 +184,7 @@ class Mapper:
             ev.ToolResult: self._tool_result,
             ev.SubagentEnded: self._subagent_ended,
             ev.SessionStarted: self._session_started,
+            ev.CommandsListed: self._commands_listed,
             ev.Notice: self._notice,
             ev.Compacted: self._compacted,
             ev.Unknown: self._unknown,
@@ -655,6 +656,9 @@ class Mapper:
         if self.catalog is None or self.catalog.payload != catalog:  # type: ignore[attr-defined]
             self.catalog = self._frame(catalog)
             out.append(self.catalog)
+        return out + self._commands_listed(event)
+
+    def _commands_listed(self, event: ev.SessionStarted | ev.CommandsListed) -> list[F.Frame]:
         commands = F.CommandsPublish(
             commands=[
                 F.Command(name=c.name, description=c.description or f"/{c.name}")
@@ -663,8 +667,14 @@ class Mapper:
         )
         if self.commands is None or self.commands.payload != commands:  # type: ignore[attr-defined]
             self.commands = self._frame(commands)
-            out.append(self.commands)
-        return out
+            return [self.commands]
+        return []
+
+    def expect_tools(self, tools: tuple[str, ...]) -> None:
+        """The tools the profile knows the agent has, before the agent reports them: the catalog
+        a master gets right after ``session.capabilities``; the agent's own list replaces it (and
+        is published) only where it differs."""
+        self.catalog = self._frame(build_catalog(list(tools), []))
 
     def _notice(self, event: ev.Notice) -> list[F.Frame]:
         invocation_id = self.invocation_id(event.call_id) if event.call_id else None

@@ -208,6 +208,7 @@ class SessionConfig:
     prompt_argv_max: int | None = None
     stall_warning_sec: float = 0.0  # 0: off
     stall_timeout_sec: float = 0.0  # 0: off
+    tools: tuple[str, ...] = ()  # the agent's tools before it reports them (the first catalog)
 
     @property
     def stall_tick_sec(self) -> float:
@@ -286,6 +287,8 @@ class SessionMachine:
         self.capabilities_frame = self._make(
             gateway_capabilities(self.config.features, max_frame_size=self.config.max_frame_size)
         )
+        if self.config.tools:
+            self.mapper.expect_tools(self.config.tools)
 
     # --- helpers ---------------------------------------------------------------------------------
 
@@ -320,7 +323,15 @@ class SessionMachine:
         if self.config.single_turn_process:
             return []
         self.process_alive = True
-        return [Spawn(mode=self.mode)]
+        out: list[Action] = [Spawn(mode=self.mode)]
+        # control-plane.md promises the commands right after session.capabilities: an agent that
+        # lists them only when a prompt starts a run (Claude Code) is asked at once.
+        initialize = getattr(self.input, "initialize", None)
+        if initialize is not None:
+            data = initialize(self._next_request_id("initialize"))
+            if data is not None:
+                out.append(WriteStdin(data))
+        return out
 
     def restore(
         self,
@@ -400,7 +411,9 @@ class SessionMachine:
         if isinstance(event, ev.ParseError):
             return [Log("warning", "agent line is not valid", {"error": event.message})]
         out: list[Action] = []
-        if self.turn is None and not isinstance(event, ev.SessionStarted | ev.Unknown):
+        if self.turn is None and not isinstance(
+            event, ev.SessionStarted | ev.CommandsListed | ev.Unknown
+        ):
             out += self._open_turn()
         if isinstance(event, ev.PermissionRequest):
             return out + self._permission_request(event)
