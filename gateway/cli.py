@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -135,13 +136,19 @@ def _translate(args: argparse.Namespace) -> int:
             exit_code=args.exit_code,
             forward_unknown=args.forward_unknown,
         )
+        sys.stdout.flush()
     except KeyError as err:
         print(f"rawp-gateway translate: {err.args[0]}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`translate FILE | head -1`): stop quietly, as a tool killed by
+        # SIGPIPE would (exit 128 + 13). stdout is pointed at /dev/null so that the interpreter's
+        # own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
-    sys.stdout.flush()
     return 0
 
 

@@ -194,3 +194,21 @@ def test_translate_unknown_agent_and_missing_file():
     assert done.returncode == 2
     done = subprocess.run([*CLI, "translate", "/no/such/file"], capture_output=True, timeout=60)
     assert done.returncode == 2 and b"cannot read" in done.stderr
+
+
+def test_translate_into_a_closed_pipe_stops_quietly(tmp_path):
+    """``translate FILE | head -1``: the reader leaves after one line; translate stops as a tool
+    killed by SIGPIPE would (141), with no traceback on stderr."""
+    lines = tmp_path / "many.txt"  # far more output than a pipe buffers, so a write must fail
+    lines.write_text("a line of the agent's output\n" * 20_000)
+    proc = subprocess.Popen(
+        [*CLI, "translate", "--agent", "plain", str(lines)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    json.loads(proc.stdout.readline())
+    proc.stdout.close()  # as head -1 does
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err
