@@ -180,6 +180,11 @@ class AgentStartError(AgentProcessError):
 class AgentExecutableNotFound(AgentStartError, FileNotFoundError):
     """argv[0] does not name an executable file (the agent CLI is not installed or not on PATH)."""
 
+    def __str__(self) -> str:
+        # The message names the file already; OSError's own form would add "[Errno 2]" and the
+        # file name a second time.
+        return self.strerror or super().__str__()
+
 
 class StdoutLine(NamedTuple):
     """One stdout line without its b"\\n", and the perf_counter_ns() when it was read."""
@@ -549,7 +554,9 @@ class AgentProcess:
             if not os.path.isdir(target):
                 raise AgentStartError(f"agent working directory does not exist: {target}") from exc
             raise AgentExecutableNotFound(
-                errno.ENOENT, f"agent executable not found: {argv[0]!r}", argv[0]
+                errno.ENOENT,
+                f"agent executable not found: {argv[0]!r} (not installed, or not on PATH)",
+                argv[0],
             ) from exc
         except OSError as exc:
             raise AgentStartError(f"cannot start agent {argv[0]!r}: {exc}") from exc
