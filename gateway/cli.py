@@ -26,7 +26,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8765; 0 picks one)")
     serve.add_argument("--token-file", help="file holding the bearer token masters must send")
-    serve.add_argument("--workspace-root", help="directory every session workspace must be in")
+    serve.add_argument(
+        "--workspace-root",
+        help="directory every session workspace must be in (default: the current directory; "
+        "required with a token)",
+    )
     serve.add_argument("--log-format", choices=("text", "json"), help="log format (default text)")
     serve.add_argument(
         "--state-dir", help="keep sessions here so they survive a restart (default: in memory)"

@@ -517,6 +517,14 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: 
     if token is None and settings.get("token_file"):
         token = read_token_file(settings["token_file"])
     kw["token"] = token or None
+    if kw["token"] and "workspace_root" not in settings:
+        # A token means others reach the gateway: which directory their agents work in must be a
+        # decision, not wherever the gateway happened to be started.
+        raise ConfigError(
+            f"with a token, workspace_root must be set (--workspace-root, [server] workspace_root "
+            f"or RAWP_GATEWAY_WORKSPACE_ROOT); it would otherwise be the current directory, "
+            f"{Path.cwd()}"
+        )
     config = Config(**kw)
     root = config.workspace_root.expanduser().resolve()
     if not root.is_dir():

@@ -192,7 +192,12 @@ def _resolve_workspace(config: Config, requested: Any) -> Path:
         )
     if path.exists() and not path.is_dir():
         raise ApiError(400, "INVALID_REQUEST", "workspace_path is not a directory")
-    path.mkdir(parents=True, exist_ok=True)
+    if not path.is_dir():
+        # Not created: a mistyped path would otherwise give the agent an empty directory to work
+        # in, as `cd` into a missing directory would not.
+        raise ApiError(
+            404, "WORKSPACE_NOT_FOUND", f"workspace_path {requested!r} does not exist under {root}"
+        )
     return path
 
 
@@ -661,7 +666,10 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
     port = runner.addresses[0][1] if runner.addresses else config.port
-    log.info("listening", extra={"host": config.host, "port": port})
+    log.info(
+        "listening",
+        extra={"host": config.host, "port": port, "workspace_root": str(config.workspace_root)},
+    )
     if ready is not None:
         ready(port)
     stop = asyncio.Event()

@@ -112,6 +112,13 @@ async def test_serve_sigterm_ends_sessions_the_DPS_way_and_leaves_no_agent(tmp_p
         assert types[end + 1] == "session.usage"
         assert proc.wait(timeout=20) == 0
         assert not [p for p in agent_pids if pid_alive(p)]
+        # the log says which workspace root it serves
+        assert proc.stderr is not None
+        logs = [
+            json.loads(line) for line in proc.stderr.read().splitlines() if line.startswith(b"{")
+        ]
+        listening = next(r for r in logs if r["msg"] == "listening")
+        assert listening["workspace_root"] == str(tmp_path.resolve())
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -212,3 +219,21 @@ def test_translate_into_a_closed_pipe_stops_quietly(tmp_path):
     err = proc.stderr.read()
     assert proc.wait(timeout=60) == 141
     assert b"Traceback" not in err and b"BrokenPipe" not in err, err
+
+
+def test_serve_with_a_token_needs_an_explicit_workspace_root(tmp_path):
+    """With a token others reach the gateway: it does not serve whatever directory it was started
+    in; the error says how to set the root."""
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAWP_GATEWAY_")}
+    done = subprocess.run(
+        [*CLI, "serve", "--port", "0", "--token-file", str(token)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert "workspace_root must be set" in done.stderr and "--workspace-root" in done.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gateway.config import ConfigError, command_for, load_config, template_args
@@ -204,3 +206,14 @@ def test_feature_errors_name_the_key(tmp_path, text, needle):
     path = write(tmp_path, text)
     with pytest.raises(ConfigError, match=needle):
         load_config(path, {"workspace_root": str(tmp_path)}, environ={})
+
+
+def test_a_token_needs_an_explicit_workspace_root(tmp_path):
+    """Without a token the root defaults to the current directory; with one it must be chosen."""
+    assert load_config(None, {}, environ={}).workspace_root == Path.cwd().resolve()
+    with pytest.raises(ConfigError, match="with a token, workspace_root must be set"):
+        load_config(None, {}, environ={"RAWP_GATEWAY_TOKEN": "t"})
+    config = load_config(
+        None, {}, environ={"RAWP_GATEWAY_TOKEN": "t", "RAWP_GATEWAY_WORKSPACE_ROOT": str(tmp_path)}
+    )
+    assert config.workspace_root == tmp_path.resolve()

@@ -66,6 +66,20 @@ async def test_create_session_errors_are_json(gw, body, status, code):
     assert err["error_code"] == code and err["message"]
 
 
+async def test_a_missing_workspace_is_not_created(gw, tmp_path):
+    """A workspace_path that does not exist is 404 WORKSPACE_NOT_FOUND, and nothing is created (a
+    typo must not give the agent an empty directory); one that exists is used as it is."""
+    resp = await gw.post("/v1/session", json={"agent": "demo", "workspace_path": "repo/sub"})
+    assert resp.status == 404
+    err = await resp.json()
+    assert err["error_code"] == "WORKSPACE_NOT_FOUND" and "repo/sub" in err["message"]
+    assert not (tmp_path / "repo").exists()
+    assert (await (await gw.get("/v1/sessions")).json())["sessions"] == []
+    (tmp_path / "repo" / "sub").mkdir(parents=True)
+    session = await create_session(gw, workspace_path="repo/sub")
+    assert session["workspace_path"] == str(tmp_path.resolve() / "repo" / "sub")
+
+
 async def test_bad_json_and_huge_body_are_clear_errors(gw):
     resp = await gw.post("/v1/session", data=b"{nope", headers={"Content-Type": "application/json"})
     assert (resp.status, (await resp.json())["error_code"]) == (400, "INVALID_JSON")
@@ -265,6 +279,7 @@ async def test_DPS_7_1_history_counts_evicted_frames(gw):
 
 async def test_DPS_6_2_permission_allow_and_deny(gw, tmp_path):
     """DPS-4.3-interaction + DPS-6.2-interaction: PERMISSION asked, answered, the tool runs or not."""
+    (tmp_path / "perm").mkdir()
     session = await create_session(gw, workspace_path="perm")
     master = await Master.attach(gw, session["session_id"])
     await master.send("control.prompt.request", {"prompt_text": "write hello.txt"})
