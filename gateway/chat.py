@@ -10,7 +10,8 @@ attaches the WebSocket, and then four parts share one ``MasterView``:
 
 * the *receiver* takes frames off the WebSocket, applies them to the view and prints them: streamed
   ``agent.text.delta`` text as it arrives, thinking dimmed, a tool call as ``→ Bash: ls`` and its
-  result as ``← ok (12 lines)`` with a short preview, subagents, errors, and the turn's end with its
+  result as ``← ok (12 lines)`` with a short preview (a diff as ``← ok (+3 -1)`` and its changed
+  lines, coloured, the middle of a long one elided), subagents, errors, and the turn's end with its
   stop reason and the token usage of the ``session.usage`` that follows it (DPS-7.5.2-usage). When
   the socket drops it finalises the view (DPS-7.8-finalize), reattaches with ``last_message_id``
   and replays the ``session.history`` (DPS-7.8-unfinalize);
@@ -85,6 +86,7 @@ __all__ = [
 
 MODES: Final = ("default", "plan", "review")
 PREVIEW_LINES: Final = 3
+DIFF_PREVIEW_LINES: Final = 12  # changed lines of a diff shown; a longer one keeps its ends
 PREVIEW_WIDTH: Final = 100
 CALL_WIDTH: Final = 80
 ACK_TIMEOUT_S: Final = 10.0  # mode switch: the gateway answers at once or not at all
@@ -92,6 +94,7 @@ TURN_END_GRACE_S: Final = 0.5  # how long a turn end waits for its session.usage
 REATTACH_DELAYS_S: Final = (0.2, 0.5, 1.0, 2.0, 4.0, 8.0)  # ~16 s; the gateway keeps 300 s
 EOF: Final = None
 
+_CLIENT_COMMANDS: Final = frozenset({*MODES, "compact", "help", "quit", "exit"})
 HELP: Final = """\
 commands:
   /plan /default /review    switch the agent's mode (between turns)
@@ -226,7 +229,8 @@ def output_text(output: Any) -> str:
 
 
 def summarize_result(result: F.InvokeResult) -> tuple[str, list[str]]:
-    """``("ok (12 lines)", first lines)`` for a ``tool.invoke.result``."""
+    """``("ok (12 lines)", first lines)`` for a ``tool.invoke.result``; for a diff
+    ``("ok (+3 -1)", the changed lines)`` (``diff_preview``)."""
     status = "ok" if result.status == "success" else result.status
     if result.output_type == "binary_ref":
         # The file itself was announced by its agent.file.transfer line, with its URL.
@@ -238,6 +242,14 @@ def summarize_result(result: F.InvokeResult) -> tuple[str, list[str]]:
     lines = text.split("\n") if text else []
     if result.status == "cancelled" and lines:
         return f"{status}: {_one_line(lines[0], PREVIEW_WIDTH)}", []
+    if result.output_type == "diff" and result.status == "success":
+        changes = diff_preview(lines)
+        if changes is not None:
+            added, removed, preview = changes
+            head = f"{status} (+{added} -{removed}" + (", truncated)" if result.truncated else ")")
+            if result.duration_ms is not None:
+                head += f" {result.duration_ms} ms"
+            return head, preview
     head = status
     if lines:
         head += f" ({len(lines)} line{'s' if len(lines) != 1 else ''}"
@@ -250,6 +262,44 @@ def summarize_result(result: F.InvokeResult) -> tuple[str, list[str]]:
     if len(lines) > len(shown):
         preview.append(f"… {len(lines) - len(shown)} more")
     return head, preview
+
+
+def diff_preview(lines: list[str]) -> tuple[int, int, list[str]] | None:
+    """The changed lines of a unified diff (``+``/``-``, not its ``---``/``+++``/``@@`` headers;
+    the file names only when it changes more than one file), with how many were added and
+    removed. Past ``DIFF_PREVIEW_LINES`` the middle is elided, never the changes at its start
+    and end. None when ``lines`` hold no change (not a diff, or an empty one)."""
+    headers = {
+        i
+        for i in range(len(lines) - 1)
+        if lines[i].startswith("--- ") and lines[i + 1].startswith("+++ ")
+    }
+    headers |= {i + 1 for i in headers}
+    files = [lines[i][4:] for i in sorted(headers) if lines[i].startswith("+++ ")]
+    shown: list[str] = []
+    added = removed = 0
+    for i, line in enumerate(lines):
+        if i in headers:
+            if len(files) > 1 and line.startswith("+++ "):
+                shown.append(line[4:].removeprefix("b/") + ":")
+        elif line.startswith("+"):
+            added += 1
+            shown.append(line)
+        elif line.startswith("-"):
+            removed += 1
+            shown.append(line)
+    if not added and not removed:
+        return None
+    if len(shown) > DIFF_PREVIEW_LINES + 1:  # "… 1 more" would take the line it hides
+        head = DIFF_PREVIEW_LINES * 2 // 3
+        tail = DIFF_PREVIEW_LINES - head
+        shown = [*shown[:head], f"… {len(shown) - head - tail} more", *shown[-tail:]]
+    # Cut, not squeezed: a diff's indentation is part of what changed.
+    return added, removed, [_cut(line.expandtabs(4), PREVIEW_WIDTH) for line in shown]
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def format_usage(usage: F.Usage | None) -> str:
@@ -480,6 +530,7 @@ class Chat:
         self.turn_end_grace_s = turn_end_grace_s
         self.status = 0
         self.commands: list[F.Command] = []
+        self._plan_labelled = False  # "plan:" shown in this turn (once: its blocks are one plan)
         self._queue: asyncio.Queue[str | None] = asyncio.Queue()
         self._asks: asyncio.Queue[F.Frame] = asyncio.Queue()
         self._answer: asyncio.Future[str | None] | None = None
@@ -603,8 +654,9 @@ class Chat:
 
     def _help(self) -> None:
         self.screen.line(HELP, style=self.s.dim)
-        if self.commands:
-            names = " ".join(f"/{c.name}" for c in self.commands)
+        # Names this client takes itself (/review switches the mode) never reach the agent.
+        names = " ".join(f"/{c.name}" for c in self.commands if c.name not in _CLIENT_COMMANDS)
+        if names:
             self.screen.line(f"agent commands: {names}", style=self.s.dim)
 
     async def _prompt(self, text: str, input_type: InputType) -> None:
@@ -872,7 +924,12 @@ class Chat:
 
         if isinstance(p, F.TextDelta):
             key = ("text", parent, p.content_index)
-            if self._stream_key != key and (frame.metadata or {}).get("content_role") == "plan":
+            if (
+                self._stream_key != key
+                and not self._plan_labelled
+                and (frame.metadata or {}).get("content_role") == "plan"
+            ):
+                self._plan_labelled = True
                 self._stream_to(key)
                 self.screen.line("plan:", style=s.cyan, indent=indent)
             self._stream_to(key)
@@ -904,8 +961,14 @@ class Chat:
             head, preview = summarize_result(p)
             color = s.green if p.status == "success" else s.red
             self.screen.line(f"← {head}", style=color, indent=indent)
+            diff = p.output_type == "diff"
             for line in preview:
-                self.screen.line(line, style=s.dim, indent=indent + "  ")
+                style = s.dim
+                if diff and line.startswith("+"):
+                    style = s.green
+                elif diff and line.startswith("-"):
+                    style = s.red
+                self.screen.line(line, style=style, indent=indent + "  ")
         elif isinstance(p, F.SubagentStarted):
             what = " ".join(x for x in (p.agent_type, p.description) if x) or "subagent"
             self.screen.line(f"⇢ subagent: {what}", style=s.cyan, indent=indent)
@@ -929,6 +992,7 @@ class Chat:
             self._awaiting_error(frame)
         elif isinstance(p, F.TurnStart):
             self._stream_key = None
+            self._plan_labelled = False
             awaiting = self._awaiting
             if (
                 awaiting is not None

@@ -26,9 +26,10 @@ the running turn and exits 0.
 The "model" is a few deterministic rules on the prompt text (see `choose_action`):
 "/compact" -> the compaction sequence; "write|create <file>" -> Write (asks permission, writes
 inside the workspace only); "read <file>" -> Read; "list" or "files" -> Glob over the workspace;
-"think" -> a thinking block first; anything else -> a short text reply. Text is streamed word by
-word with `RAWP_DEMO_DELAY_MS` (default 20) between deltas, so streaming is visible in a UI and
-interrupts have something to interrupt. No network, no randomness beyond ids.
+"think" -> a thinking block first (alone: an answer about thinking); anything else -> a short
+text reply. Text is streamed word by word with `RAWP_DEMO_DELAY_MS` (default 20) between deltas,
+so streaming is visible in a UI and interrupts have something to interrupt. No network, no
+randomness beyond ids.
 
 Stdout is written with blocking writes, one flushed line at a time: the consumer is the gateway's
 reader, and a demo agent that blocks while the gateway applies backpressure is what we want.
@@ -81,6 +82,11 @@ COMPACT_SUMMARY: Final = (
 HELP_TEXT: Final = (
     "Hello! I am the RAWP demo agent, running without a model. Ask me to list the files, read a"
     " file, write a file (for example: write hello.txt), think first, or /compact."
+)
+THOUGHT_TEXT: Final = (
+    "I thought it over first: the thinking above streamed as its own block, the way a model's"
+    " reasoning does. Without a model that is as deep as it goes; try it with a task, for"
+    " example: think, then list the files."
 )
 DEFAULT_FILE_CONTENT: Final = "Hello from the RAWP demo agent.\n"
 
@@ -233,6 +239,7 @@ def run_read(workspace: str, file_path: str) -> tuple[str, dict[str, Any]]:
         ) from None
     except IsADirectoryError:
         raise ToolError(f"EISDIR: illegal operation on a directory, read '{full}'") from None
+    # As the CLI does: "a\n" is numbered "1\ta\n2\t" and counted as 2 (numLines).
     lines = content.split("\n")
     numbered = "\n".join(f"{i}\t{line}" for i, line in enumerate(lines, 1))
     file_info = {
@@ -702,7 +709,7 @@ class DemoAgent:
                 }
             )
         if action.tool is None:
-            blocks.append({"type": "text", "text": HELP_TEXT})
+            blocks.append({"type": "text", "text": THOUGHT_TEXT if action.think else HELP_TEXT})
             await self._message(turn, blocks, "end_turn")
             return
         tool_id = f"toolu_demo_{uuid.uuid4().hex[:24]}"
@@ -738,7 +745,11 @@ class DemoAgent:
             shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
             return f"The workspace has {len(names)} file{'s' if len(names) != 1 else ''}: {shown}."
         if action.tool == "Read":
-            return f"{action.path} has {output.count(chr(10)) + 1} lines."
+            lines = output.split("\n")
+            if lines[-1].partition("\t")[2] == "":  # "2\t": the file's final newline, no line
+                lines.pop()
+            count = len(lines)
+            return f"{action.path} has {count} line{'s' if count != 1 else ''}."
         return f"Done: I wrote {action.path}."
 
     def _compact(self, turn: _Turn) -> None:

@@ -205,6 +205,7 @@ class FakeGateway:
             commands=[
                 F.Command(name="compact", description="Compact"),
                 F.Command(name="cost", description="Cost"),
+                F.Command(name="review", description="Review a pull request"),
             ]
         )
         await ws.send_str(codec.encode(s.factory.frame(commands)).decode())
@@ -433,6 +434,26 @@ class FakeGateway:
             for ws in s.sockets:
                 await ws.send_str(codec.encode(plan).decode())
             await s.emit(F.TextDone(content_index=0), turn_id=tid)
+            iid = await call("Read", {"file_path": "a.txt"})
+            await result(iid, "Read", "success", "a", "file_content")
+            more = s.factory.frame(  # the same plan, going on after the call
+                F.TextDelta(content_index=1, text="3. test"),
+                turn_id=tid,
+                metadata={"content_role": "plan"},
+            )
+            s.log.append(more)
+            for ws in s.sockets:
+                await ws.send_str(codec.encode(more).decode())
+            await s.emit(F.TextDone(content_index=1), turn_id=tid)
+        elif text in ("edit", "edit a lot"):
+            iid = await call("Edit", {"file_path": "a.py"})
+            if text == "edit":
+                diff = "--- a/a.py\n+++ b/a.py\n@@ -1,3 +1,3 @@\n def f():\n-    return 1\n+    return 2\n"
+            else:
+                removed = "".join(f"-old {i}\n" for i in range(20))
+                added = "".join(f"+new {i}\n" for i in range(20))
+                diff = f"--- a/a.py\n+++ b/a.py\n@@ -1,20 +1,20 @@\n{removed}{added}"
+            await result(iid, "Edit", "success", diff, "diff")
         else:
             await say(f"You said: {text}")
         await s.emit(F.TurnEnd(turn_id=tid, stop_reason=stop, tool_invocation_count=1), turn_id=tid)
@@ -545,6 +566,41 @@ async def test_plan_documents_and_catalog_diagnostics_are_shown(fake: FakeGatewa
     _, out = await chat(fake, "plan it\n")
     assert "⚠ mcp__db__query: MCP server db failed to start (TOOL_UNAVAILABLE)\n" in out
     assert "plan:\n1. read\n2. write\n" in out
+    assert "\n3. test\n" in out
+    assert out.count("plan:") == 1  # one plan, labelled once in its turn
+
+
+async def test_a_diff_shows_what_changed(fake: FakeGateway):
+    """The changed lines, not the ---/+++/@@ headers followed by "… N more"."""
+    _, out = await chat(fake, "edit\n")
+    assert "← ok (+1 -1)\n  -    return 1\n  +    return 2\n" in out
+    assert "@@" not in out and "+++" not in out
+    _, out = await chat(fake, "edit\n", color=True)
+    assert "  \x1b[31m-    return 1\x1b[0m\n  \x1b[32m+    return 2\x1b[0m\n" in out
+
+
+async def test_a_long_diff_keeps_its_first_and_last_changes(fake: FakeGateway):
+    _, out = await chat(fake, "edit a lot\n")
+    assert "← ok (+20 -20)\n" in out
+    assert "  -old 0\n" in out and "  +new 19\n" in out  # the ends stay
+    assert "  … 28 more\n" in out
+
+
+def test_diff_colours_and_files():
+    from gateway.chat import diff_preview
+
+    two_files = ["--- a/x", "+++ b/x", "@@ -1 +1 @@", "-a", "+b", "--- a/y", "+++ b/y", "+c"]
+    assert diff_preview(two_files) == (2, 1, ["x:", "-a", "+b", "y:", "+c"])
+    # a removed line that starts with "-- " is a change, not a header
+    assert diff_preview(["@@ -1 +1 @@", "--- old", "+new"]) == (1, 1, ["--- old", "+new"])
+    assert diff_preview(["just text"]) is None
+
+
+async def test_help_lists_only_the_agent_commands_this_client_passes_on(fake: FakeGateway):
+    """/review and /compact are this client's own (mode switch, compaction): not listed again as
+    agent commands."""
+    _, out = await chat(fake, "/help\n")
+    assert "agent commands: /cost\n" in out
 
 
 async def test_subagents_thinking_and_errors(fake: FakeGateway):

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gateway.demo_agent import Action, choose_action
+from gateway.demo_agent import THOUGHT_TEXT, Action, choose_action
 from gateway.process import AgentProcess
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "claude-code"
@@ -241,6 +241,8 @@ async def test_think_streams_a_thinking_block_first(tmp_path: Path) -> None:
         == thinking["thinking"]
     )
     assert deltas[-1] == {"type": "signature_delta", "signature": thinking["signature"]}
+    (text,) = assistant_blocks(lines, "text")
+    assert text["text"] == THOUGHT_TEXT  # about the thinking, not the greeting
     await demo.close()
 
 
@@ -291,7 +293,11 @@ async def test_read_a_file(tmp_path: Path) -> None:
             "startLine": 1,
             "totalLines": 3,
         },
-    }
+    }  # the CLI's own numbers (tool-read fixture): the final newline counts as a line there
+    assert text_deltas(lines).endswith("notes.txt has 2 lines.")
+    (tmp_path / "one.txt").write_text("only line\n")
+    lines = await demo.turn("read one.txt")
+    assert text_deltas(lines).endswith("one.txt has 1 line.")
     await demo.close()
 
 
@@ -416,6 +422,21 @@ async def test_set_permission_mode_is_answered_like_the_cli(tmp_path: Path) -> N
     await demo.send({"type": "control_request", "request_id": "x", "request": {"subtype": "bogus"}})
     (err,) = await demo.until(lambda ln: ln["type"] == "control_response")
     assert err["response"]["subtype"] == "error" and err["response"]["request_id"] == "x"
+    await demo.close()
+
+
+async def test_initialize_is_answered_with_the_commands_like_the_cli(tmp_path: Path) -> None:
+    """The gateway asks at spawn; like Claude Code, the answer lists the slash commands, and no
+    init line is printed before a prompt."""
+    demo = await Demo.start(tmp_path)
+    await demo.send(
+        {"type": "control_request", "request_id": "i1", "request": {"subtype": "initialize"}}
+    )
+    (answer,) = await demo.until(lambda ln: ln["type"] == "control_response")
+    assert answer["response"]["subtype"] == "success" and answer["response"]["request_id"] == "i1"
+    names = [c["name"] for c in answer["response"]["response"]["commands"]]
+    assert "compact" in names
+    assert not of(demo.lines, "system")
     await demo.close()
 
 
