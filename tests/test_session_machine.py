@@ -151,6 +151,12 @@ def test_catalog_and_commands_before_any_prompt():
     assert not [f for f in emitted(m.agent_events([init])) if f.TYPE != "session.capabilities"]
 
 
+def test_a_restored_session_without_a_saved_catalog_greets_with_the_expected_one():
+    m = machine(tools=("Bash",))
+    m.restore(name=None, mode="default", turn_count=1, agent_session_id=None)
+    assert [f.TYPE for f in m.greeting()] == ["session.capabilities", "tool.catalog.publish"]
+
+
 def test_a_single_turn_agent_is_not_asked_to_initialize():
     m = machine(single_turn_process=True)
     assert m.start() == []

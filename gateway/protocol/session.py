@@ -349,7 +349,9 @@ class SessionMachine:
         self.name = name
         self.mode = mode if mode in ("default", "plan", "review") else "default"  # type: ignore[assignment]
         self.turn_count = turn_count
-        self.mapper.catalog, self.mapper.commands = catalog, commands
+        if catalog is not None:  # else the catalog the profile expects (``SessionConfig.tools``)
+            self.mapper.catalog = catalog
+        self.mapper.commands = commands
         if agent_session_id:
             self.mapper.agent_session_id = agent_session_id
             caps = gateway_capabilities(
