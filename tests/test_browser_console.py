@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.demo_agent import THOUGHT_TEXT
 from gateway.server import CONFIG, SESSIONS
 from gateway.translate import translate
 from tests.browser import Browser, Page
@@ -293,9 +294,7 @@ async def test_reload_mid_turn_reattaches_and_restores(gateway, page):
         "[...document.querySelectorAll('.turn .text')].map(t => [t.dataset.state, t.textContent])"
     )
     assert texts and all(state == "done" for state, _ in texts)
-    assert texts[-1][1].startswith("Hello! I am the RAWP demo agent") and texts[-1][1].endswith(
-        "/compact."
-    )
+    assert texts[-1][1] == THOUGHT_TEXT  # the demo's whole answer to "think about it"
     assert await page.js("document.getElementById('banner').hidden")
     assert page.errors() == []
     await shot(page, "after-reload")
@@ -322,7 +321,7 @@ async def test_lost_connection_mid_turn_reconnects_and_restores(gateway, page):
         "[...document.querySelectorAll('.turn .text')].map(t => [t.dataset.state, t.textContent])"
     )
     assert texts and all(state == "done" for state, _ in texts)
-    assert texts[-1][1].endswith("/compact.")
+    assert texts[-1][1] == THOUGHT_TEXT
     assert await page.js("document.body.dataset.connection") == "open"
     assert page.errors() == []
 

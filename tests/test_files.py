@@ -446,6 +446,7 @@ async def test_files_need_the_token(tmp_path):
 async def test_a_prompt_with_an_uploaded_file_over_the_wire(gw, tmp_path):
     """A master uploads a log, names it in context_files: the file is in the workspace under
     .rawp/uploads before the agent runs; a foreign URL gets session.error INVALID_FRAME."""
+    (tmp_path / "ws").mkdir()
     session = await create_session(gw, workspace_path="ws")
     sid = session["session_id"]
     stored = await (await put(gw, sid, "app.log", b"boom\n", "text/plain")).json()
@@ -532,6 +533,7 @@ async def test_uploads_are_bounded_by_max_upload_bytes_not_the_json_body_limit(t
 async def test_an_upload_never_lands_outside_the_workspace(gw, tmp_path):
     """The agent made .rawp a link out of its workspace: the upload is not written there (nor is
     any directory made there), and the prompt still runs."""
+    (tmp_path / "ws2").mkdir()
     session = await create_session(gw, workspace_path="ws2")
     sid = session["session_id"]
     outside = tmp_path / "outside"
