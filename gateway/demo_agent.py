@@ -31,6 +31,13 @@ text reply. Text is streamed word by word with `RAWP_DEMO_DELAY_MS` (default 20)
 so streaming is visible in a UI and interrupts have something to interrupt. No network, no
 randomness beyond ids.
 
+Images both ways, as the CLI does them: a Read of a .png/.jpg/.jpeg/.gif/.webp file answers with an
+image block (base64) in the tool_result and `tool_use_result` `{"type": "image", "file": {...}}`
+(at most `MAX_IMAGE_BYTES`, like the API's own limit; the demo never resizes). A user message's
+image blocks and the "Attached files:" list the gateway appends to a prompt are acknowledged first
+("I see the image dot.png (4x3).", "I see the file .rawp/uploads/app.log (12 bytes)."), so a master
+can tell what reached the agent; the list is not read as part of the request.
+
 Stdout is written with blocking writes, one flushed line at a time: the consumer is the gateway's
 reader, and a demo agent that blocks while the gateway applies backpressure is what we want.
 """
@@ -39,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import datetime
 import difflib
@@ -89,6 +97,13 @@ THOUGHT_TEXT: Final = (
     " example: think, then list the files."
 )
 DEFAULT_FILE_CONTENT: Final = "Hello from the RAWP demo agent.\n"
+# A Read of a file with one of these extensions answers with an image block, as the CLI's does.
+IMAGE_EXTENSIONS: Final = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
+MAX_IMAGE_BYTES: Final = 5 * 1024 * 1024  # the Messages API's limit for one image
+# What the gateway appends to a prompt that has context_files (gateway/protocol/session.py).
+ATTACHED_HEADER: Final = "\n\nAttached files:\n"
+_ATTACHED_IMAGE = re.compile(r"^- (.+) \((\S+), attached as an image\)$")
+_ATTACHED_FILE = re.compile(r"^- (\S.*) \((\S+), (\d+) bytes\)$")
 
 
 def _new_id() -> str:
@@ -157,6 +172,53 @@ def _file_after(prompt: str, verbs: str) -> str | None:
         if path and path not in (".", ".."):
             return path
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One user message: its text and the bytes of its image blocks (media type, data)."""
+
+    text: str
+    images: tuple[tuple[str, bytes], ...] = ()
+
+
+def split_attachments(text: str) -> tuple[str, list[str]]:
+    """The request without the gateway's "Attached files:" list, and that list's lines."""
+    at = text.rfind(ATTACHED_HEADER)
+    if at < 0:
+        return text, []
+    lines = text[at + len(ATTACHED_HEADER) :].split("\n")
+    if not all(line.startswith("- ") for line in lines):
+        return text, []
+    return text[:at], lines
+
+
+def acknowledge(
+    workspace: str, attached: list[str], images: tuple[tuple[str, bytes], ...]
+) -> list[str]:
+    """What the demo says it got: each image block (named from the list, in order) with its size,
+    and each file the gateway put into the workspace."""
+    names = [m.group(1) for line in attached if (m := _ATTACHED_IMAGE.match(line))]
+    notes = []
+    for i, (_, data) in enumerate(images):
+        name = names[i] if i < len(names) else f"number {i + 1}"
+        info = image_info(data)
+        if info is None:
+            notes.append(f"I got an image {name} that I cannot read.")
+        else:
+            notes.append(f"I see the image {name} ({info[1]}x{info[2]}).")
+    for line in attached:
+        m = _ATTACHED_FILE.match(line)
+        if m is None:
+            continue
+        path = m.group(1)
+        try:
+            size = os.path.getsize(_inside(workspace, path))
+        except (ToolError, OSError):
+            notes.append(f"I cannot find the attached file {path}.")
+        else:
+            notes.append(f"I see the file {path} ({size} bytes).")
+    return notes
 
 
 def choose_action(prompt: str, tools: tuple[str, ...] = ALL_TOOLS) -> Action:
@@ -228,8 +290,10 @@ def _glob_match(rel: str, pattern: str) -> bool:
     )
 
 
-def run_read(workspace: str, file_path: str) -> tuple[str, dict[str, Any]]:
+def run_read(workspace: str, file_path: str) -> tuple[str | list[dict[str, Any]], dict[str, Any]]:
     full = _inside(workspace, file_path)
+    if os.path.splitext(full)[1].lower() in IMAGE_EXTENSIONS and os.path.isfile(full):
+        return run_read_image(file_path, full)
     try:
         with open(full, encoding="utf-8", errors="replace") as f:
             content = f.read()
@@ -250,6 +314,86 @@ def run_read(workspace: str, file_path: str) -> tuple[str, dict[str, Any]]:
         "totalLines": len(lines),
     }
     return numbered, {"type": "text", "file": file_info}
+
+
+def image_info(data: bytes) -> tuple[str, int, int] | None:
+    """(MIME type, width, height) of a PNG, JPEG, GIF or WebP, read from its header; else None."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n") and data[12:16] == b"IHDR":
+        return "image/png", int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if data.startswith((b"GIF87a", b"GIF89a")) and len(data) >= 10:
+        return (
+            "image/gif",
+            int.from_bytes(data[6:8], "little"),
+            int.from_bytes(data[8:10], "little"),
+        )
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return _webp_info(data)
+    if data.startswith(b"\xff\xd8"):
+        return _jpeg_info(data)
+    return None
+
+
+def _webp_info(data: bytes) -> tuple[str, int, int] | None:
+    chunk = data[12:16]
+    if chunk == b"VP8 " and len(data) >= 30:
+        w = int.from_bytes(data[26:28], "little") & 0x3FFF
+        h = int.from_bytes(data[28:30], "little") & 0x3FFF
+        return "image/webp", w, h
+    if chunk == b"VP8L" and len(data) >= 25:
+        bits = int.from_bytes(data[21:25], "little")
+        return "image/webp", (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8X" and len(data) >= 30:
+        w = int.from_bytes(data[24:27], "little") + 1
+        return "image/webp", w, int.from_bytes(data[27:30], "little") + 1
+    return None
+
+
+def _jpeg_info(data: bytes) -> tuple[str, int, int] | None:
+    # Walk the segments to the first start-of-frame marker (SOF0..SOF15 but DHT, JPG, DAC).
+    i = 2
+    while i + 9 < len(data):
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:
+            i += 1
+            continue
+        length = int.from_bytes(data[i + 2 : i + 4], "big")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            h = int.from_bytes(data[i + 5 : i + 7], "big")
+            return "image/jpeg", int.from_bytes(data[i + 7 : i + 9], "big"), h
+        i += 2 + length
+    return None
+
+
+def run_read_image(file_path: str, full: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A Read of an image, as the CLI answers it: an image block for the model and the file's
+    base64, type, size and dimensions in `tool_use_result`."""
+    try:
+        size = os.path.getsize(full)
+        if size > MAX_IMAGE_BYTES:
+            raise ToolError(
+                f"Image {file_path} is {size} bytes; the demo agent reads images of at most"
+                f" {MAX_IMAGE_BYTES} bytes."
+            )
+        with open(full, "rb") as f:
+            data = f.read(MAX_IMAGE_BYTES + 1)
+    except OSError as exc:
+        raise ToolError(str(exc)) from None
+    info = image_info(data)
+    if info is None:
+        raise ToolError(f"{file_path} is not a PNG, JPEG, GIF or WebP image.")
+    mime, width, height = info
+    b64 = base64.b64encode(data).decode("ascii")
+    content = [{"type": "image", "source": {"type": "base64", "data": b64, "media_type": mime}}]
+    dimensions = {
+        "originalWidth": width,
+        "originalHeight": height,
+        "displayWidth": width,
+        "displayHeight": height,
+    }
+    file_info = {"base64": b64, "type": mime, "originalSize": len(data), "dimensions": dimensions}
+    return content, {"type": "image", "file": file_info}
 
 
 def _structured_patch(old: str, new: str) -> list[dict[str, Any]]:
@@ -350,7 +494,7 @@ class DemoAgent:
         self.context_tokens = 0
         self.total_in = 0
         self.total_out = 0
-        self.prompts: asyncio.Queue[str | None] = asyncio.Queue()
+        self.prompts: asyncio.Queue[Prompt | None] = asyncio.Queue()
         self.turn: _Turn | None = None
         self.turn_task: asyncio.Task[None] | None = None
         self.permission_waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
@@ -621,7 +765,7 @@ class DemoAgent:
 
     async def _use_tool(
         self, turn: _Turn, tool_id: str, name: str, tool_input: dict[str, Any]
-    ) -> tuple[bool, str]:
+    ) -> tuple[bool, str | list[dict[str, Any]]]:
         """Ask if needed, run the tool, print the `user` tool_result line. (ok, content)."""
         try:
             if name in EDIT_TOOLS:
@@ -634,6 +778,7 @@ class DemoAgent:
                 if answer.get("behavior") != "allow":
                     raise _Denied(str(answer.get("message") or "Permission denied"))
                 tool_input = answer.get("updatedInput") or tool_input
+            text: str | list[dict[str, Any]]
             if name == "Glob":
                 text, result = run_glob(self.workspace, tool_input.get("pattern", "**/*"))
             elif name == "Read":
@@ -657,7 +802,7 @@ class DemoAgent:
             [{"tool_use_id": tool_id, "type": "tool_result", "content": text}],
             tool_use_result=result,
         )
-        self.context_tokens += _tokens(text)
+        self.context_tokens += _tokens(text if isinstance(text, str) else json.dumps(text))
         return True, text
 
     def _refuse_without_asking(self, tool_id: str, name: str, tool_input: dict[str, Any]) -> None:
@@ -679,14 +824,14 @@ class DemoAgent:
 
     # ------------------------------------------------------------------ turns
 
-    async def _turn(self, prompt: str) -> None:
+    async def _turn(self, prompt: Prompt) -> None:
         turn = self.turn = _Turn(started=time.monotonic())
         try:
-            if prompt.strip().startswith("/compact"):
+            if prompt.text.strip().startswith("/compact"):
                 self._compact(turn)
                 return
             self._init_line()
-            self.context_tokens += _tokens(prompt)
+            self.context_tokens += _tokens(prompt.text)
             await self._answer(turn, prompt)
             self._result(turn, error=False, stop_reason="end_turn", terminal="completed")
         except asyncio.CancelledError:
@@ -696,7 +841,9 @@ class DemoAgent:
         finally:
             self.turn = None
 
-    async def _answer(self, turn: _Turn, prompt: str) -> None:
+    async def _answer(self, turn: _Turn, message: Prompt) -> None:
+        prompt, attached = split_attachments(message.text)
+        notes = acknowledge(self.workspace, attached, message.images)
         action = choose_action(prompt, self.tools)
         blocks: list[dict[str, Any]] = []
         if action.think:
@@ -709,7 +856,11 @@ class DemoAgent:
                 }
             )
         if action.tool is None:
-            blocks.append({"type": "text", "text": THOUGHT_TEXT if action.think else HELP_TEXT})
+            if notes:
+                text = " ".join(notes)
+            else:
+                text = THOUGHT_TEXT if action.think else HELP_TEXT
+            blocks.append({"type": "text", "text": text})
             await self._message(turn, blocks, "end_turn")
             return
         tool_id = f"toolu_demo_{uuid.uuid4().hex[:24]}"
@@ -722,7 +873,7 @@ class DemoAgent:
         else:
             intro = f"I'll write {action.path}."
             tool_input = {"file_path": self._abs(action.path), "content": action.content}
-        blocks.append({"type": "text", "text": intro})
+        blocks.append({"type": "text", "text": " ".join([*notes, intro])})
         blocks.append({"type": "tool_use", "id": tool_id, "name": action.tool, "input": tool_input})
         await self._message(turn, blocks, "tool_use")
         ok, output = await self._use_tool(turn, tool_id, action.tool, tool_input)
@@ -735,15 +886,19 @@ class DemoAgent:
         return os.path.normpath(os.path.join(self.workspace, os.path.expanduser(path or "")))
 
     @staticmethod
-    def _summary(action: Action, ok: bool, output: str) -> str:
+    def _summary(action: Action, ok: bool, output: str | list[dict[str, Any]]) -> str:
         if not ok:
             return f"That did not work: {output}"
         if action.tool == "Glob":
-            names = [] if output == "No files found" else output.split("\n")
+            names = [] if output == "No files found" else str(output).split("\n")
             if not names:
                 return "The workspace has no files yet."
             shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
             return f"The workspace has {len(names)} file{'s' if len(names) != 1 else ''}: {shown}."
+        if action.tool == "Read" and isinstance(output, list):
+            info = image_info(base64.b64decode(output[0]["source"]["data"]))
+            assert info is not None  # run_read_image checked it
+            return f"{action.path} is a {info[1]}x{info[2]} {info[0]} image."
         if action.tool == "Read":
             lines = output.split("\n")
             if lines[-1].partition("\t")[2] == "":  # "2\t": the file's final newline, no line
@@ -836,7 +991,8 @@ class DemoAgent:
             return
         kind = msg.get("type") if isinstance(msg, dict) else None
         if kind == "user":
-            self.prompts.put_nowait(_text_of(msg.get("message", {}).get("content", "")))
+            content = (msg.get("message") or {}).get("content", "")
+            self.prompts.put_nowait(Prompt(_text_of(content), _images_of(content)))
         elif kind == "control_request":
             self._control_request(msg)
         elif kind == "control_response":
@@ -909,7 +1065,7 @@ class DemoAgent:
     async def run(self, prompt: str | None) -> int:
         """Serve turns until stdin closes (stream-json) or the one prompt is answered (text)."""
         if prompt is not None:
-            self.prompts.put_nowait(prompt)
+            self.prompts.put_nowait(Prompt(prompt))
             self.prompts.put_nowait(None)
         stdin_task = asyncio.create_task(self.read_stdin())
         while (next_prompt := await self.prompts.get()) is not None:
@@ -939,6 +1095,26 @@ def _text_of(content: Any) -> str:
             b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"
         )
     return ""
+
+
+def _images_of(content: Any) -> tuple[tuple[str, bytes], ...]:
+    """The base64 image blocks of a user message, decoded; broken ones are reported and skipped."""
+    if not isinstance(content, list):
+        return ()
+    out = []
+    for block in content:
+        if not isinstance(block, dict) or block.get("type") != "image":
+            continue
+        source = block.get("source")
+        if not isinstance(source, dict):
+            continue
+        try:
+            data = base64.b64decode(source.get("data", ""), validate=True)
+        except (ValueError, TypeError):
+            _warn("ignoring an image block whose base64 is broken")
+            continue
+        out.append((str(source.get("media_type", "")), data))
+    return tuple(out)
 
 
 def _tool_list(spec: str | None) -> tuple[str, ...]:

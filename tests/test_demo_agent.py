@@ -7,6 +7,7 @@ that the demo cannot drift into field names the real CLI does not print.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gateway.demo_agent import THOUGHT_TEXT, Action, choose_action
+from gateway.demo_agent import MAX_IMAGE_BYTES, THOUGHT_TEXT, Action, choose_action, image_info
 from gateway.process import AgentProcess
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "claude-code"
@@ -298,6 +299,120 @@ async def test_read_a_file(tmp_path: Path) -> None:
     (tmp_path / "one.txt").write_text("only line\n")
     lines = await demo.turn("read one.txt")
     assert text_deltas(lines).endswith("one.txt has 1 line.")
+    await demo.close()
+
+
+def _fixture_read_image() -> tuple[Line, Any]:
+    """The real CLI's tool_result block and tool_use_result for a Read of the rig's 4x3 PNG."""
+    for raw in (FIXTURES / "tool-read-image.jsonl").read_text().splitlines():
+        line = json.loads(raw)
+        if line["type"] == "user" and "tool_use_result" in line:
+            return line["message"]["content"][0], line["tool_use_result"]
+    raise AssertionError("no tool_result in the recording")
+
+
+async def test_read_an_image_answers_like_the_cli(tmp_path: Path) -> None:
+    real_block, real_result = _fixture_read_image()
+    png = base64.b64decode(real_result["file"]["base64"])
+    (tmp_path / "dot.png").write_bytes(png)
+    demo = await Demo.start(tmp_path)
+    lines = await demo.turn("read dot.png")
+    ((block, result),) = tool_results(lines)
+    # The same bytes give the same tool_result content and tool_use_result as the real CLI's.
+    assert block["content"] == real_block["content"]
+    assert result == real_result
+    assert lines[-1]["result"] == "dot.png is a 4x3 image/png image."
+    await demo.close()
+
+
+async def test_read_a_broken_or_huge_image_is_a_tool_error(tmp_path: Path) -> None:
+    (tmp_path / "fake.png").write_text("not a png")
+    with open(tmp_path / "big.gif", "wb") as f:
+        f.write(GIF_7X5)
+        f.truncate(MAX_IMAGE_BYTES + 1)
+    demo = await Demo.start(tmp_path)
+    for name, message in (("fake.png", "is not a PNG, JPEG, GIF or WebP"), ("big.gif", "bytes")):
+        lines = await demo.turn(f"read {name}")
+        ((block, _),) = tool_results(lines)
+        assert block["is_error"] is True and message in block["content"], block
+    await demo.close()
+
+
+# Headers of each format (the demo reads only the size from them).
+GIF_7X5 = b"GIF89a" + (7).to_bytes(2, "little") + (5).to_bytes(2, "little") + b"\xf7\x00\x00"
+JPEG_7X5 = (
+    b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"
+    b"\xff\xdb\x00\x03\x00"  # a (truncated) table segment to skip
+    b"\xff\xc0\x00\x11\x08\x00\x05\x00\x07\x03\x01\x22\x00\x02\x11\x01\x03\x11\x01"
+)
+
+
+def _webp(chunk: bytes, body: bytes) -> bytes:
+    payload = chunk + len(body).to_bytes(4, "little") + body
+    return b"RIFF" + (4 + len(payload)).to_bytes(4, "little") + b"WEBP" + payload
+
+
+def test_image_info_reads_each_format() -> None:
+    _, real_result = _fixture_read_image()
+    assert image_info(base64.b64decode(real_result["file"]["base64"])) == ("image/png", 4, 3)
+    assert image_info(GIF_7X5) == ("image/gif", 7, 5)
+    assert image_info(JPEG_7X5) == ("image/jpeg", 7, 5)
+    lossy = b"\x10\x02\x00\x9d\x01\x2a" + (7).to_bytes(2, "little") + (5).to_bytes(2, "little")
+    assert image_info(_webp(b"VP8 ", lossy)) == ("image/webp", 7, 5)
+    lossless = b"\x2f" + (6 | (4 << 14)).to_bytes(4, "little")
+    assert image_info(_webp(b"VP8L", lossless)) == ("image/webp", 7, 5)
+    extended = b"\x10\x00\x00\x00" + (6).to_bytes(3, "little") + (4).to_bytes(3, "little")
+    assert image_info(_webp(b"VP8X", extended)) == ("image/webp", 7, 5)
+    assert image_info(b"hello") is None and image_info(b"\xff\xd8\x00") is None
+
+
+async def test_attached_image_and_file_are_acknowledged(tmp_path: Path) -> None:
+    """A prompt as the gateway writes it for context_files: image blocks first, then the text with
+    the "Attached files:" list; the list is not read as a request ("files" would list them)."""
+    (tmp_path / ".rawp" / "uploads").mkdir(parents=True)
+    (tmp_path / ".rawp" / "uploads" / "app.log").write_text("12 bytes...\n")
+    text = (
+        "what do you see?\n\nAttached files:\n- shot one.png (image/gif, attached as an image)\n"
+        "- .rawp/uploads/app.log (text/plain, 12 bytes)\n- .rawp/uploads/gone.txt (text/plain, 1 bytes)"
+    )
+    image = {
+        "type": "image",
+        "source": {
+            "type": "base64",
+            "media_type": "image/gif",
+            "data": base64.b64encode(GIF_7X5).decode(),
+        },
+    }
+    demo = await Demo.start(tmp_path)
+    await demo.send(
+        {
+            "type": "user",
+            "message": {"role": "user", "content": [image, {"type": "text", "text": text}]},
+        }
+    )
+    lines = await demo.until(is_result)
+    assert not assistant_blocks(lines, "tool_use")
+    assert lines[-1]["result"] == (
+        "I see the image shot one.png (7x5). I see the file .rawp/uploads/app.log (12 bytes)."
+        " I cannot find the attached file .rawp/uploads/gone.txt."
+    )
+    # With a request beside the attachment, the acknowledgement comes before the tool call.
+    await demo.send(
+        {
+            "type": "user",
+            "message": {
+                "role": "user",
+                "content": [image, {"type": "text", "text": "read nothing.txt" + text[16:]}],
+            },
+        }
+    )
+    lines = await demo.until(is_result)
+    (tool_use,) = assistant_blocks(lines, "tool_use")
+    assert tool_use["name"] == "Read"
+    intro = assistant_blocks(lines, "text")[0]["text"]
+    assert intro.startswith("I see the image shot one.png (7x5).") and intro.endswith(
+        "I'll read nothing.txt."
+    )
     await demo.close()
 
 
@@ -617,6 +732,9 @@ async def _demo_session_lines(tmp_path: Path) -> list[Line]:
     demo = await Demo.start(tmp_path)
     await demo.turn("think, then list the files")
     await demo.turn("read notes.txt")
+    _, real_image = _fixture_read_image()
+    (tmp_path / "dot.png").write_bytes(base64.b64decode(real_image["file"]["base64"]))
+    await demo.turn("read dot.png")
     for behavior in ("allow", "deny"):
         await demo.prompt("write out.txt")
         request = (await demo.until(is_can_use_tool))[-1]

@@ -28,6 +28,8 @@ PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAQAAAADCAIAAAA7ljmRAAAAEElEQVR4nGP4z8AARww4OQD1MQv1NXv7ggAAAABJRU5ErkJggg=="
 )
 
+PNG_B64_HEAD = "iVBORw0KGgo"  # how the base64 of any PNG begins
+
 
 def store(**kw) -> gf.FileStore:
     limits = {"max_session_bytes": 1 << 20, "max_upload_bytes": 1 << 16, **kw}
@@ -469,6 +471,36 @@ async def test_a_prompt_with_an_uploaded_file_over_the_wire(gw, tmp_path):
     )
     await master.until("session.turn.end")
     assert (tmp_path / "ws" / ".rawp" / "uploads" / "app.log").read_bytes() == b"boom\n"
+    await master.ws.close()
+
+
+async def test_demo_agent_reads_a_png_and_sees_an_uploaded_one(gw, tmp_path):
+    """The embedded demo agent does images as the real CLI does: its Read of a PNG reaches the
+    master as agent.file.transfer + binary_ref (the bytes downloadable, none on the socket), and an
+    uploaded image goes to it as an image block that its answer names with its size."""
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "dot.png").write_bytes(PNG)
+    session = await create_session(gw, workspace_path="ws")
+    sid = session["session_id"]
+    master = await Master.attach(gw, sid)
+    await master.send("control.prompt.request", {"prompt_text": "read dot.png"})
+    transfer = await master.until("agent.file.transfer")
+    result = await master.until("tool.invoke.result")
+    await master.until("session.turn.end")
+    p = transfer["payload"]
+    assert (p["direction"], p["file_name"], p["mime_type"]) == ("download", "dot.png", "image/png")
+    assert p["context"]["workspace_relative_path"] == "dot.png"
+    assert result["payload"]["output_type"] == "binary_ref"
+    assert result["payload"]["output"]["transfer_id"] == p["transfer_id"]
+    got = await gw.get(p["file_url"])
+    assert await got.read() == PNG
+    assert not any(PNG_B64_HEAD in json.dumps(f) for f in master.frames)
+
+    stored = await (await put(gw, sid, "shot.png", PNG)).json()
+    files = [{"file_url": stored["file_url"], "file_name": "shot.png"}]
+    await master.send("control.prompt.request", {"prompt_text": "look", "context_files": files})
+    done = await master.until("agent.text.done")
+    assert done["payload"]["full_text"] == "I see the image shot.png (4x3)."
     await master.ws.close()
 
 
