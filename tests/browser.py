@@ -219,6 +219,18 @@ class Page:
         if not found:
             raise CdpError(f"no element {selector}")
 
+    async def set_files(self, selector: str, paths: list[Path]) -> None:
+        """Choose files in an ``<input type=file>``, as the file dialog would (it fires change)."""
+        found = await self.send(
+            "Runtime.evaluate", {"expression": f"document.querySelector({json.dumps(selector)})"}
+        )
+        object_id = found["result"].get("objectId")
+        if object_id is None:
+            raise CdpError(f"no element {selector}")
+        await self.send(
+            "DOM.setFileInputFiles", {"files": [str(p) for p in paths], "objectId": object_id}
+        )
+
     async def type_text(self, text: str) -> None:
         await self.send("Input.insertText", {"text": text})
 

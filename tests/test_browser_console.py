@@ -6,6 +6,7 @@ Screenshots of the main states are written to tests/artifacts/browser-console/."
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 import re
@@ -25,6 +26,10 @@ pytestmark = pytest.mark.browser
 TOKEN = "browser-console-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "browser-console"
+# The 4x3 red PNG of the rig's image scenarios (what the real CLI read in tool-read-image).
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAQAAAADCAIAAAA7ljmRAAAAEElEQVR4nGP4z8AARww4OQD1MQv1NXv7ggAAAABJRU5ErkJggg=="
+)
 # Slow enough that a turn is still streaming when the test cancels or reloads, fast enough that
 # the whole file stays well under a minute.
 DELAY_MS = 60
@@ -374,14 +379,6 @@ def recorded_frames(name: str) -> list[dict]:
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
-# What the page's fetch of a binary_ref's file_url returns here: a 3x2 PNG drawn in the page.
-PNG_BLOB = (
-    "() => new Promise((resolve) => {"
-    " const c = Object.assign(document.createElement('canvas'), { width: 3, height: 2 });"
-    " c.getContext('2d').fillRect(0, 0, 3, 2); c.toBlob(resolve, 'image/png'); })"
-)
-
-
 async def render_in_page(page: Page, frames: list[dict]) -> None:
     """The console's own modules render ``frames`` into a fresh element #fixture."""
     await page.js(
@@ -392,7 +389,7 @@ async def render_in_page(page: Page, frames: list[dict]) -> None:
         " const root = Object.assign(document.createElement('div'), { id: 'fixture' });"
         " document.querySelector('main').prepend(root);"
         " const view = new SessionView(frames[0].session_id);"
-        f" const renderer = new Renderer(root, {{ fetchBlob: {PNG_BLOB} }});"
+        " const renderer = new Renderer(root, { fetchBlob: () => Promise.reject(new Error('none')) });"
         " for (const f of frames) if (view.apply(f)) renderer.render(f);"
         f" }})({json.dumps(frames)})"
     )
@@ -452,27 +449,143 @@ async def test_recorded_tool_output_renders_by_type(tmp_path, page):
         files = f"[...document.querySelectorAll('{group} .file-list li')].map(li => li.textContent)"
         assert await page.js(files) == ["src/a.py", "src/b.py"]
 
-        # binary_ref: the image is fetched (with the token, by the page) and shown from a blob:
-        # URL, which the Content-Security-Policy allows. No recording has one yet (the gateway's
-        # file transfer is not part of this test), so the frames are made here.
-        call = {"invocation_id": str(uuid.uuid4()), "tool_name": "Read"}
-        ref = {
-            "transfer_id": "t1",
-            "file_url": "/v1/session/s/files/t1",
-            "mime_type": "image/png",
-            "size_bytes": 70,
-        }
-        made = [
-            {**frames[0], "type": "tool.invoke.request", "message_id": str(uuid.uuid4()),
-             "payload": {**call, "input": {"file_path": "shot.png"}}},
-            {**frames[0], "type": "tool.invoke.result", "message_id": str(uuid.uuid4()),
-             "payload": {**call, "status": "success", "output": ref, "output_type": "binary_ref"}},
-        ]  # fmt: skip
-        await render_in_page(page, made)
-        img = f"{fx} .tool-card[data-output-type=binary_ref] .binary-ref img"
-        await page.wait(f"{q(img)}?.complete && {q(img)}.naturalWidth === 3")
-        assert (await page.js(f"{q(img)}.src")).startswith("blob:")
-        assert await text_of(page, f"{fx} .binary-label") == "image/png · 70 bytes"
+    finally:
+        await gateway.close()
+
+
+def requests_to(page: Page, path_part: str) -> list[dict]:
+    """The requests the page made whose URL contains ``path_part`` (method, URL, headers)."""
+    return [
+        e["params"]["request"]
+        for e in page.events
+        if e.get("method") == "Network.requestWillBeSent"
+        and path_part in e["params"]["request"]["url"]
+    ]
+
+
+async def test_an_image_the_agent_reads_is_shown_in_the_page(gateway, page):
+    """The demo agent reads a PNG as Claude Code does; the gateway sends agent.file.transfer and a
+    binary_ref result; the page fetches the real file_url with the token and shows the image."""
+    root = gateway.server.app[CONFIG].workspace_root
+    (root / "ws" / "dot.png").write_bytes(PNG)
+    session_id = await log_in_and_create(page, gateway, "image")
+    await prompt(page, "read dot.png")
+    await turns_ended(page, 1)
+    card = ".tool-card[data-tool=Read][data-output-type=binary_ref]"
+    img = f"{card} .binary-ref img"
+    await page.wait(f"{q(img)}?.complete && {q(img)}.naturalWidth > 0")
+    assert await page.js(f"[{q(img)}.naturalWidth, {q(img)}.naturalHeight]") == [4, 3]
+    assert (await page.js(f"{q(img)}.src")).startswith("blob:")
+    assert await text_of(page, f"{card} .binary-label") == f"dot.png · image/png · {len(PNG)} bytes"
+    assert await page.js(f"{q(card)}.dataset.state") == "success"
+    texts = await page.js("[...document.querySelectorAll('.turn .text')].map(t => t.textContent)")
+    assert texts[-1] == "dot.png is a 4x3 image/png image."
+
+    # The bytes came from the gateway's own file_url, fetched with the token in a header.
+    (fetched,) = requests_to(page, f"/v1/session/{session_id}/files/")
+    assert fetched["url"].startswith(url_of(gateway) + f"/v1/session/{session_id}/files/")
+    assert fetched["headers"].get("Authorization") == f"Bearer {TOKEN}"
+    assert TOKEN not in fetched["url"]
+    got = await gateway.get(fetched["url"][len(url_of(gateway)) :], headers=AUTH)
+    assert await got.read() == PNG
+    assert await page.js("window.__cspViolations") == []
+    assert page.errors() == []
+    await shot(page, "image")
+
+
+# A 3x2 PNG drawn in the page, pasted into the message box as a screenshot would be.
+PASTE_PNG = """(async (name) => {
+  const blob = await new Promise((resolve) => {
+    const c = Object.assign(document.createElement('canvas'), { width: 3, height: 2 });
+    c.getContext('2d').fillRect(0, 0, 3, 2);
+    c.toBlob(resolve, 'image/png');
+  });
+  const data = new DataTransfer();
+  data.items.add(new File([blob], name, { type: 'image/png' }));
+  const event = new ClipboardEvent('paste', { clipboardData: data, bubbles: true, cancelable: true });
+  document.getElementById('prompt').dispatchEvent(event);
+  return event.defaultPrevented;
+})"""
+
+
+async def test_files_attached_in_the_page_reach_the_agent(tmp_path, page):
+    """Attach (the file input) and paste: each file is PUT into the session with its type and the
+    token, shown as a chip, and named in the next prompt's context_files; the demo agent's answer
+    names what it got. Refusals (413, 400, 507) are said on the page and attach nothing."""
+    (tmp_path / "ws").mkdir()
+    picked = tmp_path / "picked"
+    picked.mkdir()
+    (picked / "dot.png").write_bytes(PNG)
+    (picked / "notes.txt").write_text("a note\n")
+    (picked / "extra.txt").write_text("not sent\n")
+    (picked / "big.bin").write_bytes(b"x" * 5000)
+    (picked / "fills.bin").write_bytes(b"y" * 3000)
+    config = make_config(
+        tmp_path,
+        token=TOKEN,
+        agents={"demo": fast_demo(DELAY_MS)},
+        max_upload_bytes=4096,
+        max_session_file_bytes=3000,
+    )
+    gateway = await start_gateway(config)
+    try:
+        session_id = await log_in_and_create(page, gateway, "attach")
+        ready = "#attachments .chip[data-state=ready]"
+
+        await page.set_files("#attach-input", [picked / "dot.png", picked / "notes.txt"])
+        await page.wait(f"document.querySelectorAll({json.dumps(ready)}).length === 2")
+        assert await page.js(
+            "[...document.querySelectorAll('#attachments .chip-name')].map(c => c.textContent)"
+        ) == ["dot.png", "notes.txt"]
+        assert await page.js(f"{q('#attachments')}.hidden") is False
+        assert await page.js(PASTE_PNG + "('pasted.png')") is True
+        await page.wait(f"document.querySelectorAll({json.dumps(ready)}).length === 3")
+        # One more, removed again before sending: it does not go with the prompt.
+        await page.set_files("#attach-input", [picked / "extra.txt"])
+        await page.wait(f"document.querySelectorAll({json.dumps(ready)}).length === 4")
+        await page.click("#attachments .chip:last-child .chip-remove")
+        assert await count(page, "#attachments .chip") == 3
+        await shot(page, "attachments")
+
+        puts = [r for r in requests_to(page, "/files?name=") if r["method"] == "PUT"]
+        assert [(r["url"].split("name=")[1], r["headers"].get("Content-Type")) for r in puts] == [
+            ("dot.png", "image/png"),
+            ("notes.txt", "text/plain"),
+            ("pasted.png", "image/png"),
+            ("extra.txt", "text/plain"),
+        ]
+        assert all(r["headers"].get("Authorization") == f"Bearer {TOKEN}" for r in puts)
+
+        await prompt(page, "what are these?")
+        await turns_ended(page, 1)
+        answer = await page.js("[...document.querySelectorAll('.turn .text')].at(-1).textContent")
+        assert answer == (
+            "I see the image dot.png (4x3). I see the image pasted.png (3x2)."
+            " I see the file .rawp/uploads/notes.txt (7 bytes)."
+        )
+        assert await page.js(
+            "[...document.querySelectorAll('.prompt .prompt-files .chip')].map(c => c.textContent)"
+        ) == ["dot.png", "notes.txt", "pasted.png"]
+        assert await count(page, "#attachments .chip") == 0
+        assert await page.js(f"{q('#attachments')}.hidden") is True
+        assert not (tmp_path / "ws" / ".rawp" / "uploads" / "extra.txt").exists()
+
+        # Refusals are said, and nothing is attached.
+        await page.set_files("#attach-input", [picked / "big.bin"])
+        await page.wait(f"{q('#banner')}.textContent.includes('big.bin')")
+        assert (await text_of(page, "#banner")).startswith(
+            "Could not attach big.bin: FILE_TOO_LARGE"
+        )
+        assert await page.js(f"{q('#banner')}.dataset.kind") == "error"
+        assert await page.js(PASTE_PNG + "('bad\\u0001name.png')") is True
+        await page.wait(f"{q('#banner')}.textContent.includes('INVALID_FILE_NAME')")
+        await page.set_files("#attach-input", [picked / "fills.bin"])
+        await page.wait(f"{q('#banner')}.textContent.includes('fills.bin')")
+        assert "SESSION_STORAGE_FULL" in await text_of(page, "#banner")
+        assert await count(page, "#attachments .chip") == 0
+        resp = await gateway.get(f"/v1/session/{session_id}", headers=AUTH)
+        assert resp.status == 200
         assert await page.js("window.__cspViolations") == []
+        assert page.errors() == []
     finally:
         await gateway.close()

@@ -1,7 +1,8 @@
 // The browser console: a master of the gateway it is served by, over the same HTTP API and DPS
 // WebSocket as any other (docs/browser-console.md). view.js keeps the §7.8 state, render.js
 // draws the transcript; this file does the I/O: HTTP calls with the token, the WebSocket with a
-// one-time ticket, reattaching after a reload or a lost connection, the question dialog, keys.
+// one-time ticket, reattaching after a reload or a lost connection, the question dialog, keys,
+// and files attached to the next prompt (PUT to the session's files, then context_files).
 
 import { Renderer, describeCall, el, jsonTree } from "./render.js";
 import { SessionView, makeFrame, timeKey } from "./view.js";
@@ -13,6 +14,7 @@ const MAX_SAVED_CHARS = 2_000_000; // one session's saved transcript in sessionS
 const RECONNECT_MAX_MS = 10_000;
 const SESSIONS_POLL_MS = 5_000;
 const SAVE_DELAY_MS = 300;
+const MAX_ATTACHMENTS = 20; // context_files of one prompt (the gateway refuses more)
 // What this master can show: everything (the gateway filters what a master does not announce).
 const FEATURES = {
   thinking_stream: true,
@@ -33,6 +35,7 @@ const state = {
   sessions: [],
   current: null, // {id, view, ws, caps, retry, timer, closing, trimmed}
   asking: null, // {id, frame, timer}
+  attachments: [], // files for the next prompt: {name, mimeType, size, fileUrl, chip}
 };
 
 const renderer = new Renderer($("transcript"), { fetchBlob });
@@ -48,15 +51,17 @@ class ApiError extends Error {
 }
 
 async function api(method, path, body) {
+  if (body === undefined) return request(method, path);
+  return request(method, path, JSON.stringify(body), "application/json");
+}
+
+// One call with the token; a 401 asks for it (then tries again). `body` is sent as it is.
+async function request(method, path, body, contentType) {
   for (let attempt = 0; ; attempt++) {
     const headers = {};
     if (state.token) headers.Authorization = `Bearer ${state.token}`;
-    if (body !== undefined) headers["Content-Type"] = "application/json";
-    const resp = await fetch(path, {
-      method,
-      headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
+    if (contentType) headers["Content-Type"] = contentType;
+    const resp = await fetch(path, { method, headers, body });
     const data = await resp.json().catch(() => null);
     if (resp.status === 401 && attempt < 3) {
       await askToken(state.token ? "That token was refused." : null);
@@ -284,6 +289,7 @@ function detach() {
   if (cur.ws) cur.ws.close(1000, "detached");
   state.current = null;
   closeAsk();
+  clearAttachments(); // they were stored in that session
   renderer.reset();
   setConnection("none", "not attached");
   $("session-title").textContent = "rawp-gateway";
@@ -468,6 +474,7 @@ function updateControls() {
   const running = Boolean(cur && cur.view.turnId);
   $("prompt").disabled = !cur || Boolean(cur.view.deleted);
   $("send").disabled = !open;
+  $("attach").disabled = !cur || Boolean(cur.view.deleted);
   $("cancel").disabled = !open || !running;
   $("compact").disabled = !open || running || !features.context_compaction;
   $("mode").disabled = !open || running || !features.plan_mode;
@@ -478,10 +485,80 @@ function updateControls() {
 
 function sendPrompt() {
   const text = $("prompt").value;
-  if (!text.trim()) return;
-  const slash = text.startsWith("/");
+  const files = state.attachments;
+  if (!text.trim() && files.length === 0) return;
+  if (files.some((a) => !a.fileUrl)) {
+    banner("Wait until the attached files are uploaded.", "info");
+    return;
+  }
+  const slash = text.startsWith("/") && files.length === 0;
   const payload = { prompt_text: text, input_type: slash ? "slash_command" : "text" };
-  if (send("control.prompt.request", payload, { record: true })) $("prompt").value = "";
+  if (files.length) {
+    payload.context_files = files.map((a) => ({ file_url: a.fileUrl, file_name: a.name, mime_type: a.mimeType }));
+  }
+  if (send("control.prompt.request", payload, { record: true })) {
+    $("prompt").value = "";
+    clearAttachments();
+  }
+}
+
+// --- files for the next prompt (docs/files.md: PUT, then context_files) --------------------------
+
+function formatSize(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+function clearAttachments() {
+  state.attachments = [];
+  $("attachments").replaceChildren();
+  $("attachments").hidden = true;
+}
+
+function dropAttachment(a) {
+  state.attachments = state.attachments.filter((x) => x !== a);
+  a.chip.remove();
+  $("attachments").hidden = state.attachments.length === 0;
+}
+
+// Each file is stored in the session at once (PUT with its type and the token) and shown as a chip;
+// the next prompt names the stored ones. A refusal (too large, a bad name, the session's storage
+// full) is said in the banner and the file is not attached.
+async function attachFiles(files) {
+  const cur = state.current;
+  if (!cur) return;
+  for (const file of files) {
+    if (state.attachments.length >= MAX_ATTACHMENTS) {
+      banner(`At most ${MAX_ATTACHMENTS} files go with one prompt; ${file.name} was not attached.`, "error");
+      continue;
+    }
+    const mimeType = file.type || "application/octet-stream";
+    const a = { name: file.name, mimeType, size: file.size, fileUrl: null };
+    const remove = el("button", { type: "button", class: "chip-remove", text: "×", title: `Remove ${file.name}`, "aria-label": `remove ${file.name}` });
+    remove.onclick = () => dropAttachment(a);
+    a.chip = el(
+      "li",
+      { class: "chip", "data-state": "uploading", title: `${file.name} (${mimeType})` },
+      el("span", { class: "chip-name", text: file.name }),
+      el("span", { class: "chip-meta", text: `${formatSize(file.size)} · uploading` }),
+      remove,
+    );
+    state.attachments.push(a);
+    $("attachments").append(a.chip);
+    $("attachments").hidden = false;
+    try {
+      const stored = await request("PUT", `/v1/session/${cur.id}/files?name=${encodeURIComponent(file.name)}`, file, mimeType);
+      if (cur !== state.current || !state.attachments.includes(a)) continue; // left or removed meanwhile
+      a.fileUrl = stored.file_url;
+      a.mimeType = stored.mime_type || mimeType;
+      a.chip.dataset.state = "ready";
+      a.chip.querySelector(".chip-meta").textContent = formatSize(stored.size_bytes ?? file.size);
+    } catch (err) {
+      if (state.attachments.includes(a)) dropAttachment(a);
+      banner(`Could not attach ${file.name}: ${err.message}`, "error");
+    }
+  }
 }
 
 function cancelTurn() {
@@ -574,6 +651,19 @@ function wire() {
   $("composer").addEventListener("submit", (e) => {
     e.preventDefault();
     sendPrompt();
+  });
+  $("attach").onclick = () => $("attach-input").click();
+  $("attach-input").addEventListener("change", () => {
+    const files = [...$("attach-input").files];
+    $("attach-input").value = ""; // the same file can be chosen again
+    attachFiles(files).catch(showError);
+  });
+  // A pasted image (a screenshot) is attached; pasted text stays text.
+  $("prompt").addEventListener("paste", (e) => {
+    const files = [...((e.clipboardData && e.clipboardData.files) || [])];
+    if (files.length === 0) return;
+    e.preventDefault();
+    attachFiles(files).catch(showError);
   });
   $("prompt").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {

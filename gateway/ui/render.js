@@ -144,20 +144,26 @@ function renderWeb(output) {
   return box;
 }
 
-function renderBinary(output, fetchBlob) {
+// `transfers`: the agent.file.transfer frames seen, by transfer_id (they name the file).
+function renderBinary(output, fetchBlob, transfers) {
   const box = el("div", { class: "binary-ref" });
+  if (Array.isArray(output)) {
+    for (const ref of output) box.append(renderBinary(ref, fetchBlob, transfers));
+    return box;
+  }
   const ref = output && typeof output === "object" ? output : {};
+  const name = (transfers && transfers.get(ref.transfer_id)) || null;
   const label = `${ref.mime_type || "file"} · ${formatTokens(ref.size_bytes)} bytes`;
-  box.append(el("div", { class: "binary-label", text: label }));
+  box.append(el("div", { class: "binary-label", text: name ? `${name} · ${label}` : label }));
   if (typeof ref.file_url === "string" && ref.file_url.startsWith("/")) {
     // Fetched with the token (an <img src> could not send it) and shown from a blob: URL.
     fetchBlob(ref.file_url).then(
       (blob) => {
         const url = URL.createObjectURL(blob);
         if (String(ref.mime_type || "").startsWith("image/")) {
-          box.append(el("img", { src: url, alt: ref.file_url }));
+          box.append(el("img", { src: url, alt: name || ref.file_url }));
         } else {
-          box.append(el("a", { href: url, download: ref.transfer_id || "file", text: "download" }));
+          box.append(el("a", { href: url, download: name || ref.transfer_id || "file", text: "download" }));
         }
       },
       (err) => box.append(el("div", { class: "error", text: `could not load: ${err.message}` })),
@@ -166,7 +172,7 @@ function renderBinary(output, fetchBlob) {
   return box;
 }
 
-export function renderOutput(type, output, fetchBlob) {
+export function renderOutput(type, output, fetchBlob, transfers) {
   switch (type) {
     case "diff":
       return renderDiff(output);
@@ -179,7 +185,7 @@ export function renderOutput(type, output, fetchBlob) {
     case "web_content":
       return renderWeb(output);
     case "binary_ref":
-      return renderBinary(output, fetchBlob);
+      return renderBinary(output, fetchBlob, transfers);
     case "empty":
       return el("div", { class: "empty", text: "(no output)" });
     default: // text, agent_result
@@ -204,6 +210,7 @@ export class Renderer {
     this.groups = new Map(); // parallel_group_id -> element
     this.subagents = new Map(); // parent_invocation_id -> {el, body, usage, status}
     this.asks = new Map(); // interaction_id -> element
+    this.transfers = new Map(); // transfer_id -> file_name (agent.file.transfer)
   }
 
   scrolled(fn) {
@@ -295,8 +302,18 @@ export class Renderer {
   renderOne(frame) {
     const p = frame.payload || {};
     switch (frame.type) {
-      case "control.prompt.request":
-        this.root.append(el("div", { class: "prompt", text: p.prompt_text }));
+      case "control.prompt.request": {
+        const node = el("div", { class: "prompt", text: p.prompt_text });
+        if (Array.isArray(p.context_files) && p.context_files.length) {
+          const files = el("div", { class: "prompt-files" });
+          for (const f of p.context_files) files.append(el("span", { class: "chip", text: f.file_name }));
+          node.append(files);
+        }
+        this.root.append(node);
+        break;
+      }
+      case "agent.file.transfer":
+        if (p.transfer_id && p.file_name) this.transfers.set(p.transfer_id, p.file_name);
         break;
       case "session.turn.start": {
         const t = this.turn(p.turn_id);
@@ -453,7 +470,7 @@ export class Renderer {
     if (p.duration_ms != null) status += ` · ${p.duration_ms} ms`;
     if (p.truncated) status += " · truncated";
     card.status.textContent = status;
-    card.result.replaceChildren(renderOutput(p.output_type, p.output, this.fetchBlob));
+    card.result.replaceChildren(renderOutput(p.output_type, p.output, this.fetchBlob, this.transfers));
   }
 
   compacted(frame, p) {
