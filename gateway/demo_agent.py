@@ -89,7 +89,8 @@ COMPACT_SUMMARY: Final = (
 )
 HELP_TEXT: Final = (
     "Hello! I am the RAWP demo agent, running without a model. Ask me to list the files, read a"
-    " file, write a file (for example: write hello.txt), think first, or /compact."
+    " file or an image, look at files you attach, write a file (for example: write hello.txt),"
+    " think first, or /compact."
 )
 THOUGHT_TEXT: Final = (
     "I thought it over first: the thinking above streamed as its own block, the way a model's"
@@ -318,7 +319,7 @@ def run_read(workspace: str, file_path: str) -> tuple[str | list[dict[str, Any]]
 
 def image_info(data: bytes) -> tuple[str, int, int] | None:
     """(MIME type, width, height) of a PNG, JPEG, GIF or WebP, read from its header; else None."""
-    if data.startswith(b"\x89PNG\r\n\x1a\n") and data[12:16] == b"IHDR":
+    if data.startswith(b"\x89PNG\r\n\x1a\n") and data[12:16] == b"IHDR" and len(data) >= 24:
         return "image/png", int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     if data.startswith((b"GIF87a", b"GIF89a")) and len(data) >= 10:
         return (

@@ -491,7 +491,7 @@ function sendPrompt() {
     banner("Wait until the attached files are uploaded.", "info");
     return;
   }
-  const slash = text.startsWith("/") && files.length === 0;
+  const slash = text.startsWith("/");
   const payload = { prompt_text: text, input_type: slash ? "slash_command" : "text" };
   if (files.length) {
     payload.context_files = files.map((a) => ({ file_url: a.fileUrl, file_name: a.name, mime_type: a.mimeType }));
@@ -522,41 +522,38 @@ function dropAttachment(a) {
   $("attachments").hidden = state.attachments.length === 0;
 }
 
-// Each file is stored in the session at once (PUT with its type and the token) and shown as a chip;
-// the next prompt names the stored ones. A refusal (too large, a bad name, the session's storage
-// full) is said in the banner and the file is not attached.
+// Each file is stored in the session at once (PUT with its type and the token, one at a time) and
+// shown as a chip; the next prompt names the stored ones. A refusal (too large, a bad name, the
+// session's storage full) is said in the banner and the file is not attached.
 async function attachFiles(files) {
   const cur = state.current;
   if (!cur) return;
+  const queued = [];
   for (const file of files) {
     if (state.attachments.length >= MAX_ATTACHMENTS) {
       banner(`At most ${MAX_ATTACHMENTS} files go with one prompt; ${file.name} was not attached.`, "error");
       continue;
     }
-    const mimeType = file.type || "application/octet-stream";
-    const a = { name: file.name, mimeType, size: file.size, fileUrl: null };
-    const remove = el("button", { type: "button", class: "chip-remove", text: "×", title: `Remove ${file.name}`, "aria-label": `remove ${file.name}` });
-    remove.onclick = () => dropAttachment(a);
-    a.chip = el(
-      "li",
-      { class: "chip", "data-state": "uploading", title: `${file.name} (${mimeType})` },
-      el("span", { class: "chip-name", text: file.name }),
-      el("span", { class: "chip-meta", text: `${formatSize(file.size)} · uploading` }),
-      remove,
-    );
+    const a = { name: file.name, mimeType: file.type || "application/octet-stream", size: file.size, fileUrl: null };
+    a.chip = attachmentChip(a);
     state.attachments.push(a);
     $("attachments").append(a.chip);
-    $("attachments").hidden = false;
+    queued.push([a, file]);
+  }
+  $("attachments").hidden = state.attachments.length === 0;
+  for (const [a, file] of queued) {
+    if (cur !== state.current || !state.attachments.includes(a)) continue; // left, or removed
     try {
-      const stored = await request("PUT", `/v1/session/${cur.id}/files?name=${encodeURIComponent(file.name)}`, file, mimeType);
-      if (cur !== state.current || !state.attachments.includes(a)) continue; // left or removed meanwhile
+      const path = `/v1/session/${cur.id}/files?name=${encodeURIComponent(a.name)}`;
+      const stored = await request("PUT", path, file, a.mimeType);
+      if (cur !== state.current || !state.attachments.includes(a)) continue;
       a.fileUrl = stored.file_url;
-      a.mimeType = stored.mime_type || mimeType;
+      a.mimeType = stored.mime_type || a.mimeType;
       a.chip.dataset.state = "ready";
-      a.chip.querySelector(".chip-meta").textContent = formatSize(stored.size_bytes ?? file.size);
+      a.chip.querySelector(".chip-meta").textContent = formatSize(stored.size_bytes ?? a.size);
     } catch (err) {
       if (state.attachments.includes(a)) dropAttachment(a);
-      banner(`Could not attach ${file.name}: ${err.message}`, "error");
+      banner(`Could not attach ${a.name}: ${err.message}`, "error");
     }
   }
 }
@@ -566,6 +563,18 @@ function cancelTurn() {
   const turnId = cur && cur.view.turnId;
   if (!turnId) return;
   send("control.prompt.cancel", { target_turn_id: turnId, reason: "user_cancelled" }, { turnId });
+}
+
+function attachmentChip(a) {
+  const remove = el("button", { type: "button", class: "chip-remove", text: "×", title: `Leave ${a.name} out`, "aria-label": `remove ${a.name}` });
+  remove.onclick = () => dropAttachment(a);
+  return el(
+    "li",
+    { class: "chip", "data-state": "uploading", title: `${a.name} (${a.mimeType})` },
+    el("span", { class: "chip-name", text: a.name }),
+    el("span", { class: "chip-meta", text: `${formatSize(a.size)} · uploading` }),
+    remove,
+  );
 }
 
 // --- questions (agent.interaction.request) ------------------------------------------------------
