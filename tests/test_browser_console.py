@@ -493,6 +493,15 @@ async def test_an_image_the_agent_reads_is_shown_in_the_page(gateway, page):
     await shot(page, "image")
 
 
+# A file dropped on the page, as a drag from the desktop would deliver it.
+DROP_FILE = """((name, text) => {
+  const data = new DataTransfer();
+  data.items.add(new File([text], name, { type: 'text/plain' }));
+  const event = new DragEvent('drop', { dataTransfer: data, bubbles: true, cancelable: true });
+  document.getElementById('transcript').dispatchEvent(event);
+  return event.defaultPrevented;
+})"""
+
 # A 3x2 PNG drawn in the page, pasted into the message box as a screenshot would be.
 PASTE_PNG = """(async (name) => {
   const blob = await new Promise((resolve) => {
@@ -509,7 +518,7 @@ PASTE_PNG = """(async (name) => {
 
 
 async def test_files_attached_in_the_page_reach_the_agent(tmp_path, page):
-    """Attach (the file input) and paste: each file is PUT into the session with its type and the
+    """Attach (the file input), paste and drop: each file is PUT into the session with its type and the
     token, shown as a chip, and named in the next prompt's context_files; the demo agent's answer
     names what it got. Refusals (413, 400, 507) are said on the page and attach nothing."""
     (tmp_path / "ws").mkdir()
@@ -517,7 +526,6 @@ async def test_files_attached_in_the_page_reach_the_agent(tmp_path, page):
     picked.mkdir()
     (picked / "dot.png").write_bytes(PNG)
     (picked / "notes.txt").write_text("a note\n")
-    (picked / "extra.txt").write_text("not sent\n")
     (picked / "big.bin").write_bytes(b"x" * 5000)
     (picked / "fills.bin").write_bytes(b"y" * 3000)
     config = make_config(
@@ -540,8 +548,8 @@ async def test_files_attached_in_the_page_reach_the_agent(tmp_path, page):
         assert await page.js(f"{q('#attachments')}.hidden") is False
         assert await page.js(PASTE_PNG + "('pasted.png')") is True
         await page.wait(f"document.querySelectorAll({json.dumps(ready)}).length === 3")
-        # One more, removed again before sending: it does not go with the prompt.
-        await page.set_files("#attach-input", [picked / "extra.txt"])
+        # One more, dropped, then removed again before sending: it does not go with the prompt.
+        assert await page.js(DROP_FILE + "('extra.txt', 'not sent')") is True
         await page.wait(f"document.querySelectorAll({json.dumps(ready)}).length === 4")
         await page.click("#attachments .chip:last-child .chip-remove")
         assert await count(page, "#attachments .chip") == 3
@@ -566,6 +574,14 @@ async def test_files_attached_in_the_page_reach_the_agent(tmp_path, page):
         assert await page.js(
             "[...document.querySelectorAll('.prompt .prompt-files .chip')].map(c => c.textContent)"
         ) == ["dot.png", "notes.txt", "pasted.png"]
+        # The images in the prompt's bubble are thumbnails of the stored files.
+        thumbs = "[...document.querySelectorAll('.prompt .prompt-files img.thumb')]"
+        await page.wait(f"{thumbs}.length === 2 && {thumbs}.every(i => i.complete)")
+        assert await page.js(f"{thumbs}.map(i => [i.alt, i.naturalWidth, i.naturalHeight])") == [
+            ["dot.png", 4, 3],
+            ["pasted.png", 3, 2],
+        ]
+        await shot(page, "attached")
         assert await count(page, "#attachments .chip") == 0
         assert await page.js(f"{q('#attachments')}.hidden") is True
         assert not (tmp_path / "ws" / ".rawp" / "uploads" / "extra.txt").exists()

@@ -674,6 +674,22 @@ function wire() {
     e.preventDefault();
     attachFiles(files).catch(showError);
   });
+  // Files dropped anywhere on the page are attached (and never open in place of the console).
+  const carriesFiles = (e) => Boolean(e.dataTransfer && e.dataTransfer.types.includes("Files"));
+  document.addEventListener("dragover", (e) => {
+    if (!carriesFiles(e)) return;
+    e.preventDefault();
+    $("composer").classList.toggle("dropping", Boolean(state.current));
+  });
+  document.addEventListener("dragleave", (e) => {
+    if (e.relatedTarget === null) $("composer").classList.remove("dropping");
+  });
+  document.addEventListener("drop", (e) => {
+    if (!carriesFiles(e)) return;
+    e.preventDefault();
+    $("composer").classList.remove("dropping");
+    if (state.current) attachFiles([...e.dataTransfer.files]).catch(showError);
+  });
   $("prompt").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
       e.preventDefault();

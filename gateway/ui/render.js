@@ -155,6 +155,7 @@ function renderBinary(output, fetchBlob, transfers) {
   const name = (transfers && transfers.get(ref.transfer_id)) || null;
   const label = `${ref.mime_type || "file"} · ${formatTokens(ref.size_bytes)} bytes`;
   box.append(el("div", { class: "binary-label", text: name ? `${name} · ${label}` : label }));
+  if (typeof ref.text === "string" && ref.text) box.append(el("pre", { class: "text-output", text: ref.text }));
   if (typeof ref.file_url === "string" && ref.file_url.startsWith("/")) {
     // Fetched with the token (an <img src> could not send it) and shown from a blob: URL.
     fetchBlob(ref.file_url).then(
@@ -306,7 +307,7 @@ export class Renderer {
         const node = el("div", { class: "prompt", text: p.prompt_text });
         if (Array.isArray(p.context_files) && p.context_files.length) {
           const files = el("div", { class: "prompt-files" });
-          for (const f of p.context_files) files.append(el("span", { class: "chip", text: f.file_name }));
+          for (const f of p.context_files) files.append(this.attached(f));
           node.append(files);
         }
         this.root.append(node);
@@ -471,6 +472,19 @@ export class Renderer {
     if (p.truncated) status += " · truncated";
     card.status.textContent = status;
     card.result.replaceChildren(renderOutput(p.output_type, p.output, this.fetchBlob, this.transfers));
+  }
+
+  // A file that went with a prompt: its name, and an image as a thumbnail (fetched with the token).
+  attached(f) {
+    const chip = el("span", { class: "chip", title: f.mime_type || "" }, el("span", { class: "chip-name", text: f.file_name }));
+    const url = f.file_url;
+    if (String(f.mime_type || "").startsWith("image/") && typeof url === "string" && url.startsWith("/")) {
+      this.fetchBlob(url).then(
+        (blob) => chip.prepend(el("img", { class: "thumb", src: URL.createObjectURL(blob), alt: f.file_name })),
+        () => chip.classList.add("unavailable"),
+      );
+    }
+    return chip;
   }
 
   compacted(frame, p) {
