@@ -492,6 +492,14 @@ async def test_an_image_the_agent_reads_is_shown_in_the_page(gateway, page):
     assert page.errors() == []
     await shot(page, "image")
 
+    # After a reload the transcript comes back from the tab's storage and the image is fetched
+    # again, still with the token.
+    await page.reload()
+    await page.wait("document.body.dataset.connection === 'open'")
+    await page.wait(f"{q(img)}?.complete && {q(img)}.naturalWidth === 4")
+    assert len(requests_to(page, f"/v1/session/{session_id}/files/")) == 2
+    assert page.errors() == []
+
 
 # A file dropped on the page, as a drag from the desktop would deliver it.
 DROP_FILE = """((name, text) => {

@@ -291,6 +291,7 @@ function detach() {
   closeAsk();
   clearAttachments(); // they were stored in that session
   renderer.reset();
+  renderer.forget();
   setConnection("none", "not attached");
   $("session-title").textContent = "rawp-gateway";
   history.replaceState(null, "", "#");

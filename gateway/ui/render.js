@@ -144,23 +144,23 @@ function renderWeb(output) {
   return box;
 }
 
-// `transfers`: the agent.file.transfer frames seen, by transfer_id (they name the file).
-function renderBinary(output, fetchBlob, transfers) {
+// `files` (the Renderer): objectUrl(path) for a file of the session, and the names of the files
+// announced by agent.file.transfer, by transfer_id.
+function renderBinary(output, files) {
   const box = el("div", { class: "binary-ref" });
   if (Array.isArray(output)) {
-    for (const ref of output) box.append(renderBinary(ref, fetchBlob, transfers));
+    for (const ref of output) box.append(renderBinary(ref, files));
     return box;
   }
   const ref = output && typeof output === "object" ? output : {};
-  const name = (transfers && transfers.get(ref.transfer_id)) || null;
+  const name = files.transfers.get(ref.transfer_id) || null;
   const label = `${ref.mime_type || "file"} · ${formatTokens(ref.size_bytes)} bytes`;
   box.append(el("div", { class: "binary-label", text: name ? `${name} · ${label}` : label }));
   if (typeof ref.text === "string" && ref.text) box.append(el("pre", { class: "text-output", text: ref.text }));
   if (typeof ref.file_url === "string" && ref.file_url.startsWith("/")) {
     // Fetched with the token (an <img src> could not send it) and shown from a blob: URL.
-    fetchBlob(ref.file_url).then(
-      (blob) => {
-        const url = URL.createObjectURL(blob);
+    files.objectUrl(ref.file_url).then(
+      (url) => {
         if (String(ref.mime_type || "").startsWith("image/")) {
           box.append(el("img", { src: url, alt: name || ref.file_url }));
         } else {
@@ -173,7 +173,7 @@ function renderBinary(output, fetchBlob, transfers) {
   return box;
 }
 
-export function renderOutput(type, output, fetchBlob, transfers) {
+export function renderOutput(type, output, files) {
   switch (type) {
     case "diff":
       return renderDiff(output);
@@ -186,7 +186,7 @@ export function renderOutput(type, output, fetchBlob, transfers) {
     case "web_content":
       return renderWeb(output);
     case "binary_ref":
-      return renderBinary(output, fetchBlob, transfers);
+      return renderBinary(output, files);
     case "empty":
       return el("div", { class: "empty", text: "(no output)" });
     default: // text, agent_result
@@ -200,6 +200,7 @@ export class Renderer {
   constructor(root, { fetchBlob }) {
     this.root = root;
     this.fetchBlob = fetchBlob;
+    this.objectUrls = new Map(); // file_url -> Promise of its blob: URL
     this.reset();
   }
 
@@ -212,6 +213,24 @@ export class Renderer {
     this.subagents = new Map(); // parent_invocation_id -> {el, body, usage, status}
     this.asks = new Map(); // interaction_id -> element
     this.transfers = new Map(); // transfer_id -> file_name (agent.file.transfer)
+  }
+
+  // A blob: URL for a file of the session, fetched once (with the token) however often the
+  // transcript is drawn again; a failed fetch is tried again next time.
+  objectUrl(path) {
+    let url = this.objectUrls.get(path);
+    if (!url) {
+      url = this.fetchBlob(path).then((blob) => URL.createObjectURL(blob));
+      url.catch(() => this.objectUrls.delete(path));
+      this.objectUrls.set(path, url);
+    }
+    return url;
+  }
+
+  // Another session: its files' blob: URLs are let go.
+  forget() {
+    for (const url of this.objectUrls.values()) url.then((u) => URL.revokeObjectURL(u), () => {});
+    this.objectUrls.clear();
   }
 
   scrolled(fn) {
@@ -471,7 +490,7 @@ export class Renderer {
     if (p.duration_ms != null) status += ` · ${p.duration_ms} ms`;
     if (p.truncated) status += " · truncated";
     card.status.textContent = status;
-    card.result.replaceChildren(renderOutput(p.output_type, p.output, this.fetchBlob, this.transfers));
+    card.result.replaceChildren(renderOutput(p.output_type, p.output, this));
   }
 
   // A file that went with a prompt: its name, and an image as a thumbnail (fetched with the token).
@@ -479,8 +498,8 @@ export class Renderer {
     const chip = el("span", { class: "chip", title: f.mime_type || "" }, el("span", { class: "chip-name", text: f.file_name }));
     const url = f.file_url;
     if (String(f.mime_type || "").startsWith("image/") && typeof url === "string" && url.startsWith("/")) {
-      this.fetchBlob(url).then(
-        (blob) => chip.prepend(el("img", { class: "thumb", src: URL.createObjectURL(blob), alt: f.file_name })),
+      this.objectUrl(url).then(
+        (src) => chip.prepend(el("img", { class: "thumb", src, alt: f.file_name })),
         () => chip.classList.add("unavailable"),
       );
     }
