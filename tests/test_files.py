@@ -476,8 +476,9 @@ async def test_a_prompt_with_an_uploaded_file_over_the_wire(gw, tmp_path):
 
 async def test_demo_agent_reads_a_png_and_sees_an_uploaded_one(gw, tmp_path):
     """The embedded demo agent does images as the real CLI does: its Read of a PNG reaches the
-    master as agent.file.transfer + binary_ref (the bytes downloadable, none on the socket), and an
-    uploaded image goes to it as an image block that its answer names with its size."""
+    master as agent.file.transfer + binary_ref (the bytes downloadable, none on the socket); an
+    uploaded image goes to it as an image block and a log into .rawp/uploads, and its answer names
+    both."""
     (tmp_path / "ws").mkdir()
     (tmp_path / "ws" / "dot.png").write_bytes(PNG)
     session = await create_session(gw, workspace_path="ws")
@@ -496,11 +497,17 @@ async def test_demo_agent_reads_a_png_and_sees_an_uploaded_one(gw, tmp_path):
     assert await got.read() == PNG
     assert not any(PNG_B64_HEAD in json.dumps(f) for f in master.frames)
 
-    stored = await (await put(gw, sid, "shot.png", PNG)).json()
-    files = [{"file_url": stored["file_url"], "file_name": "shot.png"}]
+    shot = await (await put(gw, sid, "shot.png", PNG)).json()
+    log = await (await put(gw, sid, "app.log", b"boom\n", "text/plain")).json()
+    files = [
+        {"file_url": log["file_url"], "file_name": "app.log"},
+        {"file_url": shot["file_url"], "file_name": "shot.png"},
+    ]
     await master.send("control.prompt.request", {"prompt_text": "look", "context_files": files})
     done = await master.until("agent.text.done")
-    assert done["payload"]["full_text"] == "I see the image shot.png (4x3)."
+    assert done["payload"]["full_text"] == (
+        "I see the image shot.png (4x3). I see the file .rawp/uploads/app.log (5 bytes)."
+    )
     await master.ws.close()
 
 
