@@ -13,9 +13,8 @@ compaction) must run on a machine with nothing else installed, so this module pl
 Claude Code CLI 2.1.328 run as `claude -p --input-format stream-json --output-format stream-json
 --verbose --include-partial-messages --permission-prompt-tool stdio`. It prints the same line shapes,
 field names and ordering that the real CLI prints (checked against the recordings in
-tests/fixtures/claude-code and /work/shared/agents/claude-code.md), so the Claude Code parser reads
-it unchanged. `claude_code_version` in `system/init` names the dialect (2.1.328), not a real CLI;
-`model` is "demo".
+tests/fixtures/claude-code), so the Claude Code parser reads it unchanged. `claude_code_version`
+in `system/init` names the dialect (2.1.328), not a real CLI; `model` is "demo".
 
 stdin carries one JSON object per line: `user` messages start turns (queued while one runs);
 `control_request` `interrupt` stops the running turn; `set_permission_mode` changes the mode;
