@@ -856,11 +856,8 @@ class DemoAgent:
                 }
             )
         if action.tool is None:
-            if notes:
-                text = " ".join(notes)
-            else:
-                text = THOUGHT_TEXT if action.think else HELP_TEXT
-            blocks.append({"type": "text", "text": text})
+            answer = THOUGHT_TEXT if action.think else HELP_TEXT
+            blocks.append({"type": "text", "text": " ".join(notes) if notes else answer})
             await self._message(turn, blocks, "end_turn")
             return
         tool_id = f"toolu_demo_{uuid.uuid4().hex[:24]}"
