@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Three layers, each usable alone:
 
-* ``GatewayClient`` speaks the HTTP control plane of ``/work/shared/spec/control-plane.md``:
+* ``GatewayClient`` speaks the HTTP control plane of ``docs/http-api.md``:
   ``POST /v1/session`` (create), ``GET`` and ``DELETE /v1/session/{id}``, ``GET /v1/agents``, the
   session's files (``upload_file``, ``download_file``; ``docs/files.md``), with
   ``Authorization: Bearer <token>`` when a token is given. A 4xx/5xx answer (or a refused
@@ -73,7 +73,7 @@ DISCONNECTED: Final = "disconnected"  # §7.8.1: the stop_reason of a turn ended
 DEFAULT_MAX_MESSAGE: Final = 16 * 1024 * 1024  # a session.history can be as large as the buffer
 DEFAULT_HTTP_TIMEOUT_S: Final = 30.0
 
-# control-plane.md's error codes for the refusals a WebSocket upgrade can meet.
+# docs/http-api.md's error codes for the refusals a WebSocket upgrade can meet.
 _HANDSHAKE_CODES: Final = {
     400: "SUBPROTOCOL_REQUIRED",
     401: "UNAUTHORIZED",
@@ -326,7 +326,7 @@ class Connection:
     async def send_frame(self, frame: F.Frame) -> None:
         """Send a frame built beforehand (``self.factory.frame(...)``), when its id must be known
         before an answer to it can arrive."""
-        # Text messages, one envelope each (control-plane.md: frames are text, never batched).
+        # Text messages, one envelope each (docs/http-api.md: frames are text, never batched).
         await self.ws.send_str(codec.encode(frame).decode())
 
     # The §6 controls, spelled out so callers need not build payloads.

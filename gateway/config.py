@@ -1,10 +1,10 @@
-"""Configuration: the TOML file of control-plane.md, command-line flags, ``RAWP_GATEWAY_*`` variables,
+"""Configuration: the TOML file of docs/configuration.md, command-line flags, ``RAWP_GATEWAY_*`` variables,
 and the agent profiles (built-in and configured).
 
 Theory of operation
 -------------------
 ``load_config(path, flags, environ)`` layers the sources: built-in defaults, then the TOML file,
-then command-line flags, then environment variables (control-plane.md: "Command-line flags override
+then command-line flags, then environment variables (docs/configuration.md: "Command-line flags override
 the file; RAWP_GATEWAY_* environment variables override both"). Every error names the file, the key
 and what was expected; nothing is silently ignored except unknown keys, which are reported back so
 the CLI can warn about typos.
@@ -101,7 +101,7 @@ class AgentProfile:
         return any("{prompt}" in arg for arg in self.command)
 
     def public(self) -> dict[str, Any]:
-        """What ``GET /v1/agents`` shows (control-plane.md)."""
+        """What ``GET /v1/agents`` shows (docs/http-api.md)."""
         features = msgspec.to_builtins(
             msgspec.structs.replace(self.features, adapter_type="process")
         )

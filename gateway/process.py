@@ -448,7 +448,7 @@ class _Protocol(asyncio.SubprocessProtocol):
 class AgentProcess:
     """One agent child process in its own process group. Create with `await AgentProcess.start()`."""
 
-    # Private state, declared up front (see style.md: aiohttp web_ws).
+    # Private state, declared up front (as aiohttp's own web_ws does).
     _loop: asyncio.AbstractEventLoop
     _transport: asyncio.SubprocessTransport
     _pid: int

@@ -1,4 +1,4 @@
-"""The HTTP and WebSocket server of control-plane.md (aiohttp), and graceful shutdown.
+"""The HTTP and WebSocket server of docs/http-api.md (aiohttp), and graceful shutdown.
 
 Theory of operation
 -------------------
@@ -72,7 +72,7 @@ class TerminatedSession:
 
 
 class ApiError(Exception):
-    """An error answered as control-plane.md's JSON error object."""
+    """An error answered as docs/http-api.md's JSON error object."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
@@ -648,7 +648,7 @@ async def _shutdown_sessions(app: web.Application) -> None:
 
 
 def check_bind(config: Config) -> None:
-    """With no token the gateway serves loopback only (control-plane.md, Security)."""
+    """With no token the gateway serves loopback only (docs/http-api.md, Security)."""
     loopback = config.host in ("127.0.0.1", "localhost", "::1") or config.host.startswith("127.")
     if config.token is None and not loopback:
         raise SystemExit(

@@ -21,7 +21,7 @@ frames, exits, timers) and carries out the actions it returns, in order, in ``pe
   session's ``FileStore`` (``gateway/files.py``), which also keeps what tools return as bytes
   (stored between the parser and the machine, in ``_pump``) and is emptied with the session.
 
-The reattach window (control-plane.md): while no connection is attached the session is
+The reattach window (docs/http-api.md): while no connection is attached the session is
 ``DETACHED``; when the window runs out the machine deletes it with ``reason: "timeout"``.
 
 With a state directory (``gateway/persistence.py``) every broadcast frame also goes to the

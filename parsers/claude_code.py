@@ -40,7 +40,7 @@ What the CLI prints and what it becomes (the full table is ``docs/claude-code-ma
   the CLI produced because the user interrupted the call becomes a cancelled result.
 
 ``ClaudeCodeInput`` is the stdin side (``--input-format stream-json``), shapes from
-``/work/shared/agents/claude-code.md``.
+the recorded fixtures under ``tests/fixtures/claude-code/``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ the line kinds (``type``: ``thread.started``, ``turn.started``, ``item.started``
 known kind of the wrong shape, becomes ``ParseError``; a well-formed line of another kind (or an item
 type this parser does not know) becomes ``Unknown``. Nothing raises.
 
-What the CLI prints and what it becomes (facts: ``/work/shared/agents/codex.md``):
+What the CLI prints and what it becomes (facts: the recorded fixtures under ``tests/fixtures/codex/``;
+table: ``docs/codex-mapping.md``):
 
 * ``thread.started`` → ``SessionStarted`` with the thread id as ``agent_session_id``: the gateway
   resumes the thread with it (``codex exec resume <thread_id>``, the profile's ``resume_command``).

@@ -7,7 +7,8 @@ the line kinds (``type``: ``init``, ``message``, ``tool_use``, ``tool_result``, 
 ``result``). A line that is not JSON, or a known kind of the wrong shape, becomes ``ParseError``; a
 well-formed line of another kind becomes ``Unknown``. Nothing raises.
 
-What the CLI prints and what it becomes (facts: ``/work/shared/agents/gemini.md``):
+What the CLI prints and what it becomes (facts: the recorded fixtures under ``tests/fixtures/gemini/``;
+table: ``docs/gemini-mapping.md``):
 
 * ``init`` → ``SessionStarted`` with ``session_id`` as ``agent_session_id`` (the profile resumes
   with ``--resume {session_id}``) and the model.

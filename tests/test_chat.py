@@ -1,4 +1,4 @@
-"""`rawp-gateway chat` against a fake gateway that follows control-plane.md, and helpers.
+"""`rawp-gateway chat` against a fake gateway that follows docs/http-api.md, and helpers.
 
 The fake (``FakeGateway``) is a test peer for the client: it creates and deletes sessions over
 HTTP, speaks ``rawp-dps-1.0`` on the WebSocket (capabilities first, ``session.history`` on a
@@ -115,7 +115,7 @@ class FakeSession:
 
 
 class FakeGateway:
-    """A scripted stand-in for the real server: enough of control-plane.md for a master."""
+    """A scripted stand-in for the real server: enough of docs/http-api.md for a master."""
 
     url = ""  # set once the test server runs
 

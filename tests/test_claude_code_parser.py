@@ -514,7 +514,7 @@ Summary:
 3. Files and Code Sections:
    - parsers/claude_code.py
      - the parser
-   - `/work/main/gateway/protocol/mapper.py`: the mapper
+   - `/srv/app/gateway/protocol/mapper.py`: the mapper
 4. Errors and fixes:
    - ParseError on empty lines: skipped them
 7. Pending Tasks:
@@ -545,7 +545,7 @@ def test_compaction_waits_for_its_summary_and_names_preserved_elements():
     preserved = compacted.preserved or {}
     assert preserved["files_modified"] == [
         "parsers/claude_code.py",
-        "/work/main/gateway/protocol/mapper.py",
+        "/srv/app/gateway/protocol/mapper.py",
     ]
     assert preserved["errors_encountered"] == ["ParseError on empty lines: skipped them"]
     assert preserved["decisions_made"] == ["msgspec tagged unions"]

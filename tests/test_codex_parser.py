@@ -1,5 +1,5 @@
 """The Codex parser line by line (what ``codex exec --json`` prints, shapes from
-``/work/shared/agents/codex.md`` and the recorded fixtures), and the Codex profile's resume through
+the recorded fixtures under ``tests/fixtures/codex/``), and the Codex profile's resume through
 the real server with a stand-in CLI that prints Codex lines and reports the argv it was given."""
 
 from __future__ import annotations

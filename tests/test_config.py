@@ -1,4 +1,4 @@
-"""Configuration layering (control-plane.md): defaults < TOML < flags < RAWP_GATEWAY_* variables."""
+"""Configuration layering (docs/configuration.md): defaults < TOML < flags < RAWP_GATEWAY_* variables."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def test_missing_file_and_token_file(tmp_path):
 
 
 def test_argv_templates_never_split_values():
-    """Nothing in a frame becomes more than one argument (control-plane.md, Security)."""
+    """Nothing in a frame becomes more than one argument (docs/http-api.md, Security)."""
     from gateway.config import builtin_profiles
 
     oneshot = builtin_profiles("claude")["claude-code-oneshot"]

@@ -819,7 +819,7 @@ async def test_DPS_2_1_v_and_DPS_2_2_unknown_type_with_the_real_cli():
 
 
 async def test_401_without_the_token():
-    """control-plane.md Security: without the bearer token (or with a wrong one) HTTP and the
+    """docs/http-api.md Security: without the bearer token (or with a wrong one) HTTP and the
     WebSocket upgrade are 401 UNAUTHORIZED and no session or CLI is started; with it a real turn
     runs."""
     async with gateway("turn", token="e2e-s3cret") as rig:
@@ -843,7 +843,7 @@ async def test_401_without_the_token():
 
 @pytest.mark.parametrize("max_frame_size", [None, 16384], ids=["default-1MiB", "16KiB"])
 async def test_10_mib_tool_output_is_cut_below_max_frame_size(max_frame_size):
-    """control-plane.md (a frame is never larger than max_frame_size; long tool output is cut and
+    """docs/http-api.md (a frame is never larger than max_frame_size; long tool output is cut and
     marked truncated), DPS-5.3.1-result: a real Bash command prints 10 MiB. The CLI itself keeps
     30000 characters (and says how much there was): truncated true at the default 1 MiB limit; at
     16 KiB the gateway cuts further. Every frame fits; the session keeps working."""
@@ -1208,7 +1208,7 @@ async def test_DPS_6_1_1_prompt_config_overrides_allowed_and_denied_tools():
 
 
 async def test_DPS_6_1_1_oneshot_prompt_starting_with_a_dash_is_a_prompt(caplog):
-    """DPS-6.1.1-prompt, control-plane.md (nothing in a frame becomes part of a command line except
+    """DPS-6.1.1-prompt, docs/http-api.md (nothing in a frame becomes part of a command line except
     through the profile's templates): on claude-code-oneshot a prompt that starts with "-" (a
     Markdown list, or "--version") reaches the model as the prompt, not as a CLI option, also when
     the gateway adds --resume and --permission-mode to the command line."""

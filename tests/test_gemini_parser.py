@@ -1,5 +1,5 @@
 """The Gemini parser line by line (what ``gemini -p ... --output-format stream-json`` prints, shapes
-from ``/work/shared/agents/gemini.md`` and the recorded fixtures), and the exit-code naming the
+from the recorded fixtures under ``tests/fixtures/gemini/``), and the exit-code naming the
 session machine takes from a parser (``describe_exit``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The gateway server of control-plane.md with the embedded demo agent: real server, real agent
+"""The gateway server of docs/http-api.md with the embedded demo agent: real server, real agent
 process, real WebSocket clients."""
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ async def test_websocket_needs_the_subprotocol(gw):
 
 
 async def test_token_guards_everything_but_healthz(tmp_path):
-    """control-plane.md Security: 401 UNAUTHORIZED without the bearer token."""
+    """docs/http-api.md Security: 401 UNAUTHORIZED without the bearer token."""
     client = await start_gateway(
         make_config(tmp_path, token="s3cret", agents={"demo": fast_demo()})
     )

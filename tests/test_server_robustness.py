@@ -213,7 +213,7 @@ async def test_a_stuck_master_is_closed_and_never_delays_the_others(tmp_path):
 
 
 async def test_a_frame_over_max_frame_size_closes_with_1009(tmp_path):
-    """Frames are size-limited (control-plane.md): a master's frame over max_frame_size is refused
+    """Frames are size-limited (docs/http-api.md): a master's frame over max_frame_size is refused
     with the WebSocket's own 'message too big' close, and the session goes on for the others."""
     client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
     try:

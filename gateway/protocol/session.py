@@ -75,7 +75,7 @@ __all__ = [
     "valid_file_name",
 ]
 
-CANCEL_GRACE_S: Final = 2.0  # interrupt, then SIGINT if the turn has not ended (issue 5)
+CANCEL_GRACE_S: Final = 2.0  # interrupt, then SIGINT if the turn has not ended
 CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
 STALL_TIMER: Final = "stall"
 ALLOW, DENY = "allow", "deny"
@@ -371,7 +371,7 @@ class SessionMachine:
         ]
 
     def greeting(self) -> list[F.Frame]:
-        """What a newly attached connection gets first (control-plane.md): capabilities, the latest
+        """What a newly attached connection gets first (docs/http-api.md): capabilities, the latest
         catalog and commands, then any interaction still waiting for an answer."""
         frames = [self.capabilities_frame]
         frames += [f for f in (self.mapper.catalog, self.mapper.commands) if f is not None]

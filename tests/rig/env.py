@@ -237,7 +237,7 @@ def gemini_settings() -> dict:
         "telemetry": {"enabled": False},
         "privacy": {"usageStatisticsEnabled": False},
         # verified: with 1 an HTTP error is one request and the run ends at once; the default is
-        # 10 attempts (the CLI's settings schema), which gemini.md saw take about 200 s.
+        # 10 attempts (the CLI's settings schema), which took about 200 s when measured.
         "general": {
             "enableAutoUpdate": False,
             "enableAutoUpdateNotification": False,
