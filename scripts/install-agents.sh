@@ -15,6 +15,8 @@ agents=(
 )
 
 command -v npm >/dev/null || { echo "install-agents: npm is required (Node.js >= 20)" >&2; exit 1; }
+node -e 'process.exit(+process.versions.node.split(".")[0] < 20)' 2>/dev/null ||
+  { echo "install-agents: Node.js >= 20 is required (found $(node --version 2>&1))" >&2; exit 1; }
 
 for line in "${agents[@]}"; do
   read -r name pkg version bin <<<"$line"

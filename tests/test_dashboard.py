@@ -201,6 +201,7 @@ def test_every_dashboard_metric_is_exported_by_the_gateway():
     assert not missing, f"dashboard uses metrics the gateway does not export: {missing}"
 
 
+@pytest.mark.prometheus
 def test_every_dashboard_query_parses_with_promtool(tmp_path):
     tool = promtool()
     dashboard = load_dashboard()
@@ -227,6 +228,7 @@ def test_every_dashboard_query_parses_with_promtool(tmp_path):
     assert f"{len(exprs)} rules found" in proc.stdout + proc.stderr
 
 
+@pytest.mark.prometheus
 def test_promtool_check_rejects_a_broken_query(tmp_path):
     """The check above would prove nothing if promtool accepted anything."""
     tool = promtool()

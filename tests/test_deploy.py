@@ -166,11 +166,13 @@ def promtool_check_config(config: dict, tmp_path: Path) -> subprocess.CompletedP
     return run(tool("promtool"), "check", "config", path)
 
 
+@pytest.mark.prometheus
 def test_compose_prometheus_config_passes_promtool(tmp_path):
     proc = promtool_check_config(load_yaml(DEPLOY / "prometheus/prometheus.yml"), tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.prometheus
 def test_kubernetes_scrape_job_passes_promtool(tmp_path):
     """Debian's Prometheus is built without Kubernetes service discovery, so its promtool
     rejects `kubernetes_sd_configs` as an unknown field. Then the job is checked with that one

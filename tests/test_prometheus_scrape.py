@@ -203,6 +203,7 @@ async def run_turn(master: Master, prompt: str) -> list[dict]:
     return master.frames[start:]
 
 
+@pytest.mark.prometheus
 async def test_prometheus_scrapes_the_frame_count_a_session_produced(tmp_path):
     prometheus_binary()
     deadline = time.monotonic() + SCRAPE_DEADLINE_S

@@ -1,0 +1,47 @@
+"""Skips the tests whose tools this machine lacks, with the reason scripts/test found.
+
+scripts/test runs scripts/missing-test-parts and passes what it printed in ``RAWP_TEST_MISSING``:
+one line per missing part, ``<marker>: <reason>`` (``realcli: Node.js 20+ with npm not found``).
+Every test carrying that marker is skipped with that reason, so pytest's summary says what was left
+out and why. Under CI (``CI=true``) nothing may be missing: a non-empty list is a usage error.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+MISSING_VAR = "RAWP_TEST_MISSING"
+
+
+def missing_parts(value: str) -> dict[str, str]:
+    """``{marker: reason}`` from the variable's lines; blank lines are ignored."""
+    parts = {}
+    for line in value.splitlines():
+        marker, sep, reason = line.partition(":")
+        if line.strip():
+            if not sep or not marker.strip() or not reason.strip():
+                raise pytest.UsageError(
+                    f"{MISSING_VAR}: expected '<marker>: <reason>', got {line!r}"
+                )
+            parts[marker.strip()] = reason.strip()
+    return parts
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    missing = missing_parts(os.environ.get(MISSING_VAR, ""))
+    if not missing:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        raise pytest.UsageError(
+            f"CI=true, but {MISSING_VAR} says parts are missing: {'; '.join(missing.values())}"
+        )
+    known = {line.split(":")[0].strip() for line in config.getini("markers")}
+    for marker, reason in missing.items():
+        if marker not in known:
+            raise pytest.UsageError(f"{MISSING_VAR}: {marker!r} is not a registered marker")
+        skip = pytest.mark.skip(reason=f"{reason} (scripts/test)")
+        for item in items:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)

@@ -1,0 +1,179 @@
+"""The test command on a machine that lacks parts: scripts/missing-test-parts says what is missing
+(run here with a PATH that holds only what each case provides), and tests/conftest.py skips exactly
+the tests that need it, with that reason in pytest's summary, and refuses to under CI=true."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "missing-test-parts"
+
+
+def fake_bin(tmp_path: Path, tools: dict[str, str]) -> Path:
+    """A PATH directory with bash and id (what the script itself runs on) and small stand-ins:
+    each ``name: stdout`` becomes a program that prints that and exits 0."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("bash", "id"):
+        real = shutil.which(name)
+        assert real is not None, name
+        (bin_dir / name).symlink_to(real)
+    for name, out in tools.items():
+        path = bin_dir / name
+        path.write_text(f"#!/bin/sh\necho '{out}'\n" if out else "#!/bin/sh\nexit 0\n")
+        path.chmod(0o755)
+    return bin_dir
+
+
+def missing(tmp_path: Path, **tools: str) -> dict[str, str]:
+    proc = subprocess.run(
+        ["/usr/bin/env", "bash", str(SCRIPT)],
+        env={"PATH": str(fake_bin(tmp_path, tools))},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    lines = proc.stdout.splitlines()
+    parts = dict(line.split(": ", 1) for line in lines)
+    assert len(parts) == len(lines), "one line per part"
+    return parts
+
+
+ROOT_WITH_APT = os.geteuid() == 0
+
+
+def test_nothing_installed_says_both_parts_in_one_line_each(tmp_path):
+    parts = missing(tmp_path)
+    assert set(parts) == {"realcli", "prometheus"}
+    assert "Node.js 20+ with npm (node not found, npm not found)" in parts["realcli"]
+    assert "prometheus and promtool are not on PATH" in parts["prometheus"]
+
+
+def test_node_older_than_20_is_missing(tmp_path):
+    parts = missing(tmp_path, node="18", npm="")
+    assert parts["realcli"].endswith("(node 18 found)")
+
+
+def test_node_without_npm_is_missing(tmp_path):
+    assert missing(tmp_path, node="22")["realcli"].endswith("(npm not found)")
+
+
+def test_node_20_with_npm_is_enough(tmp_path):
+    assert "realcli" not in missing(tmp_path, node="20", npm="")
+
+
+def test_prometheus_needs_both_binaries(tmp_path):
+    assert "prometheus" in missing(tmp_path, promtool="")
+
+
+def test_prometheus_and_promtool_on_path_are_enough(tmp_path):
+    assert "prometheus" not in missing(tmp_path, prometheus="", promtool="")
+
+
+def test_root_with_apt_get_can_install_prometheus(tmp_path):
+    """scripts/test installs Debian's package then; without root it cannot."""
+    assert ("prometheus" in missing(tmp_path, **{"apt-get": ""})) is not ROOT_WITH_APT
+
+
+# --------------------------------------------------------------------------- tests/conftest.py
+
+
+def pytest_run(tmp_path: Path, *args: str, missing: str, ci: bool, path: str | None = None):
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "RAWP_TEST_MISSING")}
+    env["RAWP_TEST_MISSING"] = missing
+    if ci:
+        env["CI"] = "true"
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def outcome(out: str) -> dict[str, int]:
+    last = [line for line in out.splitlines() if re.search(r"\d+ \w+ in [\d.]+s", line)][-1]
+    return {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", last)}
+
+
+def test_conftest_skips_the_marked_tests_with_the_reason(tmp_path):
+    files = ["tests/test_dashboard.py", "tests/test_deploy.py", "tests/test_prometheus_scrape.py"]
+    marked = pytest_run(tmp_path, "--co", "-m", "prometheus", *files, missing="", ci=False)
+    count = len([line for line in marked.stdout.splitlines() if "::" in line])
+    assert count >= 5, marked.stdout
+    proc = pytest_run(
+        tmp_path, "-m", "prometheus", *files, missing="prometheus: no Prometheus here", ci=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = outcome(proc.stdout)
+    assert result["skipped"] == count and "passed" not in result and "failed" not in result
+    assert "no Prometheus here (scripts/test)" in proc.stdout  # the -ra summary's reason
+
+
+def test_every_test_that_runs_prometheus_or_promtool_is_marked(tmp_path):
+    """With neither binary on PATH and the part declared missing, no test meets their absence
+    itself: each one that needs them was skipped by its marker first."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for folder in os.environ["PATH"].split(os.pathsep):
+        if not os.path.isdir(folder):
+            continue
+        for entry in os.scandir(folder):
+            target = bin_dir / entry.name
+            if entry.name not in ("prometheus", "promtool") and not target.exists():
+                target.symlink_to(entry.path)
+    proc = pytest_run(
+        tmp_path,
+        "tests/test_dashboard.py",
+        "tests/test_prometheus_scrape.py",
+        "tests/test_deploy.py",
+        missing="prometheus: no Prometheus here",
+        ci=False,
+        path=str(bin_dir),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "not installed" not in proc.stdout, proc.stdout
+    assert outcome(proc.stdout)["passed"] > 0
+
+
+def test_conftest_skips_realcli_tests_with_the_reason(tmp_path):
+    proc = pytest_run(
+        tmp_path,
+        "-m",
+        "realcli",
+        "tests/test_rig_claude_cli.py",
+        missing="realcli: no Node here",
+        ci=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert set(outcome(proc.stdout)) <= {"skipped", "deselected"}
+    assert "no Node here (scripts/test)" in proc.stdout
+
+
+def test_under_ci_nothing_may_be_missing(tmp_path):
+    proc = pytest_run(
+        tmp_path, "tests/test_dashboard.py", missing="prometheus: no Prometheus here", ci=True
+    )
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "CI=true" in proc.stderr and "no Prometheus here" in proc.stderr
+
+
+def test_an_unknown_marker_is_refused(tmp_path):
+    proc = pytest_run(tmp_path, "tests/test_dashboard.py", missing="promethus: typo", ci=False)
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "'promethus' is not a registered marker" in proc.stderr
