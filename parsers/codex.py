@@ -12,7 +12,8 @@ What the CLI prints and what it becomes (facts: the recorded fixtures under ``te
 table: ``docs/codex-mapping.md``):
 
 * ``thread.started`` → ``SessionStarted`` with the thread id as ``agent_session_id``: the gateway
-  resumes the thread with it (``codex exec resume <thread_id>``, the profile's ``resume_command``).
+  resumes the thread with it (the profile's ``resume_command``, ``codex exec resume ... {session_id}
+  {prompt}``, with the thread id as ``{session_id}``).
 * ``agent_message`` / ``reasoning`` items arrive whole in ``item.completed``: one text (thinking)
   delta and its end, keyed by the item id.
 * Tool items become a ``ToolCall`` on ``item.started`` (or on ``item.completed`` when no start was

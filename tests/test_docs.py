@@ -1,0 +1,146 @@
+"""The reference in docs/ covers what the code does: every endpoint and error code of the server, every
+configuration key, variable and flag, every session.error code, a mapping page per parser, and the
+README's profile table uses the placeholders the profiles really have."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from gateway import cli, config
+from gateway.protocol import codec
+from gateway.server import create_app
+from parsers.base import _BUILTIN
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+
+def doc(name: str) -> str:
+    return (DOCS / name).read_text()
+
+
+def code_cell(text: str, value: str) -> bool:
+    """``value`` appears as inline code, alone or as the start of a table cell's code."""
+    return f"`{value}`" in text or f"`{value} " in text or f"`{value}=" in text
+
+
+# --------------------------------------------------------------------------- http-api.md
+
+
+def test_every_route_of_the_server_is_documented(tmp_path):
+    app = create_app(config.Config(workspace_root=tmp_path))
+    text = doc("http-api.md")
+    routes = {(r.method, r.resource.canonical) for r in app.router.routes() if r.method != "HEAD"}
+    assert routes
+    for method, path in routes:
+        documented = path.replace("{session_id}", "{id}")
+        assert f"`{method} {documented}" in text or f"`{method} {path}" in text, (method, path)
+
+
+def test_every_error_code_of_the_server_is_documented():
+    source = (ROOT / "gateway" / "server.py").read_text()
+    app_keys = set(re.findall(r'web\.AppKey\("(\w+)"', source))
+    literals = set(re.findall(r'"([A-Z][A-Z0-9_]*[A-Z0-9])"', source))
+    # Not error codes: the application's keys and the session state compared in the handlers.
+    codes = literals - {k.upper() for k in app_keys} - {"TERMINATED"}
+    assert {"AGENT_NOT_FOUND", "UNAUTHORIZED", "SUBPROTOCOL_REQUIRED"} <= codes
+    text = doc("http-api.md")
+    assert sorted(c for c in codes if f"`{c}`" not in text) == []
+
+
+def test_the_handshake_and_reattach_are_documented():
+    text = doc("http-api.md")
+    for needle in (
+        "rawp-dps-1.0",
+        "?last_message_id=",
+        "X-RAWP-Last-Message-Id",
+        "role=local-ui",
+        "lost_frame_count",
+        "Authorization: Bearer",
+        "1013",
+        "1009",
+    ):
+        assert needle in text, needle
+
+
+# --------------------------------------------------------------------------- configuration.md
+
+
+def test_every_server_key_and_variable_is_documented():
+    text = doc("configuration.md")
+    missing = [k for k in config._SERVER_KEYS if f"| `{k}` |" not in text]
+    missing += [v for v in config._ENV if f"`{v}`" not in text]
+    missing += [v for v in ("RAWP_GATEWAY_TOKEN", "RAWP_GATEWAY_CLAUDE") if f"`{v}`" not in text]
+    assert missing == []
+
+
+def test_every_agent_profile_key_is_documented():
+    text = doc("configuration.md")
+    keys = [f for f in config.AgentProfile.__dataclass_fields__ if f != "name"]
+    assert [k for k in keys if f"| `{k}` |" not in text] == []
+
+
+def test_every_feature_and_builtin_profile_is_documented():
+    text = doc("configuration.md")
+    features = [f for f in config.Features.__struct_fields__ if f != "adapter_type"]
+    assert [f for f in features if f"`{f}`" not in text] == []
+    assert [p for p in config.builtin_profiles() if f"| `{p}` |" not in text] == []
+
+
+def test_every_flag_of_every_command_is_documented():
+    text = doc("configuration.md")
+    sub = next(a for a in cli._parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = []
+    for name, parser in sub.choices.items():
+        assert f"rawp-gateway {name}" in text, name
+        for action in parser._actions:
+            missing += [(name, o) for o in action.option_strings if o.startswith("--")]
+    assert [(c, o) for c, o in missing if o != "--help" and o not in text] == []
+
+
+# --------------------------------------------------------------------------- protocol notes
+
+
+def test_every_session_error_code_is_documented():
+    source = (ROOT / "gateway" / "protocol" / "session.py").read_text()
+    codes = set(re.findall(r'_error\(\s*"([A-Z_]+)"', source))
+    codes |= {codec.INVALID_FRAME, codec.UNSUPPORTED_VERSION, "AGENT_EXIT", "SIGNAL_EXIT"}
+    assert len(codes) > 8
+    text = doc("protocol-notes.md")
+    assert sorted(c for c in codes if f"`{c}`" not in text) == []
+
+
+@pytest.mark.parametrize("parser", sorted(_BUILTIN))
+def test_every_parser_has_a_mapping_page(parser):
+    page = DOCS / f"{parser}-mapping.md"
+    assert page.is_file(), page
+    assert f"({parser}-mapping.md)" in doc("README.md")
+
+
+# --------------------------------------------------------------------------- one truth
+
+
+def placeholders(text: str) -> set[str]:
+    return set(re.findall(r"\{([a-z_]+)\}", text))
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/configuration.md"])
+def test_profile_tables_use_the_placeholders_the_profiles_have(page):
+    """What the README says a profile runs and what GET /v1/agents shows agree: a placeholder in
+    a profile's row is one its templates really have (Codex resumes with {session_id})."""
+    text = (ROOT / page).read_text()
+    for name, profile in config.builtin_profiles().items():
+        public = profile.public()
+        real = placeholders(" ".join(profile.command))
+        real |= placeholders(public["resume_flag"] or "")
+        real |= placeholders(" ".join(public["resume_command"] or []))
+        real |= placeholders(profile.mode_flag or "")
+        rows = [line for line in text.splitlines() if line.startswith(f"| `{name}` |")]
+        assert len(rows) == 1, (page, name)
+        assert placeholders(rows[0]) <= real, (page, name, placeholders(rows[0]) - real)
+        if profile.resume_command:
+            assert placeholders(" ".join(profile.resume_command)) <= placeholders(rows[0])
