@@ -15,7 +15,7 @@ agents=(
 )
 
 command -v npm >/dev/null || { echo "install-agents: npm is required (Node.js >= 20)" >&2; exit 1; }
-node -e 'process.exit(+process.versions.node.split(".")[0] < 20)' 2>/dev/null ||
+node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 20 ? 1 : 0)' 2>/dev/null ||
   { echo "install-agents: Node.js >= 20 is required (found $(node --version 2>&1))" >&2; exit 1; }
 
 for line in "${agents[@]}"; do
