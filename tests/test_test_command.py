@@ -18,11 +18,11 @@ SCRIPT = ROOT / "scripts" / "missing-test-parts"
 
 
 def fake_bin(tmp_path: Path, tools: dict[str, str]) -> Path:
-    """A PATH directory with bash and id (what the script itself runs on) and small stand-ins:
+    """A PATH directory with bash, id and dirname (what the scripts run on) and small stand-ins:
     each ``name: stdout`` becomes a program that prints that and exits 0."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in ("bash", "id"):
+    for name in ("bash", "id", "dirname"):
         real = shutil.which(name)
         assert real is not None, name
         (bin_dir / name).symlink_to(real)
@@ -83,6 +83,29 @@ def test_prometheus_and_promtool_on_path_are_enough(tmp_path):
 def test_root_with_apt_get_can_install_prometheus(tmp_path):
     """scripts/test installs Debian's package then; without root it cannot."""
     assert ("prometheus" in missing(tmp_path, **{"apt-get": ""})) is not ROOT_WITH_APT
+
+
+@pytest.mark.parametrize(
+    ("version", "npm", "says"),
+    [("v22.1.0", False, "npm is required"), ("v18.19.0", True, "found v18.19.0")],
+)
+def test_install_agents_refuses_without_npm_or_with_an_old_node(tmp_path, version, npm, says):
+    """Under CI nothing is skipped: the installer itself fails, before installing anything."""
+    bin_dir = fake_bin(tmp_path, {"npm": ""} if npm else {})
+    # A stand-in node of that version: `node --version` prints it, the version check fails.
+    node = bin_dir / "node"
+    node.write_text(f'#!/bin/sh\n[ "$1" = --version ] && echo {version} && exit 0\nexit 1\n')
+    node.chmod(0o755)
+    proc = subprocess.run(
+        ["/usr/bin/env", "bash", str(ROOT / "scripts" / "install-agents.sh")],
+        env={"PATH": str(bin_dir)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 1 and says in proc.stderr, proc.stderr
+    assert proc.stdout == ""
 
 
 # --------------------------------------------------------------------------- tests/conftest.py
