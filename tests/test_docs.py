@@ -144,3 +144,45 @@ def test_profile_tables_use_the_placeholders_the_profiles_have(page):
         assert placeholders(rows[0]) <= real, (page, name, placeholders(rows[0]) - real)
         if profile.resume_command:
             assert placeholders(" ".join(profile.resume_command)) <= placeholders(rows[0])
+
+
+# --------------------------------------------------------------------------- the README's commands
+
+
+def readme_code_lines() -> list[str]:
+    """The lines of the README's shell code blocks (```sh or a bare ```)."""
+    lines, fence = [], None
+    for line in (ROOT / "README.md").read_text().splitlines():
+        if line.startswith("```"):
+            fence = None if fence is not None else line[3:].strip()
+        elif fence in ("sh", "bash", ""):
+            lines.append(line)
+    return lines
+
+
+def test_readme_rawp_gateway_commands_are_real():
+    """Every `rawp-gateway ...` command line in the README's shell blocks parses with the real
+    command-line parser (usage lines with [optional] parts aside) and names a built-in profile."""
+    commands = []
+    for line in readme_code_lines():
+        for part in re.split(r"&&|(?<!&)&(?!&)|;", line.split("  #")[0]):
+            words = part.split()
+            if "[" in part or not any(w.endswith("rawp-gateway") for w in words):
+                continue
+            argv = words[[w.endswith("rawp-gateway") for w in words].index(True) + 1 :]
+            commands.append(argv)
+            try:
+                args = cli._parser().parse_args(argv)
+            except SystemExit:
+                pytest.fail(f"README: rawp-gateway {' '.join(argv)} does not parse")
+            agent = getattr(args, "agent", None)
+            assert agent is None or agent in config.builtin_profiles(), argv
+    used = {argv[0] for argv in commands}
+    assert {"serve", "chat", "demo", "translate"} <= used
+
+
+def test_readme_installs_the_pinned_cli_versions():
+    from tests.rig.env import AGENTS
+
+    installs = set(re.findall(r"npm install -g (\S+)", "\n".join(readme_code_lines())))
+    assert installs == {f"{a.package}@{a.version}" for a in AGENTS.values()}
