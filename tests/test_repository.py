@@ -8,7 +8,8 @@ Checked over every file git tracks (and new files not yet added, unless ignored)
   user (deploy/Dockerfile). Recorded fixtures are checked like everything else: the rig runs every
   CLI under ``/tmp/rawp-rig/`` with a throwaway HOME there, so a recording holds no machine path,
   and one that does was recorded wrongly;
-* no ``../shared`` (reference material outside the repository);
+* no ``../shared`` (reference material outside the repository), and no outside reference document
+  named (``control-plane.md``, ``conformance.md``, ...): code and docs name docs/ instead;
 * no issue numbers (``issue 5``, ``#12``) in code, scripts, configuration or docs: comments say why
   in words;
 * every Markdown link (``[text](target)``, ``[text]: target``) outside code resolves to a file of
@@ -31,6 +32,11 @@ MACHINE_PATH = re.compile(
     r"(/work/|/root(?![\w.-])|/home/(?!rawp(?![\w.-]))[\w.-]+|/Users/[\w.-]+)"
 )
 OUTSIDE = re.compile(r"\.\./shared\b")
+# The reference documents the project was built from live outside the repository: code and docs name
+# the repository's own docs instead (docs/http-api.md, docs/configuration.md, the mapping pages).
+OUTSIDE_DOCUMENT = re.compile(
+    r"\b(?:control-plane|conformance|rawp-dps-[\d.]+|style)\.md\b|\bagents/[\w-]+\.md\b"
+)
 ISSUE_WORD = re.compile(r"\b(?:issue|pull request|PR)\s*#?\d+\b", re.IGNORECASE)
 ISSUE_HASH = re.compile(r"(?<![\w&/#])#\d+\b")
 # Files where "#123" can only mean an issue (CSS, HTML and JSON use it for colours).
@@ -160,6 +166,11 @@ def test_no_absolute_path_of_a_development_machine():
 def test_nothing_points_outside_the_repository():
     found = {rel(p): h for p, t in texts().items() if (h := hits(OUTSIDE, t))}
     assert found == {}
+
+
+def test_no_document_outside_the_repository_is_named():
+    found = {rel(p): h for p, t in texts().items() if (h := hits(OUTSIDE_DOCUMENT, t))}
+    assert found == {}, "name the repository's own docs"
 
 
 def test_no_issue_numbers():
