@@ -1041,7 +1041,7 @@ class Chat:
                     where = f"{d.tool_name}: " if d.tool_name else ""
                     self.screen.line(f"⚠ {where}{d.message} ({d.code})", style=s.yellow)
         elif isinstance(p, F.FileTransfer):
-            # A file arrived (control-plane.md, Files): where to GET it, with the token.
+            # A file arrived (docs/files.md): where to GET it, with the token.
             self._stream_to(None)
             url = p.file_url if "://" in p.file_url else self.client.base_url + p.file_url
             arrow = "⇩" if p.direction == "download" else "⇧"

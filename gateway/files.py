@@ -1,4 +1,4 @@
-"""Files of a session (DPS §4.5, control-plane.md "Files"): a bounded store on disk, per session.
+"""Files of a session (DPS §4.5, docs/files.md): a bounded store on disk, per session.
 
 Theory of operation
 -------------------
@@ -72,7 +72,7 @@ def _webp(head: bytes) -> bool:
     return head[:4] == b"RIFF" and head[8:12] == b"WEBP"
 
 
-# The image types an agent may be given as images (control-plane.md), with how each begins: a body
+# The image types an agent may be given as images (docs/files.md), with how each begins: a body
 # labelled with one of them must be one, or the model API would refuse the whole conversation.
 IMAGE_TYPES: Final[dict[str, Callable[[bytes], bool]]] = {
     "image/png": lambda head: head.startswith(b"\x89PNG\r\n\x1a\n"),
@@ -92,7 +92,7 @@ class FileMetrics(Protocol):
 
 
 class FileError(Exception):
-    """A file operation refused, as control-plane.md's HTTP error (status and ``error_code``)."""
+    """A file operation refused, as docs/files.md's HTTP error (status and ``error_code``)."""
 
     def __init__(self, status: int, error_code: str, message: str) -> None:
         super().__init__(message)
@@ -102,7 +102,7 @@ class FileError(Exception):
 
 
 def files_path(session_id: str, transfer_id: str) -> str:
-    """The ``file_url`` of a stored file: its path on the gateway (control-plane.md)."""
+    """The ``file_url`` of a stored file: its path on the gateway (docs/files.md)."""
     return f"/v1/session/{session_id}/files/{transfer_id}"
 
 

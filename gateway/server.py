@@ -413,7 +413,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     return ws
 
 
-# --- files (control-plane.md, "Files"; gateway/files.py) ----------------------------------------
+# --- files (docs/files.md; gateway/files.py) ----------------------------------------
 # Binaries are exchanged over HTTP, never on the WebSocket. Every route here needs the token like
 # any other (auth_middleware); a file belongs to its session and is gone with it.
 

@@ -45,8 +45,10 @@ def test_every_error_code_of_the_server_is_documented():
     source = (ROOT / "gateway" / "server.py").read_text()
     app_keys = set(re.findall(r'web\.AppKey\("(\w+)"', source))
     literals = set(re.findall(r'"([A-Z][A-Z0-9_]*[A-Z0-9])"', source))
-    # Not error codes: the application's keys and the session state compared in the handlers.
-    codes = literals - {k.upper() for k in app_keys} - {"TERMINATED"}
+    # Not error codes: the application's keys, the session state and the HTTP methods compared in
+    # the handlers.
+    methods = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+    codes = literals - {k.upper() for k in app_keys} - {"TERMINATED"} - methods
     assert {"AGENT_NOT_FOUND", "UNAUTHORIZED", "SUBPROTOCOL_REQUIRED"} <= codes
     text = doc("http-api.md")
     assert sorted(c for c in codes if f"`{c}`" not in text) == []
@@ -138,7 +140,7 @@ def test_profile_tables_use_the_placeholders_the_profiles_have(page):
         real = placeholders(" ".join(profile.command))
         real |= placeholders(public["resume_flag"] or "")
         real |= placeholders(" ".join(public["resume_command"] or []))
-        real |= placeholders(profile.mode_flag or "")
+        real |= placeholders(profile.mode_flag or "") | placeholders(profile.image_flag or "")
         rows = [line for line in text.splitlines() if line.startswith(f"| `{name}` |")]
         assert len(rows) == 1, (page, name)
         assert placeholders(rows[0]) <= real, (page, name, placeholders(rows[0]) - real)
@@ -178,7 +180,7 @@ def test_readme_rawp_gateway_commands_are_real():
             agent = getattr(args, "agent", None)
             assert agent is None or agent in config.builtin_profiles(), argv
     used = {argv[0] for argv in commands}
-    assert {"serve", "chat", "demo", "translate"} <= used
+    assert {"serve", "chat", "translate"} <= used
 
 
 def test_readme_installs_the_pinned_cli_versions():

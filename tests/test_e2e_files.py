@@ -1,4 +1,4 @@
-"""Files both ways with the real CLIs (DPS §4.5, control-plane.md "Files"): the real gateway server
+"""Files both ways with the real CLIs (DPS §4.5, docs/files.md): the real gateway server
 spawns the pinned Claude Code, Codex and Gemini CLIs against the rig's scripted model servers, and a
 real master uploads and downloads over HTTP while it drives the session over the WebSocket.
 

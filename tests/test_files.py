@@ -1,4 +1,4 @@
-"""Files both ways (DPS §4.5, control-plane.md "Files"): the per-session store, the step that takes
+"""Files both ways (DPS §4.5, docs/files.md): the per-session store, the step that takes
 binary tool output out of events, the frames a master gets for it, a prompt's ``context_files``,
 and the HTTP endpoints on a real server (the demo agent behind it)."""
 

@@ -21,7 +21,7 @@ def fake_bin(tmp_path: Path, tools: dict[str, str]) -> Path:
     """A PATH directory with bash, id and dirname (what the scripts run on) and small stand-ins:
     each ``name: stdout`` becomes a program that prints that and exits 0."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(parents=True)
     for name in ("bash", "id", "dirname"):
         real = shutil.which(name)
         assert real is not None, name
@@ -33,10 +33,15 @@ def fake_bin(tmp_path: Path, tools: dict[str, str]) -> Path:
     return bin_dir
 
 
-def missing(tmp_path: Path, **tools: str) -> dict[str, str]:
+def missing(tmp_path: Path, chromium: str = "chromium", **tools: str) -> dict[str, str]:
+    """What the script says is missing; ``chromium`` is its RAWP_TEST_CHROMIUM (by default a
+    stand-in on PATH, so that the answer does not depend on this machine's /usr/bin/chromium)."""
     proc = subprocess.run(
         ["/usr/bin/env", "bash", str(SCRIPT)],
-        env={"PATH": str(fake_bin(tmp_path, tools))},
+        env={
+            "PATH": str(fake_bin(tmp_path, {"chromium": "", **tools})),
+            "RAWP_TEST_CHROMIUM": chromium,
+        },
         capture_output=True,
         text=True,
         timeout=30,
@@ -54,7 +59,7 @@ ROOT_WITH_APT = os.geteuid() == 0
 
 def test_nothing_installed_says_both_parts_in_one_line_each(tmp_path):
     parts = missing(tmp_path)
-    assert set(parts) == {"realcli", "prometheus"}
+    assert set(parts) == {"realcli", "prometheus"}  # (a Chromium is given: see below)
     assert "Node.js 20+ with npm (node not found, npm not found)" in parts["realcli"]
     assert "prometheus and promtool are not on PATH" in parts["prometheus"]
 
@@ -78,6 +83,17 @@ def test_prometheus_needs_both_binaries(tmp_path):
 
 def test_prometheus_and_promtool_on_path_are_enough(tmp_path):
     assert "prometheus" not in missing(tmp_path, prometheus="", promtool="")
+
+
+def test_a_chromium_that_is_not_there_is_missing(tmp_path):
+    absent = tmp_path / "no-chromium"
+    parts = missing(tmp_path, chromium=str(absent))
+    assert parts["browser"] == f"RAWP_TEST_CHROMIUM names {absent}, which is not an executable"
+
+
+def test_a_chromium_on_path_or_at_a_path_is_enough(tmp_path):
+    assert "browser" not in missing(tmp_path / "a")  # the stand-in, found on PATH
+    assert "browser" not in missing(tmp_path / "b", chromium=shutil.which("bash") or "/bin/bash")
 
 
 def test_root_with_apt_get_can_install_prometheus(tmp_path):
@@ -186,6 +202,15 @@ def test_conftest_skips_realcli_tests_with_the_reason(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert set(outcome(proc.stdout)) <= {"skipped", "deselected"}
     assert "no Node here (scripts/test)" in proc.stdout
+
+
+def test_conftest_skips_browser_tests_with_the_reason(tmp_path):
+    proc = pytest_run(
+        tmp_path, "tests/test_browser_console.py", missing="browser: no Chromium here", ci=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert set(outcome(proc.stdout)) == {"skipped"}
+    assert "no Chromium here (scripts/test)" in proc.stdout
 
 
 def test_under_ci_nothing_may_be_missing(tmp_path):

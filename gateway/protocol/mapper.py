@@ -494,7 +494,7 @@ class Mapper:
 
     def _transfers(self, call: _Call, event: ev.ToolResult) -> list[F.Frame]:
         """``agent.file.transfer`` (download) for each file the shell stored from the result, sent
-        before the ``binary_ref`` result that points at them (control-plane.md, Files)."""
+        before the ``binary_ref`` result that points at them (docs/files.md)."""
         if not event.files or event.is_error or event.cancelled or call.blocked:
             return []
         out = []

@@ -79,7 +79,7 @@ CANCEL_GRACE_S: Final = 2.0  # interrupt, then SIGINT if the turn has not ended
 CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
 STALL_TIMER: Final = "stall"
 ALLOW, DENY = "allow", "deny"
-# control-plane.md, Files: uploads reach an agent that takes images as images when they are one of
+# docs/files.md: uploads reach an agent that takes images as images when they are one of
 # these; every other upload is written here in the workspace and named in the prompt.
 IMAGE_MIME_TYPES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 UPLOADS_DIR: Final = ".rawp/uploads"
@@ -739,7 +739,7 @@ class SessionMachine:
     ) -> tuple[list[ev.StoredFile], list[tuple[ev.StoredFile, str]]] | str:
         """A prompt's ``context_files`` as (images for the agent, (file, name) to write into the
         workspace), or why they are refused. Only files stored in this session count: the gateway
-        never fetches a URL that came in a frame (control-plane.md, Files)."""
+        never fetches a URL that came in a frame (docs/files.md)."""
         if len(context_files) > MAX_CONTEXT_FILES:
             return f"a prompt may attach at most {MAX_CONTEXT_FILES} context_files"
         images: list[ev.StoredFile] = []
@@ -1081,7 +1081,7 @@ def prompt_text_for_agent(prompt: F.PromptRequest) -> str:
 
 def valid_file_name(name: str) -> bool:
     """A base name: 1 to ``MAX_FILE_NAME_BYTES`` UTF-8 bytes, no ``/``, no NUL or other control
-    character, not ``.`` or ``..`` (control-plane.md, Files)."""
+    character, not ``.`` or ``..`` (docs/files.md)."""
     return (
         name not in ("", ".", "..")
         and "/" not in name
