@@ -110,6 +110,9 @@ def test_every_flag_of_every_command_is_documented():
 def test_every_session_error_code_is_documented():
     source = (ROOT / "gateway" / "protocol" / "session.py").read_text()
     codes = set(re.findall(r'_error\(\s*"([A-Z_]+)"', source))
+    # The shell answers some refusals itself (the agent's stdin is full).
+    shell = (ROOT / "gateway" / "session.py").read_text()
+    codes |= set(re.findall(r'SessionError\(\s*error_code="([A-Z_]+)"', shell))
     codes |= {codec.INVALID_FRAME, codec.UNSUPPORTED_VERSION, "AGENT_EXIT", "SIGNAL_EXIT"}
     assert len(codes) > 8
     text = doc("protocol-notes.md")
