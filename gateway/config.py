@@ -374,7 +374,10 @@ def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, whe
         if key in table:
             changes[key] = _check(where, key, table[key], str)
     if "override_flags" in table:
-        changes["override_flags"] = dict(table["override_flags"])
+        flags = table["override_flags"]
+        if not isinstance(flags, dict) or not all(isinstance(v, str) for v in flags.values()):
+            raise ConfigError(f"{where}: override_flags must be a table of strings")
+        changes["override_flags"] = dict(flags)
     parser = changes.get("parser", base.parser if base is not None else None)
     features = base.features if base is not None else Features()
     if parser is not None and (base is None or parser != base.parser):

@@ -87,6 +87,7 @@ features = {{ plan_mode = false, thinking_stream = true }}
         ("[agents.x]\ncommand = ['a']", "a new profile needs parser"),
         ("[agents.claude-code]\nfeatures = { plan_mode = 'yes' }", "features"),
         ("[server]\nbuffer_policy = 'LOSSY'", "buffer_policy must be one of"),
+        ("[agents.claude-code]\noverride_flags = '--x'", "override_flags must be a table"),
     ],
 )
 def test_errors_name_the_key(tmp_path, text, needle):
