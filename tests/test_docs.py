@@ -80,9 +80,27 @@ def test_every_server_key_and_variable_is_documented():
     assert missing == []
 
 
-def test_every_agent_profile_key_is_documented():
+def profile_toml_keys(tmp_path: Path) -> list[str]:
+    """The AgentProfile fields an [agents.NAME] table may set: those the loader does not report
+    as unknown keys (a wrong value is an error, which also says the key is known)."""
+    path = tmp_path / "probe.toml"
+    keys = []
+    for name in config.AgentProfile.__dataclass_fields__:
+        path.write_text(f'[agents.probe]\nparser = "plain"\ncommand = ["x"]\n{name} = "probe"\n')
+        try:
+            loaded = config.load_config(path, {"workspace_root": str(tmp_path)}, environ={})
+        except config.ConfigError:
+            keys.append(name)
+            continue
+        if f"unknown key [agents.probe] {name}" not in "\n".join(loaded.warnings):
+            keys.append(name)
+    return keys
+
+
+def test_every_agent_profile_key_is_documented(tmp_path):
+    keys = profile_toml_keys(tmp_path)
+    assert {"parser", "command", "env", "features", "auto_allow"} <= set(keys)
     text = doc("configuration.md")
-    keys = [f for f in config.AgentProfile.__dataclass_fields__ if f != "name"]
     assert [k for k in keys if f"| `{k}` |" not in text] == []
 
 

@@ -243,7 +243,7 @@ async def eventually(check: Any, timeout: float = 10.0, what: str = "condition")
 async def test_prompt_turn_and_usage():
     """DPS-12.2-caps, DPS-7.5.1-start, DPS-4.1-text, DPS-7.5.2-end, DPS-7.5.2-usage, DPS-7.3-usage,
     DPS-2.1-turn-id, DPS-5.4-catalog, DPS-12.1-commands with the real CLI: the catalog and the
-    commands right after session.capabilities, before any prompt (control-plane.md), then the
+    commands right after session.capabilities, before any prompt (docs/http-api.md), then the
     frames of one turn, in order, carrying what the model streamed and the usage it reported."""
     async with gateway("turn") as rig:
         session = await rig.create()

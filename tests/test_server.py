@@ -120,7 +120,7 @@ async def test_token_guards_everything_but_healthz(tmp_path):
 
 async def test_greeting_prompt_turn_and_usage(gw):
     """DPS-12.2-caps first, then the catalog (DPS-5.4-catalog) and the commands (DPS-12.1-commands)
-    before any prompt (control-plane.md), then DPS-7.5.1-start, DPS-4.1-text, DPS-7.5.2-end and
+    before any prompt (docs/http-api.md), then DPS-7.5.1-start, DPS-4.1-text, DPS-7.5.2-end and
     -usage; the agent's own init, naming the same tools and commands, publishes nothing again."""
     session = await create_session(gw)
     master = await Master.attach(gw, session["session_id"])

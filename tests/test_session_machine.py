@@ -127,7 +127,7 @@ def test_DPS_6_1_2_cancel_blocks_still_open_at_turn_end_end_cancelled():
 
 
 def test_catalog_and_commands_before_any_prompt():
-    """DPS-5.4-catalog, DPS-12.1-commands (control-plane.md: right after session.capabilities):
+    """DPS-5.4-catalog, DPS-12.1-commands (docs/http-api.md: right after session.capabilities):
     the profile's expected tools make the greeting's catalog; a long-lived agent is asked to
     initialize at spawn, and the commands it lists are published without opening a turn."""
     m = machine(tools=("Bash", "Read"))

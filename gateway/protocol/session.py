@@ -324,7 +324,7 @@ class SessionMachine:
             return []
         self.process_alive = True
         out: list[Action] = [Spawn(mode=self.mode)]
-        # control-plane.md promises the commands right after session.capabilities: an agent that
+        # docs/http-api.md promises the commands right after session.capabilities: an agent that
         # lists them only when a prompt starts a run (Claude Code) is asked at once.
         initialize = getattr(self.input, "initialize", None)
         if initialize is not None:
