@@ -13,9 +13,9 @@ With ``[server] state_dir`` set, every session has a directory ``<state_dir>/ses
   connection only (a master may name it as the last frame it saw). Encoded JSON never holds a raw
   newline, so a line is a frame.
 
-Flush policy: frames are collected in memory and written to the file once per event-loop iteration
-(one ``write`` for all the frames that iteration produced), so a crash of the gateway process loses
-at most the frames of its last iteration; the log is fsynced (in a worker thread) at the end of
+Flush policy: frames are collected in memory and written to the file ``FLUSH_INTERVAL_S`` (10 ms)
+after the first of them (one ``writev`` for all the frames of that interval), so a crash of the
+gateway process loses at most its last 10 ms of frames; the log is fsynced (in a worker thread) at the end of
 every turn and at shutdown, so a crash of the machine loses at most the running
 turn's frames. The log stays bounded: once it has grown past twice the history's size (plus
 ``COMPACT_SLACK``), it is rewritten from what the in-memory history still holds.
@@ -48,6 +48,7 @@ FRAMES: Final = "frames.log"
 COMPACT_SLACK: Final = 4 * 1024 * 1024
 MAX_RECORD_BYTES: Final = 1024 * 1024  # a record is a few hundred bytes; more is not ours
 _IOV_MAX: Final = 1024  # the buffers one writev takes on Linux
+FLUSH_INTERVAL_S: Final = 0.01  # frames are written at most this long after they were made
 
 Entry = tuple[int, str, bytes | None]  # (seq, message_id, frame bytes or None for an id only)
 
@@ -254,14 +255,14 @@ class SavedSession:
     # --- the frame log ------------------------------------------------------------------------
 
     def append(self, seq: int, message_id: str, data: bytes | None) -> None:
-        """Add a frame (``None``: an id only); written at the end of this loop iteration."""
+        """Add a frame (``None``: an id only); written within ``FLUSH_INTERVAL_S``."""
         if data is None:
             self._pending.append(b"%d %s -\n" % (seq, message_id.encode()))
         else:  # the frame's own bytes, not a copy: written with writev
             self._pending += (b"%d %s " % (seq, message_id.encode()), data, b"\n")
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
+            asyncio.get_running_loop().call_later(FLUSH_INTERVAL_S, self.flush)
 
     def _log_fd(self) -> int:
         if self._fd is None:
