@@ -19,18 +19,11 @@ from gateway.persistence import FRAMES, RECORD, LoadError, StateDir
 from gateway.protocol import recovery
 from gateway.server import SESSIONS
 from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+from tests.test_server import run_prompt
 
 
 def config(root: Path, state: Path, delay_ms: int = 1, **kw):
     return make_config(root, agents={"demo": fast_demo(delay_ms)}, state_dir=state, **kw)
-
-
-async def run_prompt(master: Master, text: str) -> list[dict]:
-    start = len(master.frames)
-    await master.send("control.prompt.request", {"prompt_text": text})
-    await master.until("session.usage")
-    await master.until("agent.state.changed", current_state="idle")
-    return master.frames[start:]
 
 
 def session_dir(state: Path, session_id: str) -> Path:
