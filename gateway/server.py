@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from . import console, process
 from .config import Config
@@ -54,6 +54,9 @@ STATE: Final = web.AppKey("state", StateDir)
 TICKETS: Final = web.AppKey("tickets", console.TicketStore)
 STATIC: Final = web.AppKey("static", dict)
 WS_ROUTE: Final = "session-ws"
+# A handler that has sent its response head (a WebSocket after prepare) stores the response here:
+# from then on an error must never be answered with an HTTP error response (errors_middleware).
+STREAMING: Final = web.RequestKey("streaming", web.StreamResponse)
 KEEP_TERMINATED: Final = 100  # terminated sessions still listed (summaries only), oldest forgotten
 
 
@@ -106,18 +109,30 @@ async def errors_middleware(
 ) -> web.StreamResponse:
     try:
         return await handler(request)
-    except ApiError as exc:
+    except Exception as exc:
+        streaming = request.get(STREAMING)
+        if streaming is None:
+            return _error_response(request, exc)
+        # The HTTP response was sent already (an upgraded WebSocket): a JSON error written now
+        # would land inside the stream and corrupt it. End the stream its own way instead.
+        log.error("error after the response began", exc_info=exc, extra={"path": request.path})
+        if isinstance(streaming, web.WebSocketResponse) and not streaming.closed:
+            await streaming.close(code=WSCloseCode.INTERNAL_ERROR, message=b"internal error")
+        return streaming
+
+
+def _error_response(request: web.Request, exc: Exception) -> web.StreamResponse:
+    if isinstance(exc, ApiError):
         return exc.response()
-    except web.HTTPException as exc:
+    if isinstance(exc, web.HTTPException):
         if exc.status < 400:
-            raise
+            raise exc
         return _error_for(exc)
-    except Exception:
-        log.exception("unhandled error", extra={"path": request.path})
-        return web.json_response(
-            {"error_code": "INTERNAL_ERROR", "message": "internal error; see the gateway log"},
-            status=500,
-        )
+    log.error("unhandled error", exc_info=exc, extra={"path": request.path})
+    return web.json_response(
+        {"error_code": "INTERNAL_ERROR", "message": "internal error; see the gateway log"},
+        status=500,
+    )
 
 
 def _public(path: str) -> bool:
@@ -375,6 +390,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
         protocols=(SUBPROTOCOL,), max_msg_size=config.max_frame_size, heartbeat=30.0
     )
     await ws.prepare(request)
+    request[STREAMING] = ws
     conn_id = str(uuid.uuid4())
     transport = request.transport
     conn = session.attach(

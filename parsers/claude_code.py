@@ -55,6 +55,7 @@ import msgspec
 
 from . import events as ev
 from .base import JsonLinesParser, ParserSpec, PromptImage
+from .json_depth import too_deep
 
 __all__ = ["SPEC", "ClaudeCodeInput", "ClaudeCodeParser"]
 
@@ -328,6 +329,8 @@ class ClaudeCodeParser(JsonLinesParser):
     # --- the AgentParser protocol ----------------------------------------------------------------
 
     def feed(self, line: bytes) -> list[ev.AgentEvent]:
+        if too_deep(line):
+            return self._too_deep(line)
         try:
             msg = _line_decoder.decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError) as err:

@@ -68,6 +68,7 @@ from . import events as ev
 from .api_errors import http_error_code
 from .base import ExitDescription, JsonLinesParser, NoInput, ParserSpec
 from .file_changes import FileChanges, Reader, read_text_file
+from .json_depth import too_deep
 
 __all__ = ["SPEC", "CodexParser"]
 
@@ -233,6 +234,8 @@ class CodexParser(JsonLinesParser):
     # --- the AgentParser protocol ------------------------------------------------------------------
 
     def feed(self, line: bytes) -> list[ev.AgentEvent]:
+        if too_deep(line):
+            return self._too_deep(line)
         try:
             msg = _line_decoder.decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError) as err:
@@ -546,9 +549,11 @@ def _status_of(message: str) -> int | None:
 def _error_body(message: str) -> dict[str, Any] | None:
     if not message.startswith("{"):
         return None
+    if too_deep(message):
+        return None
     try:
         obj = _json_decoder.decode(message)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeEncodeError):  # a str may hold lone surrogates
         return None
     error = obj.get("error") if isinstance(obj, dict) else None
     return error if isinstance(error, dict) else None

@@ -48,6 +48,7 @@ from . import events as ev
 from .api_errors import HTTP_ERROR_CODES, http_error_code
 from .base import ExitDescription, JsonLinesParser, NoInput, ParserSpec
 from .file_changes import FileChanges, Reader, read_text_file
+from .json_depth import too_deep
 
 __all__ = ["EXIT_CODES", "SPEC", "GeminiParser"]
 
@@ -186,6 +187,8 @@ class GeminiParser(JsonLinesParser):
     # --- the AgentParser protocol ------------------------------------------------------------------
 
     def feed(self, line: bytes) -> list[ev.AgentEvent]:
+        if too_deep(line):
+            return self._too_deep(line)
         try:
             msg = _line_decoder.decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError) as err:
@@ -375,10 +378,12 @@ def _api_message(text: str) -> str:
     """The API's own message out of the CLI's ``[API Error: ...]`` wrapping, when it has one."""
     m = _API_ERROR_JSON.match(text)
     if m is not None:
-        try:
-            body = msgspec.json.decode(m.group(1))
-        except msgspec.DecodeError:
-            body = None
+        body = None
+        if not too_deep(m.group(1)):
+            try:
+                body = msgspec.json.decode(m.group(1))
+            except (msgspec.DecodeError, UnicodeEncodeError):  # a str may hold lone surrogates
+                body = None
         error = body.get("error") if isinstance(body, dict) else None
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             return error["message"]

@@ -9,6 +9,8 @@ bytes to every connection.
 decoder over the union of every frame class (tagged by ``type``). Anything else goes down a slow path
 that says exactly what is wrong, in the order a receiver must check it:
 
+0. nested deeper than ``MAX_JSON_DEPTH`` (``parsers/json_depth.py``) → ``Rejected`` ``INVALID_FRAME``
+   before any decoding (msgspec would raise ``RecursionError``, a socket-killer);
 1. not JSON, or not an object, or a required envelope field missing or mistyped → ``Rejected``
    (answer with ``session.error`` ``INVALID_FRAME``, non-fatal, naming the field);
 2. ``v`` other than 1 → ``Rejected`` ``UNSUPPORTED_VERSION`` (DPS-2.1-v: ignored and answered);
@@ -27,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Union
 
 import msgspec
+
+from parsers.json_depth import MAX_JSON_DEPTH, too_deep
 
 from .frames import ENVELOPE_VERSION, FRAME_CLASSES, Frame, SessionError
 
@@ -113,9 +117,11 @@ def _field_message(err: Exception) -> str:
 
 def decode(data: bytes | str) -> Decoded:
     """Decode one received frame; never raises (see the module docstring for the order of checks)."""
+    if too_deep(data):
+        return _reject(f"frame nests deeper than {MAX_JSON_DEPTH} levels")
     try:
         frame = _frame_decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeEncodeError):
         return _diagnose(data)
     if frame.v != ENVELOPE_VERSION:
         return _version_rejected(frame.v, frame.message_id)
@@ -134,7 +140,7 @@ def _version_rejected(v: Any, message_id: str | None) -> Rejected:
 def _diagnose(data: bytes | str) -> Decoded:
     try:
         obj = _any_decoder.decode(data)
-    except msgspec.DecodeError as err:
+    except (msgspec.DecodeError, UnicodeEncodeError) as err:  # a str may hold lone surrogates
         return _reject(f"frame is not valid JSON: {err}")
     if not isinstance(obj, dict):
         return _reject(f"frame must be a JSON object, got {type(obj).__name__}")
