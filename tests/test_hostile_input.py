@@ -77,3 +77,70 @@ async def test_an_error_after_the_upgrade_closes_the_websocket_never_writes_http
     frames = await prompt_and_wait(again, "after the bug")
     assert frames[-1]["type"] == "session.usage"
     assert json.dumps(frames)  # every frame was a well-formed JSON text
+
+
+# --- file references ---------------------------------------------------------------------------------
+
+
+def refs(*pairs: tuple[str, str]) -> list[dict]:
+    return [
+        {
+            "ref_id": ref_id,
+            "path": path,
+            "name": path.rsplit("/", 1)[-1],
+            "workspace_relative_path": path,
+            "display_path": path,
+        }
+        for ref_id, path in pairs
+    ]
+
+
+async def echoed_text(master: Master) -> str:
+    done = await master.until("agent.text.done", timeout=30)
+    await master.until("session.turn.end", timeout=30)
+    return done["payload"]["full_text"]
+
+
+async def test_DPS_6_1_1_prompt_file_references_are_replaced_in_one_pass(gw):
+    """Forty references whose display_path contains their own ref_id used to double the prompt
+    forty times (2^40 copies: the gateway ran out of memory on a 4 KB frame). Each token is now
+    replaced once, in the original text; an empty ref_id names no token. The plain agent prints
+    its prompt back, so the master sees exactly what the agent got."""
+    session = await create_session(gw, agent="plain")
+    master = await Master.attach(gw, session["session_id"])
+    pairs = [(f"@r{i:02d}", f"src/@r{i:02d}/f{i}.py") for i in range(40)]
+    text = "look at " + " and ".join(ref_id for ref_id, _ in pairs)
+    references = refs(*pairs, ("", "inserted/between/every/character"))
+    await master.send(
+        "control.prompt.request", {"prompt_text": text, "file_references": references}
+    )
+    expected = "look at " + " and ".join(path for _, path in pairs)
+    assert await echoed_text(master) == expected + "\n"
+
+
+async def test_too_many_file_references_or_a_too_large_prompt_is_refused_and_the_session_goes_on(
+    gw,
+):
+    """Past 64 references, or when replacing tokens would make the prompt larger than
+    max_frame_size, the prompt is refused with a non-fatal session.error; no turn starts and the
+    next prompt runs."""
+    session = await create_session(gw, agent="plain")
+    master = await Master.attach(gw, session["session_id"])
+    many = refs(*[(f"#{i}", f"f{i}") for i in range(65)])
+    await master.send("control.prompt.request", {"prompt_text": "#1", "file_references": many})
+    error = await master.until("session.error")
+    assert error["payload"]["error_code"] == "TOO_MANY_FILE_REFERENCES"
+    assert error["payload"]["fatal"] is False
+    # A one-character token 10,000 times, each replaced by a 1 KB path: 10 MB from a 20 KB frame.
+    huge = refs(("x", "p" * 1024))
+    await master.send(
+        "control.prompt.request", {"prompt_text": "x " * 10_000, "file_references": huge}
+    )
+    error = await master.until("session.error")
+    assert error["payload"]["error_code"] == "PROMPT_TOO_LARGE"
+    assert error["payload"]["fatal"] is False
+    assert "session.turn.start" not in master.types()
+    await master.send(
+        "control.prompt.request", {"prompt_text": "see x", "file_references": refs(("x", "a.py"))}
+    )
+    assert await echoed_text(master) == "see a.py\n"

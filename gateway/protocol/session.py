@@ -38,6 +38,7 @@ line.
 
 from __future__ import annotations
 
+import re
 import signal as _signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,6 +63,7 @@ __all__ = [
     "Emit",
     "Log",
     "PlaceFile",
+    "PromptRefused",
     "SessionConfig",
     "SessionMachine",
     "SetFeatures",
@@ -75,6 +77,8 @@ __all__ = [
     "valid_file_name",
 ]
 
+# A prompt's file_references (each a token replaced in the text): far more than a person attaches.
+MAX_FILE_REFERENCES: Final = 64
 CANCEL_GRACE_S: Final = 2.0  # interrupt, then SIGINT if the turn has not ended
 CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
 STALL_TIMER: Final = "stall"
@@ -717,8 +721,14 @@ class SessionMachine:
             return [self._error("INVALID_FRAME", files, conn_id, mid)]
         images, uploads = files
         # context_files are this machine's to list (as images or workspace files), not as URLs.
-        text = prompt_text_for_agent(msgspec.structs.replace(prompt, context_files=None))
-        text += attachments_text(images, uploads)
+        try:
+            text = prompt_text_for_agent(
+                msgspec.structs.replace(prompt, context_files=None),
+                self.config.max_frame_size,
+                attached=attachments_text(images, uploads),
+            )
+        except PromptRefused as refused:
+            return [self._error(refused.code, str(refused), conn_id, mid)]
         limit = self.config.prompt_argv_max
         if limit is not None and len(text.encode()) > limit:
             # Refused before anything starts: exec would fail (E2BIG) and end the session.
@@ -1064,18 +1074,37 @@ class SessionMachine:
 # --- pure helpers ---------------------------------------------------------------------------------
 
 
-def prompt_text_for_agent(prompt: F.PromptRequest) -> str:
-    """The text the agent gets: slash commands as ``/name args``; file reference tokens are left to
-    the agent (it reads paths itself); attached files listed after the prompt."""
+class PromptRefused(ValueError):
+    """A prompt the agent must not get; answered with a non-fatal ``session.error`` ``code``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def prompt_text_for_agent(
+    prompt: F.PromptRequest, max_bytes: int = 1 << 20, *, attached: str = ""
+) -> str:
+    """The text the agent gets: slash commands as ``/name args``; each file reference token (its
+    ``ref_id``) replaced by its ``display_path`` (DPS-6.1.1-prompt); attached files listed after
+    the prompt (``attached``: what the session says of them). At most ``MAX_FILE_REFERENCES``
+    references and ``max_bytes`` of UTF-8 text, else ``PromptRefused``."""
     text = prompt.prompt_text
     if prompt.input_type == "slash_command" and not text.startswith("/"):
         text = "/" + text
-    for ref in prompt.file_references or ():
-        if ref.display_path and ref.ref_id in text:
-            text = text.replace(ref.ref_id, ref.display_path)
+    refs = prompt.file_references or ()
+    if len(refs) > MAX_FILE_REFERENCES:
+        raise PromptRefused(
+            "TOO_MANY_FILE_REFERENCES",
+            f"a prompt may carry at most {MAX_FILE_REFERENCES} file_references, got {len(refs)}",
+        )
+    text = _replace_tokens(text, refs, max_bytes)
     if prompt.context_files:
         listed = "\n".join(f"- {f.file_name}: {f.file_url}" for f in prompt.context_files)
         text = f"{text}\n\nAttached files:\n{listed}"
+    text += attached
+    if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise _too_large(max_bytes)
     return text
 
 
@@ -1100,6 +1129,39 @@ def attachments_text(images: list[ev.StoredFile], uploads: list[tuple[ev.StoredF
         f"- {UPLOADS_DIR}/{name} ({f.mime_type}, {f.size_bytes} bytes)" for f, name in uploads
     ]
     return "\n\nAttached files:\n" + "\n".join(lines)
+
+
+def _too_large(max_bytes: int) -> PromptRefused:
+    return PromptRefused(
+        "PROMPT_TOO_LARGE",
+        f"the prompt for the agent (file references replaced) would exceed {max_bytes} bytes",
+    )
+
+
+def _replace_tokens(text: str, refs: Any, max_bytes: int) -> str:
+    """Every token replaced in one pass over the original text: a ``display_path`` that contains a
+    ``ref_id`` (its own or another's) is never scanned again, and the longest ``ref_id`` wins where
+    two start at the same place. A reference with an empty ``ref_id`` names no token. The result is
+    measured as it grows, so a short token repeated many times cannot build more than
+    ``max_bytes`` before it is refused."""
+    paths: dict[str, str] = {}
+    for ref in refs:
+        if ref.ref_id and ref.display_path and ref.ref_id not in paths:
+            paths[ref.ref_id] = ref.display_path
+    if not paths:
+        return text
+    tokens = re.compile("|".join(re.escape(r) for r in sorted(paths, key=len, reverse=True)))
+    parts: list[str] = []
+    size = pos = 0
+    for match in tokens.finditer(text):
+        path = paths[match.group()]
+        size += match.start() - pos + len(path)
+        if size > max_bytes:  # characters: a lower bound of the UTF-8 size
+            raise _too_large(max_bytes)
+        parts += (text[pos : match.start()], path)
+        pos = match.end()
+    parts.append(text[pos:])
+    return "".join(parts)
 
 
 def permission_question(req: ev.PermissionRequest) -> str:
