@@ -25,6 +25,7 @@ through a subcommand that must come before the prompt, ``resume_command`` replac
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import sys
@@ -284,6 +285,7 @@ class Config:
     max_buffer_bytes: int = 256 * 1024 * 1024  # the most a session may ask for
     max_session_file_bytes: int = 256 * 1024 * 1024  # all files of a session (gateway/files.py)
     max_upload_bytes: int = 20 * 1024 * 1024  # one PUT /v1/session/{id}/files
+    max_sessions: int = 64  # sessions not yet terminated; POST /v1/session beyond it is a 503
     shutdown_grace_sec: float = 5.0
     log_format: str = "text"  # or "json"
     state_dir: Path | None = None  # sessions and their replay buffers survive a restart
@@ -308,6 +310,7 @@ _SERVER_KEYS: Final = {
     "max_buffer_bytes": int,
     "max_session_file_bytes": int,
     "max_upload_bytes": int,
+    "max_sessions": int,
     "shutdown_grace_sec": (int, float),
     "log_format": str,
     "state_dir": str,
@@ -322,6 +325,7 @@ _ENV: Final = {
     "RAWP_GATEWAY_REATTACH_WINDOW_SEC": "reattach_window_sec",
     "RAWP_GATEWAY_BUFFER_POLICY": "buffer_policy",
     "RAWP_GATEWAY_BUFFER_MAX_BYTES": "buffer_max_bytes",
+    "RAWP_GATEWAY_MAX_SESSIONS": "max_sessions",
     "RAWP_GATEWAY_LOG_FORMAT": "log_format",
     "RAWP_GATEWAY_STATE_DIR": "state_dir",
 }
@@ -477,8 +481,10 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: 
         value = settings[key]
         try:
             value = kind(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"{key} must be a number, got {value!r}") from None
+        if not math.isfinite(value):  # "nan" and "inf" parse as floats
+            raise ConfigError(f"{key} must be a finite number, got {value}")
         if value < low:
             raise ConfigError(f"{key} must be at least {low}, got {value}")
         return value
@@ -495,12 +501,16 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: 
         ("max_buffer_bytes", int, 0),
         ("max_session_file_bytes", int, 0),
         ("max_upload_bytes", int, 1),
+        ("max_sessions", int, 1),
         ("shutdown_grace_sec", float, 0),
     ):
         if key in settings:
             kw[key] = number(key, kind, low)
     if "host" in settings:
-        kw["host"] = str(settings["host"])
+        host = str(settings["host"])
+        if not host or host != host.strip() or any(c.isspace() or c == "\0" for c in host):
+            raise ConfigError(f"host must be an address or a name without spaces, got {host!r}")
+        kw["host"] = host
     if "workspace_root" in settings:
         kw["workspace_root"] = Path(settings["workspace_root"])
     if settings.get("state_dir"):  # empty: none, as unset
@@ -517,9 +527,12 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: 
     if "allowed_origins" in settings:
         kw["allowed_origins"] = _origins(settings["allowed_origins"])
     token = settings.get("token")
+    if token is not None and not token.strip():
+        # An empty variable must not turn authentication off (nor hide a token file).
+        raise ConfigError("RAWP_GATEWAY_TOKEN is set but empty: unset it or give a token")
     if token is None and settings.get("token_file"):
         token = read_token_file(settings["token_file"])
-    kw["token"] = token or None
+    kw["token"] = token
     if kw["token"] and "workspace_root" not in settings:
         # A token means others reach the gateway: which directory their agents work in must be a
         # decision, not wherever the gateway happened to be started.

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import logging
 import signal
 import time
@@ -32,7 +33,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
+
+from parsers.json_depth import MAX_JSON_DEPTH, too_deep
 
 from . import console, process
 from .config import Config
@@ -58,6 +62,12 @@ WS_ROUTE: Final = "session-ws"
 # from then on an error must never be answered with an HTTP error response (errors_middleware).
 STREAMING: Final = web.RequestKey("streaming", web.StreamResponse)
 KEEP_TERMINATED: Final = 100  # terminated sessions still listed (summaries only), oldest forgotten
+# Limits of POST /v1/session and PATCH fields (docs/limits.md).
+MAX_NAME_CHARS: Final = 256
+MAX_REATTACH_WINDOW_SEC: Final = 7 * 24 * 3600
+MAX_WORKSPACE_PATH_CHARS: Final = 1024
+MAX_WORKSPACE_DEPTH: Final = 32  # directory levels in workspace_path
+MAX_PATH_COMPONENT_BYTES: Final = 255  # NAME_MAX of common filesystems
 
 
 class TerminatedSession:
@@ -150,17 +160,30 @@ def _ticket_ok(request: web.Request) -> bool:
 
 
 def auth_middleware(token: str | None):
-    expected = f"Bearer {token}".encode() if token else None
+    expected = token.encode() if token else None
 
     @web.middleware
     async def middleware(request: web.Request, handler):
-        if expected is not None and not _public(request.path):
-            given = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(given, expected) and not _ticket_ok(request):
-                return ApiError(401, "UNAUTHORIZED", "missing or wrong bearer token").response()
+        if (
+            expected is not None
+            and not _public(request.path)
+            and not hmac.compare_digest(_bearer(request), expected)
+            and not _ticket_ok(request)
+        ):
+            return ApiError(401, "UNAUTHORIZED", "missing or wrong bearer token").response()
         return await handler(request)
 
     return middleware
+
+
+def _bearer(request: web.Request) -> bytes:
+    """The credentials of ``Authorization: Bearer <token>``; the scheme is case-insensitive (RFC
+    7235). Header bytes that are not UTF-8 reach us as surrogate escapes: they are given back as
+    the bytes they were (never an error), so they simply do not match."""
+    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        return b""
+    return credentials.strip(" ").encode("utf-8", "surrogateescape")
 
 
 # --- handlers -----------------------------------------------------------------------------------
@@ -183,37 +206,76 @@ async def list_agents(request: web.Request) -> web.Response:
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
+    """The body as a JSON object. Strict JSON (no NaN or Infinity, no number beyond a double),
+    nested at most ``MAX_JSON_DEPTH`` levels: anything else is 400 ``INVALID_JSON``."""
     if not request.can_read_body:
         return {}
+    data = await request.read()
+    if too_deep(data):
+        raise ApiError(
+            400, "INVALID_JSON", f"the request body nests deeper than {MAX_JSON_DEPTH} levels"
+        )
     try:
-        body = await request.json()
-    except ValueError:
-        raise ApiError(400, "INVALID_JSON", "the request body is not valid JSON") from None
+        body = msgspec.json.decode(data)
+    except msgspec.DecodeError as err:  # ValidationError ("Number out of range") included
+        raise ApiError(400, "INVALID_JSON", f"the request body is not valid JSON: {err}") from None
     if not isinstance(body, dict):
         raise ApiError(400, "INVALID_REQUEST", "the request body must be a JSON object")
     return body
 
 
 def _resolve_workspace(config: Config, requested: Any) -> Path:
+    """The session's workspace directory: an existing directory inside the root, named by a
+    bounded path (checked before anything is touched)."""
     root = config.workspace_root
     if requested is None:
         return root
     if not isinstance(requested, str) or not requested:
         raise ApiError(400, "INVALID_REQUEST", "workspace_path must be a non-empty string")
-    path = (root / requested).resolve()  # an absolute requested path replaces root
+    parts = [p for p in requested.split("/") if p]
+    if (
+        "\0" in requested
+        or len(requested) > MAX_WORKSPACE_PATH_CHARS
+        or len(parts) > MAX_WORKSPACE_DEPTH
+        or any(len(p.encode()) > MAX_PATH_COMPONENT_BYTES for p in parts)
+    ):
+        raise ApiError(
+            400,
+            "INVALID_REQUEST",
+            f"workspace_path must be at most {MAX_WORKSPACE_PATH_CHARS} characters and "
+            f"{MAX_WORKSPACE_DEPTH} levels, each name at most {MAX_PATH_COMPONENT_BYTES} bytes, "
+            "no NUL",
+        )
+    try:
+        path = (root / requested).resolve()  # an absolute requested path replaces root
+        is_dir = path.is_dir()
+        is_other = not is_dir and path.exists()
+    except (OSError, RuntimeError) as err:  # a symlink loop, a name the filesystem refuses
+        raise ApiError(400, "INVALID_REQUEST", f"workspace_path cannot be used: {err}") from None
     if path != root and root not in path.parents:
         raise ApiError(
             403, "WORKSPACE_FORBIDDEN", f"workspace_path must be inside the workspace root {root}"
         )
-    if path.exists() and not path.is_dir():
+    if is_other:
         raise ApiError(400, "INVALID_REQUEST", "workspace_path is not a directory")
-    if not path.is_dir():
+    if not is_dir:
         # Not created: a mistyped path would otherwise give the agent an empty directory to work
         # in, as `cd` into a missing directory would not.
         raise ApiError(
             404, "WORKSPACE_NOT_FOUND", f"workspace_path {requested!r} does not exist under {root}"
         )
     return path
+
+
+def _check_name(name: Any, *, required: bool) -> None:
+    if name is None and not required:
+        return
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
+        raise ApiError(
+            400,
+            "INVALID_REQUEST",
+            f"name must be a non-empty string of at most {MAX_NAME_CHARS} characters",
+        )
 
 
 async def create_session(request: web.Request) -> web.Response:
@@ -228,16 +290,32 @@ async def create_session(request: web.Request) -> web.Response:
         names = ", ".join(sorted(config.agents))
         raise ApiError(404, "AGENT_NOT_FOUND", f"no agent profile {agent!r}; known: {names}")
     name = body.get("name")
-    if name is not None and not isinstance(name, str):
-        raise ApiError(400, "INVALID_REQUEST", "name must be a string")
+    _check_name(name, required=False)
     origin = body.get("origin", "remote")
     if origin not in ("remote", "local"):
         raise ApiError(400, "INVALID_REQUEST", "origin must be remote or local")
     window = body.get("reattach_window_sec", config.reattach_window_sec)
-    if isinstance(window, bool) or not isinstance(window, int | float) or window < 0:
-        raise ApiError(400, "INVALID_REQUEST", "reattach_window_sec must be a number >= 0")
+    if (
+        isinstance(window, bool)
+        or not isinstance(window, int | float)
+        or not 0 <= window <= MAX_REATTACH_WINDOW_SEC  # False for NaN
+    ):
+        raise ApiError(
+            400,
+            "INVALID_REQUEST",
+            f"reattach_window_sec must be a number from 0 to {MAX_REATTACH_WINDOW_SEC}",
+        )
     history = _history_from(body.get("buffer"), config)
     workspace = _resolve_workspace(config, body.get("workspace_path"))
+    # Everything is valid: only now is anything created (the session, its agent).
+    live = sum(1 for s in app[SESSIONS].values() if s.state != "TERMINATED")
+    if live >= config.max_sessions:
+        raise ApiError(
+            503,
+            "TOO_MANY_SESSIONS",
+            f"this gateway runs at most {config.max_sessions} sessions (max_sessions); "
+            "delete one first",
+        )
     session_id = str(uuid.uuid4())
     state = app.get(STATE)
     session = LiveSession(
@@ -254,7 +332,16 @@ async def create_session(request: web.Request) -> web.Response:
         saved=state.create(session_id) if state is not None else None,
     )
     app[SESSIONS][session_id] = session
-    await session.start()
+    try:
+        await session.start()
+    except BaseException:
+        # Never a registered session (or a running agent) behind an error answer.
+        app[SESSIONS].pop(session_id, None)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(
+                asyncio.shield(session.delete("error", "client")), config.shutdown_grace_sec + 5
+            )
+        raise
     if session.start_error is not None:
         app[SESSIONS].pop(session_id, None)
         raise ApiError(
@@ -319,8 +406,7 @@ async def patch_session(request: web.Request) -> web.Response:
     session = _session(request)
     body = await _json_body(request)
     name = body.get("name")
-    if not isinstance(name, str) or not name:
-        raise ApiError(400, "INVALID_REQUEST", "name must be a non-empty string")
+    _check_name(name, required=True)
     if session.state == "TERMINATED":
         raise ApiError(409, "SESSION_TERMINATED", "the session has ended")
     session.rename(name)
@@ -380,6 +466,13 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     if session.state == "TERMINATED":
         raise ApiError(409, "SESSION_TERMINATED", "the session has ended")
     role = "local_ui" if request.query.get("role") == "local-ui" else "master"
+    if role == "local_ui" and not is_loopback(request.remote):
+        # A local UI runs on the gateway's own machine: the role (the only way into a local
+        # session, whose frames must never reach a master) is not for a client elsewhere, token
+        # or not (docs/limits.md).
+        raise ApiError(
+            403, "LOCAL_UI_FORBIDDEN", "?role=local-ui is accepted from a loopback address only"
+        )
     if session.origin == "local" and role != "local_ui":
         # DPS-2.4-local: a local session's frames go to local UI connections only.
         raise ApiError(403, "LOCAL_SESSION", "a local session accepts only ?role=local-ui")
@@ -663,6 +756,16 @@ async def _shutdown_sessions(app: web.Application) -> None:
     await process.terminate_all()
 
 
+def is_loopback(address: str | None) -> bool:
+    """The peer is this machine: 127.0.0.0/8, ::1, or 127.x mapped into IPv6."""
+    try:
+        ip = ipaddress.ip_address(address or "")
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
 def check_bind(config: Config) -> None:
     """With no token the gateway serves loopback only (docs/http-api.md, Security)."""
     loopback = config.host in ("127.0.0.1", "localhost", "::1") or config.host.startswith("127.")
@@ -680,7 +783,13 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as err:  # a name that does not resolve, a port in use: one line, no traceback
+        await runner.cleanup()
+        raise SystemExit(
+            f"rawp-gateway: cannot listen on {config.host}:{config.port}: {err.strerror or err}"
+        ) from None
     port = runner.addresses[0][1] if runner.addresses else config.port
     log.info(
         "listening",

@@ -237,3 +237,32 @@ def test_serve_with_a_token_needs_an_explicit_workspace_root(tmp_path):
     )
     assert done.returncode == 2
     assert "workspace_root must be set" in done.stderr and "--workspace-root" in done.stderr
+
+
+def _serve_fails(tmp_path, *args: str, env: dict[str, str] | None = None) -> str:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("RAWP_GATEWAY_")}
+    done = subprocess.run(
+        [*CLI, "serve", "--port", "0", "--workspace-root", str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**environ, **(env or {})},
+    )
+    assert done.returncode != 0
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # one line, no traceback
+    return done.stderr.strip()
+
+
+def test_serve_bad_host_or_empty_token_is_one_line_and_a_failure(tmp_path):
+    assert "host must be" in _serve_fails(tmp_path, "--host", "127.0.0.1 ")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        message = _serve_fails(tmp_path, "--host", "127.0.0.1", "--port", port)
+    assert message.startswith(f"rawp-gateway: cannot listen on 127.0.0.1:{port}: ")
+    (tmp_path / "token").write_text("s3cret\n")
+    message = _serve_fails(
+        tmp_path, "--token-file", str(tmp_path / "token"), env={"RAWP_GATEWAY_TOKEN": ""}
+    )
+    assert "RAWP_GATEWAY_TOKEN is set but empty" in message

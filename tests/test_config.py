@@ -218,3 +218,36 @@ def test_a_token_needs_an_explicit_workspace_root(tmp_path):
         None, {}, environ={"RAWP_GATEWAY_TOKEN": "t", "RAWP_GATEWAY_WORKSPACE_ROOT": str(tmp_path)}
     )
     assert config.workspace_root == tmp_path.resolve()
+
+
+def test_max_sessions_from_file_and_environment(tmp_path):
+    assert load_config(None, {"workspace_root": str(tmp_path)}, environ={}).max_sessions == 64
+    path = write(tmp_path, f'[server]\nworkspace_root = "{tmp_path}"\nmax_sessions = 3\n')
+    assert load_config(path, environ={}).max_sessions == 3
+    env = {"RAWP_GATEWAY_MAX_SESSIONS": "5"}
+    assert load_config(path, environ=env).max_sessions == 5
+    with pytest.raises(ConfigError, match="max_sessions must be at least 1"):
+        load_config(path, environ={"RAWP_GATEWAY_MAX_SESSIONS": "0"})
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400"])
+def test_numbers_must_be_finite(tmp_path, value):
+    env = {"RAWP_GATEWAY_REATTACH_WINDOW_SEC": value}
+    with pytest.raises(ConfigError, match="reattach_window_sec must be a finite number"):
+        load_config(None, {"workspace_root": str(tmp_path)}, environ=env)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1 ", " 127.0.0.1", "", "local host", "a\0b"])
+def test_a_host_with_spaces_is_an_error(tmp_path, host):
+    with pytest.raises(ConfigError, match="host must be an address or a name without spaces"):
+        load_config(None, {"workspace_root": str(tmp_path), "host": host}, environ={})
+
+
+def test_an_empty_token_variable_is_an_error_not_no_auth(tmp_path):
+    """An empty RAWP_GATEWAY_TOKEN used to win over --token-file and turn authentication off."""
+    (tmp_path / "token").write_text("from-file\n")
+    flags = {"workspace_root": str(tmp_path), "token_file": str(tmp_path / "token")}
+    for empty in ("", "  "):
+        with pytest.raises(ConfigError, match="RAWP_GATEWAY_TOKEN is set but empty"):
+            load_config(None, flags, environ={"RAWP_GATEWAY_TOKEN": empty})
+    assert load_config(None, flags, environ={}).token == "from-file"

@@ -4,13 +4,23 @@ checks that the attacker gets a clear error while the session and the gateway go
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 
 import aiohttp
 import pytest
 
-from gateway.server import SESSIONS
-from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+from gateway.server import SESSIONS, is_loopback
+from gateway.session import LiveSession
+from tests.gateway_peer import (
+    SUBPROTOCOL,
+    Master,
+    create_session,
+    fast_demo,
+    make_config,
+    start_gateway,
+)
 
 
 @pytest.fixture
@@ -144,3 +154,165 @@ async def test_too_many_file_references_or_a_too_large_prompt_is_refused_and_the
         "control.prompt.request", {"prompt_text": "see x", "file_references": refs(("x", "a.py"))}
     )
     assert await echoed_text(master) == "see a.py\n"
+
+
+# --- POST /v1/session: validation before anything is created ------------------------------------
+
+
+def agent_processes(session_id: str) -> list[int]:
+    """Agent processes of a session still alive (their environment names the session)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"RAWP_SESSION_ID={session_id}".encode() in environ.split(b"\0"):
+            found.append(int(proc.name))
+    return found
+
+
+def raw_post(body: bytes) -> dict:
+    return {"data": body, "headers": {"Content-Type": "application/json"}}
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        # NaN and Infinity are not JSON; 1e400 is beyond a double: all refused as the JSON they are
+        (b'{"agent": "demo", "reattach_window_sec": NaN}', "INVALID_JSON"),
+        (b'{"agent": "demo", "reattach_window_sec": Infinity}', "INVALID_JSON"),
+        (b'{"agent": "demo", "reattach_window_sec": 1e400}', "INVALID_JSON"),
+        (b'{"agent": "demo", "reattach_window_sec": 1' + b"0" * 400 + b"}", "INVALID_REQUEST"),
+        (b'{"agent": "demo", "reattach_window_sec": 1e300}', "INVALID_REQUEST"),
+        (b'{"agent": "demo", "reattach_window_sec": -1}', "INVALID_REQUEST"),
+        (b'{"agent": "demo", "buffer": {"max_bytes": 1' + b"0" * 400 + b"}}", "INVALID_REQUEST"),
+        (b'{"agent": "demo", "buffer": {"policy": ["RING"]}}', "INVALID_REQUEST"),
+        (b'{"agent": "demo", "name": "' + b"n" * 257 + b'"}', "INVALID_REQUEST"),
+        (b'{"agent": "demo", "name": 7}', "INVALID_REQUEST"),
+        (b'{"agent": "demo", "workspace_path": "a\\u0000b"}', "INVALID_REQUEST"),
+        (b'{"agent": "demo", "workspace_path": "' + b"x" * 300 + b'"}', "INVALID_REQUEST"),
+        (b'{"agent": "demo", "workspace_path": "' + b"a/" * 2000 + b'"}', "INVALID_REQUEST"),
+        (
+            b'{"agent": "demo", "workspace_path": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+            "INVALID_JSON",
+        ),
+        (b'{"agent": ' + b'{"a":' * 3000 + b"1" + b"}" * 3001, "INVALID_JSON"),
+        (b'{"agent": "demo", "origin": {"x": 1}}', "INVALID_REQUEST"),
+        (b"\xff\xfe{}", "INVALID_JSON"),
+    ],
+)
+async def test_bad_session_requests_are_400_and_create_nothing(gw, tmp_path, body, code):
+    """Every field is checked (finite, ranged, bounded) before the session or its agent exists:
+    a 400 with error_code, never a 500, and nothing left behind."""
+    before = sorted(p.name for p in tmp_path.iterdir())
+    resp = await gw.post("/v1/session", **raw_post(body))
+    assert resp.status == 400, await resp.text()
+    assert (await resp.json())["error_code"] == code
+    assert (await (await gw.get("/v1/sessions")).json())["sessions"] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+async def test_max_sessions_is_a_503_and_a_deleted_session_frees_its_place(tmp_path):
+    config = make_config(tmp_path, agents={"demo": fast_demo()}, max_sessions=2)
+    client = await start_gateway(config)
+    try:
+        first = await create_session(client)
+        await create_session(client)
+        resp = await client.post("/v1/session", json={"agent": "demo"})
+        assert resp.status == 503
+        assert (await resp.json())["error_code"] == "TOO_MANY_SESSIONS"
+        assert len((await (await client.get("/v1/sessions")).json())["sessions"]) == 2
+        await client.delete(f"/v1/session/{first['session_id']}")
+        await create_session(client)
+    finally:
+        await client.close()
+
+
+async def test_a_session_whose_start_fails_is_not_left_registered_nor_running(gw):
+    """A failure after the session is registered and its agent started (as NaN once did) answers
+    an error and leaves neither the session nor its process behind."""
+    app = gw.server.app
+    original = LiveSession._arm_reattach_window
+    seen: list[str] = []
+
+    def failing(self: LiveSession) -> None:
+        seen.append(self.id)
+        raise ValueError("a timer that cannot be armed")
+
+    LiveSession._arm_reattach_window = failing  # type: ignore[method-assign]
+    try:
+        resp = await gw.post("/v1/session", json={"agent": "demo"})
+    finally:
+        LiveSession._arm_reattach_window = original  # type: ignore[method-assign]
+    assert resp.status == 500
+    assert (await resp.json())["error_code"] == "INTERNAL_ERROR"
+    assert app[SESSIONS] == {}
+    for _ in range(100):
+        if not agent_processes(seen[0]):
+            break
+        await asyncio.sleep(0.05)
+    assert agent_processes(seen[0]) == []
+
+
+# --- authentication -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def gw_token(tmp_path):
+    client = await start_gateway(
+        make_config(tmp_path, agents={"demo": fast_demo()}, token="s3cret")
+    )
+    yield client
+    await client.close()
+
+
+async def test_bearer_scheme_is_case_insensitive(gw_token):
+    """RFC 7235: the auth-scheme is case-insensitive."""
+    for scheme in ("Bearer", "bearer", "BEARER", "bEaReR"):
+        resp = await gw_token.get("/v1/sessions", headers={"Authorization": f"{scheme} s3cret"})
+        assert resp.status == 200, scheme
+    for header in ("Basic s3cret", "Bearer", "Bearer s3cre", "s3cret", "Bearers3cret"):
+        resp = await gw_token.get("/v1/sessions", headers={"Authorization": header})
+        assert resp.status == 401, header
+        assert (await resp.json())["error_code"] == "UNAUTHORIZED"
+
+
+async def test_a_non_utf8_authorization_header_is_401_not_500(gw_token):
+    """Raw header bytes that are not UTF-8 (sent on a plain socket, as a hostile client would)."""
+    port = gw_token.server.port
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"GET /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Authorization: Bearer \xff\xfe\xc3\x28\r\nConnection: close\r\n\r\n"
+    )
+    await writer.drain()
+    response = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    status_line, _, rest = response.partition(b"\r\n")
+    assert status_line.split()[1] == b"401", response
+    assert json.loads(rest.partition(b"\r\n\r\n")[2])["error_code"] == "UNAUTHORIZED"
+
+
+# --- ?role=local-ui ---------------------------------------------------------------------------------
+
+
+def test_local_ui_is_a_loopback_peer_only():
+    for address in ("127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1"):
+        assert is_loopback(address), address
+    for address in ("10.0.0.5", "192.168.1.2", "::ffff:10.0.0.5", "2001:db8::1", "", None, "x"):
+        assert not is_loopback(address), address
+
+
+async def test_DPS_2_4_local_ui_from_loopback_reaches_a_local_session(gw):
+    """A local UI on the gateway's own machine attaches to a local session; a master does not."""
+    session = await create_session(gw, origin="local")
+    refused = await gw.get(
+        f"/v1/session/{session['session_id']}/ws", headers={"Sec-WebSocket-Protocol": SUBPROTOCOL}
+    )
+    assert refused.status == 403
+    ui = await Master.attach(gw, session["session_id"], role="local-ui")
+    frames = await prompt_and_wait(ui, "hello")
+    assert frames[-1]["type"] == "session.usage"
