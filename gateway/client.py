@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Final, Literal, cast
 
 import aiohttp
+import msgspec
 
 from .protocol import codec
 from .protocol import frames as F
@@ -70,7 +71,9 @@ log = logging.getLogger(__name__)
 SUBPROTOCOL: Final = "rawp-dps-1.0"
 SYNTHETIC_OUTPUT: Final = "Connection lost"  # §7.8.1: the output of a synthesised cancelled result
 DISCONNECTED: Final = "disconnected"  # §7.8.1: the stop_reason of a turn ended by finalisation
-DEFAULT_MAX_MESSAGE: Final = 16 * 1024 * 1024  # a session.history can be as large as the buffer
+# The gateway's frames fit the max_frame_size it announces (1 MiB by default; a long history comes
+# in several session.history parts): a margin for gateways configured larger.
+DEFAULT_MAX_MESSAGE: Final = 16 * 1024 * 1024
 DEFAULT_HTTP_TIMEOUT_S: Final = 30.0
 
 # docs/http-api.md's error codes for the refusals a WebSocket upgrade can meet.
@@ -302,6 +305,7 @@ class Connection:
         self.server_capabilities: F.Capabilities | None = None
         self._seen = codec.SeenWindow(seen_capacity)
         self._mark: _dt.datetime | None = None  # timestamp of last_message_id's frame
+        self._history_parts: list[msgspec.Raw] | None = None  # a split history being joined
 
     @property
     def closed(self) -> bool:
@@ -412,6 +416,11 @@ class Connection:
         if isinstance(payload, F.Capabilities):
             self.server_capabilities = payload
         if isinstance(payload, F.History):
+            joined = self._join_history(frame, payload)
+            if joined is None:
+                return None  # more parts to come
+            frame, payload = joined, payload_of(joined)
+            assert isinstance(payload, F.History)
             # What the gateway says we are now in sync with, even if the frames were cut.
             if payload.last_message_id:
                 self.last_message_id = payload.last_message_id
@@ -419,6 +428,23 @@ class Connection:
         else:
             self._advance(frame)
         return frame
+
+    def _join_history(self, frame: F.Frame, payload: F.History) -> F.Frame | None:
+        """A history the gateway split to fit its ``max_frame_size`` (``metadata.history_part``
+        of ``history_parts``, docs/protocol-notes.md) comes back as one ``session.history``: the
+        parts' frames in order, the last part's ids and status. None until the last part."""
+        meta = frame.metadata or {}
+        part, parts = meta.get("history_part"), meta.get("history_parts")
+        if not (isinstance(part, int) and isinstance(parts, int) and parts > 1):
+            return frame
+        if part == 1 or self._history_parts is None:
+            self._history_parts = []
+        self._history_parts += payload.frames
+        if part < parts:
+            return None
+        whole = msgspec.structs.replace(payload, frames=self._history_parts)
+        self._history_parts = None
+        return msgspec.structs.replace(frame, payload=whole)  # type: ignore[type-var]
 
     def _advance(self, frame: F.Frame) -> None:
         """Move ``last_message_id`` to ``frame`` if the gateway's buffer surely holds it.

@@ -58,6 +58,7 @@ from .protocol import codec, recovery
 from .protocol import frames as F
 from .protocol import session as sm
 from .protocol.capabilities import ConnectionFilter, strip_subagent_context
+from .protocol.replay import history_frames
 
 __all__ = ["LiveSession"]
 
@@ -377,29 +378,32 @@ class LiveSession:
         first, rest = actions[:1], actions[1:]
         self.perform(first)
         if last_message_id is not None:
-            self._send_history(conn, last_message_id)
+            after = sum(len(codec.encode(a.frame)) for a in rest if isinstance(a, sm.Emit))
+            self._send_history(conn, last_message_id, reserve=after)
         self.perform(rest)
         self._track_state()
         return conn
 
-    def _send_history(self, conn: Connection, last_message_id: str) -> None:
+    def _send_history(self, conn: Connection, last_message_id: str, *, reserve: int = 0) -> None:
+        """``session.history`` in frames that fit ``max_frame_size`` (``protocol/replay.py``), no
+        more in all than the connection's send queue takes beside the ``reserve`` still to come."""
         replay = self.history.since(last_message_id)
-        payload = F.History(
-            frames=[msgspec.Raw(data) for data in replay.frames],
-            buffer_status=F.BufferStatus(
-                policy_applied=self.history.policy,  # type: ignore[arg-type]
-                truncated=replay.truncated,
-                lost_frame_count=replay.lost_frame_count,
-                buffer_high_watermark=self.history.high_watermark,
-            ),
-            last_sync_timestamp=replay.last_timestamp or self.machine.factory.clock(),
+        frames, unsent = history_frames(
+            self.machine.factory,
+            replay.frames,
+            truncated=replay.truncated,
+            lost_frame_count=replay.lost_frame_count,
             last_message_id=replay.last_message_id or last_message_id,
+            last_sync_timestamp=replay.last_timestamp or self.machine.factory.clock(),
+            policy=self.history.policy,
+            buffer_high_watermark=self.history.high_watermark,
+            max_frame_size=self.config.max_frame_size,
+            max_total_bytes=conn.max_queue_bytes - conn.queued_bytes - reserve,
         )
-        frame = self.machine.factory.frame(payload)
-        conn.offer(codec.encode(frame))
-        self.metrics.reattached(
-            lost_frames=replay.lost_frame_count or (1 if replay.truncated else 0)
-        )
+        for data in frames:
+            conn.offer(data)
+        lost = (replay.lost_frame_count or 0) + unsent
+        self.metrics.reattached(lost_frames=lost or (1 if replay.truncated else 0))
 
     def detach(self, conn_id: str) -> None:
         conn = self.connections.pop(conn_id, None)

@@ -6,11 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+from gateway.client import GatewayClient, MasterView
+from gateway.config import builtin_profiles
+from gateway.protocol import codec
+from gateway.protocol import frames as F
+from gateway.protocol.factory import FrameFactory
+from gateway.protocol.replay import history_frames
 from gateway.server import SESSIONS, is_loopback
 from gateway.session import LiveSession
 from tests.gateway_peer import (
@@ -316,3 +324,108 @@ async def test_DPS_2_4_local_ui_from_loopback_reaches_a_local_session(gw):
     ui = await Master.attach(gw, session["session_id"], role="local-ui")
     frames = await prompt_and_wait(ui, "hello")
     assert frames[-1]["type"] == "session.usage"
+
+
+# --- a history larger than max_frame_size -----------------------------------------------------------
+
+
+def printer():
+    """A single-turn agent printing as many lines as its prompt says (the plain parser)."""
+    code = "import sys\nfor i in range(int(sys.argv[1])): print('line', i, 'x' * 40)"
+    plain = builtin_profiles()["plain"]
+    return replace(plain, name="printer", command=(sys.executable, "-c", code, "{prompt}"))
+
+
+async def test_DPS_7_1_a_long_history_comes_in_parts_that_each_fit_max_frame_size(tmp_path):
+    """20,000 lines buffered: the reattach history (about 6 MB) used to be one frame far over the
+    announced 1 MiB. Every frame now fits max_frame_size, the history comes in
+    ``metadata.history_part`` parts, and the client library (honouring the announced size as
+    its max message size) joins them into the one history with every missed frame."""
+    config = make_config(tmp_path, agents={"printer": printer()})
+    client = await start_gateway(config)
+    try:
+        session = await create_session(client, agent="printer")
+        sid = session["session_id"]
+        first = await Master.attach(client, sid)
+        await first.send("control.prompt.request", {"prompt_text": "20000"})
+        start = await first.until("session.turn.start", timeout=30)
+        await first.until("session.turn.end", timeout=120)
+        await first.until("agent.state.changed", current_state="idle")  # what end_turn sends last
+        produced = [f for f in first.frames if f["type"] not in ("session.capabilities",)]
+        missed = produced[produced.index(start) + 1 :]
+        assert len(missed) > 20_000
+
+        raw = await Master.attach(client, sid, last_message_id=start["message_id"])
+        parts = []
+        while True:
+            msg = await raw.ws.receive(timeout=30)
+            assert len(msg.data.encode()) <= config.max_frame_size
+            frame = json.loads(msg.data)
+            if frame["type"] == "session.history":
+                parts.append(frame)
+                if frame["metadata"]["history_part"] == frame["metadata"]["history_parts"]:
+                    break
+        assert len(parts) > 4
+        assert [p["metadata"]["history_part"] for p in parts] == list(range(1, len(parts) + 1))
+        replayed = [f["message_id"] for p in parts for f in p["payload"]["frames"]]
+        assert replayed == [f["message_id"] for f in missed]
+        for p in parts:
+            assert p["payload"]["buffer_status"]["truncated"] is False
+            assert p["payload"]["buffer_status"]["lost_frame_count"] == 0
+        # each part's last_message_id is its own last frame; the last part's the newest
+        for p in parts:
+            assert p["payload"]["last_message_id"] == p["payload"]["frames"][-1]["message_id"]
+
+        url = str(client.make_url("/")).rstrip("/")
+        async with GatewayClient(url) as gateway:
+            conn = await gateway.attach(
+                sid, last_message_id=start["message_id"], max_msg_size=config.max_frame_size
+            )
+            while True:
+                frame = await conn.receive()
+                assert frame is not None
+                if isinstance(frame.payload, F.History):
+                    break
+            history = frame.payload
+            assert [json.loads(bytes(f))["message_id"] for f in history.frames] == [
+                f["message_id"] for f in missed
+            ]
+            assert conn.last_message_id == missed[-1]["message_id"]
+            view = MasterView(sid)
+            outcome = view.history(history)
+            assert outcome.unfinalized and len(outcome.applied) == len(missed)
+            await conn.close()
+    finally:
+        await client.close()
+
+
+def test_history_parts_never_exceed_max_frame_size_and_count_what_cannot_fit():
+    """A buffered frame too large for any part, and the oldest frames past the send queue's
+    room, are lost frames: truncated, counted exactly."""
+    factory = FrameFactory("0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a")
+    frames = []
+    for size in (100, 5000, 4090, 100, 3000, 100):
+        text = F.TextDelta(content_index=0, text="x" * size)
+        frames.append(codec.encode(factory.frame(text)))
+    kwargs = dict(
+        truncated=False,
+        lost_frame_count=0,
+        last_message_id="m",
+        last_sync_timestamp="t",
+        policy="RING",
+        buffer_high_watermark=1,
+        max_frame_size=4096,
+    )
+    out, unsent = history_frames(factory, frames, **kwargs)
+    assert unsent == 2  # the 5000 and the 4090 byte frames cannot fit with the history around them
+    assert all(len(data) <= 4096 for data in out)
+    payloads = [json.loads(data)["payload"] for data in out]
+    assert sum(len(p["frames"]) for p in payloads) == 4
+    assert all(p["buffer_status"] == payloads[0]["buffer_status"] for p in payloads)
+    assert payloads[0]["buffer_status"]["truncated"] is True
+    assert payloads[0]["buffer_status"]["lost_frame_count"] == 2
+    out, unsent = history_frames(factory, frames, **kwargs, max_total_bytes=4000)
+    assert all(len(data) <= 4096 for data in out) and sum(map(len, out)) <= 4000
+    kept = [f for data in out for f in json.loads(data)["payload"]["frames"]]
+    assert kept == [json.loads(d) for d in frames[-len(kept) :]]  # the newest are kept
+    assert unsent == len(frames) - len(kept)
