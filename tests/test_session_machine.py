@@ -182,3 +182,41 @@ def _frame(type_: str, payload: dict) -> bytes:
             "payload": payload,
         }
     )
+
+
+def test_DPS_2_4_relay_never_sends_a_frame_over_max_frame_size():
+    """A control frame within max_frame_size can grow when re-encoded (``1e9`` is written
+    ``1000000000.0``): then it is not relayed, and the prompt itself still runs."""
+    import msgspec
+
+    m = machine(max_frame_size=4096)
+    m.start()
+    frame = msgspec.json.decode(_prompt("go"))
+    frame["payload"]["config_overrides"] = {
+        "json_schema": {"n": msgspec.Raw(b"[" + b",".join([b"1e9"] * 900) + b"]")}
+    }
+    data = msgspec.json.encode(frame)
+    assert len(data) <= 4096
+    actions = m.receive("c1", data)
+    relayed = [a for a in actions if isinstance(a, sm.Emit) and a.exclude == "c1"]
+    assert relayed == []
+    assert any(isinstance(a, sm.WriteStdin) for a in actions)
+    small = m.receive("c2", _prompt("next"))  # refused (a turn runs) but relayed: it fits
+    assert [a.frame.TYPE for a in small if isinstance(a, sm.Emit) and a.exclude == "c2"] == [
+        "control.prompt.request"
+    ]
+
+
+def test_error_replies_quoting_a_master_stay_small():
+    """A session.error may quote what the master sent (its session_id, its v): never whole."""
+    import msgspec
+
+    from gateway.protocol import codec
+
+    m = machine(max_frame_size=4096)
+    frame = msgspec.json.decode(_prompt("go"))
+    for key, value in (("session_id", "s" * 100_000), ("v", ["\u0001" * 100_000])):
+        bad = dict(frame, **{key: value})
+        errors = emitted(m.receive("c1", msgspec.json.encode(bad)))
+        assert [f.TYPE for f in errors] == ["session.error"]
+        assert len(codec.encode(errors[0])) <= 4096

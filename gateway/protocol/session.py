@@ -79,6 +79,8 @@ __all__ = [
 
 # A prompt's file_references (each a token replaced in the text): far more than a person attaches.
 MAX_FILE_REFERENCES: Final = 64
+# Characters of a session.error message: even quoting a master's id it fits the smallest frame.
+MAX_ERROR_MESSAGE: Final = 512
 CANCEL_GRACE_S: Final = 2.0  # interrupt, then SIGINT if the turn has not ended
 CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
 STALL_TIMER: Final = "stall"
@@ -305,6 +307,8 @@ class SessionMachine:
         return self.factory.frame(payload, turn_id=turn_id, parent_id=parent_id)
 
     def _error(self, code: str, message: str, to: str | None, parent_id: str | None) -> Emit:
+        if len(message) > MAX_ERROR_MESSAGE:  # it may quote what a master sent (an id, a v)
+            message = message[: MAX_ERROR_MESSAGE - 1] + "…"
         frame = self._make(
             F.SessionError(error_code=code, message=message, fatal=False), parent_id=parent_id
         )
@@ -651,7 +655,12 @@ class SessionMachine:
             ]
         out: list[Action] = []
         if frame.TYPE.startswith("control."):
-            out.append(Emit(frame, exclude=conn_id))  # DPS-2.4-relay, never echoed
+            if len(codec.encode(frame)) <= self.config.max_frame_size:
+                out.append(Emit(frame, exclude=conn_id))  # DPS-2.4-relay, never echoed
+            else:
+                # Re-encoding can grow a frame that arrived within the limit (1e9 becomes
+                # 1000000000.0): no frame the gateway sends exceeds the size it announced.
+                out.append(Log("warning", "control frame too large to relay", {"type": frame.TYPE}))
         return out + self._control(conn_id, frame)
 
     def _control(self, conn_id: str, frame: F.Frame) -> list[Action]:
