@@ -46,7 +46,7 @@ from typing import Any, ClassVar, Protocol
 import msgspec
 
 from .events import AgentEvent, ParseError, Unknown
-from .json_depth import MAX_JSON_DEPTH
+from .json_depth import MAX_AGENT_LINE_DEPTH
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -169,7 +169,7 @@ class JsonLinesParser:
     def _too_deep(self, line: bytes) -> list[AgentEvent]:
         # Refused before decoding (``parsers.json_depth``): msgspec would raise RecursionError.
         self.parse_errors += 1
-        message = f"not a usable line: nested deeper than {MAX_JSON_DEPTH} levels"
+        message = f"not a usable line: nested deeper than {MAX_AGENT_LINE_DEPTH} levels"
         return [ParseError(message=message, line=bytes(line[:MAX_LINE_IN_EVENT]))]
 
     def _unknown(self, kind: str, line: bytes) -> list[AgentEvent]:

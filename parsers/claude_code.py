@@ -55,7 +55,7 @@ import msgspec
 
 from . import events as ev
 from .base import JsonLinesParser, ParserSpec, PromptImage
-from .json_depth import too_deep
+from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 
 __all__ = ["SPEC", "ClaudeCodeInput", "ClaudeCodeParser"]
 
@@ -329,7 +329,7 @@ class ClaudeCodeParser(JsonLinesParser):
     # --- the AgentParser protocol ----------------------------------------------------------------
 
     def feed(self, line: bytes) -> list[ev.AgentEvent]:
-        if too_deep(line):
+        if too_deep(line, MAX_AGENT_LINE_DEPTH):
             return self._too_deep(line)
         try:
             msg = _line_decoder.decode(line)

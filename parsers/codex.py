@@ -68,7 +68,7 @@ from . import events as ev
 from .api_errors import http_error_code
 from .base import ExitDescription, JsonLinesParser, NoInput, ParserSpec
 from .file_changes import FileChanges, Reader, read_text_file
-from .json_depth import too_deep
+from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 
 __all__ = ["SPEC", "CodexParser"]
 
@@ -234,7 +234,7 @@ class CodexParser(JsonLinesParser):
     # --- the AgentParser protocol ------------------------------------------------------------------
 
     def feed(self, line: bytes) -> list[ev.AgentEvent]:
-        if too_deep(line):
+        if too_deep(line, MAX_AGENT_LINE_DEPTH):
             return self._too_deep(line)
         try:
             msg = _line_decoder.decode(line)
@@ -549,7 +549,7 @@ def _status_of(message: str) -> int | None:
 def _error_body(message: str) -> dict[str, Any] | None:
     if not message.startswith("{"):
         return None
-    if too_deep(message):
+    if too_deep(message, MAX_AGENT_LINE_DEPTH):
         return None
     try:
         obj = _json_decoder.decode(message)

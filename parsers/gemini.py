@@ -48,7 +48,7 @@ from . import events as ev
 from .api_errors import HTTP_ERROR_CODES, http_error_code
 from .base import ExitDescription, JsonLinesParser, NoInput, ParserSpec
 from .file_changes import FileChanges, Reader, read_text_file
-from .json_depth import too_deep
+from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 
 __all__ = ["EXIT_CODES", "SPEC", "GeminiParser"]
 
@@ -187,7 +187,7 @@ class GeminiParser(JsonLinesParser):
     # --- the AgentParser protocol ------------------------------------------------------------------
 
     def feed(self, line: bytes) -> list[ev.AgentEvent]:
-        if too_deep(line):
+        if too_deep(line, MAX_AGENT_LINE_DEPTH):
             return self._too_deep(line)
         try:
             msg = _line_decoder.decode(line)
@@ -379,7 +379,7 @@ def _api_message(text: str) -> str:
     m = _API_ERROR_JSON.match(text)
     if m is not None:
         body = None
-        if not too_deep(m.group(1)):
+        if not too_deep(m.group(1), MAX_AGENT_LINE_DEPTH):
             try:
                 body = msgspec.json.decode(m.group(1))
             except (msgspec.DecodeError, UnicodeEncodeError):  # a str may hold lone surrogates

@@ -16,11 +16,14 @@ import re
 from itertools import accumulate
 from typing import Final
 
-__all__ = ["MAX_JSON_DEPTH", "too_deep"]
+__all__ = ["MAX_AGENT_LINE_DEPTH", "MAX_JSON_DEPTH", "too_deep"]
 
 # Arrays and objects inside one another, the envelope's own levels included. Real frames and agent
 # lines nest a few levels; a JSON schema or a tool input a few dozen at most.
-MAX_JSON_DEPTH: Final = 128
+MAX_JSON_DEPTH: Final = 128  # a frame, an HTTP request body
+# An agent line: half as deep, so the frame that carries what it held (a tool input inside
+# envelope and payload) stays within MAX_JSON_DEPTH for any master.
+MAX_AGENT_LINE_DEPTH: Final = MAX_JSON_DEPTH // 2
 
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)
 _STRING = re.compile(rb'"[^"]*"')

@@ -7,6 +7,7 @@ field or payload is covered without touching this file.
 from __future__ import annotations
 
 import functools
+import re
 
 import msgspec
 import msgspec.inspect as mi
@@ -63,3 +64,65 @@ def struct_strategy(cls: type) -> st.SearchStrategy:
 payloads = st.sampled_from(sorted(PAYLOAD_CLASSES)).flatmap(
     lambda t: struct_strategy(PAYLOAD_CLASSES[t])
 )
+
+
+# --- hostile input: what a hostile master or agent may send -----------------------------------------
+#
+# Deep nesting, numbers beyond a double or an int64, invalid UTF-8, JSON-like junk and every JSON
+# type where another is expected; ``mutated(lines)`` plants them in real lines or frames.
+
+
+def _nested(depth: int, kind: str) -> bytes:
+    if kind == "array":
+        return b"[" * depth + b"]" * depth
+    if kind == "object":
+        return b'{"a":' * depth + b"1" + b"}" * depth
+    return b"[" * depth  # never closed
+
+
+deep_json = st.builds(
+    _nested, st.integers(100, 3000), st.sampled_from(["array", "object", "unclosed"])
+)
+huge_numbers = st.sampled_from(
+    [b"1e400", b"-1e400", b"1e-400", b"1" + b"0" * 400, b"-" + b"9" * 5000, b"9223372036854775808"]
+    + [b"NaN", b"Infinity", b"-Infinity", b"-0", b"0.0000000000000000000001", b"1E+2"]
+)
+invalid_utf8 = st.sampled_from(
+    [b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b'"\\ud800"', b'"\\udc00x"']
+)
+wrong_types = st.sampled_from(
+    [b"null", b"true", b"false", b"0", b"-1", b"1.5", b'""', b'"x"', b"[]", b"{}", b"[null]"]
+    + [b'{"type": null}', b'[{"a": []}]']
+)
+hostile_values = (
+    deep_json
+    | huge_numbers
+    | invalid_utf8
+    | wrong_types
+    | st.binary(max_size=12)
+    | json_values.map(msgspec.json.encode)
+)
+
+# A JSON scalar right after a key: what "replace a value" swaps out.
+_VALUE = re.compile(rb'\s*(?:"(?:[^"\\]|\\.)*"|-?[0-9][-0-9.eE+]*|true|false|null)')
+_AFTER_KEY = re.compile(rb'":')
+
+
+@st.composite
+def mutated(draw: st.DrawFn, lines: list[bytes]) -> bytes:
+    """One of ``lines`` with one hostile change: cut short, hostile bytes inserted, or the value
+    of one key replaced by a hostile value (deep, huge, not UTF-8, of the wrong type)."""
+    line = draw(st.sampled_from(lines))
+    how = draw(st.sampled_from(["cut", "insert", "value", "value", "value"]))
+    if how == "cut":
+        return line[: draw(st.integers(0, max(0, len(line) - 1)))]
+    if how == "insert":
+        at = draw(st.integers(0, len(line)))
+        return line[:at] + draw(hostile_values) + line[at:]
+    keys = [m.end() for m in _AFTER_KEY.finditer(line)]
+    if not keys:
+        return line + draw(hostile_values)
+    at = draw(st.sampled_from(keys))
+    scalar = _VALUE.match(line, at)
+    end = scalar.end() if scalar else at
+    return line[:at] + draw(hostile_values) + line[end:]
