@@ -68,6 +68,7 @@ MAX_REATTACH_WINDOW_SEC: Final = 7 * 24 * 3600
 MAX_WORKSPACE_PATH_CHARS: Final = 1024
 MAX_WORKSPACE_DEPTH: Final = 32  # directory levels in workspace_path
 MAX_PATH_COMPONENT_BYTES: Final = 255  # NAME_MAX of common filesystems
+MAX_MESSAGE_ID_CHARS: Final = 256  # ?last_message_id= (the gateway's own ids are 36)
 
 
 class TerminatedSession:
@@ -479,6 +480,13 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     last_message_id = request.query.get("last_message_id") or request.headers.get(
         "X-RAWP-Last-Message-Id"
     )
+    if last_message_id is not None and len(last_message_id) > MAX_MESSAGE_ID_CHARS:
+        # It can come back in session.history, which must fit max_frame_size.
+        raise ApiError(
+            400,
+            "INVALID_REQUEST",
+            f"last_message_id may be at most {MAX_MESSAGE_ID_CHARS} characters",
+        )
     ws = web.WebSocketResponse(
         protocols=(SUBPROTOCOL,), max_msg_size=config.max_frame_size, heartbeat=30.0
     )

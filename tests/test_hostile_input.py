@@ -429,3 +429,14 @@ def test_history_parts_never_exceed_max_frame_size_and_count_what_cannot_fit():
     kept = [f for data in out for f in json.loads(data)["payload"]["frames"]]
     assert kept == [json.loads(d) for d in frames[-len(kept) :]]  # the newest are kept
     assert unsent == len(frames) - len(kept)
+
+
+async def test_an_over_long_last_message_id_is_a_400(gw):
+    session = await create_session(gw)
+    resp = await gw.get(
+        f"/v1/session/{session['session_id']}/ws",
+        params={"last_message_id": "m" * 5000},
+        headers={"Sec-WebSocket-Protocol": SUBPROTOCOL},
+    )
+    assert resp.status == 400
+    assert (await resp.json())["error_code"] == "INVALID_REQUEST"
