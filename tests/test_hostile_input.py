@@ -440,3 +440,20 @@ async def test_an_over_long_last_message_id_is_a_400(gw):
     )
     assert resp.status == 400
     assert (await resp.json())["error_code"] == "INVALID_REQUEST"
+
+
+async def test_a_prompt_with_a_nul_character_is_refused_not_fatal(gw):
+    """A NUL cannot be passed in an argv: a single-turn agent's spawn failed and the session
+    ended. Refused as INVALID_FRAME, non-fatal; the next prompt runs."""
+    session = await create_session(gw, agent="plain")
+    master = await Master.attach(gw, session["session_id"])
+    for payload in (
+        {"prompt_text": "a\u0000b"},
+        {"prompt_text": "a", "config_overrides": {"allowed_tools": ["Bash\u0000"]}},
+    ):
+        await master.send("control.prompt.request", payload)
+        error = await master.until("session.error")
+        assert error["payload"]["error_code"] == "INVALID_FRAME"
+        assert error["payload"]["fatal"] is False
+    await master.send("control.prompt.request", {"prompt_text": "ok"})
+    assert await echoed_text(master) == "ok\n"

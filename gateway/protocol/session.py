@@ -1027,6 +1027,8 @@ class SessionMachine:
                 )
             ]
         text = "/compact" + (f" {compact.instruction}" if compact.instruction else "")
+        if "\0" in text:
+            return [self._error(_nul().code, str(_nul()), conn_id, mid)]
         return self._start_prompt(text, None, compaction=True)
 
     def _control_ack(self, ack: ev.ControlAck) -> list[Action]:
@@ -1097,7 +1099,7 @@ def prompt_text_for_agent(
     """The text the agent gets: slash commands as ``/name args``; each file reference token (its
     ``ref_id``) replaced by its ``display_path`` (DPS-6.1.1-prompt); attached files listed after
     the prompt (``attached``: what the session says of them). At most ``MAX_FILE_REFERENCES``
-    references and ``max_bytes`` of UTF-8 text, else ``PromptRefused``."""
+    references and ``max_bytes`` of UTF-8 text, and no NUL, else ``PromptRefused``."""
     text = prompt.prompt_text
     if prompt.input_type == "slash_command" and not text.startswith("/"):
         text = "/" + text
@@ -1114,7 +1116,16 @@ def prompt_text_for_agent(
     text += attached
     if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
         raise _too_large(max_bytes)
+    overrides = prompt.config_overrides
+    tools = [*(overrides.allowed_tools or ()), *(overrides.denied_tools or ())] if overrides else []
+    if "\0" in text or any("\0" in tool for tool in tools):
+        raise _nul()
     return text
+
+
+def _nul() -> PromptRefused:
+    # No argv can carry a NUL: a single-turn agent's start would fail and end the session.
+    return PromptRefused("INVALID_FRAME", "the prompt or a tool name contains a NUL character")
 
 
 def valid_file_name(name: str) -> bool:
