@@ -329,11 +329,9 @@ class ClaudeCodeParser(JsonLinesParser):
     # --- the AgentParser protocol ----------------------------------------------------------------
 
     def feed(self, line: bytes) -> list[ev.AgentEvent]:
-        if too_deep(line, MAX_AGENT_LINE_DEPTH):
-            return self._too_deep(line)
         try:
             msg = _line_decoder.decode(line)
-        except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as err:
             return self._undecodable(line, err)
         # The hot path first: a streamed text delta.
         if type(msg) is _StreamEventLine and self._compaction is None:
@@ -351,6 +349,9 @@ class ClaudeCodeParser(JsonLinesParser):
                         )
                     ]
             return self._stream_event(msg)
+        # Stream events keep no free-form JSON; other lines are measured (JsonLinesParser).
+        if too_deep(line, MAX_AGENT_LINE_DEPTH):
+            return self._too_deep(line)
         out: list[ev.AgentEvent] = []
         if self._compaction is not None and not _continues_compaction(msg):
             out += self._flush_compaction("")

@@ -234,12 +234,12 @@ class CodexParser(JsonLinesParser):
     # --- the AgentParser protocol ------------------------------------------------------------------
 
     def feed(self, line: bytes) -> list[ev.AgentEvent]:
-        if too_deep(line, MAX_AGENT_LINE_DEPTH):
-            return self._too_deep(line)
         try:
             msg = _line_decoder.decode(line)
-        except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as err:
             return self._undecodable(line, err)
+        if too_deep(line, MAX_AGENT_LINE_DEPTH):  # JsonLinesParser._too_deep
+            return self._too_deep(line)
         if type(msg) is _ItemCompleted:
             self._batch = None
             return self._item_completed(_fix_id(msg.item, line), line)

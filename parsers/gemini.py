@@ -187,11 +187,9 @@ class GeminiParser(JsonLinesParser):
     # --- the AgentParser protocol ------------------------------------------------------------------
 
     def feed(self, line: bytes) -> list[ev.AgentEvent]:
-        if too_deep(line, MAX_AGENT_LINE_DEPTH):
-            return self._too_deep(line)
         try:
             msg = _line_decoder.decode(line)
-        except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as err:
             return self._undecodable(line, err)
         if type(msg) is _Message:  # the hot path: a text chunk
             if msg.role != "assistant":
@@ -203,6 +201,8 @@ class GeminiParser(JsonLinesParser):
                     self._text = f"text-{self._blocks}"
                 return [ev.TextDelta(block=self._text, text=msg.content)]
             return self._whole_message(msg.content)
+        if too_deep(line, MAX_AGENT_LINE_DEPTH):  # past the hot path (JsonLinesParser._too_deep)
+            return self._too_deep(line)
         out = self._close_text()
         if type(msg) is _ToolUse:
             return out + self._tool_use(msg)

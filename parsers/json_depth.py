@@ -1,9 +1,10 @@
 """How deeply a JSON text nests, measured without decoding it.
 
 msgspec decodes nested arrays and objects recursively: a few KiB of ``[[[[...`` raise
-``RecursionError`` (not a ``DecodeError``) at a depth that depends on the caller's own stack. Every
-decoder fed by a peer (the frame codec, the agent parsers) asks ``too_deep`` first and refuses such
-input as malformed, so a fixed, documented limit applies instead.
+``RecursionError`` (not a ``DecodeError``) at a depth that depends on the caller's own stack. Input
+from a peer is refused as malformed past a fixed, documented depth instead: the frame codec and the
+HTTP server ask ``too_deep`` before decoding; the agent parsers catch ``RecursionError`` and ask it
+after decoding, for the lines that hold free-form JSON (``parsers.base.JsonLinesParser``).
 
 The common case costs two ``bytes.count`` calls: a text with at most ``limit`` opening brackets
 cannot nest deeper. Otherwise strings are blanked out (escapes first, so ``\\"`` ends no string) and

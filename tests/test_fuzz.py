@@ -151,3 +151,18 @@ def test_a_deeply_nested_agent_line_is_a_parse_error(agent):
         assert [type(e).__name__ for e in events] == ["ParseError"]
         assert "nested deeper than 64 levels" in events[0].message
     assert parser.parse_errors == 2
+
+
+def test_a_line_that_decodes_but_nests_past_64_levels_is_a_parse_error():
+    """Within msgspec's reach (100 levels) but past the agent line limit: a tool input that deep
+    would reach masters in a frame nested past their limit, so the line is refused."""
+    parser = get_parser("claude-code").parser()
+    deep_input = '{"a":' * 100 + "1" + "}" * 100
+    line = (
+        '{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t1",'
+        f'"name":"Bash","input":{deep_input}}}]}}}}'
+    ).encode()
+    msgspec.json.decode(line)  # valid JSON
+    events = parser.feed(line)
+    assert [type(e).__name__ for e in events] == ["ParseError"]
+    assert "nested deeper than 64 levels" in events[0].message
