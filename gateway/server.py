@@ -269,13 +269,13 @@ def _resolve_workspace(config: Config, requested: Any) -> Path:
 
 
 def _check_name(name: Any, *, required: bool) -> None:
+    """A session name: optional when creating (then it may also be empty), required to rename."""
     if name is None and not required:
         return
-    if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
+    if not isinstance(name, str) or len(name) > MAX_NAME_CHARS or (required and not name):
+        what = "a non-empty string" if required else "a string"
         raise ApiError(
-            400,
-            "INVALID_REQUEST",
-            f"name must be a non-empty string of at most {MAX_NAME_CHARS} characters",
+            400, "INVALID_REQUEST", f"name must be {what} of at most {MAX_NAME_CHARS} characters"
         )
 
 

@@ -457,3 +457,14 @@ async def test_a_prompt_with_a_nul_character_is_refused_not_fatal(gw):
         assert error["payload"]["fatal"] is False
     await master.send("control.prompt.request", {"prompt_text": "ok"})
     assert await echoed_text(master) == "ok\n"
+
+
+async def test_rename_is_bounded_too(gw):
+    session = await create_session(gw, name="")  # an empty name when creating, as before
+    path = f"/v1/session/{session['session_id']}"
+    for body in ({"name": ""}, {"name": "n" * 257}, {"name": ["x"]}):
+        resp = await gw.patch(path, json=body)
+        assert resp.status == 400
+        assert (await resp.json())["error_code"] == "INVALID_REQUEST"
+    resp = await gw.patch(path, json={"name": "n" * 256})
+    assert resp.status == 200
