@@ -12,6 +12,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.client import GatewayClient, MasterView
 from gateway.config import builtin_profiles
@@ -19,7 +21,7 @@ from gateway.protocol import codec
 from gateway.protocol import frames as F
 from gateway.protocol.factory import FrameFactory
 from gateway.protocol.replay import history_frames
-from gateway.server import SESSIONS, is_loopback
+from gateway.server import SESSIONS, create_app, is_loopback
 from gateway.session import LiveSession
 from tests.gateway_peer import (
     SUBPROTOCOL,
@@ -468,3 +470,32 @@ async def test_rename_is_bounded_too(gw):
         assert (await resp.json())["error_code"] == "INVALID_REQUEST"
     resp = await gw.patch(path, json={"name": "n" * 256})
     assert resp.status == 200
+
+
+async def test_local_ui_from_another_machine_is_403(tmp_path):
+    """The peer address as the server sees it is set to another machine's (what a proxy-aware
+    middleware does with X-Forwarded-For): ?role=local-ui is refused, the master role is not."""
+
+    @web.middleware
+    async def from_elsewhere(request: web.Request, handler):
+        return await handler(request.clone(remote="192.0.2.7"))
+
+    app = create_app(make_config(tmp_path, agents={"demo": fast_demo()}))
+    app.middlewares.insert(0, from_elsewhere)
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        local = await create_session(client, origin="local")
+        remote = await create_session(client)
+        for session in (local, remote):
+            resp = await client.get(
+                f"/v1/session/{session['session_id']}/ws",
+                params={"role": "local-ui"},
+                headers={"Sec-WebSocket-Protocol": SUBPROTOCOL},
+            )
+            assert resp.status == 403
+            assert (await resp.json())["error_code"] == "LOCAL_UI_FORBIDDEN"
+        master = await Master.attach(client, remote["session_id"])
+        assert (await prompt_and_wait(master, "hi"))[-1]["type"] == "session.usage"
+    finally:
+        await client.close()
