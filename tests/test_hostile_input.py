@@ -122,7 +122,7 @@ async def echoed_text(master: Master) -> str:
 
 
 async def test_DPS_6_1_1_prompt_file_references_are_replaced_in_one_pass(gw):
-    """Forty references whose display_path contains their own ref_id used to double the prompt
+    """DPS-6.1.1-prompt: forty references whose display_path contains their own ref_id used to double the prompt
     forty times (2^40 copies: the gateway ran out of memory on a 4 KB frame). Each token is now
     replaced once, in the original text; an empty ref_id names no token. The plain agent prints
     its prompt back, so the master sees exactly what the agent got."""
@@ -317,7 +317,8 @@ def test_local_ui_is_a_loopback_peer_only():
 
 
 async def test_DPS_2_4_local_ui_from_loopback_reaches_a_local_session(gw):
-    """A local UI on the gateway's own machine attaches to a local session; a master does not."""
+    """DPS-2.4-local: a local UI on the gateway's own machine attaches to a local session; a master
+    does not."""
     session = await create_session(gw, origin="local")
     refused = await gw.get(
         f"/v1/session/{session['session_id']}/ws", headers={"Sec-WebSocket-Protocol": SUBPROTOCOL}
@@ -339,7 +340,7 @@ def printer():
 
 
 async def test_DPS_7_1_a_long_history_comes_in_parts_that_each_fit_max_frame_size(tmp_path):
-    """20,000 lines buffered: the reattach history (about 6 MB) used to be one frame far over the
+    """DPS-7.1-history: 20,000 lines buffered: the reattach history (about 6 MB) used to be one frame far over the
     announced 1 MiB. Every frame now fits max_frame_size, the history comes in
     ``metadata.history_part`` parts, and the client library (honouring the announced size as
     its max message size) joins them into the one history with every missed frame."""
