@@ -186,8 +186,8 @@ def _frame(type_: str, payload: dict) -> bytes:
 
 def test_DPS_2_4_relay_never_sends_a_frame_over_max_frame_size():
     """DPS-2.4-relay, within the announced size: a control frame within max_frame_size can grow
-    when re-encoded (``1e9`` is written
-    ``1000000000.0``): then it is not relayed, and the prompt itself still runs."""
+    when re-encoded (``1e9`` is written ``1000000000.0``): then it is not relayed, and the prompt
+    itself still runs."""
     import msgspec
 
     m = machine(max_frame_size=4096)
