@@ -17,7 +17,8 @@ Three layers, each usable alone:
   (DPS-12.2-filter), so announcing less would only hide things. ``receive()`` returns typed frames
   (``gateway.protocol.frames``) decoded by the codec; unknown types are logged and skipped
   (DPS-2.2-unknown-type), a frame of another envelope version is answered with ``session.error``
-  (DPS-2.1-v), duplicates are dropped (DPS-2.1-idempotent). ``last_message_id`` names the newest
+  (DPS-2.1-v), duplicates are dropped (DPS-2.1-idempotent); a ``session.history`` the gateway
+  split to fit its ``max_frame_size`` is returned once, joined. ``last_message_id`` names the newest
   frame received that the gateway's replay buffer surely holds (a ``session.history`` moves it to
   the history's ``last_message_id``), so that ``GatewayClient.attach(...,
   last_message_id=conn.last_message_id)`` reattaches where this connection stopped.
