@@ -481,12 +481,15 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     last_message_id = request.query.get("last_message_id") or request.headers.get(
         "X-RAWP-Last-Message-Id"
     )
-    if last_message_id is not None and len(last_message_id) > MAX_MESSAGE_ID_CHARS:
-        # It can come back in session.history, which must fit max_frame_size.
+    if last_message_id is not None and (
+        len(last_message_id) > MAX_MESSAGE_ID_CHARS or not last_message_id.isascii()
+    ):
+        # It can come back in session.history, which must fit max_frame_size (and be UTF-8: a
+        # header's bytes that are not arrive as surrogates). The gateway's ids are UUIDs.
         raise ApiError(
             400,
             "INVALID_REQUEST",
-            f"last_message_id may be at most {MAX_MESSAGE_ID_CHARS} characters",
+            f"last_message_id must be at most {MAX_MESSAGE_ID_CHARS} ASCII characters",
         )
     ws = web.WebSocketResponse(
         protocols=(SUBPROTOCOL,), max_msg_size=config.max_frame_size, heartbeat=30.0

@@ -434,7 +434,9 @@ def test_history_parts_never_exceed_max_frame_size_and_count_what_cannot_fit():
     assert unsent == len(frames) - len(kept)
 
 
-async def test_an_over_long_last_message_id_is_a_400(gw):
+async def test_an_over_long_or_non_ascii_last_message_id_is_a_400(gw):
+    """It can come back in session.history: 5,000 characters, or header bytes that are not UTF-8
+    (which the history could not even encode), are refused before the upgrade."""
     session = await create_session(gw)
     resp = await gw.get(
         f"/v1/session/{session['session_id']}/ws",
@@ -443,6 +445,18 @@ async def test_an_over_long_last_message_id_is_a_400(gw):
     )
     assert resp.status == 400
     assert (await resp.json())["error_code"] == "INVALID_REQUEST"
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.server.port)
+    writer.write(
+        f"GET /v1/session/{session['session_id']}/ws HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+        + b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+        + b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        + f"Sec-WebSocket-Protocol: {SUBPROTOCOL}\r\n".encode()
+        + b"X-RAWP-Last-Message-Id: \xff\xfe\r\n\r\n"
+    )
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    writer.close()
+    assert head.split()[1] == b"400", head
 
 
 async def test_a_prompt_with_a_nul_character_is_refused_not_fatal(gw):
