@@ -506,6 +506,8 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: 
     ):
         if key in settings:
             kw[key] = number(key, kind, low)
+    if kw.get("port", 0) > 65535:  # the socket layer would silently take it modulo 65536
+        raise ConfigError(f"port must be at most 65535, got {kw['port']}")
     if "host" in settings:
         host = str(settings["host"])
         if not host or host != host.strip() or any(c.isspace() or c == "\0" for c in host):

@@ -251,3 +251,10 @@ def test_an_empty_token_variable_is_an_error_not_no_auth(tmp_path):
         with pytest.raises(ConfigError, match="RAWP_GATEWAY_TOKEN is set but empty"):
             load_config(None, flags, environ={"RAWP_GATEWAY_TOKEN": empty})
     assert load_config(None, flags, environ={}).token == "from-file"
+
+
+def test_a_port_past_65535_is_an_error_not_another_port(tmp_path):
+    """99999 used to be taken modulo 65536 by the socket layer: the gateway listened on 34463."""
+    with pytest.raises(ConfigError, match="port must be at most 65535"):
+        load_config(None, {"workspace_root": str(tmp_path), "port": 99999}, environ={})
+    assert load_config(None, {"workspace_root": str(tmp_path), "port": 65535}, environ={}).port
