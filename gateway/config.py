@@ -449,7 +449,7 @@ def load_config(
                 data = tomllib.load(f)
         except OSError as err:
             raise ConfigError(f"cannot read config file {where}: {err.strerror}") from None
-        except tomllib.TOMLDecodeError as err:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:  # TOML is UTF-8
             raise ConfigError(f"{where}: not valid TOML: {err}") from None
         server = data.get("server", {})
         for key, value in server.items():
@@ -578,9 +578,11 @@ def _origins(values: list[Any]) -> frozenset[str]:
 
 def read_token_file(path: str | os.PathLike[str]) -> str:
     try:
-        token = Path(path).read_text().strip()
+        token = Path(path).read_text(encoding="utf-8").strip()
     except OSError as err:
         raise ConfigError(f"cannot read token file {path}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"token file {path} is not UTF-8 text") from None
     if not token:
         raise ConfigError(f"token file {path} is empty")
     return token

@@ -258,3 +258,13 @@ def test_a_port_past_65535_is_an_error_not_another_port(tmp_path):
     with pytest.raises(ConfigError, match="port must be at most 65535"):
         load_config(None, {"workspace_root": str(tmp_path), "port": 99999}, environ={})
     assert load_config(None, {"workspace_root": str(tmp_path), "port": 65535}, environ={}).port
+
+
+def test_files_that_are_not_utf8_are_clear_errors(tmp_path):
+    (tmp_path / "token").write_bytes(b"tok\xff\n")
+    with pytest.raises(ConfigError, match="is not UTF-8 text"):
+        load_config(None, {"token_file": str(tmp_path / "token")}, environ={})
+    bad = write(tmp_path, "")
+    bad.write_bytes(b'[server]\nhost = "\xff"\n')
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad, environ={})
