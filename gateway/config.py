@@ -399,9 +399,12 @@ def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, whe
             raise ConfigError(f"{where}: auto_allow must be a list of tool names")
         changes["auto_allow"] = frozenset(allow)
     if "permission_timeout_sec" in table:
-        changes["permission_timeout_sec"] = float(
+        timeout = float(
             _check(where, "permission_timeout_sec", table["permission_timeout_sec"], (int, float))
         )
+        if not 0 < timeout < math.inf:  # TOML has nan and inf
+            raise ConfigError(f"{where}: permission_timeout_sec must be a finite number > 0")
+        changes["permission_timeout_sec"] = timeout
     for key in ("stall_warning_sec", "stall_timeout_sec"):
         if key in table:
             value = float(_check(where, key, table[key], (int, float)))
@@ -452,12 +455,16 @@ def load_config(
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:  # TOML is UTF-8
             raise ConfigError(f"{where}: not valid TOML: {err}") from None
         server = data.get("server", {})
+        agent_tables = data.get("agents", {})
+        for section, table in (("server", server), ("agents", agent_tables)):
+            if not isinstance(table, dict):
+                raise ConfigError(f"{where}: [{section}] must be a table")
         for key, value in server.items():
             if key not in _SERVER_KEYS:
                 warnings.append(f"{where}: unknown key [server] {key}")
                 continue
             settings[key] = _check(f"{where} [server]", key, value, _SERVER_KEYS[key])
-        for name, table in data.get("agents", {}).items():
+        for name, table in agent_tables.items():
             if not isinstance(table, dict):
                 raise ConfigError(f"{where}: [agents.{name}] must be a table")
             profile, unknown = _profile(name, table, agents.get(name), where)

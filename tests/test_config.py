@@ -268,3 +268,21 @@ def test_files_that_are_not_utf8_are_clear_errors(tmp_path):
     bad.write_bytes(b'[server]\nhost = "\xff"\n')
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad, environ={})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("server = 1\n", r"\[server\] must be a table"),
+        ("agents = 1\n", r"\[agents\] must be a table"),
+        ("[agents.demo]\noverride_flags = 3\n", "override_flags must be a table of strings"),
+        ("[agents.demo]\npermission_timeout_sec = nan\n", "permission_timeout_sec must be"),
+        ("[agents.demo]\npermission_timeout_sec = inf\n", "permission_timeout_sec must be"),
+        ("[server]\nshutdown_grace_sec = nan\n", "shutdown_grace_sec must be a finite number"),
+    ],
+)
+def test_config_shapes_that_used_to_be_tracebacks(tmp_path, text, message):
+    """Each of these raised AttributeError/TypeError at start, or (nan timeouts) failed later at
+    the first permission request."""
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, text), {"workspace_root": str(tmp_path)}, environ={})
