@@ -60,7 +60,7 @@ def assert_conforming(actions: list[sm.Action]) -> None:
 @given(
     st.integers(0, 300),
     st.sampled_from(["[", '{"k":']),
-    st.text(st.characters(min_codepoint=32, exclude_characters='"\\'), max_size=5),
+    st.text(st.characters(codec="utf-8", min_codepoint=32, exclude_characters='"\\'), max_size=5),
 )
 def test_too_deep_measures_nesting_outside_strings(depth, opener, noise):
     closer = "]" if opener == "[" else "}"
