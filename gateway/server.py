@@ -471,7 +471,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     if role == "local_ui" and not is_loopback(request.remote):
         # A local UI runs on the gateway's own machine: the role (the only way into a local
         # session, whose frames must never reach a master) is not for a client elsewhere, token
-        # or not (docs/limits.md).
+        # or not (docs/protocol-notes.md).
         raise ApiError(
             403, "LOCAL_UI_FORBIDDEN", "?role=local-ui is accepted from a loopback address only"
         )
