@@ -146,8 +146,8 @@ async def test_too_many_file_references_or_a_too_large_prompt_is_refused_and_the
     next prompt runs."""
     session = await create_session(gw, agent="plain")
     master = await Master.attach(gw, session["session_id"])
-    many = refs(*[(f"#{i}", f"f{i}") for i in range(65)])
-    await master.send("control.prompt.request", {"prompt_text": "#1", "file_references": many})
+    many = refs(*[(f"@ref{i}", f"f{i}") for i in range(65)])
+    await master.send("control.prompt.request", {"prompt_text": "@ref1", "file_references": many})
     error = await master.until("session.error")
     assert error["payload"]["error_code"] == "TOO_MANY_FILE_REFERENCES"
     assert error["payload"]["fatal"] is False
