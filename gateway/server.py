@@ -178,6 +178,50 @@ def auth_middleware(token: str | None):
     return middleware
 
 
+def browser_guard_middleware(config: Config):
+    """What a web page in the user's browser must not do to a gateway it can reach. Browsers send
+    simple cross-site POSTs without asking first, and a DNS-rebound page on a loopback gateway
+    looks same-origin; neither carries the token, but with no token nothing else stands in the way:
+
+    * a request that changes something (any method but GET and HEAD) from a page of another origin
+      is refused (403 ``ORIGIN_FORBIDDEN``) unless ``[server] allowed_origins`` lists it, as
+      WebSocket upgrades are; requests without ``Origin`` (non-browser masters) are unaffected;
+    * with no token, the gateway answers only requests addressed to a loopback host (``Host``
+      127.0.0.0/8, ``localhost`` or ``[::1]``): anything else is 403 ``HOST_FORBIDDEN``.
+    """
+    allowed = config.allowed_origins
+    tokenless = config.token is None
+
+    @web.middleware
+    async def middleware(request: web.Request, handler):
+        if tokenless and not _loopback_host(request.host):
+            return ApiError(
+                403,
+                "HOST_FORBIDDEN",
+                "without a token this gateway answers only requests to 127.0.0.1, localhost or "
+                "[::1]",
+            ).response()
+        if request.method not in ("GET", "HEAD"):
+            try:
+                console.check_origin(request, allowed)
+            except console.OriginForbidden as exc:
+                return ApiError(
+                    403,
+                    "ORIGIN_FORBIDDEN",
+                    f"requests from origin {exc} are not allowed (see [server] allowed_origins)",
+                ).response()
+        return await handler(request)
+
+    return middleware
+
+
+def _loopback_host(host: str) -> bool:
+    """Whether a ``Host`` header names this machine's loopback (with or without a port)."""
+    name = host.rpartition("]")[0].lstrip("[") if host.startswith("[") else host.partition(":")[0]
+    name = name.lower().rstrip(".")
+    return name == "localhost" or name.endswith(".localhost") or is_loopback(name)
+
+
 def _bearer(request: web.Request) -> bytes:
     """The credentials of ``Authorization: Bearer <token>``; the scheme is case-insensitive (RFC
     7235). Header bytes that are not UTF-8 reach us as surrogate escapes: they are given back as
@@ -668,7 +712,11 @@ def add_file_routes(app: web.Application) -> None:
 
 def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.Application:
     app = web.Application(
-        middlewares=[errors_middleware, auth_middleware(config.token)],
+        middlewares=[
+            errors_middleware,
+            browser_guard_middleware(config),
+            auth_middleware(config.token),
+        ],
         client_max_size=config.max_request_bytes,
     )
     app[CONFIG] = config

@@ -639,7 +639,7 @@ async def test_an_upload_cut_off_midway_keeps_nothing(gw):
     store = gw.server.app[SESSIONS][sid].files
     _reader, writer = await asyncio.open_connection(gw.host, gw.port)
     writer.write(
-        f"PUT /v1/session/{sid}/files?name=cut.bin HTTP/1.1\r\nHost: x\r\n"
+        f"PUT /v1/session/{sid}/files?name=cut.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         "Content-Type: text/plain\r\nContent-Length: 4000\r\n\r\n".encode()
         + b"x" * 1000
     )

@@ -514,3 +514,42 @@ async def test_local_ui_from_another_machine_is_403(tmp_path):
         assert (await prompt_and_wait(master, "hi"))[-1]["type"] == "session.usage"
     finally:
         await client.close()
+
+
+async def test_a_cross_site_post_is_403_and_creates_nothing(gw):
+    """A web page of another origin may make the user's browser POST to a loopback gateway without
+    asking first (a 'simple' request): anything but GET/HEAD with a foreign Origin is refused."""
+    for origin in ("http://evil.example", "null"):
+        resp = await gw.post(
+            "/v1/session", data='{"agent": "demo"}', headers={"Origin": origin,
+            "Content-Type": "text/plain"},
+        )  # fmt: skip
+        assert resp.status == 403
+        assert (await resp.json())["error_code"] == "ORIGIN_FORBIDDEN"
+    assert (await (await gw.get("/v1/sessions")).json())["sessions"] == []
+    own = f"http://{gw.host}:{gw.port}"
+    resp = await gw.post("/v1/session", json={"agent": "demo"}, headers={"Origin": own})
+    assert resp.status == 201  # the gateway's own page (the browser console)
+    resp = await gw.post("/v1/session", json={"agent": "demo"})
+    assert resp.status == 201  # a master that is not a browser sends no Origin
+
+
+async def test_without_a_token_only_loopback_host_names_are_answered(gw):
+    """DNS rebinding: a page whose name now resolves to 127.0.0.1 is same-origin with itself, so
+    the Origin check cannot see it; its requests carry its own name in Host and are refused."""
+    for host in ("evil.example:8765", "evil.example", "10.0.0.1:8765"):
+        resp = await gw.get("/v1/sessions", headers={"Host": host})
+        assert resp.status == 403, host
+        assert (await resp.json())["error_code"] == "HOST_FORBIDDEN"
+    for host in ("127.0.0.1:8765", "localhost", "LOCALHOST.:1", "[::1]:8765", "127.1.2.3"):
+        assert (await gw.get("/v1/sessions", headers={"Host": host})).status == 200, host
+
+
+async def test_with_a_token_any_host_name_is_answered(tmp_path):
+    token = "t0ken-for-hosts"
+    gw = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}, token=token))
+    try:
+        headers = {"Host": "gateway.internal:8765", "Authorization": f"Bearer {token}"}
+        assert (await gw.get("/v1/sessions", headers=headers)).status == 200
+    finally:
+        await gw.close()
