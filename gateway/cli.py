@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from .config import ConfigError, load_config
+    from .persistence import StateDirError
     from .server import serve
 
     flags = {
@@ -119,7 +120,11 @@ def _serve(args: argparse.Namespace) -> int:
     _setup_logging(config.log_format)
     for warning in config.warnings:
         logging.getLogger("rawp_gateway").warning(warning)
-    serve(config)
+    try:
+        serve(config)
+    except StateDirError as err:
+        print(f"rawp-gateway: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

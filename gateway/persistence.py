@@ -37,7 +37,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["FORMAT", "VERSION", "LoadError", "Loaded", "SavedSession", "StateDir"]
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "LoadError",
+    "Loaded",
+    "SavedSession",
+    "StateDir",
+    "StateDirError",
+]
 
 log = logging.getLogger("rawp_gateway.persistence")
 
@@ -70,6 +78,11 @@ class LoadError:
     message: str
 
 
+class StateDirError(Exception):
+    """The state directory cannot be used (a file of that name, no permission): the gateway does
+    not start, since it could not keep the sessions it promises to keep."""
+
+
 class StateDir:
     """``<state_dir>/sessions/``: one ``SavedSession`` per session."""
 
@@ -79,6 +92,11 @@ class StateDir:
         old = os.umask(0o077)
         try:
             self.sessions.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise StateDirError(
+                f"state_dir {str(root)!r} cannot be used: {err.strerror or err} "
+                f"({err.filename or self.sessions})"
+            ) from None
         finally:
             os.umask(old)
         with contextlib.suppress(OSError):

@@ -266,3 +266,14 @@ def test_serve_bad_host_or_empty_token_is_one_line_and_a_failure(tmp_path):
         tmp_path, "--token-file", str(tmp_path / "token"), env={"RAWP_GATEWAY_TOKEN": ""}
     )
     assert "RAWP_GATEWAY_TOKEN is set but empty" in message
+
+
+def test_serve_with_an_unusable_state_dir_is_one_clear_line(tmp_path):
+    """A state_dir that is a file (or cannot be created) stops the gateway before it listens,
+    with one line naming the directory, not a traceback."""
+    state = tmp_path / "state"
+    state.write_text("not a directory\n")
+    message = _serve_fails(tmp_path, "--state-dir", str(state))
+    assert message.startswith(
+        f"rawp-gateway: state_dir {str(state)!r} cannot be used: Not a directory"
+    )
