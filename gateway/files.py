@@ -56,6 +56,7 @@ __all__ = [
     "check_mime_type",
     "files_path",
     "store_tool_files",
+    "upload_mime_type",
 ]
 
 log = logging.getLogger("rawp_gateway.files")
@@ -125,6 +126,16 @@ def check_mime_type(value: str) -> str:
     if not _MIME.fullmatch(mime):
         raise FileError(400, "INVALID_REQUEST", f"{value!r} is not a MIME type (type/subtype)")
     return mime
+
+
+def upload_mime_type(header: str | None) -> str:
+    """The MIME type of an upload from its ``Content-Type`` header: the type without parameters,
+    ``application/octet-stream`` when there is none; ``FileError`` 400 when it is not
+    ``type/subtype`` (aiohttp's own parsing would quietly turn a malformed one into
+    ``application/octet-stream``)."""
+    if header is None or not header.strip():
+        return "application/octet-stream"
+    return check_mime_type(header.partition(";")[0])
 
 
 class FileStore:

@@ -41,7 +41,7 @@ from parsers.json_depth import MAX_JSON_DEPTH, too_deep
 
 from . import console, process
 from .config import Config
-from .files import FileError, check_mime_type
+from .files import FileError, upload_mime_type
 from .history import POLICIES, History
 from .metrics import GatewayMetrics
 from .persistence import LoadError, StateDir
@@ -600,8 +600,7 @@ async def put_file(request: web.Request) -> web.Response:
     if name is None:
         raise ApiError(400, "INVALID_FILE_NAME", "name=<file name> is required")
     try:
-        # aiohttp's content_type: the header without parameters, application/octet-stream if none.
-        mime_type = check_mime_type(request.content_type)
+        mime_type = upload_mime_type(request.headers.get("Content-Type"))
     except FileError as err:
         session.metrics.file("upload", "refused")
         raise _file_error(err) from None

@@ -401,6 +401,12 @@ async def test_upload_errors(gw):
     assert (no_name.status, (await no_name.json())["error_code"]) == (400, "INVALID_FILE_NAME")
     fake = await put(gw, sid, "fake.png", b"GIF89a not a png")
     assert (fake.status, (await fake.json())["error_code"]) == (400, "INVALID_REQUEST")
+    # A Content-Type that is not type/subtype is refused, not taken as application/octet-stream.
+    for garbage in ("garbage", "text/plain/extra", "/png"):
+        bad_type = await put(gw, sid, "x.txt", b"x", garbage)
+        assert (bad_type.status, (await bad_type.json())["error_code"]) == (400, "INVALID_REQUEST")
+    with_params = await put(gw, sid, "p.txt", b"x", "Text/Plain; charset=utf-8")
+    assert (await with_params.json())["mime_type"] == "text/plain"
     for _ in range(2):
         assert (await put(gw, sid, "a.bin", b"a" * 4000, "text/plain")).status == 201
     full = await put(gw, sid, "c.bin", b"c" * 4000, "text/plain")
