@@ -888,12 +888,20 @@ class Chat:
                     self._asks.put_nowait(request)
         elif outcome.reason == "truncated":
             lost = outcome.lost_frame_count
-            # §7.1.1: the user must be told the data is incomplete.
-            self.screen.line(
-                f"(reattached, but the gateway's buffer overflowed: "
-                f"{lost if lost is not None else 'some'} frames lost; what is shown is incomplete)",
-                style=self.s.yellow,
+            # §7.1.1: the user must be told the data is incomplete. Without a count the gateway
+            # cannot tell how many: it crashed and came back, or the id is one it never had.
+            why = (
+                f"the gateway's buffer overflowed: {lost} frames lost"
+                if lost is not None
+                else "some frames are missing (the gateway cannot tell how many, as after a crash)"
             )
+            self.screen.line(
+                f"(reattached, but {why}; what is shown is incomplete)", style=self.s.yellow
+            )
+            # The finalisation stands, but the errors say why a turn ended (GATEWAY_RESTARTED).
+            for frame in outcome.frames:
+                if isinstance(payload_of(frame), F.AgentError):
+                    self._present(frame)
         else:
             self._session_deleted()
         awaiting = self._awaiting

@@ -86,6 +86,7 @@ class FakeSession:
     turn_index: int = 0
     running: str | None = None
     deleted: bool = False
+    restarted_at: int | None = None  # index in log of the first frame after a simulated crash
     turn_started: asyncio.Event = field(default_factory=asyncio.Event)
     asked: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -193,7 +194,12 @@ class FakeGateway:
         last = request.query.get("last_message_id")
         if last is not None:
             ids = [f.message_id for f in s.log]
-            missed = s.log[ids.index(last) + 1 :] if last in ids else s.log
+            if last in ids:
+                missed = s.log[ids.index(last) + 1 :]
+            elif s.restarted_at is not None:  # an id lost in the crash: what came after it
+                missed = s.log[s.restarted_at :]
+            else:
+                missed = s.log
             history = F.History(
                 frames=[msgspec.Raw(codec.encode(f)) for f in missed],
                 buffer_status=F.BufferStatus(policy_applied="RING", truncated=last not in ids),
@@ -345,6 +351,30 @@ class FakeGateway:
             await result(iid, "Bash", "success", "built")
             s.factory.clock = clock
             await asyncio.sleep(0.3)  # let the client reattach before the turn ends
+        elif text == "crash":
+            # The gateway is SIGKILLed mid-turn: the delta it last sent was never written down;
+            # the restarted gateway closes the turn in history with GATEWAY_RESTARTED and the
+            # reattach is truncated with no lost_frame_count (docs/persistence.md).
+            await s.emit(F.TextDelta(content_index=0, text="Working"), turn_id=tid)
+            await s.emit(F.TextDelta(content_index=0, text=" hard"), turn_id=tid)
+            s.log.pop()
+            s.restarted_at = len(s.log)
+            closing: list[F.Payload] = [
+                F.TextDone(content_index=0, full_text="Working", is_cancelled=True),
+                F.AgentError(
+                    error_code="GATEWAY_RESTARTED",
+                    message="the gateway restarted during this turn",
+                    severity="error",
+                    recoverable=True,
+                ),
+                F.TurnEnd(turn_id=tid, stop_reason="error", tool_invocation_count=0),
+                usage(tid),
+            ]
+            s.log.extend(s.factory.frame(p, turn_id=tid) for p in closing)
+            s.running = None
+            for ws in list(s.sockets):
+                await ws.close()
+            return
         elif text == "look":
             iid = await call("Read", {"file_path": "/w/dot.png"})
             transfer = str(uuid.uuid4())
@@ -684,6 +714,20 @@ async def test_session_deleted_elsewhere_ends_the_chat(fake: FakeGateway):
     assert rc == 1
     assert "session deleted (user_request, by edge)" in out.getvalue()
     assert fake.deleted == []  # nothing left to delete
+
+
+async def test_after_a_gateway_crash_the_reattach_says_frames_are_missing_and_why(
+    fake: FakeGateway,
+):
+    """A truncated history without lost_frame_count (a gateway that crashed and came back) is
+    not called a buffer overflow, and the error that closed the turn is shown (DPS-7.1.1)."""
+    rc, out = await chat(fake, "crash\nafter\n")
+    assert rc == 0, out
+    assert "buffer overflowed" not in out
+    assert "(reattached, but some frames are missing (the gateway cannot tell how many" in out
+    assert "✗ error GATEWAY_RESTARTED: the gateway restarted during this turn" in out
+    assert out.index("(reattached, but") < out.index("GATEWAY_RESTARTED")
+    assert "You said: after" in out  # the next prompt goes on
 
 
 async def test_DPS_7_8_reattach_after_the_connection_drops(fake: FakeGateway):
