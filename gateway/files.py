@@ -40,7 +40,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterable, Callable
 from pathlib import Path, PurePosixPath
-from typing import Final, Protocol
+from typing import BinaryIO, Final, Protocol
 
 import msgspec
 
@@ -126,6 +126,12 @@ def check_mime_type(value: str) -> str:
     if not _MIME.fullmatch(mime):
         raise FileError(400, "INVALID_REQUEST", f"{value!r} is not a MIME type (type/subtype)")
     return mime
+
+
+def _new_file(path: Path) -> BinaryIO:
+    """A new file only the gateway's user can read (0600, whatever the umask), as a session's
+    state directory promises; never one that already exists."""
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
 
 
 def upload_mime_type(header: str | None) -> str:
@@ -221,7 +227,8 @@ class FileStore:
         transfer_id = str(uuid.uuid4())
         try:
             path = self._directory() / transfer_id
-            path.write_bytes(data)
+            with _new_file(path) as out:
+                out.write(data)
         except BaseException:
             self._release(len(data))
             self._count("download", "refused")
@@ -252,7 +259,7 @@ class FileStore:
         size = 0
         head = b""
         try:
-            with open(path, "xb") as out:
+            with _new_file(path) as out:
                 async for chunk in chunks:
                     self._reserve(len(chunk), self.max_upload_bytes - size)
                     size += len(chunk)

@@ -365,6 +365,9 @@ async def test_a_restored_session_still_serves_its_files(tmp_path):
     assert resp.status == 201, await resp.text()
     url = (await resp.json())["file_url"]
     await gw.close()
+    # Only the gateway's user reads a session's state, whatever the umask (docs/persistence.md).
+    for path in session_dir(state, sid).rglob("*"):
+        assert path.stat().st_mode & 0o777 == (0o700 if path.is_dir() else 0o600), path
 
     gw = await start_gateway(config(tmp_path, state))
     try:
