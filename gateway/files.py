@@ -316,7 +316,16 @@ class FileStore:
             return 0
         try:
             saved = _index_decoder.decode((self._fixed_dir / _INDEX).read_bytes())
-        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        except FileNotFoundError:
+            return 0  # the session never stored a file
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError) as err:
+            # The bytes stay on disk for a person to look at; the history's file_urls are 404.
+            log.warning(
+                "saved files skipped: %s is unusable: %s",
+                _INDEX,
+                getattr(err, "strerror", None) or err,
+                extra={"session": self.session_id},
+            )
             return 0
         for stored in saved:
             path = self._fixed_dir / stored.transfer_id
@@ -332,6 +341,12 @@ class FileStore:
                 if self._metrics is not None:
                     self._metrics.file_bytes(stored.size_bytes)
                 self.files[stored.transfer_id] = stored
+            else:
+                log.warning(
+                    "saved file skipped: %s is missing, cut short or past the session's bound",
+                    stored.transfer_id,
+                    extra={"session": self.session_id},
+                )
         return len(self.files)
 
     # --- reading -------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ SIGKILL of a ``rawp-gateway serve`` process) is in ``tests/test_e2e_restart.py``
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 from pathlib import Path
@@ -377,5 +378,31 @@ async def test_a_restored_session_still_serves_its_files(tmp_path):
         await gw.delete(f"/v1/session/{sid}")
         assert (await gw.get(url)).status == 404
         assert not session_dir(state, sid).exists()
+    finally:
+        await gw.close()
+
+
+async def test_a_saved_file_index_that_is_unusable_is_logged_not_silent(tmp_path, caplog):
+    """A restored session whose files/index.json is corrupt comes back without its files, and the
+    log names the session and why, rather than its file_urls quietly turning 404."""
+    state = tmp_path / "state"
+    gw = await start_gateway(config(tmp_path, state))
+    sid = (await create_session(gw))["session_id"]
+    resp = await gw.put(
+        f"/v1/session/{sid}/files", params={"name": "a.txt"}, data=b"hello",
+        headers={"Content-Type": "text/plain"},
+    )  # fmt: skip
+    url = (await resp.json())["file_url"]
+    await gw.close()
+    (session_dir(state, sid) / "files" / "index.json").write_text('[{"bad": 1}')
+
+    caplog.set_level(logging.WARNING, logger="rawp_gateway.files")
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        assert (await gw.get(f"/v1/session/{sid}")).status == 200
+        assert (await gw.get(url)).status == 404
+        [record] = [r for r in caplog.records if r.name == "rawp_gateway.files"]
+        assert record.getMessage().startswith("saved files skipped: index.json is unusable")
+        assert record.session == sid
     finally:
         await gw.close()
