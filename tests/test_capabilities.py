@@ -10,6 +10,7 @@ from gateway.protocol.capabilities import (
     ALL_FEATURES,
     FEATURE_OF_TYPE,
     ConnectionFilter,
+    agreed_features,
     gateway_capabilities,
     strip_subagent_context,
 )
@@ -68,3 +69,13 @@ def test_DPS_10_6_caps_subagent_context_is_stripped_not_the_frame():
     )
     assert b"metadata" not in codec.encode(strip_subagent_context(only_ctx))
     assert ConnectionFilter(ALL_FEATURES).keeps_subagent_context
+
+
+@pytest.mark.parametrize("feature", sorted({*FEATURE_OF_TYPE.values(), "subagent_context"}))
+def test_DPS_12_2_filter_a_feature_the_gateway_did_not_offer_is_not_agreed(feature):
+    """DPS-12.2-filter: a connection gets a feature's frames only when the master announced it and
+    the gateway's own session.capabilities offered it."""
+    assert getattr(agreed_features(ALL_FEATURES, F.Features(**{feature: True})), feature) is True
+    assert getattr(agreed_features(ALL_FEATURES, F.Features(**{feature: False})), feature) is False
+    assert getattr(agreed_features(ALL_FEATURES, F.Features()), feature) is False
+    assert getattr(agreed_features(F.Features(), ALL_FEATURES), feature) is False

@@ -8,8 +8,10 @@ import json
 import uuid
 
 import aiohttp
+import msgspec
 import pytest
 
+from gateway.config import builtin_profiles
 from gateway.protocol.frames import Features
 from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
 
@@ -224,6 +226,25 @@ async def test_DPS_12_2_filter_per_connection(gw):
     await plain.until("session.usage")
     assert "agent.thinking.delta" in full.types()
     assert not [t for t in plain.types() if t.startswith("agent.thinking")]
+
+
+async def test_DPS_12_2_filter_a_profile_without_thinking_sends_none(tmp_path):
+    """DPS-12.2-filter: a profile whose features say thinking_stream = false announces it false,
+    and a master that announced every feature gets no agent.thinking.* either."""
+    features = msgspec.structs.replace(builtin_profiles()["demo"].features, thinking_stream=False)
+    demo = fast_demo(features=features)
+    gw = await start_gateway(make_config(tmp_path, agents={"demo": demo}))
+    try:
+        session = await create_session(gw)
+        full = await Master.attach(gw, session["session_id"])
+        await full.send("control.prompt.request", {"prompt_text": "think about it"})
+        await full.until("session.usage")
+        caps = next(f for f in full.frames if f["type"] == "session.capabilities")
+        assert caps["payload"]["features"]["thinking_stream"] is False
+        assert not [t for t in full.types() if t.startswith("agent.thinking")]
+        assert "agent.text.done" in full.types()
+    finally:
+        await gw.close()
 
 
 async def test_DPS_7_1_history_reattach_gets_exactly_the_missed_frames(gw):

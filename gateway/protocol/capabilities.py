@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 ``gateway_capabilities`` builds the gateway's ``session.capabilities`` payload from the agent
-profile's features (DPS-12.2-caps), with ``adapter_type`` always filled (§17.4).
+profile's features (DPS-12.2-caps), with ``adapter_type`` always filled (§17.4). A connection gets
+a feature's frames only when both sides announced it (``agreed_features``).
 
 A master announces its own features in a ``session.capabilities`` frame. ``ConnectionFilter`` holds
 them and answers, per frame, whether the frame may go to that connection (DPS-12.2-filter: no
@@ -26,6 +27,7 @@ __all__ = [
     "FEATURE_OF_TYPE",
     "SUPPORTED_NAMESPACES",
     "ConnectionFilter",
+    "agreed_features",
     "gateway_capabilities",
     "strip_subagent_context",
 ]
@@ -84,6 +86,18 @@ class ConnectionFilter:
     def admits(self, frame_type: str) -> bool:
         feature = FEATURE_OF_TYPE.get(frame_type)
         return feature is None or bool(getattr(self.announced, feature))
+
+
+def agreed_features(announced: Features, offered: Features) -> Features:
+    """What a connection receives: each feature that gates frames (and ``subagent_context``) only
+    when the master announced it *and* the gateway offered it in its own greeting. A profile that
+    says ``thinking_stream = false`` thus sends no ``agent.thinking.*`` to anyone, whatever its
+    agent prints."""
+    gated = {*FEATURE_OF_TYPE.values(), "subagent_context"}
+    return msgspec.structs.replace(
+        announced,
+        **{f: bool(getattr(announced, f)) and bool(getattr(offered, f)) for f in gated},
+    )
 
 
 def strip_subagent_context(frame: Frame) -> Frame:

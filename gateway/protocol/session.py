@@ -51,7 +51,7 @@ from parsers.base import AgentInput, AgentParser, ExitDescription
 
 from . import codec, recovery
 from . import frames as F
-from .capabilities import gateway_capabilities
+from .capabilities import agreed_features, gateway_capabilities
 from .factory import FrameFactory
 from .mapper import BLOCKED_OUTPUT, Mapper
 from .tools import lookup
@@ -710,7 +710,7 @@ class SessionMachine:
                     mid,
                 )
             ]
-        return [SetFeatures(conn_id, caps.features)]
+        return [SetFeatures(conn_id, agreed_features(caps.features, self.config.features))]
 
     # prompts ---------------------------------------------------------------------------------
 
