@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -53,6 +54,7 @@ FORMAT: Final = "rawp-gateway-session"
 VERSION: Final = 1
 RECORD: Final = "session.json"
 FRAMES: Final = "frames.log"
+LOCK: Final = "lock"
 COMPACT_SLACK: Final = 4 * 1024 * 1024
 MAX_RECORD_BYTES: Final = 1024 * 1024  # a record is a few hundred bytes; more is not ours
 _IOV_MAX: Final = 1024  # the buffers one writev takes on Linux
@@ -79,12 +81,17 @@ class LoadError:
 
 
 class StateDirError(Exception):
-    """The state directory cannot be used (a file of that name, no permission): the gateway does
-    not start, since it could not keep the sessions it promises to keep."""
+    """The state directory cannot be used (a file of that name, no permission, another gateway
+    holds it): the gateway does not start, since it could not keep the sessions it promises to
+    keep."""
 
 
 class StateDir:
-    """``<state_dir>/sessions/``: one ``SavedSession`` per session."""
+    """``<state_dir>/sessions/``: one ``SavedSession`` per session.
+
+    One gateway at a time: ``<state_dir>/lock`` is held with ``flock`` while the ``StateDir`` is
+    open (the kernel lets go of it when the process dies, SIGKILL included). Two gateways on one
+    directory would each restore, run and rewrite the same sessions."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -92,6 +99,7 @@ class StateDir:
         old = os.umask(0o077)
         try:
             self.sessions.mkdir(parents=True, exist_ok=True)
+            self._lock = open(root / LOCK, "a+")  # noqa: SIM115 - held until close()
         except OSError as err:
             raise StateDirError(
                 f"state_dir {str(root)!r} cannot be used: {err.strerror or err} "
@@ -99,9 +107,26 @@ class StateDir:
             ) from None
         finally:
             os.umask(old)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lock.seek(0)
+            holder = self._lock.read(32).strip()
+            self._lock.close()
+            raise StateDirError(
+                f"state_dir {str(root)!r} is in use by another gateway"
+                + (f" (pid {holder})" if holder.isdigit() else "")
+            ) from None
+        self._lock.truncate(0)
+        self._lock.write(f"{os.getpid()}\n")
+        self._lock.flush()
         with contextlib.suppress(OSError):
             root.chmod(0o700)
             self.sessions.chmod(0o700)
+
+    def close(self) -> None:
+        """Let another gateway have the directory."""
+        self._lock.close()
 
     def create(self, session_id: str) -> SavedSession:
         path = self.sessions / session_id

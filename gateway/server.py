@@ -724,6 +724,7 @@ def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.
     if config.state_dir is not None:
         app[STATE] = StateDir(config.state_dir)
         app.on_startup.append(_restore_sessions)
+        app.on_cleanup.append(_release_state_dir)
     app[TICKETS] = console.TicketStore()
     app[STATIC] = console.load_static()
     app.router.add_get("/", console_redirect)
@@ -792,6 +793,10 @@ async def _restore_sessions(app: web.Application) -> None:
                 "turn_index": record["turn_index"],
             },
         )
+
+
+async def _release_state_dir(app: web.Application) -> None:
+    app[STATE].close()
 
 
 def _restore_failed(metrics: GatewayMetrics, session_id: str, reason: str, message: str) -> None:

@@ -16,9 +16,9 @@ import pytest
 
 from gateway.config import Config, builtin_profiles
 from gateway.history import History
-from gateway.persistence import FRAMES, RECORD, LoadError, StateDir
+from gateway.persistence import FRAMES, RECORD, LoadError, StateDir, StateDirError
 from gateway.protocol import recovery
-from gateway.server import SESSIONS
+from gateway.server import SESSIONS, create_app
 from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
 from tests.test_server import run_prompt
 
@@ -404,5 +404,22 @@ async def test_a_saved_file_index_that_is_unusable_is_logged_not_silent(tmp_path
         [record] = [r for r in caplog.records if r.name == "rawp_gateway.files"]
         assert record.getMessage().startswith("saved files skipped: index.json is unusable")
         assert record.session == sid
+    finally:
+        await gw.close()
+
+
+async def test_one_gateway_at_a_time_on_a_state_dir(tmp_path):
+    """A second gateway on the directory a running one holds does not start (both would restore,
+    run and rewrite the same sessions); once the first has stopped, the next one starts."""
+    state = tmp_path / "state"
+    gw = await start_gateway(config(tmp_path, state))
+    sid = (await create_session(gw))["session_id"]
+    with pytest.raises(StateDirError, match=r"is in use by another gateway \(pid \d+\)"):
+        create_app(config(tmp_path, state))
+    assert (await gw.get(f"/v1/session/{sid}")).status == 200  # the first one is untouched
+    await gw.close()
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        assert (await gw.get(f"/v1/session/{sid}")).status == 200
     finally:
         await gw.close()
