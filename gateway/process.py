@@ -74,7 +74,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple, cast
 
@@ -90,6 +90,7 @@ __all__ = [
     "StdoutLine",
     "classify_exit",
     "kill_all_groups",
+    "kill_left_behind",
     "live_groups",
     "terminate_all",
 ]
@@ -238,6 +239,25 @@ async def terminate_all(grace: float = DEFAULT_GRACE_S) -> None:
     # Stragglers in groups whose leader is gone are killed now rather than at their own deadline:
     # shutdown does not wait for them.
     kill_all_groups(signal.SIGKILL)
+
+
+def kill_left_behind(session_ids: Collection[str]) -> int:
+    """SIGKILL what the agents of these sessions left running under an earlier gateway that was
+    itself killed (SIGKILL, OOM: no shutdown ran, and an agent that ignores its closed stdin goes
+    on): every process carrying one of their ``RAWP_SESSION_ID``s, and its subtree. For a gateway
+    that restores those sessions, so that the next prompt's agent does not run beside the old one
+    in the same workspace. Linux (``/proc``); returns how many processes were signalled."""
+    wanted = set(session_ids)
+    if not wanted:
+        return 0
+    procs = _processes()
+    me = os.getpid()
+    roots = {p.pid for p in procs.values() if p.pid != me and _session_id_of(p.pid) in wanted}
+    found = _subtree(roots, procs) - {me} if roots else set()
+    _signal_pids(
+        found, signal.SIGKILL
+    )  # init's children since their gateway died: not ours to reap
+    return len(found)
 
 
 # --------------------------------------------------------------------------- descendants (Linux)

@@ -749,11 +749,14 @@ async def _restore_sessions(app: web.Application) -> None:
     """Read back the sessions of the state directory; one that cannot be used is skipped with a
     log line and a metric, never a failed start."""
     config, metrics = app[CONFIG], app[METRICS]
+    crashed: list[str] = []
     for got in app[STATE].load():
         if isinstance(got, LoadError):
             _restore_failed(metrics, got.session_id, got.reason, got.message)
             continue
         record = got.record
+        if not record["clean"]:
+            crashed.append(record["session_id"])
         profile = config.agents.get(record["agent"])
         if profile is None:
             _restore_failed(
@@ -793,6 +796,11 @@ async def _restore_sessions(app: web.Application) -> None:
                 "turn_index": record["turn_index"],
             },
         )
+    # The gateway before this one was killed: what its agents left running would go on beside
+    # the agents the next prompts start, in the same workspaces.
+    killed = process.kill_left_behind(crashed)
+    if killed:
+        log.warning("agent processes left by the previous gateway killed", extra={"count": killed})
 
 
 async def _release_state_dir(app: web.Application) -> None:

@@ -4,6 +4,7 @@ SIGTERM, no agent left behind), ``translate`` on a recorded fixture, clear error
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -277,3 +278,66 @@ def test_serve_with_an_unusable_state_dir_is_one_clear_line(tmp_path):
     assert message.startswith(
         f"rawp-gateway: state_dir {str(state)!r} cannot be used: Not a directory"
     )
+
+
+def _carries_session(pid: int, session_id: str) -> bool:
+    try:
+        return f"RAWP_SESSION_ID={session_id}".encode() in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+
+
+async def test_a_restart_after_a_crash_kills_what_the_old_agents_left_running(tmp_path):
+    """A SIGKILLed gateway runs no shutdown: an agent that ignores its closed stdin (here a
+    single-turn agent asleep in its work) goes on. The gateway restarted on the same state_dir
+    kills it before the restored session's next prompt could start another beside it."""
+    state, config = tmp_path / "state", tmp_path / "gateway.toml"
+    sleeper = "import sys, time; print('working on', sys.argv[1], flush=True); time.sleep(600)"
+    config.write_text(
+        "[agents.sleeper]\nparser = 'plain'\nsingle_turn_process = true\n"
+        f"command = [{json.dumps(sys.executable)}, '-c', {json.dumps(sleeper)}, '{{prompt}}']\n"
+    )
+    argv = [*CLI, "serve", "--config", str(config), "--workspace-root", str(tmp_path)]
+    port = free_port()
+    argv += ["--port", str(port), "--state-dir", str(state)]
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
+    agents: list[int] = []
+    try:
+        await wait_http(url, proc)
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url + "/v1/session", json={"agent": "sleeper"}) as resp:
+                sid = (await resp.json())["session_id"]
+            ws = await http.ws_connect(url + f"/v1/session/{sid}/ws", protocols=("rawp-dps-1.0",))
+            prompt = {
+                "v": 1, "type": "control.prompt.request", "message_id": str(uuid.uuid4()),
+                "timestamp": "2026-11-29T00:00:00.000Z", "session_id": sid,
+                "payload": {"prompt_text": "the report"},
+            }  # fmt: skip
+            await ws.send_str(json.dumps(prompt))
+            while json.loads((await ws.receive(timeout=20)).data)["type"] != "agent.text.delta":
+                pass
+            agents = [p for p in map(int, filter(str.isdigit, os.listdir("/proc")))
+                      if _carries_session(p, sid)]  # fmt: skip
+            assert agents
+            proc.kill()
+            proc.wait()
+            await asyncio.sleep(0.5)
+            assert all(pid_alive(p) for p in agents)  # the old gateway's agent goes on
+
+            proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
+            await wait_http(url, proc)
+            async with http.get(url + f"/v1/session/{sid}") as resp:
+                assert resp.status == 200  # restored
+        for _ in range(100):
+            if not any(pid_alive(p) for p in agents):
+                break
+            await asyncio.sleep(0.1)
+        assert not [p for p in agents if pid_alive(p)]
+    finally:
+        for pid in agents:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
