@@ -205,6 +205,9 @@ def builtin_profiles(
                 "stdio",
                 "--include-partial-messages",
             ),
+            # Resumed as Claude Code is, so a session restored after a restart keeps its agent's
+            # session id (docs/persistence.md).
+            resume_flag="--resume {session_id}",
             # The demo agent speaks Claude Code's stream-json but runs no subagents.
             features=msgspec.structs.replace(claude_features, subagent=None, subagent_context=None),
             tools=DEMO_TOOLS,

@@ -81,6 +81,9 @@ async def test_graceful_restart_restores_the_session_and_reattach_is_lossless(tm
         second = await run_prompt(again, "and again")
         start = next(f for f in second if f["type"] == "session.turn.start")
         assert start["payload"]["turn_index"] == 1
+        # The agent was started resumed with its session id, not as a new conversation.
+        resumed = (await (await gw.get(f"/v1/session/{sid}")).json())["agent_session_id"]
+        assert resumed == listed[0]["agent_session_id"] is not None
         # Timestamps go on after the saved ones (§2.3 order).
         assert start["timestamp"] > frames[-1]["timestamp"]
     finally:
