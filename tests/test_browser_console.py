@@ -613,3 +613,18 @@ async def test_files_attached_in_the_page_reach_the_agent(tmp_path, page):
         assert page.errors() == []
     finally:
         await gateway.close()
+
+
+async def test_a_session_deleted_elsewhere_leaves_nothing_to_send(gateway, page):
+    """Another master (or the gateway's shutdown) deletes the attached session: the page says so
+    and, once the socket has closed too, every control that would send something is off."""
+    session_id = await log_in_and_create(page, gateway, "deleted elsewhere")
+    resp = await gateway.delete(f"/v1/session/{session_id}", headers=AUTH)
+    assert resp.status == 200
+    await page.wait(f"{q('#banner')}.textContent.includes('deleted')")
+    await page.wait("document.body.dataset.connection === 'ended'")
+    await page.wait("document.getElementById('send').disabled")
+    controls = "['prompt', 'send', 'attach', 'cancel', 'compact', 'mode']"
+    disabled = await page.js(f"{controls}.map(id => document.getElementById(id).disabled)")
+    assert disabled == [True] * 6, disabled
+    assert page.errors() == []

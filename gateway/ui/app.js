@@ -470,7 +470,10 @@ function setConnection(kind, text) {
 
 function updateControls() {
   const cur = state.current;
-  const open = Boolean(cur && cur.ws && cur.ws.readyState === WebSocket.OPEN);
+  // A deleted session's socket may still be open for a moment: nothing goes to it any more.
+  const open = Boolean(
+    cur && !cur.view.deleted && cur.ws && cur.ws.readyState === WebSocket.OPEN,
+  );
   const features = (cur && cur.caps && cur.caps.features) || {};
   const running = Boolean(cur && cur.view.turnId);
   $("prompt").disabled = !cur || Boolean(cur.view.deleted);
