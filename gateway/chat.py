@@ -91,7 +91,9 @@ PREVIEW_WIDTH: Final = 100
 CALL_WIDTH: Final = 80
 ACK_TIMEOUT_S: Final = 10.0  # mode switch: the gateway answers at once or not at all
 TURN_END_GRACE_S: Final = 0.5  # how long a turn end waits for its session.usage
-REATTACH_DELAYS_S: Final = (0.2, 0.5, 1.0, 2.0, 4.0, 8.0)  # ~16 s; the gateway keeps 300 s
+# About 2 minutes of tries: long enough for a gateway that restarts (state_dir) to come back; it
+# keeps a detached session for reattach_window_sec (300 s by default).
+REATTACH_DELAYS_S: Final = (0.2, 0.5, 1.0, 2.0, 4.0, *(8.0,) * 13)
 EOF: Final = None
 
 _CLIENT_COMMANDS: Final = frozenset({*MODES, "compact", "help", "quit", "exit"})
