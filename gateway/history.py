@@ -14,8 +14,10 @@ Policies (``POST /v1/session`` ``buffer.policy``):
 
 To count lost frames exactly, the sequence number of recently sent ids is remembered (bounded by
 ``id_memory``) even after their frames are evicted. An id the buffer has never heard of (or forgot)
-gets everything buffered, ``truncated: true`` and no count. The buffer is sans-IO: the server owns
-it and metrics read its counters.
+gets everything buffered, ``truncated: true`` and no count. A master attaching for the first time may
+ask for ``everything()``: every buffered frame, truncated (with the exact count) only when frames
+produced since the session began are gone. The buffer is sans-IO: the server owns it and metrics
+read its counters.
 
 A buffer can be saved and loaded again (``entries``/``load``, see ``gateway/persistence.py``). One
 loaded after a crash of the gateway may lack the last frames it had sent: a reattach from before the
@@ -128,6 +130,16 @@ class History:
         if restart is not None and seq < restart - 1:
             # Frames the gateway sent before its crash may never have reached the disk.
             return Replay(frames, True, None, self.last_message_id, self.last_timestamp)
+        return Replay(frames, lost > 0, lost, self.last_message_id, self.last_timestamp)
+
+    def everything(self) -> Replay:
+        """Every buffered frame, for a master that has seen none (``?history=all``), and how many
+        of the frames produced since the session began are gone."""
+        frames = [data for _, _, data in self._frames]
+        if self._restart_seq is not None:
+            # Frames the gateway sent before its crash may never have reached the disk.
+            return Replay(frames, True, None, self.last_message_id, self.last_timestamp)
+        lost = self._next_seq - len(frames)  # seqs count every broadcast frame from 0
         return Replay(frames, lost > 0, lost, self.last_message_id, self.last_timestamp)
 
     def entries(self) -> list[tuple[int, str, bytes | None]]:

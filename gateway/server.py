@@ -535,6 +535,16 @@ async def websocket(request: web.Request) -> web.StreamResponse:
             "INVALID_REQUEST",
             f"last_message_id must be at most {MAX_MESSAGE_ID_CHARS} ASCII characters",
         )
+    # ?history=all: a master with nothing yet (a new tab) gets everything the buffer holds.
+    history = request.query.get("history")
+    if history is not None and history != "all":
+        raise ApiError(400, "INVALID_REQUEST", "history must be 'all' (or left out)")
+    if history is not None and last_message_id is not None:
+        raise ApiError(
+            400,
+            "INVALID_REQUEST",
+            "give last_message_id (a reattach) or history=all (a first attach), not both",
+        )
     ws = web.WebSocketResponse(
         protocols=(SUBPROTOCOL,), max_msg_size=config.max_frame_size, heartbeat=30.0
     )
@@ -547,6 +557,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
         ws,
         role=role,
         last_message_id=last_message_id,
+        full_history=history is not None,
         abort=transport.abort if transport is not None else None,
     )
     close_ready = asyncio.ensure_future(conn.close_ready.wait())

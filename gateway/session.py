@@ -50,7 +50,7 @@ from parsers.base import get as get_parser
 from . import config as cfg
 from .fanout import Connection
 from .files import FileError, FileStore, store_tool_files
-from .history import History
+from .history import History, Replay
 from .metrics import GatewayMetrics
 from .persistence import COMPACT_SLACK, FORMAT, VERSION, Loaded, SavedSession
 from .process import AgentProcess, AgentStartError, AgentStdinFull
@@ -359,8 +359,11 @@ class LiveSession:
         *,
         role: str,
         last_message_id: str | None,
+        full_history: bool = False,
         abort: Callable[[], None] | None = None,
     ) -> Connection:
+        """A new connection; with ``last_message_id`` a reattach, with ``full_history`` a master
+        that has nothing yet and asks for everything buffered (``?history=all``)."""
         conn = Connection(
             conn_id,
             ws,
@@ -377,23 +380,32 @@ class LiveSession:
         # capabilities first, then (on reattach) the history, then catalog/commands/interactions
         first, rest = actions[:1], actions[1:]
         self.perform(first)
-        if last_message_id is not None:
+        if last_message_id is not None or full_history:
             after = sum(len(codec.encode(a.frame)) for a in rest if isinstance(a, sm.Emit))
-            self._send_history(conn, last_message_id, reserve=after)
+            if last_message_id is not None:
+                replay = self.history.since(last_message_id)
+                lost = self._send_history(conn, replay, last_message_id, after)
+                self.metrics.reattached(lost_frames=lost)
+            else:
+                # An empty history is still in sync with the capabilities just sent (they are
+                # marked in the buffer): a later reattach after that id is exact.
+                greeting = first[0].frame.message_id if isinstance(first[0], sm.Emit) else ""
+                self._send_history(conn, self.history.everything(), greeting, after)
         self.perform(rest)
         self._track_state()
         return conn
 
-    def _send_history(self, conn: Connection, last_message_id: str, *, reserve: int = 0) -> None:
+    def _send_history(self, conn: Connection, replay: Replay, since: str, reserve: int) -> int:
         """``session.history`` in frames that fit ``max_frame_size`` (``protocol/replay.py``), no
-        more in all than the connection's send queue takes beside the ``reserve`` still to come."""
-        replay = self.history.since(last_message_id)
+        more in all than the connection's send queue takes beside the ``reserve`` still to come.
+        ``since`` is the id the history is in sync with when the session has produced nothing.
+        Returns the frames lost (1 when some are and their number is unknown)."""
         frames, unsent = history_frames(
             self.machine.factory,
             replay.frames,
             truncated=replay.truncated,
             lost_frame_count=replay.lost_frame_count,
-            last_message_id=replay.last_message_id or last_message_id,
+            last_message_id=replay.last_message_id or since,
             last_sync_timestamp=replay.last_timestamp or self.machine.factory.clock(),
             policy=self.history.policy,
             buffer_high_watermark=self.history.high_watermark,
@@ -403,7 +415,7 @@ class LiveSession:
         for data in frames:
             conn.offer(data)
         lost = (replay.lost_frame_count or 0) + unsent
-        self.metrics.reattached(lost_frames=lost or (1 if replay.truncated else 0))
+        return lost or (1 if replay.truncated else 0)
 
     def detach(self, conn_id: str) -> None:
         conn = self.connections.pop(conn_id, None)

@@ -72,12 +72,15 @@ class Master:
         features: Any = ALL_FEATURES,
         announce: bool = True,
         last_message_id: str | None = None,
+        history: str | None = None,
         headers: dict[str, str] | None = None,
         role: str | None = None,
     ) -> Master:
         params = {}
         if last_message_id:
             params["last_message_id"] = last_message_id
+        if history:
+            params["history"] = history
         if role:
             params["role"] = role
         ws = await client.ws_connect(

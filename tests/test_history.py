@@ -42,6 +42,29 @@ def test_DPS_7_1_history_none_keeps_nothing_but_counts():
     assert (replay.frames, replay.truncated, replay.lost_frame_count) == ([], False, 0)
 
 
+def test_everything_is_every_buffered_frame_with_the_exact_count_of_those_gone():
+    """?history=all (a first attach): truncated only when frames produced since the session began
+    are gone, with their exact number, whatever the policy."""
+    h = History("RING", max_bytes=100)
+    fill(h, 3, size=10)
+    h.mark("greeting")  # a frame to one connection is not a lost one
+    replay = h.everything()
+    assert (replay.frames, replay.truncated, replay.lost_frame_count) == ([b"x" * 10] * 3, False, 0)
+    assert (replay.last_message_id, replay.last_timestamp) == ("m2", "tm2")
+    for policy, kept in (("RING", 5), ("DROP", 5), ("NONE", 0)):
+        h = History(policy, max_bytes=50)
+        fill(h, 8)
+        replay = h.everything()
+        assert (len(replay.frames), replay.truncated, replay.lost_frame_count) == (
+            kept,
+            True,
+            8 - kept,
+        )
+    empty = History().everything()
+    assert (empty.frames, empty.truncated, empty.lost_frame_count) == ([], False, 0)
+    assert empty.last_message_id is None
+
+
 def test_unknown_id_gets_everything_and_truncated():
     h = History("RING", max_bytes=100)
     fill(h, 3)

@@ -171,6 +171,50 @@ async def test_after_a_crash_reattach_is_truncated_never_duplicated(tmp_path):
         await gw.close()
 
 
+async def test_a_new_master_after_a_restart_gets_the_restored_history(tmp_path):
+    """?history=all after a clean restart: every frame of the conversation before it, complete;
+    after a crash the same frames, truncated with no count (the last ones may be missing)."""
+    state = tmp_path / "state"
+    gw = await start_gateway(config(tmp_path, state))
+    sid = (await create_session(gw))["session_id"]
+    master = await Master.attach(gw, sid)
+    await master.next()
+    frames = await run_prompt(master, "remember this")
+    await gw.close()
+
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        fresh = await Master.attach(gw, sid, history="all")
+        assert (await fresh.next())["type"] == "session.capabilities"
+        history = (await fresh.next())["payload"]
+        got = history["frames"]
+        prompts = [f["payload"] for f in got if f["type"] == "control.prompt.request"]
+        assert [p["prompt_text"] for p in prompts] == ["remember this"]
+        ids = [f["message_id"] for f in got]
+        first = next(i for i, f in enumerate(frames) if f["type"] == "session.turn.start")
+        turn = [f["message_id"] for f in frames[first:]]  # not the greeting's catalog
+        assert [i for i in ids if i in set(turn)] == turn
+        assert history["buffer_status"]["truncated"] is False
+        assert history["buffer_status"]["lost_frame_count"] == 0
+    finally:
+        await gw.close()
+
+    record_path = session_dir(state, sid) / RECORD
+    record = json.loads(record_path.read_text())
+    record["clean"] = False
+    record_path.write_text(json.dumps(record))
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        fresh = await Master.attach(gw, sid, history="all")
+        await fresh.next()
+        history = (await fresh.next())["payload"]
+        assert [f["message_id"] for f in history["frames"]][: len(ids)] == ids
+        assert history["buffer_status"]["truncated"] is True
+        assert "lost_frame_count" not in history["buffer_status"]
+    finally:
+        await gw.close()
+
+
 async def test_state_files_never_hold_the_token(tmp_path):
     state = tmp_path / "state"
     secret = "s3cret-bearer-value"
@@ -297,6 +341,11 @@ def test_history_entries_round_trip_and_marks():
     assert crashed.since("m8").truncated is True
     crashed.mark("after-restart")
     assert crashed.since("after-restart").truncated is False
+    # ?history=all: everything buffered; exact after a clean stop, unknown after a crash.
+    everything = again.everything()
+    assert everything.frames == h.everything().frames == crashed.everything().frames
+    assert (everything.truncated, everything.lost_frame_count) == (True, 10 - len(h))
+    assert (crashed.everything().truncated, crashed.everything().lost_frame_count) == (True, None)
 
 
 def test_state_dir_loads_torn_logs_and_reports_bad_records(tmp_path):

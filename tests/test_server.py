@@ -298,6 +298,83 @@ async def test_DPS_7_1_history_counts_evicted_frames(gw):
     assert history["buffer_status"]["lost_frame_count"] > 0
 
 
+async def first_history(master: Master) -> dict:
+    """The ``session.history`` right after the capabilities, its parts joined."""
+    assert (await master.next())["type"] == "session.capabilities"
+    history = await master.next()
+    assert history["type"] == "session.history"
+    parts = (history.get("metadata") or {}).get("history_parts", 1)
+    payload = history["payload"]
+    for _ in range(parts - 1):
+        more = (await master.next())["payload"]
+        payload = {**more, "frames": payload["frames"] + more["frames"]}
+    return payload
+
+
+async def test_DPS_7_1_history_all_gives_a_new_master_the_whole_conversation(gw):
+    """?history=all (a first attach, e.g. a new browser tab): session.history right after the
+    capabilities with every frame of the session's two finished turns, not truncated."""
+    session = await create_session(gw)
+    sid = session["session_id"]
+    talker = await Master.attach(gw, sid)
+    await run_prompt(talker, "first question")
+    await run_prompt(talker, "second question")
+    produced = [f for f in talker.frames if f["type"] != "session.capabilities"]
+    newcomer = await Master.attach(gw, sid, history="all", announce=False)
+    history = await first_history(newcomer)
+    got = history["frames"]
+    prompts = [f["payload"]["prompt_text"] for f in got if f["type"] == "control.prompt.request"]
+    assert prompts == ["first question", "second question"]
+    ids = [f["message_id"] for f in got]
+    # Every frame the talker got from its first turn on, in the order it got them (the history
+    # has its prompts too, which are not echoed to it).
+    first_start = next(i for i, f in enumerate(produced) if f["type"] == "session.turn.start")
+    turns = [f["message_id"] for f in produced[first_start:]]
+    assert [i for i in ids if i in set(turns)] == turns
+    turn_ends = [f for f in got if f["type"] == "session.turn.end"]
+    assert len(turn_ends) == 2
+    assert history["buffer_status"]["truncated"] is False
+    assert history["buffer_status"]["lost_frame_count"] == 0
+    assert history["last_message_id"] == talker.frames[-1]["message_id"]
+    # From there on the newcomer is an ordinary master: a reattach after it misses nothing.
+    back = await Master.attach(gw, sid, last_message_id=history["last_message_id"])
+    again = await first_history(back)
+    assert again["frames"] == [] and again["buffer_status"]["truncated"] is False
+
+
+async def test_DPS_7_1_history_all_counts_frames_evicted_since_the_session_began(gw):
+    """A tiny RING buffer: ?history=all is truncated with the exact number of frames gone."""
+    session = await create_session(gw, buffer={"policy": "RING", "max_bytes": 1000})
+    sid = session["session_id"]
+    talker = await Master.attach(gw, sid, history="all")
+    start = await first_history(talker)  # what the session produced before anyone attached
+    before = len(start["frames"]) + start["buffer_status"]["lost_frame_count"]
+    await talker.until("tool.catalog.publish")  # the greeting's, to this connection only
+    frames = await run_prompt(talker, "first")
+    frames += await run_prompt(
+        talker, "a reply long enough to push earlier frames out of the buffer"
+    )
+    produced = before + len(frames) + 2  # + its own two prompts, buffered but not echoed
+    newcomer = await Master.attach(gw, sid, history="all", announce=False)
+    history = await first_history(newcomer)
+    status = history["buffer_status"]
+    assert status["truncated"] is True
+    assert status["lost_frame_count"] == produced - len(history["frames"]) > 0
+
+
+async def test_history_all_is_refused_with_a_last_message_id_or_another_value(gw):
+    """last_message_id and history=all together, or history=<anything else>: 400
+    INVALID_REQUEST before the upgrade."""
+    sid = (await create_session(gw))["session_id"]
+    url = f"/v1/session/{sid}/ws"
+    for params in ({"history": "all", "last_message_id": "x"}, {"history": "some"}):
+        with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+            await gw.ws_connect(url, protocols=("rawp-dps-1.0",), params=params)
+        assert err.value.status == 400
+        resp = await gw.get(url, params=params, headers={"Sec-WebSocket-Protocol": "rawp-dps-1.0"})
+        assert (await resp.json())["error_code"] == "INVALID_REQUEST"
+
+
 async def test_DPS_6_2_permission_allow_and_deny(gw, tmp_path):
     """DPS-4.3-interaction + DPS-6.2-interaction: PERMISSION asked, answered, the tool runs or not."""
     (tmp_path / "perm").mkdir()
