@@ -547,6 +547,7 @@ class Chat:
         self._background: set[asyncio.Task[Any]] = set()
         self._idle = False  # the runner is at the prompt, waiting for a command
         self._attached: list[F.ContextFile] = []  # uploaded by /attach, for the next prompt
+        self._first_attach = True  # a history before any reattach is what ran before we came
 
     # -- lifecycle
 
@@ -839,6 +840,7 @@ class Chat:
         self._flush_turn_end()
         self._withdraw_stale_question()  # finalisation dropped it (DPS-7.8-finalize)
         self.screen.line("connection lost; reattaching…", style=self.s.yellow)
+        self._first_attach = False
         for delay in self.reattach_delays:
             await asyncio.sleep(delay)
             try:
@@ -868,6 +870,10 @@ class Chat:
         self._present(frame)
 
     def _on_history(self, payload: F.History) -> None:
+        if self._first_attach:
+            self._first_attach = False
+            self._on_earlier(payload)
+            return
         outcome = self.view.history(payload)
         if outcome.unfinalized:
             if outcome.applied:
@@ -921,6 +927,25 @@ class Chat:
         self._ended.set()
 
     # -- presenting frames
+
+    def _on_earlier(self, payload: F.History) -> None:
+        """The conversation so far, on attaching to a session that already ran (``--session``,
+        ``?history=all``): shown as it happened, in the order the gateway sent it. Nothing was
+        finalised, so a truncated buffer only means its beginning is gone."""
+        status = payload.buffer_status
+        if status.truncated:
+            lost = status.lost_frame_count
+            gone = f"{lost} earlier frames" if lost is not None else "some earlier frames"
+            self.screen.line(
+                f"(the gateway no longer has {gone} of this session; what follows is incomplete)",
+                style=self.s.yellow,
+            )
+        frames = [f for f in decode_history(payload) if self.view.apply(f)]
+        if frames:
+            self.screen.line(f"(the conversation so far: {len(frames)} frames)", style=self.s.dim)
+        for frame in frames:
+            self._present(frame)
+        self._flush_turn_end()
 
     def _present(self, frame: F.Frame) -> None:
         """Print one frame and move the runner's and the asker's state along."""
@@ -1154,7 +1179,8 @@ async def run_chat(
                 assert agent is not None
                 session = await client.create_session(agent, workspace_path=workspace, name=name)
                 created = True
-            conn = await client.attach(session)
+            # An existing session already ran: ask for its history to show the conversation.
+            conn = await client.attach(session, full_history=session_id is not None)
         except (GatewayError, aiohttp.ClientError, OSError) as err:
             if isinstance(err, GatewayError):
                 screen.line(f"✗ {err}", style=screen.s.red)

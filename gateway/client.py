@@ -228,6 +228,7 @@ class GatewayClient:
         session: str | dict[str, Any],
         *,
         last_message_id: str | None = None,
+        full_history: bool = False,
         features: F.Features = ALL_FEATURES,
         max_msg_size: int = DEFAULT_MAX_MESSAGE,
         heartbeat_s: float | None = 30.0,
@@ -235,15 +236,24 @@ class GatewayClient:
         """Open the session's WebSocket and announce our capabilities.
 
         ``session`` is a session object (its ``ws_path`` is used) or a session id. With
-        ``last_message_id`` this is a reattach: the gateway sends ``session.history`` first.
+        ``last_message_id`` this is a reattach: the gateway sends ``session.history`` first. With
+        ``full_history`` (a first attach to a session that already ran, ``?history=all``) that
+        ``session.history`` holds everything the gateway's buffer has, ``truncated`` only if some
+        of it is gone.
         """
+        if last_message_id and full_history:
+            raise ValueError("a reattach (last_message_id) already gets its history")
         if isinstance(session, dict):
             session_id = str(session["session_id"])
             ws_path = str(session.get("ws_path") or f"/v1/session/{session_id}/ws")
         else:
             session_id = session
             ws_path = f"/v1/session/{session_id}/ws"
-        params = {"last_message_id": last_message_id} if last_message_id else None
+        params = None
+        if last_message_id:
+            params = {"last_message_id": last_message_id}
+        elif full_history:
+            params = {"history": "all"}
         try:
             ws = await self.http.ws_connect(
                 self.base_url + ws_path,

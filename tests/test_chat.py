@@ -922,8 +922,9 @@ async def real_gateway(tmp_path: Any) -> Any:
 
 async def real_chat(url: str, stdin: str, **kw: Any) -> tuple[int, str]:
     out = io.StringIO()
+    kw.setdefault("agent", "demo")
     rc = await asyncio.wait_for(
-        run_chat(url, agent="demo", stdin=io.StringIO(stdin), stdout=out, **kw), timeout=30
+        run_chat(url, stdin=io.StringIO(stdin), stdout=out, **kw), timeout=30
     )
     return rc, out.getvalue()
 
@@ -1010,6 +1011,52 @@ async def test_real_server_DPS_7_8_reattach_unfinalizes_from_the_gateway_history
     deltas = [f.payload.text for f in view.transcript if isinstance(f.payload, F.TextDelta)]
     (done,) = [f.payload for f in view.transcript if isinstance(f.payload, F.TextDone)]
     assert "".join(deltas) == done.full_text  # nothing lost, nothing twice
+
+
+async def test_real_server_chat_on_an_existing_session_shows_the_conversation_so_far(
+    real_gateway: str, tmp_path
+):
+    """``chat --session`` attaches with ?history=all: the earlier prompt, tool call and answer are
+    shown before anything new, with no "incomplete" notice."""
+    (tmp_path / "notes.md").write_text("hi\n")
+    rc, out = await real_chat(real_gateway, "list files\n", keep=True)
+    assert rc == 0, out
+    match = re.search(r"session (\S+) kept", out)
+    assert match, out
+    rc, out = await real_chat(real_gateway, "", agent=None, session_id=match.group(1))
+    assert rc == 0, out
+    assert "(the conversation so far: " in out
+    assert "» list files\n" in out  # the earlier prompt, as another master's
+    assert "→ Glob: " in out and "  notes.md\n" in out and "— end_turn · " in out
+    assert "incomplete" not in out and "no longer has" not in out
+
+
+async def test_client_full_history_on_first_attach(real_gateway: str):
+    """``GatewayClient.attach(full_history=True)``: the joined ``session.history`` holds the
+    session's turn, complete; with a ``last_message_id`` too it is refused before connecting."""
+    async with GatewayClient(real_gateway) as client:
+        sid = str((await client.create_session("demo"))["session_id"])
+        first = await client.attach(sid)
+        await first.prompt("hello")
+        async for frame in first:
+            if frame.TYPE == "session.turn.end":
+                break
+        with pytest.raises(ValueError):
+            await client.attach(sid, last_message_id="x", full_history=True)
+        conn = await client.attach(sid, full_history=True)
+        caps = await conn.receive()
+        assert caps is not None and caps.TYPE == "session.capabilities"
+        history = await conn.receive()
+        assert history is not None and isinstance(history.payload, F.History)
+        view = MasterView(sid)
+        outcome = view.history(history.payload)
+        assert outcome.unfinalized and outcome.lost_frame_count == 0
+        types = [f.TYPE for f in outcome.applied]
+        assert "control.prompt.request" in types
+        assert types.index("session.turn.start") < types.index("session.turn.end")
+        assert conn.last_message_id == history.payload.last_message_id
+        await first.close()
+        await conn.close()
 
 
 async def test_demo_command_runs_a_server_and_the_chat(tmp_path):
