@@ -331,6 +331,43 @@ async def test_lost_connection_mid_turn_reconnects_and_restores(gateway, page):
     assert page.errors() == []
 
 
+async def test_a_new_tab_shows_the_conversation_so_far(gateway, page):
+    """A second tab (no saved transcript) attaches with ?history=all and shows the earlier prompt
+    and the whole answer, with no "truncated" notice; a reload of it reattaches as usual."""
+    session_id = await log_in_and_create(page, gateway, "two tabs")
+    await prompt(page, "think about it")
+    await turns_ended(page, 1)
+    tab = await page.browser.page()
+    await tab.goto(url_of(gateway) + f"/ui#session={session_id}")
+    await tab.wait("document.getElementById('token-dialog').open")
+    await tab.js("document.getElementById('token').focus()")
+    await tab.type_text(TOKEN)
+    await tab.key("Enter")
+    await tab.wait("document.body.dataset.connection === 'open'")
+    await turns_ended(tab, 1)
+    (first_url,) = tab.websocket_urls()
+    assert re.search(r"[?&]history=all(&|$)", first_url) and "last_message_id=" not in first_url
+    assert await tab.js("[...document.querySelectorAll('.prompt')].map(p => p.textContent)") == [
+        "think about it"
+    ]
+    texts = await tab.js(
+        "[...document.querySelectorAll('.turn .text')].map(t => [t.dataset.state, t.textContent])"
+    )
+    assert texts and all(state == "done" for state, _ in texts)
+    assert texts[-1][1] == THOUGHT_TEXT
+    assert await tab.js("document.getElementById('banner').hidden")
+    assert await count(tab, "[data-state=interrupted]") == 0
+    assert tab.errors() == []
+    await shot(tab, "new-tab")
+    # Once it has the conversation, the tab is an ordinary master: a reload reattaches after it.
+    await tab.reload()
+    await tab.wait("document.body.dataset.connection === 'open'")
+    await turns_ended(tab, 1)
+    assert re.search(r"[?&]last_message_id=[0-9a-f-]{36}", tab.websocket_urls()[-1])
+    assert await count(tab, ".prompt") == 1
+    assert await tab.js("document.getElementById('banner').hidden")
+
+
 async def test_truncated_history_is_said_and_keeps_the_interruption(gateway, page):
     # A session whose gateway keeps no frames for reattach: anything missed is lost.
     resp = await gateway.post(

@@ -336,7 +336,11 @@ async function connect(cur) {
   }
   if (cur !== state.current) return;
   const params = new URLSearchParams();
-  if (cur.view.lastMessageId) params.set("last_message_id", cur.view.lastMessageId);
+  // With nothing of this session yet (a new tab, another browser, a gateway restarted), ask for
+  // everything the gateway still holds: a reattach from nowhere would say "truncated".
+  cur.fresh = !cur.view.lastMessageId;
+  if (cur.fresh) params.set("history", "all");
+  else params.set("last_message_id", cur.view.lastMessageId);
   if (ticket) params.set("ticket", ticket); // never the token itself
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   const query = params.toString();
@@ -409,7 +413,10 @@ function receive(cur, frame) {
     } else {
       for (const f of outcome.frames) renderer.render(f);
     }
-    if (outcome.reason === "truncated") {
+    if (outcome.reason === "truncated" && cur.fresh) {
+      const lost = outcome.lost == null ? "Some" : outcome.lost;
+      banner(`${lost} earlier frame(s) of this session are no longer held by the gateway; the conversation shown starts later.`, "warning");
+    } else if (outcome.reason === "truncated") {
       const lost = outcome.lost == null ? "some" : outcome.lost;
       banner(`History truncated: the gateway no longer had ${lost} frame(s) of what happened while this page was away; what was open is shown interrupted.`, "warning");
     } else if (outcome.reason === "deleted") {
