@@ -362,6 +362,41 @@ async def test_DPS_7_1_history_all_counts_frames_evicted_since_the_session_began
     assert status["lost_frame_count"] == produced - len(history["frames"]) > 0
 
 
+async def test_history_all_comes_in_parts_within_max_frame_size(tmp_path):
+    """DPS-7.1-history: a whole history larger than ``max_frame_size`` comes in parts as on a
+    reattach, each within the size, together every frame, not truncated."""
+    config = make_config(tmp_path, agents={"demo": fast_demo()}, max_frame_size=4096)
+    client = await start_gateway(config)
+    try:
+        sid = (await create_session(client))["session_id"]
+        talker = await Master.attach(client, sid)
+        await run_prompt(talker, "first question")
+        await run_prompt(talker, "second question")
+        newcomer = await Master.attach(client, sid, history="all", announce=False)
+        await newcomer.next()
+        parts = []
+        while True:
+            msg = await newcomer.ws.receive(timeout=10)
+            assert len(msg.data.encode()) <= 4096
+            parts.append(json.loads(msg.data))
+            meta = parts[-1]["metadata"]
+            if meta["history_part"] == meta["history_parts"]:
+                break
+        assert len(parts) > 1
+        assert {p["type"] for p in parts} == {"session.history"}
+        got = [f for p in parts for f in p["payload"]["frames"]]
+        prompts = [
+            f["payload"]["prompt_text"] for f in got if f["type"] == "control.prompt.request"
+        ]
+        assert prompts == ["first question", "second question"]
+        assert len([f for f in got if f["type"] == "session.turn.end"]) == 2
+        for p in parts:
+            assert p["payload"]["buffer_status"]["truncated"] is False
+            assert p["payload"]["buffer_status"]["lost_frame_count"] == 0
+    finally:
+        await client.close()
+
+
 async def test_history_all_is_refused_with_a_last_message_id_or_another_value(gw):
     """last_message_id and history=all together, or history=<anything else>: 400
     INVALID_REQUEST before the upgrade."""
