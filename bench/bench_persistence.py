@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from bench_claude_parser import transcript  # noqa: E402
-from bench_session_path import _DiscardingWs  # noqa: E402
+from bench_session_path import _DiscardingTransport, _no_drain  # noqa: E402
 
 from gateway.config import Config, builtin_profiles  # noqa: E402
 from gateway.metrics import GatewayMetrics  # noqa: E402
@@ -53,7 +53,10 @@ async def one_pass(
         config=Config(workspace_root=root), metrics=GatewayMetrics(), saved=saved,
     )  # fmt: skip
     for i in range(fanout):
-        session.attach(f"c{i}", _DiscardingWs(), role="master", last_message_id=None)
+        session.attach(
+            f"c{i}", None, role="master", last_message_id=None,
+            transport=_DiscardingTransport(), drain=_no_drain,
+        )  # fmt: skip
     machine, parser = session.machine, session.machine.parser
     per_line = session.metrics.agent_lines("demo")
     clock = time.perf_counter_ns

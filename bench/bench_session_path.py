@@ -5,8 +5,8 @@ Theory of operation
 The path is the shell's own code, not a model of it: for each line of a long
 ``--include-partial-messages`` Claude Code transcript (built by ``bench_claude_parser.transcript``),
 what ``LiveSession._pump`` does per line (parse, session machine, the per-line metrics calls) and
-then ``LiveSession.perform`` (encode each frame once, history, per-frame metrics, and an ``offer``
-to each of ``--fanout`` connections whose writer discards the bytes). It runs once with the real
+then ``LiveSession.perform`` (encode and frame each frame once, history, per-frame metrics, and a ``send``
+to each of ``--fanout`` connections whose transport discards the bytes). It runs once with the real
 ``GatewayMetrics`` and once with ``NullMetrics`` (same methods, doing nothing), interleaved over
 rounds and timed in CPU time; the best round of each is compared. The difference is what
 instrumentation costs the hot path.
@@ -84,12 +84,27 @@ def _nothing(*args, **kwargs) -> None:
     return None
 
 
-class _DiscardingWs:
-    async def send_frame(self, data, opcode):
+class _DiscardingTransport:
+    """A WebSocket connection's transport that takes every write and keeps nothing."""
+
+    def write(self, data):
         pass
 
-    async def close(self, **kw):
+    def writelines(self, data):
         pass
+
+    def is_closing(self):
+        return False
+
+    def get_write_buffer_size(self):
+        return 0
+
+    def get_write_buffer_limits(self):
+        return (16384, 65536)
+
+
+async def _no_drain() -> None:
+    pass
 
 
 async def one_pass(lines: list[bytes], metrics, fanout: int, root: Path) -> float:
@@ -99,7 +114,10 @@ async def one_pass(lines: list[bytes], metrics, fanout: int, root: Path) -> floa
         config=config, metrics=metrics,
     )  # fmt: skip
     for i in range(fanout):
-        session.attach(f"c{i}", _DiscardingWs(), role="master", last_message_id=None)
+        session.attach(
+            f"c{i}", None, role="master", last_message_id=None,
+            transport=_DiscardingTransport(), drain=_no_drain,
+        )  # fmt: skip
     machine, parser = session.machine, session.machine.parser
     per_line = metrics.agent_lines("demo")
     clock = time.perf_counter_ns

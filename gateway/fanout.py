@@ -1,45 +1,73 @@
-"""Fan-out (§2.4): one WebSocket connection of a session, with a bounded send queue of its own.
+"""Fan-out (§2.4): one WebSocket connection of a session, written to without a task per frame.
 
 Theory of operation
 -------------------
-A session encodes each frame once and ``offer``s the same bytes to every ``Connection``. Offering
-never waits: the bytes join the connection's queue and its own writer task sends them in order
-(DPS-2.3-order). A connection whose queue passes ``max_queue_bytes`` (a stuck or slow master) is
-closed with code 1013 ("try again later") and a reason saying to reattach with ``last_message_id``,
-so it can never delay the agent or the other connections, and loses nothing it cannot get back from
-the session's history. ``close_after_flush`` sends what is queued, then sets ``close_ready`` for the
-task that reads the socket to close it: the session-end frames always reach a healthy master before
-its WebSocket closes (DPS-7.5.3), with a complete close handshake.
+A session encodes each frame once and frames it once (``text_frame``: the WebSocket header and the
+JSON, RFC 6455, unmasked, uncompressed), then hands the same bytes to every admitted
+``Connection`` (``send``). Sending never waits and never awaits:
 
-Each queued item carries the ``perf_counter_ns`` at which the agent line it came from was read (0
-for frames not made from a line), so the writer can observe the line-to-socket latency.
+* While the connection's transport is under its high-water mark, the bytes join a list that is
+  written with one ``transport.writelines`` at the end of the loop iteration (``call_soon``): every
+  frame made in the same iteration leaves in one write per connection, each still its own WebSocket
+  message, in order (DPS-2.3-order).
+* Once a write leaves the transport over its mark (a slow master), the connection holds what comes
+  next and one drain task waits for the transport (``drain``), then writes what it holds. The held
+  bytes are bounded by ``max_queue_bytes``; past it the connection is cut off: what it holds is
+  dropped and it is closed with code 1013 ("try again later") and a reason saying to reattach with
+  ``last_message_id``, so it can never delay the agent or the other connections, and loses nothing
+  it cannot get back from the session's history. One frame always fits, however large: the bound is
+  on what piles up behind it.
+
+``close_after_flush`` writes what is pending, then sets ``close_ready`` for the task that reads the
+socket to close it: the session-end frames always reach a healthy master before its WebSocket closes
+(DPS-7.5.3), with a complete close handshake. aiohttp's own writes on the same transport (pings,
+pongs, the close frame) only ever come between whole messages.
+
+Each frame carries the ``perf_counter_ns`` at which the agent line it came from was read (0 for
+frames not made from a line), so the line-to-socket latency is observed when it is written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
-from collections.abc import Callable
+import struct
+from collections.abc import Awaitable, Callable
 from typing import Final
 
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSCloseCode
 
 from .protocol.capabilities import ConnectionFilter
 
-__all__ = ["Connection"]
+__all__ = ["Connection", "text_frame"]
 
 OVERFLOW_CODE: Final = WSCloseCode.TRY_AGAIN_LATER
+_LEN7: Final = struct.Struct("!BB").pack
+_LEN16: Final = struct.Struct("!BBH").pack
+_LEN64: Final = struct.Struct("!BBQ").pack
+_FIN_TEXT: Final = 0x81
+
+
+def text_frame(data: bytes) -> bytes:
+    """``data`` as one final, unmasked WebSocket text frame (a server's frame, RFC 6455 §5.2)."""
+    n = len(data)
+    if n < 126:
+        return _LEN7(_FIN_TEXT, n) + data
+    if n < 65536:
+        return _LEN16(_FIN_TEXT, 126, n) + data
+    return _LEN64(_FIN_TEXT, 127, n) + data
 
 
 class Connection:
-    """A WebSocket bound to a session; ``offer()`` bytes, they are written in order."""
+    """A WebSocket bound to a session; ``send()`` framed bytes, they are written in order."""
 
     def __init__(
         self,
         conn_id: str,
-        ws: web.WebSocketResponse,
+        ws: object,
         *,
+        transport: asyncio.WriteTransport,
+        drain: Callable[[], Awaitable[None]],
         role: str = "master",
         max_queue_bytes: int = 16 * 1024 * 1024,
         observe_latency_ns: Callable[[int], None] | None = None,
@@ -48,15 +76,22 @@ class Connection:
         close_timeout: float = 2.0,
     ) -> None:
         self.id = conn_id
-        self.ws = ws
+        self.ws = ws  # the socket's owner (the server's handler) reads and closes it
         self.role = role
         self.filter = ConnectionFilter()
         self.max_queue_bytes = max_queue_bytes
-        self._queue: deque[tuple[bytes, int]] = deque()
-        self.queued_bytes = 0
-        self._wakeup = asyncio.Event()
+        self._transport = transport
+        self._high_water = _high_water(transport)
+        self._drain = drain
+        self._pending: list[bytes] = []  # framed, for the end of this loop iteration
+        self._times: list[int] = []  # line read times of the pending frames that have one
+        self._scheduled = False
+        self._held: list[bytes] = []  # framed, behind a transport over its high-water mark
+        self._held_times: list[int] = []
+        self.queued_bytes = 0  # held bytes
+        self._drainer: asyncio.Task[None] | None = None
         self._closing: tuple[int, str] | None = None
-        self.closed = asyncio.Event()  # the writer is done: everything queued was sent (or lost)
+        self.closed = asyncio.Event()  # the writing is done: everything was written (or lost)
         self.close_ready = asyncio.Event()  # ...and the connection should now be closed
         self.overflowed = False
         self.frames_sent = 0
@@ -64,62 +99,119 @@ class Connection:
         self._clock_ns = clock_ns
         self._abort = abort
         self._close_timeout = close_timeout
-        loop = asyncio.get_running_loop()
-        self._loop = loop
-        self._writer = loop.create_task(self._write_loop())
+        self._loop = asyncio.get_running_loop()
 
     def offer(self, data: bytes, t_ns: int = 0) -> None:
+        """Send one encoded frame (JSON bytes) to this connection alone."""
+        self.send(text_frame(data), t_ns)
+
+    def send(self, framed: bytes, t_ns: int = 0) -> None:
+        """Send one WebSocket message made by ``text_frame`` (the same bytes may go to many)."""
         if self._closing is not None:
             return
-        # One frame always fits, however large: the bound is on what piles up behind it.
-        if self._queue and self.queued_bytes + len(data) > self.max_queue_bytes:
-            self.overflowed = True
-            self._queue.clear()
-            self.queued_bytes = 0
-            self._closing = (
-                OVERFLOW_CODE,
-                "send queue overflow: this connection fell too far behind; "
-                "reattach with last_message_id",
-            )
-            # A peer that stopped reading also blocks the close frame: drop it if it cannot be
-            # closed politely in time, so it holds no buffers.
-            self._loop.call_later(self._close_timeout, self._abort_if_open)
+        if self._drainer is not None:
+            self._hold(framed, t_ns)
+            return
+        self._pending.append(framed)
+        if t_ns:
+            self._times.append(t_ns)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _hold(self, framed: bytes, t_ns: int) -> None:
+        if self._held and self.queued_bytes + len(framed) > self.max_queue_bytes:
+            self._overflow()
+            return
+        self._held.append(framed)
+        if t_ns:
+            self._held_times.append(t_ns)
+        self.queued_bytes += len(framed)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        pending, times = self._pending, self._times
+        if not pending:
+            return
+        self._pending, self._times = [], []
+        self._write(pending, times)
+        if self._closing is not None and self._drainer is None:
+            self._finish()
+
+    def _write(self, buffers: list[bytes], times: list[int]) -> None:
+        transport = self._transport
+        if transport.is_closing():
+            # The peer went away: nothing more to send (the reading task sees the close).
+            self._lost()
+            return
+        if len(buffers) == 1:
+            transport.write(buffers[0])
         else:
-            self._queue.append((data, t_ns))
-            self.queued_bytes += len(data)
-        self._wakeup.set()
+            transport.writelines(buffers)
+        self.frames_sent += len(buffers)
+        if times and self._observe is not None and self._clock_ns is not None:
+            now = self._clock_ns()
+            observe = self._observe
+            for t_ns in times:
+                observe(now - t_ns)
+        if self._drainer is None and transport.get_write_buffer_size() > self._high_water:
+            self._drainer = self._loop.create_task(self._drain_held())
+
+    async def _drain_held(self) -> None:
+        try:
+            while True:
+                await self._drain()
+                held, times = self._held, self._held_times
+                if not held:
+                    break
+                self._held, self._held_times = [], []
+                self.queued_bytes = 0
+                self._write(held, times)
+                if self._transport.is_closing():
+                    return
+        except (ConnectionError, RuntimeError):
+            self._lost()
+            return
+        self._drainer = None
+        if self._closing is not None:
+            self._finish()
+
+    def _overflow(self) -> None:
+        self.overflowed = True
+        self._closing = (
+            OVERFLOW_CODE,
+            "send queue overflow: this connection fell too far behind; "
+            "reattach with last_message_id",
+        )
+        self._drop()
+        # A peer that stopped reading also blocks the close frame: drop it if it cannot be closed
+        # politely in time, so it holds no buffers.
+        self._loop.call_later(self._close_timeout, self._abort_if_open)
+        self._finish()
 
     def close_after_flush(self, code: int = WSCloseCode.OK, reason: str = "") -> None:
         if self._closing is None:
             self._closing = (code, reason)
-        self._wakeup.set()
+        if self._drainer is None and not self._scheduled:
+            self._finish()
 
-    async def _write_loop(self) -> None:
-        ws = self.ws
-        try:
-            while True:
-                while self._queue:
-                    data, t_ns = self._queue.popleft()
-                    self.queued_bytes -= len(data)
-                    await ws.send_frame(data, WSMsgType.TEXT)
-                    self.frames_sent += 1
-                    if t_ns and self._observe is not None and self._clock_ns is not None:
-                        self._observe(self._clock_ns() - t_ns)
-                if self._closing is not None:
-                    # Everything is sent. The close handshake is done by the task that reads the
-                    # socket (``close_ready``): closing from this task would make aiohttp drop the
-                    # connection without waiting for the peer's close frame.
-                    self.close_ready.set()
-                    return
-                self._wakeup.clear()
-                await self._wakeup.wait()
-        except (ConnectionError, RuntimeError, asyncio.CancelledError):
-            # The peer went away (or we are shutting down): nothing more to send.
-            pass
-        finally:
-            self._queue.clear()
-            self.queued_bytes = 0
-            self.closed.set()
+    def _finish(self) -> None:
+        self.close_ready.set()
+        self.closed.set()
+
+    def _drop(self) -> None:
+        self._pending, self._times = [], []
+        self._held, self._held_times = [], []
+        self.queued_bytes = 0
+        drainer, self._drainer = self._drainer, None
+        if drainer is not None and drainer is not asyncio.current_task():
+            drainer.cancel()
+
+    def _lost(self) -> None:
+        if self._closing is None:
+            self._closing = (WSCloseCode.GOING_AWAY, "")
+        self._drop()
+        self.closed.set()
 
     @property
     def close_args(self) -> tuple[int, bytes]:
@@ -128,14 +220,20 @@ class Connection:
         return code, reason.encode()[:123]
 
     def _abort_if_open(self) -> None:
-        if self.closed.is_set():
-            return
-        self._writer.cancel()
-        if self._abort is not None:
+        if not self._transport.is_closing() and self._abort is not None:
             self._abort()
 
     async def aclose(self) -> None:
         """Stop writing now (the peer is gone)."""
-        self._writer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._writer
+        drainer = self._drainer
+        self._lost()
+        if drainer is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await drainer
+
+
+def _high_water(transport: asyncio.WriteTransport) -> int:
+    try:
+        return transport.get_write_buffer_limits()[1]
+    except (AttributeError, NotImplementedError):  # pragma: no cover - every loop's TCP has it
+        return 64 * 1024

@@ -27,7 +27,7 @@ those last frames) gets only what was produced since the restart, so no frame co
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -57,7 +57,10 @@ class History:
         self.policy: Policy = policy
         self.max_bytes = max_bytes if policy != "NONE" else 0
         self._frames: deque[tuple[int, str, bytes]] = deque()  # (seq, message_id, data)
-        self._seq_of: OrderedDict[str, int] = OrderedDict()
+        # A plain dict and the ids in the order they came: an OrderedDict that drops its oldest
+        # key per frame costs several times more (it re-finds every key when it resizes).
+        self._seq_of: dict[str, int] = {}
+        self._ids: deque[str] = deque()
         self._id_memory = id_memory
         self._next_seq = 0
         self.bytes = 0
@@ -74,10 +77,8 @@ class History:
         """Keep a sent frame. Returns whether it was kept, and the (frames, bytes) evicted to make
         room for it. A frame that was not kept counts as lost too."""
         seq = self._next_seq
-        self._next_seq += 1
-        self._seq_of[message_id] = seq
-        if len(self._seq_of) > self._id_memory:
-            self._seq_of.popitem(last=False)
+        self._next_seq = seq + 1
+        self._remember(message_id, seq)
         self.last_message_id, self.last_timestamp = message_id, timestamp
         size = len(data)
         if self.policy == "NONE" or size > self.max_bytes:
@@ -106,10 +107,15 @@ class History:
         """
         if message_id in self._seq_of:
             return False
-        self._seq_of[message_id] = self._next_seq - 1
-        if len(self._seq_of) > self._id_memory:
-            self._seq_of.popitem(last=False)
+        self._remember(message_id, self._next_seq - 1)
         return True
+
+    def _remember(self, message_id: str, seq: int) -> None:
+        self._seq_of[message_id] = seq
+        ids = self._ids
+        ids.append(message_id)
+        if len(ids) > self._id_memory:
+            self._seq_of.pop(ids.popleft(), None)
 
     @property
     def last_seq(self) -> int:
@@ -161,15 +167,12 @@ class History:
         """Fill an empty buffer with saved ``entries`` (see ``entries``); ``crashed``: the gateway
         that saved them did not stop cleanly, so their last frames may be missing."""
         for seq, mid, data in entries:
-            self._seq_of[mid] = seq
-            self._seq_of.move_to_end(mid)
+            self._remember(mid, seq)  # in seq order: the oldest are forgotten past id_memory
             if data is not None and self.policy != "NONE" and len(data) <= self.max_bytes:
                 self._frames.append((seq, mid, data))
                 self.bytes += len(data)
             self._next_seq = max(self._next_seq, seq + 1)
             self.last_message_id = mid
-        while len(self._seq_of) > self._id_memory:
-            self._seq_of.popitem(last=False)
         while self.bytes > self.max_bytes:
             _, _, old = self._frames.popleft()
             self.bytes -= len(old)

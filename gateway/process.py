@@ -18,10 +18,12 @@ with its group.
 The pipes are driven by a `SubprocessProtocol` of our own instead of `asyncio.StreamReader`:
 
 * stdout is split on b"\\n" as chunks arrive. A partial line is kept as a list of chunks and joined
-  once, so a line costs memory proportional to its own size and nothing else; there is no line-length
-  limit short of `max_line_bytes` (1 GiB by default; a longer line is dropped and counted, never
-  fatal). The 64 KiB default limit of `StreamReader.readline` would raise on Claude Code's large
-  lines (a Read of a big file, an image block) and kill the session.
+  once, so a line costs memory proportional to its own size and nothing else, up to `max_line_bytes`
+  (32 MiB by default). A longer line is cut as it streams, never held whole: its first
+  `CUT_HEAD_BYTES` are kept, the rest is counted and dropped chunk by chunk, and at its b"\\n" it is
+  queued as a `StdoutLine` whose `cut` is its full size (the session turns it into a warning for the
+  masters; never fatal). The 64 KiB default limit of `StreamReader.readline` would raise on Claude
+  Code's large lines (a Read of a big file, an image block) and kill the session.
 * Each complete line is queued with the `time.perf_counter_ns()` of the chunk that completed it, for
   latency metrics.
 * Backpressure is on *complete* lines: when the queued lines exceed `high_water` bytes the stdout pipe
@@ -98,7 +100,8 @@ __all__ = [
 RAWP_DPS_VERSION: Final = "rawp-dps-1.0"
 DEFAULT_GRACE_S: Final = 5.0
 DEFAULT_HIGH_WATER: Final = 4 * 1024 * 1024
-DEFAULT_MAX_LINE_BYTES: Final = 1024 * 1024 * 1024
+DEFAULT_MAX_LINE_BYTES: Final = 32 * 1024 * 1024
+CUT_HEAD_BYTES: Final = 1024  # what is kept of a line over the limit, for the diagnostic
 DEFAULT_STDERR_LIMIT: Final = 64 * 1024
 # After the agent exits, what is left on its stdout is read for at most this long: its own output is
 # already in the pipe; only a descendant still holding the pipe open could make it longer.
@@ -188,10 +191,15 @@ class AgentExecutableNotFound(AgentStartError, FileNotFoundError):
 
 
 class StdoutLine(NamedTuple):
-    """One stdout line without its b"\\n", and the perf_counter_ns() when it was read."""
+    """One stdout line without its b"\\n", and the perf_counter_ns() when it was read.
+
+    A line over `max_line_bytes` is not kept: `line` is its first `CUT_HEAD_BYTES` and `cut` its
+    full size in bytes (0 for every line that is whole).
+    """
 
     line: bytes
     t_ns: int
+    cut: int = 0
 
 
 # --------------------------------------------------------------------------- group registry
@@ -480,7 +488,8 @@ class AgentProcess:
     _queued_bytes: int
     _partial: list[bytes]
     _partial_len: int
-    _discarding: bool
+    _cut_head: bytes
+    _cut_len: int
     _stdout_eof: bool
     _stdout_exc: BaseException | None
     _stdout_paused: bool
@@ -505,7 +514,7 @@ class AgentProcess:
     #: Counters for metrics (read by the shell; never reset).
     lines_read: int
     bytes_read: int
-    lines_dropped: int
+    lines_cut: int
     stdout_pauses: int
     stderr_bytes: int
 
@@ -599,7 +608,8 @@ class AgentProcess:
         self._queued_bytes = 0
         self._partial = []
         self._partial_len = 0
-        self._discarding = False
+        self._cut_head = b""
+        self._cut_len = 0
         self._stdout_eof = False
         self._stdout_exc = None
         self._stdout_paused = False
@@ -619,7 +629,7 @@ class AgentProcess:
         self._seen = {}
         self.lines_read = 0
         self.bytes_read = 0
-        self.lines_dropped = 0
+        self.lines_cut = 0
         self.stdout_pauses = 0
         self.stderr_bytes = 0
 
@@ -653,29 +663,44 @@ class AgentProcess:
             return
         lines = data.split(b"\n")
         tail = lines.pop()  # what follows the last b"\n": the start of the next line, maybe b""
-        if self._discarding:
+        limit = self._max_line_bytes
+        done: list[StdoutLine] = []
+        if self._cut_len:
             # The rest of an overlong line ends here.
-            self._discarding = False
-            self.lines_dropped += 1
+            self._cut_len += len(lines[0])
+            done.append(self._cut_line(now))
             del lines[0]
         elif self._partial:
-            self._partial.append(lines[0])
-            if self._partial_len + len(lines[0]) > self._max_line_bytes:
-                self.lines_dropped += 1
-                del lines[0]
+            first = lines.pop(0)
+            if self._partial_len + len(first) > limit:
+                self._partial.append(first[:CUT_HEAD_BYTES])
+                self._start_cut(self._partial_len + len(first))
+                done.append(self._cut_line(now))
             else:
-                lines[0] = b"".join(self._partial)
-            self._partial = []
-            self._partial_len = 0
+                self._partial.append(first)
+                done.append(StdoutLine(b"".join(self._partial), now))
+                self._partial = []
+                self._partial_len = 0
+        if lines and limit < len(data) and max(map(len, lines)) > limit:
+            for ln in lines:
+                if len(ln) > limit:
+                    self._cut_head, self._cut_len = ln[:CUT_HEAD_BYTES], len(ln)
+                    done.append(self._cut_line(now))
+                else:
+                    done.append(StdoutLine(ln, now))
+            lines = []
+        if done:
+            self._lines.extend(done)
+            self._queued_bytes += sum(len(item.line) for item in done) + len(done)
         if lines:
-            if self._max_line_bytes < len(data):
-                kept = [ln for ln in lines if len(ln) <= self._max_line_bytes]
-                self.lines_dropped += len(lines) - len(kept)
-                lines = kept
-            self._lines.extend([StdoutLine(ln, now) for ln in lines])
-            self.lines_read += len(lines)
+            # tuple.__new__ directly: a NamedTuple's own __new__ is a Python function
+            new = tuple.__new__
+            self._lines.extend([new(StdoutLine, (ln, now, 0)) for ln in lines])
             # Each line counts its b"\n" too, so that a flood of empty lines is bounded as well.
             self._queued_bytes += sum(map(len, lines)) + len(lines)
+        n = len(done) + len(lines)
+        if n:
+            self.lines_read += n
             waiter = self._line_waiter
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
@@ -685,28 +710,48 @@ class AgentProcess:
             self._add_partial(tail)
 
     def _add_partial(self, data: bytes) -> None:
-        if self._discarding:
+        if self._cut_len:
+            self._cut_len += len(data)
             return
         self._partial_len += len(data)
         if self._partial_len > self._max_line_bytes:
-            # Drop what we have and skip to the next b"\n"; memory stays bounded by the limit.
-            self._partial = []
-            self._partial_len = 0
-            self._discarding = True
+            # Keep the head, count the rest as it comes: memory stays bounded by the limit.
+            self._partial.append(data[:CUT_HEAD_BYTES])
+            self._start_cut(self._partial_len)
             return
         self._partial.append(data)
 
+    def _start_cut(self, size: int) -> None:
+        head = b""
+        for chunk in self._partial:
+            head += chunk[: CUT_HEAD_BYTES - len(head)]
+            if len(head) == CUT_HEAD_BYTES:
+                break
+        self._cut_head = head
+        self._cut_len = size
+        self._partial = []
+        self._partial_len = 0
+
+    def _cut_line(self, now: int) -> StdoutLine:
+        item = StdoutLine(self._cut_head, now, self._cut_len)
+        self._cut_head = b""
+        self._cut_len = 0
+        self.lines_cut += 1
+        return item
+
     def _on_stdout_eof(self, exc: Exception | None) -> None:
-        if self._partial:
+        item = None
+        if self._cut_len:
+            item = self._cut_line(time.perf_counter_ns())
+        elif self._partial:
             # A last line without b"\n" (an agent that crashed mid-write) is still a line.
-            line = b"".join(self._partial)
+            item = StdoutLine(b"".join(self._partial), time.perf_counter_ns())
             self._partial = []
             self._partial_len = 0
-            self._lines.append(StdoutLine(line, time.perf_counter_ns()))
+        if item is not None:
+            self._lines.append(item)
             self.lines_read += 1
-            self._queued_bytes += len(line) + 1
-        elif self._discarding:
-            self.lines_dropped += 1
+            self._queued_bytes += len(item.line) + 1
         self._stdout_eof = True
         self._stdout_exc = exc
         waiter = self._line_waiter

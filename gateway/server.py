@@ -545,20 +545,29 @@ async def websocket(request: web.Request) -> web.StreamResponse:
             "INVALID_REQUEST",
             "give last_message_id (a reattach) or history=all (a first attach), not both",
         )
+    # No permessage-deflate: the session frames each message once and writes the same bytes to
+    # every connection (gateway/fanout.py), which a per-connection compressor would undo.
     ws = web.WebSocketResponse(
-        protocols=(SUBPROTOCOL,), max_msg_size=config.max_frame_size, heartbeat=30.0
+        protocols=(SUBPROTOCOL,),
+        max_msg_size=config.max_frame_size,
+        heartbeat=30.0,
+        compress=False,
     )
     await ws.prepare(request)
     request[STREAMING] = ws
     conn_id = str(uuid.uuid4())
     transport = request.transport
+    if transport is None:  # the peer left during the handshake
+        return ws
     conn = session.attach(
         conn_id,
         ws,
         role=role,
         last_message_id=last_message_id,
         full_history=history is not None,
-        abort=transport.abort if transport is not None else None,
+        transport=transport,
+        drain=request.writer.drain,
+        abort=transport.abort,
     )
     close_ready = asyncio.ensure_future(conn.close_ready.wait())
     try:

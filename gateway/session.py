@@ -37,7 +37,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -48,12 +48,18 @@ from parsers.base import PromptImage
 from parsers.base import get as get_parser
 
 from . import config as cfg
-from .fanout import Connection
+from .fanout import Connection, text_frame
 from .files import FileError, FileStore, store_tool_files
 from .history import History, Replay
 from .metrics import GatewayMetrics
 from .persistence import COMPACT_SLACK, FORMAT, VERSION, Loaded, SavedSession
-from .process import AgentProcess, AgentStartError, AgentStdinFull
+from .process import (
+    DEFAULT_MAX_LINE_BYTES,
+    AgentProcess,
+    AgentStartError,
+    AgentStdinFull,
+    StdoutLine,
+)
 from .protocol import codec, recovery
 from .protocol import frames as F
 from .protocol import session as sm
@@ -62,7 +68,12 @@ from .protocol.replay import history_frames
 
 __all__ = ["LiveSession"]
 
+_Route = tuple[tuple[Connection, ...], tuple[Connection, ...], tuple[Connection, ...]]
+
 log = logging.getLogger("rawp_gateway.session")
+
+# agent.error code of a warning: the agent printed a line over the reader's limit (it was dropped)
+LINE_TOO_LONG = "AGENT_LINE_TOO_LONG"
 
 
 class LiveSession:
@@ -132,6 +143,7 @@ class LiveSession:
         )
         self.machine.name = name
         self.connections: dict[str, Connection] = {}
+        self._routes: dict[str, _Route] = {}
         self.process: AgentProcess | None = None
         self._spawning = False
         self._spawned = asyncio.Event()
@@ -360,6 +372,8 @@ class LiveSession:
         role: str,
         last_message_id: str | None,
         full_history: bool = False,
+        transport: asyncio.WriteTransport,
+        drain: Callable[[], Awaitable[None]],
         abort: Callable[[], None] | None = None,
     ) -> Connection:
         """A new connection; with ``last_message_id`` a reattach, with ``full_history`` a master
@@ -367,6 +381,8 @@ class LiveSession:
         conn = Connection(
             conn_id,
             ws,
+            transport=transport,
+            drain=drain,
             role=role,
             max_queue_bytes=self.config.send_queue_bytes,
             observe_latency_ns=self.metrics.observe_latency_ns,
@@ -374,6 +390,7 @@ class LiveSession:
             abort=abort,
         )
         self.connections[conn_id] = conn
+        self._routes.clear()
         self._cancel_timer("reattach-window")
         self.metrics.ws_connected(role)
         actions = self.machine.attached(conn_id)
@@ -421,6 +438,7 @@ class LiveSession:
         conn = self.connections.pop(conn_id, None)
         if conn is None:
             return
+        self._routes.clear()
         self.metrics.ws_disconnected(conn.role)
         self._arm_reattach_window()
         self._track_state()
@@ -526,29 +544,38 @@ class LiveSession:
         await self._pump(proc)
 
     async def _pump(self, proc: AgentProcess) -> None:
+        # Every line queued since the last await is handled in one go: one await per burst, and
+        # the frames of the whole burst leave in one write per connection (see fanout).
         lines = self._lines
         machine = self.machine
         parser = machine.parser
         clock = time.perf_counter_ns
-        while (item := await proc.readline()) is not None:
+        act = self._act
+        while batch := await proc.readlines():
             if self._suspended:
                 continue  # the gateway is stopping: what the agent says now is not the session's
-            self._line_t_ns = item.t_ns
-            t0 = clock()
-            events = store_tool_files(parser.feed(item.line), self.files, self.workspace)
-            actions = machine.agent_events(events)
-            elapsed = clock() - t0
-            if events:
-                kind = type(events[0])
-                if kind is ev.ParseError:
-                    lines.parse_error()
-                elif kind is ev.Unknown:
-                    lines.unknown_kind()
+            for item in batch:
+                self._line_t_ns = item.t_ns
+                t0 = clock()
+                if item.cut:
+                    events = self._cut_line(item)
                 else:
-                    lines.line(kind.__name__, elapsed)
-            else:
-                lines.line("none", elapsed)  # e.g. a stream event with nothing to say
-            self.perform(actions)
+                    events = store_tool_files(parser.feed(item.line), self.files, self.workspace)
+                actions = machine.agent_events(events)
+                elapsed = clock() - t0
+                if events:
+                    kind = type(events[0])
+                    if kind is ev.ParseError:
+                        lines.parse_error()
+                    elif kind is ev.Unknown:
+                        lines.unknown_kind()
+                    else:
+                        lines.line(kind.__name__, elapsed)
+                else:
+                    lines.line("none", elapsed)  # e.g. a stream event with nothing to say
+                for action in actions:
+                    act(action)
+            self._track_state()
         self._line_t_ns = 0
         if self._suspended:
             return
@@ -564,6 +591,18 @@ class LiveSession:
         self.perform(
             machine.agent_exited(status.kind, status.returncode, status.signal, proc.stderr_tail())
         )
+
+    def _cut_line(self, item: StdoutLine) -> list[ev.AgentEvent]:
+        """A line over the reader's limit: only its head was kept, so it cannot be parsed. It is
+        counted as a parse error and the masters are told that something of the agent's was lost."""
+        message = (
+            f"the agent printed a line of {item.cut} bytes, over the gateway's limit of "
+            f"{DEFAULT_MAX_LINE_BYTES} bytes per line; it was dropped"
+        )
+        return [
+            ev.ParseError(message=message, line=item.line),
+            ev.Notice(severity="warning", code=LINE_TOO_LONG, message=message),
+        ]
 
     def _prompt_bytes(self, text: str, images: list[ev.StoredFile]) -> bytes | None:
         """The prompt for the agent's stdin, its images read from the file store."""
@@ -646,42 +685,50 @@ class LiveSession:
 
     def perform(self, actions: list[sm.Action]) -> None:
         for action in actions:
-            if isinstance(action, sm.Emit):
-                self._emit(action)
-            elif isinstance(action, sm.WriteStdin):
-                self._write_stdin(action.data)
-            elif isinstance(action, sm.WritePrompt):
-                data = self._prompt_bytes(action.text, action.images)
-                if data is not None:
-                    self._write_stdin(data)
-            elif isinstance(action, sm.PlaceFile):
-                self._place_file(action)
-            elif isinstance(action, sm.Spawn):
-                self._spawn(action)
-            elif isinstance(action, sm.Signal):
-                if self.process is not None:
-                    self.process.send_signal(action.signum)
-            elif isinstance(action, sm.Terminate):
-                self._task(self._terminate())
-            elif isinstance(action, sm.StartTimer):
-                self._set_timer(action.key, action.seconds)
-            elif isinstance(action, sm.CancelTimer):
-                self._cancel_timer(action.key)
-            elif isinstance(action, sm.SetFeatures):
-                conn = self.connections.get(action.conn_id)
-                if conn is not None:
-                    conn.filter = ConnectionFilter(action.features)
-            elif isinstance(action, sm.CloseAll):
-                self._close_all(action.reason)
-            elif isinstance(action, sm.Settled):
-                self.metrics.interaction(action.interaction_type, action.outcome)
-            elif isinstance(action, sm.Log):
-                log.log(
-                    logging.getLevelName(action.level.upper()),
-                    action.message,
-                    extra={"session": self.id, **action.fields},
-                )
+            self._act(action)
         self._track_state()
+
+    def _act(self, action: sm.Action) -> None:
+        if type(action) is sm.Emit:
+            self._emit(action)
+        else:
+            self._act_other(action)
+
+    def _act_other(self, action: sm.Action) -> None:
+        if isinstance(action, sm.WriteStdin):
+            self._write_stdin(action.data)
+        elif isinstance(action, sm.WritePrompt):
+            data = self._prompt_bytes(action.text, action.images)
+            if data is not None:
+                self._write_stdin(data)
+        elif isinstance(action, sm.PlaceFile):
+            self._place_file(action)
+        elif isinstance(action, sm.Spawn):
+            self._spawn(action)
+        elif isinstance(action, sm.Signal):
+            if self.process is not None:
+                self.process.send_signal(action.signum)
+        elif isinstance(action, sm.Terminate):
+            self._task(self._terminate())
+        elif isinstance(action, sm.StartTimer):
+            self._set_timer(action.key, action.seconds)
+        elif isinstance(action, sm.CancelTimer):
+            self._cancel_timer(action.key)
+        elif isinstance(action, sm.SetFeatures):
+            conn = self.connections.get(action.conn_id)
+            if conn is not None:
+                conn.filter = ConnectionFilter(action.features)
+                self._routes.clear()
+        elif isinstance(action, sm.CloseAll):
+            self._close_all(action.reason)
+        elif isinstance(action, sm.Settled):
+            self.metrics.interaction(action.interaction_type, action.outcome)
+        elif isinstance(action, sm.Log):
+            log.log(
+                logging.getLevelName(action.level.upper()),
+                action.message,
+                extra={"session": self.id, **action.fields},
+            )
 
     def _emit(self, action: sm.Emit) -> None:
         frame = action.frame
@@ -704,17 +751,33 @@ class LiveSession:
         if evicted:
             self.metrics.history_evicted(evicted, evicted_bytes)
         self._observe_frame(frame)
-        flat: bytes | None = None
-        has_context = bool(frame.metadata and "subagent_context" in frame.metadata)
-        for conn in self.connections.values():
-            if conn.id == action.exclude or not conn.filter.admits(type_):
-                continue
-            if has_context and not conn.filter.keeps_subagent_context:
-                if flat is None:
-                    flat = codec.encode(strip_subagent_context(frame))
-                conn.offer(flat, t_ns)
-            else:
-                conn.offer(data, t_ns)
+        route = self._routes.get(type_)
+        if route is None:
+            route = self._route(type_)
+        targets, keepers, strip = route
+        if not targets:
+            return
+        # Each variant of the frame is encoded and framed once, for every connection it goes to.
+        exclude = action.exclude
+        if strip and frame.metadata and "subagent_context" in frame.metadata:
+            flat = text_frame(codec.encode(strip_subagent_context(frame)))
+            for conn in strip:
+                if conn.id != exclude:
+                    conn.send(flat, t_ns)
+            targets = keepers
+        framed = text_frame(data)
+        for conn in targets:
+            if conn.id != exclude:
+                conn.send(framed, t_ns)
+
+    def _route(self, type_: str) -> _Route:
+        """The connections that admit a frame type: all, those that keep ``subagent_context`` and
+        those that need it stripped; cached until a connection comes, goes or announces features."""
+        admitted = tuple(c for c in self.connections.values() if c.filter.admits(type_))
+        keepers = tuple(c for c in admitted if c.filter.keeps_subagent_context)
+        strip = tuple(c for c in admitted if not c.filter.keeps_subagent_context)
+        self._routes[type_] = route = (admitted, keepers, strip)
+        return route
 
     def _observe_frame(self, frame: F.Frame) -> None:
         payload = frame.payload  # type: ignore[attr-defined]

@@ -21,6 +21,8 @@ import pytest
 import uvloop
 
 from gateway.process import (
+    CUT_HEAD_BYTES,
+    DEFAULT_MAX_LINE_BYTES,
     RAWP_DPS_VERSION,
     AgentExecutableNotFound,
     AgentProcess,
@@ -165,13 +167,14 @@ def test_missing_executable_is_a_clear_error(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- stdout lines
 
 
-def test_a_64_mib_line_arrives_whole() -> None:
-    """A line 1024x the StreamReader default limit is one line, then the stream goes on.
+def test_a_line_of_the_default_max_line_bytes_arrives_whole() -> None:
+    """A line of exactly the default limit (32 MiB, 512x the StreamReader default limit) is one
+    line, then the stream goes on.
 
     On uvloop only, the production loop (the stdlib loop reads lines over many chunks in
     test_stdin_write_drain_and_close and the max_line_bytes test), to keep the suite fast.
     """
-    size = 64 * 1024 * 1024
+    size = DEFAULT_MAX_LINE_BYTES
 
     async def scenario() -> None:
         proc = await spawn(
@@ -240,15 +243,25 @@ def test_last_line_without_newline_is_still_a_line() -> None:
     assert run(asyncio.new_event_loop, scenario()) == [b"a", b"", b"b\r", b"partial"]
 
 
-def test_a_line_over_max_line_bytes_is_dropped_and_counted_not_fatal() -> None:
+def test_a_line_over_max_line_bytes_is_cut_to_its_head_and_counted_not_fatal() -> None:
+    """An overlong line, whether it comes in one chunk or in many, is queued as its first
+    CUT_HEAD_BYTES with its full size in ``cut``; the lines around it are whole."""
+
     async def scenario() -> None:
         proc = await spawn(
             "import sys; o = sys.stdout.buffer; o.write(b'ok1\\n' + b'y' * 300000 + b'\\nok2\\n');"
             " o.flush(); o.write(b'z' * 300000); o.flush(); o.write(b'z\\nok3\\n')",
             max_line_bytes=100_000,
         )
-        assert await all_lines(proc) == [b"ok1", b"ok2", b"ok3"]
-        assert proc.lines_dropped == 2
+        items = [item async for item in proc]
+        assert [(item.line, item.cut) for item in items] == [
+            (b"ok1", 0),
+            (b"y" * CUT_HEAD_BYTES, 300_000),
+            (b"ok2", 0),
+            (b"z" * CUT_HEAD_BYTES, 300_001),
+            (b"ok3", 0),
+        ]
+        assert proc.lines_cut == 2
         await proc.wait()
 
     run(asyncio.new_event_loop, scenario())

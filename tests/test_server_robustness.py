@@ -8,10 +8,13 @@ import json
 import signal
 import socket
 import sys
+import tracemalloc
 from dataclasses import replace
+from pathlib import Path
 
 import aiohttp
 
+from gateway.process import DEFAULT_MAX_LINE_BYTES
 from gateway.server import SESSIONS
 from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
 
@@ -23,12 +26,12 @@ async def prompt_and_wait(master: Master, text: str) -> list[dict]:
     return master.frames[start:]
 
 
-async def test_a_64_MiB_agent_line_is_cut_to_max_frame_size_and_the_session_goes_on(tmp_path):
-    """The demo agent reads a 64 MiB file: its tool_result line is ~64 MiB. The process adapter reads
-    it whole, the result frame is cut under max_frame_size with truncated: true, and the session
-    serves the next prompt."""
+async def test_a_large_agent_line_is_cut_to_max_frame_size_and_the_session_goes_on(tmp_path):
+    """The demo agent reads an 8 MiB file: its tool_result line is ~17 MiB (the text and the file
+    content), under the reader's line limit. The process adapter reads it whole, the result frame is
+    cut under max_frame_size with truncated: true, and the session serves the next prompt."""
     (tmp_path / "big.txt").write_bytes(
-        (b"0123456789abcdef" * 64 + b"\n") * (64 * 1024 * 1024 // 1025)
+        (b"0123456789abcdef" * 64 + b"\n") * (8 * 1024 * 1024 // 1025)
     )
     config = make_config(tmp_path, agents={"demo": fast_demo()})
     client = await start_gateway(config)
@@ -42,6 +45,43 @@ async def test_a_64_MiB_agent_line_is_cut_to_max_frame_size_and_the_session_goes
         assert len(json.dumps(result).encode()) <= config.max_frame_size
         frames = await prompt_and_wait(master, "hello again")
         assert frames[-1]["type"] == "session.usage"
+    finally:
+        await client.close()
+
+
+async def test_an_agent_line_over_the_line_limit_is_never_held_whole(tmp_path):
+    """A hostile agent prints a 100 MiB line (a tool result). The reader holds it up to the line limit
+    (32 MiB), then keeps its first KiB and drops the rest as it streams: the gateway's Python memory
+    peaks near the limit, far under the line (tracemalloc), the masters get an agent.error warning AGENT_LINE_TOO_LONG, the call it belonged
+    to is settled (cancelled), and the session serves the next prompt."""
+    agent = replace(
+        fast_demo(),
+        name="long-line",
+        command=(sys.executable, str(Path(__file__).parent / "long_line_agent.py")),
+        env={},
+    )
+    client = await start_gateway(make_config(tmp_path, agents={"long-line": agent}))
+    try:
+        session = await create_session(client, agent="long-line")
+        master = await Master.attach(client, session["session_id"])
+        tracemalloc.start()
+        try:
+            frames = await prompt_and_wait(master, "long line 100")
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        # What a line costs before it is known to be too long: the limit, and not a byte of the rest.
+        assert peak < DEFAULT_MAX_LINE_BYTES + 8 * 1024 * 1024, f"peak {peak} bytes"
+        warning = next(f for f in frames if f["type"] == "agent.error")
+        assert warning["payload"]["error_code"] == "AGENT_LINE_TOO_LONG"
+        assert warning["payload"]["severity"] == "warning"
+        assert "104857" in warning["payload"]["message"]  # the line's size, 100 MiB and some
+        result = next(f for f in frames if f["type"] == "tool.invoke.result")
+        assert result["payload"]["status"] == "cancelled"
+        frames = await prompt_and_wait(master, "hello again")
+        assert frames[-1]["type"] == "session.usage"
+        texts = [f["payload"]["text"] for f in frames if f["type"] == "agent.text.delta"]
+        assert "".join(texts) == "done"
     finally:
         await client.close()
 

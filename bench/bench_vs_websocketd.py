@@ -1,0 +1,125 @@
+"""rawp-gateway against websocketd, side by side in one run: one agent, one master.
+
+Theory of operation
+-------------------
+websocketd (Debian's package, installed by ``scripts/install-websocketd.sh`` when missing) is the
+anchor: a relay in Go that moves each stdout line to a WebSocket message without parsing it. Both
+relays run the same synthetic agent (``bench/synth_agent.py``: Claude Code stream-json lines, text
+deltas, tool calls, results) and are read by the same aiohttp master (``bench/relay_rig.py``). The
+gateway does its whole job on each line (parse, session machine, map, encode, history, fan-out);
+websocketd does none of it, which is what makes it the floor.
+
+For each relay, rounds interleaved, the best round kept:
+
+* full speed: the agent writes ``--lines`` lines at once; lines/s from the master's first message
+  to the end marker, and the relay's own CPU time (``/proc``) per agent line;
+* fixed rate: ``--rate`` lines/s for ``--seconds``; p50 and p99 of the latency from the agent's
+  write to the master's receive.
+
+Printed as ratios to websocketd (the absolute numbers are shown too, but they depend on the
+machine and on whatever else it runs).
+
+    .venv/bin/python bench/bench_vs_websocketd.py [--lines 60000] [--rate 1000] [--seconds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import aiohttp
+import uvloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from relay_rig import Gateway, Websocketd, quantile
+
+
+async def one_round(relay, lines: int, rate: int) -> dict[str, float]:
+    async with aiohttp.ClientSession() as http:
+        if isinstance(relay, Gateway):
+            master = await relay.attach(http, await relay.new_session(http))
+        else:
+            master = await relay.attach(http)
+        await asyncio.sleep(0.3)  # the agent has started and printed its init line
+        cpu0 = relay.cpu()
+        await master.request_burst(lines, rate)
+        await master.read_burst()
+        cpu = relay.cpu() - cpu0
+        await master.ws.close()
+    wall = (master.end_ns - master.first_ns) / 1e9
+    return {
+        "lines_s": lines / wall if wall > 0 else float("nan"),
+        "cpu_us": 1e6 * cpu / lines,
+        "p50_ms": quantile(master.latencies_ns, 0.5) / 1e6,
+        "p99_ms": quantile(master.latencies_ns, 0.99) / 1e6,
+    }
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    relays = [Websocketd(), Gateway()]
+    if args.baseline:
+        relays.append(Gateway(Path(args.baseline).resolve(), name="baseline"))
+    try:
+        for relay in relays:
+            await relay.ready()
+        full: dict[str, list[dict]] = {r.name: [] for r in relays}
+        fixed: dict[str, list[dict]] = {r.name: [] for r in relays}
+        for i in range(args.rounds):
+            order = relays if i % 2 == 0 else relays[::-1]
+            for relay in order:
+                full[relay.name].append(await one_round(relay, args.lines, 0))
+                fixed[relay.name].append(
+                    await one_round(relay, args.rate * args.seconds, args.rate)
+                )
+    finally:
+        for relay in relays:
+            relay.stop()
+    best = {
+        name: {
+            "lines_s": max(r["lines_s"] for r in full[name]),
+            "cpu_us": min(r["cpu_us"] for r in full[name]),
+            "p50_ms": min(r["p50_ms"] for r in fixed[name]),
+            "p99_ms": min(r["p99_ms"] for r in fixed[name]),
+        }
+        for name in full
+    }
+    print(f"{args.lines} lines at full speed, {args.rate} lines/s for {args.seconds} s; "
+          f"best of {args.rounds} interleaved rounds; one master")  # fmt: skip
+    others = [r.name for r in relays[1:]]
+    print(
+        f"{'measure':38} {'websocketd':>12}"
+        + "".join(f" {n:>13} {'/websocketd':>11}" for n in others)
+    )
+    rows = [
+        ("lines/s, full speed (higher is better)", "lines_s", "{:12,.0f}"),
+        ("CPU per agent line, full speed (µs)", "cpu_us", "{:12.2f}"),
+        (f"p50 at {args.rate} lines/s (ms)", "p50_ms", "{:12.2f}"),
+        (f"p99 at {args.rate} lines/s (ms)", "p99_ms", "{:12.2f}"),
+    ]
+    for label, key, fmt in rows:
+        a = best["websocketd"][key]
+        cells = "".join(
+            f" {fmt.format(best[n][key]):>13} {best[n][key] / a:10.2f}x" for n in others
+        )
+        print(f"{label:38} {fmt.format(a)}{cells}")
+    if args.baseline:
+        print(f"baseline: the gateway of {args.baseline}")
+    print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lines", type=int, default=60000)
+    parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--seconds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--baseline", help="another checkout of rawp-gateway, run side by side")
+    uvloop.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
