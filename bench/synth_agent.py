@@ -9,8 +9,8 @@ of text deltas, a Read tool call and its result (about 30 lines a message, nine 
 text deltas, as in a real streamed answer), then an ``END-OF-BURST`` text delta and a ``result``.
 
 ``<rate>`` 0 writes the whole burst at once (built first, written in 1 MiB blocks, so the agent is
-never what limits the relay). Any other rate writes the lines that are due, waking up at most every
-1 ms (at 10,000 lines/s, about ten lines a write), each text delta
+never what limits the relay). Any other rate writes each line with a write(2) of its own when it is
+due (as Claude Code's Node.js stdout does), each text delta
 stamped ``@T<CLOCK_MONOTONIC ns>;`` at the moment it is written, so that a master can measure the
 latency from the agent's write to its own receive (the clock is shared by all processes of the
 machine).
@@ -19,6 +19,7 @@ machine).
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -209,20 +210,14 @@ def run(n_lines: int, rate: float) -> None:
     clock = time.monotonic_ns
     start = clock()
     step = 1e9 / rate
-    i = 0
-    while i < len(lines):
-        due = int((clock() - start) / step) + 1
-        chunk = []
-        while i < min(due, len(lines)):
-            ln = lines[i]
-            chunk.append(ln if isinstance(ln, bytes) else ln.format(ts=f"@T{clock()};").encode())
-            i += 1
-        if chunk:
-            out.write(b"\n".join(chunk) + b"\n")
-            out.flush()
-        # Like a real agent's output, lines come in small bursts: a wake-up at most every 1 ms.
-        next_due = start + int(due * step)
-        time.sleep(max(0.001, (next_due - clock()) / 1e9))
+    fd = out.fileno()  # one write(2) per line, as Node's stdout does for Claude Code
+    for i, ln in enumerate(lines):
+        wait = (start + i * step - clock()) / 1e9
+        if wait > 0:
+            time.sleep(wait)  # late lines (a sleep overshoots) go out at once, one write each
+        os.write(
+            fd, (ln if isinstance(ln, bytes) else ln.format(ts=f"@T{clock()};").encode()) + b"\n"
+        )
 
 
 def main() -> None:

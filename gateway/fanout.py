@@ -7,9 +7,10 @@ JSON, RFC 6455, unmasked, uncompressed), then hands the same bytes to every admi
 ``Connection`` (``send``). Sending never waits and never awaits:
 
 * While the connection's transport is under its high-water mark, the bytes join a list that is
-  written with one ``transport.writelines`` at the end of the loop iteration (``call_soon``): every
-  frame made in the same iteration leaves in one write per connection, each still its own WebSocket
-  message, in order (DPS-2.3-order).
+  written with one ``transport.writelines`` when the session's ``Flusher`` runs: at the end of a
+  batch of agent lines, or else once at the end of the loop iteration (one ``call_soon`` for all the
+  session's connections). Every frame made in the same batch leaves in one write per connection,
+  each still its own WebSocket message, in order (DPS-2.3-order).
 * Once a write leaves the transport over its mark (a slow master), the connection holds what comes
   next and one drain task waits for the transport (``drain``), then writes what it holds. The held
   bytes are bounded by ``max_queue_bytes``; past it the connection is cut off: what it holds is
@@ -39,7 +40,7 @@ from aiohttp import WSCloseCode
 
 from .protocol.capabilities import ConnectionFilter
 
-__all__ = ["Connection", "text_frame"]
+__all__ = ["Connection", "Flusher", "text_frame"]
 
 OVERFLOW_CODE: Final = WSCloseCode.TRY_AGAIN_LATER
 _LEN7: Final = struct.Struct("!BB").pack
@@ -58,6 +59,40 @@ def text_frame(data: bytes) -> bytes:
     return _LEN64(_FIN_TEXT, 127, n) + data
 
 
+class Flusher:
+    """Writes what the connections of a session have pending: ``flush()`` now, or by itself once
+    at the end of the loop iteration; ``hold()`` defers that to the ``flush()`` the caller does."""
+
+    __slots__ = ("_dirty", "_held", "_scheduled")
+
+    def __init__(self) -> None:
+        self._dirty: list[Connection] = []
+        self._scheduled = False
+        self._held = False
+
+    def mark(self, conn: Connection) -> None:
+        self._dirty.append(conn)
+        if not self._scheduled and not self._held:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_flush)
+
+    def hold(self) -> None:
+        self._held = True
+
+    def flush(self) -> None:
+        self._held = False
+        dirty = self._dirty
+        if dirty:
+            self._dirty = []
+            for conn in dirty:
+                conn._flush()
+
+    def _scheduled_flush(self) -> None:
+        self._scheduled = False
+        if not self._held:
+            self.flush()
+
+
 class Connection:
     """A WebSocket bound to a session; ``send()`` framed bytes, they are written in order."""
 
@@ -74,6 +109,7 @@ class Connection:
         clock_ns: Callable[[], int] | None = None,
         abort: Callable[[], None] | None = None,
         close_timeout: float = 2.0,
+        flusher: Flusher | None = None,
     ) -> None:
         self.id = conn_id
         self.ws = ws  # the socket's owner (the server's handler) reads and closes it
@@ -85,7 +121,7 @@ class Connection:
         self._drain = drain
         self._pending: list[bytes] = []  # framed, for the end of this loop iteration
         self._times: list[int] = []  # line read times of the pending frames that have one
-        self._scheduled = False
+        self._dirty = False  # marked in the flusher
         self._held: list[bytes] = []  # framed, behind a transport over its high-water mark
         self._held_times: list[int] = []
         self.queued_bytes = 0  # held bytes
@@ -100,6 +136,7 @@ class Connection:
         self._abort = abort
         self._close_timeout = close_timeout
         self._loop = asyncio.get_running_loop()
+        self._flusher = flusher if flusher is not None else Flusher()
 
     def offer(self, data: bytes, t_ns: int = 0) -> None:
         """Send one encoded frame (JSON bytes) to this connection alone."""
@@ -115,9 +152,9 @@ class Connection:
         self._pending.append(framed)
         if t_ns:
             self._times.append(t_ns)
-        if not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon(self._flush)
+        if not self._dirty:
+            self._dirty = True
+            self._flusher.mark(self)
 
     def _hold(self, framed: bytes, t_ns: int) -> None:
         if self._held and self.queued_bytes + len(framed) > self.max_queue_bytes:
@@ -129,7 +166,7 @@ class Connection:
         self.queued_bytes += len(framed)
 
     def _flush(self) -> None:
-        self._scheduled = False
+        self._dirty = False
         pending, times = self._pending, self._times
         if not pending:
             return
@@ -192,7 +229,7 @@ class Connection:
     def close_after_flush(self, code: int = WSCloseCode.OK, reason: str = "") -> None:
         if self._closing is None:
             self._closing = (code, reason)
-        if self._drainer is None and not self._scheduled:
+        if self._drainer is None and not self._dirty:
             self._finish()
 
     def _finish(self) -> None:

@@ -48,7 +48,7 @@ from parsers.base import PromptImage
 from parsers.base import get as get_parser
 
 from . import config as cfg
-from .fanout import Connection, text_frame
+from .fanout import Connection, Flusher, text_frame
 from .files import FileError, FileStore, store_tool_files
 from .history import History, Replay
 from .metrics import GatewayMetrics
@@ -144,6 +144,7 @@ class LiveSession:
         self.machine.name = name
         self.connections: dict[str, Connection] = {}
         self._routes: dict[str, _Route] = {}
+        self._flusher = Flusher()
         self.process: AgentProcess | None = None
         self._spawning = False
         self._spawned = asyncio.Event()
@@ -388,6 +389,7 @@ class LiveSession:
             observe_latency_ns=self.metrics.observe_latency_ns,
             clock_ns=time.perf_counter_ns,
             abort=abort,
+            flusher=self._flusher,
         )
         self.connections[conn_id] = conn
         self._routes.clear()
@@ -551,30 +553,37 @@ class LiveSession:
         parser = machine.parser
         clock = time.perf_counter_ns
         act = self._act
+        flusher = self._flusher
         while batch := await proc.readlines():
             if self._suspended:
                 continue  # the gateway is stopping: what the agent says now is not the session's
-            for item in batch:
-                self._line_t_ns = item.t_ns
-                t0 = clock()
-                if item.cut:
-                    events = self._cut_line(item)
-                else:
-                    events = store_tool_files(parser.feed(item.line), self.files, self.workspace)
-                actions = machine.agent_events(events)
-                elapsed = clock() - t0
-                if events:
-                    kind = type(events[0])
-                    if kind is ev.ParseError:
-                        lines.parse_error()
-                    elif kind is ev.Unknown:
-                        lines.unknown_kind()
+            flusher.hold()
+            try:
+                for item in batch:
+                    self._line_t_ns = item.t_ns
+                    t0 = clock()
+                    if item.cut:
+                        events = self._cut_line(item)
                     else:
-                        lines.line(kind.__name__, elapsed)
-                else:
-                    lines.line("none", elapsed)  # e.g. a stream event with nothing to say
-                for action in actions:
-                    act(action)
+                        events = store_tool_files(
+                            parser.feed(item.line), self.files, self.workspace
+                        )
+                    actions = machine.agent_events(events)
+                    elapsed = clock() - t0
+                    if events:
+                        kind = type(events[0])
+                        if kind is ev.ParseError:
+                            lines.parse_error()
+                        elif kind is ev.Unknown:
+                            lines.unknown_kind()
+                        else:
+                            lines.line(kind.__name__, elapsed)
+                    else:
+                        lines.line("none", elapsed)  # e.g. a stream event with nothing to say
+                    for action in actions:
+                        act(action)
+            finally:
+                flusher.flush()
             self._track_state()
         self._line_t_ns = 0
         if self._suspended:
