@@ -57,7 +57,7 @@ async def test_an_agent_line_over_the_line_limit_is_never_held_whole(tmp_path):
     agent = replace(
         fast_demo(),
         name="long-line",
-        command=(sys.executable, str(Path(__file__).parent / "long_line_agent.py")),
+        command=(sys.executable, str(Path(__file__).parent / "hostile" / "long_line.py")),
         env={},
     )
     client = await start_gateway(make_config(tmp_path, agents={"long-line": agent}))
