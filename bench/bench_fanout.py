@@ -19,6 +19,7 @@ and per attached master, from the process's RSS before and after creating the se
 attaching their masters.
 
     .venv/bin/python bench/bench_fanout.py [--rate 10000] [--seconds 3] [--sessions 100]
+        [--baseline ../other-checkout]   # also that checkout's gateway, each scenario back to back
 """
 
 from __future__ import annotations
@@ -93,46 +94,79 @@ async def new_sessions(gw: Gateway, http: aiohttp.ClientSession, n: int) -> list
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    gw = Gateway(Path(args.tree).resolve()) if args.tree else Gateway()
+    gateways = [Gateway()]
+    if args.baseline:
+        gateways.append(Gateway(Path(args.baseline).resolve(), name="baseline"))
+    lines = args.rate * args.seconds
+    results: dict[str, dict[str, dict[str, float]]] = {gw.name: {} for gw in gateways}
+    memory: dict[str, tuple[float, float]] = {}
     try:
-        await gw.ready()
         async with aiohttp.ClientSession() as http:
-            lines = args.rate * args.seconds
-            [sid] = await new_sessions(gw, http, 1)
-            await burst(gw, [sid], lines // 4, args.rate, 1)  # warm-up
-            one = await burst(gw, [sid], lines, args.rate, 1)
-            many = await burst(gw, [sid] * args.masters, lines, args.rate, args.client_procs)
-            await asyncio.sleep(1)
-            rss0 = gw.rss()
-            sids = await new_sessions(gw, http, args.sessions)
-            await asyncio.sleep(2)
-            rss_idle = gw.rss()
-            spread = await burst(
-                gw, sids, args.session_rate * args.seconds, args.session_rate, args.client_procs
-            )
+            one_sid = {}
+            for gw in gateways:
+                await gw.ready()
+                [one_sid[gw.name]] = await new_sessions(gw, http, 1)
+                await burst(gw, [one_sid[gw.name]], lines // 4, args.rate, 1)  # warm-up
+            # Each scenario on every gateway back to back, so that they share the machine's mood.
+            scenarios = [("one", 1), ("many", args.masters)]
+            for i, (key, n) in enumerate(scenarios):
+                for gw in gateways if i % 2 == 0 else gateways[::-1]:
+                    sid = one_sid[gw.name]
+                    procs = 1 if n == 1 else args.client_procs
+                    results[gw.name][key] = await burst(gw, [sid] * n, lines, args.rate, procs)
+            sids = {}
+            for gw in gateways:
+                await asyncio.sleep(1)
+                rss0 = gw.rss()
+                sids[gw.name] = await new_sessions(gw, http, args.sessions)
+                await asyncio.sleep(2)
+                memory[gw.name] = (rss0, gw.rss())
+            for gw in gateways[::-1]:
+                results[gw.name]["spread"] = await burst(
+                    gw,
+                    sids[gw.name],
+                    args.session_rate * args.seconds,
+                    args.session_rate,
+                    args.client_procs,
+                )
     finally:
-        gw.stop()
+        for gw in gateways:
+            gw.stop()
     print(
         f"one agent at {args.rate} lines/s for {args.seconds} s; {args.sessions} sessions at "
         f"{args.session_rate} lines/s; masters in {args.client_procs} processes"
     )
-    print(
-        f"{'scenario':34} {'CPU/line µs':>12} {'p50 ms':>8} {'p99 ms':>8} {'CPU vs 1 master':>16}"
-    )
-    rows = [
-        ("1 master", one),
-        (f"{args.masters} masters", many),
-        (f"{args.sessions} sessions x 1 master", spread),
-    ]
-    for label, r in rows:
+    labels = {
+        "one": "1 master",
+        "many": f"{args.masters} masters",
+        "spread": f"{args.sessions} sessions x 1 master",
+    }
+    for gw in gateways:
+        r = results[gw.name]
+        print(f"{gw.name}:")
         print(
-            f"{label:34} {r['cpu_us']:12.1f} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} "
-            f"{r['cpu_us'] / one['cpu_us']:15.2f}x"
+            f"  {'scenario':32} {'CPU/line µs':>12} {'p50 ms':>8} {'p99 ms':>8} "
+            f"{'CPU vs 1 master':>16}"
         )
-    per_session = (rss_idle - rss0) / args.sessions
-    per_master = (spread["rss_attached"] - rss_idle) / args.sessions
-    print(f"memory per idle session: {per_session / 1024:.0f} KiB; per attached master: "
-          f"{per_master / 1024:.0f} KiB (gateway RSS, {args.sessions} of each)")  # fmt: skip
+        for key, label in labels.items():
+            x = r[key]
+            print(
+                f"  {label:32} {x['cpu_us']:12.1f} {x['p50_ms']:8.2f} {x['p99_ms']:8.2f} "
+                f"{x['cpu_us'] / r['one']['cpu_us']:15.2f}x"
+            )
+        rss0, rss_idle = memory[gw.name]
+        per_session = (rss_idle - rss0) / args.sessions
+        per_master = (r["spread"]["rss_attached"] - rss_idle) / args.sessions
+        print(
+            f"  memory per idle session: {per_session / 1024:.0f} KiB; per attached master: "
+            f"{per_master / 1024:.0f} KiB (the gateway's RSS, {args.sessions} of each)"
+        )
+    if args.baseline:
+        print("rawp-gateway / baseline, CPU per line:")
+        for key, label in labels.items():
+            ratio = results["rawp-gateway"][key]["cpu_us"] / results["baseline"][key]["cpu_us"]
+            print(f"  {label:32} {ratio:12.2f}x")
+        print(f"baseline: the gateway of {args.baseline}")
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
@@ -144,7 +178,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--session-rate", type=int, default=100)
     parser.add_argument("--client-procs", type=int, default=2)
-    parser.add_argument("--tree", help="run the gateway of another checkout (a baseline)")
+    parser.add_argument("--baseline", help="another checkout of rawp-gateway, run side by side")
     uvloop.run(main_async(parser.parse_args()))
 
 

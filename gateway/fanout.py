@@ -7,7 +7,7 @@ JSON, RFC 6455, unmasked, uncompressed), then hands the same bytes to every admi
 ``Connection`` (``send``). Sending never waits and never awaits:
 
 * While the connection's transport is under its high-water mark, the bytes join a list that is
-  written with one ``transport.writelines`` when the session's ``Flusher`` runs: at the end of a
+  written with one ``transport.write`` when the session's ``Flusher`` runs: at the end of a
   batch of agent lines, or else once at the end of the loop iteration (one ``call_soon`` for all the
   session's connections). Every frame made in the same batch leaves in one write per connection,
   each still its own WebSocket message, in order (DPS-2.3-order).
@@ -184,7 +184,7 @@ class Connection:
         if len(buffers) == 1:
             transport.write(buffers[0])
         else:
-            transport.writelines(buffers)
+            transport.write(b"".join(buffers))
         self.frames_sent += len(buffers)
         if times and self._observe is not None and self._clock_ns is not None:
             now = self._clock_ns()

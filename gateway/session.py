@@ -72,6 +72,8 @@ _Route = tuple[tuple[Connection, ...], tuple[Connection, ...], tuple[Connection,
 
 log = logging.getLogger("rawp_gateway.session")
 
+BATCH_LINES = 256  # agent lines handled between two turns of the event loop, at most
+
 # agent.error code of a warning: the agent printed a line over the reader's limit (it was dropped)
 LINE_TOO_LONG = "AGENT_LINE_TOO_LONG"
 
@@ -546,15 +548,15 @@ class LiveSession:
         await self._pump(proc)
 
     async def _pump(self, proc: AgentProcess) -> None:
-        # Every line queued since the last await is handled in one go: one await per burst, and
-        # the frames of the whole burst leave in one write per connection (see fanout).
+        # The lines queued since the last await are handled in one go (up to BATCH_LINES): one
+        # await per burst, and the frames of the whole batch leave in one write per connection.
         lines = self._lines
         machine = self.machine
         parser = machine.parser
         clock = time.perf_counter_ns
         act = self._act
         flusher = self._flusher
-        while batch := await proc.readlines():
+        while batch := await proc.readlines(BATCH_LINES):
             if self._suspended:
                 continue  # the gateway is stopping: what the agent says now is not the session's
             flusher.hold()
@@ -585,6 +587,10 @@ class LiveSession:
             finally:
                 flusher.flush()
             self._track_state()
+            if len(batch) == BATCH_LINES:
+                # A long burst: let the loop write, read and drain between batches, so that the
+                # masters get the first frames while the rest is being mapped.
+                await asyncio.sleep(0)
         self._line_t_ns = 0
         if self._suspended:
             return
