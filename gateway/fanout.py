@@ -12,8 +12,9 @@ JSON, RFC 6455, unmasked, uncompressed), then hands the same bytes to every admi
   session's connections). Every frame made in the same batch leaves in one write per connection,
   each still its own WebSocket message, in order (DPS-2.3-order).
 * Once a write leaves the transport over its mark (a slow master), the connection holds what comes
-  next and one drain task waits for the transport (``drain``), then writes what it holds. The held
-  bytes are bounded by ``max_queue_bytes``; past it the connection is cut off: what it holds is
+  next and one drain task waits for the transport (``drain``), then writes what it holds. What a
+  connection has not yet written (pending and held, ``queued_bytes``) is bounded by
+  ``max_queue_bytes``; past it the connection is cut off: what it holds is
   dropped and it is closed with code 1013 ("try again later") and a reason saying to reattach with
   ``last_message_id``, so it can never delay the agent or the other connections, and loses nothing
   it cannot get back from the session's history. One frame always fits, however large: the bound is
@@ -124,7 +125,8 @@ class Connection:
         self._dirty = False  # marked in the flusher
         self._held: list[bytes] = []  # framed, behind a transport over its high-water mark
         self._held_times: list[int] = []
-        self.queued_bytes = 0  # held bytes
+        self.queued_bytes = 0  # pending and held: what this connection has not written yet
+        self._pending_bytes = 0
         self._drainer: asyncio.Task[None] | None = None
         self._closing: tuple[int, str] | None = None
         self.closed = asyncio.Event()  # the writing is done: everything was written (or lost)
@@ -146,24 +148,23 @@ class Connection:
         """Send one WebSocket message made by ``text_frame`` (the same bytes may go to many)."""
         if self._closing is not None:
             return
+        size = len(framed)
+        if self.queued_bytes and self.queued_bytes + size > self.max_queue_bytes:
+            self._overflow()
+            return
+        self.queued_bytes += size
         if self._drainer is not None:
-            self._hold(framed, t_ns)
+            self._held.append(framed)
+            if t_ns:
+                self._held_times.append(t_ns)
             return
         self._pending.append(framed)
+        self._pending_bytes += size
         if t_ns:
             self._times.append(t_ns)
         if not self._dirty:
             self._dirty = True
             self._flusher.mark(self)
-
-    def _hold(self, framed: bytes, t_ns: int) -> None:
-        if self._held and self.queued_bytes + len(framed) > self.max_queue_bytes:
-            self._overflow()
-            return
-        self._held.append(framed)
-        if t_ns:
-            self._held_times.append(t_ns)
-        self.queued_bytes += len(framed)
 
     def _flush(self) -> None:
         self._dirty = False
@@ -171,6 +172,8 @@ class Connection:
         if not pending:
             return
         self._pending, self._times = [], []
+        self.queued_bytes -= self._pending_bytes
+        self._pending_bytes = 0
         self._write(pending, times)
         if self._closing is not None and self._drainer is None:
             self._finish()
@@ -202,7 +205,7 @@ class Connection:
                 if not held:
                     break
                 self._held, self._held_times = [], []
-                self.queued_bytes = 0
+                self.queued_bytes = self._pending_bytes  # (nothing is pending while held)
                 self._write(held, times)
                 if self._transport.is_closing():
                     return
@@ -239,7 +242,7 @@ class Connection:
     def _drop(self) -> None:
         self._pending, self._times = [], []
         self._held, self._held_times = [], []
-        self.queued_bytes = 0
+        self.queued_bytes = self._pending_bytes = 0
         drainer, self._drainer = self._drainer, None
         if drainer is not None and drainer is not asyncio.current_task():
             drainer.cancel()

@@ -1,7 +1,7 @@
 """A hostile agent for the tests: speaks Claude Code's stream-json, and answers a prompt that says
 ``long line <MB>`` with a Read call whose result line is <MB> megabytes long, written 1 MiB at a time
 (so this process never holds it), then a short text answer and a ``result``. Any other prompt gets
-the short answer only."""
+the short answer only; control requests get no answer."""
 
 import json
 import re
@@ -25,6 +25,8 @@ def answer(text: str) -> None:
 
 emit({"type": "system", "subtype": "init", "session_id": SESSION, "tools": ["Read"]})
 for raw in sys.stdin:
+    if json.loads(raw).get("type") != "user":
+        continue  # control requests (the gateway's initialize) get no answer: this agent has none
     wanted = re.search(r"long line (\d+)", raw)
     if wanted:
         emit({"type": "assistant", "session_id": SESSION, "parent_tool_use_id": None,
