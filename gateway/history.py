@@ -190,5 +190,6 @@ class History:
         released = self.bytes
         self._frames.clear()
         self._seq_of.clear()
+        self._ids.clear()
         self.bytes = 0
         return released
