@@ -241,8 +241,11 @@ def serve_gateway(port: int, workspace: str, tree: str) -> None:
     agents["synth"] = replace(
         agents["demo"], name="synth", command=tuple(AGENT), env={}, description="bench agent"
     )
+    extra = {}
+    if "max_sessions" in Config.__dataclass_fields__:  # bench_fanout runs 100 sessions and more
+        extra["max_sessions"] = 1000
     config = Config(
-        port=port, workspace_root=Path(workspace), agents=agents, reattach_window_sec=600.0
+        port=port, workspace_root=Path(workspace), agents=agents, reattach_window_sec=600.0, **extra
     )
     import logging
 
