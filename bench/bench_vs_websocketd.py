@@ -20,6 +20,10 @@ Printed as ratios to websocketd (the absolute numbers are shown too, but they de
 machine and on whatever else it runs).
 
     .venv/bin/python bench/bench_vs_websocketd.py [--lines 60000] [--rate 1000] [--seconds 3]
+        [--state-dir] [--baseline CHECKOUT]
+
+``--state-dir`` adds the same gateway with ``[server] state_dir`` set (every frame also written to
+the session's log on disk): what persistence costs on the hot path, in the same run.
 """
 
 from __future__ import annotations
@@ -61,6 +65,8 @@ async def one_round(relay, lines: int, rate: int) -> dict[str, float]:
 
 async def main_async(args: argparse.Namespace) -> None:
     relays = [Websocketd(), Gateway()]
+    if args.state_dir:
+        relays.append(Gateway(name="+state_dir", state_dir=True))
     if args.baseline:
         relays.append(Gateway(Path(args.baseline).resolve(), name="baseline"))
     try:
@@ -118,6 +124,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline", help="another checkout of rawp-gateway, run side by side")
+    parser.add_argument(
+        "--state-dir",
+        action="store_true",
+        help="also run the gateway with a state directory (sessions on disk), side by side",
+    )
     uvloop.run(main_async(parser.parse_args()))
 
 

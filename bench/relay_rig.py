@@ -99,14 +99,17 @@ class Relay:
 class Gateway(Relay):
     """The gateway of this checkout, or of another one (``tree``: a baseline to compare with)."""
 
-    def __init__(self, tree: Path = ROOT, name: str = "rawp-gateway") -> None:
+    def __init__(
+        self, tree: Path = ROOT, name: str = "rawp-gateway", *, state_dir: bool = False
+    ) -> None:
+        """``state_dir``: the gateway keeps its sessions on disk (a temporary state directory)."""
         self.name = name
         self.port = free_port()
         self.workspace = tempfile.mkdtemp(prefix="bench-gw-")
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "gateway", str(self.port), self.workspace, str(tree)],
-            cwd=tree,
-        )
+        argv = [sys.executable, __file__, "gateway", str(self.port), self.workspace, str(tree)]
+        if state_dir:
+            argv.append(str(Path(self.workspace) / ".rawp-state"))
+        self.proc = subprocess.Popen(argv, cwd=tree)
 
     async def ready(self) -> None:
         await wait_port(self.port)
@@ -230,7 +233,7 @@ def quantile(values: list[int], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
 
 
-def serve_gateway(port: int, workspace: str, tree: str) -> None:
+def serve_gateway(port: int, workspace: str, tree: str, state_dir: str | None = None) -> None:
     sys.path.insert(0, tree)
     from dataclasses import replace
 
@@ -244,6 +247,8 @@ def serve_gateway(port: int, workspace: str, tree: str) -> None:
     extra = {}
     if "max_sessions" in Config.__dataclass_fields__:  # bench_fanout runs 100 sessions and more
         extra["max_sessions"] = 1000
+    if state_dir is not None:
+        extra["state_dir"] = Path(state_dir)
     config = Config(
         port=port, workspace_root=Path(workspace), agents=agents, reattach_window_sec=600.0, **extra
     )
@@ -273,7 +278,7 @@ async def run_masters(url: str, session_ids: list[str], lines: int, rate: int, a
 
 if __name__ == "__main__":
     if sys.argv[1] == "gateway":
-        serve_gateway(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        serve_gateway(int(sys.argv[2]), sys.argv[3], sys.argv[4], *sys.argv[5:6])
     elif sys.argv[1] == "masters":
         import uvloop
 
