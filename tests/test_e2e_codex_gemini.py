@@ -48,27 +48,42 @@ class Rig:
     async def info(self, session_id: str) -> dict[str, Any]:
         return await (await self.gw.get(f"/v1/session/{session_id}")).json()
 
+    async def upload(self, session_id: str, name: str, body: bytes, mime: str) -> Any:
+        resp = await self.gw.put(
+            f"/v1/session/{session_id}/files",
+            params={"name": name},
+            data=body,
+            headers={"Content-Type": mime},
+        )
+        return resp.status, await resp.json()
+
     @property
     def model_requests(self) -> list[Any]:
         return [
             r
             for r in self.cli.server.requests
-            if r.path.startswith("/v1/responses") or ":streamGenerateContent" in r.path
+            if r.path.startswith(("/v1/messages", "/v1/responses"))
+            or ":streamGenerateContent" in r.path
         ]
 
 
 @contextlib.asynccontextmanager
-async def gateway(agent: str, calls: list[dict[str, Any]], **run: Any) -> AsyncIterator[Rig]:
+async def gateway(
+    agent: str, calls: list[dict[str, Any]], *, server: dict[str, Any] | None = None, **run: Any
+) -> AsyncIterator[Rig]:
     """The scripted model server answering ``calls`` and a gateway whose built-in ``agent`` profile
-    runs the real CLI (with the rig's environment; its workspace root is the rig's workspace)."""
+    runs the real CLI (with the rig's environment; its workspace root is the rig's workspace).
+    ``run``: the scenario's run table (``files``, ...); ``server``: ``Config`` fields."""
     binary = require_cli(agent)
     scenario = parse_scenario({"run": run, "calls": calls}, name=f"e2e-{agent}", agent=agent)
     async with scripted_cli(scenario) as cli:
-        base = builtin_profiles(codex=str(binary), gemini=str(binary))[agent]
+        base = builtin_profiles(claude=str(binary), codex=str(binary), gemini=str(binary))[agent]
         profile = replace(base, env=cli.env)
         if agent == "gemini":
             profile = replace(profile, command=(str(binary), "-m", GEMINI_MODEL, *base.command[1:]))
-        client = await start_gateway(make_config(cli.cwd, agents={agent: profile}))
+        client = await start_gateway(
+            make_config(cli.cwd, agents={agent: profile}, **(server or {}))
+        )
         try:
             yield Rig(agent, cli, client)
         finally:

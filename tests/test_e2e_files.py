@@ -9,76 +9,24 @@ the file the CLI read, and the image or text the scripted model server received 
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient
 
-from gateway.config import builtin_profiles
-from tests.gateway_peer import Master, create_session, make_config, start_gateway
-from tests.rig.env import require_cli
-from tests.rig.run import CliSetup, scripted_cli
-from tests.rig.scenario import parse_scenario
+from tests import test_e2e_codex_gemini as e2e
+from tests.gateway_peer import Master
 
 pytestmark = pytest.mark.realcli
 
 PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAQAAAADCAIAAAA7ljmRAAAAEElEQVR4nGP4z8AARww4OQD1MQv1NXv7ggAAAABJRU5ErkJggg=="
 PNG = base64.b64decode(PNG_B64)  # a 4x3 red PNG
-GEMINI_MODEL = "gemini-2.5-flash"
 
 
-@dataclass
-class Rig:
-    agent: str
-    cli: CliSetup
-    gw: TestClient
-
-    async def master(self) -> tuple[str, Master]:
-        session = await create_session(self.gw, self.agent)
-        master = await Master.attach(self.gw, session["session_id"])
-        assert (await master.next())["type"] == "session.capabilities"
-        return session["session_id"], master
-
-    async def upload(self, session_id: str, name: str, body: bytes, mime: str) -> Any:
-        resp = await self.gw.put(
-            f"/v1/session/{session_id}/files",
-            params={"name": name},
-            data=body,
-            headers={"Content-Type": mime},
-        )
-        return resp.status, await resp.json()
-
-    @property
-    def model_requests(self) -> list[Any]:
-        return [
-            r
-            for r in self.cli.server.requests
-            if r.path.startswith(("/v1/messages", "/v1/responses"))
-            or ":streamGenerateContent" in r.path
-        ]
-
-
-@contextlib.asynccontextmanager
-async def gateway(agent: str, calls: list[dict[str, Any]], **server: Any) -> AsyncIterator[Rig]:
-    """The scripted model server answering ``calls`` (a workspace holding ``dot.png``) and a gateway
-    whose built-in ``agent`` profile runs the real CLI against it."""
-    binary = require_cli(agent)
-    run = {"files": {"dot.png": {"base64": PNG_B64}}}
-    scenario = parse_scenario({"run": run, "calls": calls}, name=f"files-{agent}", agent=agent)
-    async with scripted_cli(scenario) as cli:
-        base = builtin_profiles(claude=str(binary), codex=str(binary), gemini=str(binary))[agent]
-        profile = replace(base, env=cli.env)
-        if agent == "gemini":
-            profile = replace(profile, command=(str(binary), "-m", GEMINI_MODEL, *base.command[1:]))
-        client = await start_gateway(make_config(cli.cwd, agents={agent: profile}, **server))
-        try:
-            yield Rig(agent, cli, client)
-        finally:
-            await client.close()
+def gateway(agent: str, calls: list[dict[str, Any]], **server: Any):
+    """The Codex/Gemini end-to-end rig (any of the three CLIs) with ``dot.png`` in its workspace;
+    ``server``: ``Config`` fields."""
+    return e2e.gateway(agent, calls, server=server, files={"dot.png": {"base64": PNG_B64}})
 
 
 async def prompt_turn(master: Master, text: str, **payload: Any) -> list[dict[str, Any]]:
