@@ -163,9 +163,12 @@ class History:
         *,
         last_timestamp: str | None,
         crashed: bool,
+        crash_boundary: int | None = None,
     ) -> None:
         """Fill an empty buffer with saved ``entries`` (see ``entries``); ``crashed``: the gateway
-        that saved them did not stop cleanly, so their last frames may be missing."""
+        that saved them did not stop cleanly, so their last frames may be missing;
+        ``crash_boundary``: the ``crash_boundary`` of the buffer that was saved, if an earlier crash
+        left one (ids from before it still replay as possibly incomplete)."""
         for seq, mid, data in entries:
             self._remember(mid, seq)  # in seq order: the oldest are forgotten past id_memory
             if data is not None and self.policy != "NONE" and len(data) <= self.max_bytes:
@@ -178,11 +181,18 @@ class History:
             self.bytes -= len(old)
         self.high_watermark = self.bytes
         self.last_timestamp = last_timestamp
+        self._restart_seq = crash_boundary
         if crashed:
             # One seq stands for the frames that may have been lost: ids from before it replay
             # truncated; a greeting marked after the restart takes it and replays exactly.
             self._next_seq += 1
             self._restart_seq = self._next_seq
+
+    @property
+    def crash_boundary(self) -> int | None:
+        """The first seq after the last crash this buffer was restored from (None: never): saved
+        with it, so later restarts still know which frames may be missing."""
+        return self._restart_seq
 
     def clear(self) -> int:
         """Forget everything, the id index included (the session is gone); returns the frame bytes

@@ -246,10 +246,12 @@ class LiveSession:
         history = History(buffer.get("policy", "RING"), int(buffer.get("max_bytes", 0)))
         frames = [data for _, _, data in loaded.entries if data is not None]
         last = frames[-1] if frames else None
+        boundary = record.get("crash_boundary")
         history.load(
             loaded.entries,
             last_timestamp=recovery.timestamp_of(last) if last else None,
             crashed=not record["clean"] or loaded.torn,
+            crash_boundary=boundary if type(boundary) is int else None,
         )
         session = cls(
             record["session_id"],
@@ -333,6 +335,7 @@ class LiveSession:
             "usage": self.usage_totals,
             "buffer": {"policy": self.history.policy, "max_bytes": self.history.max_bytes},
             "clean": clean,
+            "crash_boundary": self.history.crash_boundary,
         }
 
     def _save_record(self, *, clean: bool = False) -> None:

@@ -169,6 +169,15 @@ async def test_after_a_crash_reattach_is_truncated_never_duplicated(tmp_path):
         assert len(set(ids)) == len(ids)
     finally:
         await gw.close()
+    # A clean restart later still knows about the crash: the early id stays possibly incomplete.
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        early = await Master.attach(gw, sid, last_message_id=kept[2]["message_id"])
+        await early.next()
+        status = (await early.next())["payload"]["buffer_status"]
+        assert status["truncated"] is True and status.get("lost_frame_count") is None
+    finally:
+        await gw.close()
 
 
 async def test_a_new_master_after_a_restart_gets_the_restored_history(tmp_path):
@@ -475,3 +484,28 @@ async def test_one_gateway_at_a_time_on_a_state_dir(tmp_path):
         assert (await gw.get(f"/v1/session/{sid}")).status == 200
     finally:
         await gw.close()
+
+
+def test_a_crash_is_remembered_across_later_clean_restarts():
+    """After a crash, a reattach from before it replays as possibly incomplete (no count); the
+    same holds after the restored buffer is saved and loaded again cleanly, not a count of 1."""
+    h = History("RING", 10_000)
+    for i in range(5):
+        h.append(f"m{i}", f"t{i}", b'{"n":%d}' % i)
+    crashed = History("RING", 10_000)
+    crashed.load(h.entries(), last_timestamp="t4", crashed=True)
+    crashed.append("after", "t5", b'{"n":5}')
+    again = History("RING", 10_000)
+    again.load(
+        crashed.entries(),
+        last_timestamp="t5",
+        crashed=False,
+        crash_boundary=crashed.crash_boundary,
+    )
+    for buffer in (crashed, again):
+        replay = buffer.since("m2")
+        assert replay.truncated is True and replay.lost_frame_count is None
+        assert replay.frames == [b'{"n":3}', b'{"n":4}', b'{"n":5}']
+        assert buffer.since("after").truncated is False
+        everything = buffer.everything()
+        assert everything.truncated is True and everything.lost_frame_count is None
