@@ -40,9 +40,17 @@ DELAY_MS = 60
 WATCH_PAGE = """
 window.__sawInterrupted = false;
 window.__cspViolations = [];
+window.__notices = [];
 new MutationObserver(() => {
   if (document.querySelector('[data-state="interrupted"]')) window.__sawInterrupted = true;
 }).observe(document, { subtree: true, childList: true, attributes: true });
+// Every text the banner is given, in order (one record per textContent set).
+new MutationObserver((records) => {
+  for (const r of records) {
+    if (r.target.id !== 'banner') continue;
+    for (const n of r.addedNodes) if (n.textContent) window.__notices.push(n.textContent);
+  }
+}).observe(document, { subtree: true, childList: true });
 document.addEventListener('securitypolicyviolation', (e) => {
   window.__cspViolations.push(`${e.violatedDirective} ${e.blockedURI}`);
 });
@@ -406,6 +414,77 @@ async def test_truncated_history_is_said_and_keeps_the_interruption(gateway, pag
     assert await page.js("document.querySelector('.turn').dataset.state") == "interrupted"
     assert await text_of(page, ".turn .stop-reason") == "interrupted (connection lost)"
     await shot(page, "truncated")
+
+
+def history_parts_received(page: Page) -> list[dict]:
+    """The session.history frames the page's WebSockets received, in order."""
+    out = []
+    for e in page.events:
+        if e.get("method") != "Network.webSocketFrameReceived":
+            continue
+        frame = json.loads(e["params"]["response"]["payloadData"])
+        if frame.get("type") == "session.history":
+            out.append(frame)
+    return out
+
+
+async def test_a_history_in_parts_is_applied_once(tmp_path, page):
+    """A history split to fit max_frame_size (docs/protocol-notes.md) is applied as one: a
+    truncated one says so once, and every frame of every part is shown (DPS-7.8-unfinalize)."""
+    (tmp_path / "ws").mkdir()
+    config = make_config(tmp_path, agents={"demo": fast_demo(1)}, max_frame_size=4096)
+    gateway = await start_gateway(config)
+    try:
+        # A ring that holds about three of the six turns: the first fall out, the rest take 3+ parts.
+        resp = await gateway.post(
+            "/v1/session",
+            json={
+                "agent": "demo",
+                "workspace_path": "ws",
+                "buffer": {"policy": "RING", "max_bytes": 40000},
+            },
+        )
+        session_id = (await resp.json())["session_id"]
+        session_url = url_of(gateway) + f"/ui#session={session_id}"
+        await page.goto(session_url)
+        await page.wait("document.body.dataset.connection === 'open'")
+        turns = 6
+        for n in range(turns):
+            await prompt(page, f"think about it {n}")
+            await turns_ended(page, n + 1)
+        # A new tab has nothing of the session: it asks for all the gateway still holds.
+        tab = await page.browser.page()
+        await tab.send("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_PAGE})
+        await tab.goto(session_url)
+        await tab.wait("document.body.dataset.connection === 'open'")
+        await tab.wait(f"{q('#banner')}.dataset.kind === 'warning'")
+        parts = history_parts_received(tab)
+        assert len(parts) >= 3
+        assert [p["metadata"]["history_part"] for p in parts] == list(range(1, len(parts) + 1))
+        assert {p["metadata"]["history_parts"] for p in parts} == {len(parts)}
+        assert all(p["payload"]["buffer_status"]["truncated"] for p in parts)
+        notices = await tab.js("window.__notices")
+        assert len(notices) == 1 and "no longer held by the gateway" in notices[0], notices
+        # Every frame of every part is on the page: each turn, and each answer in full.
+        frames = [f for p in parts for f in p["payload"]["frames"]]
+        turn_ids = list(dict.fromkeys(f["turn_id"] for f in frames if f.get("turn_id")))
+        assert 1 < len(turn_ids) < turns  # the oldest turns are gone, several are left
+        shown = await tab.js(
+            "[...document.querySelectorAll('.turn')].map(t => [t.dataset.turnId, t.dataset.state])"
+        )
+        assert [t for t, _ in shown] == turn_ids
+        assert all(state == "ended" for _, state in shown[1:])
+        done = [f["payload"]["full_text"] for f in frames if f["type"] == "agent.text.done"]
+        texts = await tab.js(
+            "[...document.querySelectorAll('.turn .text[data-state=done]')].map(t => t.textContent)"
+        )
+        assert done and texts[-len(done) :] == done
+        prompts = [f["payload"] for f in frames if f["type"] == "control.prompt.request"]
+        assert await count(tab, ".prompt") == len(prompts)
+        assert tab.errors() == []
+        await shot(tab, "history-in-parts")
+    finally:
+        await gateway.close()
 
 
 def recorded_frames(name: str) -> list[dict]:

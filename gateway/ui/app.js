@@ -5,7 +5,7 @@
 // and files attached to the next prompt (PUT to the session's files, then context_files).
 
 import { Renderer, describeCall, el, jsonTree } from "./render.js";
-import { SessionView, makeFrame, timeKey } from "./view.js";
+import { HistoryParts, SessionView, makeFrame, timeKey } from "./view.js";
 
 const SUBPROTOCOL = "rawp-dps-1.0";
 const TOKEN_KEY = "rawp-console.token";
@@ -347,6 +347,7 @@ async function connect(cur) {
   const url = `${scheme}//${location.host}/v1/session/${cur.id}/ws${query ? "?" + query : ""}`;
   const ws = new WebSocket(url, SUBPROTOCOL);
   cur.ws = ws;
+  cur.historyParts = new HistoryParts();
   ws.onopen = () => {
     cur.retry = 0;
     const caps = {
@@ -404,6 +405,10 @@ function retryLater(cur) {
 }
 
 function receive(cur, frame) {
+  // The parts of a split history are applied together: one notice, one §7.8 replay, and the
+  // reattach mark moves only once their frames are shown.
+  if (frame.type === "session.history") frame = cur.historyParts.add(frame);
+  if (frame === null) return;
   const view = cur.view;
   view.received(frame);
   if (frame.type === "session.history") {

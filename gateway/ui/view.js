@@ -54,6 +54,30 @@ export function historyOrder(frames) {
   });
 }
 
+// A history the gateway split to fit its max_frame_size (metadata.history_part of
+// history_parts, docs/protocol-notes.md) is applied as one session.history, as gateway/client.py's
+// Connection does: the parts' frames in order, the last part's ids and status. One per connection;
+// the gateway bounds what the parts hold (its send queue), so nothing here needs a limit of its own.
+export class HistoryParts {
+  constructor() {
+    this.frames = null;
+  }
+
+  // The whole history, or null while parts are still to come.
+  add(frame) {
+    const meta = frame.metadata || {};
+    const part = meta.history_part;
+    const parts = meta.history_parts;
+    if (!(Number.isInteger(part) && Number.isInteger(parts) && parts > 1)) return frame;
+    if (part === 1 || this.frames === null) this.frames = [];
+    this.frames.push(...((frame.payload || {}).frames || []));
+    if (part < parts) return null;
+    const whole = { ...frame, payload: { ...frame.payload, frames: this.frames } };
+    this.frames = null;
+    return whole;
+  }
+}
+
 export const isSynthetic = (f) => Boolean(f.metadata && f.metadata.synthetic === true);
 
 export function subagentOf(frame) {
