@@ -268,19 +268,17 @@ class LiveSession:
         )
         session.created_at = record["created_at"]
         session.files.restore()
-        catalog = recovery.last_frame_of(frames, "tool.catalog.publish")
-        commands = recovery.last_frame_of(frames, "agent.commands.publish")
+        newest = recovery.last_frames_of(frames, ("tool.catalog.publish", "agent.commands.publish"))
         machine = session.machine
         machine.restore(
             name=record.get("name"),
             mode=record["mode"],
             turn_count=record["turn_index"],
             agent_session_id=record.get("agent_session_id"),
-            catalog=_decoded(catalog),
-            commands=_decoded(commands),
+            catalog=_decoded(newest.get("tool.catalog.publish")),
+            commands=_decoded(newest.get("agent.commands.publish")),
         )
-        if last is not None:
-            machine.factory.clock_not_before(recovery.timestamp_of(last))
+        machine.factory.clock_not_before(history.last_timestamp)
         totals = record.get("usage")
         if isinstance(totals, dict):
             for key in session.usage_totals:

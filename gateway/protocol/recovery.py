@@ -22,7 +22,7 @@ import msgspec
 
 from . import frames as F
 
-__all__ = ["RESTARTED", "OpenItems", "closing_payloads", "last_frame_of", "open_items"]
+__all__ = ["RESTARTED", "OpenItems", "closing_payloads", "last_frames_of", "open_items"]
 
 RESTARTED: Final = "GATEWAY_RESTARTED"
 _CANCELLED_OUTPUT: Final = "The gateway restarted before the tool finished."
@@ -98,13 +98,15 @@ def open_items(frames: Iterable[bytes], turn_id: str) -> OpenItems:
     return items
 
 
-def last_frame_of(frames: Iterable[bytes], type_: str) -> bytes | None:
-    """The newest frame of ``type_`` (e.g. the catalog a newly attached master must get)."""
-    found = None
+def last_frames_of(frames: Iterable[bytes], types: Iterable[str]) -> dict[str, bytes]:
+    """The newest frame of each of ``types`` that occurs (e.g. the catalog a newly attached master
+    must get), found in one pass."""
+    wanted = set(types)
+    found: dict[str, bytes] = {}
     for data in frames:
         f = _decode(data)
-        if f is not None and f.type == type_:
-            found = data
+        if f is not None and f.type in wanted:
+            found[f.type] = data
     return found
 
 
