@@ -171,7 +171,7 @@ class LiveSession:
         }
         self._restored: recovery.OpenItems | None = None
         self._suspended = False
-        self._record_key: tuple[Any, ...] | None = None
+        self._last_record: dict[str, Any] | None = None  # what the record on disk says
         if saved is not None:
             saved.entries = history.entries
             saved.compact_above = 2 * history.max_bytes + COMPACT_SLACK
@@ -330,7 +330,7 @@ class LiveSession:
             "open_turn_id": machine.turn.turn_id if machine.turn is not None else None,
             "reattach_window_sec": self.reattach_window_sec,
             "agent_session_id": machine.agent_session_id,
-            "usage": self.usage_totals,
+            "usage": dict(self.usage_totals),
             "buffer": {"policy": self.history.policy, "max_bytes": self.history.max_bytes},
             "clean": clean,
             "crash_boundary": self.history.crash_boundary,
@@ -341,21 +341,12 @@ class LiveSession:
         saved = self.saved
         if saved is None or saved.removed or self.machine.phase == "terminated":
             return
-        m = self.machine
-        key = (
-            m.name,
-            m.mode,
-            m.turn_count,
-            m.turn.turn_id if m.turn is not None else None,
-            m.agent_session_id,
-            self.usage_totals["turns"],
-            clean,
-        )
-        if key == self._record_key:
+        record = self._record(clean=clean)
+        if record == self._last_record:
             return
-        self._record_key = key
+        self._last_record = record
         try:
-            saved.write_record(self._record(clean=clean))
+            saved.write_record(record)
         except OSError as err:
             log.error("cannot write the session record", extra={"session": self.id, "error": err})
 
