@@ -267,6 +267,19 @@ def _write_all(fd: int, parts: list[bytes]) -> int:
     return total
 
 
+def _replace_file(path: Path, data: bytes, *, fsync: bool) -> None:
+    """Give ``path`` the content ``data`` whole or not at all: a temporary file, then a rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        _write_all(fd, [data])
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
 class SavedSession:
     """One session's directory: the record and the frame log."""
 
@@ -287,13 +300,7 @@ class SavedSession:
         if self.removed:
             return
         data = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
-        tmp = self.path / (RECORD + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path / RECORD)
+        _replace_file(self.path / RECORD, data, fsync=False)
 
     # --- the frame log ------------------------------------------------------------------------
 
@@ -341,14 +348,7 @@ class SavedSession:
             for seq, mid, data in self.entries()
         ]
         data = b"".join(lines)
-        tmp = self.path / (FRAMES + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path / FRAMES)
+        _replace_file(self.path / FRAMES, data, fsync=True)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
