@@ -300,11 +300,7 @@ class LiveSession:
         self._suspended = True
         for key in list(self._timers):
             self._cancel_timer(key)
-        while self._spawning:
-            await asyncio.sleep(0.01)
-        proc = self.process
-        if proc is not None:
-            await proc.terminate(self.config.shutdown_grace_sec)
+        await self._stop_agent()
         self._save_record(clean=True)
         self.saved.sync()
         self.saved.close()
@@ -679,14 +675,20 @@ class LiveSession:
         self.perform([sm.Emit(frame, to=to)])
 
     async def _terminate(self) -> None:
-        while self._spawning:  # a process being started must not escape the termination
-            await asyncio.sleep(0.01)
-        proc = self.process
-        if proc is not None:
-            await proc.terminate(self.config.shutdown_grace_sec)
-        elif not self._spawning:
+        if not await self._stop_agent():
             # Nothing runs: report the end ourselves so the cleanup frames follow.
             self.perform(self.machine.agent_exited("signal", None, 15))
+
+    async def _stop_agent(self) -> bool:
+        """Stop the agent process, after the start of one in progress (it must not escape);
+        False when none runs."""
+        while self._spawning:
+            await asyncio.sleep(0.01)
+        proc = self.process
+        if proc is None:
+            return False
+        await proc.terminate(self.config.shutdown_grace_sec)
+        return True
 
     # --- actions ----------------------------------------------------------------------------------
 
