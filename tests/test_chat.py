@@ -105,8 +105,10 @@ class FakeSession:
             "ws_path": f"/v1/session/{self.session_id}/ws",
         }
 
-    async def emit(self, payload: F.Payload, *, turn_id: str | None = None) -> F.Frame:
-        frame = self.factory.frame(payload, turn_id=turn_id)
+    async def emit(
+        self, payload: F.Payload, *, turn_id: str | None = None, metadata: dict | None = None
+    ) -> F.Frame:
+        frame = self.factory.frame(payload, turn_id=turn_id, metadata=metadata)
         self.log.append(frame)
         data = codec.encode(frame).decode()
         for ws in list(self.sockets):
@@ -423,10 +425,7 @@ class FakeGateway:
                     output_type="text",
                 ),
             ):
-                frame = s.factory.frame(payload, turn_id=tid, metadata=ctx)
-                s.log.append(frame)
-                for ws in s.sockets:
-                    await ws.send_str(codec.encode(frame).decode())
+                await s.emit(payload, turn_id=tid, metadata=ctx)
             await s.emit(
                 F.SubagentEnded(parent_invocation_id=task, status="completed", duration_ms=1500),
                 turn_id=tid,
@@ -455,25 +454,19 @@ class FakeGateway:
                     ],
                 )
             )
-            plan = s.factory.frame(
+            await s.emit(
                 F.TextDelta(content_index=0, text="1. read\n2. write"),
                 turn_id=tid,
                 metadata={"content_role": "plan"},
             )
-            s.log.append(plan)
-            for ws in s.sockets:
-                await ws.send_str(codec.encode(plan).decode())
             await s.emit(F.TextDone(content_index=0), turn_id=tid)
             iid = await call("Read", {"file_path": "a.txt"})
             await result(iid, "Read", "success", "a", "file_content")
-            more = s.factory.frame(  # the same plan, going on after the call
+            await s.emit(  # the same plan, going on after the call
                 F.TextDelta(content_index=1, text="3. test"),
                 turn_id=tid,
                 metadata={"content_role": "plan"},
             )
-            s.log.append(more)
-            for ws in s.sockets:
-                await ws.send_str(codec.encode(more).decode())
             await s.emit(F.TextDone(content_index=1), turn_id=tid)
         elif text in ("edit", "edit a lot"):
             iid = await call("Edit", {"file_path": "a.py"})
