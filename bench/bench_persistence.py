@@ -30,13 +30,12 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from bench_claude_parser import transcript  # noqa: E402
-from bench_session_path import _DiscardingTransport, _no_drain  # noqa: E402
+from bench_session_path import feed_lines, start_session  # noqa: E402
 
 from gateway.config import Config, builtin_profiles  # noqa: E402
 from gateway.metrics import GatewayMetrics  # noqa: E402
 from gateway.persistence import StateDir  # noqa: E402
 from gateway.session import LiveSession  # noqa: E402
-from parsers import events as ev  # noqa: E402
 
 SESSION_ID = "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a"
 
@@ -52,25 +51,9 @@ async def one_pass(
         SESSION_ID, builtin_profiles()["demo"], root,
         config=Config(workspace_root=root), metrics=GatewayMetrics(), saved=saved,
     )  # fmt: skip
-    for i in range(fanout):
-        session.attach(
-            f"c{i}", None, role="master", last_message_id=None,
-            transport=_DiscardingTransport(), drain=_no_drain,
-        )  # fmt: skip
-    machine, parser = session.machine, session.machine.parser
-    per_line = session.metrics.agent_lines("demo")
-    clock = time.perf_counter_ns
-    machine.agent_events([ev.SessionStarted()])
+    start_session(session, fanout)
     start = time.process_time()
-    for n, line in enumerate(lines, 1):
-        session._line_t_ns = clock()
-        t0 = clock()
-        events = parser.feed(line)
-        actions = machine.agent_events(events)
-        per_line.line(type(events[0]).__name__ if events else "none", clock() - t0)
-        session.perform(actions)
-        if n % per_iteration == 0:
-            await asyncio.sleep(0)  # the loop turns: the log gets one write for these lines
+    await feed_lines(session, lines, per_iteration)  # each loop turn: one write to the log
     if saved is not None:
         saved.sync()
     elapsed = time.process_time() - start

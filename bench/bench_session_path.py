@@ -107,31 +107,42 @@ async def _no_drain() -> None:
     pass
 
 
-async def one_pass(lines: list[bytes], metrics, fanout: int, root: Path) -> float:
-    config = Config(workspace_root=root)
-    session = LiveSession(
-        "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a", builtin_profiles()["demo"], root,
-        config=config, metrics=metrics,
-    )  # fmt: skip
+def start_session(session: LiveSession, fanout: int) -> None:
+    """``fanout`` masters whose transports discard the bytes, and the agent's session started."""
     for i in range(fanout):
         session.attach(
             f"c{i}", None, role="master", last_message_id=None,
             transport=_DiscardingTransport(), drain=_no_drain,
         )  # fmt: skip
+    session.machine.agent_events([ev.SessionStarted()])
+
+
+async def feed_lines(session: LiveSession, lines: list[bytes], per_iteration: int = 1) -> None:
+    """LiveSession._pump's per-line work, then perform(); the event loop turns every
+    ``per_iteration`` lines, letting the connections' writers drain as it would."""
     machine, parser = session.machine, session.machine.parser
-    per_line = metrics.agent_lines("demo")
+    per_line = session.metrics.agent_lines("demo")
     clock = time.perf_counter_ns
-    machine.agent_events([ev.SessionStarted()])
-    start = time.process_time()
-    for line in lines:
-        # LiveSession._pump's per-line work, then perform()
+    for n, line in enumerate(lines, 1):
         session._line_t_ns = clock()
         t0 = clock()
         events = store_tool_files(parser.feed(line), session.files, session.workspace)
         actions = machine.agent_events(events)
         per_line.line(type(events[0]).__name__ if events else "none", clock() - t0)
         session.perform(actions)
-        await asyncio.sleep(0)  # let the connections' writers drain, as the event loop would
+        if n % per_iteration == 0:
+            await asyncio.sleep(0)
+
+
+async def one_pass(lines: list[bytes], metrics, fanout: int, root: Path) -> float:
+    config = Config(workspace_root=root)
+    session = LiveSession(
+        "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a", builtin_profiles()["demo"], root,
+        config=config, metrics=metrics,
+    )  # fmt: skip
+    start_session(session, fanout)
+    start = time.process_time()
+    await feed_lines(session, lines)
     elapsed = time.process_time() - start
     for conn in list(session.connections.values()):
         await conn.aclose()
