@@ -145,6 +145,14 @@ class Master:
         transport.abort()
 
 
+async def prompt_and_wait(master: Master, text: str, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """Send a prompt and read up to its session.usage; the frames of the turn."""
+    start = len(master.frames)
+    await master.send("control.prompt.request", {"prompt_text": text})
+    await master.until("session.usage", timeout=timeout)
+    return master.frames[start:]
+
+
 async def create_session(client: TestClient, agent: str = "demo", **body: Any) -> dict[str, Any]:
     resp = await client.post("/v1/session", json={"agent": agent, **body})
     assert resp.status == 201, await resp.text()

@@ -29,6 +29,7 @@ from tests.gateway_peer import (
     create_session,
     fast_demo,
     make_config,
+    prompt_and_wait,
     start_gateway,
 )
 
@@ -38,13 +39,6 @@ async def gw(tmp_path):
     client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
     yield client
     await client.close()
-
-
-async def prompt_and_wait(master: Master, text: str) -> list[dict]:
-    start = len(master.frames)
-    await master.send("control.prompt.request", {"prompt_text": text})
-    await master.until("session.usage", timeout=30)
-    return master.frames[start:]
 
 
 # --- deep nesting on the WebSocket -----------------------------------------------------------------
@@ -69,7 +63,7 @@ async def test_a_deeply_nested_frame_is_invalid_frame_and_the_socket_stays_usabl
     await master.ws.send_str("[" * 1000)  # not even JSON: the same answer
     error = await master.until("session.error")
     assert error["payload"]["error_code"] == "INVALID_FRAME"
-    frames = await prompt_and_wait(master, "still there?")
+    frames = await prompt_and_wait(master, "still there?", timeout=30)
     assert frames[-1]["type"] == "session.usage"
 
 
@@ -94,7 +88,7 @@ async def test_an_error_after_the_upgrade_closes_the_websocket_never_writes_http
     assert (await gw.get("/healthz")).status == 200
     del live.receive  # the session still works for a new connection
     again = await Master.attach(gw, session["session_id"])
-    frames = await prompt_and_wait(again, "after the bug")
+    frames = await prompt_and_wait(again, "after the bug", timeout=30)
     assert frames[-1]["type"] == "session.usage"
     assert json.dumps(frames)  # every frame was a well-formed JSON text
 
@@ -325,7 +319,7 @@ async def test_DPS_2_4_local_ui_from_loopback_reaches_a_local_session(gw):
     )
     assert refused.status == 403
     ui = await Master.attach(gw, session["session_id"], role="local-ui")
-    frames = await prompt_and_wait(ui, "hello")
+    frames = await prompt_and_wait(ui, "hello", timeout=30)
     assert frames[-1]["type"] == "session.usage"
 
 
@@ -511,7 +505,7 @@ async def test_local_ui_from_another_machine_is_403(tmp_path):
             assert resp.status == 403
             assert (await resp.json())["error_code"] == "LOCAL_UI_FORBIDDEN"
         master = await Master.attach(client, remote["session_id"])
-        assert (await prompt_and_wait(master, "hi"))[-1]["type"] == "session.usage"
+        assert (await prompt_and_wait(master, "hi", timeout=30))[-1]["type"] == "session.usage"
     finally:
         await client.close()
 

@@ -16,14 +16,14 @@ import aiohttp
 
 from gateway.process import DEFAULT_MAX_LINE_BYTES
 from gateway.server import SESSIONS
-from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
-
-
-async def prompt_and_wait(master: Master, text: str) -> list[dict]:
-    start = len(master.frames)
-    await master.send("control.prompt.request", {"prompt_text": text})
-    await master.until("session.usage", timeout=60)
-    return master.frames[start:]
+from tests.gateway_peer import (
+    Master,
+    create_session,
+    fast_demo,
+    make_config,
+    prompt_and_wait,
+    start_gateway,
+)
 
 
 async def test_a_large_agent_line_is_cut_to_max_frame_size_and_the_session_goes_on(tmp_path):
