@@ -1078,7 +1078,7 @@ class Chat:
         elif isinstance(p, F.FileTransfer):
             # A file arrived (docs/files.md): where to GET it, with the token.
             self._stream_to(None)
-            url = p.file_url if "://" in p.file_url else self.client.base_url + p.file_url
+            url = self.client.file_location(p.file_url)
             arrow = "⇩" if p.direction == "download" else "⇧"
             self.screen.line(
                 f"{arrow} file {p.file_name} ({p.mime_type}, {p.size_bytes:,} bytes): {url}",

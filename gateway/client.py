@@ -215,10 +215,14 @@ class GatewayClient:
         ) as resp:
             return await _answer(resp)
 
+    def file_location(self, file_url: str) -> str:
+        """Where to GET a file: an ``agent.file.transfer``'s ``file_url`` (a path on this gateway
+        or already a full URL) as a full URL."""
+        return file_url if "://" in file_url else self.base_url + file_url
+
     async def download_file(self, file_url: str) -> bytes:
         """The bytes of a session's file (an ``agent.file.transfer``'s ``file_url``)."""
-        url = file_url if "://" in file_url else self.base_url + file_url
-        async with self.http.get(url, headers=self._headers) as resp:
+        async with self.http.get(self.file_location(file_url), headers=self._headers) as resp:
             if resp.status >= 400:
                 await _answer(resp)
             return await resp.read()
