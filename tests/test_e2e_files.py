@@ -40,6 +40,19 @@ def of(frames: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
     return [f for f in frames if f["type"] == type_]
 
 
+async def prompt_with_upload(rig: Any, text: str, name: str, body: bytes, mime: str) -> Any:
+    """Upload ``name``, name it in a prompt's context_files and run the turn to its end_turn; the
+    one request the scripted model received."""
+    session_id, master = await rig.master()
+    status, stored = await rig.upload(session_id, name, body, mime)
+    assert status == 201
+    files = [{"file_url": stored["file_url"], "file_name": name}]
+    frames = await prompt_turn(master, text, context_files=files)
+    assert of(frames, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
+    (request,) = rig.model_requests
+    return request
+
+
 # --- agent -> master ----------------------------------------------------------------------------
 
 
@@ -104,13 +117,9 @@ async def test_claude_code_gets_an_uploaded_screenshot_as_an_image_block():
     an image content block of the user message, the same bytes."""
     calls = [{"content": [{"type": "text", "text": "I see a red rectangle."}]}]
     async with gateway("claude-code", calls) as rig:
-        session_id, master = await rig.master()
-        status, stored = await rig.upload(session_id, "screenshot.png", PNG, "image/png")
-        assert status == 201
-        files = [{"file_url": stored["file_url"], "file_name": "screenshot.png"}]
-        frames = await prompt_turn(master, "What is on my screen?", context_files=files)
-        assert of(frames, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
-        (request,) = rig.model_requests
+        request = await prompt_with_upload(
+            rig, "What is on my screen?", "screenshot.png", PNG, "image/png"
+        )
         user = [m for m in request.body["messages"] if m["role"] == "user"][-1]
         (image,) = _images_in(user["content"])
         assert image["source"]["media_type"] == "image/png"
@@ -125,13 +134,9 @@ async def test_codex_gets_an_uploaded_image_through_image_flag():
     input_image of the same bytes."""
     calls = [{"output": [{"type": "message", "text": "A red rectangle."}]}]
     async with gateway("codex", calls) as rig:
-        session_id, master = await rig.master()
-        status, stored = await rig.upload(session_id, "screenshot.png", PNG, "image/png")
-        assert status == 201
-        files = [{"file_url": stored["file_url"], "file_name": "screenshot.png"}]
-        frames = await prompt_turn(master, "What is on my screen?", context_files=files)
-        assert of(frames, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
-        (request,) = rig.model_requests
+        request = await prompt_with_upload(
+            rig, "What is on my screen?", "screenshot.png", PNG, "image/png"
+        )
         parts = [
             part
             for item in request.body["input"]
@@ -150,14 +155,10 @@ async def test_gemini_gets_an_uploaded_file_in_the_workspace_named_in_the_prompt
     .rawp/uploads/ in the workspace and the prompt the model receives names that path."""
     calls = [{"parts": [{"text": "The log says boom."}]}]
     async with gateway("gemini", calls) as rig:
-        session_id, master = await rig.master()
-        status, stored = await rig.upload(session_id, "app.log", b"boom\n", "text/plain")
-        assert status == 201
-        files = [{"file_url": stored["file_url"], "file_name": "app.log"}]
-        frames = await prompt_turn(master, "What does the log say?", context_files=files)
-        assert of(frames, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
+        request = await prompt_with_upload(
+            rig, "What does the log say?", "app.log", b"boom\n", "text/plain"
+        )
         assert (rig.cli.cwd / ".rawp" / "uploads" / "app.log").read_bytes() == b"boom\n"
-        (request,) = rig.model_requests
         sent = json.dumps(request.body)
         assert "What does the log say?" in sent and ".rawp/uploads/app.log" in sent
 
