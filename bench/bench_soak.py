@@ -41,8 +41,9 @@ from pathlib import Path
 
 import aiohttp
 
-ROOT = Path(__file__).resolve().parent.parent
-SUBPROTOCOL = "rawp-dps-1.0"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from relay_rig import ROOT, SUBPROTOCOL, rss_bytes
 
 # A plain agent printing the number of lines its prompt asks for, as fast as the pipe takes them.
 LINES_AGENT = (
@@ -82,11 +83,7 @@ class RssSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def rss(self) -> int:
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        return 0
+        return rss_bytes(self.pid)
 
     def _run(self) -> None:
         while not self._stop.wait(0.02):
