@@ -46,6 +46,7 @@ import msgspec
 
 from parsers import events as ev
 
+from .persistence import _replace_file
 from .protocol.session import IMAGE_MIME_TYPES, MAX_FILE_NAME_BYTES, valid_file_name
 
 __all__ = [
@@ -303,11 +304,8 @@ class FileStore:
         return stored
 
     def _save_index(self) -> None:
-        directory = self._directory()
-        tmp = directory / (_INDEX + ".tmp")
-        tmp.write_bytes(msgspec.json.encode(list(self.files.values())))
-        tmp.chmod(0o600)
-        tmp.replace(directory / _INDEX)
+        data = msgspec.json.encode(list(self.files.values()))
+        _replace_file(self._directory() / _INDEX, data, fsync=False)
 
     def restore(self) -> int:
         """Read back the files a saved session had (its ``index.json``): each whose bytes are still
