@@ -440,6 +440,12 @@ def _session(request: web.Request) -> LiveSession | TerminatedSession:
     return session
 
 
+def _check_live(session: LiveSession | TerminatedSession) -> None:
+    """409 ``SESSION_TERMINATED`` for a session that has ended (nothing can be done with it)."""
+    if session.state == "TERMINATED":
+        raise ApiError(409, "SESSION_TERMINATED", "the session has ended")
+
+
 async def list_sessions(request: web.Request) -> web.Response:
     return web.json_response({"sessions": [s.to_json() for s in request.app[SESSIONS].values()]})
 
@@ -453,8 +459,7 @@ async def patch_session(request: web.Request) -> web.Response:
     body = await _json_body(request)
     name = body.get("name")
     _check_name(name, required=True)
-    if session.state == "TERMINATED":
-        raise ApiError(409, "SESSION_TERMINATED", "the session has ended")
+    _check_live(session)
     session.rename(name)
     return web.json_response(session.to_json())
 
@@ -468,8 +473,7 @@ async def delete_session(request: web.Request) -> web.Response:
 
 async def ws_ticket(request: web.Request) -> web.Response:
     session = _session(request)
-    if session.state == "TERMINATED":
-        raise ApiError(409, "SESSION_TERMINATED", "the session has ended")
+    _check_live(session)
     ticket = request.app[TICKETS].issue(session.id, time.monotonic())
     if ticket is None:
         raise ApiError(429, "TOO_MANY_TICKETS", "too many unused WebSocket tickets; retry shortly")
@@ -509,8 +513,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
             "SUBPROTOCOL_REQUIRED",
             f"offer the WebSocket subprotocol {SUBPROTOCOL} (RAWP-1.0-Legacy is not supported)",
         )
-    if session.state == "TERMINATED":
-        raise ApiError(409, "SESSION_TERMINATED", "the session has ended")
+    _check_live(session)
     role = "local_ui" if request.query.get("role") == "local-ui" else "master"
     if role == "local_ui" and not is_loopback(request.remote):
         # A local UI runs on the gateway's own machine: the role (the only way into a local
@@ -613,8 +616,7 @@ async def put_file(request: web.Request) -> web.Response:
     """``PUT /v1/session/{id}/files?name=<file name>``: the raw body becomes a file of the session,
     streamed to disk and refused (413) as soon as it passes ``max_upload_bytes``."""
     session = _session(request)
-    if session.state == "TERMINATED":
-        raise ApiError(409, "SESSION_TERMINATED", "the session has ended")
+    _check_live(session)
     store = session.files
     name = request.query.get("name")
     if name is None:
