@@ -46,7 +46,7 @@ import msgspec
 
 from parsers import events as ev
 
-from .persistence import _replace_file
+from .persistence import replace_file
 from .protocol.session import IMAGE_MIME_TYPES, MAX_FILE_NAME_BYTES, valid_file_name
 
 __all__ = [
@@ -305,7 +305,7 @@ class FileStore:
 
     def _save_index(self) -> None:
         data = msgspec.json.encode(list(self.files.values()))
-        _replace_file(self._directory() / _INDEX, data, fsync=False)
+        replace_file(self._directory() / _INDEX, data, fsync=False)
 
     def restore(self) -> int:
         """Read back the files a saved session had (its ``index.json``): each whose bytes are still

@@ -46,6 +46,7 @@ __all__ = [
     "SavedSession",
     "StateDir",
     "StateDirError",
+    "replace_file",
 ]
 
 log = logging.getLogger("rawp_gateway.persistence")
@@ -267,7 +268,7 @@ def _write_all(fd: int, parts: list[bytes]) -> int:
     return total
 
 
-def _replace_file(path: Path, data: bytes, *, fsync: bool) -> None:
+def replace_file(path: Path, data: bytes, *, fsync: bool) -> None:
     """Give ``path`` the content ``data`` whole or not at all: a temporary file, then a rename."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -300,7 +301,7 @@ class SavedSession:
         if self.removed:
             return
         data = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
-        _replace_file(self.path / RECORD, data, fsync=False)
+        replace_file(self.path / RECORD, data, fsync=False)
 
     # --- the frame log ------------------------------------------------------------------------
 
@@ -348,7 +349,7 @@ class SavedSession:
             for seq, mid, data in self.entries()
         ]
         data = b"".join(lines)
-        _replace_file(self.path / FRAMES, data, fsync=True)
+        replace_file(self.path / FRAMES, data, fsync=True)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
