@@ -729,12 +729,9 @@ class SessionMachine:
         if isinstance(files, str):
             return [self._error("INVALID_FRAME", files, conn_id, mid)]
         images, uploads = files
-        # context_files are this machine's to list (as images or workspace files), not as URLs.
         try:
             text = prompt_text_for_agent(
-                msgspec.structs.replace(prompt, context_files=None),
-                self.config.max_frame_size,
-                attached=attachments_text(images, uploads),
+                prompt, self.config.max_frame_size, attached=attachments_text(images, uploads)
             )
         except PromptRefused as refused:
             return [self._error(refused.code, str(refused), conn_id, mid)]
@@ -1098,7 +1095,7 @@ def prompt_text_for_agent(
 ) -> str:
     """The text the agent gets: slash commands as ``/name args``; each file reference token (its
     ``ref_id``) replaced by its ``display_path`` (DPS-6.1.1-prompt); attached files listed after
-    the prompt (``attached``: what the session says of them). At most ``MAX_FILE_REFERENCES``
+    the prompt (``attached``: what the session says of them; their URLs are never listed). At most ``MAX_FILE_REFERENCES``
     references and ``max_bytes`` of UTF-8 text, and no NUL, else ``PromptRefused``."""
     text = prompt.prompt_text
     if prompt.input_type == "slash_command" and not text.startswith("/"):
@@ -1109,11 +1106,7 @@ def prompt_text_for_agent(
             "TOO_MANY_FILE_REFERENCES",
             f"a prompt may carry at most {MAX_FILE_REFERENCES} file_references, got {len(refs)}",
         )
-    text = _replace_tokens(text, refs, max_bytes)
-    if prompt.context_files:
-        listed = "\n".join(f"- {f.file_name}: {f.file_url}" for f in prompt.context_files)
-        text = f"{text}\n\nAttached files:\n{listed}"
-    text += attached
+    text = _replace_tokens(text, refs, max_bytes) + attached
     if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
         raise _too_large(max_bytes)
     overrides = prompt.config_overrides
