@@ -76,27 +76,34 @@ class History:
     def append(self, message_id: str, timestamp: str, data: bytes) -> tuple[bool, int, int]:
         """Keep a sent frame. Returns whether it was kept, and the (frames, bytes) evicted to make
         room for it. A frame that was not kept counts as lost too."""
+        # Once per broadcast frame: _remember is written out here, and the policy is one compare.
         seq = self._next_seq
         self._next_seq = seq + 1
-        self._remember(message_id, seq)
-        self.last_message_id, self.last_timestamp = message_id, timestamp
+        self._seq_of[message_id] = seq
+        ids = self._ids
+        ids.append(message_id)
+        if len(ids) > self._id_memory:
+            self._seq_of.pop(ids.popleft(), None)
+        self.last_message_id = message_id
+        self.last_timestamp = timestamp
         size = len(data)
-        if self.policy == "NONE" or size > self.max_bytes:
-            self.evicted_frames += 1
-            return False, 0, 0
-        if self.policy == "DROP" and self.bytes + size > self.max_bytes:
-            self.evicted_frames += 1
+        total = self.bytes + size
+        if total > self.max_bytes and (self.policy != "RING" or size > self.max_bytes):
+            self.evicted_frames += 1  # NONE (max_bytes 0), DROP when full, or too big to keep
             return False, 0, 0
         self._frames.append((seq, message_id, data))
-        self.bytes += size
         gone = gone_bytes = 0
-        while self.bytes > self.max_bytes:
-            _, _, old = self._frames.popleft()
-            self.bytes -= len(old)
-            gone += 1
-            gone_bytes += len(old)
-        self.evicted_frames += gone
-        self.high_watermark = max(self.high_watermark, self.bytes)
+        if total > self.max_bytes:
+            frames = self._frames
+            while total > self.max_bytes:
+                old = frames.popleft()[2]
+                total -= len(old)
+                gone += 1
+                gone_bytes += len(old)
+            self.evicted_frames += gone
+        self.bytes = total
+        if total > self.high_watermark:
+            self.high_watermark = total
         return True, gone, gone_bytes
 
     def mark(self, message_id: str) -> bool:

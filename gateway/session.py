@@ -76,6 +76,10 @@ BATCH_LINES = 256  # agent lines handled between two turns of the event loop, at
 
 # agent.error code of a warning: the agent printed a line over the reader's limit (it was dropped)
 LINE_TOO_LONG = "AGENT_LINE_TOO_LONG"
+# The payloads the shell reacts to when they are broadcast (metrics, the saved record).
+_OBSERVED: Final = frozenset(
+    {F.TurnStart, F.TurnEnd, F.InvokeResult, F.Usage, F.Renamed, F.Capabilities, F.StateChanged}
+)
 
 
 class LiveSession:
@@ -790,6 +794,8 @@ class LiveSession:
 
     def _observe_frame(self, frame: F.Frame) -> None:
         payload = frame.payload  # type: ignore[attr-defined]
+        if type(payload) not in _OBSERVED:
+            return  # most frames: deltas (one set lookup rather than five isinstance checks)
         if isinstance(payload, F.TurnStart):
             self._turn_started = time.monotonic()
             self._save_record()

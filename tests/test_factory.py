@@ -50,6 +50,16 @@ def test_uuid_source_uses_the_injected_entropy():
     assert source() == "00000000-0000-4000-8000-000000000000"
 
 
+def test_uuid_source_takes_its_ids_from_the_entropy_in_order():
+    """Each id is its own 16 bytes of the batch, in the order drawn, with only the version and
+    variant bits set (as ``uuid.UUID(bytes=..., version=4)`` does)."""
+    entropy = bytes(range(256)) * 32  # one batch: 512 ids of 16 bytes
+    source = UuidSource(random_bytes=lambda n: entropy[:n])
+    for k in range(512):
+        expected = uuid.UUID(bytes=entropy[16 * k : 16 * k + 16], version=4)
+        assert source() == str(expected)
+
+
 def test_clock_formats_iso8601_utc_milliseconds_with_z():
     times = iter([0.0, 0.5, 1.999, 1_773_651_600.1234])
     clock = Clock(time=lambda: next(times))

@@ -6,11 +6,13 @@ Every frame the gateway sends needs a fresh UUID v4 and an ISO 8601 UTC timestam
 Done naively (``str(uuid.uuid4())``, ``datetime.now(UTC).isoformat()``) those two cost more CPU than
 decoding the agent's line and encoding the frame together, so:
 
-* ``UuidSource`` draws random bytes from the OS 8 KiB at a time, hex-encodes them once, and slices
-  32 hex digits per id, setting the version nibble to ``4`` and the variant nibble to one of
-  ``89ab`` (RFC 4122 §4.4). The ids are as random as ``uuid4()``'s (same OS source, 122 random bits).
-* ``Clock`` formats the ``YYYY-MM-DDTHH:MM:SS.`` prefix once per second and appends milliseconds;
-  its timestamps never repeat, so ordering by timestamp is the order frames were made in.
+* ``UuidSource`` draws random bytes from the OS 8 KiB at a time and formats the 512 ids they make
+  in one go (C-level slice assignments), setting the version nibble to ``4`` and the variant nibble
+  to one of ``89ab`` (RFC 4122 §4.4); a frame's id is then a list pop. The ids are as random as
+  ``uuid4()``'s (same OS source, 122 random bits).
+* ``Clock`` formats the ``YYYY-MM-DDTHH:MM:SS.`` prefix once per second and appends milliseconds
+  from a table; its timestamps never repeat, so ordering by timestamp is the order frames were made
+  in.
 
 Both sources are injectable (``random_bytes``, ``time``) so the core needs no real clock or entropy
 in tests. Nothing here does I/O beyond reading entropy.
@@ -28,28 +30,44 @@ from .frames import ENVELOPE_VERSION, Frame, Payload, frame_class
 
 __all__ = ["Clock", "FrameFactory", "UuidSource"]
 
-_VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}
 _BATCH = 512  # ids per entropy read
+# Where each of the 32 hex digits of an id goes in its 37-character slot "8-4-4-4-12 ".
+_SLOT = 37
+_POSITION = [i + (i >= 8) + (i >= 12) + (i >= 16) + (i >= 20) for i in range(32)]
+_VARIANT = bytes.maketrans(b"0123456789abcdef", b"89ab89ab89ab89ab")  # RFC 4122 variant 10xx
+_MILLIS = tuple(f"{ms:03d}Z" for ms in range(1000))
+
+
+def _format_ids(random: bytes) -> list[str]:
+    """Version-4 UUID strings made of ``random`` (16 bytes each), in order. Built for a whole batch
+    at once with slice assignments over a ``bytearray`` (C loops), so one id costs a list pop rather
+    than five slices and an f-string."""
+    n = len(random) // 16
+    digits = random.hex().encode()
+    out = bytearray(b"-" * (_SLOT * n))
+    for i, position in enumerate(_POSITION):
+        out[position::_SLOT] = digits[i::32]
+    out[14::_SLOT] = b"4" * n  # the version nibble
+    out[19::_SLOT] = digits[16::32].translate(_VARIANT)
+    out[36::_SLOT] = b" " * n
+    return out.decode().split()
 
 
 class UuidSource:
     """Cheap RFC 4122 version-4 UUID strings."""
 
-    __slots__ = ("_buf", "_pos", "_random_bytes")
+    __slots__ = ("_ids", "_random_bytes")
 
     def __init__(self, random_bytes: Callable[[int], bytes] = os.urandom) -> None:
         self._random_bytes = random_bytes
-        self._buf = ""
-        self._pos = 0
+        self._ids: list[str] = []  # the batch, last id first
 
     def __call__(self) -> str:
-        pos = self._pos
-        if pos >= len(self._buf):
-            self._buf = self._random_bytes(16 * _BATCH).hex()
-            pos = 0
-        h = self._buf[pos : pos + 32]
-        self._pos = pos + 32
-        return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
+        ids = self._ids
+        if not ids:
+            ids = self._ids = _format_ids(self._random_bytes(16 * _BATCH))
+            ids.reverse()
+        return ids.pop()
 
 
 class Clock:
@@ -60,11 +78,11 @@ class Clock:
     Bursts push the clock ahead by a millisecond per frame; it falls back to real time when they end.
     """
 
-    __slots__ = ("_last_ms", "_prefix", "_second", "_time")
+    __slots__ = ("_last_ms", "_prefix", "_second_ms", "_time")
 
     def __init__(self, time: Callable[[], float] = _time.time) -> None:
         self._time = time
-        self._second = -1
+        self._second_ms = -1000  # the first millisecond of the second ``_prefix`` is for
         self._prefix = ""
         self._last_ms = -1
 
@@ -73,11 +91,19 @@ class Clock:
         if ms <= self._last_ms:
             ms = self._last_ms + 1
         self._last_ms = ms
-        s, frac = divmod(ms, 1000)
-        if s != self._second:
-            self._second = s
-            self._prefix = _time.strftime("%Y-%m-%dT%H:%M:%S.", _time.gmtime(s))
-        return f"{self._prefix}{frac:03d}Z"
+        frac = ms - self._second_ms  # never negative: ms only grows
+        if frac >= 1000:
+            second, frac = divmod(ms, 1000)
+            self._second_ms = ms - frac
+            self._prefix = _time.strftime("%Y-%m-%dT%H:%M:%S.", _time.gmtime(second))
+        return self._prefix + _MILLIS[frac]
+
+    def not_before(self, timestamp: str) -> None:
+        """Timestamps from now on come after ``timestamp`` (one this clock's format), whatever the
+        time source says; a timestamp it cannot read changes nothing."""
+        ms = _ms_of(timestamp)
+        if ms is not None:
+            self._last_ms = max(self._last_ms, ms)
 
 
 def _ms_of(timestamp: str) -> int | None:
@@ -108,9 +134,8 @@ class FrameFactory:
     def clock_not_before(self, timestamp: str | None) -> None:
         """Frames made from now on get timestamps after ``timestamp`` (a session read back after a
         restart goes on after its saved frames, whatever the wall clock says)."""
-        ms = _ms_of(timestamp) if timestamp else None
-        if ms is not None and isinstance(self.clock, Clock):
-            self.clock._last_ms = max(self.clock._last_ms, ms)
+        if timestamp and isinstance(self.clock, Clock):
+            self.clock.not_before(timestamp)
 
     def frame(
         self,

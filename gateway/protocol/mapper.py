@@ -304,6 +304,16 @@ class Mapper:
         return block
 
     def _text_delta(self, event: ev.TextDelta) -> list[F.Frame]:
+        text = event.text
+        block = self._blocks.get(event.block)
+        if (
+            block is not None
+            and len(text) <= self._text_chunk
+            and (event.parent is not None or self.state == "thinking")
+        ):
+            # Most deltas: an open block, one frame, no state change (what the rest would do).
+            block.keep(text, self._full_text_limit)
+            return [self._frame(F.TextDelta(content_index=block.index, text=text), block.metadata)]
         out = self._main_state(event.parent, "thinking", "generating")
         block = self._open_block(event.block, "text", event.parent, event.role)
         chunks, omitted = self._chunks(event.text)

@@ -93,12 +93,14 @@ MAX_CONTEXT_FILES: Final = 20  # files attached to one prompt
 MAX_FILE_NAME_BYTES: Final = 255  # a file name, in UTF-8 bytes (most file systems' limit)
 
 
+_DELTAS: Final = frozenset({ev.TextDelta, ev.ThinkingDelta})
+
 # --- actions ------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Emit:
-    """Send a frame. ``to``: only that connection (not buffered); ``exclude``: all but that one."""
+class Emit(msgspec.Struct):
+    """Send a frame. ``to``: only that connection (not buffered); ``exclude``: all but that one.
+    (A Struct, not a dataclass: one is made per frame, and a Struct's ``__init__`` is C.)"""
 
     frame: F.Frame
     to: str | None = None
@@ -396,6 +398,10 @@ class SessionMachine:
 
     def agent_events(self, events: list[ev.AgentEvent]) -> list[Action]:
         self._activity += 1
+        if len(events) == 1 and type(events[0]) in _DELTAS and self.turn is not None:
+            # Most lines: a text or thinking delta inside a turn, which none of the checks of
+            # _agent_event concern.
+            return [Emit(frame) for frame in self.mapper.map(events[0])]
         out: list[Action] = []
         for event in events:
             out += self._agent_event(event)
