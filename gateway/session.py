@@ -76,7 +76,8 @@ BATCH_LINES = 256  # agent lines handled between two turns of the event loop, at
 
 # agent.error code of a warning: the agent printed a line over the reader's limit (it was dropped)
 LINE_TOO_LONG = "AGENT_LINE_TOO_LONG"
-# The payloads the shell reacts to when they are broadcast (metrics, the saved record).
+# The payloads the shell reacts to when they are broadcast (metrics, the saved record): one set
+# lookup per frame rather than _observe_frame's isinstance checks.
 _OBSERVED: Final = frozenset(
     {F.TurnStart, F.TurnEnd, F.InvokeResult, F.Usage, F.Renamed, F.Capabilities, F.StateChanged}
 )
@@ -546,7 +547,7 @@ class LiveSession:
         machine = self.machine
         parser = machine.parser
         clock = time.perf_counter_ns
-        act = self._act
+        emit, act_other = self._emit, self._act_other
         flusher = self._flusher
         while batch := await proc.readlines(BATCH_LINES):
             if self._suspended:
@@ -575,7 +576,10 @@ class LiveSession:
                     else:
                         lines.line("none", elapsed)  # e.g. a stream event with nothing to say
                     for action in actions:
-                        act(action)
+                        if type(action) is sm.Emit:
+                            emit(action)
+                        else:
+                            act_other(action)
             finally:
                 flusher.flush()
             self._track_state()
@@ -755,15 +759,18 @@ class LiveSession:
             return
         t_ns = self._line_t_ns
         type_ = frame.TYPE
-        self.metrics.frame_out(type_, len(data))
+        metrics = self.metrics
+        size = len(data)
+        metrics.frame_out(type_, size)
         kept, evicted, evicted_bytes = self.history.append(frame.message_id, frame.timestamp, data)
         if self.saved is not None:
             self.saved.append(self.history.last_seq, frame.message_id, data)
         if kept:
-            self.metrics.history_appended(len(data))
+            metrics.history_appended(size)
         if evicted:
-            self.metrics.history_evicted(evicted, evicted_bytes)
-        self._observe_frame(frame)
+            metrics.history_evicted(evicted, evicted_bytes)
+        if type(frame.payload) in _OBSERVED:  # type: ignore[attr-defined]
+            self._observe_frame(frame)
         route = self._routes.get(type_)
         if route is None:
             route = self._route(type_)
@@ -794,8 +801,6 @@ class LiveSession:
 
     def _observe_frame(self, frame: F.Frame) -> None:
         payload = frame.payload  # type: ignore[attr-defined]
-        if type(payload) not in _OBSERVED:
-            return  # most frames: deltas (one set lookup rather than five isinstance checks)
         if isinstance(payload, F.TurnStart):
             self._turn_started = time.monotonic()
             self._save_record()
