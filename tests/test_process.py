@@ -8,6 +8,7 @@ drive subprocess pipes with different code.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -36,6 +37,7 @@ from gateway.process import (
 )
 
 PY = sys.executable
+BATCH = 256  # as the session reads
 LOOPS = pytest.mark.parametrize(
     "loop_factory",
     [asyncio.new_event_loop, uvloop.new_event_loop],
@@ -227,6 +229,91 @@ def test_read_times_are_monotonic_and_batches_match_lines(loop_factory: Any) -> 
         times = [i.t_ns for i in items]
         assert times == sorted(times) and times[-1] - times[0] >= 30_000_000
         assert proc.at_eof()
+        await proc.wait()
+
+    run(loop_factory, scenario())
+
+
+# One write(2) per line, paced by a busy wait: N lines at RATE lines/s (as Claude Code's Node.js
+# stdout writes each line on its own).
+PACED = """
+import os, sys, time
+n, rate = int(sys.argv[1]), float(sys.argv[2])
+start = time.perf_counter()
+for i in range(n):
+    while time.perf_counter() < start + i / rate:
+        pass
+    os.write(1, b"%d\\n" % i)
+"""
+
+
+def timerfds() -> int:
+    fds = "/proc/self/fd"
+    links = []
+    for fd in os.listdir(fds):
+        with contextlib.suppress(OSError):  # the listing's own descriptor is gone already
+            links.append(os.readlink(f"{fds}/{fd}"))
+    return links.count("anon_inode:[timerfd]")
+
+
+@LOOPS
+def test_lines_at_a_high_rate_are_gathered_and_none_is_lost(loop_factory: Any) -> None:
+    """Above NAP_BELOW_GAP_NS per line the reader naps between small batches, so that one wake-up
+    brings several lines; every line still arrives, in order, and the timer is released."""
+    n = 3000
+
+    async def scenario() -> None:
+        proc = await spawn(PACED, str(n), "20000")
+        batches = []
+        timers = 0
+        while batch := await proc.readlines(BATCH):
+            batches.append(len(batch))
+            timers = max(timers, timerfds())
+            lines = [item.line for item in batch]
+            assert lines == [str(i).encode() for i in range(sum(batches[:-1]), sum(batches))]
+        assert sum(batches) == n
+        assert proc.naps > 0
+        assert n / len(batches) > 1.5  # lines share wake-ups
+        assert timers == 1  # one, made at the first nap
+        await proc.aclose()
+        assert timerfds() == 0  # the nap timer went with the pipes
+
+    run(loop_factory, scenario())
+
+
+@LOOPS
+def test_lines_at_a_low_rate_are_handed_out_at_once(loop_factory: Any) -> None:
+    """At 200 lines/s no line waits for another: the reader never naps."""
+
+    async def scenario() -> None:
+        proc = await spawn(PACED, "20", "200")
+        lines = []
+        while batch := await proc.readlines(BATCH):
+            lines += [item.line for item in batch]
+        assert lines == [str(i).encode() for i in range(20)]
+        assert proc.naps == 0
+        await proc.wait()
+
+    run(loop_factory, scenario())
+
+
+@LOOPS
+def test_a_nap_never_resumes_a_pipe_paused_by_backpressure(loop_factory: Any) -> None:
+    """Lines at a high rate while the consumer lags: the nap's end must not undo the pause that
+    keeps memory near high_water."""
+    high_water = 16 * 1024
+
+    async def scenario() -> None:
+        proc = await spawn(PACED, "20000", "50000", high_water=high_water)
+        got = 0
+        while batch := await proc.readlines(4):
+            got += len(batch)
+            if got % 400 < 4:
+                await asyncio.sleep(0.02)  # the consumer lags now and then
+            # One read chunk may land on top of the mark before the pause takes effect.
+            assert proc.queued_bytes <= high_water + 256 * 1024
+        assert got == 20000
+        assert proc.stdout_pauses > 0
         await proc.wait()
 
     run(loop_factory, scenario())
