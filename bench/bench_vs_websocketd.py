@@ -14,13 +14,15 @@ For each relay, rounds interleaved, the best round kept:
 * full speed: the agent writes ``--lines`` lines at once; lines/s from the master's first message
   to the end marker, and the relay's own CPU time (``/proc``) per agent line;
 * fixed rate: ``--rate`` lines/s for ``--seconds``; p50 and p99 of the latency from the agent's
-  write to the master's receive.
+  write to the master's receive;
+* high rate: ``--high-rate`` lines/s for ``--seconds``, each line its own write(2) as Claude Code's
+  are: the relay's CPU time per line (each line may be a wake-up of its own) and p50/p99.
 
 Printed as ratios to websocketd (the absolute numbers are shown too, but they depend on the
 machine and on whatever else it runs).
 
-    .venv/bin/python bench/bench_vs_websocketd.py [--lines 60000] [--rate 1000] [--seconds 3]
-        [--state-dir] [--baseline CHECKOUT]
+    .venv/bin/python bench/bench_vs_websocketd.py [--lines 60000] [--rate 1000]
+        [--high-rate 10000] [--seconds 3] [--state-dir] [--baseline CHECKOUT]
 
 ``--state-dir`` adds the same gateway with ``[server] state_dir`` set (every frame also written to
 the session's log on disk): what persistence costs on the hot path, in the same run.
@@ -74,12 +76,16 @@ async def main_async(args: argparse.Namespace) -> None:
             await relay.ready()
         full: dict[str, list[dict]] = {r.name: [] for r in relays}
         fixed: dict[str, list[dict]] = {r.name: [] for r in relays}
+        high: dict[str, list[dict]] = {r.name: [] for r in relays}
         for i in range(args.rounds):
             order = relays if i % 2 == 0 else relays[::-1]
             for relay in order:
                 full[relay.name].append(await one_round(relay, args.lines, 0))
                 fixed[relay.name].append(
                     await one_round(relay, args.rate * args.seconds, args.rate)
+                )
+                high[relay.name].append(
+                    await one_round(relay, args.high_rate * args.seconds, args.high_rate)
                 )
     finally:
         for relay in relays:
@@ -90,14 +96,17 @@ async def main_async(args: argparse.Namespace) -> None:
             "cpu_us": min(r["cpu_us"] for r in full[name]),
             "p50_ms": min(r["p50_ms"] for r in fixed[name]),
             "p99_ms": min(r["p99_ms"] for r in fixed[name]),
+            "high_cpu_us": min(r["cpu_us"] for r in high[name]),
+            "high_p50_ms": min(r["p50_ms"] for r in high[name]),
+            "high_p99_ms": min(r["p99_ms"] for r in high[name]),
         }
         for name in full
     }
-    print(f"{args.lines} lines at full speed, {args.rate} lines/s for {args.seconds} s; "
-          f"best of {args.rounds} interleaved rounds; one master")  # fmt: skip
+    print(f"{args.lines} lines at full speed, {args.rate} and {args.high_rate} lines/s for "
+          f"{args.seconds} s; best of {args.rounds} interleaved rounds; one master")  # fmt: skip
     others = [r.name for r in relays[1:]]
     print(
-        f"{'measure':38} {'websocketd':>12}"
+        f"{'measure':44} {'websocketd':>12}"
         + "".join(f" {n:>13} {'/websocketd':>11}" for n in others)
     )
     rows = [
@@ -105,13 +114,16 @@ async def main_async(args: argparse.Namespace) -> None:
         ("CPU per agent line, full speed (µs)", "cpu_us", "{:12.2f}"),
         (f"p50 at {args.rate} lines/s (ms)", "p50_ms", "{:12.2f}"),
         (f"p99 at {args.rate} lines/s (ms)", "p99_ms", "{:12.2f}"),
+        (f"CPU per agent line at {args.high_rate} lines/s (µs)", "high_cpu_us", "{:12.2f}"),
+        (f"p50 at {args.high_rate} lines/s (ms)", "high_p50_ms", "{:12.2f}"),
+        (f"p99 at {args.high_rate} lines/s (ms)", "high_p99_ms", "{:12.2f}"),
     ]
     for label, key, fmt in rows:
         a = best["websocketd"][key]
         cells = "".join(
             f" {fmt.format(best[n][key]):>13} {best[n][key] / a:10.2f}x" for n in others
         )
-        print(f"{label:38} {fmt.format(a)}{cells}")
+        print(f"{label:44} {fmt.format(a)}{cells}")
     if args.baseline:
         print(f"baseline: the gateway of {args.baseline}")
     print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
@@ -121,6 +133,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--lines", type=int, default=60000)
     parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--high-rate", type=int, default=10000)
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline", help="another checkout of rawp-gateway, run side by side")
