@@ -216,7 +216,10 @@ class Master:
                     raise ConnectionError(f"connection ended: {msg.type} {msg.extra!r}")
                 now = clock()
                 data = msg.data
-                if not self.first_ns:
+                if not self.first_ns and 'delta"' in data:
+                    # The first agent line relayed (a text delta, raw or as agent.text.delta): the
+                    # gateway's own frames for the prompt come before the agent has even built
+                    # its burst, and must not count as relaying time.
                     self.first_ns = now
                 self.messages += 1
                 i = data.find("@T")
