@@ -57,9 +57,10 @@ agent itself is gone), and its output is not read past that deadline.
 line rates it also gathers lines: an agent like Claude Code writes each line on its own, and each
 line read alone is a wake-up of the event loop (a pipe read, the consumer's turn, a socket write per
 master) costing several times the line's own work. When lines come faster than one per
-`NAP_BELOW_GAP_NS` and the batches are small, stdout is left unread for `NAP_S` after each batch (a
-`FineTimer`: uvloop's timers count whole milliseconds), so the lines of that half millisecond are
-read, mapped and sent together. No line waits longer than that; at 1,000 lines/s nothing waits.
+`NAP_BELOW_GAP_NS` (smoothed over recent batches) and the batches are small, stdout is left unread
+for `NAP_S` after each batch (a `FineTimer`: uvloop's timers count whole milliseconds), so the lines
+of that half millisecond are read, mapped and sent together. No line waits longer than that; at
+1,000 lines/s nothing waits.
 `close()` / `aclose()` drop an agent without reading it to the end (SIGKILL to the group, then the
 pipes are released). Otherwise the transport is closed by itself once the agent has exited and its output is
 drained.
@@ -114,12 +115,14 @@ DEFAULT_STDERR_LIMIT: Final = 64 * 1024
 # After the agent exits, what is left on its stdout is read for at most this long: its own output is
 # already in the pipe; only a descendant still holding the pipe open could make it longer.
 EXIT_DRAIN_S: Final = 2.0
-# Gathering lines at high rates (see the module docstring): when the batches handed out average
-# less than NAP_BELOW_GAP_NS between lines and hold fewer than NAP_MAX_BATCH lines, stdout is not
-# read for NAP_S after a batch, so that the next one brings several lines for one wake-up.
+# Gathering lines at high rates (see the module docstring): when the time between lines, smoothed
+# over the recent batches, is under NAP_BELOW_GAP_NS and a batch holds fewer than NAP_MAX_BATCH
+# lines, stdout is not read for NAP_S after it, so that the next batch brings several lines for one
+# wake-up. The smoothing keeps one pair of close lines at a moderate rate from making anyone wait.
 NAP_S: Final = 0.0005
 NAP_BELOW_GAP_NS: Final = 250_000  # i.e. above 4,000 lines/s
 NAP_MAX_BATCH: Final = 32  # a batch this big (a burst) already shares its wake-up
+_GAP_CAP_NS: Final = 10_000_000  # an idle pause counts as this much: the rate is found again soon
 _STDOUT_FD: Final = 1
 _STDERR_FD: Final = 2
 _STDIN_FD: Final = 0
@@ -510,6 +513,7 @@ class AgentProcess:
     _napping: bool  # stdout left unread for NAP_S to gather lines
     _nap_timer: FineTimer | None
     _last_batch_ns: int
+    _line_gap_ns: float  # between lines, smoothed over the batches handed out
     _line_waiter: asyncio.Future[None] | None
     _stderr: bytearray
     _stderr_limit: int
@@ -634,6 +638,7 @@ class AgentProcess:
         self._napping = False
         self._nap_timer = None
         self._last_batch_ns = 0
+        self._line_gap_ns = float(_GAP_CAP_NS)
         self._line_waiter = None
         self._stderr = bytearray()
         self._stderr_limit = stderr_limit
@@ -857,13 +862,15 @@ class AgentProcess:
             self._resume_stdout()
         now = time.perf_counter_ns()
         n = len(batch)
+        gap = min((now - self._last_batch_ns) / n, _GAP_CAP_NS)
+        self._last_batch_ns = now
+        self._line_gap_ns = gap = 0.75 * self._line_gap_ns + 0.25 * gap
         if (
             n < NAP_MAX_BATCH
-            and now - self._last_batch_ns < n * NAP_BELOW_GAP_NS
+            and gap < NAP_BELOW_GAP_NS
             and not (q or self._napping or self._stdout_eof)
         ):
             self._nap()
-        self._last_batch_ns = now
         return batch
 
     def readline_nowait(self) -> StdoutLine | None:
