@@ -765,8 +765,9 @@ class DemoAgent:
 
     async def _use_tool(
         self, turn: _Turn, tool_id: str, name: str, tool_input: dict[str, Any]
-    ) -> tuple[bool, str | list[dict[str, Any]]]:
-        """Ask if needed, run the tool, print the `user` tool_result line. (ok, content)."""
+    ) -> tuple[bool, str | list[dict[str, Any]], Any]:
+        """Ask if needed, run the tool, print the `user` tool_result line. (ok, content,
+        `tool_use_result`); a refused or failed tool has no `tool_use_result` (None)."""
         try:
             if name in EDIT_TOOLS:
                 _inside(self.workspace, tool_input["file_path"])  # refuse before asking
@@ -794,16 +795,16 @@ class DemoAgent:
                 {"tool_name": name, "tool_use_id": tool_id, "tool_input": tool_input}
             )
             self._tool_error(tool_id, str(exc))
-            return False, str(exc)
+            return False, str(exc), None
         except ToolError as exc:
             self._tool_error(tool_id, str(exc))
-            return False, str(exc)
+            return False, str(exc), None
         self._user(
             [{"tool_use_id": tool_id, "type": "tool_result", "content": text}],
             tool_use_result=result,
         )
         self.context_tokens += _tokens(text if isinstance(text, str) else json.dumps(text))
-        return True, text
+        return True, text, result
 
     def _refuse_without_asking(self, tool_id: str, name: str, tool_input: dict[str, Any]) -> None:
         target = tool_input.get("file_path") or tool_input.get("command") or name
@@ -873,9 +874,9 @@ class DemoAgent:
         blocks.append({"type": "text", "text": " ".join([*notes, intro])})
         blocks.append({"type": "tool_use", "id": tool_id, "name": action.tool, "input": tool_input})
         await self._message(turn, blocks, "tool_use")
-        ok, output = await self._use_tool(turn, tool_id, action.tool, tool_input)
+        ok, output, result = await self._use_tool(turn, tool_id, action.tool, tool_input)
         await self._message(
-            turn, [{"type": "text", "text": self._summary(action, ok, output)}], "end_turn"
+            turn, [{"type": "text", "text": self._summary(action, ok, output, result)}], "end_turn"
         )
 
     def _abs(self, path: str | None) -> str:
@@ -883,7 +884,7 @@ class DemoAgent:
         return os.path.normpath(os.path.join(self.workspace, os.path.expanduser(path or "")))
 
     @staticmethod
-    def _summary(action: Action, ok: bool, output: str | list[dict[str, Any]]) -> str:
+    def _summary(action: Action, ok: bool, output: str | list[dict[str, Any]], result: Any) -> str:
         if not ok:
             return f"That did not work: {output}"
         if action.tool == "Glob":
@@ -893,9 +894,9 @@ class DemoAgent:
             shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
             return f"The workspace has {len(names)} file{'s' if len(names) != 1 else ''}: {shown}."
         if action.tool == "Read" and isinstance(output, list):
-            info = image_info(base64.b64decode(output[0]["source"]["data"]))
-            assert info is not None  # run_read_image checked it
-            return f"{action.path} is a {info[1]}x{info[2]} {info[0]} image."
+            # run_read_image measured the image already: no second decode of its base64
+            file, size = result["file"], result["file"]["dimensions"]
+            return f"{action.path} is a {size['originalWidth']}x{size['originalHeight']} {file['type']} image."
         if action.tool == "Read":
             lines = output.split("\n")
             if lines[-1].partition("\t")[2] == "":  # "2\t": the file's final newline, no line
