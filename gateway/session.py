@@ -390,12 +390,18 @@ class LiveSession:
         self._routes.clear()
         self._cancel_timer("reattach-window")
         self.metrics.ws_connected(role)
-        actions = self.machine.attached(conn_id)
-        # capabilities first, then (on reattach) the history, then catalog/commands/interactions
-        first, rest = actions[:1], actions[1:]
-        self.perform(first)
+        # The greeting (Emits to this connection alone), each frame encoded once: capabilities
+        # first, then (on reattach) the history in the room the rest leaves in the send queue, then
+        # catalog/commands/interactions.
+        greeting = [
+            (a.frame, text_frame(codec.encode(a.frame)))
+            for a in self.machine.attached(conn_id)
+            if isinstance(a, sm.Emit)
+        ]
+        first, rest = greeting[0], greeting[1:]
+        self._send_to(conn, *first)
         if last_message_id is not None or full_history:
-            after = sum(len(codec.encode(a.frame)) for a in rest if isinstance(a, sm.Emit))
+            after = sum(len(framed) for _, framed in rest)
             if last_message_id is not None:
                 replay = self.history.since(last_message_id)
                 lost = self._send_history(conn, replay, last_message_id, after)
@@ -403,11 +409,19 @@ class LiveSession:
             else:
                 # An empty history is still in sync with the capabilities just sent (they are
                 # marked in the buffer): a later reattach after that id is exact.
-                greeting = first[0].frame.message_id if isinstance(first[0], sm.Emit) else ""
-                self._send_history(conn, self.history.everything(), greeting, after)
-        self.perform(rest)
+                greeting_id = first[0].message_id
+                self._send_history(conn, self.history.everything(), greeting_id, after)
+        for frame, framed in rest:
+            self._send_to(conn, frame, framed)
         self._track_state()
         return conn
+
+    def _send_to(self, conn: Connection, frame: F.Frame, framed: bytes) -> None:
+        """A frame (``text_frame``) for one connection alone: queued for it and marked in the
+        history, not lost to a later reattach (as ``_emit`` does with an ``Emit`` that has ``to``)."""
+        conn.send(framed)
+        if self.history.mark(frame.message_id) and self.saved is not None:
+            self.saved.append(self.history.last_seq, frame.message_id, None)
 
     def _send_history(self, conn: Connection, replay: Replay, since: str, reserve: int) -> int:
         """``session.history`` in frames that fit ``max_frame_size`` (``protocol/replay.py``), no

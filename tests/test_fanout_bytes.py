@@ -107,6 +107,11 @@ class OldPathSession(LiveSession):
                     self._send_old(conn.id, data)
         super()._emit(action)
 
+    def _send_to(self, conn: Any, frame: Any, framed: bytes) -> None:
+        # The greeting of attach: as it was, one send_frame per frame.
+        self._send_old(conn.id, codec.encode(frame))
+        super()._send_to(conn, frame, framed)
+
     def _act_other(self, action: sm.Action) -> None:
         if isinstance(action, sm.Spawn | sm.WriteStdin | sm.Signal | sm.Terminate):
             return  # no agent process: the fixture is the agent
@@ -190,3 +195,35 @@ async def test_every_master_receives_the_same_bytes_as_before(fixture: Path, tmp
         received[name] = frames
     core = {f["type"] for f in received["core"]}
     assert core <= {f["type"] for f in received["everything"]}
+
+
+async def test_DPS_7_1_history_a_reattach_leaves_room_in_the_send_queue_for_the_greeting(tmp_path):
+    """A history larger than the send queue is cut to what the queue takes beside the catalog and
+    commands that follow it: the reattached master gets all of them, in order, and is not cut off."""
+    session = OldPathSession(
+        "3f0c2a1b-4d5e-4f60-8a7b-9c0d1e2f3a4b",
+        builtin_profiles()["claude-code"],
+        tmp_path,
+        config=Config(workspace_root=tmp_path, send_queue_bytes=65536),
+        metrics=GatewayMetrics(agents=["claude-code"]),
+    )
+    commands = [ev.SlashCommand(name=f"command-{i}", description="d" * 200) for i in range(60)]
+    tools = [f"mcp__server__tool_{i}_{'t' * 100}" for i in range(60)]
+    session.perform(
+        session.machine.agent_events([ev.SessionStarted(tools=tools, commands=commands)])
+    )
+    seen = session.history.last_message_id  # the master left here and missed ~160 KB of text
+    for _ in range(40):
+        session.perform(session.machine.agent_events([ev.TextDelta(block="b", text="x" * 4000)]))
+    sink = Sink()
+    session.old_writer("back")
+    conn = session.attach(
+        "back", None, role="master", last_message_id=seen, transport=sink, drain=_no_drain
+    )
+    assert not conn.overflowed
+    await asyncio.sleep(0)
+    types = [json.loads(m)["type"] for m in messages(bytes(sink.data))]
+    assert types[0] == "session.capabilities" and "session.history" in types
+    assert types[-2:] == ["tool.catalog.publish", "agent.commands.publish"]
+    history = [json.loads(m) for m in messages(bytes(sink.data))][1]
+    assert history["payload"]["buffer_status"]["truncated"] is True
