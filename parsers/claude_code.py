@@ -878,7 +878,10 @@ def _context_of(usage: _ApiUsage) -> int:
 
 def _usage_of(usage: Any) -> ev.UsageInfo | None:
     if isinstance(usage, dict):
-        usage = msgspec.convert(usage, _ApiUsage)
+        try:
+            usage = msgspec.convert(usage, _ApiUsage)
+        except msgspec.ValidationError:  # free-form JSON (a subagent's tool_use_result)
+            return None
     if not isinstance(usage, _ApiUsage):
         return None
     thinking = (usage.output_tokens_details or {}).get("thinking_tokens")
@@ -936,7 +939,8 @@ def _paths_of(tool_input: dict[str, Any]) -> list[str]:
         value = tool_input.get(key)
         if isinstance(value, str) and value:
             paths.append(value)
-    for edit in tool_input.get("edits") or ():
+    edits = tool_input.get("edits")
+    for edit in edits if isinstance(edits, list) else ():
         if isinstance(edit, dict) and isinstance(edit.get("file_path"), str):
             paths.append(edit["file_path"])
     return paths

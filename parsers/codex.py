@@ -512,7 +512,7 @@ def _mcp_output(result: Any) -> tuple[Any, str | None]:
     content = result.get("content")
     texts = [
         str(block.get("text", ""))
-        for block in content or ()
+        for block in (content if isinstance(content, list) else ())
         if isinstance(block, dict) and block.get("type") == "text"
     ]
     if texts:

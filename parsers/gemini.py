@@ -412,11 +412,10 @@ def _duration(started: str | None, ended: str | None) -> int | None:
     if not started or not ended:
         return None
     try:
-        t0 = datetime.fromisoformat(started)
-        t1 = datetime.fromisoformat(ended)
-    except ValueError:
+        elapsed = datetime.fromisoformat(ended) - datetime.fromisoformat(started)
+    except (ValueError, TypeError):  # not a date, or one with a time zone and one without
         return None
-    ms = round((t1 - t0).total_seconds() * 1000)
+    ms = round(elapsed.total_seconds() * 1000)
     return ms if ms >= 0 else None
 
 

@@ -170,6 +170,20 @@ def test_feed_never_raises_on_odd_shapes_of_known_kinds(kind: str, fields: dict[
     parser.end()
 
 
+def test_free_form_parts_of_the_wrong_type_are_passed_over_not_raised():
+    """A subagent's usage that is not numbers, MultiEdit ``edits`` that are not a list: the
+    parser still answers (feed never raises, or the session would stop reading the agent)."""
+    parser = ClaudeCodeParser()
+    feed(parser, assistant("m1", tool_use("t1", "Agent", prompt="x")))
+    rich = {"status": "completed", "usage": {"input_tokens": "many"}}
+    ended, result = feed(parser, result_line("t1", "done", rich))
+    assert isinstance(ended, ev.SubagentEnded) and ended.usage is None
+    assert isinstance(result, ev.ToolResult) and result.output["text"] == "done"
+    request = {"subtype": "can_use_tool", "tool_name": "MultiEdit", "input": {"edits": 5}}
+    (asked,) = feed(parser, {"type": "control_request", "request_id": "r1", "request": request})
+    assert isinstance(asked, ev.PermissionRequest) and asked.affected_paths == []
+
+
 # --- text and thinking ----------------------------------------------------------------------------
 
 

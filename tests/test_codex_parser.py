@@ -187,6 +187,14 @@ def test_mcp_calls_are_mcp_tools_with_the_result_text_or_the_error():
     assert isinstance(error, ev.ToolResult) and error.is_error and error.output == "server gone"
 
 
+def test_an_mcp_result_whose_content_is_not_a_list_is_an_empty_output():
+    item = {"id": "item_0", "type": "mcp_tool_call", "server": "s", "tool": "t"}
+    odd = {**item, "status": "completed", "result": {"content": 5}}
+    call, result = feed(CodexParser(), completed(odd))
+    assert isinstance(call, ev.ToolCall) and call.name == "mcp__s__t"
+    assert isinstance(result, ev.ToolResult) and result.output == "" and not result.is_error
+
+
 def change(item_id: str, status: str, *changes: tuple[str, str]) -> dict[str, Any]:
     return {
         "id": item_id,

@@ -150,6 +150,13 @@ def test_DPS_5_3_1_result_pairs_by_tool_id_with_the_duration_between_the_lines()
     assert result_b.output == "File not found: /w/missing"
 
 
+def test_timestamps_with_and_without_a_time_zone_give_no_duration():
+    parser = GeminiParser(read_file=Files().read)
+    feed(parser, {**tool_use("t1", "list_directory"), "timestamp": "2026-01-01T00:00:00Z"})
+    (result,) = feed(parser, {**tool_result("t1"), "timestamp": "2026-01-01T00:00:01"})
+    assert isinstance(result, ev.ToolResult) and result.duration_ms is None
+
+
 def test_a_failing_shell_command_stays_a_success_as_the_cli_reports_it():
     """The CLI says ``success`` and prints no exit code: the gateway does not guess otherwise; the
     master sees the command's error text as its output."""
