@@ -15,12 +15,19 @@ A diff is only ever made from contents read for that change, never guessed: when
 (the race was lost, no announcement, a binary or oversized file) the diff is None and the parser
 reports the change without one. This is the one place parsers touch the file system; ``read`` is
 injectable, so tests (and replays of recordings, whose paths are not on this machine) decide what
-the "workspace" holds.
+the "workspace" holds. Only regular files are read: a path the agent names may be a FIFO or a
+device, and opening one would block the gateway.
+
+What waits for a report is bounded (``MAX_PENDING`` changes, ``MAX_PENDING_CHARS`` of their text):
+past that, the oldest announcement is forgotten and its change is reported without a diff. A parser
+calls ``clear()`` when its agent's stdout closes: the next process reports its own changes.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
+import stat
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Final
@@ -29,6 +36,7 @@ __all__ = ["FileChanges", "read_text_file"]
 
 MAX_FILE_BYTES: Final = 1 << 20  # larger files are not diffed (nor kept)
 MAX_PENDING: Final = 256  # announced changes waiting for their report
+MAX_PENDING_CHARS: Final = 16 << 20  # the text of those changes' files together
 
 # A reader returns a file's text, None when it cannot be read as text, and raises
 # FileNotFoundError when there is no such file (a new file's "before" is then known: nothing).
@@ -44,15 +52,24 @@ _Content = str | None | _Absent
 
 
 def read_text_file(path: str) -> str | None:
-    """The file's text; None when it is unreadable, binary or over the size limit; raises
-    FileNotFoundError when it does not exist."""
+    """The file's text; None when it is unreadable, binary, over the size limit or not a regular
+    file; raises FileNotFoundError when it does not exist."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     if len(data) > MAX_FILE_BYTES or b"\0" in data:
         return None
     try:
@@ -64,26 +81,35 @@ def read_text_file(path: str) -> str | None:
 class FileChanges:
     """Before/after reads of files an agent changes, turned into unified diffs."""
 
-    __slots__ = ("_before", "_read")
+    __slots__ = ("_before", "_chars", "_read")
 
     def __init__(self, read: Reader = read_text_file) -> None:
         self._read = read
         # Per path announced and not yet reported: its content then (bounded: see ``before``).
         self._before: OrderedDict[str, _Content] = OrderedDict()
+        self._chars = 0  # the length of the texts in _before
 
     def before(self, paths: Iterable[str]) -> None:
         """The agent announced a change of ``paths``: read them now."""
         for path in paths:
-            self._before[path] = self._content(path)
-            self._before.move_to_end(path)
-        while len(self._before) > MAX_PENDING:
-            self._before.popitem(last=False)  # announced, never reported (the agent died)
+            if path in self._before:
+                self._pop(path)
+            content = self._before[path] = self._content(path)
+            if isinstance(content, str):
+                self._chars += len(content)
+        while len(self._before) > MAX_PENDING or self._chars > MAX_PENDING_CHARS:
+            self._pop(next(iter(self._before)))  # the oldest: never reported (the agent died)
+
+    def clear(self) -> None:
+        """Forget every announcement (the agent's stdout closed: no report will come)."""
+        self._before.clear()
+        self._chars = 0
 
     def diff(self, path: str, *, deleted: bool = False) -> str | None:
         """A unified diff of ``path`` since ``before``, or None when none can be told for sure."""
         if path not in self._before:
             return None
-        old = self._before.pop(path)
+        old = self._pop(path)
         new = _ABSENT if deleted else self._content(path)
         if isinstance(new, _Absent):
             return _unified(path, old, None) if isinstance(old, str) else None
@@ -94,9 +120,16 @@ class FileChanges:
 
     def created(self, path: str) -> str | None:
         """A diff that creates ``path`` with what it holds now (an added file), or None."""
-        self._before.pop(path, None)
+        if path in self._before:
+            self._pop(path)
         new = self._content(path)
         return _unified(path, None, new) if isinstance(new, str) else None
+
+    def _pop(self, path: str) -> _Content:
+        old = self._before.pop(path)
+        if isinstance(old, str):
+            self._chars -= len(old)
+        return old
 
     def _content(self, path: str) -> _Content:
         try:
