@@ -375,10 +375,13 @@ class ClaudeCodeParser(JsonLinesParser):
         """Stdout closed: a compaction still waiting for its summary is reported without one.
 
         Open blocks and calls are left to the mapper's ``end_turn``, which closes them for the turn.
+        What the turn kept goes as a result line would have cleared it: a process that died before
+        its result must not leave, say, an API error "already noticed" for the next process's.
         """
         out = self._flush_compaction("") if self._compaction is not None else []
         self._blocks.clear()
         self._calls.clear()
+        self._forget_turn()
         return out
 
     # --- stream events ----------------------------------------------------------------------------
@@ -713,16 +716,22 @@ class ClaudeCodeParser(JsonLinesParser):
 
     # --- result and control lines -----------------------------------------------------------------
 
-    def _result(self, msg: _ResultLine) -> list[ev.AgentEvent]:
-        # Every API message of the turn has printed its assistant lines by now: what was kept to
-        # tell streamed blocks from whole ones can go (it would grow with the session otherwise).
+    def _forget_turn(self) -> None:
+        """The turn is over: every API message of it has printed its assistant lines, so what was
+        kept to tell streamed blocks from whole ones can go (it would grow with the session
+        otherwise), and the next turn's API error is news again."""
         self._streamed.clear()
         self._aborted_streams.clear()
         self._whole_counts.clear()
+        self._api_error_noticed = False
+
+    def _result(self, msg: _ResultLine) -> list[ev.AgentEvent]:
+        noticed = self._api_error_noticed
+        self._forget_turn()
         out: list[ev.AgentEvent] = []
         stop = _stop_reason(msg)
         api_error = msg.api_error_status is not None or msg.terminal_reason == "api_error"
-        if api_error and not self._api_error_noticed:
+        if api_error and not noticed:
             out.append(
                 ev.Notice(
                     severity="error",
@@ -732,7 +741,6 @@ class ClaudeCodeParser(JsonLinesParser):
                     http_status=msg.api_error_status,
                 )
             )
-        self._api_error_noticed = False
         capacity = None
         for model in (msg.modelUsage or {}).values():
             window = model.get("contextWindow")

@@ -263,8 +263,12 @@ class CodexParser(JsonLinesParser):
         return []  # pragma: no cover (the union has no other member)
 
     def end(self) -> list[ev.AgentEvent]:
-        """Stdout closed. Open calls are the mapper's to close (``end_turn`` cancels them)."""
+        """Stdout closed. Open calls are the mapper's to close (``end_turn`` cancels them). What
+        was kept by item id goes: the next ``codex exec`` numbers its items from ``item_0`` again,
+        so a todo list left open here must not pass for (or hide) one of the next process."""
         self._open.clear()
+        self._plans.clear()
+        self._files.clear()
         self._batch = None
         return []
 

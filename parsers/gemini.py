@@ -214,6 +214,7 @@ class GeminiParser(JsonLinesParser):
         if type(msg) is _Error:
             return out + [_notice(msg)]
         if type(msg) is _Init:
+            self._last_error = None  # a new run: describe_exit quotes this run's error only
             return out + [
                 ev.SessionStarted(agent_session_id=msg.session_id or None, model=msg.model)
             ]
@@ -224,6 +225,7 @@ class GeminiParser(JsonLinesParser):
         are left to the mapper's ``end_turn``, which marks them cancelled when the turn was."""
         self._text = None
         self._calls.clear()
+        self._files.clear()
         self._batch = None
         return []
 

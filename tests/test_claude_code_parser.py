@@ -687,6 +687,22 @@ def test_an_api_error_result_without_its_message_still_gives_a_notice():
     assert [type(e) for e in events] == [ev.Notice, ev.TurnEnded]
 
 
+def test_an_api_error_noticed_by_a_process_that_died_is_not_taken_for_the_next_ones():
+    """The CLI printed an API error message and died before its result: the next process's API
+    error result is still a Notice of its own."""
+    parser = ClaudeCodeParser()
+    error_line = assistant(
+        "m1", {"type": "text", "text": "API Error: 500"}, is_api_error_message=True
+    )
+    (first,) = feed(parser, {**error_line, "api_error_status": 500})
+    assert isinstance(first, ev.Notice) and first.code == "API_ERROR"
+    assert parser.end() == []
+    result = {"type": "result", "subtype": "success", "is_error": True, "api_error_status": 529}
+    notice, ended = feed(parser, {**result, "result": "API Error: 529 overloaded"})
+    assert isinstance(notice, ev.Notice) and notice.http_status == 529
+    assert isinstance(ended, ev.TurnEnded) and ended.stop_reason == "error"
+
+
 def test_a_slash_command_output_is_text_a_replayed_prompt_is_not():
     parser = ClaudeCodeParser()
     replay = {"type": "user", "message": {"role": "user", "content": "hi"}, "isReplay": True}

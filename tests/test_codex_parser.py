@@ -279,6 +279,18 @@ def test_todo_list_each_version_is_an_update_plan_call_with_its_result():
     assert results[1].output_type == "structured"
 
 
+def test_a_todo_list_left_open_by_a_process_is_forgotten_when_its_stdout_closes():
+    """Each ``codex exec`` numbers its items from item_0: the next process's first todo list
+    (here the same text as the interrupted one) is a call of its own, not an unchanged version."""
+    todo = {"id": "item_0", "type": "todo_list", "items": [{"text": "read", "completed": False}]}
+    parser = CodexParser()
+    first, _ = feed(parser, started(todo))
+    assert parser.end() == []
+    again, _ = feed(parser, started(todo))
+    assert isinstance(first, ev.ToolCall) and isinstance(again, ev.ToolCall)
+    assert first.input == again.input == {"todos": [{"content": "read", "completed": False}]}
+
+
 def test_DPS_7_3_usage_is_the_turns_share_of_the_threads_cumulative_count():
     parser = CodexParser()
     feed(parser, {"type": "thread.started", "thread_id": "t1"})

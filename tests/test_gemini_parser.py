@@ -316,6 +316,18 @@ def test_describe_exit_leaves_other_codes_generic(exit_code: int):
     assert GeminiParser().describe_exit(exit_code) is None
 
 
+def test_describe_exit_quotes_only_the_error_of_the_run_that_exited():
+    parser = GeminiParser()
+    failed = {"type": "result", "status": "error", "error": {"message": "[API Error: quota]"}}
+    feed(parser, {"type": "init", "session_id": "s1", "model": "m"}, failed)
+    parser.end()
+    assert parser.describe_exit(173) is not None and "quota" in parser.describe_exit(173)[1]
+    feed(parser, {"type": "init", "session_id": "s1", "model": "m"})  # the next run, resumed
+    parser.end()
+    named = parser.describe_exit(41)
+    assert named is not None and named[0] == "AUTH_ERROR" and "quota" not in named[1]
+
+
 def gemini_run(exit_code: int, *lines: dict[str, Any], parser: Any = None) -> list[Any]:
     machine = SessionMachine(
         "0b7f3c1e-5d2a-4e8f-9a6b-1c2d3e4f5a6b", parser or GeminiParser(), NoInput()
