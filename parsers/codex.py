@@ -72,7 +72,7 @@ from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 
 __all__ = ["SPEC", "CodexParser"]
 
-_MAX_OPEN_CALLS: Final = 4096  # tool items remembered while waiting for their completion
+_MAX_OPEN_CALLS: Final = 4096  # tool items (and todo lists) remembered until their completion
 
 # --- the line kinds -------------------------------------------------------------------------------
 # Field names are the CLI's; every field has a default so that a field the CLI drops does not turn a
@@ -469,6 +469,8 @@ class CodexParser(JsonLinesParser):
         versions, last = self._plans.get(item.id, (0, None))
         if todos == last:
             return []
+        if not versions and len(self._plans) >= _MAX_OPEN_CALLS:
+            del self._plans[next(iter(self._plans))]  # never completed: the oldest
         self._plans[item.id] = (versions + 1, todos)
         call_id = f"{item.id}#{versions}"
         return [

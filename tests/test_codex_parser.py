@@ -17,7 +17,7 @@ from gateway.protocol.session import Emit, SessionMachine, Signal, Spawn
 from parsers import events as ev
 from parsers.base import NoInput
 from parsers.base import get as get_parser
-from parsers.codex import CodexParser
+from parsers.codex import _MAX_OPEN_CALLS, CodexParser
 from tests.gateway_peer import Master, create_session, make_config, start_gateway
 
 
@@ -289,6 +289,20 @@ def test_a_todo_list_left_open_by_a_process_is_forgotten_when_its_stdout_closes(
     again, _ = feed(parser, started(todo))
     assert isinstance(first, ev.ToolCall) and isinstance(again, ev.ToolCall)
     assert first.input == again.input == {"todos": [{"content": "read", "completed": False}]}
+
+
+def test_todo_lists_never_completed_are_remembered_up_to_a_bound():
+    """Past _MAX_OPEN_CALLS open todo lists the oldest is forgotten: the same version of it again
+    is a new call; the newest are still remembered (an unchanged version says nothing)."""
+    parser = CodexParser()
+
+    def todo(i: int) -> dict[str, Any]:
+        return started({"id": f"item_{i}", "type": "todo_list", "items": [{"text": "t"}]})
+
+    for i in range(_MAX_OPEN_CALLS + 1):
+        feed(parser, todo(i))
+    assert feed(parser, todo(_MAX_OPEN_CALLS)) == []
+    assert [type(e) for e in feed(parser, todo(0))] == [ev.ToolCall, ev.ToolResult]
 
 
 def test_DPS_7_3_usage_is_the_turns_share_of_the_threads_cumulative_count():
