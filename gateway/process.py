@@ -279,9 +279,8 @@ def kill_left_behind(session_ids: Collection[str]) -> int:
     me = os.getpid()
     roots = {p.pid for p in procs.values() if p.pid != me and _session_id_of(p.pid) in wanted}
     found = _subtree(roots, procs) - {me} if roots else set()
-    _signal_pids(
-        found, signal.SIGKILL
-    )  # init's children since their gateway died: not ours to reap
+    # No procs: they are init's children since their gateway died, not ours to reap.
+    _signal_pids(found, signal.SIGKILL)
     return len(found)
 
 
@@ -471,7 +470,7 @@ class _Protocol(asyncio.SubprocessProtocol):
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         if fd == _STDOUT_FD:
-            self._owner._on_stdout_eof(exc)
+            self._owner._on_stdout_eof()
         elif fd == _STDERR_FD:
             self._owner._on_stderr_eof()
         elif fd == _STDIN_FD:
@@ -508,7 +507,6 @@ class AgentProcess:
     _cut_head: bytes
     _cut_len: int
     _stdout_eof: bool
-    _stdout_exc: BaseException | None
     _stdout_paused: bool  # by backpressure: the consumer is behind
     _napping: bool  # stdout left unread for NAP_S to gather lines
     _nap_timer: FineTimer | None
@@ -633,7 +631,6 @@ class AgentProcess:
         self._cut_head = b""
         self._cut_len = 0
         self._stdout_eof = False
-        self._stdout_exc = None
         self._stdout_paused = False
         self._napping = False
         self._nap_timer = None
@@ -766,7 +763,7 @@ class AgentProcess:
         self.lines_cut += 1
         return item
 
-    def _on_stdout_eof(self, exc: Exception | None) -> None:
+    def _on_stdout_eof(self) -> None:
         item = None
         if self._cut_len:
             item = self._cut_line(time.perf_counter_ns())
@@ -780,7 +777,6 @@ class AgentProcess:
             self.lines_read += 1
             self._queued_bytes += len(item.line) + 1
         self._stdout_eof = True
-        self._stdout_exc = exc
         waiter = self._line_waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -872,16 +868,6 @@ class AgentProcess:
         ):
             self._nap()
         return batch
-
-    def readline_nowait(self) -> StdoutLine | None:
-        """A queued line if there is one, else None (check `at_eof()` to tell EOF apart)."""
-        if not self._lines:
-            return None
-        item = self._lines.popleft()
-        self._queued_bytes -= len(item.line) + 1
-        if self._stdout_paused and self._queued_bytes <= self._low_water:
-            self._resume_stdout()
-        return item
 
     def at_eof(self) -> bool:
         """True when stdout is closed and every line has been read."""

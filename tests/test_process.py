@@ -403,6 +403,31 @@ def test_stdin_write_drain_and_close(loop_factory: Any) -> None:
     run(loop_factory, scenario())
 
 
+@LOOPS
+def test_stdin_of_an_agent_that_closed_it_is_a_broken_pipe_not_a_hang(loop_factory: Any) -> None:
+    """The agent closes its stdin and runs on: a write past the pipe's buffer breaks it, and from
+    then on write() and drain() raise AgentProcessError instead of waiting for a reader."""
+
+    async def scenario() -> None:
+        proc = await spawn(
+            "import os, sys, time\nos.close(0)\nprint('closed', flush=True)\ntime.sleep(30)"
+        )
+        assert (await proc.readline()) is not None
+        chunk = b"x" * 65536
+        with pytest.raises(AgentProcessError, match="broken"):
+            for _ in range(64):  # 4 MiB: more than any pipe buffer holds
+                proc.write(chunk)
+                await proc.drain()
+                await asyncio.sleep(0)
+        with pytest.raises(AgentProcessError, match="broken"):
+            proc.write(b"more\n")
+        with pytest.raises(AgentProcessError, match="broken"):
+            await proc.drain()
+        await proc.aclose()
+
+    run(loop_factory, scenario())
+
+
 # --------------------------------------------------------------------------- stderr
 
 
