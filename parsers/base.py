@@ -40,6 +40,7 @@ import importlib
 import importlib.util
 from collections.abc import Callable, Container
 from dataclasses import dataclass
+from datetime import datetime
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol
 
@@ -60,6 +61,7 @@ __all__ = [
     "ParserSpec",
     "PromptImage",
     "available",
+    "elapsed_ms",
     "get",
 ]
 
@@ -145,6 +147,20 @@ def refused_line(line: bytes, err: Exception, known_kinds: Container[str]) -> Pa
         message = f"malformed {kind.type} line: {err}"
         return ParseError(message=message, line=bytes(line[:MAX_LINE_IN_EVENT]))
     return Unknown(kind=kind.type or "?", line=bytes(line))
+
+
+def elapsed_ms(started: str | None, ended: str | None) -> int | None:
+    """Milliseconds between two ISO 8601 timestamps an agent printed (a tool call's and its
+    result's: the core reads no clock). None when either is missing or unreadable, when one has a
+    time zone and the other not, or when the second is the earlier."""
+    if not started or not ended:
+        return None
+    try:
+        elapsed = datetime.fromisoformat(ended) - datetime.fromisoformat(started)
+    except (ValueError, TypeError):
+        return None
+    ms = round(elapsed.total_seconds() * 1000)
+    return ms if ms >= 0 else None
 
 
 class JsonLinesParser:

@@ -48,13 +48,12 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any, ClassVar, Final
 
 import msgspec
 
 from . import events as ev
-from .base import JsonLinesParser, ParserSpec, PromptImage
+from .base import JsonLinesParser, ParserSpec, PromptImage, elapsed_ms
 from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 
 __all__ = ["SPEC", "ClaudeCodeInput", "ClaudeCodeParser"]
@@ -919,15 +918,6 @@ def _stop_reason(msg: _ResultLine) -> str:
     return _STOP_REASONS.get(msg.stop_reason, "end_turn")
 
 
-def _timestamp_ms(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value).timestamp() * 1000
-    except ValueError:
-        return None
-
-
 def _duration(rich: Any, started: str | None, ended: str | None) -> int | None:
     """The tool's own duration when it reports one, else the time between the CLI's timestamps of
     the call and of its result (the lines carry them; the core reads no clock)."""
@@ -935,10 +925,7 @@ def _duration(rich: Any, started: str | None, ended: str | None) -> int | None:
         for key in ("durationMs", "totalDurationMs", "duration_ms"):
             if isinstance(rich.get(key), int):
                 return rich[key]
-    t0, t1 = _timestamp_ms(started), _timestamp_ms(ended)
-    if t0 is None or t1 is None or t1 < t0:
-        return None
-    return round(t1 - t0)
+    return elapsed_ms(started, ended)
 
 
 def _paths_of(tool_input: dict[str, Any]) -> list[str]:

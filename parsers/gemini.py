@@ -39,14 +39,13 @@ names. The CLI reads nothing on stdin after its prompt (``NoInput``): cancel is 
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Any, Final
 
 import msgspec
 
 from . import events as ev
 from .api_errors import HTTP_ERROR_CODES, http_error_code
-from .base import ExitDescription, JsonLinesParser, NoInput, ParserSpec
+from .base import ExitDescription, JsonLinesParser, NoInput, ParserSpec, elapsed_ms
 from .file_changes import FileChanges, Reader, read_text_file
 from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 
@@ -292,7 +291,7 @@ class GeminiParser(JsonLinesParser):
             # Gemini's tool output is a display string, whatever the tool: text unless a diff or
             # the todo list replaces it below.
             output_type="text",
-            duration_ms=_duration(call.started if call else None, msg.timestamp),
+            duration_ms=elapsed_ms(call.started if call else None, msg.timestamp),
         )
         if result.is_error:
             # The error's own message is the clearer one ("File not found: <path>").
@@ -406,19 +405,6 @@ def _usage_of(stats: _Stats | None) -> ev.UsageInfo | None:
         cache_read_tokens=stats.cached,
         thinking_tokens=max(0, beyond),
     )
-
-
-def _duration(started: str | None, ended: str | None) -> int | None:
-    """Milliseconds between the CLI's timestamps of a call and its result (the core reads no
-    clock)."""
-    if not started or not ended:
-        return None
-    try:
-        elapsed = datetime.fromisoformat(ended) - datetime.fromisoformat(started)
-    except (ValueError, TypeError):  # not a date, or one with a time zone and one without
-        return None
-    ms = round(elapsed.total_seconds() * 1000)
-    return ms if ms >= 0 else None
 
 
 SPEC: Final = ParserSpec(
