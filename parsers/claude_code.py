@@ -586,7 +586,7 @@ class ClaudeCodeParser(JsonLinesParser):
             if rich.get("status") not in (None, "completed") and status == "completed":
                 status = "failed"
             usage = _usage_of(rich.get("usage"))
-            if usage is not None and isinstance(rich.get("totalTokens"), int):
+            if usage is not None and _count(rich.get("totalTokens")) is not None:
                 usage.total_tokens = rich["totalTokens"]
         return ev.SubagentEnded(
             call_id=call_id,
@@ -685,15 +685,14 @@ class ClaudeCodeParser(JsonLinesParser):
             msg.status or "", "failed" if msg.status == "error" else "completed"
         )
         usage = msg.usage or {}
-        total = usage.get("total_tokens")
-        duration = usage.get("duration_ms")
+        total = _count(usage.get("total_tokens"))
         return [
             ev.SubagentEnded(
                 call_id=call_id,
                 status=status,  # type: ignore[arg-type]
-                duration_ms=duration if isinstance(duration, int) else None,
+                duration_ms=_count(usage.get("duration_ms")),
                 summary=msg.summary,
-                usage=ev.UsageInfo(total_tokens=total) if isinstance(total, int) else None,
+                usage=ev.UsageInfo(total_tokens=total) if total is not None else None,
             )
         ]
 
@@ -742,8 +741,8 @@ class ClaudeCodeParser(JsonLinesParser):
             )
         capacity = None
         for model in (msg.modelUsage or {}).values():
-            window = model.get("contextWindow")
-            if isinstance(window, int):
+            window = _count(model.get("contextWindow"))
+            if window is not None:
                 capacity = max(capacity or 0, window)
         error = None
         if msg.is_error:
@@ -829,6 +828,12 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _count(value: Any) -> int | None:
+    """A count or a duration from free-form JSON: a whole number, not negative (JSON ``true`` is
+    an int to Python, and would make a frame field of type integer invalid)."""
+    return value if type(value) is int and value >= 0 else None
+
+
 def _mcp_name(name: str) -> str:
     # Claude Code names MCP tools mcp__<server>__<tool> with the server name's other characters
     # replaced by underscores.
@@ -891,13 +896,13 @@ def _usage_of(usage: Any) -> ev.UsageInfo | None:
             return None
     if not isinstance(usage, _ApiUsage):
         return None
-    thinking = (usage.output_tokens_details or {}).get("thinking_tokens")
+    thinking = _count((usage.output_tokens_details or {}).get("thinking_tokens"))
     return ev.UsageInfo(
         input_tokens=usage.input_tokens or 0,
         output_tokens=usage.output_tokens or 0,
         cache_read_tokens=usage.cache_read_input_tokens,
         cache_write_tokens=usage.cache_creation_input_tokens,
-        thinking_tokens=thinking if isinstance(thinking, int) else None,
+        thinking_tokens=thinking,
     )
 
 
@@ -923,8 +928,8 @@ def _duration(rich: Any, started: str | None, ended: str | None) -> int | None:
     the call and of its result (the lines carry them; the core reads no clock)."""
     if isinstance(rich, dict):
         for key in ("durationMs", "totalDurationMs", "duration_ms"):
-            if isinstance(rich.get(key), int):
-                return rich[key]
+            if (own := _count(rich.get(key))) is not None:
+                return own
     return elapsed_ms(started, ended)
 
 

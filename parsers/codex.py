@@ -546,7 +546,7 @@ def _status_of(message: str) -> int | None:
     body = _error_body(message)
     if body is not None:
         code = body.get("code")
-        if isinstance(code, int):
+        if type(code) is int and 100 <= code <= 599:  # an HTTP status (JSON true is no int here)
             return code
         return _API_ERROR_TYPES.get(str(body.get("type")))
     return None

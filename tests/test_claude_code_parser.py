@@ -687,6 +687,26 @@ def test_an_api_error_result_without_its_message_still_gives_a_notice():
     assert [type(e) for e in events] == [ev.Notice, ev.TurnEnded]
 
 
+def test_counts_from_free_form_json_are_whole_non_negative_numbers():
+    """``true`` is an int to Python: taken as a duration or a token count it made an invalid
+    frame field. Such values, and negative ones, are passed over."""
+    parser = ClaudeCodeParser()
+    feed(parser, assistant("m1", tool_use("t1", "Glob", pattern="*")))
+    (glob,) = feed(parser, result_line("t1", "a", {"filenames": ["a"], "durationMs": True}))
+    assert isinstance(glob, ev.ToolResult) and glob.duration_ms is None
+    feed(parser, assistant("m2", tool_use("t2", "Agent", prompt="x", run_in_background=True)))
+    notification = {"type": "system", "subtype": "task_notification", "tool_use_id": "t2"}
+    usage = {"total_tokens": True, "duration_ms": -1}
+    (ended,) = feed(parser, {**notification, "status": "completed", "usage": usage})
+    assert isinstance(ended, ev.SubagentEnded) and (ended.duration_ms, ended.usage) == (None, None)
+    result = {"type": "result", "subtype": "success", "modelUsage": {"m": {"contextWindow": True}}}
+    (turn,) = feed(
+        parser, {**result, "usage": {"output_tokens_details": {"thinking_tokens": True}}}
+    )
+    assert isinstance(turn, ev.TurnEnded) and turn.context_window is None
+    assert turn.usage is not None and turn.usage.thinking_tokens is None
+
+
 def test_an_api_error_noticed_by_a_process_that_died_is_not_taken_for_the_next_ones():
     """The CLI printed an API error message and died before its result: the next process's API
     error result is still a Notice of its own."""

@@ -353,6 +353,8 @@ def test_DPS_7_3_usage_is_the_turns_share_of_the_threads_cumulative_count():
         ("unexpected status 429 Too Many Requests: slow down", "API_RATE_LIMITED", 429, None),
         ("stream disconnected before completion: boom", "STREAM_ERROR", None, None),
         ("We're currently experiencing high demand.", "API_ERROR", None, None),
+        ('{"error": {"message": "odd", "code": true}}', "API_ERROR", None, "odd"),
+        ('{"error": {"message": "odd", "code": -5}}', "API_ERROR", None, "odd"),
     ],
 )
 def test_DPS_4_4_error_api_errors_get_readable_codes(message, code, status, text):
