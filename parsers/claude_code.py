@@ -259,10 +259,11 @@ _line_decoder: Final = msgspec.json.Decoder(_Line)
 
 
 # System subtypes that are understood and deliberately produce nothing: their information reaches
-# the master another way (task_started: the Agent call itself; task_updated and
-# background_tasks_changed: task_notification; thinking_tokens: the result's usage).
+# the master another way (task_updated and background_tasks_changed: task_notification;
+# thinking_tokens: the result's usage; status: compact_boundary reports the compaction). task_started produces
+# nothing either but is read first (it says whether a subagent runs in the background).
 _QUIET_SYSTEM: Final = frozenset(
-    {"task_started", "task_updated", "background_tasks_changed", "thinking_tokens", "status"}
+    {"task_updated", "background_tasks_changed", "thinking_tokens", "status"}
 )
 
 _STOP_REASONS: Final = {

@@ -89,7 +89,7 @@ class _ToolUse(msgspec.Struct, tag="tool_use", tag_field="type"):
     timestamp: str | None = None
 
 
-class _ToolError(msgspec.Struct):
+class _ErrorBody(msgspec.Struct):
     type: str | None = None
     message: str | None = None
 
@@ -98,7 +98,7 @@ class _ToolResult(msgspec.Struct, tag="tool_result", tag_field="type"):
     tool_id: str = ""
     status: str = "success"
     output: str | None = None
-    error: _ToolError | None = None
+    error: _ErrorBody | None = None
     timestamp: str | None = None
 
 
@@ -119,7 +119,7 @@ class _Stats(msgspec.Struct):
 
 class _Result(msgspec.Struct, tag="result", tag_field="type"):
     status: str = "success"
-    error: _ToolError | None = None
+    error: _ErrorBody | None = None
     stats: _Stats | None = None
 
 

@@ -833,7 +833,7 @@ def test_input_lines_are_what_the_real_cli_was_given():
         assert data is not None and data.endswith(b"\n") and data.count(b"\n") == 1
 
 
-def test_set_mode_line():
+def test_initialize_and_set_mode_lines():
     assert json.loads(ClaudeCodeInput().initialize("rawp-2")) == {  # type: ignore[arg-type]
         "type": "control_request",
         "request_id": "rawp-2",
