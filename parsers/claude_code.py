@@ -260,8 +260,9 @@ _line_decoder: Final = msgspec.json.Decoder(_Line)
 
 # System subtypes that are understood and deliberately produce nothing: their information reaches
 # the master another way (task_updated and background_tasks_changed: task_notification;
-# thinking_tokens: the result's usage; status: compact_boundary reports the compaction). task_started produces
-# nothing either but is read first (it says whether a subagent runs in the background).
+# thinking_tokens: the result's usage; status: compact_boundary reports the compaction).
+# task_started produces nothing either but is read first (it says whether a subagent runs in the
+# background).
 _QUIET_SYSTEM: Final = frozenset(
     {"task_updated", "background_tasks_changed", "thinking_tokens", "status"}
 )
