@@ -18,6 +18,12 @@ injectable, so tests (and replays of recordings, whose paths are not on this mac
 the "workspace" holds. Only regular files are read: a path the agent names may be a FIFO or a
 device, and opening one would block the gateway.
 
+A diff is not made either when making it would take difflib too long: its time grows with the
+lines between the first and the last difference times the lines that differ (quadratically for a
+file changed in many places: seconds for a 1 MiB file with every seventh line changed, with the
+gateway's event loop held all that time). ``MAX_DIFF_WORK`` bounds that product, estimated in
+linear time first.
+
 What waits for a report is bounded (``MAX_PENDING`` changes, ``MAX_PENDING_CHARS`` of their text):
 past that, the oldest announcement is forgotten and its change is reported without a diff. A parser
 calls ``clear()`` when its agent's stdout closes: the next process reports its own changes.
@@ -28,7 +34,7 @@ from __future__ import annotations
 import difflib
 import os
 import stat
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Final
 
@@ -37,6 +43,9 @@ __all__ = ["FileChanges", "read_text_file"]
 MAX_FILE_BYTES: Final = 1 << 20  # larger files are not diffed (nor kept)
 MAX_PENDING: Final = 256  # announced changes waiting for their report
 MAX_PENDING_CHARS: Final = 16 << 20  # the text of those changes' files together
+# Lines between the first and the last difference, times the lines that differ: past this, no diff
+# (a few tenths of a second of difflib at most).
+MAX_DIFF_WORK: Final = 2_000_000
 
 # A reader returns a file's text, None when it cannot be read as text, and raises
 # FileNotFoundError when there is no such file (a new file's "before" is then known: nothing).
@@ -116,7 +125,9 @@ class FileChanges:
         if new is None or old is None or old == new:
             # Unreadable, or the announcement was read after the write: nothing sure to show.
             return None
-        return _unified(path, None if isinstance(old, _Absent) else old, new)
+        if isinstance(old, _Absent):
+            return _unified(path, None, new)
+        return _unified(path, old, new) if not _too_costly(old, new) else None
 
     def created(self, path: str) -> str | None:
         """A diff that creates ``path`` with what it holds now (an added file), or None."""
@@ -136,6 +147,23 @@ class FileChanges:
             return self._read(path)
         except FileNotFoundError:
             return _ABSENT
+
+
+def _too_costly(old: str, new: str) -> bool:
+    """True when diffing ``old`` and ``new`` would pass ``MAX_DIFF_WORK``."""
+    a, b = old.splitlines(), new.splitlines()
+    same, n = 0, min(len(a), len(b))
+    while same < n and a[same] == b[same]:
+        same += 1
+    tail = 0
+    while tail < n - same and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    a, b = a[same : len(a) - tail], b[same : len(b) - tail]
+    only_a, only_b = Counter(a), Counter(b)
+    only_a.subtract(b)
+    only_b.subtract(a)
+    differing = sum(c for c in only_a.values() if c > 0) + sum(c for c in only_b.values() if c > 0)
+    return (len(a) + len(b)) * differing > MAX_DIFF_WORK
 
 
 def _unified(path: str, old: str | None, new: str | None) -> str:

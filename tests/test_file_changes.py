@@ -7,7 +7,13 @@ import os
 import threading
 from pathlib import Path
 
-from parsers.file_changes import MAX_PENDING, MAX_PENDING_CHARS, FileChanges, read_text_file
+from parsers.file_changes import (
+    MAX_DIFF_WORK,
+    MAX_PENDING,
+    MAX_PENDING_CHARS,
+    FileChanges,
+    read_text_file,
+)
 
 
 class Files:
@@ -29,6 +35,23 @@ def test_a_change_read_before_and_after_is_a_diff_and_is_then_forgotten():
     files.files["a"] = "two\n"
     assert changes.diff("a") == "--- a\n+++ a\n@@ -1 +1 @@\n-one\n+two\n"
     assert changes.diff("a") is None  # reported: no baseline left
+
+
+def test_a_file_changed_in_too_many_places_for_difflib_gets_no_diff():
+    """One changed line in a long file is diffed; with every seventh line changed, the lines
+    between the first and the last difference times the lines that differ are past MAX_DIFF_WORK:
+    no diff (the change is reported without one) rather than seconds of difflib."""
+    lines = [f"line {i}\n" for i in range(20_000)]
+    files = Files(big="".join(lines), scattered="".join(lines))
+    changes = FileChanges(files.read)
+    changes.before(["big", "scattered"])
+    files.files["big"] = "".join(lines[:9_999] + ["changed\n"] + lines[10_000:])
+    edited = [line if i % 7 else "changed\n" for i, line in enumerate(lines)]
+    files.files["scattered"] = "".join(edited)
+    one = changes.diff("big")
+    assert one is not None and "-line 9999\n+changed\n" in one
+    assert 2 * len(lines) * 2 * (len(lines) // 7) > MAX_DIFF_WORK
+    assert changes.diff("scattered") is None
 
 
 def test_the_oldest_announcements_are_forgotten_past_the_text_bound():
