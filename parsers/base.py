@@ -126,6 +126,10 @@ class AgentInput(Protocol):
 
 
 MAX_LINE_IN_EVENT = 1024  # a ParseError keeps at most this much of its line
+# An event names a line's kind with at most this many characters of it: real ones are short
+# (``system/task_notification``), and the name goes into logs and ``agent.raw`` frames beside the
+# line itself, which a line of any size could otherwise double.
+MAX_KIND_CHARS = 128
 
 
 class _Kind(msgspec.Struct):
@@ -143,10 +147,11 @@ def refused_line(line: bytes, err: Exception, known_kinds: Container[str]) -> Pa
         kind = _kind_decoder.decode(line)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return ParseError(message=f"not a JSON object: {err}", line=bytes(line[:MAX_LINE_IN_EVENT]))
+    name = kind.type[:MAX_KIND_CHARS]
     if kind.type in known_kinds:
-        message = f"malformed {kind.type} line: {err}"
+        message = f"malformed {name} line: {err}"
         return ParseError(message=message, line=bytes(line[:MAX_LINE_IN_EVENT]))
-    return Unknown(kind=kind.type or "?", line=bytes(line))
+    return Unknown(kind=name or "?", line=bytes(line))
 
 
 def elapsed_ms(started: str | None, ended: str | None) -> int | None:
@@ -198,7 +203,7 @@ class JsonLinesParser:
         # The whole line: it is well-formed JSON and can be forwarded as it is (its length is
         # bounded by the process adapter's line limit).
         self.unknown_lines += 1
-        return [Unknown(kind=kind, line=bytes(line))]
+        return [Unknown(kind=kind[:MAX_KIND_CHARS], line=bytes(line))]
 
 
 class NoInput:

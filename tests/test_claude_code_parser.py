@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from parsers import base
 from parsers import events as ev
+from parsers.base import MAX_KIND_CHARS
 from parsers.claude_code import (
     SPEC,
     ClaudeCodeInput,
@@ -132,6 +133,16 @@ def test_unknown_kinds_are_unknown_with_the_whole_line():
     )
     assert unknown.kind == "control_request/x"
     assert parser.unknown_lines == 3
+
+
+def test_the_kind_an_unknown_line_is_named_by_is_cut_to_max_kind_chars():
+    """Logged and forwarded beside the whole line: a type of a megabyte must not double it."""
+    parser = ClaudeCodeParser()
+    huge = "k" * 1_000_000
+    (top,) = feed(parser, {"type": huge})
+    (system,) = feed(parser, {"type": "system", "subtype": huge})
+    assert isinstance(top, ev.Unknown) and top.kind == huge[:MAX_KIND_CHARS]
+    assert isinstance(system, ev.Unknown) and system.kind == ("system/" + huge)[:MAX_KIND_CHARS]
 
 
 def test_known_quiet_kinds_give_nothing():
