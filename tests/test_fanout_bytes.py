@@ -198,8 +198,9 @@ async def test_every_master_receives_the_same_bytes_as_before(fixture: Path, tmp
 
 
 async def test_DPS_7_1_history_a_reattach_leaves_room_in_the_send_queue_for_the_greeting(tmp_path):
-    """A history larger than the send queue is cut to what the queue takes beside the catalog and
-    commands that follow it: the reattached master gets all of them, in order, and is not cut off."""
+    """DPS-7.1-history: a history larger than the send queue is cut to what the queue takes beside
+    the catalog and commands that follow it: the reattached master gets capabilities, the history
+    (truncated) and those, in order, and is not cut off."""
     session = OldPathSession(
         "3f0c2a1b-4d5e-4f60-8a7b-9c0d1e2f3a4b",
         builtin_profiles()["claude-code"],
