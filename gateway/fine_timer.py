@@ -32,11 +32,15 @@ class _Itimerspec(ctypes.Structure):
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_create = _libc.timerfd_create
-_create.argtypes = (ctypes.c_int, ctypes.c_int)
-_create.restype = ctypes.c_int
-_settime = _libc.timerfd_settime
-_settime.restype = ctypes.c_int
+try:
+    _create = _libc.timerfd_create
+    _settime = _libc.timerfd_settime
+except AttributeError:  # not Linux: FineTimer() raises OSError, and callers do without
+    _create = _settime = None
+else:
+    _create.argtypes = (ctypes.c_int, ctypes.c_int)
+    _create.restype = ctypes.c_int
+    _settime.restype = ctypes.c_int
 # All zero: stops the timer and clears an expiry not yet read.
 _DISARM: Final = ctypes.byref(_Itimerspec())
 
@@ -59,6 +63,8 @@ class FineTimer:
     __slots__ = ("_callback", "_fd", "_loop", "_specs")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+        if _create is None:
+            raise OSError("timerfd is not available on this system")
         fd = _create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
         if fd < 0:
             err = ctypes.get_errno()

@@ -804,11 +804,15 @@ class AgentProcess:
         pipe = self._transport.get_pipe_transport(_STDOUT_FD)
         if pipe is None or pipe.is_closing():
             return
+        if self._nap_timer is None:
+            try:
+                self._nap_timer = FineTimer(self._loop, self._end_nap)
+            except OSError:  # no timerfd (not Linux) or no descriptor left: read as it comes
+                self._line_gap_ns = float("inf")  # and never try again
+                return
         if not self._stdout_paused:
             pipe.pause_reading()  # type: ignore[attr-defined]
         self._napping = True
-        if self._nap_timer is None:
-            self._nap_timer = FineTimer(self._loop, self._end_nap)
         self._nap_timer.start(NAP_S)
         self.naps += 1
 

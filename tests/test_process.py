@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import uvloop
 
+import gateway.process as process_module
 from gateway.process import (
     CUT_HEAD_BYTES,
     DEFAULT_MAX_LINE_BYTES,
@@ -279,6 +280,27 @@ def test_lines_at_a_high_rate_are_gathered_and_none_is_lost(loop_factory: Any) -
         assert timerfds() == 0  # the nap timer went with the pipes
 
     run(loop_factory, scenario())
+
+
+def test_without_a_timerfd_lines_are_read_as_they_come(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no timer can be made (not Linux, or no descriptor left) the reader does not nap, and
+    no line is lost."""
+
+    def no_timer(*args: object) -> None:
+        raise OSError("timerfd is not available on this system")
+
+    monkeypatch.setattr(process_module, "FineTimer", no_timer)
+
+    async def scenario() -> None:
+        proc = await spawn(PACED, "2000", "20000")
+        lines = []
+        while batch := await proc.readlines(BATCH):
+            lines += [item.line for item in batch]
+        assert lines == [str(i).encode() for i in range(2000)]
+        assert proc.naps == 0
+        await proc.wait()
+
+    run(uvloop.new_event_loop, scenario())
 
 
 @LOOPS
