@@ -418,7 +418,7 @@ class LiveSession:
 
     def _send_to(self, conn: Connection, frame: F.Frame, framed: bytes) -> None:
         """A frame (``text_frame``) for one connection alone: queued for it and marked in the
-        history, not lost to a later reattach (as ``_emit`` does with an ``Emit`` that has ``to``)."""
+        history, so that a reattach naming it replays what came after it."""
         conn.send(framed)
         if self.history.mark(frame.message_id) and self.saved is not None:
             self.saved.append(self.history.last_seq, frame.message_id, None)
@@ -767,9 +767,7 @@ class LiveSession:
         if action.to is not None:
             conn = self.connections.get(action.to)
             if conn is not None:
-                conn.offer(data)
-                if self.history.mark(frame.message_id) and self.saved is not None:
-                    self.saved.append(self.history.last_seq, frame.message_id, None)
+                self._send_to(conn, frame, text_frame(data))
             return
         t_ns = self._line_t_ns
         type_ = frame.TYPE
