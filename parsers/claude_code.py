@@ -340,7 +340,7 @@ class ClaudeCodeParser(JsonLinesParser):
             delta = event.delta
             if delta is not None and delta.type == "text_delta" and delta.text is not None:
                 open_block = self._blocks.get((msg.api_message_id or "", event.index))
-                if open_block is not None:
+                if open_block is not None and open_block[1] == "text":
                     return [
                         ev.TextDelta(
                             block=open_block[0],
@@ -397,9 +397,15 @@ class ClaudeCodeParser(JsonLinesParser):
             open_block = self._blocks.get((message_id, event.index))
             if delta is None or open_block is None:
                 return []
-            if delta.type == "thinking_delta" and delta.thinking is not None:
+            if (
+                delta.type == "thinking_delta"
+                and delta.thinking is not None
+                and open_block[1] == "thinking"
+            ):
                 return [ev.ThinkingDelta(block=open_block[0], text=delta.thinking, parent=parent)]
-            return []  # input_json_delta, signature_delta: the assistant line has the result
+            # input_json_delta, signature_delta: the assistant line has the result. A delta of the
+            # other kind than its block's (never seen from the CLI) would mix text into thinking.
+            return []
         if kind == "content_block_start":
             block = event.content_block
             if block is None:

@@ -861,3 +861,29 @@ def test_spec_is_registered_as_claude_code():
     assert base.get("claude-code") is SPEC
     assert isinstance(SPEC.parser(), ClaudeCodeParser)
     assert isinstance(SPEC.input(), ClaudeCodeInput)
+
+
+def test_a_delta_of_the_other_kind_than_its_block_is_dropped():
+    """A text delta on a thinking block (or the reverse) never comes from the CLI; if it did, it
+    must not mix text into thinking: the block keeps its own kind's deltas only."""
+
+    def event(e: dict[str, Any]) -> bytes:
+        return line({"type": "stream_event", "event": e, "session_id": "s",
+                     "parent_tool_use_id": None, "uuid": "u"})  # fmt: skip
+
+    parser = ClaudeCodeParser()
+    parser.feed(event({"type": "message_start", "message": {"id": "m1", "type": "message",
+        "role": "assistant", "model": "x", "content": [], "usage": {}}}))  # fmt: skip
+    for kind, other in (("thinking", "text"), ("text", "thinking")):
+        index = 0 if kind == "thinking" else 1
+        parser.feed(event({"type": "content_block_start", "index": index,
+                           "content_block": {"type": kind, kind: ""}}))  # fmt: skip
+        wrong = {"type": f"{other}_delta", other: "wrong"}
+        right = {"type": f"{kind}_delta", kind: "right"}
+        assert (
+            parser.feed(event({"type": "content_block_delta", "index": index, "delta": wrong}))
+            == []
+        )
+        [got] = parser.feed(event({"type": "content_block_delta", "index": index, "delta": right}))
+        assert isinstance(got, ev.ThinkingDelta if kind == "thinking" else ev.TextDelta)
+        assert got.text == "right"
