@@ -56,7 +56,7 @@ from . import events as ev
 from .base import JsonLinesParser, ParserSpec, PromptImage, elapsed_ms
 from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 
-__all__ = ["SPEC", "ClaudeCodeInput", "ClaudeCodeParser"]
+__all__ = ["MAX_OPEN_BLOCKS", "SPEC", "ClaudeCodeInput", "ClaudeCodeParser"]
 
 _KNOWN_KINDS: Final = frozenset(
     {"stream_event", "assistant", "user", "system", "result", "control_request", "control_response"}
@@ -64,6 +64,10 @@ _KNOWN_KINDS: Final = frozenset(
 # tool_use_result of a call the user interrupted
 _INTERRUPT_RESULT: Final = "User rejected tool use"
 _MAX_OPEN_CALLS: Final = 4096  # tool calls remembered while waiting for their results
+# Streamed blocks remembered while waiting for their content_block_stop. The main agent's are
+# forgotten at its turn's result; a subagent's that never stops (it was stopped mid-block) only
+# by this bound, oldest first. Far more than ever stream at once (a few per agent).
+MAX_OPEN_BLOCKS: Final = 1024
 _MAX_COMMANDS: Final = 1024  # slash commands taken from the initialize answer
 _MAX_COMMAND_DESCRIPTION: Final = 200  # characters of a command's description (its first line)
 
@@ -414,9 +418,9 @@ class ClaudeCodeParser(JsonLinesParser):
                 self._streamed.add(message_id)
             key = f"{message_id}:{event.index}"
             if block.type in ("text", "thinking"):
-                self._blocks[(message_id, event.index)] = (key, block.type, parent)
+                self._open_block(message_id, event.index, (key, block.type, parent))
             elif block.type == "redacted_thinking":
-                self._blocks[(message_id, event.index)] = (key, "thinking", parent)
+                self._open_block(message_id, event.index, (key, "thinking", parent))
                 return [ev.ThinkingDelta(block=key, text="", redacted=True, parent=parent)]
             return []
         if kind == "content_block_stop":
@@ -432,6 +436,13 @@ class ClaudeCodeParser(JsonLinesParser):
             # Mark the message as streamed now: its assistant lines must not repeat its text.
             self._streamed.add(message_id or (event.message.id if event.message else "") or "")
         return []  # message_delta, message_stop, ping
+
+    def _open_block(self, message_id: str, index: int, block: tuple[str, str, str | None]) -> None:
+        blocks = self._blocks
+        if len(blocks) >= MAX_OPEN_BLOCKS:
+            # Blocks whose stop never came (a subagent stopped mid-block): forget the oldest.
+            del blocks[next(iter(blocks))]
+        blocks[(message_id, index)] = block
 
     # --- assistant lines --------------------------------------------------------------------------
 
@@ -734,6 +745,11 @@ class ClaudeCodeParser(JsonLinesParser):
     def _result(self, msg: _ResultLine) -> list[ev.AgentEvent]:
         noticed = self._api_error_noticed
         self._forget_turn()
+        if self._blocks:
+            # The main agent's blocks still open were cut off (an interrupt, a stream error): its
+            # turn is over, and the mapper closes them with it. A background subagent's may still
+            # stream after the result: they stay.
+            self._blocks = {k: b for k, b in self._blocks.items() if b[2] is not None}
         out: list[ev.AgentEvent] = []
         stop = _stop_reason(msg)
         api_error = msg.api_error_status is not None or msg.terminal_reason == "api_error"

@@ -15,6 +15,7 @@ from parsers import base
 from parsers import events as ev
 from parsers.base import MAX_KIND_CHARS
 from parsers.claude_code import (
+    MAX_OPEN_BLOCKS,
     SPEC,
     ClaudeCodeInput,
     ClaudeCodeParser,
@@ -266,6 +267,78 @@ def test_an_aborted_message_ends_its_blocks_cancelled():
         stop("m2", 0),
     )
     assert only(streamed, ev.TextEnd).cancelled
+
+
+def interrupted_result() -> dict[str, Any]:
+    return {
+        "type": "result",
+        "subtype": "error_during_execution",
+        "is_error": True,
+        "terminal_reason": "aborted_streaming",
+    }
+
+
+def test_turns_interrupted_mid_block_leave_no_open_block_behind():
+    """A long-lived process whose turns are interrupted mid-block, again and again (the stream cut
+    before content_block_stop): each result forgets the main agent's open block, so what the parser
+    keeps does not grow with the turns. A stop that comes after its turn's result is stale."""
+    parser = ClaudeCodeParser()
+    turns = MAX_OPEN_BLOCKS + 8  # past the cap too: the result, not the cap, forgets them
+    for n in range(turns):
+        m = f"msg_{n}"
+        events = feed(
+            parser,
+            stream(m, {"type": "message_start", "message": {"id": m}}),
+            start(m, 0),
+            delta(m, 0, f"turn {n} "),
+            delta(m, 0, "cut here"),
+            interrupted_result(),
+        )
+        assert [type(e) for e in events] == [ev.TextDelta, ev.TextDelta, ev.TurnEnded]
+        assert events[-1].stop_reason == "cancelled"  # type: ignore[attr-defined]
+        assert parser._blocks == {}
+    assert feed(parser, delta("msg_0", 0, "late"), stop("msg_0", 0)) == []
+
+
+def test_a_background_subagents_block_open_at_the_result_keeps_streaming():
+    """The main agent's open block goes at the result; a background subagent's, still streaming
+    then, stays and ends when its stop comes."""
+    parser = ClaudeCodeParser()
+    sub_start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
+    sub_delta = {"type": "content_block_delta", "index": 0}
+    feed(
+        parser,
+        start("main", 0),
+        delta("main", 0, "cut"),
+        stream("sub", sub_start, parent="t1"),
+        stream("sub", {**sub_delta, "delta": {"type": "text_delta", "text": "a"}}, parent="t1"),
+        interrupted_result(),
+    )
+    assert feed(parser, delta("main", 0, "late")) == []
+    after = feed(
+        parser,
+        stream("sub", {**sub_delta, "delta": {"type": "text_delta", "text": "b"}}, parent="t1"),
+        stop("sub", 0),
+    )
+    assert [(type(e), e.block, e.parent) for e in after] == [  # type: ignore[attr-defined]
+        (ev.TextDelta, "sub:0", "t1"),
+        (ev.TextEnd, "sub:0", "t1"),
+    ]
+
+
+def test_open_blocks_that_never_stop_are_bounded_oldest_first():
+    """Subagent blocks never stopped (the subagent was stopped mid-block) outlive results: past
+    MAX_OPEN_BLOCKS the oldest is forgotten, the newest still stream."""
+    parser = ClaudeCodeParser()
+    block_start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
+    for n in range(MAX_OPEN_BLOCKS + 1):
+        feed(parser, stream(f"sub_{n}", block_start, parent=f"t{n}"))
+    assert len(parser._blocks) == MAX_OPEN_BLOCKS
+    assert feed(parser, delta("sub_0", 0, "x")) == []
+    (newest,) = feed(parser, delta(f"sub_{MAX_OPEN_BLOCKS}", 0, "x"))
+    assert isinstance(newest, ev.TextDelta) and newest.block == f"sub_{MAX_OPEN_BLOCKS}:0"
+    (second,) = feed(parser, delta("sub_1", 0, "x"))
+    assert isinstance(second, ev.TextDelta)
 
 
 def test_text_in_plan_mode_and_the_exit_plan_mode_plan_are_plan_content():
