@@ -121,9 +121,13 @@ class LiveSession:
             metrics=metrics,
             directory=saved.path / "files" if saved is not None else None,
         )
+        parser = spec.parser()
+        set_workspace = getattr(parser, "set_workspace", None)
+        if set_workspace is not None:  # parsers.base.ReadsWorkspace: it reads the agent's files
+            set_workspace(str(workspace))
         self.machine = sm.SessionMachine(
             session_id,
-            spec.parser(),
+            parser,
             self.agent_input,
             sm.SessionConfig(
                 agent=profile.name,

@@ -23,6 +23,13 @@ in its exit code (Gemini: 400 -> 144, 41 = auth) surfaces as ``agent.error`` ``A
 ``AUTH_ERROR`` rather than a bare "exit code 144". It is a method of the parser, not a table,
 because the parser has seen the run: the message can quote the agent's last error.
 
+A parser that reads files the agent names (Codex and Gemini diff the files their tools change,
+``file_changes.py``) has an optional ``set_workspace(workspace)`` method (``ReadsWorkspace``): the
+gateway calls it once, right after making the parser, with the session's workspace, which is the
+agent's cwd. The parser then reads paths as the agent sees them (a relative path from the
+workspace) and only inside it. A parser without the method is made as before; one with it that is
+never told (a replay: ``translate``) reads nothing.
+
 A ``ParserSpec`` bundles the two factories under a name, with ``features``: the DPS features
 (names of ``Features`` fields of DPS §12.2, e.g. ``thinking_stream``, ``plan_mode``) the agent
 behind this parser supports. A profile using the parser announces them unless its configuration
@@ -60,6 +67,7 @@ __all__ = [
     "NoInput",
     "ParserSpec",
     "PromptImage",
+    "ReadsWorkspace",
     "available",
     "elapsed_ms",
     "get",
@@ -88,6 +96,14 @@ class DescribesExit(Protocol):
     def describe_exit(self, returncode: int) -> ExitDescription | None:
         """``(error_code, message)`` for ``agent.error``, or None to keep the generic one."""
         ...
+
+
+class ReadsWorkspace(Protocol):
+    """Optional on an ``AgentParser``: told the session's workspace (the agent's cwd) once, right
+    after it is made, before any line. A parser that reads the paths its agent names reads them
+    there, and only there; untold, it reads nothing."""
+
+    def set_workspace(self, workspace: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

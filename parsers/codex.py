@@ -67,7 +67,7 @@ import msgspec
 from . import events as ev
 from .api_errors import http_error_code
 from .base import ExitDescription, JsonLinesParser, NoInput, ParserSpec
-from .file_changes import FileChanges, Reader, read_text_file
+from .file_changes import FileChanges, Reader, no_files, workspace_reader
 from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 
 __all__ = ["SPEC", "CodexParser"]
@@ -219,7 +219,7 @@ class CodexParser(JsonLinesParser):
     )
     KNOWN_KINDS = _KNOWN_KINDS
 
-    def __init__(self, read_file: Reader = read_text_file) -> None:
+    def __init__(self, read_file: Reader = no_files) -> None:
         super().__init__()
         self._files = FileChanges(read_file)
         self._open: dict[str, str] = {}  # tool items started: item id → tool name
@@ -230,6 +230,12 @@ class CodexParser(JsonLinesParser):
         self._totals: _Usage | None = None  # the thread's cumulative usage at the last turn end
         self._error_noticed = False  # an error line was turned into a Notice this turn
         self._last_error: tuple[str, str] | None = None  # (code, message) of the last fatal error
+
+    def set_workspace(self, workspace: str) -> None:
+        """The session's workspace, the agent's cwd (``parsers.base.ReadsWorkspace``): the files
+        the agent changes are read there and nowhere else. Told once, before the first line;
+        until then nothing is read (no diffs)."""
+        self._files = FileChanges(workspace_reader(workspace))
 
     # --- the AgentParser protocol ------------------------------------------------------------------
 

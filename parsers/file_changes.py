@@ -14,9 +14,24 @@ claimed. A change reported without an announcement has no baseline at all.
 A diff is only ever made from contents read for that change, never guessed: when none can be made
 (the race was lost, no announcement, a binary or oversized file) the diff is None and the parser
 reports the change without one. This is the one place parsers touch the file system; ``read`` is
-injectable, so tests (and replays of recordings, whose paths are not on this machine) decide what
-the "workspace" holds. Only regular files are read: a path the agent names may be a FIFO or a
-device, and opening one would block the gateway.
+injectable, so tests decide what the "workspace" holds.
+
+What is read
+------------
+The paths come from the agent, which may be confused or hostile, and the diffs go to every master.
+So a parser reads them as the agent sees them and no further: ``workspace_reader(workspace)``
+resolves a relative path against the session's workspace (the agent's cwd, not the gateway's) and
+reads only a regular file inside it once symlinks are resolved. A path outside (absolute, through
+``..``, through a link that leads out), a directory, a FIFO or a device reads as None: no diff, the
+change is still reported. A FIFO or device is refused before it is opened (opening a FIFO would
+block the gateway, a device may do anything); a file that does not exist inside the workspace is a
+file to be created. A parser never told its workspace (``no_files``: a replay of a recording, whose
+paths are not on this machine) reads nothing.
+
+After the check the file is opened from the workspace one name at a time, following no link: a
+directory swapped for a link between the check and the open is refused, not followed. Left as they
+are: a directory on the way moved out of the workspace while it is being walked (microseconds),
+and hard links (a hard link is the file itself; an agent can only link files it could print).
 
 A diff is not made either when making it would take difflib too long: its time grows with the
 lines between the first and the last difference times the lines that differ (quadratically for a
@@ -32,13 +47,14 @@ calls ``clear()`` when its agent's stdout closes: the next process reports its o
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import stat
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Final
 
-__all__ = ["FileChanges", "read_text_file"]
+__all__ = ["FileChanges", "no_files", "read_text_file", "workspace_reader"]
 
 MAX_FILE_BYTES: Final = 1 << 20  # larger files are not diffed (nor kept)
 MAX_PENDING: Final = 256  # announced changes waiting for their report
@@ -46,6 +62,8 @@ MAX_PENDING_CHARS: Final = 16 << 20  # the text of those changes' files together
 # Lines between the first and the last difference, times the lines that differ: past this, no diff
 # (a few tenths of a second of difflib at most).
 MAX_DIFF_WORK: Final = 2_000_000
+# A longer path names no file (Linux's PATH_MAX), and resolving one costs quadratic time in its parts.
+MAX_PATH_CHARS: Final = 4096
 
 # A reader returns a file's text, None when it cannot be read as text, and raises
 # FileNotFoundError when there is no such file (a new file's "before" is then known: nothing).
@@ -60,16 +78,70 @@ _ABSENT: Final = _Absent()
 _Content = str | None | _Absent
 
 
+def no_files(path: str) -> str | None:
+    """The reader of a parser that does not know its workspace: nothing is read (no diff)."""
+    return None
+
+
+def workspace_reader(workspace: str | os.PathLike[str]) -> Reader:
+    """A reader of the paths an agent names, as the agent sees them: a relative path from
+    ``workspace`` (its cwd), and only a regular file inside it (see "What is read" above)."""
+    return functools.partial(_read_in, os.path.realpath(workspace))
+
+
+_WALK: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: should a FIFO be swapped in after the check, opening it does not wait for a writer.
+_OPEN: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _read_in(root: str, path: str) -> str | None:
+    if not path or len(path) > MAX_PATH_CHARS:
+        return None
+    try:
+        real = os.path.realpath(os.path.join(root, path))  # an absolute ``path`` stays itself
+    except ValueError:  # a NUL, or text no file name can hold
+        return None
+    if real == root or os.path.commonpath((root, real)) != root:
+        return None  # outside the workspace, or the workspace itself
+    *dirs, name = os.path.relpath(real, root).split(os.sep)
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None  # no workspace: nothing can be inside it
+    try:
+        for part in dirs:
+            inner = os.open(part, _WALK, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        # Looked at before it is opened: a FIFO or a device is never opened at all.
+        if not stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+            return None
+        file = os.open(name, _OPEN, dir_fd=fd)
+    except FileNotFoundError:
+        raise  # inside the workspace, and not there (yet): a file to be created
+    except OSError:
+        return None  # a link where a directory was checked (ELOOP, ENOTDIR), no permission, ...
+    finally:
+        os.close(fd)
+    return _read_regular(file)
+
+
 def read_text_file(path: str) -> str | None:
     """The file's text; None when it is unreadable, binary, over the size limit or not a regular
-    file; raises FileNotFoundError when it does not exist."""
+    file; raises FileNotFoundError when it does not exist. Any path: an agent's paths are read
+    through ``workspace_reader``."""
     try:
         # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the path
         return None
+    return _read_regular(fd)
+
+
+def _read_regular(fd: int) -> str | None:
+    """The text of the file open as ``fd`` (closed here), or None (see ``read_text_file``)."""
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
@@ -92,7 +164,7 @@ class FileChanges:
 
     __slots__ = ("_before", "_chars", "_read")
 
-    def __init__(self, read: Reader = read_text_file) -> None:
+    def __init__(self, read: Reader = no_files) -> None:
         self._read = read
         # Per path announced and not yet reported: its content then (bounded: see ``before``).
         self._before: OrderedDict[str, _Content] = OrderedDict()

@@ -46,7 +46,7 @@ import msgspec
 from . import events as ev
 from .api_errors import HTTP_ERROR_CODES, http_error_code
 from .base import ExitDescription, JsonLinesParser, NoInput, ParserSpec, elapsed_ms
-from .file_changes import FileChanges, Reader, read_text_file
+from .file_changes import FileChanges, Reader, no_files, workspace_reader
 from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 
 __all__ = ["EXIT_CODES", "SPEC", "GeminiParser"]
@@ -173,7 +173,7 @@ class GeminiParser(JsonLinesParser):
     )
     KNOWN_KINDS = _KNOWN_KINDS
 
-    def __init__(self, read_file: Reader = read_text_file) -> None:
+    def __init__(self, read_file: Reader = no_files) -> None:
         super().__init__()
         self._files = FileChanges(read_file)
         self._calls: dict[str, _Call] = {}
@@ -182,6 +182,12 @@ class GeminiParser(JsonLinesParser):
         self._batch: str | None = None  # the group of the tool calls being printed together
         self._batches = 0
         self._last_error: str | None = None  # the last API error message (for describe_exit)
+
+    def set_workspace(self, workspace: str) -> None:
+        """The session's workspace, the agent's cwd (``parsers.base.ReadsWorkspace``): the files
+        the agent changes are read there and nowhere else. Told once, before the first line;
+        until then nothing is read (no diffs)."""
+        self._files = FileChanges(workspace_reader(workspace))
 
     # --- the AgentParser protocol ------------------------------------------------------------------
 

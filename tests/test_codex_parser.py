@@ -253,6 +253,67 @@ def test_file_change_without_a_readable_before_says_what_changed_instead_of_a_di
     assert "update /w/notes.txt" in failed.output
 
 
+def file_change(item_id: str, status: str, *changes: tuple[str, str]) -> dict[str, Any]:
+    """A file_change item with its paths as the agent named them."""
+    return {
+        "id": item_id,
+        "type": "file_change",
+        "changes": [{"path": p, "kind": k} for p, k in changes],
+        "status": status,
+    }
+
+
+def test_file_changes_are_read_in_the_workspace_the_agent_runs_in_and_only_there(
+    tmp_path, monkeypatch
+):
+    """Told its workspace (the agent's cwd), the parser reads a relative path there, not in the
+    gateway's cwd, and reads nothing outside it: a change of an outside file (absolute, "..", a
+    link that leads out) is reported without a diff, and its text is in no event."""
+    (tmp_path / "secret.txt").write_text("SECRET\n")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("alpha\n")
+    (ws / "link.txt").symlink_to(tmp_path / "secret.txt")
+    monkeypatch.chdir(tmp_path)  # the gateway's cwd, where "secret.txt" is another file
+    parser = CodexParser()
+    parser.set_workspace(str(ws))
+
+    feed(parser, started(file_change("item_1", "in_progress", ("notes.txt", "update"))))
+    (ws / "notes.txt").write_text("beta\n")
+    (ws / "hello.txt").write_text("hello\n")
+    (inside,) = feed(
+        parser,
+        completed(
+            file_change("item_1", "completed", ("notes.txt", "update"), ("hello.txt", "add"))
+        ),
+    )
+    assert isinstance(inside, ev.ToolResult) and inside.output_type == "diff"
+    assert inside.output == (
+        "--- notes.txt\n+++ notes.txt\n@@ -1 +1 @@\n-alpha\n+beta\n"
+        "--- /dev/null\n+++ hello.txt\n@@ -0,0 +1 @@\n+hello\n"
+    )
+
+    outside = [str(tmp_path / "secret.txt"), "../secret.txt", "link.txt", "secret.txt", "a\0b"]
+    events: list[ev.AgentEvent] = []
+    for n, path in enumerate(outside):
+        events += feed(parser, started(file_change(f"item_o{n}", "in_progress", (path, "update"))))
+        events += feed(parser, completed(file_change(f"item_o{n}", "completed", (path, "update"))))
+        events += feed(parser, completed(file_change(f"item_a{n}", "completed", (path, "add"))))
+    results = [e for e in events if isinstance(e, ev.ToolResult)]
+    assert len(results) == 2 * len(outside)
+    assert all(r.output_type == "text" and r.changed and not r.is_error for r in results)
+    assert not any("SECRET" in repr(e) for e in events)
+
+
+def test_a_parser_not_told_its_workspace_reads_no_file(tmp_path):
+    """The default (a replay, ``translate``): the change is reported, without a diff."""
+    (tmp_path / "a.txt").write_text("there\n")
+    path = str(tmp_path / "a.txt")
+    _, result = feed(CodexParser(), completed(file_change("item_1", "completed", (path, "add"))))
+    assert isinstance(result, ev.ToolResult) and result.output_type == "text"
+    assert result.output == f"add {path}\n"
+
+
 def test_todo_list_each_version_is_an_update_plan_call_with_its_result():
     def todo(status: str, *items: tuple[str, bool]) -> dict[str, Any]:
         return {

@@ -194,6 +194,37 @@ def test_DPS_5_3_3_output_type_writes_are_diffs_read_from_the_workspace():
     assert same.output == "write_file /w/hello.txt"
 
 
+def test_writes_are_read_in_the_workspace_the_agent_runs_in_and_only_there(tmp_path, monkeypatch):
+    """Told its workspace (the agent's cwd): a relative path is read there, not in the gateway's
+    cwd; a write outside it (absolute, "..", a link out) is reported without a diff, and what the
+    outside file held is in no event, even when the write changed it."""
+    (tmp_path / "secret.txt").write_text("SECRET\n")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("alpha\n")
+    (ws / "link.txt").symlink_to(tmp_path / "secret.txt")
+    monkeypatch.chdir(tmp_path)  # the gateway's cwd
+    parser = GeminiParser()
+    parser.set_workspace(str(ws))
+    feed(parser, tool_use("w", "write_file", file_path="notes.txt", content="beta\n"))
+    (ws / "notes.txt").write_text("beta\n")
+    (inside,) = feed(parser, tool_result("w"))
+    assert isinstance(inside, ev.ToolResult) and inside.output_type == "diff"
+    assert inside.output == "--- notes.txt\n+++ notes.txt\n@@ -1 +1 @@\n-alpha\n+beta\n"
+
+    outside = [str(tmp_path / "secret.txt"), "../secret.txt", "link.txt", "a\0b"]
+    events: list[ev.AgentEvent] = []
+    for n, path in enumerate(outside):
+        events += feed(parser, tool_use(f"o{n}", "write_file", file_path=path, content="x\n"))
+        (tmp_path / "secret.txt").write_text(f"written {n}\n")
+        events += feed(parser, tool_result(f"o{n}"))
+        (tmp_path / "secret.txt").write_text("SECRET\n")
+    results = [e for e in events if isinstance(e, ev.ToolResult)]
+    assert [r.output for r in results] == [f"write_file {p}" for p in outside]
+    assert all(r.output_type is None for r in results)  # §5.3.3 decides: no diff claimed
+    assert not any("SECRET" in repr(e) or "written" in repr(e) for e in events)
+
+
 def test_write_todos_result_is_the_list():
     todos = [{"description": "read", "status": "completed"}]
     _, result = feed(
