@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -661,5 +662,35 @@ async def test_DPS_18_respawn_codex_profile_through_the_server(tmp_path):
         assert argvs[1] == ["exec", "resume", *flags, "01a2-fake-thread", "second prompt"]
         info = await (await client.get(f"/v1/session/{session['session_id']}")).json()
         assert info["agent_session_id"] == "01a2-fake-thread"
+    finally:
+        await client.close()
+
+
+async def test_an_agent_naming_files_outside_its_workspace_gets_no_diff_of_them(tmp_path):
+    """A hostile stand-in Codex (``tests/hostile/codex_names_outside_files.py``) run by the real
+    server in a session's workspace reports as added a file it wrote there, by a relative path,
+    and files outside it: an absolute path, "..", a link it made that leads out, a FIFO it made.
+    The first is a diff (read from the agent's cwd, not the gateway's); the others are reported
+    without one, their text reaches no master, and the FIFO does not hold the gateway."""
+    (tmp_path / "secret.txt").write_text("SECRET\n")
+    (tmp_path / "ws").mkdir()
+    hostile = Path(__file__).parent / "hostile" / "codex_names_outside_files.py"
+    base = builtin_profiles()["codex"]
+    profile = replace(base, command=(sys.executable, str(hostile), *base.command[1:]))
+    client = await start_gateway(make_config(tmp_path, agents={"codex": profile}))
+    try:
+        session = await create_session(client, "codex", workspace_path="ws")
+        master = await Master.attach(client, session["session_id"])
+        start = len(master.frames)
+        prompt = str(tmp_path / "secret.txt")
+        await master.send("control.prompt.request", {"prompt_text": prompt})
+        end = await master.until("session.turn.end", timeout=20)
+        assert end["payload"]["stop_reason"] == "end_turn"
+        frames = master.frames[start:]
+        results = [f["payload"] for f in frames if f["type"] == "tool.invoke.result"]
+        assert [r["output_type"] for r in results] == ["diff", "text", "text", "text", "text"]
+        assert results[0]["output"] == "--- /dev/null\n+++ hello.txt\n@@ -0,0 +1 @@\n+hello\n"
+        assert results[2]["output"] == "add ../secret.txt\n"
+        assert not any("SECRET" in json.dumps(f) for f in frames)
     finally:
         await client.close()
