@@ -1,0 +1,328 @@
+"""What compiling the per-line hot path with mypyc would gain, measured in the same run.
+
+Theory of operation
+-------------------
+``build`` copies ``gateway/`` and ``parsers/`` into a temporary directory and compiles the modules
+of ``COMPILED`` there with mypyc (``pip install -c constraints.txt -e '.[bench]'`` brings it; it
+needs a C compiler and Python's headers). Nothing of the product changes: the compiled copy exists
+only in that directory, and only a process that puts it first on ``sys.path`` runs it. The source
+is compiled as it is, with two allowances (``PATCHES``, ``IGNORED_ERRORS``), applied to the copy:
+
+* mypyc type-checks the modules first and refuses type errors; the few that the source has (str
+  where a Literal is declared, an unnarrowed union) are told to pass: they are declarations that
+  are stricter than the values, and mypyc does not check Literals or those unions at run time;
+* ``msgspec.field(default_factory=X)`` is typed ``X`` by msgspec's stubs, so mypyc would check
+  that the ``Field`` object it returns is an ``X`` and fail at import: the copy calls it untyped.
+
+msgspec Structs and dataclasses with ``slots`` are compiled as ordinary Python classes (mypyc makes
+native classes only of plain ones; a metaclass such as msgspec's keeps a class non-native), so the
+frames and events stay what they are; the functions and the plain classes (``SessionMachine``,
+``Mapper``, ``FrameFactory``, ``ClaudeCodeParser``, ``LiveSession``, ``History``, ``Connection``,
+the metrics) become C.
+
+The measurement is ``bench_session_path.py``'s: its ``one_pass`` (each line of a long Claude Code
+transcript through the parser, the session machine, ``LiveSession.perform``: encode once,
+history, fan-out to a discarding connection, the real ``GatewayMetrics``), run in two worker
+processes: one importing this checkout's pure-Python modules, one the compiled copy. Each worker
+first checks which of its modules are compiled and feeds a transcript whose broadcast frames it
+hashes (ids and timestamps left out), so the two prove they produce the same frames. Then rounds
+alternate between the two workers, each pass timed in the worker's own CPU time; the best round of
+each is compared.
+
+    .venv/bin/python bench/bench_compiled.py [--lines 20000] [--rounds 7] [--build-dir DIR]
+
+``--build-dir`` keeps the compiled copy there and reuses it while the sources and mypy are the same
+(a build takes about a minute of CPU); ``bench_vs_websocketd.py --compiled DIR`` runs the gateway
+of that directory side by side with websocketd and this checkout's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PACKAGES = ("gateway", "parsers")
+
+# The modules a stdout line of the agent goes through, from the parser to the socket write.
+COMPILED = (
+    "parsers/base.py",
+    "parsers/json_depth.py",
+    "parsers/claude_code.py",
+    "gateway/protocol/capabilities.py",
+    "gateway/protocol/codec.py",
+    "gateway/protocol/factory.py",
+    "gateway/protocol/mapper.py",
+    "gateway/protocol/recovery.py",
+    "gateway/protocol/session.py",
+    "gateway/protocol/tools.py",
+    "gateway/fanout.py",
+    "gateway/files.py",
+    "gateway/history.py",
+    "gateway/metrics.py",
+    "gateway/session.py",
+)
+
+# mypy error codes the sources raise (see above); mypyc stops on any other.
+IGNORED_ERRORS = (
+    "arg-type", "assignment", "attr-defined", "call-arg", "method-assign", "return-value",
+    "union-attr",
+)  # fmt: skip
+
+# (module, pattern, replacement): applied to the copy only; each must match once.
+PATCHES = (
+    # GatewayMetrics puts a C method in an attribute named like a method (no Python frame per
+    # call); a native class's methods are read-only, so it stays a Python class with compiled
+    # methods.
+    (
+        "gateway/metrics.py",
+        r"\nclass GatewayMetrics:",
+        "\nfrom mypy_extensions import mypyc_attr\n\n\n"
+        "@mypyc_attr(native_class=False)\nclass GatewayMetrics:",
+    ),
+)
+
+
+def split_structs(path: Path) -> list[str]:
+    """Move the msgspec Structs of a module to be compiled into an interpreted sibling module.
+
+    mypyc builds a non-native class by calling its metaclass with (name, bases, namespace) and
+    drops the class keywords: ``tag=``, ``tag_field=``, ``frozen=``, ``kw_only=`` would be lost
+    without an error. The sibling ``_<module>_structs.py`` gets the module's imports and its Struct
+    classes (and the classes built on them), in their order; the module imports them back by name.
+    Returns the names moved.
+    """
+    source = path.read_text()
+    tree = ast.parse(source)
+    moved: list[ast.ClassDef] = []
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and any(
+            ast.unparse(base) in ("msgspec.Struct", *names) for base in node.bases
+        ):
+            moved.append(node)
+            names.add(node.name)
+    if not moved:
+        return []
+    imports = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    lines = source.splitlines(keepends=True)
+
+    def segment(node: ast.stmt) -> str:
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        return "".join(lines[first - 1 : node.end_lineno])
+
+    sibling = f"_{path.stem}_structs"
+    text = "".join(segment(n) + "\n" for n in imports) + "\n"
+    text += "\n\n".join(segment(n) for n in moved)
+    (path.parent / f"{sibling}.py").write_text(text)
+    for node in reversed(moved):
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        del lines[first - 1 : node.end_lineno]
+    after_imports = imports[-1].end_lineno
+    order = [n.name for n in moved]
+    lines.insert(after_imports, f"from .{sibling} import {', '.join(order)}  # noqa\n")
+    path.write_text("".join(lines))
+    return order
+
+
+def _sources_digest() -> str:
+    """What a build depends on: the package sources, this file and mypy's version."""
+    from importlib.metadata import version
+
+    h = hashlib.sha256(version("mypy").encode() + Path(__file__).read_bytes())
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def build(dest: Path) -> None:
+    """A copy of the packages in ``dest`` with ``COMPILED`` compiled in place (reused if current)."""
+    stamp = dest / "compiled.stamp"
+    digest = _sources_digest()
+    if stamp.is_file() and stamp.read_text() == digest:
+        return
+    for package in PACKAGES:
+        shutil.rmtree(dest / package, ignore_errors=True)
+        shutil.copytree(
+            ROOT / package, dest / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    for module in COMPILED:
+        split_structs(dest / module)
+    for module, pattern, replacement in PATCHES:
+        path = dest / module
+        text, n = re.subn(pattern, replacement, path.read_text())
+        if n != 1:
+            raise SystemExit(f"patch {pattern!r} no longer matches {module}: update PATCHES")
+        path.write_text(text)
+    argv = [sys.executable, "-m", "mypyc", *COMPILED]
+    for code in IGNORED_ERRORS:
+        argv += ["--disable-error-code", code]
+    print(f"compiling {len(COMPILED)} modules with mypyc in {dest} ...", file=sys.stderr)
+    t0 = time.monotonic()
+    done = subprocess.run(argv, cwd=dest, capture_output=True, text=True)
+    (dest / "build.log").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise SystemExit(f"mypyc failed (rc {done.returncode}):\n{done.stdout[-3000:]}")
+    print(f"compiled in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    stamp.write_text(digest)
+
+
+_UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _module_name(path: str) -> str:
+    return path.removesuffix(".py").replace("/", ".")
+
+
+# --- the worker: one process per variant ------------------------------------------------------
+
+
+def worker(args: argparse.Namespace) -> None:
+    """Import the packages (from ``--compiled`` when given), then serve "hash" and "run" on stdin."""
+    if args.compiled:
+        sys.path.insert(0, args.compiled)
+        import gateway  # noqa: F401  the packages, and so all their modules, come from the copy
+        import parsers  # noqa: F401
+    sys.path.insert(0, str(HERE))
+    import importlib
+
+    import bench_session_path as path
+    import msgspec
+
+    from gateway.config import Config, builtin_profiles
+    from gateway.session import LiveSession
+
+    compiled = [
+        m for m in COMPILED if importlib.import_module(_module_name(m)).__file__.endswith(".so")
+    ]
+    lines = path.transcript(args.fixture, args.lines)
+    root = Path(tempfile.mkdtemp(prefix="bench-compiled-"))
+
+    async def frames_digest() -> str:
+        """The broadcast frames of the transcript, message ids and timestamps left out, hashed."""
+        session = LiveSession(
+            "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a", builtin_profiles()["demo"], root,
+            config=Config(workspace_root=root), metrics=path.GatewayMetrics(),
+        )  # fmt: skip
+        session.history.max_bytes = 1 << 40  # keep every frame
+        path.start_session(session, 1)
+        await path.feed_lines(session, lines)
+        h = hashlib.sha256()
+        ids: dict[bytes, bytes] = {}  # turn ids and the like are random: numbered as they come
+        for data in session.history.everything().frames:
+            frame = msgspec.json.decode(data)
+            del frame["message_id"], frame["timestamp"]
+            text = msgspec.json.encode(frame, order="sorted")
+            h.update(_UUID.sub(lambda m: ids.setdefault(m[0], b"#%d" % len(ids)), text))
+        for conn in list(session.connections.values()):
+            await conn.aclose()
+        return f"{h.hexdigest()[:16]} ({len(session.history)} frames)"
+
+    async def serve() -> None:
+        reply = {"compiled": compiled, "frames": await frames_digest()}
+        print(json.dumps(reply), flush=True)
+        for command in sys.stdin:
+            if command.strip() != "run":
+                break
+            cpu = await path.one_pass(lines, path.GatewayMetrics(), 1, root)
+            print(json.dumps(cpu), flush=True)
+
+    asyncio.run(serve())
+    shutil.rmtree(root, ignore_errors=True)
+
+
+class Worker:
+    def __init__(self, name: str, args: argparse.Namespace, compiled: Path | None) -> None:
+        self.name = name
+        argv = [sys.executable, __file__, "--worker", "--lines", str(args.lines)]
+        argv += ["--fixture", args.fixture]
+        if compiled is not None:
+            argv += ["--compiled", str(compiled)]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.hello = self._reply()
+
+    def _reply(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"the {self.name} worker ended (rc {self.proc.wait()})")
+        return json.loads(line)
+
+    def run(self) -> float:
+        self.proc.stdin.write("run\n")
+        self.proc.stdin.flush()
+        return self._reply()
+
+    def stop(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lines", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--fixture", default="thinking--partial")
+    parser.add_argument("--build-dir", help="keep the compiled copy here and reuse it")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--compiled", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    tmp = None
+    if args.build_dir:
+        dest = Path(args.build_dir).resolve()
+        dest.mkdir(parents=True, exist_ok=True)
+    else:
+        dest = tmp = Path(tempfile.mkdtemp(prefix="rawp-compiled-"))
+    try:
+        build(dest)
+        load0 = os.getloadavg()[0]
+        workers = [Worker("pure", args, None), Worker("compiled", args, dest)]
+        pure, comp = workers
+        try:
+            if pure.hello["compiled"] or len(comp.hello["compiled"]) != len(COMPILED):
+                raise SystemExit(f"not the modules expected: {pure.hello} {comp.hello}")
+            if pure.hello["frames"] != comp.hello["frames"]:
+                raise SystemExit(f"different frames: {pure.hello} {comp.hello}")
+            times: dict[str, list[float]] = {w.name: [] for w in workers}
+            for i in range(args.rounds):
+                for w in workers if i % 2 == 0 else workers[::-1]:
+                    times[w.name].append(w.run())
+        finally:
+            for w in workers:
+                w.stop()
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    n = args.lines
+    best = {name: min(t) for name, t in times.items()}
+    print(f"{n} lines ({args.fixture}), fan-out 1, real metrics; best of {args.rounds} "
+          f"interleaved rounds (CPU time of each worker)")  # fmt: skip
+    print(f"same frames from both: {pure.hello['frames']}")
+    print(f"compiled with mypyc: {', '.join(_module_name(m) for m in COMPILED)}")
+    for name in times:
+        spread = ", ".join(f"{1e6 * t / n:.2f}" for t in times[name])
+        print(f"{name:9} {1e6 * best[name] / n:6.2f} µs/line   (rounds: {spread})")
+    print(f"compiled / pure: {best['compiled'] / best['pure']:.2f}x CPU per line "
+          f"({best['pure'] / best['compiled']:.2f}x as fast)")  # fmt: skip
+    load1 = os.getloadavg()[0]
+    print(f"load average: {load0:.1f} at the start, {load1:.1f} at the end, on "
+          f"{os.cpu_count()} cores")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
