@@ -187,6 +187,13 @@ def _module_name(path: str) -> str:
     return path.removesuffix(".py").replace("/", ".")
 
 
+def runs_compiled(pid: int, dest: Path) -> bool:
+    """Whether process ``pid`` has loaded the compiled modules of ``dest``: the library mypyc
+    builds for them all (its per-module shims need not stay mapped)."""
+    maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    return any(f"{dest}/" in line and "__mypyc." in line for line in maps)
+
+
 # --- the worker: one process per variant ------------------------------------------------------
 
 

@@ -22,10 +22,15 @@ Printed as ratios to websocketd (the absolute numbers are shown too, but they de
 machine and on whatever else it runs).
 
     .venv/bin/python bench/bench_vs_websocketd.py [--lines 60000] [--rate 1000]
-        [--high-rate 10000] [--seconds 3] [--state-dir] [--baseline CHECKOUT]
+        [--high-rate 10000] [--seconds 3] [--state-dir] [--baseline CHECKOUT] [--compiled [DIR]]
 
 ``--state-dir`` adds the same gateway with ``[server] state_dir`` set (every frame also written to
 the session's log on disk): what persistence costs on the hot path, in the same run.
+
+``--compiled`` adds the gateway of a copy of this checkout whose per-line modules are compiled with
+mypyc (``bench_compiled.build``: in DIR, reused while current, or in a temporary directory): what
+compiling would gain end to end. The run stops if that gateway's process has not loaded the
+compiled library (``/proc/<pid>/maps``).
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import aiohttp
@@ -41,6 +48,7 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_compiled import COMPILED, build, runs_compiled
 from relay_rig import Gateway, Websocketd, quantile
 
 
@@ -71,6 +79,12 @@ async def main_async(args: argparse.Namespace) -> None:
         relays.append(Gateway(name="+state_dir", state_dir=True))
     if args.baseline:
         relays.append(Gateway(Path(args.baseline).resolve(), name="baseline"))
+    compiled = None
+    if args.compiled is not None:
+        compiled = Path(args.compiled or tempfile.mkdtemp(prefix="rawp-compiled-")).resolve()
+        compiled.mkdir(parents=True, exist_ok=True)
+        build(compiled)
+        relays.append(Gateway(compiled, name="compiled"))
     try:
         for relay in relays:
             await relay.ready()
@@ -87,9 +101,13 @@ async def main_async(args: argparse.Namespace) -> None:
                 high[relay.name].append(
                     await one_round(relay, args.high_rate * args.seconds, args.high_rate)
                 )
+        if compiled is not None and not runs_compiled(relays[-1].proc.pid, compiled):
+            raise SystemExit("the compiled copy's gateway did not load its compiled modules")
     finally:
         for relay in relays:
             relay.stop()
+        if compiled is not None and not args.compiled:
+            shutil.rmtree(compiled, ignore_errors=True)
     best = {
         name: {
             "lines_s": max(r["lines_s"] for r in full[name]),
@@ -126,6 +144,9 @@ async def main_async(args: argparse.Namespace) -> None:
         print(f"{label:44} {fmt.format(a)}{cells}")
     if args.baseline:
         print(f"baseline: the gateway of {args.baseline}")
+    if compiled is not None:
+        print(f"compiled: this checkout with {len(COMPILED)} modules compiled with mypyc "
+              "(bench_compiled.py)")  # fmt: skip
     print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
@@ -141,6 +162,13 @@ def main() -> None:
         "--state-dir",
         action="store_true",
         help="also run the gateway with a state directory (sessions on disk), side by side",
+    )
+    parser.add_argument(
+        "--compiled",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="also run a copy of the gateway compiled with mypyc (kept in DIR), side by side",
     )
     uvloop.run(main_async(parser.parse_args()))
 
