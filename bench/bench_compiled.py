@@ -30,6 +30,11 @@ alternate between the two workers, each pass timed in the worker's own CPU time;
 each is compared.
 
     .venv/bin/python bench/bench_compiled.py [--lines 20000] [--rounds 7] [--build-dir DIR]
+    .venv/bin/python bench/bench_compiled.py --tests [--build-dir DIR]
+
+``--tests`` runs the test files of the compiled modules (``TESTS``) against the copy instead: the
+tests that replace a method of a compiled class, subclass one or take a weak reference to one fail
+there (a native class allows none of these), the others pass.
 
 ``--build-dir`` keeps the compiled copy there and reuses it while the sources and mypy are the same
 (a build takes about a minute of CPU); ``bench_vs_websocketd.py --compiled DIR`` runs the gateway
@@ -78,6 +83,17 @@ COMPILED = (
     "gateway/metrics.py",
     "gateway/session.py",
 )
+
+# The test files of the compiled modules: ``--tests`` runs them against the copy.
+TESTS = (
+    "tests/test_claude_code_parser.py", "tests/test_claude_code_fixtures.py",
+    "tests/test_codex_parser.py", "tests/test_gemini_parser.py", "tests/test_plain_parser.py",
+    "tests/test_codex_gemini_fixtures.py", "tests/test_mapper.py", "tests/test_codec.py",
+    "tests/test_factory.py", "tests/test_session_machine.py", "tests/test_history.py",
+    "tests/test_fanout_bytes.py", "tests/test_metrics.py", "tests/test_capabilities.py",
+    "tests/test_tools.py", "tests/test_files.py", "tests/test_server.py",
+    "tests/test_hostile_input.py", "tests/test_persistence.py", "tests/test_memory_bounds.py",
+)  # fmt: skip
 
 # mypy error codes the sources raise (see above); mypyc stops on any other.
 IGNORED_ERRORS = (
@@ -206,6 +222,17 @@ def runs_compiled(pid: int, dest: Path) -> bool:
     return any(f"{dest}/" in line and "__mypyc." in line for line in maps)
 
 
+def run_tests(dest: Path) -> int:
+    """``TESTS`` with the packages imported from ``dest`` (pytest would put this checkout first)."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import gateway, parsers, gateway.session; "
+        "assert gateway.session.__file__.endswith('.so'), gateway.session.__file__; "
+        "import pytest; sys.exit(pytest.main(sys.argv[2:]))"
+    )
+    argv = [sys.executable, "-c", code, str(dest), "-q", "-p", "no:cacheprovider", "-o", "addopts="]
+    return subprocess.run([*argv, "-rf", *TESTS], cwd=ROOT).returncode
+
+
 # --- the worker: one process per variant ------------------------------------------------------
 
 
@@ -295,6 +322,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--fixture", default="thinking--partial")
     parser.add_argument("--build-dir", help="keep the compiled copy here and reuse it")
+    parser.add_argument(
+        "--tests", action="store_true", help="run the compiled modules' tests against the copy"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--compiled", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -309,6 +339,8 @@ def main() -> None:
         dest = tmp = Path(tempfile.mkdtemp(prefix="rawp-compiled-"))
     try:
         build(dest)
+        if args.tests:
+            sys.exit(run_tests(dest))
         load0 = os.getloadavg()[0]
         workers = [Worker("pure", args, None), Worker("compiled", args, dest)]
         pure, comp = workers
