@@ -6,19 +6,21 @@ Theory of operation
 of ``COMPILED`` there with mypyc (``pip install -c constraints.txt -e '.[bench]'`` brings it; it
 needs a C compiler and Python's headers). Nothing of the product changes: the compiled copy exists
 only in that directory, and only a process that puts it first on ``sys.path`` runs it. The source
-is compiled as it is, with these allowances, all applied to the copy:
+is compiled as it is, but for these changes to the copy:
 
-* mypyc type-checks the modules first and refuses type errors; the few that the source has (str
-  where a Literal is declared, an unnarrowed union) are told to pass: they are declarations that
-  are stricter than the values, and mypyc does not check Literals or those unions at run time;
-* ``msgspec.field(default_factory=X)`` is typed ``X`` by msgspec's stubs, so mypyc would check
-  that the ``Field`` object it returns is an ``X`` and fail at import: the copy calls it untyped.
+* mypyc type-checks the modules first and refuses type errors; those the sources have
+  (``IGNORED_ERRORS``: a str where a Literal is declared, an unnarrowed union, ...) are told to
+  pass: mypyc checks neither Literals nor those unions at run time, and any value that breaks a
+  check it does make raises ``TypeError`` (the frames check below would fail, not mislead);
+* the msgspec Structs of a compiled module move to an interpreted sibling module
+  (``split_structs``): mypyc would build them without their class keywords (``tag=``,
+  ``frozen=``, ...), silently;
+* ``PATCHES``: what mypyc cannot take as written (each says why).
 
-msgspec Structs and dataclasses with ``slots`` are compiled as ordinary Python classes (mypyc makes
-native classes only of plain ones; a metaclass such as msgspec's keeps a class non-native), so the
-frames and events stay what they are; the functions and the plain classes (``SessionMachine``,
-``Mapper``, ``FrameFactory``, ``ClaudeCodeParser``, ``LiveSession``, ``History``, ``Connection``,
-the metrics) become C.
+A Struct is an interpreted class in any case (its metaclass keeps mypyc from making it native), so
+the frames and events stay what they are; the functions and the plain classes and dataclasses
+(``SessionMachine``, ``Mapper``, ``FrameFactory``, the parsers, ``LiveSession``, ``History``,
+``Connection``, the metrics) become C.
 
 The measurement is ``bench_session_path.py``'s: its ``one_pass`` (each line of a long Claude Code
 transcript through the parser, the session machine, ``LiveSession.perform``: encode once,
@@ -182,6 +184,8 @@ def build(dest: Path) -> None:
     digest = _sources_digest()
     if stamp.is_file() and stamp.read_text() == digest:
         return
+    for old in dest.glob("*__mypyc.*"):  # an earlier build's library
+        old.unlink()
     for package in PACKAGES:
         shutil.rmtree(dest / package, ignore_errors=True)
         shutil.copytree(
