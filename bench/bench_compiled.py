@@ -31,8 +31,11 @@ hashes (ids and timestamps left out), so the two prove they produce the same fra
 alternate between the two workers, each pass timed in the worker's own CPU time; the best round of
 each is compared.
 
-    .venv/bin/python bench/bench_compiled.py [--lines 20000] [--rounds 7] [--build-dir DIR]
+    .venv/bin/python bench/bench_compiled.py [--lines 20000] [--rounds 7] [--build-dir DIR] [--core]
     .venv/bin/python bench/bench_compiled.py --tests [--build-dir DIR]
+
+``--core`` compiles the sans-IO core only (``CORE``: the parsers and ``gateway/protocol/``), not the
+shell's modules.
 
 ``--tests`` runs the test files of the compiled modules (``TESTS``) against the copy instead: the
 tests that replace a method of a compiled class, subclass one or take a weak reference to one fail
@@ -85,6 +88,9 @@ COMPILED = (
     "gateway/metrics.py",
     "gateway/session.py",
 )
+
+# The sans-IO core alone (``--core``): what compiling it without the shell's modules gains.
+CORE = tuple(m for m in COMPILED if m.startswith(("parsers/", "gateway/protocol/")))
 
 # The test files of the compiled modules: ``--tests`` runs them against the copy.
 TESTS = (
@@ -167,21 +173,21 @@ def split_structs(path: Path) -> list[str]:
     return order
 
 
-def _sources_digest() -> str:
+def _sources_digest(modules: tuple[str, ...]) -> str:
     """What a build depends on: the package sources, this file and mypy's version."""
     from importlib.metadata import version
 
-    h = hashlib.sha256(version("mypy").encode() + Path(__file__).read_bytes())
+    h = hashlib.sha256(f"{version('mypy')} {modules}".encode() + Path(__file__).read_bytes())
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
 
-def build(dest: Path) -> None:
-    """A copy of the packages in ``dest`` with ``COMPILED`` compiled in place (reused if current)."""
+def build(dest: Path, modules: tuple[str, ...] = COMPILED) -> None:
+    """A copy of the packages in ``dest`` with ``modules`` compiled in place (reused if current)."""
     stamp = dest / "compiled.stamp"
-    digest = _sources_digest()
+    digest = _sources_digest(modules)
     if stamp.is_file() and stamp.read_text() == digest:
         return
     for old in dest.glob("*__mypyc.*"):  # an earlier build's library
@@ -191,7 +197,7 @@ def build(dest: Path) -> None:
         shutil.copytree(
             ROOT / package, dest / package, ignore=shutil.ignore_patterns("__pycache__")
         )
-    for module in COMPILED:
+    for module in modules:
         split_structs(dest / module)
     for module, pattern, replacement in PATCHES:
         path = dest / module
@@ -199,10 +205,10 @@ def build(dest: Path) -> None:
         if n == 0:
             raise SystemExit(f"patch {pattern!r} no longer matches {module}: update PATCHES")
         path.write_text(text)
-    argv = [sys.executable, "-m", "mypyc", *COMPILED]
+    argv = [sys.executable, "-m", "mypyc", *modules]
     for code in IGNORED_ERRORS:
         argv += ["--disable-error-code", code]
-    print(f"compiling {len(COMPILED)} modules with mypyc in {dest} ...", file=sys.stderr)
+    print(f"compiling {len(modules)} modules with mypyc in {dest} ...", file=sys.stderr)
     t0 = time.monotonic()
     done = subprocess.run(argv, cwd=dest, capture_output=True, text=True)
     (dest / "build.log").write_text(done.stdout + done.stderr)
@@ -229,8 +235,8 @@ def runs_compiled(pid: int, dest: Path) -> bool:
 def run_tests(dest: Path) -> int:
     """``TESTS`` with the packages imported from ``dest`` (pytest would put this checkout first)."""
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import gateway, parsers, gateway.session; "
-        "assert gateway.session.__file__.endswith('.so'), gateway.session.__file__; "
+        "import sys; sys.path.insert(0, sys.argv[1]); import gateway, parsers, parsers.base; "
+        "assert parsers.base.__file__.endswith('.so'), parsers.base.__file__; "
         "import pytest; sys.exit(pytest.main(sys.argv[2:]))"
     )
     argv = [sys.executable, "-c", code, str(dest), "-q", "-p", "no:cacheprovider", "-o", "addopts="]
@@ -329,6 +335,11 @@ def main() -> None:
     parser.add_argument(
         "--tests", action="store_true", help="run the compiled modules' tests against the copy"
     )
+    parser.add_argument(
+        "--core",
+        action="store_true",
+        help="compile the sans-IO core only (parsers/, gateway/protocol/), not the shell",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--compiled", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -341,15 +352,16 @@ def main() -> None:
         dest.mkdir(parents=True, exist_ok=True)
     else:
         dest = tmp = Path(tempfile.mkdtemp(prefix="rawp-compiled-"))
+    modules = CORE if args.core else COMPILED
     try:
-        build(dest)
+        build(dest, modules)
         if args.tests:
             sys.exit(run_tests(dest))
         load0 = os.getloadavg()[0]
         workers = [Worker("pure", args, None), Worker("compiled", args, dest)]
         pure, comp = workers
         try:
-            if pure.hello["compiled"] or len(comp.hello["compiled"]) != len(COMPILED):
+            if pure.hello["compiled"] or comp.hello["compiled"] != list(modules):
                 raise SystemExit(f"not the modules expected: {pure.hello} {comp.hello}")
             if pure.hello["frames"] != comp.hello["frames"]:
                 raise SystemExit(f"different frames: {pure.hello} {comp.hello}")
@@ -368,7 +380,7 @@ def main() -> None:
     print(f"{n} lines ({args.fixture}), fan-out 1, real metrics; best of {args.rounds} "
           f"interleaved rounds (CPU time of each worker)")  # fmt: skip
     print(f"same frames from both: {pure.hello['frames']}")
-    print(f"compiled with mypyc: {', '.join(_module_name(m) for m in COMPILED)}")
+    print(f"compiled with mypyc: {', '.join(_module_name(m) for m in modules)}")
     for name in times:
         spread = ", ".join(f"{1e6 * t / n:.2f}" for t in times[name])
         print(f"{name:9} {1e6 * best[name] / n:6.2f} µs/line   (rounds: {spread})")
