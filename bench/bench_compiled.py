@@ -52,6 +52,7 @@ import argparse
 import ast
 import asyncio
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -186,6 +187,8 @@ def _sources_digest(modules: tuple[str, ...]) -> str:
 
 def build(dest: Path, modules: tuple[str, ...] = COMPILED) -> None:
     """A copy of the packages in ``dest`` with ``modules`` compiled in place (reused if current)."""
+    if importlib.util.find_spec("mypyc") is None:
+        raise SystemExit("mypyc is missing: pip install -c constraints.txt -e '.[bench]'")
     stamp = dest / "compiled.stamp"
     digest = _sources_digest(modules)
     if stamp.is_file() and stamp.read_text() == digest:
@@ -253,8 +256,6 @@ def worker(args: argparse.Namespace) -> None:
         import gateway  # noqa: F401  the packages, and so all their modules, come from the copy
         import parsers  # noqa: F401
     sys.path.insert(0, str(HERE))
-    import importlib
-
     import bench_session_path as path
     import msgspec
 

@@ -74,16 +74,17 @@ async def one_round(relay, lines: int, rate: int) -> dict[str, float]:
 
 
 async def main_async(args: argparse.Namespace) -> None:
+    compiled = None
+    if args.compiled is not None:  # built before any relay starts
+        compiled = Path(args.compiled or tempfile.mkdtemp(prefix="rawp-compiled-")).resolve()
+        compiled.mkdir(parents=True, exist_ok=True)
+        build(compiled)
     relays = [Websocketd(), Gateway()]
     if args.state_dir:
         relays.append(Gateway(name="+state_dir", state_dir=True))
     if args.baseline:
         relays.append(Gateway(Path(args.baseline).resolve(), name="baseline"))
-    compiled = None
-    if args.compiled is not None:
-        compiled = Path(args.compiled or tempfile.mkdtemp(prefix="rawp-compiled-")).resolve()
-        compiled.mkdir(parents=True, exist_ok=True)
-        build(compiled)
+    if compiled is not None:
         relays.append(Gateway(compiled, name="compiled"))
     try:
         for relay in relays:
