@@ -110,7 +110,7 @@ IGNORED_ERRORS = (
     "return-value", "union-attr",
 )  # fmt: skip
 
-# (module, pattern, replacement): applied to the copy only; each must match.
+# (module, pattern, replacement): applied to the copy of a compiled module; each must match.
 PATCHES = (
     # mypyc names the C field of attribute ``_thread`` ``__thread``, a C keyword: the build fails.
     ("parsers/codex.py", r"\b_thread\b", "_thread_id"),
@@ -203,6 +203,8 @@ def build(dest: Path, modules: tuple[str, ...] = COMPILED) -> None:
     for module in modules:
         split_structs(dest / module)
     for module, pattern, replacement in PATCHES:
+        if module not in modules:
+            continue
         path = dest / module
         text, n = re.subn(pattern, replacement, path.read_text())
         if n == 0:
