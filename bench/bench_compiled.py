@@ -23,7 +23,7 @@ the frames and events stay what they are; the functions and the plain classes an
 ``Connection``, the metrics) become C.
 
 The measurement is ``bench_session_path.py``'s: its ``one_pass`` (each line of a long Claude Code
-transcript through the parser, the session machine, ``LiveSession.perform``: encode once,
+transcript through ``LiveSession.take_lines``: parser, session machine, encode once,
 history, fan-out to a discarding connection, the real ``GatewayMetrics``), run in two worker
 processes: one importing this checkout's pure-Python modules, one the compiled copy. Each worker
 first checks which of its modules are compiled and feeds a transcript whose broadcast frames it

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 The same path as ``bench_session_path.py`` (each line of a long Claude Code transcript through the
-parser, the session machine and ``LiveSession.perform``: encode once, history, fan-out to
+parser, the session machine and fan-out in ``LiveSession.take_lines``: encode once, history, fan-out to
 ``--fanout`` discarding connections, ``--per-iteration`` lines per event-loop iteration: 1 is an
 agent printing slowly, more is the batch a busy agent's stdout gives), once with an in-memory
 session and once with ``SavedSession`` in a temporary state directory (every broadcast frame

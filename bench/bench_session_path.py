@@ -4,9 +4,9 @@ Theory of operation
 -------------------
 The path is the shell's own code, not a model of it: for each line of a long
 ``--include-partial-messages`` Claude Code transcript (built by ``bench_claude_parser.transcript``),
-what ``LiveSession._pump`` does per line (parse, session machine, the per-line metrics calls) and
-then ``LiveSession.perform`` (encode and frame each frame once, history, per-frame metrics, and a ``send``
-to each of ``--fanout`` connections whose transport discards the bytes). It runs once with the real
+``LiveSession.take_lines``, the method ``_pump`` hands each batch of stdout lines to (parse, session
+machine, per-line metrics, then each frame encoded and framed once, history, per-frame metrics and a
+``send`` to each of ``--fanout`` connections whose transport discards the bytes). It runs once with the real
 ``GatewayMetrics`` and once with ``NullMetrics`` (same methods, doing nothing), interleaved over
 rounds and timed in CPU time; the best round of each is compared. The difference is what
 instrumentation costs the hot path.
@@ -30,8 +30,8 @@ sys.path.insert(0, str(HERE))
 from bench_claude_parser import transcript  # noqa: E402
 
 from gateway.config import Config, builtin_profiles  # noqa: E402
-from gateway.files import store_tool_files  # noqa: E402
 from gateway.metrics import GatewayMetrics  # noqa: E402
+from gateway.process import StdoutLine  # noqa: E402
 from gateway.session import LiveSession  # noqa: E402
 from parsers import events as ev  # noqa: E402
 
@@ -118,20 +118,14 @@ def start_session(session: LiveSession, fanout: int) -> None:
 
 
 async def feed_lines(session: LiveSession, lines: list[bytes], per_iteration: int = 1) -> None:
-    """LiveSession._pump's per-line work, then perform(); the event loop turns every
-    ``per_iteration`` lines, letting the connections' writers drain as it would."""
-    machine, parser = session.machine, session.machine.parser
-    per_line = session.metrics.agent_lines("demo")
+    """``LiveSession.take_lines`` (what ``_pump`` does with each batch the reader hands out) with
+    batches of ``per_iteration`` lines; the event loop turns between batches, letting the
+    connections' writers drain as they would."""
     clock = time.perf_counter_ns
-    for n, line in enumerate(lines, 1):
-        session._line_t_ns = clock()
-        t0 = clock()
-        events = store_tool_files(parser.feed(line), session.files, session.workspace)
-        actions = machine.agent_events(events)
-        per_line.line(type(events[0]).__name__ if events else "none", clock() - t0)
-        session.perform(actions)
-        if n % per_iteration == 0:
-            await asyncio.sleep(0)
+    for i in range(0, len(lines), per_iteration):
+        now = clock()
+        session.take_lines([StdoutLine(line, now) for line in lines[i : i + per_iteration]])
+        await asyncio.sleep(0)
 
 
 async def one_pass(lines: list[bytes], metrics, fanout: int, root: Path) -> float:

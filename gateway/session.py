@@ -561,46 +561,10 @@ class LiveSession:
     async def _pump(self, proc: AgentProcess) -> None:
         # The lines queued since the last await are handled in one go (up to BATCH_LINES): one
         # await per burst, and the frames of the whole batch leave in one write per connection.
-        lines = self._lines
-        machine = self.machine
-        parser = machine.parser
-        clock = time.perf_counter_ns
-        emit, act_other = self._emit, self._act_other
-        flusher = self._flusher
         while batch := await proc.readlines(BATCH_LINES):
             if self._suspended:
                 continue  # the gateway is stopping: what the agent says now is not the session's
-            flusher.hold()
-            try:
-                for item in batch:
-                    self._line_t_ns = item.t_ns
-                    t0 = clock()
-                    if item.cut:
-                        events = self._cut_line(item)
-                    else:
-                        events = store_tool_files(
-                            parser.feed(item.line), self.files, self.workspace
-                        )
-                    actions = machine.agent_events(events)
-                    elapsed = clock() - t0
-                    if events:
-                        kind = type(events[0])
-                        if kind is ev.ParseError:
-                            lines.parse_error()
-                        elif kind is ev.Unknown:
-                            lines.unknown_kind()
-                        else:
-                            lines.line(kind.__name__, elapsed)
-                    else:
-                        lines.line("none", elapsed)  # e.g. a stream event with nothing to say
-                    for action in actions:
-                        if type(action) is sm.Emit:
-                            emit(action)
-                        else:
-                            act_other(action)
-            finally:
-                flusher.flush()
-            self._track_state()
+            self.take_lines(batch)
             if len(batch) == BATCH_LINES:
                 # A long burst: let the loop write, read and drain between batches, so that the
                 # masters get the first frames while the rest is being mapped.
@@ -608,7 +572,7 @@ class LiveSession:
         self._line_t_ns = 0
         if self._suspended:
             return
-        self.perform(machine.agent_stdout_closed())
+        self.perform(self.machine.agent_stdout_closed())
         status = await proc.wait()
         self.metrics.process_exited(self.profile.name, status.kind)
         log.info(
@@ -618,8 +582,50 @@ class LiveSession:
         self.process = None
         proc.close()
         self.perform(
-            machine.agent_exited(status.kind, status.returncode, status.signal, proc.stderr_tail())
+            self.machine.agent_exited(
+                status.kind, status.returncode, status.signal, proc.stderr_tail()
+            )
         )
+
+    def take_lines(self, batch: list[StdoutLine]) -> None:
+        """The agent's stdout lines of one batch, through parser, session machine and fan-out: the
+        per-line hot path (``bench/bench_session_path.py`` times this very method)."""
+        lines = self._lines
+        machine = self.machine
+        parser = machine.parser
+        files, workspace = self.files, self.workspace
+        clock = time.perf_counter_ns
+        emit, act_other = self._emit, self._act_other
+        flusher = self._flusher
+        flusher.hold()
+        try:
+            for item in batch:
+                self._line_t_ns = item.t_ns
+                t0 = clock()
+                if item.cut:
+                    events = self._cut_line(item)
+                else:
+                    events = store_tool_files(parser.feed(item.line), files, workspace)
+                actions = machine.agent_events(events)
+                elapsed = clock() - t0
+                if events:
+                    kind = type(events[0])
+                    if kind is ev.ParseError:
+                        lines.parse_error()
+                    elif kind is ev.Unknown:
+                        lines.unknown_kind()
+                    else:
+                        lines.line(kind.__name__, elapsed)
+                else:
+                    lines.line("none", elapsed)  # e.g. a stream event with nothing to say
+                for action in actions:
+                    if type(action) is sm.Emit:
+                        emit(action)
+                    else:
+                        act_other(action)
+        finally:
+            flusher.flush()
+        self._track_state()
 
     def _cut_line(self, item: StdoutLine) -> list[ev.AgentEvent]:
         """A line over the reader's limit: only its head was kept, so it cannot be parsed. It is
