@@ -12,15 +12,27 @@ children of both relays):
 * ``Websocketd``: Debian's ``websocketd`` running ``synth_agent.py`` once per connection; it relays
   each stdout line as one WebSocket message without parsing it.
 
-A master is one aiohttp WebSocket client. It asks for a burst (``BURST <lines> <rate>``: a DPS
-``control.prompt.request`` to the gateway, a bare text message to websocketd), then reads until the
-``END-OF-BURST`` marker, noting for every message that carries one the latency from the agent's
-``@T<ns>;`` stamp (CLOCK_MONOTONIC, shared by every process) to its own receive.
+A master asks for a burst (``BURST <lines> <rate>``: a DPS ``control.prompt.request`` to the
+gateway, a bare text message to websocketd), then reads until the ``END-OF-BURST`` marker, noting
+for every message that carries one the latency from the agent's ``@T<ns>;`` stamp (CLOCK_MONOTONIC,
+shared by every process) to its own receive. Two kinds:
+
+* ``Master``: an aiohttp WebSocket client (``bench_vs_websocketd.py``, one master at a time). Each
+  message costs it about 15 µs of CPU, so 16 of them at 10,000 messages/s need more than two cores.
+* ``LeanMaster``: a WebSocket client on a bare ``asyncio.Protocol`` for the fan-out bench. It does
+  the RFC 6455 handshake itself and, per read, walks the frame headers in the bytes received
+  (checking that each is an unmasked, final frame) and looks for the stamp and the end marker only
+  inside text frames' payloads; a frame split across reads is carried over to the next one. About
+  1 µs per message, so that the bench measures the gateway, not its masters. Receive time is the
+  time ``data_received`` is called.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -53,6 +65,24 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of one process (not its children)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def children_pids(pid: int) -> list[int]:
+    """The direct children of a process (every thread's: any of them may have forked)."""
+    pids = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            pids += [int(c) for c in (task / "children").read_text().split()]
+    return pids
+
+
+def cpu_seconds_of(pids: list[int]) -> dict[int, float]:
+    """User + system CPU time of each process still alive."""
+    out = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            out[pid] = cpu_seconds(pid)
+    return out
 
 
 def rss_bytes(pid: int) -> int:
@@ -181,6 +211,7 @@ class Master:
     ws: aiohttp.ClientWebSocketResponse
     session_id: str | None
     latencies_ns: list[int] = field(default_factory=list)
+    stamps_ns: list[int] = field(default_factory=list)  # each latency's stamp: when it was written
     messages: int = 0
     first_ns: int = 0
     end_ns: int = 0
@@ -205,7 +236,7 @@ class Master:
 
     async def read_burst(self, timeout: float = 120.0) -> None:
         """Read until the end marker; latencies of the stamped messages."""
-        self.latencies_ns, self.messages, self.first_ns = [], 0, 0
+        self.latencies_ns, self.stamps_ns, self.messages, self.first_ns = [], [], 0, 0
         clock = time.monotonic_ns
         lat = self.latencies_ns
         receive = self.ws.receive
@@ -225,10 +256,190 @@ class Master:
                 i = data.find("@T")
                 # One stamp: a text delta (agent.text.done repeats every stamp of its block).
                 if i >= 0 and data.find("@T", i + 2) < 0:
-                    lat.append(now - int(data[i + 2 : data.index(";", i)]))
+                    stamp = int(data[i + 2 : data.index(";", i)])
+                    self.stamps_ns.append(stamp)
+                    lat.append(now - stamp)
                 if "END-OF-BURST" in data:
                     self.end_ns = now
                     return
+
+
+WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455, 1.3
+MAX_HANDSHAKE = 16 * 1024  # the 101 response's header; a gateway that sends more is broken
+
+
+def client_frame(opcode: int, payload: bytes) -> bytes:
+    """One final client frame, masked as RFC 6455 requires of a client."""
+    n = len(payload)
+    if n < 126:
+        head = bytes((0x80 | opcode, 0x80 | n))
+    elif n < 1 << 16:
+        head = bytes((0x80 | opcode, 0x80 | 126)) + n.to_bytes(2, "big")
+    else:
+        head = bytes((0x80 | opcode, 0x80 | 127)) + n.to_bytes(8, "big")
+    key = os.urandom(4)
+    mask = (key * (n // 4 + 1))[:n]
+    masked = (int.from_bytes(payload, "big") ^ int.from_bytes(mask, "big")).to_bytes(n, "big")
+    return head + key + masked
+
+
+class LeanMaster(asyncio.Protocol):
+    """A gateway master on a bare ``asyncio.Protocol``: the upgrade by hand, then per read a walk
+    over the frame headers; only text frames' payloads are searched for a stamp and the end marker.
+
+    ``messages`` counts text frames, ``stamped`` those that carried exactly one stamp (a text delta;
+    ``agent.text.done`` repeats every stamp of its block). Anything but an unmasked final text frame,
+    a ping (answered) or a pong ends the master with an error: it cannot read garbage as messages.
+    """
+
+    def __init__(self, port: int, session_id: str) -> None:
+        self.session_id = session_id
+        self.key = base64.b64encode(os.urandom(16))
+        self.request = (
+            f"GET /v1/session/{session_id}/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+            f"Sec-WebSocket-Key: {self.key.decode()}\r\nSec-WebSocket-Protocol: {SUBPROTOCOL}\r\n"
+            "\r\n"
+        ).encode()
+        loop = asyncio.get_running_loop()
+        self.upgraded: asyncio.Future[None] = loop.create_future()
+        self.ended: asyncio.Future[None] = loop.create_future()
+        self.transport: asyncio.Transport | None = None
+        self.head = b""  # the 101 response until its blank line
+        self.carry = b""  # the start of a frame not yet whole
+        self.latencies_ns: list[int] = []
+        self.stamps_ns: list[int] = []  # each latency's stamp: when the agent wrote the line
+        self.messages = 0
+        self.stamped = 0
+        self.reading = False
+
+    @classmethod
+    async def attach(cls, port: int, session_id: str) -> LeanMaster:
+        loop = asyncio.get_running_loop()
+        _, master = await loop.create_connection(lambda: cls(port, session_id), "127.0.0.1", port)
+        await master.upgraded
+        caps = {
+            "protocol_version": SUBPROTOCOL,
+            "supported_namespaces": ["agent", "tool", "control", "session"],
+            "features": {},
+        }
+        master.send_frame("session.capabilities", caps)
+        return master
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        transport.write(self.request)  # type: ignore[attr-defined]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        error = ConnectionError(f"connection lost: {exc!r}")
+        for fut in (self.upgraded, self.ended):
+            if not fut.done():
+                fut.set_exception(error)
+
+    def fail(self, why: str) -> None:
+        for fut in (self.upgraded, self.ended):
+            if not fut.done():
+                fut.set_exception(ConnectionError(why))
+        self.transport.abort()
+
+    def send_frame(self, type_: str, payload: dict) -> None:
+        frame = {
+            "v": 1,
+            "type": type_,
+            "message_id": str(uuid.uuid4()),
+            "timestamp": "2026-11-30T00:00:00.000Z",
+            "session_id": self.session_id,
+            "payload": payload,
+        }
+        self.transport.write(client_frame(0x1, json.dumps(frame).encode()))
+
+    def request_burst(self, lines: int, rate: int) -> None:
+        self.send_frame("control.prompt.request", {"prompt_text": f"BURST {lines} {rate}"})
+
+    def start_reading(self) -> None:
+        """Count and time messages from now on (what came before is the attach's own frames)."""
+        self.latencies_ns, self.stamps_ns, self.reading = [], [], True
+        self.messages = self.stamped = 0
+
+    def close(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(client_frame(0x8, (1000).to_bytes(2, "big")))
+            self.transport.close()
+
+    def _upgrade(self, data: bytes) -> bytes:
+        """Takes the 101 response; returns the bytes after it (frames already sent)."""
+        self.head += data
+        end = self.head.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.head) > MAX_HANDSHAKE:
+                self.fail("the upgrade response has no end")
+            return b""
+        lines = self.head[:end].decode("latin-1").split("\r\n")
+        rest, self.head = self.head[end + 4 :], b""
+        headers = dict(
+            (k.strip().lower(), v.strip()) for k, _, v in (ln.partition(":") for ln in lines[1:])
+        )
+        accept = base64.b64encode(hashlib.sha1(self.key + WS_GUID).digest()).decode()
+        if lines[0].split(" ", 2)[1:2] != ["101"]:
+            self.fail(f"upgrade refused: {lines[0]}")
+        elif headers.get("sec-websocket-accept") != accept:
+            self.fail("wrong Sec-WebSocket-Accept")
+        elif headers.get("sec-websocket-protocol") != SUBPROTOCOL:
+            self.fail(f"subprotocol not agreed: {headers.get('sec-websocket-protocol')!r}")
+        else:
+            self.upgraded.set_result(None)
+            return rest
+        return b""
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic_ns()
+        if not self.upgraded.done():
+            data = self._upgrade(data)
+        if self.carry:
+            data = self.carry + data
+        n = len(data)
+        pos = 0
+        find = data.find
+        lat, stamps = self.latencies_ns, self.stamps_ns
+        while n - pos >= 2:
+            b0 = data[pos]
+            size = data[pos + 1]
+            if size & 0x80:
+                return self.fail("a masked frame from the server")
+            start = pos + 2
+            if size == 126:
+                start = pos + 4
+                size = int.from_bytes(data[pos + 2 : start], "big")
+            elif size == 127:
+                start = pos + 10
+                size = int.from_bytes(data[pos + 2 : start], "big")
+            end = start + size
+            if end > n:
+                break
+            pos = end
+            if b0 != 0x81:  # FIN + text
+                self._control(b0, data[start:end])
+                continue
+            if not self.reading:
+                continue
+            self.messages += 1
+            i = find(b"@T", start, end)
+            if i < 0:
+                continue
+            if find(b"@T", i + 2, end) < 0:
+                self.stamped += 1
+                stamp = int(data[i + 2 : find(b";", i, end)])
+                stamps.append(stamp)
+                lat.append(now - stamp)
+            if find(b"END-OF-BURST", i, end) >= 0 and not self.ended.done():
+                self.ended.set_result(None)
+        self.carry = data[pos:] if pos < n else b""
+
+    def _control(self, b0: int, payload: bytes) -> None:
+        if b0 == 0x89:  # ping (the gateway's heartbeat)
+            self.transport.write(client_frame(0xA, payload))
+        elif b0 != 0x8A:  # a pong is nothing; a close, a binary or a fragment is not expected
+            self.fail(f"unexpected frame: first byte {b0:#04x}, {payload[:80]!r}")
 
 
 def quantile(values: list[int], q: float) -> float:
@@ -261,22 +472,55 @@ def serve_gateway(port: int, workspace: str, tree: str, state_dir: str | None = 
     server.serve(config)
 
 
-async def run_masters(url: str, session_ids: list[str], lines: int, rate: int, ask: bool) -> None:
-    """One master per session id; after "go" on stdin, the first asks for the burst when ``ask``
-    (every master when there are many sessions), all read it; their latencies (ns) as JSON."""
-    gateway = Gateway.__new__(Gateway)
-    gateway.port = int(url.rsplit(":", 1)[1])
+async def run_masters(
+    url: str, session_ids: list[str], lines: int, rate: int, ask: bool, kind: str
+) -> None:
+    """One master per session id (``kind``: ``aiohttp`` or ``lean``); after "go" on stdin, the
+    first asks for the burst when ``ask`` (every master when there are many sessions), all read it.
+    Prints per master its latencies (ns), messages and stamped messages, and this process's CPU
+    seconds over the burst, as JSON."""
+    port = int(url.rsplit(":", 1)[1])
+    go = asyncio.get_running_loop().run_in_executor
+    askers = slice(None) if len(set(session_ids)) > 1 else slice(1)
     async with aiohttp.ClientSession() as http:
-        masters = [await gateway.attach(http, sid) for sid in session_ids]
+        if kind == "lean":
+            masters = [await LeanMaster.attach(port, sid) for sid in session_ids]
+        else:
+            gateway = Gateway.__new__(Gateway)
+            gateway.port = port
+            masters = [await gateway.attach(http, sid) for sid in session_ids]
         print("ready", flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-        if ask:
-            askers = masters if len(set(session_ids)) > 1 else masters[:1]
-            await asyncio.gather(*(m.request_burst(lines, rate) for m in askers))
-        await asyncio.gather(*(m.read_burst() for m in masters))
-        for m in masters:
-            await m.ws.close()
-    print(json.dumps([m.latencies_ns for m in masters]), flush=True)
+        await go(None, sys.stdin.readline)
+        cpu0 = time.process_time()
+        if kind == "lean":
+            for m in masters:
+                m.start_reading()
+            for m in masters[askers] if ask else ():
+                m.request_burst(lines, rate)
+            async with asyncio.timeout(120):
+                await asyncio.gather(*(m.ended for m in masters))
+            cpu = time.process_time() - cpu0
+            for m in masters:
+                m.close()
+            stamped = [m.stamped for m in masters]
+        else:
+            if ask:
+                await asyncio.gather(*(m.request_burst(lines, rate) for m in masters[askers]))
+            await asyncio.gather(*(m.read_burst() for m in masters))
+            cpu = time.process_time() - cpu0
+            for m in masters:
+                await m.ws.close()
+            stamped = [len(m.latencies_ns) for m in masters]
+    per_master = [
+        {
+            "latencies_ns": m.latencies_ns,
+            "stamps_ns": m.stamps_ns,
+            "messages": m.messages,
+            "stamped": k,
+        }
+        for m, k in zip(masters, stamped, strict=True)
+    ]
+    print(json.dumps({"masters": per_master, "cpu_s": cpu}), flush=True)
 
 
 if __name__ == "__main__":
@@ -285,5 +529,5 @@ if __name__ == "__main__":
     elif sys.argv[1] == "masters":
         import uvloop
 
-        url, ids, n, r, ask = sys.argv[2], sys.argv[3].split(","), *sys.argv[4:7]
-        uvloop.run(run_masters(url, ids, int(n), int(r), ask == "1"))
+        url, ids, n, r, ask, kind = sys.argv[2], sys.argv[3].split(","), *sys.argv[4:8]
+        uvloop.run(run_masters(url, ids, int(n), int(r), ask == "1", kind))

@@ -14,18 +14,26 @@ due (as Claude Code's Node.js stdout does), each text delta
 stamped ``@T<CLOCK_MONOTONIC ns>;`` at the moment it is written, so that a master can measure the
 latency from the agent's write to its own receive (the clock is shared by all processes of the
 machine).
+
+The agent must cost little next to the relay it drives (a hundred of them run beside the gateway in
+``bench_fanout.py``): one API message is serialised once, at start, with slots for its number, each
+line's uuid and the stamp; a burst fills the slots by bytes replacement (about 1 µs a line, where
+``json.dumps`` per line took ten), and a stamped line is its two halves around the stamp. At a fixed
+rate what remains is one sleep and one write(2) per line.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import sys
 import time
-import uuid
 
 SESSION = "5b1f6a2e-0c1d-4e8f-9a7b-3c2d1e0f9a8b"
+# Slots in the serialised template, filled per burst: they cannot occur in anything else it holds.
+N_SLOT, UUID_SLOT, TS_SLOT = "@@N@@", "@@UUID@@", "@@TS@@"
 DELTAS_PER_MESSAGE = 26
 WORDS = [
     "the",
@@ -56,15 +64,14 @@ def _event(event: dict, msg: str) -> dict:
         "event": event,
         "session_id": SESSION,
         "parent_tool_use_id": None,
-        "uuid": str(uuid.uuid4()),
+        "uuid": UUID_SLOT,
         "api_message_id": msg,
     }
 
 
-def message(n: int) -> list[bytes | str]:
-    """One API message: text deltas (str templates with a ``{ts}`` slot), then a Read call and its
-    result (bytes)."""
-    msg, call = f"msg_bench_{n}", f"toolu_bench_{n}"
+def message_template() -> list[bytes]:
+    """One API message, serialised with its slots: text deltas, then a Read call and its result."""
+    msg, call = f"msg_bench_{N_SLOT}", f"toolu_bench_{N_SLOT}"
     out: list[bytes | str] = [
         _line(
             _event(
@@ -97,9 +104,8 @@ def message(n: int) -> list[bytes | str]:
     for i in range(DELTAS_PER_MESSAGE):
         text = " ".join(WORDS[(i + k) % len(WORDS)] for k in range(3)) + " "
         words.append(text)
-        template = _line(_event({"type": "content_block_delta", "index": 0,
-            "delta": {"type": "text_delta", "text": "@@TS@@" + text}}, msg)).decode()  # fmt: skip
-        out.append(template.replace("{", "{{").replace("}", "}}").replace("@@TS@@", "{ts}"))
+        out.append(_line(_event({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": TS_SLOT + text}}, msg)))  # fmt: skip
     out.append(_line(_event({"type": "content_block_stop", "index": 0}, msg)))
     path = "/workspace/notes.txt"
     content = "".join(f"line {k} of the file that the agent read\n" for k in range(20))
@@ -136,7 +142,7 @@ def message(n: int) -> list[bytes | str]:
                 },
                 "parent_tool_use_id": None,
                 "session_id": SESSION,
-                "uuid": str(uuid.uuid4()),
+                "uuid": UUID_SLOT,
             }
         ),
         _line(_event({"type": "content_block_stop", "index": 1}, msg)),
@@ -160,7 +166,7 @@ def message(n: int) -> list[bytes | str]:
                 },
                 "parent_tool_use_id": None,
                 "session_id": SESSION,
-                "uuid": str(uuid.uuid4()),
+                "uuid": UUID_SLOT,
                 "tool_use_result": {
                     "type": "text",
                     "file": {
@@ -177,47 +183,66 @@ def message(n: int) -> list[bytes | str]:
     return out
 
 
-def burst(n_lines: int) -> list[bytes | str]:
-    out: list[bytes | str] = []
-    k = 0
-    while len(out) < n_lines:
-        out += message(k)
-        k += 1
-    del out[n_lines:]
+def _end_lines() -> list[bytes]:
     msg = "msg_bench_end"
-    out.append(_line(_event({"type": "content_block_start", "index": 0,
-        "content_block": {"type": "text", "text": ""}}, msg)))  # fmt: skip
-    end = _line(_event({"type": "content_block_delta", "index": 0,
-        "delta": {"type": "text_delta", "text": "@@TS@@END-OF-BURST"}}, msg)).decode()  # fmt: skip
-    out.append(end.replace("{", "{{").replace("}", "}}").replace("@@TS@@", "{ts}"))
-    out.append(_line(_event({"type": "content_block_stop", "index": 0}, msg)))
-    out.append(_line({"type": "result", "subtype": "success", "is_error": False,
-        "stop_reason": "end_turn", "session_id": SESSION, "result": "done", "num_turns": 1,
-        "usage": {"input_tokens": 100, "output_tokens": 20}}))  # fmt: skip
+    return [
+        _line(_event({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "text", "text": ""}}, msg)),
+        _line(_event({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": TS_SLOT + "END-OF-BURST"}}, msg)),
+        _line(_event({"type": "content_block_stop", "index": 0}, msg)),
+        _line({"type": "result", "subtype": "success", "is_error": False,
+            "stop_reason": "end_turn", "session_id": SESSION, "result": "done", "num_turns": 1,
+            "usage": {"input_tokens": 100, "output_tokens": 20}}),
+    ]  # fmt: skip
+
+
+def burst(n_lines: int) -> list[bytes | tuple[bytes, bytes]]:
+    """``n_lines`` lines of API messages, then the end marker and a ``result``; each line ends with
+    its newline, a stamped one is the bytes before and after its stamp."""
+    template = message_template()
+    n_slot, uuid_slot, ts_slot = N_SLOT.encode(), UUID_SLOT.encode(), TS_SLOT.encode()
+    lines: list[bytes] = []
+    k = 0
+    while len(lines) < n_lines:
+        number = str(k).encode()
+        lines += [line.replace(n_slot, number) for line in template]
+        k += 1
+    del lines[n_lines:]
+    lines += _end_lines()
+    out: list[bytes | tuple[bytes, bytes]] = []
+    for serial, line in enumerate(lines):
+        # A distinct uuid per line, shaped as a version 4 one (Claude Code's are random).
+        line = line.replace(uuid_slot, b"00000000-0000-4000-8000-%012x" % serial) + b"\n"
+        before, stamp, after = line.partition(ts_slot)
+        out.append((before, after) if stamp else line)
     return out
 
 
 def run(n_lines: int, rate: float) -> None:
-    out = sys.stdout.buffer
     lines = burst(n_lines)
+    fd = sys.stdout.fileno()
     if rate <= 0:
-        blob = b"".join((ln if isinstance(ln, bytes) else ln.format(ts="").encode()) + b"\n"
-                        for ln in lines)  # fmt: skip
+        out = sys.stdout.buffer
+        blob = b"".join(ln if isinstance(ln, bytes) else ln[0] + ln[1] for ln in lines)
         for i in range(0, len(blob), 1 << 20):
             out.write(blob[i : i + (1 << 20)])
         out.flush()
         return
-    clock = time.monotonic_ns
-    start = clock()
+    clock, sleep, write = time.monotonic_ns, time.sleep, os.write
     step = 1e9 / rate
-    fd = out.fileno()  # one write(2) per line, as Node's stdout does for Claude Code
+    # Agents asked at the same moment (bench_fanout's sessions) would otherwise write in lockstep,
+    # every line of every session at once; independent sessions have independent phases.
+    start = clock() + random.random() * step
     for i, ln in enumerate(lines):
-        wait = (start + i * step - clock()) / 1e9
+        wait = start + i * step - clock()
         if wait > 0:
-            time.sleep(wait)  # late lines (a sleep overshoots) go out at once, one write each
-        os.write(
-            fd, (ln if isinstance(ln, bytes) else ln.format(ts=f"@T{clock()};").encode()) + b"\n"
-        )
+            sleep(wait / 1e9)  # late lines (a sleep overshoots) go out at once, one write each
+        # One write(2) per line, as Node's stdout does for Claude Code.
+        if ln.__class__ is bytes:
+            write(fd, ln)
+        else:
+            write(fd, b"%s@T%d;%s" % (ln[0], clock(), ln[1]))
 
 
 def main() -> None:
