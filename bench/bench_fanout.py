@@ -92,12 +92,14 @@ async def burst(
     agents_cpu0 = cpu_seconds_of(agents)
     cpu0 = gw.cpu()
     t0 = time.monotonic()
+    t0_ns = time.monotonic_ns()
     for proc in procs:
         proc.stdin.write(b"go\n")
         await proc.stdin.drain()
     results = [json.loads(await proc.stdout.readline()) for proc in procs]
     cpu = gw.cpu() - cpu0
     wall = time.monotonic() - t0
+    pauses = [ns for _, ns in gw.gc_pauses(t0_ns, time.monotonic_ns())]
     agents_cpu = cpu_seconds_of(agents)
     for proc in procs:
         await proc.wait()
@@ -128,9 +130,12 @@ async def burst(
         "rss_attached": rss_attached,
         "gateway_load": cpu / wall,
         "masters_load": sum(r["cpu_s"] for r in results) / wall,
+        "master_us": 1e6 * sum(r["cpu_s"] for r in results) / sum(m["messages"] for m in masters),
         "agents_load": sum(agents_cpu[p] - agents_cpu0[p] for p in agents_cpu if p in agents_cpu0)
         / wall,
         "stamped": sum(m["stamped"] for m in masters),
+        "gc_pauses": len(pauses),
+        "gc_max_ms": max(pauses, default=0) / 1e6,
     }
 
 
@@ -191,8 +196,9 @@ async def main_async(args: argparse.Namespace) -> None:
         f"{args.session_rate} lines/s; {args.masters} masters in {args.client_procs} processes"
     )
     print(
-        f"p50/p99: lines written from {args.settle} s after every session streams; "
-        "p99 all: every line; cores: CPU time over the burst's wall time"
+        f"p50/p99: lines written from {args.settle} s after every session streams; p99 all: every "
+        "line; cores: CPU time over the burst's wall time; master µs/msg: the masters' processes' "
+        "CPU per message read; GC: the gateway's garbage collections of 1 ms or more in the burst"
     )
     labels = {
         "one": "1 master",
@@ -204,14 +210,16 @@ async def main_async(args: argparse.Namespace) -> None:
         print(f"{gw.name}:")
         print(
             f"  {'scenario':26} {'CPU/line µs':>11} {'vs 1 master':>11} {'p50 ms':>7} "
-            f"{'p99 ms':>7} {'p99 all':>7} {'cores: gateway':>14} {'masters':>7} {'agents':>6}"
+            f"{'p99 ms':>7} {'p99 all':>7} {'cores: gateway':>14} {'masters':>7} {'agents':>6} "
+            f"{'master µs/msg':>13} {'GC ≥1ms: n':>10} {'max ms':>6}"
         )
         for key, label in labels.items():
             x = r[key]
             print(
                 f"  {label:26} {x['cpu_us']:11.1f} {x['cpu_us'] / r['one']['cpu_us']:10.2f}x "
                 f"{x['p50_ms']:7.2f} {x['p99_ms']:7.2f} {x['p99_all_ms']:7.2f} "
-                f"{x['gateway_load']:14.2f} {x['masters_load']:7.2f} {x['agents_load']:6.2f}"
+                f"{x['gateway_load']:14.2f} {x['masters_load']:7.2f} {x['agents_load']:6.2f} "
+                f"{x['master_us']:13.1f} {x['gc_pauses']:10d} {x['gc_max_ms']:6.1f}"
             )
         rss0, rss_idle = memory[gw.name]
         per_session = (rss_idle - rss0) / args.sessions

@@ -53,6 +53,7 @@ AGENT = [sys.executable, str(HERE / "synth_agent.py")]
 SUBPROTOCOL = "rawp-dps-1.0"
 INSTALL_WEBSOCKETD = ROOT / "scripts" / "install-websocketd.sh"
 TICK = os.sysconf("SC_CLK_TCK")
+GC_LOG = ".gc-pauses"  # in the gateway's workspace root, beside the sessions' directories
 
 
 def free_port() -> int:
@@ -143,6 +144,12 @@ class Gateway(Relay):
 
     async def ready(self) -> None:
         await wait_port(self.port)
+
+    def gc_pauses(self, since_ns: int, until_ns: int) -> list[tuple[int, int]]:
+        """The gateway's garbage collections of 1 ms or more that began in the window: (start, ns)."""
+        path = Path(self.workspace) / GC_LOG
+        rows = [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+        return [(int(r[0]), int(r[1])) for r in rows if since_ns <= int(r[0]) < until_ns]
 
     @property
     def url(self) -> str:
@@ -290,6 +297,8 @@ class LeanMaster(asyncio.Protocol):
     ``messages`` counts text frames, ``stamped`` those that carried exactly one stamp (a text delta;
     ``agent.text.done`` repeats every stamp of its block). Anything but an unmasked final text frame,
     a ping (answered) or a pong ends the master with an error: it cannot read garbage as messages.
+    It reads one burst and counts from its attach: the masters of another process may ask for the
+    burst before this one's process has seen "go".
     """
 
     def __init__(self, port: int, session_id: str) -> None:
@@ -311,7 +320,6 @@ class LeanMaster(asyncio.Protocol):
         self.stamps_ns: list[int] = []  # each latency's stamp: when the agent wrote the line
         self.messages = 0
         self.stamped = 0
-        self.reading = False
 
     @classmethod
     async def attach(cls, port: int, session_id: str) -> LeanMaster:
@@ -355,11 +363,6 @@ class LeanMaster(asyncio.Protocol):
 
     def request_burst(self, lines: int, rate: int) -> None:
         self.send_frame("control.prompt.request", {"prompt_text": f"BURST {lines} {rate}"})
-
-    def start_reading(self) -> None:
-        """Count and time messages from now on (what came before is the attach's own frames)."""
-        self.latencies_ns, self.stamps_ns, self.reading = [], [], True
-        self.messages = self.stamped = 0
 
     def close(self) -> None:
         if not self.transport.is_closing():
@@ -420,8 +423,6 @@ class LeanMaster(asyncio.Protocol):
             if b0 != 0x81:  # FIN + text
                 self._control(b0, data[start:end])
                 continue
-            if not self.reading:
-                continue
             self.messages += 1
             i = find(b"@T", start, end)
             if i < 0:
@@ -447,7 +448,28 @@ def quantile(values: list[int], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
 
 
+def log_gc_pauses(path: Path) -> None:
+    """Appends each garbage collection of this process that takes 1 ms or more to ``path`` (start
+    in CLOCK_MONOTONIC ns, duration in ns, generation): the event loop stands still meanwhile, and
+    a p99 may be these pauses rather than the machine."""
+    import gc
+
+    out = path.open("a", buffering=1)
+    started = 0
+
+    def note(phase: str, info: dict) -> None:
+        nonlocal started
+        now = time.monotonic_ns()
+        if phase == "start":
+            started = now
+        elif now - started >= 1_000_000:
+            out.write(f"{started} {now - started} {info['generation']}\n")
+
+    gc.callbacks.append(note)
+
+
 def serve_gateway(port: int, workspace: str, tree: str, state_dir: str | None = None) -> None:
+    log_gc_pauses(Path(workspace) / GC_LOG)
     sys.path.insert(0, tree)
     from dataclasses import replace
 
@@ -493,8 +515,6 @@ async def run_masters(
         await go(None, sys.stdin.readline)
         cpu0 = time.process_time()
         if kind == "lean":
-            for m in masters:
-                m.start_reading()
             for m in masters[askers] if ask else ():
                 m.request_burst(lines, rate)
             async with asyncio.timeout(120):
