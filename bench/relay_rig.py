@@ -345,9 +345,11 @@ class LeanMaster(asyncio.Protocol):
                 fut.set_exception(error)
 
     def fail(self, why: str) -> None:
-        for fut in (self.upgraded, self.ended):
-            if not fut.done():
-                fut.set_exception(ConnectionError(why))
+        if not self.upgraded.done():
+            self.upgraded.set_exception(ConnectionError(why))
+            self.ended.cancel()  # nobody waits for a burst on a connection that never opened
+        elif not self.ended.done():
+            self.ended.set_exception(ConnectionError(why))
         self.transport.abort()
 
     def send_frame(self, type_: str, payload: dict) -> None:
@@ -404,6 +406,7 @@ class LeanMaster(asyncio.Protocol):
         pos = 0
         find = data.find
         lat, stamps = self.latencies_ns, self.stamps_ns
+        ended = self.ended.done()  # what follows the end marker is another message's business
         while n - pos >= 2:
             b0 = data[pos]
             size = data[pos + 1]
@@ -421,7 +424,10 @@ class LeanMaster(asyncio.Protocol):
                 break
             pos = end
             if b0 != 0x81:  # FIN + text
-                self._control(b0, data[start:end])
+                if not self._control(b0, data[start:end]):
+                    return
+                continue
+            if ended:
                 continue
             self.messages += 1
             i = find(b"@T", start, end)
@@ -432,15 +438,19 @@ class LeanMaster(asyncio.Protocol):
                 stamp = int(data[i + 2 : find(b";", i, end)])
                 stamps.append(stamp)
                 lat.append(now - stamp)
-            if find(b"END-OF-BURST", i, end) >= 0 and not self.ended.done():
+            if find(b"END-OF-BURST", i, end) >= 0:
                 self.ended.set_result(None)
+                ended = True
         self.carry = data[pos:] if pos < n else b""
 
-    def _control(self, b0: int, payload: bytes) -> None:
+    def _control(self, b0: int, payload: bytes) -> bool:
+        """A frame other than a text message: False when it ends the master."""
         if b0 == 0x89:  # ping (the gateway's heartbeat)
             self.transport.write(client_frame(0xA, payload))
         elif b0 != 0x8A:  # a pong is nothing; a close, a binary or a fragment is not expected
             self.fail(f"unexpected frame: first byte {b0:#04x}, {payload[:80]!r}")
+            return False
+        return True
 
 
 def quantile(values: list[int], q: float) -> float:
