@@ -17,14 +17,16 @@ gateway, a bare text message to websocketd), then reads until the ``END-OF-BURST
 for every message that carries one the latency from the agent's ``@T<ns>;`` stamp (CLOCK_MONOTONIC,
 shared by every process) to its own receive. Two kinds:
 
-* ``Master``: an aiohttp WebSocket client (``bench_vs_websocketd.py``, one master at a time). Each
-  message costs it about 15 µs of CPU, so 16 of them at 10,000 messages/s need more than two cores.
-* ``LeanMaster``: a WebSocket client on a bare ``asyncio.Protocol`` for the fan-out bench. It does
-  the RFC 6455 handshake itself and, per read, walks the frame headers in the bytes received
-  (checking that each is an unmasked, final frame) and looks for the stamp and the end marker only
-  inside text frames' payloads; a frame split across reads is carried over to the next one. About
-  1 µs per message, so that the bench measures the gateway, not its masters. Receive time is the
-  time ``data_received`` is called.
+* ``Master``: an aiohttp WebSocket client (``bench_vs_websocketd.py``; ``bench_fanout.py
+  --masters aiohttp``).
+* ``LeanMaster``: a WebSocket client on a bare ``asyncio.Protocol``, the fan-out bench's default, so
+  that 16 masters at 10,000 messages/s measure the gateway rather than their own cost. It does the
+  RFC 6455 handshake itself and, per read, walks the frame headers in the bytes received (checking
+  that each is an unmasked, final frame) and looks for the stamp and the end marker only inside
+  text frames' payloads; a frame split across reads is carried over to the next one. Parsing costs
+  it about 1.3 µs a message; the rest of what a master costs is its wake-up and read(2), 25 to 30%
+  less in all than aiohttp's client (bench/README.md). Receive time is the time ``data_received``
+  is called.
 """
 
 from __future__ import annotations
@@ -213,6 +215,19 @@ def websocketd_path() -> str:
     return exe
 
 
+def dps_frame(type_: str, session_id: str | None, payload: dict) -> str:
+    """A frame from a master, as JSON."""
+    frame = {
+        "v": 1,
+        "type": type_,
+        "message_id": str(uuid.uuid4()),
+        "timestamp": "2026-11-30T00:00:00.000Z",
+        "session_id": session_id,
+        "payload": payload,
+    }
+    return json.dumps(frame)
+
+
 @dataclass
 class Master:
     ws: aiohttp.ClientWebSocketResponse
@@ -224,15 +239,7 @@ class Master:
     end_ns: int = 0
 
     async def send_frame(self, type_: str, payload: dict) -> None:
-        frame = {
-            "v": 1,
-            "type": type_,
-            "message_id": str(uuid.uuid4()),
-            "timestamp": "2026-11-30T00:00:00.000Z",
-            "session_id": self.session_id,
-            "payload": payload,
-        }
-        await self.ws.send_str(json.dumps(frame))
+        await self.ws.send_str(dps_frame(type_, self.session_id, payload))
 
     async def request_burst(self, lines: int, rate: int) -> None:
         text = f"BURST {lines} {rate}"
@@ -339,29 +346,22 @@ class LeanMaster(asyncio.Protocol):
         transport.write(self.request)  # type: ignore[attr-defined]
 
     def connection_lost(self, exc: Exception | None) -> None:
-        error = ConnectionError(f"connection lost: {exc!r}")
-        for fut in (self.upgraded, self.ended):
-            if not fut.done():
-                fut.set_exception(error)
+        self._end(ConnectionError(f"connection lost: {exc!r}"))
 
     def fail(self, why: str) -> None:
-        if not self.upgraded.done():
-            self.upgraded.set_exception(ConnectionError(why))
-            self.ended.cancel()  # nobody waits for a burst on a connection that never opened
-        elif not self.ended.done():
-            self.ended.set_exception(ConnectionError(why))
+        self._end(ConnectionError(why))
         self.transport.abort()
 
+    def _end(self, error: ConnectionError) -> None:
+        if not self.upgraded.done():
+            self.upgraded.set_exception(error)
+            self.ended.cancel()  # nobody waits for a burst on a connection that never opened
+        elif not self.ended.done():
+            self.ended.set_exception(error)
+
     def send_frame(self, type_: str, payload: dict) -> None:
-        frame = {
-            "v": 1,
-            "type": type_,
-            "message_id": str(uuid.uuid4()),
-            "timestamp": "2026-11-30T00:00:00.000Z",
-            "session_id": self.session_id,
-            "payload": payload,
-        }
-        self.transport.write(client_frame(0x1, json.dumps(frame).encode()))
+        frame = dps_frame(type_, self.session_id, payload).encode()
+        self.transport.write(client_frame(0x1, frame))
 
     def request_burst(self, lines: int, rate: int) -> None:
         self.send_frame("control.prompt.request", {"prompt_text": f"BURST {lines} {rate}"})
@@ -512,7 +512,6 @@ async def run_masters(
     Prints per master its latencies (ns), messages and stamped messages, and this process's CPU
     seconds over the burst, as JSON."""
     port = int(url.rsplit(":", 1)[1])
-    go = asyncio.get_running_loop().run_in_executor
     askers = slice(None) if len(set(session_ids)) > 1 else slice(1)
     async with aiohttp.ClientSession() as http:
         if kind == "lean":
@@ -522,7 +521,7 @@ async def run_masters(
             gateway.port = port
             masters = [await gateway.attach(http, sid) for sid in session_ids]
         print("ready", flush=True)
-        await go(None, sys.stdin.readline)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         cpu0 = time.process_time()
         if kind == "lean":
             for m in masters[askers] if ask else ():
