@@ -5,16 +5,21 @@ Theory of operation
 One gateway process (``relay_rig.Gateway``: the real server on uvloop, the synthetic Claude Code of
 ``synth_agent.py`` as its agent). The masters run in ``--client-procs`` processes of their own, so
 that reading 16 x 10,000 frames/s is not done by the process that measures. They are
-``relay_rig.LeanMaster`` (``--masters lean``, the default: about 1 µs of CPU per message) or
-aiohttp WebSocket clients (``--masters aiohttp``: about 15 µs per message, so that 16 of them at
-10,000 messages/s need more than the gateway's machine has, and the latency they measure is the
-machine's). Each scenario: the masters attach, the agent is asked for ``rate x seconds`` lines at a
-fixed rate, every master reads to the end marker; the gateway's own CPU time over the burst per
-agent line, and the p50 and p99 of the latency from the agent's write to each master's receive
-(all masters pooled). Every master of a session must have read the same number of stamped
-messages, or the run stops. The CPU the gateway, the masters' processes and the agents (the
-gateway's children) used over the burst is printed too, in cores, so that a run where the machine
-was the limit shows as one.
+``relay_rig.LeanMaster`` (``--masters lean``, the default: its own frame parsing, about 1.3 µs a
+message) or aiohttp WebSocket clients (``--masters aiohttp``, 25 to 30% more CPU in all). Each
+scenario: the masters attach, the agent is asked for ``rate x seconds`` lines at a fixed rate, every
+master reads to the end marker. Printed per scenario:
+
+* the gateway's own CPU time over the burst per agent line;
+* the p50 and p99 of the latency from the agent's write to each master's receive (all masters
+  pooled), counting the lines written ``--settle`` seconds or more after every session streams (a
+  hundred prompts at once are not the steady state), and the p99 of every line beside them;
+* the CPU the gateway, the masters' processes and the agents (the gateway's children) used over the
+  burst, in cores, so that a run where the machine was the limit shows as one, and the masters' CPU
+  per message;
+* the gateway's garbage collections of 1 ms or more during the burst (``relay_rig`` logs them).
+
+Every master of a session must have read the same number of stamped messages, or the run stops.
 
 1. one session, 1 master, ``--rate`` lines/s (the baseline of this run);
 2. one session, ``--fanout`` (16) masters, ``--rate`` lines/s: CPU per line as a ratio to (1);
@@ -25,7 +30,8 @@ and per attached master, from the process's RSS before and after creating the se
 attaching their masters.
 
     .venv/bin/python bench/bench_fanout.py [--rate 10000] [--seconds 3] [--sessions 100]
-        [--masters lean|aiohttp] [--baseline ../other-checkout]   # also that checkout's gateway, each scenario back to back
+        [--masters lean|aiohttp] [--settle 0.5]
+        [--baseline ../other-checkout]   # also that checkout's gateway, each scenario back to back
 """
 
 from __future__ import annotations
