@@ -299,6 +299,25 @@ async def test_start_folds_pending_observations_periodically():
     assert value(m, "rawp_gateway_agent_lines_total", agent="gemini", kind="tool_use") == 1
 
 
+async def test_fast_observations_are_folded_sooner():
+    """Many latencies in one interval: the next fold comes after FOLD_BUSY_INTERVAL_S, so that
+    a fold never holds the event loop for a quarter second's worth; idle, the interval returns."""
+    m = GatewayMetrics()  # not started: each _fold_tick arms the one timer
+    try:
+        loop = asyncio.get_running_loop()
+        for _ in range(m.FOLD_BUSY_SAMPLES + 1):
+            m.observe_latency_ns(1_000)
+        m._fold_tick()  # what the timer calls
+        assert len(m._latency.pending) == 0
+        assert m._fold_timer is not None
+        assert m._fold_timer.when() - loop.time() <= m.FOLD_BUSY_INTERVAL_S
+        m.observe_latency_ns(1_000)
+        m._fold_tick()  # quiet again
+        assert m._fold_timer.when() - loop.time() > m.FOLD_BUSY_INTERVAL_S
+    finally:
+        m.close()
+
+
 def test_scrape_folds_what_is_pending():
     m = GatewayMetrics()
     lines = m.agent_lines("claude-code")
