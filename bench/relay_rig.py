@@ -34,10 +34,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import ctypes
 import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -479,6 +481,9 @@ def log_gc_pauses(path: Path) -> None:
 
 
 def serve_gateway(port: int, workspace: str, tree: str, state_dir: str | None = None) -> None:
+    # A bench that dies (an exception, Ctrl-C) must not leave its gateways serving: SIGTERM when
+    # the parent goes (PR_SET_PDEATHSIG), which the gateway answers by stopping its agents.
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
     log_gc_pauses(Path(workspace) / GC_LOG)
     sys.path.insert(0, tree)
     from dataclasses import replace
