@@ -24,7 +24,7 @@ import calendar
 import os
 import time as _time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from .frames import ENVELOPE_VERSION, Frame, Payload, frame_class
 
@@ -115,6 +115,10 @@ def _ms_of(timestamp: str) -> int | None:
         return None
 
 
+# One batch of ready ids for the whole process, not one per session: 512 formatted ids are ~45 KiB.
+_SHARED_IDS: Final = UuidSource()
+
+
 class FrameFactory:
     """Builds frames of one Agent Session: ``factory.frame(payload, turn_id=...)``."""
 
@@ -128,7 +132,7 @@ class FrameFactory:
         clock: Callable[[], str] | None = None,
     ) -> None:
         self.session_id = session_id
-        self.new_id = new_id or UuidSource()
+        self.new_id = new_id or _SHARED_IDS
         self.clock = clock or Clock()
 
     def clock_not_before(self, timestamp: str | None) -> None:
