@@ -46,6 +46,58 @@ class Replay:
     last_timestamp: str | None
 
 
+_ID_GENERATION: Final = 4096
+
+
+class _IdIndex:
+    """Sent message id → seq for at least the last ``capacity`` ids (at most one generation more).
+
+    The ids are kept in dicts of up to ``_ID_GENERATION`` each, newest last; past ``capacity`` the
+    oldest dict is dropped whole. One dict of 65,536 ids with one in and one out per frame had to
+    rehash all of them every ~100,000 frames (8-9 ms of the event loop, each time); a dict that
+    only ever grows to 4,096 ids never holds the loop for long, and adding an id is one store.
+    """
+
+    __slots__ = ("_current", "_gens", "_max_gens", "_size")
+
+    def __init__(self, capacity: int) -> None:
+        self._size = max(1, min(_ID_GENERATION, capacity))
+        # Full generations that cover ``capacity``, and the one being filled.
+        self._max_gens = -(-capacity // self._size) + 1
+        self._current: dict[str, int] = {}
+        self._gens: deque[dict[str, int]] = deque([self._current])
+
+    def add(self, message_id: str, seq: int) -> None:
+        current = self._current
+        current[message_id] = seq
+        if len(current) >= self._size:
+            self._current = {}
+            self._gens.append(self._current)
+            if len(self._gens) > self._max_gens:
+                self._gens.popleft()
+
+    def get(self, message_id: str) -> int | None:
+        for gen in reversed(self._gens):
+            seq = gen.get(message_id)
+            if seq is not None:
+                return seq
+        return None
+
+    def items(self) -> list[tuple[str, int]]:
+        """Every remembered (id, seq), oldest first (an id in two dicts: its newest seq)."""
+        merged: dict[str, int] = {}
+        for gen in self._gens:
+            merged.update(gen)
+        return list(merged.items())
+
+    def __len__(self) -> int:
+        return sum(map(len, self._gens))
+
+    def clear(self) -> None:
+        self._current = {}
+        self._gens = deque([self._current])
+
+
 class History:
     def __init__(
         self, policy: Policy = "RING", max_bytes: int = 8 * 1024 * 1024, id_memory: int = 65536
@@ -57,11 +109,7 @@ class History:
         self.policy: Policy = policy
         self.max_bytes = max_bytes if policy != "NONE" else 0
         self._frames: deque[tuple[int, str, bytes]] = deque()  # (seq, message_id, data)
-        # A plain dict and the ids in the order they came: an OrderedDict that drops its oldest
-        # key per frame costs several times more (it re-finds every key when it resizes).
-        self._seq_of: dict[str, int] = {}
-        self._ids: deque[str] = deque()
-        self._id_memory = id_memory
+        self._seq_of = _IdIndex(id_memory)
         self._next_seq = 0
         self.bytes = 0
         self.high_watermark = 0
@@ -79,11 +127,7 @@ class History:
         # Once per broadcast frame: _remember is written out here, and the policy is one compare.
         seq = self._next_seq
         self._next_seq = seq + 1
-        self._seq_of[message_id] = seq
-        ids = self._ids
-        ids.append(message_id)
-        if len(ids) > self._id_memory:
-            self._seq_of.pop(ids.popleft(), None)
+        self._seq_of.add(message_id, seq)
         self.last_message_id = message_id
         self.last_timestamp = timestamp
         size = len(data)
@@ -112,17 +156,10 @@ class History:
         its first place, so a reattach after it can replay too much (duplicates), never too little.
         Returns whether the id was new.
         """
-        if message_id in self._seq_of:
+        if self._seq_of.get(message_id) is not None:
             return False
-        self._remember(message_id, self._next_seq - 1)
+        self._seq_of.add(message_id, self._next_seq - 1)
         return True
-
-    def _remember(self, message_id: str, seq: int) -> None:
-        self._seq_of[message_id] = seq
-        ids = self._ids
-        ids.append(message_id)
-        if len(ids) > self._id_memory:
-            self._seq_of.pop(ids.popleft(), None)
 
     @property
     def last_seq(self) -> int:
@@ -177,7 +214,7 @@ class History:
         ``crash_boundary``: the ``crash_boundary`` of the buffer that was saved, if an earlier crash
         left one (ids from before it still replay as possibly incomplete)."""
         for seq, mid, data in entries:
-            self._remember(mid, seq)  # in seq order: the oldest are forgotten past id_memory
+            self._seq_of.add(mid, seq)  # in seq order: the oldest are forgotten past id_memory
             if data is not None and self.policy != "NONE" and len(data) <= self.max_bytes:
                 self._frames.append((seq, mid, data))
                 self.bytes += len(data)
@@ -207,6 +244,5 @@ class History:
         released = self.bytes
         self._frames.clear()
         self._seq_of.clear()
-        self._ids.clear()
         self.bytes = 0
         return released
