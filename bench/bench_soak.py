@@ -36,14 +36,13 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from relay_rig import ROOT, SUBPROTOCOL, rss_bytes
+from relay_rig import ROOT, SUBPROTOCOL, dps_frame, rss_bytes
 
 # A plain agent printing the number of lines its prompt asks for, as fast as the pipe takes them.
 LINES_AGENT = (
@@ -129,19 +128,6 @@ def start_server(config: Path, workspace: Path) -> tuple[subprocess.Popen[bytes]
     raise SystemExit("the gateway did not start")
 
 
-def frame(session_id: str, type_: str, payload: dict) -> str:
-    return json.dumps(
-        {
-            "v": 1,
-            "type": type_,
-            "message_id": str(uuid.uuid4()),
-            "timestamp": "2026-11-30T00:00:00.000Z",
-            "session_id": session_id,
-            "payload": payload,
-        }
-    )
-
-
 CAPS = {
     "protocol_version": "rawp-dps-1.0",
     "supported_namespaces": ["agent", "tool", "control", "session"],
@@ -174,12 +160,12 @@ class Soak:
             params=params,
             max_msg_size=0,
         )
-        await ws.send_str(frame(sid, "session.capabilities", CAPS))
+        await ws.send_str(dps_frame("session.capabilities", sid, CAPS))
         return ws
 
     async def turn(self, ws: aiohttp.ClientWebSocketResponse, sid: str, prompt: str) -> dict:
         """Send a prompt, read to its session.usage; frames counted, last id kept."""
-        await ws.send_str(frame(sid, "control.prompt.request", {"prompt_text": prompt}))
+        await ws.send_str(dps_frame("control.prompt.request", sid, {"prompt_text": prompt}))
         seen = {"frames": 0, "last": None, "closed": 0}
         while True:
             msg = await ws.receive(timeout=120)
@@ -206,7 +192,7 @@ class Soak:
         t0 = time.monotonic()
         sid = await self.create("soak_lines")
         ws = await self.attach(sid)
-        await ws.send_str(frame(sid, "control.prompt.request", {"prompt_text": str(lines)}))
+        await ws.send_str(dps_frame("control.prompt.request", sid, {"prompt_text": str(lines)}))
         deltas = reattached = 0
         last: str | None = None
         while True:
