@@ -600,30 +600,27 @@ class SessionMachine:
                 f"the agent printed nothing for {silent:g} s (stall_timeout_sec); "
                 "the turn ends and the agent is restarted"
             )
-            error = F.AgentError(
-                error_code="AGENT_STALLED",
-                message=message,
-                severity="error",
-                recoverable=True,
-                details=F.ErrorDetails(module="process"),
-            )
             return [
-                Emit(self._make(error, turn=True)),
+                self._stall_error(message, "error"),
                 Log("warning", "agent stalled; restarting it", {"silent_sec": silent}),
                 Terminate(),
             ]
         if warning > 0 and silent >= warning and not self._stall_warned:
             self._stall_warned = True
             message = f"the agent has printed nothing for {silent:g} s (stall_warning_sec)"
-            error = F.AgentError(
-                error_code="AGENT_STALLED",
-                message=message,
-                severity="warning",
-                recoverable=True,
-                details=F.ErrorDetails(module="process"),
-            )
-            out.append(Emit(self._make(error, turn=True)))
+            out.append(self._stall_error(message, "warning"))
         return out
+
+    def _stall_error(self, message: str, severity: str) -> Emit:
+        """``agent.error`` ``AGENT_STALLED`` in the turn: a warning, or the error that ends it."""
+        error = F.AgentError(
+            error_code="AGENT_STALLED",
+            message=message,
+            severity=severity,  # type: ignore[arg-type]
+            recoverable=True,
+            details=F.ErrorDetails(module="process"),
+        )
+        return Emit(self._make(error, turn=True))
 
     def _describe_exit(self, returncode: int | None) -> ExitDescription | None:
         """The parser's name for a positive exit code (``parsers.base.DescribesExit``), if any."""
