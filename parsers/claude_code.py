@@ -56,7 +56,13 @@ from . import events as ev
 from .base import JsonLinesParser, ParserSpec, PromptImage, elapsed_ms
 from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 
-__all__ = ["MAX_OPEN_BLOCKS", "SPEC", "ClaudeCodeInput", "ClaudeCodeParser"]
+__all__ = [
+    "MAX_OPEN_BLOCKS",
+    "MAX_STREAMED_MESSAGES",
+    "SPEC",
+    "ClaudeCodeInput",
+    "ClaudeCodeParser",
+]
 
 _KNOWN_KINDS: Final = frozenset(
     {"stream_event", "assistant", "user", "system", "result", "control_request", "control_response"}
@@ -68,6 +74,10 @@ _MAX_OPEN_CALLS: Final = 4096  # tool calls remembered while waiting for their r
 # forgotten at its turn's result; a subagent's that never stops (it was stopped mid-block) only
 # by this bound, oldest first. Far more than ever stream at once (a few per agent).
 MAX_OPEN_BLOCKS: Final = 1024
+# API messages remembered as streamed, so their assistant lines do not say their text again. The
+# main agent's are forgotten at its turn's result; a subagent's at its end (a background one still
+# streams after the result), or by this bound, oldest first, if that end never comes.
+MAX_STREAMED_MESSAGES: Final = 1024
 _MAX_COMMANDS: Final = 1024  # slash commands taken from the initialize answer
 _MAX_COMMAND_DESCRIPTION: Final = 200  # characters of a command's description (its first line)
 
@@ -318,7 +328,8 @@ class ClaudeCodeParser(JsonLinesParser):
         super().__init__()
         # Streamed blocks still open: (message id, index) → (block key, kind, parent).
         self._blocks: dict[tuple[str, int], tuple[str, str, str | None]] = {}
-        self._streamed: set[str] = set()  # API message ids seen through stream_event
+        # API message ids seen through stream_event → the subagent that streamed them (None: main)
+        self._streamed: dict[str, str | None] = {}
         self._aborted_streams: set[str] = set()
         self._whole_counts: dict[str, int] = {}  # message id → whole blocks seen (for keys)
         self._calls: dict[str, _Call] = {}  # open tool calls by tool_use id
@@ -386,6 +397,7 @@ class ClaudeCodeParser(JsonLinesParser):
         out = self._flush_compaction("") if self._compaction is not None else []
         self._blocks.clear()
         self._calls.clear()
+        self._streamed.clear()
         self._forget_turn()
         return out
 
@@ -414,8 +426,7 @@ class ClaudeCodeParser(JsonLinesParser):
             block = event.content_block
             if block is None:
                 return []
-            if message_id not in self._streamed:
-                self._streamed.add(message_id)
+            self._mark_streamed(message_id, parent)
             key = f"{message_id}:{event.index}"
             if block.type in ("text", "thinking"):
                 self._open_block(message_id, event.index, (key, block.type, parent))
@@ -434,8 +445,19 @@ class ClaudeCodeParser(JsonLinesParser):
             return [ev.ThinkingEnd(block=key, cancelled=cancelled, parent=parent)]
         if kind == "message_start":
             # Mark the message as streamed now: its assistant lines must not repeat its text.
-            self._streamed.add(message_id or (event.message.id if event.message else "") or "")
+            message_id = message_id or (event.message.id if event.message else "") or ""
+            self._mark_streamed(message_id, parent)
         return []  # message_delta, message_stop, ping
+
+    def _mark_streamed(self, message_id: str, parent: str | None) -> None:
+        streamed = self._streamed
+        if message_id in streamed:
+            return
+        if len(streamed) >= MAX_STREAMED_MESSAGES:
+            # Subagents' messages whose end never came (a subagent that was stopped): the oldest
+            # printed its assistant lines long ago.
+            del streamed[next(iter(streamed))]
+        streamed[message_id] = parent
 
     def _open_block(self, message_id: str, index: int, block: tuple[str, str, str | None]) -> None:
         blocks = self._blocks
@@ -592,6 +614,7 @@ class ClaudeCodeParser(JsonLinesParser):
             if call.background:
                 result.background = True
             else:
+                self._forget_subagent(call_id)
                 out.append(self._foreground_subagent_end(call_id, result, rich, parent))
         out.append(result)
         return out
@@ -614,6 +637,11 @@ class ClaudeCodeParser(JsonLinesParser):
             usage=usage,
             parent=parent,
         )
+
+    def _forget_subagent(self, call_id: str) -> None:
+        """The subagent ended: its streamed messages have printed their assistant lines."""
+        if call_id in self._streamed.values():
+            self._streamed = {m: p for m, p in self._streamed.items() if p != call_id}
 
     # --- system lines -----------------------------------------------------------------------------
 
@@ -700,6 +728,7 @@ class ClaudeCodeParser(JsonLinesParser):
         if call is not None and not call.background:
             # A foreground subagent: its end is told with its result, which follows.
             return []
+        self._forget_subagent(call_id)
         status = {"completed": "completed", "failed": "failed", "killed": "cancelled"}.get(
             msg.status or "", "failed" if msg.status == "error" else "completed"
         )
@@ -736,8 +765,10 @@ class ClaudeCodeParser(JsonLinesParser):
     def _forget_turn(self) -> None:
         """The turn is over: every API message of it has printed its assistant lines, so what was
         kept to tell streamed blocks from whole ones can go (it would grow with the session
-        otherwise), and the next turn's API error is news again."""
-        self._streamed.clear()
+        otherwise), and the next turn's API error is news again. A background subagent's messages
+        may still be streaming: they are forgotten at its end."""
+        if self._streamed:
+            self._streamed = {m: p for m, p in self._streamed.items() if p is not None}
         self._aborted_streams.clear()
         self._whole_counts.clear()
         self._api_error_noticed = False

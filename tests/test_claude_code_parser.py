@@ -16,6 +16,7 @@ from parsers import events as ev
 from parsers.base import MAX_KIND_CHARS
 from parsers.claude_code import (
     MAX_OPEN_BLOCKS,
+    MAX_STREAMED_MESSAGES,
     SPEC,
     ClaudeCodeInput,
     ClaudeCodeParser,
@@ -324,6 +325,47 @@ def test_a_background_subagents_block_open_at_the_result_keeps_streaming():
         (ev.TextDelta, "sub:0", "t1"),
         (ev.TextEnd, "sub:0", "t1"),
     ]
+
+
+def test_a_background_subagents_streamed_text_is_not_repeated_after_the_result():
+    """A background subagent's message streamed before the main turn's result, its assistant line
+    printed after it: the text is said once, by the stream."""
+    parser = ClaudeCodeParser()
+    sub_start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
+    sub_delta = {"type": "content_block_delta", "index": 0}
+    sub_assistant = assistant("sub", {"type": "text", "text": "ab"})
+    sub_assistant["parent_tool_use_id"] = "t1"
+    events = feed(
+        parser,
+        stream("sub", {"type": "message_start", "message": {"id": "sub"}}, parent="t1"),
+        stream("sub", sub_start, parent="t1"),
+        stream("sub", {**sub_delta, "delta": {"type": "text_delta", "text": "a"}}, parent="t1"),
+        stream("sub", {**sub_delta, "delta": {"type": "text_delta", "text": "b"}}, parent="t1"),
+        stream("sub", {"type": "content_block_stop", "index": 0}, parent="t1"),
+        {"type": "result", "subtype": "success", "is_error": False, "result": "done"},
+        sub_assistant,
+    )
+    said = [e.text for e in events if isinstance(e, ev.TextDelta)]  # type: ignore[attr-defined]
+    assert said == ["a", "b"]
+    assert sum(isinstance(e, ev.TextEnd) for e in events) == 1
+
+
+def test_subagents_streamed_messages_are_forgotten_at_their_end_or_past_the_bound():
+    """A subagent's streamed messages are kept past results until its end; those of subagents whose
+    end never comes are bounded by MAX_STREAMED_MESSAGES, oldest first."""
+    parser = ClaudeCodeParser()
+    feed(parser, assistant("m1", tool_use("t1", "Agent", prompt="p", run_in_background=True)))
+    feed(parser, stream("sub", {"type": "message_start", "message": {"id": "sub"}}, parent="t1"))
+    feed(parser, {"type": "result", "subtype": "success", "is_error": False})
+    assert "sub" in parser._streamed
+    notification = {"type": "system", "subtype": "task_notification", "tool_use_id": "t1"}
+    only(feed(parser, notification), ev.SubagentEnded)
+    assert parser._streamed == {}
+    for n in range(MAX_STREAMED_MESSAGES + 1):
+        m = f"sub_{n}"
+        feed(parser, stream(m, {"type": "message_start", "message": {"id": m}}, parent=f"t{n}"))
+    assert len(parser._streamed) == MAX_STREAMED_MESSAGES
+    assert "sub_0" not in parser._streamed and f"sub_{MAX_STREAMED_MESSAGES}" in parser._streamed
 
 
 def test_open_blocks_that_never_stop_are_bounded_oldest_first():
