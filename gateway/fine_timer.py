@@ -4,7 +4,7 @@ uvloop's timers (libuv's) count whole milliseconds: ``call_later(0.0004)`` fires
 iteration and ``call_later(0.0006)`` after about 1.1 ms. Letting an agent's lines gather for half a
 millisecond (``gateway/process.py``) needs better, so this arms a ``timerfd`` that the loop watches
 as a reader. Python 3.11 has no ``os.timerfd_*`` (3.13 does): libc is called through ctypes, with the
-``itimerspec`` built once per delay. (Arming costs a few microseconds here, most of it the system
+``itimerspec`` built again only when the delay changes. (Arming costs a few microseconds here, most of it the system
 call itself in a virtual machine: worth it once per gathered batch, not once per line.)
 """
 
@@ -60,7 +60,7 @@ class FineTimer:
     releases the file descriptor (the timer is unusable after that).
     """
 
-    __slots__ = ("_callback", "_fd", "_loop", "_specs")
+    __slots__ = ("_callback", "_fd", "_loop", "_seconds", "_spec")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
         if _create is None:
@@ -72,16 +72,14 @@ class FineTimer:
         self._fd = fd
         self._loop = loop
         self._callback = callback
-        self._specs: dict[float, object] = {}
+        self._seconds = 0.0
+        self._spec: object = _DISARM  # built again only when the delay changes
         loop.add_reader(fd, self._fired)
 
     def start(self, seconds: float) -> None:
-        spec = self._specs.get(seconds)
-        if spec is None:
-            if len(self._specs) >= 8:  # callers use a delay or two; never grow without bound
-                self._specs.clear()
-            spec = self._specs[seconds] = _spec(seconds)
-        self._set(spec)
+        if seconds != self._seconds:
+            self._seconds, self._spec = seconds, _spec(seconds)
+        self._set(self._spec)
 
     def cancel(self) -> None:
         if self._fd >= 0:
