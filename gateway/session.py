@@ -39,7 +39,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import msgspec
 
@@ -76,11 +76,6 @@ BATCH_LINES = 256  # agent lines handled between two turns of the event loop, at
 
 # agent.error code of a warning: the agent printed a line over the reader's limit (it was dropped)
 LINE_TOO_LONG = "AGENT_LINE_TOO_LONG"
-# The payloads the shell reacts to when they are broadcast (metrics, the saved record): one set
-# lookup per frame rather than _observe_frame's isinstance checks.
-_OBSERVED: Final = frozenset(
-    {F.TurnStart, F.TurnEnd, F.InvokeResult, F.Usage, F.Renamed, F.Capabilities, F.StateChanged}
-)
 
 
 class LiveSession:
@@ -791,8 +786,9 @@ class LiveSession:
             metrics.history_appended(size)
         if evicted:
             metrics.history_evicted(evicted, evicted_bytes)
-        if type(frame.payload) in _OBSERVED:  # type: ignore[attr-defined]
-            self._observe_frame(frame)
+        observe = self._OBSERVERS.get(type(frame.payload))  # type: ignore[attr-defined]
+        if observe is not None:
+            observe(self, frame)
         route = self._routes.get(type_)
         if route is None:
             route = self._route(type_)
@@ -821,20 +817,37 @@ class LiveSession:
         self._routes[type_] = route = (admitted, keepers, strip)
         return route
 
-    def _observe_frame(self, frame: F.Frame) -> None:
+    # --- what the shell does with some of the frames it broadcasts ---------------------------------
+
+    def _turn_began(self, frame: F.Frame) -> None:
+        self._turn_started = time.monotonic()
+        self._save_record()
+
+    def _turn_ended(self, frame: F.Frame) -> None:
         payload = frame.payload  # type: ignore[attr-defined]
-        if isinstance(payload, F.TurnStart):
-            self._turn_started = time.monotonic()
-            self._save_record()
-        elif isinstance(payload, F.TurnEnd):
-            self.metrics.turn_ended(payload.stop_reason, time.monotonic() - self._turn_started)
-        elif isinstance(payload, F.InvokeResult):
-            self.metrics.tool_result(payload.tool_name, payload.status)
-        elif isinstance(payload, F.Usage):
-            if not (frame.metadata and "subagent_context" in frame.metadata):
-                self._add_usage(payload)
-        elif isinstance(payload, F.Renamed | F.Capabilities | F.StateChanged):
-            self._save_record()  # a new name, the agent's session id, a mode switch
+        self.metrics.turn_ended(payload.stop_reason, time.monotonic() - self._turn_started)
+
+    def _tool_ended(self, frame: F.Frame) -> None:
+        payload = frame.payload  # type: ignore[attr-defined]
+        self.metrics.tool_result(payload.tool_name, payload.status)
+
+    def _usage_sent(self, frame: F.Frame) -> None:
+        if not (frame.metadata and "subagent_context" in frame.metadata):
+            self._add_usage(frame.payload)  # type: ignore[attr-defined]
+
+    def _record_changed(self, frame: F.Frame) -> None:
+        self._save_record()  # a new name, the agent's session id, a mode switch
+
+    # One dict lookup per broadcast frame: most (the deltas) are none of these.
+    _OBSERVERS: ClassVar[dict[type, Callable[[LiveSession, F.Frame], None]]] = {
+        F.TurnStart: _turn_began,
+        F.TurnEnd: _turn_ended,
+        F.InvokeResult: _tool_ended,
+        F.Usage: _usage_sent,
+        F.Renamed: _record_changed,
+        F.Capabilities: _record_changed,
+        F.StateChanged: _record_changed,
+    }
 
     def _add_usage(self, usage: F.Usage) -> None:
         """The main agent's usage of a turn (session.usage right after session.turn.end)."""
