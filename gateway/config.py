@@ -289,6 +289,9 @@ class Config:
     max_session_file_bytes: int = 256 * 1024 * 1024  # all files of a session (gateway/files.py)
     max_upload_bytes: int = 20 * 1024 * 1024  # one PUT /v1/session/{id}/files
     max_sessions: int = 64  # sessions not yet terminated; POST /v1/session beyond it is a 503
+    max_connections_per_session: int = 64  # WebSockets of one session; an upgrade beyond: 503
+    header_timeout_sec: float = 10.0  # a request's headers must be complete within it
+    max_pending_connections: int = 256  # connections not yet authenticated (gateway/connections.py)
     shutdown_grace_sec: float = 5.0
     log_format: str = "text"  # or "json"
     state_dir: Path | None = None  # sessions and their replay buffers survive a restart
@@ -314,6 +317,9 @@ _SERVER_KEYS: Final = {
     "max_session_file_bytes": int,
     "max_upload_bytes": int,
     "max_sessions": int,
+    "max_connections_per_session": int,
+    "header_timeout_sec": (int, float),
+    "max_pending_connections": int,
     "shutdown_grace_sec": (int, float),
     "log_format": str,
     "state_dir": str,
@@ -512,6 +518,9 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: 
         ("max_session_file_bytes", int, 0),
         ("max_upload_bytes", int, 1),
         ("max_sessions", int, 1),
+        ("max_connections_per_session", int, 1),
+        ("header_timeout_sec", float, 0.1),
+        ("max_pending_connections", int, 1),
         ("shutdown_grace_sec", float, 0),
     ):
         if key in settings:

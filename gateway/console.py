@@ -12,9 +12,11 @@ that allows nothing but the gateway itself.
 A browser cannot put ``Authorization`` on a WebSocket upgrade, and a token in a URL ends up in logs
 and history. So a page that holds the token asks ``POST /v1/session/{id}/ws-ticket`` (authenticated
 as usual) for a ticket and puts that in the upgrade's URL instead: random, good once, for that
-session only, for ``TICKET_TTL_S`` seconds. ``TicketStore`` keeps at most ``MAX_TICKETS`` unused
-ones; past that a new one is refused (429 ``TOO_MANY_TICKETS``) rather than an older one dropped.
-It is sans-IO: the caller passes the clock.
+session only, for ``TICKET_TTL_S`` seconds, spent only by an upgrade that succeeds (one refused
+for another reason, or a plain GET, leaves it usable). ``TicketStore`` keeps at most
+``MAX_TICKETS`` unused ones, and at most ``MAX_TICKETS_PER_OWNER`` of one credential (the server's
+``ticket_owner``), so one client cannot take them all; past either a new one is refused (429
+``TOO_MANY_TICKETS``) rather than an older one dropped. It is sans-IO: the caller passes the clock.
 
 Any web page can open a WebSocket to a loopback gateway, so an upgrade whose ``Origin`` header
 names another origin than the gateway's own is refused (403 ``ORIGIN_FORBIDDEN``) unless
@@ -24,7 +26,7 @@ names another origin than the gateway's own is refused (403 ``ORIGIN_FORBIDDEN``
 from __future__ import annotations
 
 import secrets
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
@@ -37,6 +39,7 @@ from .config import normalize_origin
 __all__ = [
     "CSP",
     "MAX_TICKETS",
+    "MAX_TICKETS_PER_OWNER",
     "TICKET_TTL_S",
     "OriginForbidden",
     "TicketStore",
@@ -46,6 +49,7 @@ __all__ = [
 
 TICKET_TTL_S: Final = 30
 MAX_TICKETS: Final = 1024  # unused tickets held at once, across all sessions
+MAX_TICKETS_PER_OWNER: Final = 64  # unused tickets of one credential
 MAX_STATIC_BYTES: Final = 2 * 1024 * 1024  # the console's files, all together
 
 # Everything the page loads or calls is the gateway itself; images from tool results are fetched
@@ -70,44 +74,71 @@ _TYPES: Final = {
 class _Ticket:
     session_id: str
     expires_at: float
+    owner: str
 
 
 class TicketStore:
-    """One-time WebSocket tickets: ``issue`` for a session, ``redeem`` once before they expire."""
+    """One-time WebSocket tickets: ``issue`` for a session, ``valid`` until they expire, ``spend``
+    once (by the upgrade that succeeds)."""
 
-    def __init__(self, *, ttl_s: float = TICKET_TTL_S, capacity: int = MAX_TICKETS) -> None:
+    def __init__(
+        self,
+        *,
+        ttl_s: float = TICKET_TTL_S,
+        capacity: int = MAX_TICKETS,
+        per_owner: int = MAX_TICKETS_PER_OWNER,
+    ) -> None:
         self.ttl_s = ttl_s
         self.capacity = capacity
+        self.per_owner = per_owner
         self._tickets: OrderedDict[str, _Ticket] = OrderedDict()  # oldest first
+        self._owners: Counter[str] = Counter()  # unused tickets per owner
 
     def __len__(self) -> int:
         return len(self._tickets)
+
+    def _drop(self, ticket: str) -> _Ticket | None:
+        entry = self._tickets.pop(ticket, None)
+        if entry is not None:
+            self._owners[entry.owner] -= 1
+            if not self._owners[entry.owner]:
+                del self._owners[entry.owner]
+        return entry
 
     def _expire(self, now: float) -> None:
         while self._tickets:
             ticket, entry = next(iter(self._tickets.items()))
             if entry.expires_at > now:
                 break
-            del self._tickets[ticket]
+            self._drop(ticket)
 
-    def issue(self, session_id: str, now: float) -> str | None:
-        """A new ticket for ``session_id``, or ``None`` when ``capacity`` unused ones exist."""
+    def issue(self, session_id: str, now: float, owner: str = "") -> str | None:
+        """A new ticket for ``session_id``, or ``None`` when ``capacity`` unused ones exist, or
+        ``per_owner`` of ``owner``'s."""
         self._expire(now)
-        if len(self._tickets) >= self.capacity:
+        if len(self._tickets) >= self.capacity or self._owners[owner] >= self.per_owner:
             return None
         ticket = secrets.token_urlsafe(32)
-        self._tickets[ticket] = _Ticket(session_id, now + self.ttl_s)
+        self._tickets[ticket] = _Ticket(session_id, now + self.ttl_s, owner)
+        self._owners[owner] += 1
         return ticket
 
-    def redeem(self, ticket: str, session_id: str, now: float) -> bool:
-        """True once for a ticket issued for ``session_id`` and not expired; it is then gone.
+    def valid(self, ticket: str, session_id: str, now: float) -> bool:
+        """Whether ``ticket`` was issued for ``session_id``, is not expired and not spent.
 
-        A ticket presented for another session is used up too: it was shown where it does not
-        belong, so it must not work anywhere afterwards.
+        A ticket presented for another session is dropped: it was shown where it does not belong,
+        so it must not work anywhere afterwards.
         """
         self._expire(now)
-        entry = self._tickets.pop(ticket, None)
-        return entry is not None and entry.session_id == session_id and entry.expires_at > now
+        entry = self._tickets.get(ticket)
+        if entry is not None and entry.session_id != session_id:
+            self._drop(ticket)
+            return False
+        return entry is not None
+
+    def spend(self, ticket: str) -> bool:
+        """Use ``ticket`` up; False if it was spent (or dropped) already."""
+        return self._drop(ticket) is not None
 
 
 # --- Origin ----------------------------------------------------------------------------------------

@@ -30,39 +30,45 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import logging
 import mimetypes
 import os
 import re
 import shutil
+import stat
 import tempfile
 import uuid
 from collections.abc import AsyncIterable, Callable
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Final, Protocol
+from typing import Final, Protocol
 
 import msgspec
 
 from parsers import events as ev
 
-from .persistence import replace_file
+from . import nofollow
 from .protocol.session import IMAGE_MIME_TYPES, MAX_FILE_NAME_BYTES, valid_file_name
 
 __all__ = [
     "IMAGE_TYPES",
     "FileError",
     "FileStore",
+    "byte_range",
     "check_file_name",
     "check_mime_type",
     "files_path",
     "store_tool_files",
+    "strong_etag",
     "upload_mime_type",
 ]
 
 log = logging.getLogger("rawp_gateway.files")
 
 _INDEX: Final = "index.json"
+_FILES: Final = "files"  # the store's directory in a session's state directory
+MAX_INDEX_BYTES: Final = 8 * 1024 * 1024  # a saved index.json: ~400 bytes a file
 
 OCTET_STREAM: Final = "application/octet-stream"
 _MIME: Final = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,63}")
@@ -109,16 +115,53 @@ def files_path(session_id: str, transfer_id: str) -> str:
 
 
 def check_file_name(name: object) -> str:
-    """``name`` if it is a base name (no ``/``, no NUL or other control character, not ``.`` or
-    ``..``, 1 to 255 UTF-8 bytes); ``FileError`` 400 ``INVALID_FILE_NAME`` otherwise."""
+    """``name`` if it is a base name (``valid_file_name``: no ``/`` nor a lookalike, no control,
+    format or separator character, not ``.`` or ``..``, 1 to 255 UTF-8 bytes); ``FileError`` 400
+    ``INVALID_FILE_NAME`` otherwise."""
     if not isinstance(name, str) or not valid_file_name(name):
         raise FileError(
             400,
             "INVALID_FILE_NAME",
             f"{name!r} is not a file name: a base name of 1 to {MAX_FILE_NAME_BYTES} bytes, "
-            "without '/' or control characters, not '.' or '..'",
+            "without '/' or a lookalike, without control, format or separator characters, "
+            "not '.' or '..'",
         )
     return name
+
+
+_RANGE: Final = re.compile(r"bytes=(\d{0,19})-(\d{0,19})", re.IGNORECASE)
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | bool:
+    """The part of a file of ``size`` bytes that a ``Range`` header asks for (RFC 9110 §14):
+    ``(start, end)``, end exclusive, for one satisfiable range; ``False`` when it cannot be
+    satisfied (416: a start past the end, ``bytes=-0``, any range of an empty file); ``True``
+    for the whole file: no header, or one the gateway ignores as RFC 9110 allows (several
+    ranges, another unit, a malformed or backwards range)."""
+    if header is None:
+        return True
+    match = _RANGE.fullmatch(header.strip())
+    if match is None:
+        return True
+    first, last = match.groups()
+    if first:
+        start = int(first)
+        if last and int(last) < start:
+            return True
+        if start >= size:
+            return False
+        return start, min(int(last) + 1, size) if last else size
+    if not last:
+        return True  # "bytes=-"
+    suffix = int(last)
+    if suffix == 0 or size == 0:
+        return False
+    return max(0, size - suffix), size
+
+
+def strong_etag(checksum: str) -> str:
+    """The ``ETag`` of a stored file: its SHA-256, a strong entity tag."""
+    return f'"{checksum.removeprefix("sha256:")}"'
 
 
 def check_mime_type(value: str) -> str:
@@ -127,12 +170,6 @@ def check_mime_type(value: str) -> str:
     if not _MIME.fullmatch(mime):
         raise FileError(400, "INVALID_REQUEST", f"{value!r} is not a MIME type (type/subtype)")
     return mime
-
-
-def _new_file(path: Path) -> BinaryIO:
-    """A new file only the gateway's user can read (0600, whatever the umask), as a session's
-    state directory promises; never one that already exists."""
-    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
 
 
 def upload_mime_type(header: str | None) -> str:
@@ -145,8 +182,14 @@ def upload_mime_type(header: str | None) -> str:
     return check_mime_type(header.partition(";")[0])
 
 
+def _ended() -> FileError:
+    return FileError(404, "SESSION_NOT_FOUND", "the session has ended; its files are gone")
+
+
 class FileStore:
-    """One session's files (see the module docstring)."""
+    """One session's files (see the module docstring). ``directory``: the session's state
+    directory (its descriptor and path), where the store keeps ``files/``; ``None`` for a
+    temporary directory of its own."""
 
     def __init__(
         self,
@@ -156,7 +199,7 @@ class FileStore:
         max_upload_bytes: int,
         url_of: Callable[[str, Path], str] | None = None,
         metrics: FileMetrics | None = None,
-        directory: Path | None = None,
+        directory: tuple[int, Path] | None = None,
     ) -> None:
         self.session_id = session_id
         self._metrics = metrics
@@ -166,24 +209,42 @@ class FileStore:
         self._url_of = url_of or (lambda transfer_id, _path: files_path(session_id, transfer_id))
         self.files: dict[str, ev.StoredFile] = {}
         self.used_bytes = 0  # stored, plus what uploads in progress have written so far
-        self._dir: Path | None = None
-        self._fixed_dir = directory  # None: a temporary directory, made on the first file
+        self._saved = directory is not None  # the index is kept on disk, for a restart
+        # Everything is reached from descriptors (gateway/nofollow.py): the parent's (owned) and,
+        # once made, the store's own directory's.
+        self._parent_fd = os.dup(directory[0]) if directory is not None else -1
+        self._parent_path = directory[1] if directory is not None else None
+        self._name = _FILES
+        self._dir_fd = -1
         self._closed = False
+
+    @property
+    def _path(self) -> Path:
+        assert self._parent_path is not None
+        return self._parent_path / self._name
+
+    @property
+    def directory(self) -> Path | None:
+        """Where the files are, once the first one was stored (``None`` before, and after the
+        end)."""
+        return self._path if self._dir_fd >= 0 else None
 
     # --- writing -----------------------------------------------------------------------------------
 
-    def _directory(self) -> Path:
+    def _directory(self) -> int:
         if self._closed:
-            raise FileError(404, "TRANSFER_NOT_FOUND", "the session has ended")
-        if self._dir is None:
-            if self._fixed_dir is not None:
-                self._fixed_dir.mkdir(mode=0o700, exist_ok=True)
-                self._dir = self._fixed_dir
-            else:
-                self._dir = Path(tempfile.mkdtemp(prefix=f"rawp-files-{self.session_id[:8]}-"))
-        return self._dir
+            raise _ended()
+        if self._dir_fd < 0:
+            if self._parent_fd < 0:
+                made = Path(tempfile.mkdtemp(prefix=f"rawp-files-{self.session_id[:8]}-"))
+                self._parent_fd = nofollow.open_dir(made.parent)
+                self._parent_path, self._name = made.parent, made.name
+            self._dir_fd = nofollow.open_dir(self._name, dir_fd=self._parent_fd, create=True)
+        return self._dir_fd
 
     def _reserve(self, size: int, limit: int | None) -> None:
+        if self._closed:  # an upload still streaming when the session ended
+            raise _ended()
         if limit is not None and size > limit:
             raise FileError(
                 413,
@@ -202,6 +263,8 @@ class FileStore:
             self._metrics.file_bytes(size)
 
     def _release(self, size: int) -> None:
+        if self._closed:  # close() gave back everything, reservations of uploads included
+            return
         self.used_bytes -= size
         if self._metrics is not None:
             self._metrics.file_bytes(-size)
@@ -209,6 +272,11 @@ class FileStore:
     def _count(self, direction: str, outcome: str) -> None:
         if self._metrics is not None:
             self._metrics.file(direction, outcome)
+
+    def _discard(self, name: str) -> None:
+        if not self._closed:  # after close() the directory (and the descriptor) is gone
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=self._dir_fd)
 
     def put(
         self,
@@ -227,17 +295,16 @@ class FileStore:
             raise
         transfer_id = str(uuid.uuid4())
         try:
-            path = self._directory() / transfer_id
-            with _new_file(path) as out:
+            with open(nofollow.create_fd(self._directory(), transfer_id), "wb") as out:
                 out.write(data)
         except BaseException:
             self._release(len(data))
+            self._discard(transfer_id)
             self._count("download", "refused")
             raise
         self._count("download", "stored")
         return self._index(
             transfer_id,
-            path,
             file_name,
             mime_type,
             len(data),
@@ -249,10 +316,12 @@ class FileStore:
         self, chunks: AsyncIterable[bytes], *, file_name: str, mime_type: str
     ) -> ev.StoredFile:
         """Store an upload as it streams in, refusing it (and keeping nothing) as soon as it passes
-        ``max_upload_bytes`` or the session's bound. An image type must start like one."""
+        ``max_upload_bytes`` or the session's bound, or the session ends (404
+        ``SESSION_NOT_FOUND``). An image type must start like one."""
+        transfer_id = str(uuid.uuid4())
         try:
             check_file_name(file_name)
-            path = self._directory() / str(uuid.uuid4())
+            fd = nofollow.create_fd(self._directory(), transfer_id)
         except FileError:
             self._count("upload", "refused")
             raise
@@ -260,7 +329,7 @@ class FileStore:
         size = 0
         head = b""
         try:
-            with _new_file(path) as out:
+            with open(fd, "wb") as out:
                 async for chunk in chunks:
                     self._reserve(len(chunk), self.max_upload_bytes - size)
                     size += len(chunk)
@@ -268,21 +337,22 @@ class FileStore:
                         head = (head + chunk)[:16]
                     digest.update(chunk)
                     out.write(chunk)
+            if self._closed:
+                raise _ended()
             looks_right = IMAGE_TYPES.get(mime_type)
             if looks_right is not None and not looks_right(head):
                 raise FileError(400, "INVALID_REQUEST", f"the body is not a {mime_type} image")
         except BaseException:
             self._release(size)
-            path.unlink(missing_ok=True)
+            self._discard(transfer_id)
             self._count("upload", "refused")
             raise
         self._count("upload", "stored")
-        return self._index(path.name, path, file_name, mime_type, size, digest.hexdigest(), None)
+        return self._index(transfer_id, file_name, mime_type, size, digest.hexdigest(), None)
 
     def _index(
         self,
         transfer_id: str,
-        path: Path,
         file_name: str,
         mime_type: str,
         size: int,
@@ -291,7 +361,7 @@ class FileStore:
     ) -> ev.StoredFile:
         stored = ev.StoredFile(
             transfer_id=transfer_id,
-            file_url=self._url_of(transfer_id, path),
+            file_url=self._url_of(transfer_id, self._path / transfer_id),
             file_name=file_name,
             mime_type=mime_type,
             size_bytes=size,
@@ -299,21 +369,23 @@ class FileStore:
             workspace_relative_path=workspace_relative_path,
         )
         self.files[transfer_id] = stored
-        if self._fixed_dir is not None:
+        if self._saved:
             self._save_index()
         return stored
 
     def _save_index(self) -> None:
         data = msgspec.json.encode(list(self.files.values()))
-        replace_file(self._directory() / _INDEX, data, fsync=False)
+        nofollow.replace_file(self._directory(), _INDEX, data, fsync=False)
 
     def restore(self) -> int:
-        """Read back the files a saved session had (its ``index.json``): each whose bytes are still
-        there, whole, is served again. Returns how many."""
-        if self._fixed_dir is None:
+        """Read back the files a saved session had (its ``index.json``, at most
+        ``MAX_INDEX_BYTES``): each that is still there as a regular file of its size is served
+        again. Returns how many."""
+        if not self._saved:
             return 0
         try:
-            saved = _index_decoder.decode((self._fixed_dir / _INDEX).read_bytes())
+            self._dir_fd = nofollow.open_dir(self._name, dir_fd=self._parent_fd)
+            saved = _index_decoder.decode(nofollow.read_file(self._dir_fd, _INDEX, MAX_INDEX_BYTES))
         except FileNotFoundError:
             return 0  # the session never stored a file
         except (OSError, msgspec.DecodeError, msgspec.ValidationError) as err:
@@ -326,26 +398,33 @@ class FileStore:
             )
             return 0
         for stored in saved:
-            path = self._fixed_dir / stored.transfer_id
-            try:
-                whole = uuid.UUID(stored.transfer_id).version == 4 and (
-                    path.stat().st_size == stored.size_bytes
-                )
-            except (OSError, ValueError):
-                whole = False
-            if whole and self.used_bytes + stored.size_bytes <= self.max_session_bytes:
-                self._dir = self._fixed_dir
+            if (
+                self._usable(stored)
+                and self.used_bytes + stored.size_bytes <= self.max_session_bytes
+            ):
                 self.used_bytes += stored.size_bytes
                 if self._metrics is not None:
                     self._metrics.file_bytes(stored.size_bytes)
                 self.files[stored.transfer_id] = stored
             else:
                 log.warning(
-                    "saved file skipped: %s is missing, cut short or past the session's bound",
-                    stored.transfer_id,
+                    "saved file skipped: %s is missing, cut short, not a regular file or past "
+                    "the session's bound",
+                    stored.transfer_id[:64],
                     extra={"session": self.session_id},
                 )
         return len(self.files)
+
+    def _usable(self, stored: ev.StoredFile) -> bool:
+        """A saved file named by its transfer id (nothing else: it becomes a name in our
+        directory), there as a regular file of its recorded size."""
+        try:
+            if str(uuid.UUID(stored.transfer_id)) != stored.transfer_id:
+                return False
+            st = os.stat(stored.transfer_id, dir_fd=self._dir_fd, follow_symlinks=False)
+        except (OSError, ValueError):
+            return False
+        return stat.S_ISREG(st.st_mode) and st.st_size == stored.size_bytes
 
     # --- reading -------------------------------------------------------------------------------------
 
@@ -353,35 +432,67 @@ class FileStore:
         """The file and where its bytes are; ``FileError`` 404 ``TRANSFER_NOT_FOUND`` if there is no
         such file (or the session has ended)."""
         stored = self.files.get(transfer_id)
-        if stored is None or self._dir is None:
+        if stored is None or self._dir_fd < 0:
             raise FileError(404, "TRANSFER_NOT_FOUND", f"no file {transfer_id!r} in this session")
-        return stored, self._dir / transfer_id
+        return stored, self._path / transfer_id
+
+    def open(self, transfer_id: str) -> tuple[ev.StoredFile, int]:
+        """The file and a descriptor to read it (the caller closes it); 404 as ``get``, and also
+        when what is there now is not the regular file of its size that was stored."""
+        stored, _ = self.get(transfer_id)
+        try:
+            fd = os.open(transfer_id, nofollow.READ_FLAGS, dir_fd=self._dir_fd)
+            st = nofollow.regular_fd(fd, transfer_id)
+        except OSError:
+            raise FileError(404, "TRANSFER_NOT_FOUND", f"file {transfer_id!r} is gone") from None
+        if st.st_size != stored.size_bytes:
+            os.close(fd)
+            raise FileError(404, "TRANSFER_NOT_FOUND", f"file {transfer_id!r} changed on disk")
+        return stored, fd
 
     def read(self, transfer_id: str) -> bytes:
-        return self.get(transfer_id)[1].read_bytes()
+        stored, fd = self.open(transfer_id)
+        with open(fd, "rb") as f:
+            return f.read(stored.size_bytes)
 
-    def copy_to(self, transfer_id: str, directory: Path, name: str) -> Path:
-        """Write the file as ``directory/name`` (replacing a file of that name), made without
-        following a link there, so an agent cannot point the copy outside ``directory``."""
-        _, source = self.get(transfer_id)
+    def copy_to(self, transfer_id: str, directory_fd: int, name: str) -> None:
+        """Write the file as ``name`` in the directory ``directory_fd``: a new temporary file
+        (``O_EXCL``, never one an agent planted) renamed over the name, so a link there (hard or
+        symbolic) is replaced, never written through."""
         check_file_name(name)
-        directory.mkdir(parents=True, exist_ok=True)
-        target = directory / name
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with open(fd, "wb") as out, open(source, "rb") as src:
-            shutil.copyfileobj(src, out, _CHUNK)
-        return target
+        _, source = self.open(transfer_id)
+        tmp = f".rawp-upload-{uuid.uuid4().hex}.tmp"
+        with open(source, "rb") as src:
+            try:
+                with open(nofollow.create_fd(directory_fd, tmp, 0o644), "wb") as out:
+                    shutil.copyfileobj(src, out, _CHUNK)
+                os.replace(tmp, name, src_dir_fd=directory_fd, dst_dir_fd=directory_fd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=directory_fd)
+                raise
 
     # --- the end -------------------------------------------------------------------------------------
 
+    def release(self) -> None:
+        """The gateway stops and the session lives on: the descriptors go, the files stay."""
+        self._closed = True
+        for fd in (self._dir_fd, self._parent_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._dir_fd = self._parent_fd = -1
+
     def close(self) -> None:
         """The session ended: every file is deleted, and later lookups are 404."""
-        self._closed = True
+        if self._closed:
+            return
         self.files.clear()
         self._release(self.used_bytes)
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
+        parent_fd, self._parent_fd = self._parent_fd, -1
+        self.release()
+        if parent_fd >= 0:
+            nofollow.remove_tree(parent_fd, self._name)
+            os.close(parent_fd)
 
 
 # --- the step between the parser and the session machine ---------------------------------------------

@@ -22,6 +22,15 @@ turn's frames. The log stays bounded: once it has grown past twice the history's
 
 Loading never raises: a session whose files are unreadable, corrupt or of another format version is
 reported as a ``LoadError`` and skipped; its files stay where they are for a person to look at.
+
+The directory is untrusted input. The agent runs as the gateway's user and may have written there
+(a symlink, a hard link, a FIFO, a sparse file of a terabyte), so every file is reached through
+``gateway/nofollow.py``: relative to the session directory's descriptor (opened without following
+a link), created ``O_EXCL | O_NOFOLLOW`` and renamed into place, read only when it is a regular
+file whose size is within its bound (``MAX_RECORD_BYTES``; the log: what compaction lets it reach),
+checked before reading. An entry of ``sessions/`` that is not a directory is skipped, never
+followed nor deleted. Sessions are read one at a time, in the order of their records, so a start
+holds one session's log at most.
 """
 
 from __future__ import annotations
@@ -32,11 +41,12 @@ import fcntl
 import json
 import logging
 import os
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+
+from . import nofollow
 
 __all__ = [
     "FORMAT",
@@ -46,7 +56,7 @@ __all__ = [
     "SavedSession",
     "StateDir",
     "StateDirError",
-    "replace_file",
+    "max_log_bytes",
 ]
 
 log = logging.getLogger("rawp_gateway.persistence")
@@ -60,6 +70,14 @@ COMPACT_SLACK: Final = 4 * 1024 * 1024
 MAX_RECORD_BYTES: Final = 1024 * 1024  # a record is a few hundred bytes; more is not ours
 _IOV_MAX: Final = 1024  # the buffers one writev takes on Linux
 FLUSH_INTERVAL_S: Final = 0.01  # frames are written at most this long after they were made
+
+
+def max_log_bytes(max_buffer_bytes: int) -> int:
+    """The largest frame log a session with a history of at most ``max_buffer_bytes`` can leave:
+    compaction rewrites it past twice the history and ``COMPACT_SLACK``, and one flush interval's
+    frames may come on top. A larger file is not the gateway's and is not read."""
+    return 2 * max_buffer_bytes + 2 * COMPACT_SLACK
+
 
 Entry = tuple[int, str, bytes | None]  # (seq, message_id, frame bytes or None for an id only)
 
@@ -99,8 +117,19 @@ class StateDir:
         self.sessions = root / "sessions"
         old = os.umask(0o077)
         try:
-            self.sessions.mkdir(parents=True, exist_ok=True)
-            self._lock = open(root / LOCK, "a+")  # noqa: SIM115 - held until close()
+            root.mkdir(parents=True, exist_ok=True)
+            self._root_fd = nofollow.open_dir(root)
+            try:
+                self._fd = nofollow.open_dir("sessions", dir_fd=self._root_fd, create=True)
+                lock = os.open(
+                    LOCK,
+                    os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                    0o600,
+                    dir_fd=self._root_fd,
+                )
+            except BaseException:
+                os.close(self._root_fd)
+                raise
         except OSError as err:
             raise StateDirError(
                 f"state_dir {str(root)!r} cannot be used: {err.strerror or err} "
@@ -109,11 +138,18 @@ class StateDir:
         finally:
             os.umask(old)
         try:
+            nofollow.regular_fd(lock, LOCK)
+            self._lock = open(lock, "r+")  # noqa: SIM115 - held until close()
+        except OSError:
+            self._close_dirs()
+            raise StateDirError(f"state_dir {str(root)!r}: {LOCK} is not a regular file") from None
+        try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             self._lock.seek(0)
             holder = self._lock.read(32).strip()
             self._lock.close()
+            self._close_dirs()
             raise StateDirError(
                 f"state_dir {str(root)!r} is in use by another gateway"
                 + (f" (pid {holder})" if holder.isdigit() else "")
@@ -121,44 +157,88 @@ class StateDir:
         self._lock.truncate(0)
         self._lock.write(f"{os.getpid()}\n")
         self._lock.flush()
-        with contextlib.suppress(OSError):
-            root.chmod(0o700)
-            self.sessions.chmod(0o700)
+        for fd in (self._root_fd, self._fd):
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, 0o700)
+
+    def _close_dirs(self) -> None:
+        os.close(self._fd)
+        os.close(self._root_fd)
 
     def close(self) -> None:
         """Let another gateway have the directory."""
         self._lock.close()
+        self._close_dirs()
 
     def create(self, session_id: str) -> SavedSession:
-        path = self.sessions / session_id
-        path.mkdir(mode=0o700)
-        return SavedSession(path)
+        os.mkdir(session_id, 0o700, dir_fd=self._fd)
+        return SavedSession(
+            self.sessions / session_id,
+            dir_fd=nofollow.open_dir(session_id, dir_fd=self._fd),
+            parent_fd=os.dup(self._fd),
+        )
 
-    def load(self) -> Iterator[Loaded | LoadError]:
-        """Every session directory, oldest record first (the order they are listed in again)."""
+    def load(
+        self, *, max_log_bytes: int = max_log_bytes(256 * 1024 * 1024)
+    ) -> Iterator[Loaded | LoadError]:
+        """Every session directory, oldest record first (the order they are listed in again),
+        each read when the caller asks for it; a log over ``max_log_bytes`` is not read."""
         try:
-            dirs = [d for d in self.sessions.iterdir() if d.is_dir()]
+            names = list(nofollow.subdirectories(self._fd))
         except OSError as err:
             yield LoadError("*", "unreadable", f"cannot list {self.sessions}: {err.strerror}")
             return
-        found: list[tuple[str, Loaded | LoadError]] = []
-        for d in dirs:
-            got = _load_one(d)
-            created = got.record.get("created_at", "") if isinstance(got, Loaded) else ""
-            found.append((str(created), got))
-        found.sort(key=lambda pair: pair[0])
-        for _, got in found:
-            yield got
+        order: list[tuple[str, str]] = []
+        for name, is_dir in names:
+            if is_dir:
+                order.append((_created_at(self._fd, name), name))
+            else:
+                yield LoadError(
+                    name, "corrupt", f"sessions/{name} is not a directory (a link or a file); left"
+                )
+        order.sort()
+        for _, name in order:
+            yield _load_one(self._fd, self.sessions, name, max_log_bytes)
 
 
-def _load_one(path: Path) -> Loaded | LoadError:
+def _created_at(parent_fd: int, name: str) -> str:
+    """Where the session goes in the listing: its record's ``created_at`` ("" when unusable)."""
+    try:
+        fd = nofollow.open_dir(name, dir_fd=parent_fd)
+    except OSError:
+        return ""
+    try:
+        record = json.loads(nofollow.read_file(fd, RECORD, MAX_RECORD_BYTES))
+        created = record.get("created_at") if isinstance(record, dict) else None
+        return created if isinstance(created, str) else ""
+    except (OSError, ValueError):
+        return ""
+    finally:
+        os.close(fd)
+
+
+def _load_one(parent_fd: int, parent: Path, sid: str, max_log: int) -> Loaded | LoadError:
+    try:
+        dir_fd = nofollow.open_dir(sid, dir_fd=parent_fd)
+    except OSError as err:
+        return LoadError(sid, "unreadable", f"cannot open the directory: {err.strerror}")
+    got: Loaded | LoadError = LoadError(sid, "unreadable", "interrupted")
+    try:
+        got = _load_from(dir_fd, parent_fd, parent / sid, max_log)
+    finally:
+        if not isinstance(got, Loaded):
+            os.close(dir_fd)
+    return got
+
+
+def _load_from(dir_fd: int, parent_fd: int, path: Path, max_log: int) -> Loaded | LoadError:
     sid = path.name
     try:
-        raw = (path / RECORD).read_bytes()[: MAX_RECORD_BYTES + 1]
+        raw = nofollow.read_file(dir_fd, RECORD, MAX_RECORD_BYTES)
+    except nofollow.TooLarge:
+        return LoadError(sid, "corrupt", f"{RECORD} is larger than {MAX_RECORD_BYTES} bytes")
     except OSError as err:
         return LoadError(sid, "unreadable", f"cannot read {RECORD}: {err.strerror}")
-    if len(raw) > MAX_RECORD_BYTES:
-        return LoadError(sid, "corrupt", f"{RECORD} is larger than {MAX_RECORD_BYTES} bytes")
     try:
         record = json.loads(raw)
     except ValueError as err:
@@ -175,10 +255,18 @@ def _load_one(path: Path) -> Loaded | LoadError:
     if problem is not None:
         return LoadError(sid, "corrupt", f"{RECORD}: {problem}")
     try:
-        entries, torn = _read_log(path / FRAMES)
+        data = nofollow.read_file(dir_fd, FRAMES, max_log)
+    except FileNotFoundError:
+        data = b""
+    except nofollow.TooLarge:
+        return LoadError(
+            sid, "corrupt", f"{FRAMES} is larger than {max_log} bytes, more than compaction leaves"
+        )
     except OSError as err:
         return LoadError(sid, "unreadable", f"cannot read {FRAMES}: {err.strerror}")
-    return Loaded(record, entries, torn, SavedSession(path, log_bytes=_size(path / FRAMES)))
+    entries, torn = _parse_log(data)
+    saved = SavedSession(path, dir_fd=dir_fd, parent_fd=os.dup(parent_fd), log_bytes=len(data))
+    return Loaded(record, entries, torn, saved)
 
 
 _FIELDS: Final = {
@@ -210,20 +298,9 @@ def _check_record(record: dict[str, Any], sid: str) -> str | None:
     return None
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _read_log(path: Path) -> tuple[list[Entry], bool]:
+def _parse_log(data: bytes) -> tuple[list[Entry], bool]:
     """The log's entries in order; stops at the first line that is cut short or not ours."""
     entries: list[Entry] = []
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return entries, False
     torn = False
     last_seq = -2
     for line in data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n"):
@@ -268,24 +345,14 @@ def _write_all(fd: int, parts: list[bytes]) -> int:
     return total
 
 
-def replace_file(path: Path, data: bytes, *, fsync: bool) -> None:
-    """Give ``path`` the content ``data`` whole or not at all: a temporary file, then a rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        _write_all(fd, [data])
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
 class SavedSession:
-    """One session's directory: the record and the frame log."""
+    """One session's directory: the record and the frame log, reached through ``dir_fd`` (its
+    descriptor, owned); ``parent_fd`` (owned) is ``sessions/``, to remove it."""
 
-    def __init__(self, path: Path, *, log_bytes: int = 0) -> None:
-        self.path = path
+    def __init__(self, path: Path, *, dir_fd: int, parent_fd: int, log_bytes: int = 0) -> None:
+        self.path = path  # for messages and the file store's own path
+        self.dir_fd = dir_fd
+        self._parent_fd = parent_fd
         self._fd: int | None = None
         self._pending: list[bytes] = []
         self._flush_scheduled = False
@@ -298,10 +365,10 @@ class SavedSession:
     # --- the record ---------------------------------------------------------------------------
 
     def write_record(self, record: dict[str, Any]) -> None:
-        if self.removed:
+        if self.removed or self.dir_fd < 0:
             return
         data = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
-        replace_file(self.path / RECORD, data, fsync=False)
+        nofollow.replace_file(self.dir_fd, RECORD, data, fsync=False)
 
     # --- the frame log ------------------------------------------------------------------------
 
@@ -317,9 +384,7 @@ class SavedSession:
 
     def _log_fd(self) -> int:
         if self._fd is None:
-            self._fd = os.open(
-                self.path / FRAMES, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
-            )
+            self._fd = nofollow.append_fd(self.dir_fd, FRAMES)
         return self._fd
 
     def flush(self) -> None:
@@ -349,7 +414,7 @@ class SavedSession:
             for seq, mid, data in self.entries()
         ]
         data = b"".join(lines)
-        replace_file(self.path / FRAMES, data, fsync=True)
+        nofollow.replace_file(self.dir_fd, FRAMES, data, fsync=True)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -383,9 +448,27 @@ class SavedSession:
             os.close(self._fd)
             self._fd = None
 
-    def remove(self) -> None:
-        """The session ended: its files go."""
-        self._pending.clear()
+    def release(self) -> None:
+        """Close the directory's descriptors (the gateway stops; the files stay)."""
         self.close()
+        for fd in (self.dir_fd, self._parent_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.dir_fd = self._parent_fd = -1
+
+    def remove(self) -> None:
+        """The session ended: its files go (never through a link: see ``nofollow.remove_tree``)."""
+        self._pending.clear()
         self.removed = True
-        shutil.rmtree(self.path, ignore_errors=True)
+        parent_fd, self._parent_fd = self._parent_fd, -1
+        self.release()
+        if parent_fd < 0:
+            return
+        try:
+            if not nofollow.remove_tree(parent_fd, self.path.name):
+                log.warning(
+                    "session directory not removed: it is not a directory any more",
+                    extra={"path": str(self.path)},
+                )
+        finally:
+            os.close(parent_fd)

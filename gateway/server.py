@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import hashlib
 import hmac
 import ipaddress
 import logging
@@ -33,7 +34,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -42,10 +43,11 @@ from parsers.json_depth import MAX_JSON_DEPTH, too_deep
 
 from . import console, process
 from .config import Config
-from .files import FileError, upload_mime_type
+from .connections import ConnectionGuard, GatewayRunner, handler_args
+from .files import FileError, byte_range, strong_etag, upload_mime_type
 from .history import POLICIES, History
 from .metrics import GatewayMetrics
-from .persistence import LoadError, StateDir
+from .persistence import Loaded, LoadError, StateDir, max_log_bytes
 from .session import LiveSession
 
 __all__ = ["CONFIG", "METRICS", "SESSIONS", "create_app", "serve"]
@@ -58,11 +60,14 @@ METRICS: Final = web.AppKey("metrics", GatewayMetrics)
 SESSIONS: Final = web.AppKey("sessions", dict)
 STATE: Final = web.AppKey("state", StateDir)
 TICKETS: Final = web.AppKey("tickets", console.TicketStore)
+GUARD: Final = web.AppKey("guard", ConnectionGuard)
 STATIC: Final = web.AppKey("static", dict)
 WS_ROUTE: Final = "session-ws"
 # A handler that has sent its response head (a WebSocket after prepare) stores the response here:
 # from then on an error must never be answered with an HTTP error response (errors_middleware).
 STREAMING: Final = web.RequestKey("streaming", web.StreamResponse)
+# The ticket a WebSocket upgrade was authenticated with (auth_middleware): spent when it succeeds.
+TICKET: Final = web.RequestKey("ticket", str)
 KEEP_TERMINATED: Final = 100  # terminated sessions still listed (summaries only), oldest forgotten
 # Limits of POST /v1/session and PATCH fields (docs/limits.md).
 MAX_NAME_CHARS: Final = 256
@@ -154,12 +159,23 @@ def _public(path: str) -> bool:
 
 
 def _ticket_ok(request: web.Request) -> bool:
-    """A one-time ticket on the upgrade of the session it was issued for (browser console)."""
+    """A valid one-time ticket on the upgrade of the session it was issued for (browser
+    console); the upgrade spends it once it succeeds (``websocket``)."""
     ticket = request.query.get("ticket")
     if not ticket or request.match_info.route.name != WS_ROUTE:
         return False
     session_id = request.match_info["session_id"]
-    return request.app[TICKETS].redeem(ticket, session_id, time.monotonic())
+    if not request.app[TICKETS].valid(ticket, session_id, time.monotonic()):
+        return False
+    request[TICKET] = ticket
+    return True
+
+
+def ticket_owner(request: web.Request) -> str:
+    """Whose tickets a ``ws-ticket`` request counts against (``MAX_TICKETS_PER_OWNER``): the
+    credential it was authenticated with, a hash of its bearer token (the one place to key it
+    by a user name instead)."""
+    return hashlib.sha256(_bearer(request)).hexdigest()[:32]
 
 
 def auth_middleware(token: str | None):
@@ -174,6 +190,8 @@ def auth_middleware(token: str | None):
             and not _ticket_ok(request)
         ):
             return ApiError(401, "UNAUTHORIZED", "missing or wrong bearer token").response()
+        if not _public(request.path):
+            request.app[GUARD].authenticated(request.protocol)
         return await handler(request)
 
     return middleware
@@ -475,7 +493,7 @@ async def delete_session(request: web.Request) -> web.Response:
 async def ws_ticket(request: web.Request) -> web.Response:
     session = _session(request)
     _check_live(session)
-    ticket = request.app[TICKETS].issue(session.id, time.monotonic())
+    ticket = request.app[TICKETS].issue(session.id, time.monotonic(), ticket_owner(request))
     if ticket is None:
         raise ApiError(429, "TOO_MANY_TICKETS", "too many unused WebSocket tickets; retry shortly")
     return web.json_response({"ticket": ticket, "expires_in": console.TICKET_TTL_S})
@@ -557,22 +575,36 @@ async def websocket(request: web.Request) -> web.StreamResponse:
         heartbeat=30.0,
         compress=False,
     )
-    await ws.prepare(request)
-    request[STREAMING] = ws
-    conn_id = str(uuid.uuid4())
-    transport = request.transport
-    if transport is None:  # the peer left during the handshake
-        return ws
-    conn = session.attach(
-        conn_id,
-        ws,
-        role=role,
-        last_message_id=last_message_id,
-        full_history=history is not None,
-        transport=transport,
-        drain=request.writer.drain,
-        abort=transport.abort,
-    )
+    limit = config.max_connections_per_session
+    with request.app[GUARD].upgrade(session.id, len(session.connections), limit) as place:
+        if not place:
+            raise ApiError(
+                503,
+                "TOO_MANY_CONNECTIONS",
+                f"a session takes at most {limit} WebSockets (max_connections_per_session)",
+            )
+        if not ws.can_prepare(request).ok:
+            raise ApiError(400, "BAD_REQUEST", "not a WebSocket upgrade request")
+        ticket = request.get(TICKET)
+        if ticket is not None and not request.app[TICKETS].spend(ticket):
+            # Another upgrade with the same ticket succeeded since it was checked.
+            raise ApiError(401, "UNAUTHORIZED", "the WebSocket ticket was used already")
+        await ws.prepare(request)
+        request[STREAMING] = ws
+        conn_id = str(uuid.uuid4())
+        transport = request.transport
+        if transport is None:  # the peer left during the handshake
+            return ws
+        conn = session.attach(
+            conn_id,
+            ws,
+            role=role,
+            last_message_id=last_message_id,
+            full_history=history is not None,
+            transport=transport,
+            drain=request.writer.drain,
+            abort=transport.abort,
+        )
     close_ready = asyncio.ensure_future(conn.close_ready.wait())
     try:
         while True:
@@ -665,7 +697,9 @@ async def put_file(request: web.Request) -> web.Response:
 
 async def get_file(request: web.Request) -> web.StreamResponse:
     """``GET /v1/session/{id}/files/{transfer_id}``: the bytes, with their ``Content-Type``, an
-    ``ETag`` that is their SHA-256, and one ``Range`` honoured (206; 416 when unsatisfiable)."""
+    ``ETag`` that is their SHA-256, one ``Range`` honoured (206; 416 when unsatisfiable),
+    ``If-None-Match`` (304) and ``If-Range`` against that ETag (docs/files.md says why this is not
+    aiohttp's ``FileResponse``)."""
     sessions = request.app[SESSIONS]
     session = sessions.get(request.match_info["session_id"])
     transfer_id = request.match_info["transfer_id"]
@@ -674,34 +708,39 @@ async def get_file(request: web.Request) -> web.StreamResponse:
     if isinstance(session, TerminatedSession):  # its files went with it
         raise ApiError(404, "TRANSFER_NOT_FOUND", f"no file {transfer_id!r}: the session has ended")
     try:
-        stored, path = session.files.get(transfer_id)
+        stored, fd = session.files.open(transfer_id)
     except FileError as err:
         raise _file_error(err) from None
-    size = stored.size_bytes
-    start, end = 0, size  # [start, end)
-    status = 200
-    try:
-        wanted = request.http_range
-    except ValueError:
-        # Not one "bytes=a-b" range (several, or malformed): RFC 9110 lets it be ignored.
-        wanted = slice(None, None)
-    if wanted.start is not None or wanted.stop is not None:
-        if wanted.start is not None and wanted.start >= size:
-            refused = ApiError(416, "RANGE_NOT_SATISFIABLE", "the range is outside the file")
-            answer = refused.response()
-            answer.headers["Content-Range"] = f"bytes */{size}"
-            return answer
-        start, end, _ = wanted.indices(size)
-        status = 206
-    response = web.StreamResponse(status=status)
-    response.content_type = stored.mime_type
+    with open(fd, "rb") as f:
+        return await _send_file(request, f, stored.size_bytes, stored.mime_type, stored.checksum)
+
+
+async def _send_file(
+    request: web.Request, f: BinaryIO, size: int, mime_type: str, checksum: str
+) -> web.StreamResponse:
+    etag = strong_etag(checksum)
+    headers = {
+        "ETag": etag,
+        "Accept-Ranges": "bytes",
+        # A file is data for a master, never a page of the gateway's origin.
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": "sandbox",
+    }
+    if_none_match = request.if_none_match
+    if if_none_match is not None and any(t.value in ("*", etag[1:-1]) for t in if_none_match):
+        return web.Response(status=304, headers=headers)
+    if_range = request.headers.get("If-Range")
+    wanted = byte_range(request.headers.get("Range"), size) if if_range in (None, etag) else True
+    if wanted is False:
+        refused = ApiError(416, "RANGE_NOT_SATISFIABLE", "the range is outside the file")
+        answer = refused.response()
+        answer.headers["Content-Range"] = f"bytes */{size}"
+        return answer
+    start, end = (0, size) if wanted is True else wanted
+    response = web.StreamResponse(status=200 if wanted is True else 206, headers=headers)
+    response.content_type = mime_type
     response.content_length = end - start
-    response.headers["ETag"] = f'"{stored.checksum.removeprefix("sha256:")}"'
-    response.headers["Accept-Ranges"] = "bytes"
-    # A file is data for a master, never a page of the gateway's origin.
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["Content-Security-Policy"] = "sandbox"
-    if status == 206:
+    if wanted is not True:
         response.headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
     await response.prepare(request)
     if request.method == "HEAD":  # the headers only: bytes after them would corrupt the connection
@@ -709,15 +748,14 @@ async def get_file(request: web.Request) -> web.StreamResponse:
         return response
     loop = asyncio.get_running_loop()
     try:
-        with open(path, "rb") as f:
-            f.seek(start)
-            left = end - start
-            while left > 0:
-                chunk = await loop.run_in_executor(None, f.read, min(_UPLOAD_CHUNK, left))
-                if not chunk:
-                    break
-                await response.write(chunk)
-                left -= len(chunk)
+        f.seek(start)
+        left = end - start
+        while left > 0:
+            chunk = await loop.run_in_executor(None, f.read, min(_UPLOAD_CHUNK, left))
+            if not chunk:
+                break
+            await response.write(chunk)
+            left -= len(chunk)
         await response.write_eof()
     except ConnectionError:
         pass  # the master went away mid-download: nothing to answer
@@ -740,6 +778,7 @@ def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.
             auth_middleware(config.token),
         ],
         client_max_size=config.max_request_bytes,
+        handler_args=handler_args(config.header_timeout_sec),
     )
     app[CONFIG] = config
     app[METRICS] = metrics or GatewayMetrics(agents=config.agents.keys())
@@ -749,6 +788,7 @@ def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.
         app.on_startup.append(_restore_sessions)
         app.on_cleanup.append(_release_state_dir)
     app[TICKETS] = console.TicketStore()
+    app[GUARD] = ConnectionGuard(config.max_pending_connections)
     app[STATIC] = console.load_static()
     app.router.add_get("/", console_redirect)
     app.router.add_get("/ui", console_page)
@@ -773,40 +813,17 @@ async def _restore_sessions(app: web.Application) -> None:
     log line and a metric, never a failed start."""
     config, metrics = app[CONFIG], app[METRICS]
     crashed: list[str] = []
-    for got in app[STATE].load():
+    # One session at a time: only the one being restored has its log in memory.
+    for got in app[STATE].load(max_log_bytes=max_log_bytes(config.max_buffer_bytes)):
         if isinstance(got, LoadError):
             _restore_failed(metrics, got.session_id, got.reason, got.message)
             continue
         record = got.record
         if not record["clean"]:
             crashed.append(record["session_id"])
-        profile = config.agents.get(record["agent"])
-        if profile is None:
-            _restore_failed(
-                metrics, record["session_id"], "agent", f"no agent profile {record['agent']!r}"
-            )
-            continue
-        workspace = Path(record["workspace_path"])
-        root = config.workspace_root
-        if not workspace.is_dir() or (workspace != root and root not in workspace.parents):
-            _restore_failed(
-                metrics,
-                record["session_id"],
-                "workspace",
-                f"workspace {workspace} is not a directory inside the workspace root {root}",
-            )
-            continue
-        try:
-            session = LiveSession.restore(
-                got,
-                profile,
-                workspace,
-                config=config,
-                metrics=metrics,
-                on_terminated=lambda s: _terminated(app, s),
-            )
-        except (KeyError, TypeError, ValueError) as err:
-            _restore_failed(metrics, record["session_id"], "corrupt", f"unusable record: {err}")
+        session = _restored(app, got)
+        if session is None:
+            got.saved.release()
             continue
         app[SESSIONS][session.id] = session
         await session.start()
@@ -815,7 +832,7 @@ async def _restore_sessions(app: web.Application) -> None:
             "session restored",
             extra={
                 "session": session.id,
-                "agent": profile.name,
+                "agent": session.profile.name,
                 "turn_index": record["turn_index"],
             },
         )
@@ -824,6 +841,37 @@ async def _restore_sessions(app: web.Application) -> None:
     killed = process.kill_left_behind(crashed)
     if killed:
         log.warning("agent processes left by the previous gateway killed", extra={"count": killed})
+
+
+def _restored(app: web.Application, got: Loaded) -> LiveSession | None:
+    """The session ``got`` describes, or ``None`` (logged and counted) when it cannot be used."""
+    config, metrics = app[CONFIG], app[METRICS]
+    record = got.record
+    profile = config.agents.get(record["agent"])
+    if profile is None:
+        _restore_failed(
+            metrics, record["session_id"], "agent", f"no agent profile {record['agent']!r}"
+        )
+        return None
+    try:
+        # The record is input like a request body (the agent can write the state directory):
+        # the very check of POST /v1/session, symlinks followed.
+        workspace = _resolve_workspace(config, record["workspace_path"])
+    except ApiError as err:
+        _restore_failed(metrics, record["session_id"], "workspace", err.message)
+        return None
+    try:
+        return LiveSession.restore(
+            got,
+            profile,
+            workspace,
+            config=config,
+            metrics=metrics,
+            on_terminated=lambda s: _terminated(app, s),
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        _restore_failed(metrics, record["session_id"], "corrupt", f"unusable record: {err}")
+        return None
 
 
 async def _release_state_dir(app: web.Application) -> None:
@@ -880,7 +928,7 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
     gc.collect()
     gc.freeze()
     app = create_app(config)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    runner = GatewayRunner(app, app[GUARD], handle_signals=False, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     try:

@@ -34,6 +34,7 @@ leaves the agent to be spawned, resumed, by the next prompt.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import time
@@ -48,6 +49,7 @@ from parsers.base import PromptImage
 from parsers.base import get as get_parser
 
 from . import config as cfg
+from . import nofollow
 from .fanout import Connection, Flusher, text_frame
 from .files import FileError, FileStore, store_tool_files
 from .history import History, Replay
@@ -114,7 +116,7 @@ class LiveSession:
             max_session_bytes=config.max_session_file_bytes,
             max_upload_bytes=config.max_upload_bytes,
             metrics=metrics,
-            directory=saved.path / "files" if saved is not None else None,
+            directory=(saved.dir_fd, saved.path) if saved is not None else None,
         )
         parser = spec.parser()
         set_workspace = getattr(parser, "set_workspace", None)
@@ -156,6 +158,7 @@ class LiveSession:
         self._spawned = asyncio.Event()
         self.start_error: str | None = None
         self._stdin_pending: list[bytes] = []
+        self._unplaced: list[tuple[str, str]] = []  # (file name, why): PlaceFile that failed
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._line_t_ns = 0
@@ -307,7 +310,8 @@ class LiveSession:
         await self._stop_agent()
         self._save_record(clean=True)
         self.saved.sync()
-        self.saved.close()
+        self.files.release()
+        self.saved.release()
         conns = list(self.connections.values())
         for conn in conns:
             conn.close_after_flush(1012, "the gateway is restarting; reattach with last_message_id")
@@ -642,22 +646,31 @@ class LiveSession:
         return self.agent_input.prompt(text, images=attached)  # type: ignore[call-arg]
 
     def _place_file(self, action: sm.PlaceFile) -> None:
-        """An uploaded file into the workspace (``.rawp/uploads/<name>``), never through a link
-        that leads out of it."""
-        root = self.workspace.resolve()
-        directory = root / sm.UPLOADS_DIR
+        """An uploaded file into the workspace (``.rawp/uploads/<name>``), never through a link:
+        each directory is opened without following one (``gateway/nofollow.py``) and the file is
+        renamed into place. A file that cannot be placed is said to the masters once the prompt's
+        turn is open (``perform``)."""
+        fds: list[int] = []
         try:
-            # Checked before anything is made (a link there would make it elsewhere) and after.
-            for _ in range(2):
-                if not directory.resolve().is_relative_to(root):
-                    raise OSError(f"{sm.UPLOADS_DIR} leads out of the workspace")
-                directory.mkdir(parents=True, exist_ok=True)
-            self.files.copy_to(action.transfer_id, directory, action.name)
+            fds.append(os.open(self.workspace, nofollow.DIR_FLAGS))
+            for part in sm.UPLOADS_DIR.split("/"):
+                fds.append(nofollow.open_dir(part, dir_fd=fds[-1], create=True))
+            self.files.copy_to(action.transfer_id, fds[-1], action.name)
         except (OSError, FileError) as err:
+            reason = (
+                f"{sm.UPLOADS_DIR} or the name there is a link or not a directory"
+                if isinstance(err, OSError)
+                and err.errno in (errno.ELOOP, errno.ENOTDIR, errno.EISDIR)
+                else getattr(err, "strerror", None) or getattr(err, "message", None) or str(err)
+            )
             log.warning(
                 "upload not placed in the workspace",
                 extra={"session": self.id, "file": action.name, "error": str(err)},
             )
+            self._unplaced.append((action.name, reason))
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def _write_stdin(self, data: bytes) -> None:
         proc = self.process
@@ -722,6 +735,9 @@ class LiveSession:
     def perform(self, actions: list[sm.Action]) -> None:
         for action in actions:
             self._act(action)
+        while self._unplaced:  # after the prompt's actions: its turn is open now
+            name, reason = self._unplaced.pop(0)
+            self.perform(self.machine.file_not_placed(name, reason))
         self._track_state()
 
     def _act(self, action: sm.Action) -> None:

@@ -184,11 +184,11 @@ def test_ticket_store_expiry_and_capacity():
     t1 = store.issue("s1", now=0.0)
     assert t1 is not None and store.issue("s1", now=1.0) is not None
     assert store.issue("s1", now=2.0) is None  # full
-    assert store.redeem(t1, "s1", now=29.9)
-    assert not store.redeem(t1, "s1", now=29.9)  # once
+    assert store.valid(t1, "s1", now=29.9) and store.spend(t1)
+    assert not store.valid(t1, "s1", now=29.9) and not store.spend(t1)  # once
     late = store.issue("s2", now=10.0)
     assert late is not None
-    assert not store.redeem(late, "s2", now=40.0)  # expired at 40
+    assert not store.valid(late, "s2", now=40.0)  # expired at 40
     assert len(store) == 0  # expired ones are dropped, so the space is free again
     assert store.issue("s3", now=50.0) is not None
 

@@ -61,10 +61,10 @@ def test_put_keeps_bytes_on_disk_with_checksum_and_url():
 
 def test_nothing_is_created_before_the_first_file():
     s = store()
-    assert s._dir is None
+    assert s.directory is None
     with pytest.raises(gf.FileError):
         s.put(b"x", file_name="../x", mime_type="text/plain")
-    assert s._dir is None
+    assert s.directory is None
 
 
 def test_session_bound_is_507_and_keeps_nothing():
@@ -83,7 +83,7 @@ async def test_upload_over_the_limit_is_413_while_streaming_and_leaves_nothing()
         await s.receive(chunks_of(b"x" * 5000), file_name="big.bin", mime_type="text/plain")
     assert (err.value.status, err.value.error_code) == (413, "FILE_TOO_LARGE")
     assert s.used_bytes == 0 and not s.files
-    assert s._dir is not None and not list(s._dir.iterdir())
+    assert s.directory is not None and not list(s.directory.iterdir())
     ok = await s.receive(chunks_of(b"y" * 2500), file_name="ok.bin", mime_type="text/plain")
     assert ok.size_bytes == 2500 and s.read(ok.transfer_id) == b"y" * 2500
     s.close()
@@ -660,5 +660,5 @@ async def test_an_upload_cut_off_midway_keeps_nothing(gw):
             break
         await asyncio.sleep(0.01)
     assert store.used_bytes == 0 and not store.files
-    assert not list(store._dir.iterdir())
+    assert not list(store.directory.iterdir())
     assert (await put(gw, sid, "next.txt", b"ok", "text/plain")).status == 201

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import re
 import signal as _signal
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -89,6 +90,7 @@ ALLOW, DENY = "allow", "deny"
 # these; every other upload is written here in the workspace and named in the prompt.
 IMAGE_MIME_TYPES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 UPLOADS_DIR: Final = ".rawp/uploads"
+UPLOAD_NOT_PLACED: Final = "UPLOAD_NOT_PLACED"  # agent.error warning: see file_not_placed
 MAX_CONTEXT_FILES: Final = 20  # files attached to one prompt
 MAX_FILE_NAME_BYTES: Final = 255  # a file name, in UTF-8 bytes (most file systems' limit)
 
@@ -622,6 +624,19 @@ class SessionMachine:
         )
         return Emit(self._make(error, turn=True))
 
+    def file_not_placed(self, name: str, reason: str) -> list[Action]:
+        """An attached file the shell could not write into the workspace (``PlaceFile``):
+        ``agent.error`` warning ``UPLOAD_NOT_PLACED`` in the turn, so the master knows the agent
+        will not find it where the prompt says."""
+        error = F.AgentError(
+            error_code=UPLOAD_NOT_PLACED,
+            message=f"{UPLOADS_DIR}/{name[:200]} was not written into the workspace: {reason}",
+            severity="warning",
+            recoverable=True,
+            details=F.ErrorDetails(module="files"),
+        )
+        return [Emit(self._make(error, turn=True))]
+
     def _describe_exit(self, returncode: int | None) -> ExitDescription | None:
         """The parser's name for a positive exit code (``parsers.base.DescribesExit``), if any."""
         describe = getattr(self.parser, "describe_exit", None)
@@ -1125,14 +1140,24 @@ def _nul() -> PromptRefused:
 
 
 def valid_file_name(name: str) -> bool:
-    """A base name: 1 to ``MAX_FILE_NAME_BYTES`` UTF-8 bytes, no ``/``, no NUL or other control
-    character, not ``.`` or ``..`` (docs/files.md)."""
+    """A base name: 1 to ``MAX_FILE_NAME_BYTES`` UTF-8 bytes, not ``.`` or ``..``, without ``/``
+    or a character that looks like one, and without a control, format or line/paragraph
+    separator character (Unicode categories Cc, Cf, Zl, Zp: C1 controls, bidi overrides, zero
+    widths), which would show a master or the agent another name than the one stored
+    (docs/files.md)."""
     return (
         name not in ("", ".", "..")
-        and "/" not in name
-        and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)
+        and not any(c in _SLASHES or unicodedata.category(c) in _HIDDEN for c in name)
         and len(name.encode("utf-8", "surrogatepass")) <= MAX_FILE_NAME_BYTES
     )
+
+
+# What a file name may not hold besides "/": characters drawn as a slash (a name must not read as
+# a path), and the Unicode categories that are invisible or move text around.
+_SLASHES: Final = frozenset(
+    "/\u0337\u0338\u2044\u2215\u2571\u27cb\u29f8\u2afb\u2afd\uff0f\U0001f67c"
+)
+_HIDDEN: Final = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 
 def attachments_text(images: list[ev.StoredFile], uploads: list[tuple[ev.StoredFile, str]]) -> str:
