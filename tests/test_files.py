@@ -8,6 +8,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,60 @@ def test_names_are_base_names_only(name):
     with pytest.raises(gf.FileError) as err:
         gf.check_file_name(name)
     assert (err.value.status, err.value.error_code) == (400, "INVALID_FILE_NAME")
+
+
+# What a name must not hold besides "/": C1 controls, bidi and other format characters, line and
+# paragraph separators (Unicode Cc, Cf, Zl, Zp), and characters drawn as a slash.
+LOOKS_HARMLESS = [
+    "a\x85b",  # NEL, C1 control
+    "a\x9bb",  # CSI, C1 control
+    "gpj.\u202eexe",  # RIGHT-TO-LEFT OVERRIDE: shown as exe.jpg
+    "a\u200bb",  # ZERO WIDTH SPACE
+    "a\ufeffb",  # BOM
+    "a\u2028b",  # LINE SEPARATOR
+    "a\u2029b",  # PARAGRAPH SEPARATOR
+    "etc\u2215passwd",  # DIVISION SLASH
+    "etc\u2044passwd",  # FRACTION SLASH
+    "etc\uff0fpasswd",  # FULLWIDTH SOLIDUS
+    "etc\u29f8passwd",  # BIG SOLIDUS
+    "etc\u2571passwd",  # BOX DRAWINGS LIGHT DIAGONAL
+    "a\u0338b",  # COMBINING LONG SOLIDUS OVERLAY
+]
+
+
+@pytest.mark.parametrize("name", LOOKS_HARMLESS)
+def test_names_refuse_invisible_and_slash_like_characters(name):
+    with pytest.raises(gf.FileError) as err:
+        gf.check_file_name(name)
+    assert (err.value.status, err.value.error_code) == (400, "INVALID_FILE_NAME")
+    assert not sm.valid_file_name(name)  # the check of context_files[].file_name is the same
+
+
+async def test_put_refuses_invisible_and_slash_like_names_and_keeps_nothing(gw):
+    sid = (await create_session(gw))["session_id"]
+    store = gw.server.app[SESSIONS][sid].files
+    for name in LOOKS_HARMLESS:
+        resp = await asyncio.wait_for(put(gw, sid, name, b"x", "text/plain"), 10)
+        assert resp.status == 400, name
+        assert (await resp.json())["error_code"] == "INVALID_FILE_NAME"
+    assert store.used_bytes == 0 and not store.files and store.directory is None
+
+
+async def test_a_context_file_name_with_a_bidi_override_never_reaches_the_agent(gw, tmp_path):
+    """The name a prompt gives an attached file is checked as ?name= is: refused, the prompt is
+    not run, nothing is written into the workspace."""
+    (tmp_path / "ws").mkdir()
+    sid = (await create_session(gw, workspace_path="ws"))["session_id"]
+    stored = await (await put(gw, sid, "app.log", b"boom\n", "text/plain")).json()
+    master = await Master.attach(gw, sid)
+    files = [{"file_url": stored["file_url"], "file_name": "gol.\u202eexe"}]
+    await master.send("control.prompt.request", {"prompt_text": "hi", "context_files": files})
+    error = await master.until("session.error")
+    assert error["payload"]["error_code"] == "INVALID_FRAME"
+    assert "\u202e" not in json.dumps(error, ensure_ascii=False).replace("gol.\u202eexe", "")
+    assert not (tmp_path / "ws" / ".rawp").exists()
+    assert not any(f["type"] == "session.turn.start" for f in master.frames)
+    await master.ws.close()
 
 
 @pytest.mark.parametrize("name", ["dot.png", "Screen Shot 2026.png", "x" * 255, "..hidden", "a\\b"])
@@ -577,7 +632,8 @@ async def test_uploads_are_bounded_by_max_upload_bytes_not_the_json_body_limit(t
 
 async def test_an_upload_never_lands_outside_the_workspace(gw, tmp_path):
     """The agent made .rawp a link out of its workspace: the upload is not written there (nor is
-    any directory made there), and the prompt still runs."""
+    any directory made there), the masters are told (agent.error warning UPLOAD_NOT_PLACED in the
+    turn), and the prompt still runs."""
     (tmp_path / "ws2").mkdir()
     session = await create_session(gw, workspace_path="ws2")
     sid = session["session_id"]
@@ -588,9 +644,67 @@ async def test_an_upload_never_lands_outside_the_workspace(gw, tmp_path):
     master = await Master.attach(gw, sid)
     files = [{"file_url": stored["file_url"], "file_name": "app.log"}]
     await master.send("control.prompt.request", {"prompt_text": "hi", "context_files": files})
+    warning = await master.until("agent.error")
+    assert warning["payload"]["error_code"] == "UPLOAD_NOT_PLACED"
+    assert warning["payload"]["severity"] == "warning" and "app.log" in warning["payload"]["message"]
+    assert warning["turn_id"]
     await master.until("session.turn.end")
     assert list(outside.iterdir()) == []
     await master.ws.close()
+
+
+async def test_an_upload_replaces_a_hard_link_planted_under_its_name(gw, tmp_path):
+    """The agent hard-linked .rawp/uploads/app.log to a file outside its workspace: the upload is
+    written to a new file renamed over the name, so the outside file keeps its bytes."""
+    ws = tmp_path / "ws3"
+    (ws / ".rawp" / "uploads").mkdir(parents=True)
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"precious\n")
+    os.link(outside, ws / ".rawp" / "uploads" / "app.log")
+    sid = (await create_session(gw, workspace_path="ws3"))["session_id"]
+    stored = await (await put(gw, sid, "app.log", b"boom\n", "text/plain")).json()
+    master = await Master.attach(gw, sid)
+    files = [{"file_url": stored["file_url"], "file_name": "app.log"}]
+    await master.send("control.prompt.request", {"prompt_text": "hi", "context_files": files})
+    await asyncio.wait_for(master.until("session.turn.end"), 20)
+    assert outside.read_bytes() == b"precious\n" and outside.stat().st_nlink == 1
+    assert (ws / ".rawp" / "uploads" / "app.log").read_bytes() == b"boom\n"
+    assert not any(f["type"] == "agent.error" for f in master.frames)
+    assert sorted(p.name for p in (ws / ".rawp" / "uploads").iterdir()) == ["app.log"]
+    await master.ws.close()
+
+
+async def test_an_upload_that_finishes_after_delete_is_404_and_releases_its_bytes(gw):
+    """The session is deleted while a body streams in: the rest is refused with 404
+    SESSION_NOT_FOUND (no transfer_id), and rawp_gateway_session_file_bytes is back to what is
+    really stored (nothing)."""
+    sid = (await create_session(gw))["session_id"]
+    store = gw.server.app[SESSIONS][sid].files
+    reader, writer = await asyncio.open_connection(gw.host, gw.port)
+    writer.write(
+        f"PUT /v1/session/{sid}/files?name=late.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        "Content-Type: text/plain\r\nContent-Length: 4000\r\n\r\n".encode()
+        + b"x" * 2000
+    )
+    await writer.drain()
+    for _ in range(500):  # the server has read what was sent
+        if store.used_bytes:
+            break
+        await asyncio.sleep(0.01)
+    assert store.used_bytes
+    assert (await gw.delete(f"/v1/session/{sid}")).status == 200
+    writer.write(b"y" * 2000)
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    assert head.startswith(b"HTTP/1.1 404"), head
+    length = int(next(v for k, _, v in (h.partition(b": ") for h in head.split(b"\r\n"))
+                      if k.lower() == b"content-length"))  # fmt: skip
+    body = json.loads(await asyncio.wait_for(reader.readexactly(length), 10))
+    assert body["error_code"] == "SESSION_NOT_FOUND" and "transfer_id" not in body
+    writer.close()
+    metrics = await (await gw.get("/metrics")).text()
+    assert "rawp_gateway_session_file_bytes 0.0" in metrics
+    assert store.used_bytes == 0 and not store.files
 
 
 def test_file_limits_and_image_flag_are_configurable(tmp_path):
@@ -624,6 +738,56 @@ async def test_client_uploads_and_downloads(gw):
         with pytest.raises(GatewayError) as err:
             await client.download_file(f"/v1/session/{sid}/files/nope")
         assert err.value.error_code == "TRANSFER_NOT_FOUND"
+
+
+@pytest.mark.parametrize(
+    ("header", "size", "expected"),
+    [
+        (None, 10, True),
+        ("bytes=0-3", 10, (0, 4)),
+        ("bytes=8-", 10, (8, 10)),
+        ("bytes=8-100", 10, (8, 10)),
+        ("bytes=-3", 10, (7, 10)),
+        ("bytes=-30", 10, (0, 10)),
+        ("bytes=-0", 10, False),  # RFC 9110 §14.1.2: a suffix of 0 is unsatisfiable
+        ("bytes=-5", 0, False),  # an empty file has no range at all, never "bytes 0--1/0"
+        ("bytes=0-", 0, False),
+        ("bytes=10-", 10, False),
+        ("bytes=5-2", 10, True),  # backwards: invalid, ignored
+        ("bytes=0-1,4-5", 10, True),  # several: ignored
+        ("items=0-1", 10, True),
+        ("bytes=-", 10, True),
+        ("bytes=" + "9" * 30 + "-", 10, True),  # not a number this gateway reads
+    ],
+)
+def test_byte_range(header, size, expected):
+    assert gf.byte_range(header, size) == expected
+
+
+async def test_range_edge_cases_and_conditional_requests(gw):
+    """bytes=-0 is 416, as is any range of an empty file (never "bytes 0--1/0"); If-None-Match
+    with the ETag (the SHA-256) is 304; If-Range with it honours the Range, with anything else
+    (another tag, a date) gives the whole file."""
+    sid = (await create_session(gw))["session_id"]
+    url = (await (await put(gw, sid, "a.txt", b"hello world", "text/plain")).json())["file_url"]
+    empty = (await (await put(gw, sid, "e.txt", b"", "text/plain")).json())["file_url"]
+    zero = await gw.get(url, headers={"Range": "bytes=-0"})
+    assert zero.status == 416 and zero.headers["Content-Range"] == "bytes */11"
+    nothing = await gw.get(empty, headers={"Range": "bytes=-5"})
+    assert nothing.status == 416 and nothing.headers["Content-Range"] == "bytes */0"
+    whole_empty = await gw.get(empty)
+    assert whole_empty.status == 200 and await whole_empty.read() == b""
+    etag = (await gw.get(url)).headers["ETag"]
+    assert etag == f'"{hashlib.sha256(b"hello world").hexdigest()}"'
+    same = await gw.get(url, headers={"If-None-Match": etag})
+    assert same.status == 304 and await same.read() == b"" and same.headers["ETag"] == etag
+    assert (await gw.get(url, headers={"If-None-Match": '"other"'})).status == 200
+    assert (await gw.head(url, headers={"If-None-Match": f'"x", {etag}'})).status == 304
+    part = await gw.get(url, headers={"Range": "bytes=0-4", "If-Range": etag})
+    assert part.status == 206 and await part.read() == b"hello"
+    for stale in ('"other"', "Wed, 21 Oct 2015 07:28:00 GMT", f"W/{etag}"):
+        full = await gw.get(url, headers={"Range": "bytes=0-4", "If-Range": stale})
+        assert full.status == 200 and await full.read() == b"hello world", stale
 
 
 async def test_head_gives_the_headers_only_and_several_ranges_give_the_whole_file(gw):
