@@ -178,11 +178,11 @@ class StateDir:
             parent_fd=os.dup(self._fd),
         )
 
-    def load(
-        self, *, max_log_bytes: int = max_log_bytes(256 * 1024 * 1024)
-    ) -> Iterator[Loaded | LoadError]:
+    def load(self, *, max_buffer_bytes: int = 256 * 1024 * 1024) -> Iterator[Loaded | LoadError]:
         """Every session directory, oldest record first (the order they are listed in again),
-        each read when the caller asks for it; a log over ``max_log_bytes`` is not read."""
+        each read when the caller asks for it. A record whose history may hold more than
+        ``max_buffer_bytes`` is not used, and a log over what its history can leave
+        (``max_log_bytes``) is not read."""
         try:
             names = list(nofollow.subdirectories(self._fd))
         except OSError as err:
@@ -198,7 +198,7 @@ class StateDir:
                 )
         order.sort()
         for _, name in order:
-            yield _load_one(self._fd, self.sessions, name, max_log_bytes)
+            yield _load_one(self._fd, self.sessions, name, max_buffer_bytes)
 
 
 def _created_at(parent_fd: int, name: str) -> str:
@@ -217,21 +217,21 @@ def _created_at(parent_fd: int, name: str) -> str:
         os.close(fd)
 
 
-def _load_one(parent_fd: int, parent: Path, sid: str, max_log: int) -> Loaded | LoadError:
+def _load_one(parent_fd: int, parent: Path, sid: str, max_buffer: int) -> Loaded | LoadError:
     try:
         dir_fd = nofollow.open_dir(sid, dir_fd=parent_fd)
     except OSError as err:
         return LoadError(sid, "unreadable", f"cannot open the directory: {err.strerror}")
     got: Loaded | LoadError = LoadError(sid, "unreadable", "interrupted")
     try:
-        got = _load_from(dir_fd, parent_fd, parent / sid, max_log)
+        got = _load_from(dir_fd, parent_fd, parent / sid, max_buffer)
     finally:
         if not isinstance(got, Loaded):
             os.close(dir_fd)
     return got
 
 
-def _load_from(dir_fd: int, parent_fd: int, path: Path, max_log: int) -> Loaded | LoadError:
+def _load_from(dir_fd: int, parent_fd: int, path: Path, max_buffer: int) -> Loaded | LoadError:
     sid = path.name
     try:
         raw = nofollow.read_file(dir_fd, RECORD, MAX_RECORD_BYTES)
@@ -251,9 +251,10 @@ def _load_from(dir_fd: int, parent_fd: int, path: Path, max_log: int) -> Loaded 
             "version",
             f"{RECORD} has format version {record.get('version')!r}; this gateway reads {VERSION}",
         )
-    problem = _check_record(record, sid)
+    problem = _check_record(record, sid, max_buffer)
     if problem is not None:
         return LoadError(sid, "corrupt", f"{RECORD}: {problem}")
+    max_log = max_log_bytes(record["buffer"]["max_bytes"])
     try:
         data = nofollow.read_file(dir_fd, FRAMES, max_log)
     except FileNotFoundError:
@@ -283,7 +284,7 @@ _FIELDS: Final = {
 }
 
 
-def _check_record(record: dict[str, Any], sid: str) -> str | None:
+def _check_record(record: dict[str, Any], sid: str, max_buffer: int) -> str | None:
     for key, kind in _FIELDS.items():
         value = record.get(key)
         if isinstance(value, bool) and kind is not bool:
@@ -292,6 +293,9 @@ def _check_record(record: dict[str, Any], sid: str) -> str | None:
             return f"{key} is missing or of the wrong type"
     if record["session_id"] != sid:
         return "session_id does not match its directory"
+    max_bytes = record["buffer"].get("max_bytes")
+    if type(max_bytes) is not int or not 0 <= max_bytes <= max_buffer:
+        return f"buffer.max_bytes is not an integer from 0 to {max_buffer} (max_buffer_bytes)"
     for key in ("name", "agent_session_id", "open_turn_id"):
         if record.get(key) is not None and not isinstance(record[key], str):
             return f"{key} has the wrong type"

@@ -47,7 +47,7 @@ from .connections import ConnectionGuard, GatewayRunner, handler_args
 from .files import FileError, byte_range, strong_etag, upload_mime_type
 from .history import POLICIES, History
 from .metrics import GatewayMetrics
-from .persistence import Loaded, LoadError, StateDir, max_log_bytes
+from .persistence import Loaded, LoadError, StateDir
 from .session import LiveSession
 
 __all__ = ["CONFIG", "METRICS", "SESSIONS", "create_app", "serve"]
@@ -814,7 +814,7 @@ async def _restore_sessions(app: web.Application) -> None:
     config, metrics = app[CONFIG], app[METRICS]
     crashed: list[str] = []
     # One session at a time: only the one being restored has its log in memory.
-    for got in app[STATE].load(max_log_bytes=max_log_bytes(config.max_buffer_bytes)):
+    for got in app[STATE].load(max_buffer_bytes=config.max_buffer_bytes):
         if isinstance(got, LoadError):
             _restore_failed(metrics, got.session_id, got.reason, got.message)
             continue

@@ -646,7 +646,9 @@ async def test_an_upload_never_lands_outside_the_workspace(gw, tmp_path):
     await master.send("control.prompt.request", {"prompt_text": "hi", "context_files": files})
     warning = await master.until("agent.error")
     assert warning["payload"]["error_code"] == "UPLOAD_NOT_PLACED"
-    assert warning["payload"]["severity"] == "warning" and "app.log" in warning["payload"]["message"]
+    assert (
+        warning["payload"]["severity"] == "warning" and "app.log" in warning["payload"]["message"]
+    )
     assert warning["turn_id"]
     await master.until("session.turn.end")
     assert list(outside.iterdir()) == []
