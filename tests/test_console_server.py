@@ -161,6 +161,57 @@ async def test_a_ticket_is_for_one_session_and_for_upgrades_only(gw):
     assert await upgrade_status(gw, a, params={"ticket": other}) == 101
 
 
+async def test_a_ticket_is_spent_only_by_a_successful_upgrade(gw):
+    """An upgrade refused for another reason (no subprotocol: 400) and a plain GET of the
+    WebSocket path leave the ticket usable; the upgrade that succeeds spends it."""
+    sid = await new_session(gw)
+    ticket = await ticket_for(gw, sid)
+    no_protocol = await gw.get(
+        f"/v1/session/{sid}/ws",
+        params={"ticket": ticket},
+        headers={
+            "Connection": "Upgrade",
+            "Upgrade": "websocket",
+            "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        },
+    )
+    assert no_protocol.status == 400
+    assert (await no_protocol.json())["error_code"] == "SUBPROTOCOL_REQUIRED"
+    plain = await gw.get(
+        f"/v1/session/{sid}/ws",
+        params={"ticket": ticket},
+        headers={"Sec-WebSocket-Protocol": "rawp-dps-1.0"},
+    )
+    assert plain.status == 400
+    assert await upgrade_status(gw, sid, params={"ticket": ticket}) == 101
+    assert await upgrade_status(gw, sid, params={"ticket": ticket}) == 401
+
+
+async def test_tickets_are_bounded_per_credential(gw):
+    """One credential cannot take every ticket: past per_owner unused ones its requests are 429
+    while the total has room, and spending one makes room again."""
+    sid = await new_session(gw)
+    gw.app[TICKETS].per_owner = 2
+    first = await ticket_for(gw, sid)
+    await ticket_for(gw, sid)
+    resp = await gw.post(f"/v1/session/{sid}/ws-ticket", headers=AUTH)
+    assert resp.status == 429 and (await resp.json())["error_code"] == "TOO_MANY_TICKETS"
+    assert len(gw.app[TICKETS]) == 2 < gw.app[TICKETS].capacity
+    assert await upgrade_status(gw, sid, params={"ticket": first}) == 101
+    await ticket_for(gw, sid)
+
+
+def test_ticket_store_bounds_each_owner_apart():
+    store = console.TicketStore(ttl_s=30, capacity=10, per_owner=2)
+    a = [store.issue("s", now=0.0, owner="a") for _ in range(3)]
+    assert a[0] and a[1] and a[2] is None
+    assert store.issue("s", now=0.0, owner="b") is not None  # another credential is not locked out
+    assert store.valid(a[0], "s", now=1.0) and store.spend(a[0])
+    assert store.issue("s", now=1.0, owner="a") is not None
+    assert store.issue("s", now=31.0, owner="a") is not None  # expired ones count no more
+
+
 async def test_unknown_session_has_no_ticket(gw):
     resp = await gw.post("/v1/session/00000000-0000-4000-8000-000000000000/ws-ticket", headers=AUTH)
     assert resp.status == 404
