@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
@@ -229,15 +229,31 @@ def test_pod_has_workspace_and_gateway_sharing_the_workspace_volume():
 
 
 def test_sessions_and_the_agents_conversations_survive_the_pod():
-    """state_dir and the agent's home are on the workspace claim, which outlives the pod."""
+    """state_dir and the agent's home are on the workspace claim, which outlives the pod, each in
+    a directory of the claim apart from the working tree (docs/persistence.md: the state is
+    untrusted input all the same, but the agent's tree is not where it belongs)."""
     pod = by_kind("Deployment")["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     claim = volumes["workspace"]["persistentVolumeClaim"]["claimName"]
     assert by_kind("PersistentVolumeClaim")["metadata"]["name"] == claim
     config = tomllib.loads(by_kind("ConfigMap")["data"]["config.toml"])
-    assert config["server"]["state_dir"].startswith("/workspace/")
-    home = [m for m in gateway_container()["volumeMounts"] if m["mountPath"] == "/home/rawp"]
-    assert [m["name"] for m in home] == ["workspace"]
+    state_dir = PurePosixPath(config["server"]["state_dir"])
+    root = PurePosixPath(config["server"]["workspace_root"])
+    assert not state_dir.is_relative_to(root)
+    mounts = {PurePosixPath(m["mountPath"]): m for m in gateway_container()["volumeMounts"]}
+    (state_mount,) = [p for p in mounts if state_dir.is_relative_to(p)]
+    sub_paths = {
+        m["mountPath"]: m.get("subPath") for m in mounts.values() if m["name"] == "workspace"
+    }
+    assert sub_paths == {
+        "/workspace": "workspace",
+        str(state_mount): "gateway-state",
+        "/home/rawp": "home",
+    }
+    for c in pod["containers"]:  # the workspace container sees the working tree only
+        for m in c["volumeMounts"]:
+            if m["mountPath"] == "/workspace":
+                assert m["subPath"] == "workspace", c["name"]
 
 
 def test_compose_keeps_state_dir_and_the_agent_home_on_volumes():
@@ -245,7 +261,9 @@ def test_compose_keeps_state_dir_and_the_agent_home_on_volumes():
     volumes = dict(v.split(":", 1) for v in gateway["volumes"])
     assert volumes["workspace"] == "/workspace" and volumes["agent-home"] == "/home/rawp"
     config = tomllib.loads((DEPLOY / "config.toml").read_text())
-    assert config["server"]["state_dir"].startswith("/workspace/")
+    state_dir = PurePosixPath(config["server"]["state_dir"])
+    assert not state_dir.is_relative_to(PurePosixPath(config["server"]["workspace_root"]))
+    assert state_dir.is_relative_to(PurePosixPath(volumes["gateway-state"]))
 
 
 def test_gateway_token_comes_from_a_secret_file_matching_the_config():
