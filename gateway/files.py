@@ -237,7 +237,9 @@ class FileStore:
         if self._dir_fd < 0:
             if self._parent_fd < 0:
                 made = Path(tempfile.mkdtemp(prefix=f"rawp-files-{self.session_id[:8]}-"))
-                self._parent_fd = nofollow.open_dir(made.parent)
+                # The system's temporary directory (it may be a link, as /tmp is on some
+                # systems); what is under it is reached without following links.
+                self._parent_fd = os.open(made.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 self._parent_path, self._name = made.parent, made.name
             self._dir_fd = nofollow.open_dir(self._name, dir_fd=self._parent_fd, create=True)
         return self._dir_fd

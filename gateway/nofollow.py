@@ -69,13 +69,18 @@ class TooLarge(OSError):
 
 
 def open_dir(
-    name: str | os.PathLike[str], *, dir_fd: int | None = None, create: bool = False
+    name: str | os.PathLike[str],
+    *,
+    dir_fd: int | None = None,
+    create: bool = False,
+    mode: int = 0o700,
 ) -> int:
     """A descriptor of the directory ``name`` (relative to ``dir_fd``), never through a link at
-    ``name`` (``ELOOP``/``ENOTDIR``); made first (mode 0700) when ``create`` and missing."""
+    ``name`` (``ELOOP``/``ENOTDIR``); made first (``mode``, less the umask) when ``create`` and
+    missing."""
     if create:
         with contextlib.suppress(FileExistsError):
-            os.mkdir(name, 0o700, dir_fd=dir_fd)
+            os.mkdir(name, mode, dir_fd=dir_fd)
     return os.open(name, DIR_FLAGS, dir_fd=dir_fd)
 
 

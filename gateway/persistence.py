@@ -117,7 +117,8 @@ class StateDir:
         self.sessions = root / "sessions"
         old = os.umask(0o077)
         try:
-            root.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):  # a file there: open_dir says so
+                root.mkdir(parents=True)
             self._root_fd = nofollow.open_dir(root)
             try:
                 self._fd = nofollow.open_dir("sessions", dir_fd=self._root_fd, create=True)

@@ -654,14 +654,15 @@ class LiveSession:
         try:
             fds.append(os.open(self.workspace, nofollow.DIR_FLAGS))
             for part in sm.UPLOADS_DIR.split("/"):
-                fds.append(nofollow.open_dir(part, dir_fd=fds[-1], create=True))
+                # The workspace's own directories: as the agent would make them (the umask's).
+                fds.append(nofollow.open_dir(part, dir_fd=fds[-1], create=True, mode=0o777))
             self.files.copy_to(action.transfer_id, fds[-1], action.name)
         except (OSError, FileError) as err:
+            linked = isinstance(err, OSError) and err.errno in (errno.ELOOP, errno.ENOTDIR)
             reason = (
-                f"{sm.UPLOADS_DIR} or the name there is a link or not a directory"
-                if isinstance(err, OSError)
-                and err.errno in (errno.ELOOP, errno.ENOTDIR, errno.EISDIR)
-                else getattr(err, "strerror", None) or getattr(err, "message", None) or str(err)
+                f"{sm.UPLOADS_DIR} is a link or not a directory"
+                if linked
+                else getattr(err, "message", None) or getattr(err, "strerror", None) or str(err)
             )
             log.warning(
                 "upload not placed in the workspace",
