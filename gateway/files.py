@@ -210,9 +210,12 @@ class FileStore:
         self.files: dict[str, ev.StoredFile] = {}
         self.used_bytes = 0  # stored, plus what uploads in progress have written so far
         self._saved = directory is not None  # the index is kept on disk, for a restart
-        # Everything is reached from descriptors (gateway/nofollow.py): the parent's (owned) and,
-        # once made, the store's own directory's.
-        self._parent_fd = os.dup(directory[0]) if directory is not None else -1
+        # Everything is reached from descriptors (gateway/nofollow.py): the parent's and, once
+        # made, the store's own directory's (owned). A session directory's descriptor is its
+        # SavedSession's, which outlives the store (closed or released first); the temporary
+        # directory's parent is the store's own.
+        self._parent_fd = directory[0] if directory is not None else -1
+        self._owns_parent = directory is None
         self._parent_path = directory[1] if directory is not None else None
         self._name = _FILES
         self._dir_fd = -1
@@ -479,9 +482,10 @@ class FileStore:
     def release(self) -> None:
         """The gateway stops and the session lives on: the descriptors go, the files stay."""
         self._closed = True
-        for fd in (self._dir_fd, self._parent_fd):
-            if fd >= 0:
-                os.close(fd)
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+        if self._owns_parent and self._parent_fd >= 0:
+            os.close(self._parent_fd)
         self._dir_fd = self._parent_fd = -1
 
     def close(self) -> None:
@@ -490,11 +494,12 @@ class FileStore:
             return
         self.files.clear()
         self._release(self.used_bytes)
-        parent_fd, self._parent_fd = self._parent_fd, -1
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+            self._dir_fd = -1
+        if self._parent_fd >= 0:  # the directory was made, or is a saved session's
+            nofollow.remove_tree(self._parent_fd, self._name)
         self.release()
-        if parent_fd >= 0:
-            nofollow.remove_tree(parent_fd, self._name)
-            os.close(parent_fd)
 
 
 # --- the step between the parser and the session machine ---------------------------------------------

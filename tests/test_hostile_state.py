@@ -329,3 +329,41 @@ async def test_sessions_are_restored_one_at_a_time(tmp_path):
         assert set(gw.server.app[SESSIONS]) == {first, second}
     finally:
         await gw.close()
+
+
+def descriptors_under(top: Path) -> list[str]:
+    """This process's open descriptors on anything under ``top``."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target == str(top) or target.startswith(f"{top}/"):
+            found.append(target)
+    return found
+
+
+async def test_session_directories_hold_descriptors_only_while_the_session_lives(tmp_path):
+    """Each session holds descriptors of its directory (that is how nothing in it is reached
+    through a link); deleting sessions, restoring them, skipping one and stopping the gateway
+    leave none behind."""
+    root, state, _ = layout(tmp_path)
+    gw = await started(config(root, state))
+    sids = [(await create_session(gw))["session_id"] for _ in range(4)]
+    for sid in sids:
+        put = await gw.put(
+            f"/v1/session/{sid}/files", params={"name": "a.txt"}, data=b"one",
+            headers={"Content-Type": "text/plain"},
+        )  # fmt: skip
+        assert put.status == 201
+    assert descriptors_under(state / "sessions")
+    for sid in sids[:2]:
+        assert (await gw.delete(f"/v1/session/{sid}")).status == 200
+    await gw.close()
+    assert descriptors_under(state) == []
+    edit_record(state, sids[2], agent="gone")  # skipped at the next start
+    gw = await started(config(root, state))
+    assert set(gw.server.app[SESSIONS]) == {sids[3]}
+    await gw.close()
+    assert descriptors_under(state) == []
