@@ -47,7 +47,7 @@ from .connections import ConnectionGuard, GatewayRunner, handler_args
 from .files import FileError, byte_range, strong_etag, upload_mime_type
 from .history import POLICIES, History
 from .metrics import GatewayMetrics
-from .persistence import Loaded, LoadError, StateDir
+from .persistence import LoadError, StateDir
 from .session import LiveSession
 
 __all__ = ["CONFIG", "METRICS", "SESSIONS", "create_app", "serve"]
@@ -821,9 +821,33 @@ async def _restore_sessions(app: web.Application) -> None:
         record = got.record
         if not record["clean"]:
             crashed.append(record["session_id"])
-        session = _restored(app, got)
-        if session is None:
+        profile = config.agents.get(record["agent"])
+        if profile is None:
             got.saved.release()
+            _restore_failed(
+                metrics, record["session_id"], "agent", f"no agent profile {record['agent']!r}"
+            )
+            continue
+        try:
+            # The record is input like a request body (the agent can write the state directory):
+            # the very check of POST /v1/session, symlinks followed.
+            workspace = _resolve_workspace(config, record["workspace_path"])
+        except ApiError as err:
+            got.saved.release()
+            _restore_failed(metrics, record["session_id"], "workspace", err.message)
+            continue
+        try:
+            session = LiveSession.restore(
+                got,
+                profile,
+                workspace,
+                config=config,
+                metrics=metrics,
+                on_terminated=lambda s: _terminated(app, s),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            got.saved.release()
+            _restore_failed(metrics, record["session_id"], "corrupt", f"unusable record: {err}")
             continue
         app[SESSIONS][session.id] = session
         await session.start()
@@ -832,7 +856,7 @@ async def _restore_sessions(app: web.Application) -> None:
             "session restored",
             extra={
                 "session": session.id,
-                "agent": session.profile.name,
+                "agent": profile.name,
                 "turn_index": record["turn_index"],
             },
         )
@@ -841,37 +865,6 @@ async def _restore_sessions(app: web.Application) -> None:
     killed = process.kill_left_behind(crashed)
     if killed:
         log.warning("agent processes left by the previous gateway killed", extra={"count": killed})
-
-
-def _restored(app: web.Application, got: Loaded) -> LiveSession | None:
-    """The session ``got`` describes, or ``None`` (logged and counted) when it cannot be used."""
-    config, metrics = app[CONFIG], app[METRICS]
-    record = got.record
-    profile = config.agents.get(record["agent"])
-    if profile is None:
-        _restore_failed(
-            metrics, record["session_id"], "agent", f"no agent profile {record['agent']!r}"
-        )
-        return None
-    try:
-        # The record is input like a request body (the agent can write the state directory):
-        # the very check of POST /v1/session, symlinks followed.
-        workspace = _resolve_workspace(config, record["workspace_path"])
-    except ApiError as err:
-        _restore_failed(metrics, record["session_id"], "workspace", err.message)
-        return None
-    try:
-        return LiveSession.restore(
-            got,
-            profile,
-            workspace,
-            config=config,
-            metrics=metrics,
-            on_terminated=lambda s: _terminated(app, s),
-        )
-    except (KeyError, TypeError, ValueError) as err:
-        _restore_failed(metrics, record["session_id"], "corrupt", f"unusable record: {err}")
-        return None
 
 
 async def _release_state_dir(app: web.Application) -> None:
