@@ -15,6 +15,12 @@ an image) and what a master uploads (``PUT /v1/session/{id}/files``) are kept he
   ``SESSION_STORAGE_FULL``); one upload at most ``max_upload_bytes`` (413 ``FILE_TOO_LARGE``),
   counted while it streams in, so an over-size body is refused without being kept. Uploads in
   progress reserve what they wrote, so concurrent ones cannot together pass the bound.
+* **No link is followed.** The agent can write the store's directory (it runs as the gateway's
+  user), so it is reached through descriptors (``gateway/nofollow.py``): files are created
+  ``O_EXCL | O_NOFOLLOW``, read only as the regular file of their recorded size, and removed by
+  walking descriptors. A file placed in the workspace (``copy_to``) is a new file renamed over
+  the name, so a link planted there is replaced, never written through. An upload still streaming
+  when the session ends is refused (404 ``SESSION_NOT_FOUND``) and gives back what it reserved.
 * **The index is plain data.** ``files`` maps ``transfer_id`` to ``StoredFile`` (URL, name, MIME
   type, size, ``sha256:`` checksum): the session machine reads it to check a prompt's
   ``context_files`` without any I/O.
