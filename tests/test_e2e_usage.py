@@ -28,6 +28,7 @@ from tests.gateway_peer import Master, create_session, make_config, start_gatewa
 from tests.rig.env import require_cli
 from tests.rig.run import CliSetup, scripted_cli
 from tests.rig.scenario import parse_scenario
+from tests.test_dashboard import all_panels, load_dashboard, substitute
 from tests.test_prometheus_scrape import prometheus_binary, query, run_prometheus, wait_for_value
 
 pytestmark = [pytest.mark.realcli, pytest.mark.prometheus]
@@ -222,6 +223,28 @@ async def test_claude_code_tokens_cost_and_context_reach_prometheus(tmp_path):
         await w.equals('rawp_gateway_sessions_context_fill{band="0.8"}', 1)
         await w.equals('sum(rawp_gateway_sessions_context_fill{band!="0.8"})', 0)
         await w.equals('sum(rawp_gateway_context_limit_turns_total{agent="claude-code"})', 0)
+        await check_dashboard_row(w, model)
+
+
+async def check_dashboard_row(w: Watched, model: str) -> None:
+    """The dashboard's "Usage and cost" queries run on the real Prometheus, and the tokens and cost
+    ones find this agent and model."""
+    dashboard = load_dashboard()
+    row = [p["title"] for p in dashboard["panels"]]
+    start = row.index("Usage and cost")
+    end = next(i for i in range(start + 1, len(row)) if dashboard["panels"][i]["type"] == "row")
+    panels = {p["title"]: p for p in all_panels(dashboard)[start + 1 : end]}
+    assert len(panels) >= 5
+    for title, panel in panels.items():
+        for target in panel["targets"]:
+            expr = substitute(target["expr"])
+            result = await query(w.http, w.prometheus, expr)
+            if title.startswith(("Tokens /s by agent", "Cost per hour")):
+                while not result and time.monotonic() < w.deadline:  # rate() needs two scrapes
+                    await asyncio.sleep(0.25)
+                    result = await query(w.http, w.prometheus, expr)
+                labels = [(r["metric"]["agent"], r["metric"]["model"]) for r in result]
+                assert labels == [(w.agent, model)], title
 
 
 async def test_claude_code_compaction_and_a_full_context(tmp_path):
