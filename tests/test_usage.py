@@ -3,11 +3,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.metrics import LABEL_VALUE_MAX, MODEL_LABEL_LIMIT, USER_LABEL_LIMIT, GatewayMetrics
 from gateway.protocol import frames as F
 from gateway.usage import Counted, UsageTally, context_fill
+from parsers import events as ev
+from parsers.claude_code import ClaudeCodeParser
+
+FIXTURES = Path(__file__).parent / "fixtures" / "claude-code"
 
 
 def usage(
@@ -184,3 +190,17 @@ def test_compactions_and_context_limit_turns():
     assert value(m, "rawp_gateway_compactions_total", agent="claude-code", trigger="other") == 1
     assert value(m, "rawp_gateway_context_limit_turns_total", agent="claude-code") == 1
     assert value(m, "rawp_gateway_context_limit_turns_total", agent="codex") == 0
+
+
+def test_claude_code_compaction_turn_reports_the_compacted_context():
+    """The recorded /compact (tests/fixtures/claude-code/compact-manual): the result that ends the
+    compaction's turn says the context is what compact_boundary left (post_tokens), not what the
+    last message before it used."""
+    parser = ClaudeCodeParser()
+    events = []
+    for line in (FIXTURES / "compact-manual.jsonl").read_bytes().splitlines():
+        events += parser.feed(line)
+    ends = [e for e in events if isinstance(e, ev.TurnEnded)]
+    [compacted] = [e for e in events if isinstance(e, ev.Compacted)]
+    assert ends[-1].context_used == compacted.post_tokens == 2586
+    assert ends[0].context_used != compacted.post_tokens
