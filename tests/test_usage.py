@@ -9,9 +9,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.metrics import LABEL_VALUE_MAX, MODEL_LABEL_LIMIT, USER_LABEL_LIMIT, GatewayMetrics
 from gateway.protocol import frames as F
+from gateway.server import SESSIONS
 from gateway.usage import Counted, UsageTally, context_fill
 from parsers import events as ev
 from parsers.claude_code import ClaudeCodeParser
+from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+from tests.test_server import run_prompt
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude-code"
 
@@ -204,3 +207,32 @@ def test_claude_code_compaction_turn_reports_the_compacted_context():
     [compacted] = [e for e in events if isinstance(e, ev.Compacted)]
     assert ends[-1].context_used == compacted.post_tokens == 2586
     assert ends[0].context_used != compacted.post_tokens
+
+
+async def test_totals_survive_a_gateway_restart(tmp_path):
+    """With a state directory the session's totals come back with it (the saved record), so its
+    next usage adds to them: the demo agent's turns, before and after a restart."""
+    config = make_config(tmp_path, agents={"demo": fast_demo(1)}, state_dir=tmp_path / "state")
+    gw = await start_gateway(config)
+    sid = (await create_session(gw))["session_id"]
+    master = await Master.attach(gw, sid)
+    await master.next()
+    first = await run_prompt(master, "hello there")
+    before = gw.server.app[SESSIONS][sid].usage.to_json()
+    await gw.close()
+    [u1] = [f["payload"]["token_usage"] for f in first if f["type"] == "session.usage"]
+    assert before["input_tokens"] == u1["input_tokens"] > 0 and before["turns"] == 1
+
+    gw = await start_gateway(config)
+    try:
+        tally = gw.server.app[SESSIONS][sid].usage
+        assert tally.to_json() == before
+        again = await Master.attach(gw, sid)
+        await again.next()
+        second = await run_prompt(again, "and again")
+        [u2] = [f["payload"]["token_usage"] for f in second if f["type"] == "session.usage"]
+        assert tally.input_tokens == u1["input_tokens"] + u2["input_tokens"]
+        assert tally.output_tokens == u1["output_tokens"] + u2["output_tokens"]
+        assert tally.turns == 2
+    finally:
+        await gw.close()
