@@ -31,9 +31,9 @@ Label values are bounded by construction, never copied from the wire: frame type
 DPS 1.0.1 list (appendix B) and the gateway's own `x-rawp-gateway.*` events, plus `other`; tool names pass only if they are in the known catalogs of
 the three agents, `mcp_*` tools collapse to `mcp`, anything else is `other`; stop reasons, statuses,
 interaction types and outcomes come from fixed enums; agent names from the configured profiles; agent
-line kinds from what the parser reports, capped per agent; model names (as the agent says them) and
-session owners capped at 32 values each. No session id, invocation id or free text
-ever becomes a label value.
+line kinds from what the parser reports, capped per agent. Two labels are names from outside, so
+each keeps at most 32 values (then `other`): the model as the agent names it, and the session's
+owner. No session id, invocation id or other free text ever becomes a label value.
 
 Every metric is listed, with its labels and meaning, in `deploy/README.md` ("Metrics").
 """

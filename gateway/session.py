@@ -872,11 +872,9 @@ class LiveSession:
             self.saved.sync_soon()
 
     def _owner_name(self) -> str | None:
-        """Who the by-user usage metrics count this session for: its ``owner`` (set where
-        identities are configured: a user name, or an object with a ``name``); None without one."""
+        """Who the by-user usage metrics count this session for: the user name in its ``owner``,
+        where sessions have one (identities); None without one."""
         owner = getattr(self, "owner", None)
-        if owner is not None and not isinstance(owner, str):
-            owner = getattr(owner, "name", None)
         return owner if isinstance(owner, str) and owner else None
 
     def _close_all(self, reason: str) -> None:
