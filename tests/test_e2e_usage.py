@@ -24,6 +24,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.config import builtin_profiles
+from gateway.server import SESSIONS
 from tests.gateway_peer import Master, create_session, make_config, start_gateway
 from tests.rig.env import require_cli
 from tests.rig.run import CliSetup, scripted_cli
@@ -46,6 +47,7 @@ class Watched:
     agent: str
     cli: CliSetup
     gw: TestClient
+    session_id: str
     master: Master
     prometheus: str  # base URL
     http: aiohttp.ClientSession
@@ -100,7 +102,7 @@ async def watched(agent: str, calls: list[dict[str, Any]], tmp_path, **changes: 
                 run_prometheus(target, tmp_path) as prometheus,  # type: ignore[arg-type]
                 aiohttp.ClientSession() as http,
             ):
-                w = Watched(agent, cli, client, master, prometheus, http)
+                w = Watched(agent, cli, client, session["session_id"], master, prometheus, http)
                 w.deadline = time.monotonic() + DEADLINE_S
                 # Scraped before any turn: no token was counted yet.
                 await w.equals('count(up{job="rawp-gateway"} == 1)', 1)
@@ -137,8 +139,10 @@ async def check_tokens(w: Watched, model: str, expected: dict[str, int]) -> None
             await w.equals(promql, n)
         else:
             assert await query(w.http, w.prometheus, promql) == [], kind
-    by_user = 'sum(rawp_gateway_user_tokens_total{job="rawp-gateway", user="none"})'
-    await w.equals(by_user, sum(expected.values()))  # no identities: the session has no owner
+    # By the session's owner: its user name where sessions have one, else "none".
+    owner = getattr(w.gw.server.app[SESSIONS][w.session_id], "owner", None) or "none"
+    by_user = f'sum(rawp_gateway_user_tokens_total{{job="rawp-gateway", user="{owner}"}})'
+    await w.equals(by_user, sum(expected.values()))
 
 
 # --- Claude Code ----------------------------------------------------------------------------------
