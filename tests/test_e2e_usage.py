@@ -51,6 +51,7 @@ class Watched:
     master: Master
     prometheus: str  # base URL
     http: aiohttp.ClientSession
+    deadline: float = 0.0  # time.monotonic() by which every wait on Prometheus is over
 
     async def turn(self, text: str) -> list[dict[str, Any]]:
         """Send a prompt, read up to the session.usage after its session.turn.end."""
@@ -71,8 +72,6 @@ class Watched:
                 return float(result[0]["value"][1])
             await asyncio.sleep(0.25)
         pytest.fail(f"{promql} has no value in time")
-
-    deadline: float = 0.0
 
 
 @contextlib.asynccontextmanager
