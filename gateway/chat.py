@@ -12,7 +12,8 @@ attaches the WebSocket, and then four parts share one ``MasterView``:
   ``agent.text.delta`` text as it arrives, thinking dimmed, a tool call as ``→ Bash: ls`` and its
   result as ``← ok (12 lines)`` with a short preview (a diff as ``← ok (+3 -1)`` and its changed
   lines, coloured, the middle of a long one elided), subagents, errors, and the turn's end with its
-  stop reason and the token usage of the ``session.usage`` that follows it (DPS-7.5.2-usage). When
+  stop reason and the token usage of the ``session.usage`` that follows it (DPS-7.5.2-usage), with
+  the session's running totals and context fill (``format_totals``, docs/usage.md). When
   the socket drops it finalises the view (DPS-7.8-finalize), reattaches with ``last_message_id``
   and replays the ``session.history`` (DPS-7.8-unfinalize);
 * the *line reader* turns stdin into lines without blocking the loop (a reader callback on a
@@ -73,6 +74,7 @@ from .client import (
     payload_of,
 )
 from .protocol import frames as F
+from .usage import UsageTally
 
 __all__ = [
     "add_chat_arguments",
@@ -318,6 +320,19 @@ def format_usage(usage: F.Usage | None) -> str:
     return " · ".join(parts)
 
 
+def format_totals(tally: UsageTally) -> str:
+    """The session's running totals (docs/usage.md): tokens, the cost when the agent reports
+    one, and how full the context window is."""
+    text = f"session {tally.input_tokens:,} in / {tally.output_tokens:,} out"
+    if tally.cache_read_tokens:
+        text += f" / {tally.cache_read_tokens:,} cached"
+    if tally.cost_usd > 0:
+        text += f", ${tally.cost_usd:.4f}"
+    if tally.fill is not None:
+        text += f" · context {tally.fill:.0%}"
+    return text
+
+
 def permission_question(req: F.InteractionRequest) -> str:
     """``Allow Bash: rm x?`` from the request's context, else its own question text."""
     ctx = req.context
@@ -548,6 +563,7 @@ class Chat:
         self._idle = False  # the runner is at the prompt, waiting for a command
         self._attached: list[F.ContextFile] = []  # uploaded by /attach, for the next prompt
         self._first_attach = True  # a history before any reattach is what ran before we came
+        self.usage = UsageTally()  # the session's running totals, from the frames shown
 
     # -- lifecycle
 
@@ -1045,6 +1061,8 @@ class Chat:
             self._turn_end = (frame, handle)
             self._withdraw_stale_question()
         elif isinstance(p, F.Usage):
+            if not sub:
+                self.usage.add(p)
             if self._turn_end is not None and not sub:
                 self._flush_turn_end(p)
         elif isinstance(p, F.StateChanged):
@@ -1052,9 +1070,11 @@ class Chat:
             if p.reason == "mode_switch" and awaiting is not None and awaiting.kind == "mode":
                 awaiting.finish(frame)
         elif isinstance(p, F.Compacted):
+            fill = self.usage.compacted(p) if not sub else None
             self.screen.line(
                 f"⟲ compacted ({p.trigger}): {p.previous_token_count:,} → "
-                f"{p.current_token_count:,} tokens",
+                f"{p.current_token_count:,} tokens"
+                + (f" · context {fill:.0%}" if fill is not None else ""),
                 style=s.cyan,
             )
             awaiting = self._awaiting
@@ -1118,6 +1138,8 @@ class Chat:
             parts.append("(connection lost)")
         style = self.s.red if end.stop_reason in ("error", "disconnected") else self.s.dim
         self.screen.line(" · ".join(parts), style=style)
+        if usage is not None:
+            self.screen.line(format_totals(self.usage), style=self.s.dim, indent="  ")
         awaiting = self._awaiting
         # A turn lost with the connection is not over yet: a reattach may bring it back.
         if awaiting is not None and awaiting.turn_id == end.turn_id and not is_synthetic(frame):

@@ -24,15 +24,16 @@ no lock and a scrape sees a consistent snapshot. **Hot-path methods must be call
 loop thread.** `bench/bench_metrics.py` measures what they cost.
 
 *Cold path* — session transitions, connections, turns, tool results, interactions, process starts and
-exits: at most a few per turn. These use ordinary prometheus-client instruments (children are still
+exits, usage and compactions: at most a few per turn. These use ordinary prometheus-client instruments (children are still
 pre-resolved where the label set is small and fixed).
 
 Label values are bounded by construction, never copied from the wire: frame types come from the
 DPS 1.0.1 list (appendix B) and the gateway's own `x-rawp-gateway.*` events, plus `other`; tool names pass only if they are in the known catalogs of
 the three agents, `mcp_*` tools collapse to `mcp`, anything else is `other`; stop reasons, statuses,
 interaction types and outcomes come from fixed enums; agent names from the configured profiles; agent
-line kinds from what the parser reports, capped per agent. No session id, invocation id or free text
-ever becomes a label value.
+line kinds from what the parser reports, capped per agent. Two labels are names from outside, so
+each keeps at most 32 values (then `other`): the model as the agent names it, and the session's
+owner. No session id, invocation id or other free text ever becomes a label value.
 
 Every metric is listed, with its labels and meaning, in `deploy/README.md` ("Metrics").
 """
@@ -44,7 +45,7 @@ import collections
 import contextlib
 import time
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from functools import partial
 from typing import Final
@@ -68,6 +69,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.utils import floatToGoString
 
 from gateway.protocol.tools import BUILTIN_TOOLS
+from gateway.usage import Counted
 
 from .protocol.frames import PAYLOAD_CLASSES, VENDOR_PREFIX
 
@@ -193,6 +195,20 @@ EXIT_CLASSES: Final = ("ok", "error", "signal")
 RESTORE_FAILURES: Final = ("unreadable", "corrupt", "version", "agent", "workspace")
 DEFAULT_AGENTS: Final = ("claude-code", "codex", "gemini")
 
+# Usage and cost: `model` is the agent's own name for it and `user` the session's owner, both free
+# text, so each takes at most this many distinct values per gateway (then `other`), none longer
+# than LABEL_VALUE_MAX characters (a longer one is `other` too); UNKNOWN when not told.
+MODEL_LABEL_LIMIT: Final = 32
+USER_LABEL_LIMIT: Final = 32
+LABEL_VALUE_MAX: Final = 128
+UNKNOWN: Final = "unknown"
+TOKEN_KINDS: Final = ("input", "output", "cache_read", "cache_write")
+COMPACTION_TRIGGERS: Final = ("auto", "manual", "requested")
+# The latest context fill of live sessions, in bands (a label value each): the lower bound of the
+# band, so a session at 0.83 is in band "0.8". 0.8 and 0.95 are DPS §7.3's "should" and "must"
+# compact thresholds.
+CONTEXT_BANDS: Final = (0.0, 0.5, 0.8, 0.95)
+
 # Tool names of the three agents' built-in catalogs (one catalog: gateway/protocol/tools.py). Anything
 # else is a user's MCP server or plug-in and must not mint a new label value.
 KNOWN_TOOLS: Final = frozenset(BUILTIN_TOOLS)
@@ -221,6 +237,32 @@ def tool_label(name: str) -> str:
 
 def _bounded(value: str, allowed: Iterable[str]) -> str:
     return value if value in allowed else OTHER
+
+
+def _context_band(fill: float) -> float:
+    """The band of a context fill (0.0-1.0): its lower bound, the `band` label value."""
+    return CONTEXT_BANDS[max(bisect_right(CONTEXT_BANDS, fill) - 1, 0)]
+
+
+class _CappedLabel:
+    """Free-text label values (a model name, a user name), at most `limit` distinct ones, then
+    `other`; UNKNOWN for a missing value."""
+
+    __slots__ = ("limit", "seen")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.seen: set[str] = set()
+
+    def __call__(self, value: str | None) -> str:
+        if not value:
+            return UNKNOWN
+        if value in self.seen:
+            return value
+        if len(self.seen) >= self.limit or len(value) > LABEL_VALUE_MAX or value == OTHER:
+            return OTHER
+        self.seen.add(value)
+        return value
 
 
 class _Tally:
@@ -414,7 +456,8 @@ class GatewayMetrics:
       `frame_in(type_, nbytes)` per frame received; `observe_latency_ns(clock_ns() - t_ns)` per
       frame written to each WebSocket; `history_appended(nbytes)` / `history_evicted(...)`.
     Cold path: `session_state`, `ws_connected`, `ws_disconnected`, `reattached`, `turn_ended`,
-    `tool_result`, `interaction`, `process_started`, `process_exited`, `history_released`.
+    `tool_result`, `interaction`, `process_started`, `process_exited`, `history_released`,
+    `usage`, `context_limit_turn`, `compacted`, `context_fill`.
     Folding: `start()` (called by the first `agent_lines()` made inside a running loop, so the
     server need not) folds every FOLD_INTERVAL_S; `close()` stops it.
     """
@@ -572,6 +615,62 @@ class GatewayMetrics:
             registry=r,
         )
 
+        # Usage and cost (gateway/usage.py says what one session.usage adds): counted once per
+        # main-agent session.usage, a few per turn, so ordinary instruments.
+        self._tokens = Counter(
+            PREFIX + "tokens",
+            "Tokens the agents reported in their main session.usage, once per turn, by agent, "
+            "model (the agent's own name, at most 32 then other; unknown when it does not say) "
+            "and kind (input: uncached input, output, cache_read, cache_write).",
+            ("agent", "model", "kind"),
+            registry=r,
+        )
+        self._cost = Counter(
+            PREFIX + "cost_usd",
+            "Cost in USD as the agents report it (the increase of their own running total), by "
+            "agent and model; agents that report no cost add nothing, never an estimate.",
+            ("agent", "model"),
+            registry=r,
+        )
+        self._user_tokens = Counter(
+            PREFIX + "user_tokens",
+            "The tokens of rawp_gateway_tokens_total by the session's owner (at most 32 users "
+            "then other; none for a session without an owner) and kind.",
+            ("user", "kind"),
+            registry=r,
+        )
+        self._user_cost = Counter(
+            PREFIX + "user_cost_usd",
+            "The cost of rawp_gateway_cost_usd_total by the session's owner.",
+            ("user",),
+            registry=r,
+        )
+        self._context_limit_turns = Counter(
+            PREFIX + "context_limit_turns",
+            "Turns whose usage reported the context window at least 95% full (DPS 7.3: compaction "
+            "is then a must), by agent.",
+            ("agent",),
+            registry=r,
+        )
+        self._compactions = Counter(
+            PREFIX + "compactions",
+            "Compactions of the main agent's context (session.compacted), by agent and trigger "
+            "(auto, manual, requested).",
+            ("agent", "trigger"),
+            registry=r,
+        )
+        self._context_fill = Gauge(
+            PREFIX + "sessions_context_fill",
+            "Live sessions by how full their context window was at their last usage, in bands "
+            "named by their lower bound (0.0, 0.5, 0.8, 0.95); sessions whose agent reports no "
+            "context window are not counted.",
+            ("band",),
+            registry=r,
+        )
+        self._fill_bands = {b: self._context_fill.labels(str(b)) for b in CONTEXT_BANDS}
+        self._model_label = _CappedLabel(MODEL_LABEL_LIMIT)
+        self._user_label = _CappedLabel(USER_LABEL_LIMIT)
+
         # Pre-resolve and pre-create the small fixed label sets, so every series exists (at 0)
         # from the first scrape: rate() and absent() then behave, and dashboards show zeros.
         self._turn_children = {s: self._turns.labels(s) for s in (*STOP_REASONS, OTHER)}
@@ -582,6 +681,9 @@ class GatewayMetrics:
         }
         self._tool_children: dict[tuple[str, str], Counter] = {}
         for agent in self._agents:
+            self._context_limit_turns.labels(agent)
+            for trigger in COMPACTION_TRIGGERS:
+                self._compactions.labels(agent, trigger)
             self._sessions_created.labels(agent)
             self._process_starts.labels(agent)
             for cls in EXIT_CLASSES:
@@ -745,6 +847,40 @@ class GatewayMetrics:
         self._process_exits.labels(
             self._agent_label(agent), _bounded(exit_kind, EXIT_CLASSES)
         ).inc()
+
+    def usage(self, agent: str, model: str | None, user: str | None, counted: Counted) -> None:
+        """A main-agent session.usage of a session of `agent` (profile), whose agent names its
+        model `model` and whose owner is `user` (None: no owner), added `counted`."""
+        agent = self._agent_label(agent)
+        model = self._model_label(model)
+        user = self._user_label(user) if user else "none"
+        tokens = self._tokens
+        user_tokens = self._user_tokens
+        for kind, n in zip(TOKEN_KINDS, counted[:4], strict=True):
+            if n:
+                tokens.labels(agent, model, kind).inc(n)
+                user_tokens.labels(user, kind).inc(n)
+        if counted.cost_usd > 0:
+            self._cost.labels(agent, model).inc(counted.cost_usd)
+            self._user_cost.labels(user).inc(counted.cost_usd)
+
+    def context_limit_turn(self, agent: str) -> None:
+        """A turn ended with its context window at least 95% full (gateway.usage.CONTEXT_FULL)."""
+        self._context_limit_turns.labels(self._agent_label(agent)).inc()
+
+    def compacted(self, agent: str, trigger: str) -> None:
+        """The main agent's context was compacted (session.compacted) with `trigger`."""
+        self._compactions.labels(
+            self._agent_label(agent), _bounded(trigger, COMPACTION_TRIGGERS)
+        ).inc()
+
+    def context_fill(self, old: float | None, new: float | None) -> None:
+        """A live session's latest context fill went from `old` to `new` (None: unknown, e.g. a
+        new session, or a session that ended)."""
+        if old is not None:
+            self._fill_bands[_context_band(old)].dec()
+        if new is not None:
+            self._fill_bands[_context_band(new)].inc()
 
     # --- exposition -------------------------------------------------------------------------
 

@@ -67,6 +67,7 @@ from .protocol import frames as F
 from .protocol import session as sm
 from .protocol.capabilities import ConnectionFilter, strip_subagent_context
 from .protocol.replay import history_frames
+from .usage import CONTEXT_FULL, UsageTally
 
 __all__ = ["LiveSession"]
 
@@ -168,14 +169,11 @@ class LiveSession:
         self._on_terminated = on_terminated
         self._state = "DETACHED"
         metrics.session_state(None, self._state, agent=profile.name)
-        # Persistence (None: in memory only). Usage totals are kept for the record only.
+        # What the agent used (gateway/usage.py): counted into the metrics, kept in the record.
+        self.usage = UsageTally()
+        self._limit_turn: str | None = None  # the last turn counted as hitting the context limit
+        # Persistence (None: in memory only).
         self.saved = saved
-        self.usage_totals: dict[str, float] = {
-            "input_tokens": 0,
-            "output_tokens": 0,
-            "cost_usd": 0.0,
-            "turns": 0,
-        }
         self._restored: recovery.OpenItems | None = None
         self._suspended = False
         self._last_record: dict[str, Any] | None = None  # what the record on disk says
@@ -286,11 +284,7 @@ class LiveSession:
             commands=_decoded(newest.get("agent.commands.publish")),
         )
         machine.factory.clock_not_before(history.last_timestamp)
-        totals = record.get("usage")
-        if isinstance(totals, dict):
-            for key in session.usage_totals:
-                if isinstance(totals.get(key), int | float):
-                    session.usage_totals[key] = totals[key]
+        session.usage.restore(record.get("usage"))
         open_turn = record.get("open_turn_id")
         session._restored = (
             recovery.open_items(frames, open_turn) if open_turn else recovery.OpenItems("")
@@ -334,7 +328,7 @@ class LiveSession:
             "open_turn_id": machine.turn.turn_id if machine.turn is not None else None,
             "reattach_window_sec": self.reattach_window_sec,
             "agent_session_id": machine.agent_session_id,
-            "usage": dict(self.usage_totals),
+            "usage": self.usage.to_json(),
             "buffer": {"policy": self.history.policy, "max_bytes": self.history.max_bytes},
             "clean": clean,
             "crash_boundary": self.history.crash_boundary,
@@ -852,6 +846,16 @@ class LiveSession:
         if not (frame.metadata and "subagent_context" in frame.metadata):
             self._add_usage(frame.payload)  # type: ignore[attr-defined]
 
+    def _compacted(self, frame: F.Frame) -> None:
+        if frame.metadata and "subagent_context" in frame.metadata:
+            return
+        payload: F.Compacted = frame.payload  # type: ignore[assignment]
+        self.metrics.compacted(self.profile.name, payload.trigger)
+        before = self.usage.fill
+        fill = self.usage.compacted(payload)
+        if fill is not None:
+            self.metrics.context_fill(before, fill)
+
     def _record_changed(self, frame: F.Frame) -> None:
         self._save_record()  # a new name, the agent's session id, a mode switch
 
@@ -861,6 +865,7 @@ class LiveSession:
         F.TurnEnd: _turn_ended,
         F.InvokeResult: _tool_ended,
         F.Usage: _usage_sent,
+        F.Compacted: _compacted,
         F.Renamed: _record_changed,
         F.Capabilities: _record_changed,
         F.StateChanged: _record_changed,
@@ -868,14 +873,26 @@ class LiveSession:
 
     def _add_usage(self, usage: F.Usage) -> None:
         """The main agent's usage of a turn (session.usage right after session.turn.end)."""
-        totals = self.usage_totals
-        totals["input_tokens"] += usage.token_usage.input_tokens
-        totals["output_tokens"] += usage.token_usage.output_tokens
-        totals["cost_usd"] += usage.cost_usage.used
-        totals["turns"] += 1
+        metrics = self.metrics
+        before = self.usage.fill
+        counted = self.usage.add(usage)
+        metrics.usage(self.profile.name, self.machine.model, self._owner_name(), counted)
+        if counted.fill is not None:
+            metrics.context_fill(before, counted.fill)
+            if counted.fill >= CONTEXT_FULL and (
+                usage.turn_id is None or usage.turn_id != self._limit_turn
+            ):
+                self._limit_turn = usage.turn_id
+                metrics.context_limit_turn(self.profile.name)
         if self.saved is not None:
             self._save_record()
             self.saved.sync_soon()
+
+    def _owner_name(self) -> str | None:
+        """Who the by-user usage metrics count this session for: the user name in its ``owner``,
+        where sessions have one (identities); None without one."""
+        owner = getattr(self, "owner", None)
+        return owner if isinstance(owner, str) and owner else None
 
     def _close_all(self, reason: str) -> None:
         for conn in list(self.connections.values()):
@@ -889,6 +906,7 @@ class LiveSession:
         if conns:
             await asyncio.wait([asyncio.ensure_future(c.closed.wait()) for c in conns], timeout=10)
         self.metrics.history_released(self.history.clear())
+        self.metrics.context_fill(self.usage.fill, None)
         self.files.close()
         if self.saved is not None:
             self.saved.remove()

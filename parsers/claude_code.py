@@ -653,6 +653,8 @@ class ClaudeCodeParser(JsonLinesParser):
             meta = msg.compact_metadata or _CompactMeta()
             post = meta.post_tokens if meta.post_tokens is not None else 0
             self._compaction = _PendingCompaction(meta.trigger, meta.pre_tokens, post)
+            # The context is now what the compaction left: the turn's usage says so.
+            self._context_used = post
             return []
         if sub == "api_retry":
             status = msg.error_status

@@ -182,8 +182,19 @@ def test_dashboard_shows_what_the_issue_asks_for():
         "rawp_gateway_history_evicted_frames_total",
         "sum by (type, outcome) (rate(rawp_gateway_interactions_total",
         "rawp_gateway_tool_invocations_total",
+        # Usage and cost: tokens/s and cost per hour by agent and model, cache hit share,
+        # compactions, context fill, by user.
+        "sum by (agent, model) (rate(rawp_gateway_tokens_total",
+        "sum by (agent, model) (rate(rawp_gateway_cost_usd_total",
+        'rate(rawp_gateway_tokens_total{kind="cache_read"',
+        "rawp_gateway_compactions_total",
+        "rawp_gateway_context_limit_turns_total",
+        "sum by (band) (rawp_gateway_sessions_context_fill",
+        "sum by (user) (rate(rawp_gateway_user_tokens_total",
     ):
         assert needle in exprs, needle
+    rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
+    assert "Usage and cost" in rows
     ids = [p["id"] for p in all_panels(dashboard)]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
 

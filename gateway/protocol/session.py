@@ -280,6 +280,7 @@ class SessionMachine:
         self.turn_count = 0
         self.process_alive = False
         self.name: str | None = None
+        self.model: str | None = None  # the agent's own name for its model, when it says it
         self.interactions: dict[str, _Interaction] = {}
         self._seen = codec.SeenWindow(seen_window)
         self._deleting: tuple[str, str] | None = None  # (reason, deleted_by) once delete began
@@ -449,6 +450,8 @@ class SessionMachine:
             self.mapper.block_call(event.call_id)
         if isinstance(event, ev.Compacted) and self.turn and self.turn.requested_compaction:
             self.mapper.compaction_trigger_override = "requested"
+        if isinstance(event, ev.SessionStarted) and event.model:
+            self.model = event.model
         if (
             isinstance(event, ev.SessionStarted)
             and event.agent_session_id

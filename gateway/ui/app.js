@@ -6,6 +6,7 @@
 
 import { Renderer, describeCall, el, jsonTree } from "./render.js";
 import { HistoryParts, SessionView, makeFrame, timeKey } from "./view.js";
+import { UsageMeter } from "./usage.js";
 
 const SUBPROTOCOL = "rawp-dps-1.0";
 const TOKEN_KEY = "rawp-console.token";
@@ -38,7 +39,7 @@ const state = {
   attachments: [], // files for the next prompt: {name, mimeType, size, fileUrl, chip}
 };
 
-const renderer = new Renderer($("transcript"), { fetchBlob });
+const renderer = new Renderer($("transcript"), { fetchBlob, meter: new UsageMeter($("usage")) });
 
 // --- HTTP ------------------------------------------------------------------------------------
 

@@ -197,15 +197,17 @@ export function renderOutput(type, output, files) {
 // --- the transcript ---------------------------------------------------------------------------
 
 export class Renderer {
-  constructor(root, { fetchBlob }) {
+  constructor(root, { fetchBlob, meter = null }) {
     this.root = root;
     this.fetchBlob = fetchBlob;
+    this.meter = meter; // sees every frame drawn (usage.js), and is reset with the transcript
     this.objectUrls = new Map(); // file_url -> Promise of its blob: URL
     this.reset();
   }
 
   reset() {
     this.root.replaceChildren();
+    if (this.meter) this.meter.reset();
     this.turns = new Map(); // turn_id -> {el, body, footer}
     this.blocks = new Map(); // key -> element
     this.cards = new Map(); // invocation_id -> card parts
@@ -320,6 +322,7 @@ export class Renderer {
   }
 
   renderOne(frame) {
+    if (this.meter) this.meter.frame(frame);
     const p = frame.payload || {};
     switch (frame.type) {
       case "control.prompt.request": {
