@@ -39,8 +39,10 @@ import msgspec
 
 from parsers.base import get as get_parser
 
+from .auth import AuthConfigError, AuthSettings, parse_auth
 from .demo_agent import ALL_TOOLS as DEMO_TOOLS
 from .history import POLICIES
+from .notify import NotifyConfigError, Webhook, parse_webhooks
 from .protocol.frames import Features
 
 __all__ = ["AgentProfile", "Config", "ConfigError", "builtin_profiles", "load_config"]
@@ -298,7 +300,17 @@ class Config:
     # Origins (besides the gateway's own) whose pages may open WebSockets: browser console.
     allowed_origins: frozenset[str] = frozenset()
     agents: Mapping[str, AgentProfile] = field(default_factory=builtin_profiles)
+    # Identities, the audit log (gateway/auth.py, gateway/audit.py) and webhooks (gateway/notify.py).
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    webhooks: tuple[Webhook, ...] = ()
+    # Where people reach the gateway (https://host[:port][/prefix]): links in notifications.
+    public_url: str | None = None
     warnings: tuple[str, ...] = ()
+
+    @property
+    def authenticated(self) -> bool:
+        """Some credential is configured: requests need one (else loopback only)."""
+        return self.token is not None or self.auth.configured
 
 
 _SERVER_KEYS: Final = {
@@ -324,6 +336,7 @@ _SERVER_KEYS: Final = {
     "log_format": str,
     "state_dir": str,
     "allowed_origins": list,
+    "public_url": str,
 }
 _ENV: Final = {
     "RAWP_GATEWAY_HOST": "host",
@@ -479,7 +492,16 @@ def load_config(
             profile, unknown = _profile(name, table, agents.get(name), where)
             agents[name] = profile
             warnings += [f"{where}: unknown key [agents.{name}] {k}" for k in unknown]
-        for section in set(data) - {"server", "agents"}:
+        try:
+            if "auth" in data:
+                settings["auth"], more = parse_auth(data["auth"], where)
+                warnings += more
+            if "notify" in data:
+                settings["webhooks"], more = parse_webhooks(data["notify"], where)
+                warnings += more
+        except (AuthConfigError, NotifyConfigError) as err:
+            raise ConfigError(str(err)) from None
+        for section in set(data) - {"server", "agents", "auth", "notify"}:
             warnings.append(f"{where}: unknown section [{section}]")
     for key, value in (flags or {}).items():
         if value is not None:
@@ -547,6 +569,14 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: 
         kw["log_format"] = settings["log_format"]
     if "allowed_origins" in settings:
         kw["allowed_origins"] = _origins(settings["allowed_origins"])
+    for key in ("auth", "webhooks"):
+        if key in settings:
+            kw[key] = settings[key]
+    if settings.get("public_url"):
+        url = str(settings["public_url"]).rstrip("/")
+        if not url.startswith(("http://", "https://")) or any(c.isspace() for c in url):
+            raise ConfigError(f"public_url must be an http(s) URL, got {url!r}")
+        kw["public_url"] = url
     token = settings.get("token")
     if token is not None and not token.strip():
         # An empty variable must not turn authentication off (nor hide a token file).
@@ -554,7 +584,9 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: 
     if token is None and settings.get("token_file"):
         token = read_token_file(settings["token_file"])
     kw["token"] = token
-    if kw["token"] and "workspace_root" not in settings:
+    if (
+        kw["token"] or kw.get("auth", AuthSettings()).configured
+    ) and "workspace_root" not in settings:
         # A token means others reach the gateway: which directory their agents work in must be a
         # decision, not wherever the gateway happened to be started.
         raise ConfigError(

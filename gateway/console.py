@@ -34,6 +34,7 @@ from typing import Final
 
 from aiohttp import web
 
+from .auth import LOCAL, Identity
 from .config import normalize_origin
 
 __all__ = [
@@ -74,7 +75,8 @@ _TYPES: Final = {
 class _Ticket:
     session_id: str
     expires_at: float
-    owner: str
+    owner: str  # the credential it counts against (MAX_TICKETS_PER_OWNER)
+    identity: Identity  # who asked for it: the upgrade it opens is theirs
 
 
 class TicketStore:
@@ -112,19 +114,22 @@ class TicketStore:
                 break
             self._drop(ticket)
 
-    def issue(self, session_id: str, now: float, owner: str = "") -> str | None:
-        """A new ticket for ``session_id``, or ``None`` when ``capacity`` unused ones exist, or
-        ``per_owner`` of ``owner``'s."""
+    def issue(
+        self, session_id: str, now: float, owner: str = "", identity: Identity = LOCAL
+    ) -> str | None:
+        """A new ticket for ``session_id`` carrying ``identity``, or ``None`` when ``capacity``
+        unused ones exist, or ``per_owner`` of ``owner``'s."""
         self._expire(now)
         if len(self._tickets) >= self.capacity or self._owners[owner] >= self.per_owner:
             return None
         ticket = secrets.token_urlsafe(32)
-        self._tickets[ticket] = _Ticket(session_id, now + self.ttl_s, owner)
+        self._tickets[ticket] = _Ticket(session_id, now + self.ttl_s, owner, identity)
         self._owners[owner] += 1
         return ticket
 
-    def valid(self, ticket: str, session_id: str, now: float) -> bool:
-        """Whether ``ticket`` was issued for ``session_id``, is not expired and not spent.
+    def valid(self, ticket: str, session_id: str, now: float) -> Identity | None:
+        """The identity of ``ticket`` if it was issued for ``session_id``, is not expired and not
+        spent (None otherwise).
 
         A ticket presented for another session is dropped: it was shown where it does not belong,
         so it must not work anywhere afterwards.
@@ -133,8 +138,8 @@ class TicketStore:
         entry = self._tickets.get(ticket)
         if entry is not None and entry.session_id != session_id:
             self._drop(ticket)
-            return False
-        return entry is not None
+            return None
+        return entry.identity if entry is not None else None
 
     def spend(self, ticket: str) -> bool:
         """Use ``ticket`` up; False if it was spent (or dropped) already."""

@@ -193,6 +193,13 @@ INTERACTION_TYPES: Final = ("YN", "SELECT", "MULTI_SELECT", "TEXT_INPUT", "PERMI
 INTERACTION_OUTCOMES: Final = ("allowed", "denied", "answered", "timed_out", "cancelled")
 EXIT_CLASSES: Final = ("ok", "error", "signal")
 RESTORE_FAILURES: Final = ("unreadable", "corrupt", "version", "agent", "workspace")
+NOTIFY_EVENTS: Final = (
+    "permission.pending",
+    "turn.ended",
+    "agent.error",
+    "session.stalled",
+    "session.ended",
+)
 DEFAULT_AGENTS: Final = ("claude-code", "codex", "gemini")
 
 # Usage and cost: `model` is the agent's own name for it and `user` the session's owner, both free
@@ -614,6 +621,14 @@ class GatewayMetrics:
             ("agent", "exit_class"),
             registry=r,
         )
+        self._notifications = Counter(
+            PREFIX + "notifications",
+            "Webhook notifications (gateway/notify.py), by event and result: sent, retried (an "
+            "attempt failed and another follows) or dropped (the queue was full, or retries ran "
+            "out).",
+            ("event", "result"),
+            registry=r,
+        )
 
         # Usage and cost (gateway/usage.py says what one session.usage adds): counted once per
         # main-agent session.usage, a few per turn, so ordinary instruments.
@@ -694,6 +709,9 @@ class GatewayMetrics:
             self._reattaches.labels(result)
         for result in ("restored", *RESTORE_FAILURES, OTHER):
             self._restored.labels(result)
+        for event in NOTIFY_EVENTS:
+            for result in ("sent", "retried", "dropped"):
+                self._notifications.labels(event, result)
 
     # --- hot path ---------------------------------------------------------------------------
 
@@ -881,6 +899,12 @@ class GatewayMetrics:
             self._fill_bands[_context_band(old)].dec()
         if new is not None:
             self._fill_bands[_context_band(new)].inc()
+
+    def notification(self, event: str, result: str) -> None:
+        """A webhook delivery of `event` (one of NOTIFY_EVENTS) was sent, retried or dropped."""
+        self._notifications.labels(
+            _bounded(event, NOTIFY_EVENTS), _bounded(result, ("sent", "retried", "dropped"))
+        ).inc()
 
     # --- exposition -------------------------------------------------------------------------
 

@@ -25,8 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hashlib
-import hmac
 import ipaddress
 import logging
 import signal
@@ -41,12 +39,14 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from parsers.json_depth import MAX_JSON_DEPTH, too_deep
 
-from . import console, process
+from . import auth, console, process
+from .audit import AuditLog
 from .config import Config
 from .connections import ConnectionGuard, GatewayRunner, handler_args
 from .files import FileError, byte_range, strong_etag, upload_mime_type
 from .history import POLICIES, History
 from .metrics import GatewayMetrics
+from .notify import Notifier
 from .persistence import LoadError, StateDir
 from .session import LiveSession
 
@@ -62,6 +62,11 @@ STATE: Final = web.AppKey("state", StateDir)
 TICKETS: Final = web.AppKey("tickets", console.TicketStore)
 GUARD: Final = web.AppKey("guard", ConnectionGuard)
 STATIC: Final = web.AppKey("static", dict)
+AUTH: Final = web.AppKey("auth", auth.Authenticator)
+AUDIT: Final = web.AppKey("audit", AuditLog)
+NOTIFIER: Final = web.AppKey("notifier", Notifier)
+# Who made the request (auth_middleware): an Identity, for every request but the public ones.
+IDENTITY: Final = web.RequestKey("identity", auth.Identity)
 WS_ROUTE: Final = "session-ws"
 # A handler that has sent its response head (a WebSocket after prepare) stores the response here:
 # from then on an error must never be answered with an HTTP error response (errors_middleware).
@@ -81,11 +86,13 @@ MAX_MESSAGE_ID_CHARS: Final = 256  # ?last_message_id= (the gateway's own ids ar
 class TerminatedSession:
     """What is kept of a session that ended: its last ``to_json()``, a few hundred bytes."""
 
-    __slots__ = ("_summary", "id")
+    __slots__ = ("_summary", "id", "members", "owner")
     state: Final = "TERMINATED"
 
     def __init__(self, session: LiveSession) -> None:
         self.id = session.id
+        self.owner = session.owner  # who may still see it (gateway/auth.py)
+        self.members = dict(session.members)
         self._summary = {**session.to_json(), "state": "TERMINATED", "connections": 0}
 
     def to_json(self) -> dict[str, Any]:
@@ -158,43 +165,85 @@ def _public(path: str) -> bool:
     return path in ("/healthz", "/", "/ui") or path.startswith("/ui/")
 
 
-def _ticket_ok(request: web.Request) -> bool:
-    """A valid one-time ticket on the upgrade of the session it was issued for (browser
-    console); the upgrade spends it once it succeeds (``websocket``)."""
+def _ticket_identity(request: web.Request) -> auth.Identity | None:
+    """Whoever asked for the valid one-time ticket on this upgrade of the session it was issued
+    for (browser console); the upgrade spends it once it succeeds (``websocket``)."""
     ticket = request.query.get("ticket")
     if not ticket or request.match_info.route.name != WS_ROUTE:
-        return False
+        return None
     session_id = request.match_info["session_id"]
-    if not request.app[TICKETS].valid(ticket, session_id, time.monotonic()):
-        return False
-    request[TICKET] = ticket
-    return True
+    identity = request.app[TICKETS].valid(ticket, session_id, time.monotonic())
+    if identity is not None:
+        request[TICKET] = ticket
+    return identity
 
 
 def ticket_owner(request: web.Request) -> str:
     """Whose tickets a ``ws-ticket`` request counts against (``MAX_TICKETS_PER_OWNER``): the
-    credential it was authenticated with, a hash of its bearer token (the one place to key it
-    by a user name instead)."""
-    return hashlib.sha256(_bearer(request)).hexdigest()[:32]
+    user it was authenticated as (gateway/auth.py), whichever credential they used."""
+    return _caller(request).user
 
 
-def auth_middleware(token: str | None):
-    expected = token.encode() if token else None
-
-    @web.middleware
-    async def middleware(request: web.Request, handler):
-        if (
-            expected is not None
-            and not _public(request.path)
-            and not hmac.compare_digest(_bearer(request), expected)
-            and not _ticket_ok(request)
-        ):
-            return ApiError(401, "UNAUTHORIZED", "missing or wrong bearer token").response()
-        if not _public(request.path):
-            request.app[GUARD].authenticated(request.protocol)
+@web.middleware
+async def auth_middleware(request: web.Request, handler):
+    """Every request but the public ones gets its ``IDENTITY`` (gateway/auth.py), or is refused:
+    401 ``UNAUTHORIZED`` for no or a wrong credential, 403 ``FORBIDDEN`` for a user with no role."""
+    if _public(request.path):
         return await handler(request)
+    authenticator = request.app[AUTH]
+    credential = _bearer(request)
+    found: auth.Identity | auth.AuthFailure
+    if not credential and authenticator.enabled and "ticket" in request.query:
+        found = _ticket_identity(request) or auth.AuthFailure("unknown or spent ticket")
+    else:
+        found = await authenticator.authenticate(credential)
+    if isinstance(found, auth.AuthFailure):
+        _audit(request, "auth.failed", None, result="refused", detail={"reason": found.reason})
+        return ApiError(401, "UNAUTHORIZED", "missing or invalid credentials").response()
+    if found.role is None:
+        _audit(request, "auth.failed", None, found, "refused", {"reason": "no known role"})
+        return ApiError(
+            403, "FORBIDDEN", f"user {found.user} has no role on this gateway"
+        ).response()
+    request[IDENTITY] = found
+    request.app[GUARD].authenticated(request.protocol)
+    return await handler(request)
 
-    return middleware
+
+def _audit(
+    request: web.Request,
+    action: str,
+    session_id: str | None,
+    identity: auth.Identity | None = None,
+    result: str = "ok",
+    detail: dict[str, Any] | None = None,
+) -> None:
+    request.app[AUDIT].record(
+        action,
+        identity or request.get(IDENTITY),
+        peer=request.remote,
+        session_id=session_id,
+        result=result,
+        detail=detail,
+    )
+
+
+def _caller(request: web.Request) -> auth.Identity:
+    return request.get(IDENTITY) or auth.LOCAL
+
+
+def _require(request: web.Request, role: str, action: str, session_id: str | None = None) -> None:
+    """403 ``FORBIDDEN`` (audited) unless the caller's own role is at least ``role``."""
+    identity = _caller(request)
+    if not auth.at_least(identity.role, role):
+        _forbidden(request, action, session_id, role, identity.role)
+
+
+def _forbidden(
+    request: web.Request, action: str, session_id: str | None, needed: str, has: str | None
+) -> None:
+    _audit(request, action, session_id, result="refused", detail={"needs": needed, "has": has})
+    raise ApiError(403, "FORBIDDEN", f"this needs role {needed}; {_caller(request).user} has {has}")
 
 
 def browser_guard_middleware(config: Config):
@@ -209,7 +258,7 @@ def browser_guard_middleware(config: Config):
       127.0.0.0/8, ``localhost`` or ``[::1]``): anything else is 403 ``HOST_FORBIDDEN``.
     """
     allowed = config.allowed_origins
-    tokenless = config.token is None
+    tokenless = not config.authenticated
 
     @web.middleware
     async def middleware(request: web.Request, handler):
@@ -346,6 +395,7 @@ def _check_name(name: Any, *, required: bool) -> None:
 async def create_session(request: web.Request) -> web.Response:
     app = request.app
     config = app[CONFIG]
+    _require(request, "operator", "session.create")
     body = await _json_body(request)
     agent = body.get("agent")
     if not isinstance(agent, str) or not agent:
@@ -396,6 +446,8 @@ async def create_session(request: web.Request) -> web.Response:
         on_terminated=lambda s: _terminated(app, s),
         saved=state.create(session_id) if state is not None else None,
     )
+    session.owner = _caller(request).user
+    _wire(app, session)
     app[SESSIONS][session_id] = session
     try:
         await session.start()
@@ -413,7 +465,14 @@ async def create_session(request: web.Request) -> web.Response:
             502, "AGENT_START_FAILED", f"the {agent} agent could not start: {session.start_error}"
         )
     log.info("session created", extra={"session": session_id, "agent": agent})
+    _audit(request, "session.create", session_id, detail={"agent": agent})
     return web.json_response(session.to_json(), status=201)
+
+
+def _wire(app: web.Application, session: LiveSession) -> None:
+    """The gateway's audit log and notifier, for what the session's masters and agent do."""
+    session.audit = app[AUDIT] if app[AUDIT].enabled else None
+    session.notifier = app[NOTIFIER] if app[NOTIFIER].enabled else None
 
 
 def _history_from(buffer: Any, config: Config) -> History:
@@ -452,11 +511,25 @@ def _terminated(app: web.Application, session: LiveSession) -> None:
 
 
 def _session(request: web.Request) -> LiveSession | TerminatedSession:
+    """The session of the path, if the caller may see it (one they may not is not there)."""
     session_id = request.match_info["session_id"]
     session = request.app[SESSIONS].get(session_id)
-    if session is None:
+    if session is None or _role_on(request, session) is None:
         raise ApiError(404, "SESSION_NOT_FOUND", f"no session {session_id}")
     return session
+
+
+def _role_on(request: web.Request, session: LiveSession | TerminatedSession) -> str | None:
+    return auth.session_role(_caller(request), session.owner, session.members)
+
+
+def _require_on(
+    request: web.Request, session: LiveSession | TerminatedSession, role: str, action: str
+) -> None:
+    """403 ``FORBIDDEN`` (audited) unless the caller's role on ``session`` is at least ``role``."""
+    has = _role_on(request, session)
+    if not auth.at_least(has, role):
+        _forbidden(request, action, session.id, role, has)
 
 
 def _check_live(session: LiveSession | TerminatedSession) -> None:
@@ -466,7 +539,13 @@ def _check_live(session: LiveSession | TerminatedSession) -> None:
 
 
 async def list_sessions(request: web.Request) -> web.Response:
-    return web.json_response({"sessions": [s.to_json() for s in request.app[SESSIONS].values()]})
+    visible = [s.to_json() for s in request.app[SESSIONS].values() if _role_on(request, s)]
+    return web.json_response({"sessions": visible})
+
+
+async def whoami(request: web.Request) -> web.Response:
+    identity = _caller(request)
+    return web.json_response({"user": identity.user, "role": identity.role})
 
 
 async def get_session(request: web.Request) -> web.Response:
@@ -474,26 +553,50 @@ async def get_session(request: web.Request) -> web.Response:
 
 
 async def patch_session(request: web.Request) -> web.Response:
+    """``{"name"}`` renames (admin), ``{"members"}`` replaces who it is shared with (the owner or
+    an admin); both are checked before either changes."""
     session = _session(request)
     body = await _json_body(request)
+    if "name" not in body and "members" not in body:
+        raise ApiError(400, "INVALID_REQUEST", "give name (rename) or members (share)")
+    members = None
+    if "members" in body:
+        if _caller(request).user != session.owner:
+            _require_on(request, session, "admin", "session.share")
+        try:
+            members = auth.check_members(body["members"])
+        except ValueError as err:
+            raise ApiError(400, "INVALID_REQUEST", str(err)) from None
     name = body.get("name")
-    _check_name(name, required=True)
+    if "name" in body:
+        _require_on(request, session, "admin", "session.rename")
+        _check_name(name, required=True)
     _check_live(session)
-    session.rename(name)
+    assert isinstance(session, LiveSession)
+    if members is not None:
+        session.share(members)
+        _audit(request, "session.share", session.id, detail={"members": members})
+    if name is not None:
+        session.rename(name)
+        _audit(request, "session.rename", session.id, detail={"name": name})
     return web.json_response(session.to_json())
 
 
 async def delete_session(request: web.Request) -> web.Response:
     session = _session(request)
+    _require_on(request, session, "admin", "session.delete")
     if session.state != "TERMINATED":
         await session.delete("master_request", "master")
+        _audit(request, "session.delete", session.id)
     return web.json_response(session.to_json())
 
 
 async def ws_ticket(request: web.Request) -> web.Response:
     session = _session(request)
     _check_live(session)
-    ticket = request.app[TICKETS].issue(session.id, time.monotonic(), ticket_owner(request))
+    ticket = request.app[TICKETS].issue(
+        session.id, time.monotonic(), ticket_owner(request), _caller(request)
+    )
     if ticket is None:
         raise ApiError(429, "TOO_MANY_TICKETS", "too many unused WebSocket tickets; retry shortly")
     return web.json_response({"ticket": ticket, "expires_in": console.TICKET_TTL_S})
@@ -604,6 +707,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
             transport=transport,
             drain=request.writer.drain,
             abort=transport.abort,
+            sender=auth.Sender(_caller(request), request.remote),
         )
     close_ready = asyncio.ensure_future(conn.close_ready.wait())
     try:
@@ -649,6 +753,7 @@ async def put_file(request: web.Request) -> web.Response:
     """``PUT /v1/session/{id}/files?name=<file name>``: the raw body becomes a file of the session,
     streamed to disk and refused (413) as soon as it passes ``max_upload_bytes``."""
     session = _session(request)
+    _require_on(request, session, "operator", "upload")
     _check_live(session)
     store = session.files
     name = request.query.get("name")
@@ -676,6 +781,12 @@ async def put_file(request: web.Request) -> web.Response:
     except ConnectionError:
         # The master went away mid-upload; the store kept nothing of it.
         raise ApiError(400, "INVALID_REQUEST", "the upload was interrupted") from None
+    _audit(
+        request,
+        "upload",
+        session.id,
+        detail={"file_name": stored.file_name[:256], "size_bytes": stored.size_bytes},
+    )
     log.info(
         "file uploaded",
         extra={
@@ -703,7 +814,7 @@ async def get_file(request: web.Request) -> web.StreamResponse:
     sessions = request.app[SESSIONS]
     session = sessions.get(request.match_info["session_id"])
     transfer_id = request.match_info["transfer_id"]
-    if session is None:
+    if session is None or _role_on(request, session) is None:  # not there for this caller
         raise ApiError(404, "TRANSFER_NOT_FOUND", f"no file {transfer_id!r}: no such session")
     if isinstance(session, TerminatedSession):  # its files went with it
         raise ApiError(404, "TRANSFER_NOT_FOUND", f"no file {transfer_id!r}: the session has ended")
@@ -775,7 +886,7 @@ def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.
         middlewares=[
             errors_middleware,
             browser_guard_middleware(config),
-            auth_middleware(config.token),
+            auth_middleware,
         ],
         client_max_size=config.max_request_bytes,
         handler_args=handler_args(config.header_timeout_sec),
@@ -787,6 +898,14 @@ def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.
         app[STATE] = StateDir(config.state_dir)
         app.on_startup.append(_restore_sessions)
         app.on_cleanup.append(_release_state_dir)
+    # A users file that cannot be read stops the start (ValueError); later, SIGHUP reloads it.
+    app[AUTH] = auth.Authenticator(config.token, config.auth)
+    app[AUDIT] = AuditLog(
+        config.auth.audit_log, max_bytes=config.auth.audit_max_bytes, keep=config.auth.audit_keep
+    )
+    app[NOTIFIER] = Notifier(config.webhooks, app[METRICS], public_url=config.public_url)
+    app.on_startup.append(_start_reporting)
+    app.on_cleanup.append(_stop_reporting)
     app[TICKETS] = console.TicketStore()
     app[GUARD] = ConnectionGuard(config.max_pending_connections)
     app[STATIC] = console.load_static()
@@ -798,6 +917,7 @@ def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.
     app.router.add_get("/v1/agents", list_agents)
     app.router.add_post("/v1/session", create_session)
     app.router.add_get("/v1/sessions", list_sessions)
+    app.router.add_get("/v1/whoami", whoami)
     app.router.add_get("/v1/session/{session_id}", get_session)
     app.router.add_patch("/v1/session/{session_id}", patch_session)
     app.router.add_delete("/v1/session/{session_id}", delete_session)
@@ -806,6 +926,16 @@ def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.
     add_file_routes(app)
     app.on_shutdown.append(_shutdown_sessions)
     return app
+
+
+async def _start_reporting(app: web.Application) -> None:
+    app[AUDIT].start()
+    await app[NOTIFIER].start()
+
+
+async def _stop_reporting(app: web.Application) -> None:
+    await app[NOTIFIER].close()
+    await app[AUDIT].close()
 
 
 async def _restore_sessions(app: web.Application) -> None:
@@ -849,6 +979,7 @@ async def _restore_sessions(app: web.Application) -> None:
             got.saved.release()
             _restore_failed(metrics, record["session_id"], "corrupt", f"unusable record: {err}")
             continue
+        _wire(app, session)
         app[SESSIONS][session.id] = session
         await session.start()
         metrics.session_restored()
@@ -905,10 +1036,10 @@ def is_loopback(address: str | None) -> bool:
 def check_bind(config: Config) -> None:
     """With no token the gateway serves loopback only (docs/http-api.md, Security)."""
     loopback = config.host in ("127.0.0.1", "localhost", "::1") or config.host.startswith("127.")
-    if config.token is None and not loopback:
+    if not config.authenticated and not loopback:
         raise SystemExit(
-            f"refusing to listen on {config.host} without a token: set --token-file or "
-            "RAWP_GATEWAY_TOKEN, or listen on 127.0.0.1"
+            f"refusing to listen on {config.host} without credentials: set --token-file, "
+            "RAWP_GATEWAY_TOKEN, [auth] users_file or [auth.oidc], or listen on 127.0.0.1"
         )
 
 
@@ -920,7 +1051,10 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
     # before any session exists, whose cycles must stay collectable.
     gc.collect()
     gc.freeze()
-    app = create_app(config)
+    try:
+        app = create_app(config)
+    except ValueError as err:  # the users file
+        raise SystemExit(f"rawp-gateway: {err}") from None
     runner = GatewayRunner(app, app[GUARD], handle_signals=False, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
@@ -942,6 +1076,7 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, app[AUTH].reload_users)
     try:
         await stop.wait()
     finally:

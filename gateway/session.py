@@ -48,8 +48,10 @@ from parsers import events as ev
 from parsers.base import PromptImage
 from parsers.base import get as get_parser
 
+from . import auth
 from . import config as cfg
 from . import nofollow
+from .audit import cut_input as audit_input
 from .fanout import Connection, Flusher, text_frame
 from .files import FileError, FileStore, store_tool_files
 from .history import History, Replay
@@ -103,6 +105,14 @@ class LiveSession:
         self.config = config
         self.metrics = metrics
         self.origin = origin
+        # Who may see and drive the session (gateway/auth.py): set by the server when it is created
+        # or restored. "local" when the gateway has no credentials configured.
+        self.owner = auth.LOCAL.user
+        self.members: dict[str, str] = {}
+        self.senders: dict[str, auth.Sender] = {}  # who is on each connection
+        # The gateway's audit log and webhook notifier (gateway/audit.py, gateway/notify.py).
+        self.audit: Any = None
+        self.notifier: Any = None
         self.created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.reattach_window_sec = (
             config.reattach_window_sec if reattach_window_sec is None else reattach_window_sec
@@ -211,6 +221,8 @@ class LiveSession:
             "created_at": self.created_at,
             "ws_path": f"/v1/session/{self.id}/ws",
             "workspace_path": str(self.workspace),
+            "owner": self.owner,
+            "members": dict(self.members),
         }
         if self.machine.agent_session_id:
             obj["agent_session_id"] = self.machine.agent_session_id
@@ -272,6 +284,13 @@ class LiveSession:
             saved=loaded.saved,
         )
         session.created_at = record["created_at"]
+        # A record written before sessions had owners was the token holder's: user admin.
+        owner = record.get("owner")
+        session.owner = owner if isinstance(owner, str) and owner else auth.ADMIN.user
+        try:
+            session.members = auth.check_members(record.get("members", {}))
+        except ValueError:
+            session.members = {}
         session.files.restore()
         newest = recovery.last_frames_of(frames, ("tool.catalog.publish", "agent.commands.publish"))
         machine = session.machine
@@ -323,6 +342,8 @@ class LiveSession:
             "workspace_path": str(self.workspace),
             "origin": self.origin,
             "created_at": self.created_at,
+            "owner": self.owner,
+            "members": dict(self.members),
             "mode": machine.mode,
             "turn_index": machine.turn_count,
             "open_turn_id": machine.turn.turn_id if machine.turn is not None else None,
@@ -355,6 +376,17 @@ class LiveSession:
     def rename(self, name: str) -> None:
         self.perform(self.machine.rename(name, renamed_by="master"))
 
+    def share(self, members: dict[str, str]) -> None:
+        """Replace who the session is shared with; a connection whose user may no longer see it
+        is closed (1008, policy violation)."""
+        self.members = dict(members)
+        self._save_record()
+        for conn_id, sender in list(self.senders.items()):
+            if auth.session_role(sender.identity, self.owner, self.members) is None:
+                conn = self.connections.get(conn_id)
+                if conn is not None:
+                    conn.close_after_flush(1008, "the session is no longer shared with you")
+
     # --- connections ----------------------------------------------------------------------------
 
     def attach(
@@ -368,9 +400,11 @@ class LiveSession:
         transport: asyncio.WriteTransport,
         drain: Callable[[], Awaitable[None]],
         abort: Callable[[], None] | None = None,
+        sender: auth.Sender | None = None,
     ) -> Connection:
         """A new connection; with ``last_message_id`` a reattach, with ``full_history`` a master
-        that has nothing yet and asks for everything buffered (``?history=all``)."""
+        that has nothing yet and asks for everything buffered (``?history=all``). ``sender``: who
+        is on it, whose role on the session decides what it may send (None: no checks)."""
         conn = Connection(
             conn_id,
             ws,
@@ -384,6 +418,8 @@ class LiveSession:
             flusher=self._flusher,
         )
         self.connections[conn_id] = conn
+        if sender is not None:
+            self.senders[conn_id] = sender
         self._routes.clear()
         self._cancel_timer("reattach-window")
         self.metrics.ws_connected(role)
@@ -444,6 +480,7 @@ class LiveSession:
 
     def detach(self, conn_id: str) -> None:
         conn = self.connections.pop(conn_id, None)
+        self.senders.pop(conn_id, None)
         if conn is None:
             return
         self._routes.clear()
@@ -456,18 +493,80 @@ class LiveSession:
             self._set_timer("reattach-window", self.reattach_window_sec)
 
     def receive(self, conn_id: str, data: str | bytes) -> None:
+        """A frame from a master. One its sender's role on this session forbids is answered with
+        ``session.error`` ``FORBIDDEN`` on its connection alone and changes nothing."""
+        sender = self.senders.get(conn_id)
         if self._suspended:
             return  # the gateway is stopping; the master reattaches and sends it again
         peek = _peek_frame(data)
         self.metrics.frame_in(peek.type, len(data))
         self._line_t_ns = 0
+        if sender is not None and not self._permitted(conn_id, peek, sender):
+            return
         if peek.type == "control.prompt.request" and self._stdin_full(len(data)):
             # Refused before the machine opens a turn for it (the frame's size bounds what the
             # prompt becomes on stdin): nothing is started that the agent could not be told.
             mid = peek.message_id if isinstance(peek.message_id, str) else None
             self._stdin_full_error(mid, to=conn_id)
             return
-        self.perform(self.machine.receive(conn_id, data))
+        if sender is None:
+            self.perform(self.machine.receive(conn_id, data))
+            return
+        audited = self.audit is not None and peek.type in auth.AUDITED
+        asked = self._permission_asked(data) if audited else None
+        self.perform(self.machine.receive(conn_id, data, user=sender.identity.user))
+        if audited:
+            self._audit_control(peek.type, sender, asked)
+
+    def _permitted(self, conn_id: str, peek: _Peek, sender: auth.Sender) -> bool:
+        role = auth.session_role(sender.identity, self.owner, self.members)
+        if auth.may_send(role, peek.type):
+            return True
+        mid = peek.message_id if isinstance(peek.message_id, str) else None
+        payload = F.SessionError(
+            error_code="FORBIDDEN",
+            message=f"{peek.type} needs role {auth.needed(peek.type)} on this session; "
+            f"{sender.identity.user} has {role or 'none'}",
+            fatal=False,
+        )
+        self.perform([sm.Emit(self.machine.factory.frame(payload, parent_id=mid), to=conn_id)])
+        if self.audit is not None:
+            self.audit.record(
+                auth.AUDITED.get(peek.type, peek.type),
+                sender.identity,
+                peer=sender.peer,
+                session_id=self.id,
+                result="refused",
+                detail={"frame": peek.type[:64], "session_role": role},
+            )
+        return False
+
+    def _permission_asked(self, data: str | bytes) -> tuple[str, Any] | None:
+        """The interaction a ``control.interaction.*`` frame answers, before the machine settles
+        it: (its id, what it asked) for the audit record."""
+        interaction_id = _peek_answer(data)
+        if interaction_id is None:
+            return None
+        return interaction_id, self.machine.interactions.get(interaction_id)
+
+    def _audit_control(
+        self, type_: str, sender: auth.Sender, asked: tuple[str, Any] | None
+    ) -> None:
+        detail: dict[str, Any] = {}
+        if asked is not None:
+            interaction_id, pending = asked
+            detail["interaction_id"] = interaction_id
+            if pending is not None and interaction_id not in self.machine.interactions:
+                detail["tool_name"] = pending.tool_name
+                detail["decision"] = self.machine.last_decision
+                detail["input"] = audit_input(pending.input)
+        self.audit.record(
+            auth.AUDITED[type_],
+            sender.identity,
+            peer=sender.peer,
+            session_id=self.id,
+            detail=detail,
+        )
 
     # --- the agent process ----------------------------------------------------------------------
 
@@ -837,6 +936,12 @@ class LiveSession:
     def _turn_ended(self, frame: F.Frame) -> None:
         payload = frame.payload  # type: ignore[attr-defined]
         self.metrics.turn_ended(payload.stop_reason, time.monotonic() - self._turn_started)
+        self._tell(frame)
+
+    def _tell(self, frame: F.Frame) -> None:
+        """Webhooks (gateway/notify.py): a permission waits, a turn ended, an error, the end."""
+        if self.notifier is not None:
+            self.notifier.frame(self, frame)
 
     def _tool_ended(self, frame: F.Frame) -> None:
         payload = frame.payload  # type: ignore[attr-defined]
@@ -845,6 +950,7 @@ class LiveSession:
     def _usage_sent(self, frame: F.Frame) -> None:
         if not (frame.metadata and "subagent_context" in frame.metadata):
             self._add_usage(frame.payload)  # type: ignore[attr-defined]
+            self._tell(frame)
 
     def _compacted(self, frame: F.Frame) -> None:
         if frame.metadata and "subagent_context" in frame.metadata:
@@ -869,6 +975,9 @@ class LiveSession:
         F.Renamed: _record_changed,
         F.Capabilities: _record_changed,
         F.StateChanged: _record_changed,
+        F.InteractionRequest: _tell,
+        F.AgentError: _tell,
+        F.Deleted: _tell,
     }
 
     def _add_usage(self, usage: F.Usage) -> None:
@@ -964,6 +1073,27 @@ class _Peek(msgspec.Struct):
 
 
 _peek = msgspec.json.Decoder(_Peek)
+
+
+class _AnswerPayload(msgspec.Struct):
+    interaction_id: str
+
+
+class _Answer(msgspec.Struct):
+    payload: _AnswerPayload
+
+
+_peek_answer_decoder = msgspec.json.Decoder(_Answer)
+
+
+def _peek_answer(data: str | bytes) -> str | None:
+    """The ``interaction_id`` a ``control.interaction.*`` frame names, if it is well formed."""
+    try:
+        return _peek_answer_decoder.decode(data).payload.interaction_id
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeEncodeError):
+        return None
+
+
 _NOTHING: Final = _Peek()
 
 

@@ -85,6 +85,7 @@ MAX_ERROR_MESSAGE: Final = 512
 CANCEL_GRACE_S: Final = 2.0  # interrupt, then SIGINT if the turn has not ended
 CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
 STALL_TIMER: Final = "stall"
+USER_KEY: Final = "rawp_user"  # metadata: the user who sent a relayed control frame
 ALLOW, DENY = "allow", "deny"
 # docs/files.md: uploads reach an agent that takes images as images when they are one of
 # these; every other upload is written here in the workspace and named in the prompt.
@@ -282,6 +283,8 @@ class SessionMachine:
         self.name: str | None = None
         self.model: str | None = None  # the agent's own name for its model, when it says it
         self.interactions: dict[str, _Interaction] = {}
+        self.last_decision: str | None = None  # of the permission settled last (allow or deny)
+        self._sender: str | None = None  # the user of the master frame being handled
         self._seen = codec.SeenWindow(seen_window)
         self._deleting: tuple[str, str] | None = None  # (reason, deleted_by) once delete began
         self._control_seq = 0
@@ -652,8 +655,10 @@ class SessionMachine:
     def attached(self, conn_id: str) -> list[Action]:
         return [Emit(f, to=conn_id) for f in self.greeting()]
 
-    def receive(self, conn_id: str, data: bytes | str) -> list[Action]:
-        """A frame from a master's connection. Never raises."""
+    def receive(self, conn_id: str, data: bytes | str, user: str | None = None) -> list[Action]:
+        """A frame from a master's connection. Never raises. ``user``: who sent it; a relayed
+        ``control.*`` frame then carries it as ``metadata.rawp_user`` (whatever the master put
+        there), and so does the state change that records a permission it answered."""
         got = codec.decode(data)
         if isinstance(got, codec.Rejected):
             return [
@@ -675,6 +680,10 @@ class SessionMachine:
                 )
             ]
         out: list[Action] = []
+        if user is not None and frame.TYPE.startswith("control."):
+            frame = msgspec.structs.replace(
+                frame, metadata={**(frame.metadata or {}), USER_KEY: user}
+            )
         if frame.TYPE.startswith("control."):
             if len(codec.encode(frame)) <= self.config.max_frame_size:
                 out.append(Emit(frame, exclude=conn_id))  # DPS-2.4-relay, never echoed
@@ -682,7 +691,11 @@ class SessionMachine:
                 # Re-encoding can grow a frame that arrived within the limit (1e9 becomes
                 # 1000000000.0): no frame the gateway sends exceeds the size it announced.
                 out.append(Log("warning", "control frame too large to relay", {"type": frame.TYPE}))
-        return out + self._control(conn_id, frame)
+        self._sender = user
+        try:
+            return out + self._control(conn_id, frame)
+        finally:
+            self._sender = None
 
     def _control(self, conn_id: str, frame: F.Frame) -> list[Action]:
         payload = frame.payload  # type: ignore[attr-defined]
@@ -935,6 +948,7 @@ class SessionMachine:
     def _settle(
         self, interaction: _Interaction, allow: bool, message: str, outcome: str
     ) -> list[Action]:
+        self.last_decision = ALLOW if allow else DENY
         out: list[Action] = [
             CancelTimer(f"interaction:{interaction.interaction_id}"),
             Settled("PERMISSION", outcome),
@@ -946,7 +960,14 @@ class SessionMachine:
             updated_input=interaction.input if allow else None,
         )
         if not self.interactions and self.turn is not None:
-            out += self._emit_all(self.mapper.set_state("tool_calling", "permission_answered"))
+            frames = self.mapper.set_state("tool_calling", "permission_answered")
+            if self._sender is not None:  # who answered, for every master (and the history)
+                by = {USER_KEY: self._sender, "interaction_id": interaction.interaction_id}
+                frames = [
+                    msgspec.structs.replace(f, metadata={**(f.metadata or {}), **by})
+                    for f in frames
+                ]
+            out += self._emit_all(frames)
         return out
 
     def _interaction_response(

@@ -1,0 +1,535 @@
+"""Who is asking: the credentials of docs/identities.md made into an ``Identity`` (user, role), and
+what each role may do.
+
+Theory of operation
+-------------------
+Three kinds of credential may be configured together; a bearer token is accepted by the first that
+knows it, in this order:
+
+* ``token_file`` (or ``RAWP_GATEWAY_TOKEN``): one shared token; its holder is user ``admin`` with
+  role ``admin``, as before identities existed;
+* a users file (``[auth] users_file``): ``[[users]]`` tables of ``name``, ``role`` and
+  ``token_sha256``; the token itself is never stored. The SHA-256 of a presented token is compared
+  with every user's in constant time (no early exit). The file is read again on SIGHUP; a file that
+  cannot be used then keeps the users already loaded and says why in one log line;
+* OIDC (``[auth.oidc]``): a JWT signed by one of the issuer's keys, checked with PyJWT for issuer,
+  audience, expiry (with a bounded leeway) and an allow-listed asymmetric algorithm (never
+  ``none``, never HMAC: an ``HS256`` token "signed" with the issuer's public key is refused before
+  any key is looked at). The keys come from the issuer's JWKS (``jwks_url``, or the ``jwks_uri`` of
+  its ``/.well-known/openid-configuration``), fetched with PyJWT's ``PyJWKClient`` in a worker
+  thread (never on the event loop), one fetch at a time, cached for ``JWKS_LIFESPAN_S``. A token
+  whose ``kid`` is unknown refetches the set (key rotation), at most ``MAX_KID_REFETCHES`` times a
+  minute, so random ``kid``s cannot make the gateway hammer the issuer. The user is the
+  ``user_claim``; the role the ``role_claim`` (a string or a list: the highest known role wins).
+
+With no credential configured at all, every request is user ``local`` with role ``admin`` (the
+gateway then listens on loopback only).
+
+Roles are ranked ``viewer`` < ``operator`` < ``admin``. A user's role on a session is the lower of
+their own role and the one the session gives them (``members``); the owner has their own role, an
+admin has ``admin`` on every session, anyone else does not see the session at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import time
+import tomllib
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import jwt
+from jwt import PyJWKClient
+from jwt.api_jwk import PyJWK, PyJWKSet
+
+__all__ = [
+    "ADMIN",
+    "LOCAL",
+    "ROLES",
+    "AuthFailure",
+    "AuthSettings",
+    "Authenticator",
+    "Identity",
+    "OidcSettings",
+    "Sender",
+    "at_least",
+    "lower",
+    "may_send",
+    "parse_auth",
+    "session_role",
+]
+
+log = logging.getLogger("rawp_gateway.auth")
+
+ROLES: Final = ("viewer", "operator", "admin")
+_RANK: Final = {role: rank for rank, role in enumerate(ROLES)}
+MAX_USERS: Final = 1000  # entries of a users file (each request compares against all of them)
+MAX_USERS_FILE_BYTES: Final = 1024 * 1024
+MAX_USER_NAME_CHARS: Final = 128
+MAX_BEARER_BYTES: Final = 16 * 1024  # a longer credential is refused unread (JWTs are ~1 KiB)
+MAX_MEMBERS: Final = 256  # users a session is shared with
+MAX_LEEWAY_SEC: Final = 300
+JWKS_LIFESPAN_S: Final = 300.0  # a fetched key set is used this long, then fetched again
+JWKS_TIMEOUT_S: Final = 5.0
+MAX_KID_REFETCHES: Final = 5  # forced refetches for unknown kids, per minute
+# Asymmetric algorithms only: "none" and HS* are never accepted, whatever the config says.
+ASYMMETRIC: Final = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """A signed-in user. ``role`` is None for a user whose token named no known role."""
+
+    user: str
+    role: str | None
+
+
+ADMIN: Final = Identity("admin", "admin")  # the holder of token_file's token
+LOCAL: Final = Identity("local", "admin")  # everyone, when no credential is configured
+
+
+@dataclass(frozen=True, slots=True)
+class AuthFailure:
+    """Why a credential was refused (for the audit log; never the credential itself)."""
+
+    reason: str
+
+
+def at_least(role: str | None, wanted: str) -> bool:
+    return role is not None and _RANK[role] >= _RANK[wanted]
+
+
+def lower(a: str, b: str) -> str:
+    return a if _RANK[a] <= _RANK[b] else b
+
+
+def session_role(identity: Identity, owner: str, members: Mapping[str, str]) -> str | None:
+    """The identity's role on a session of ``owner`` shared with ``members``; None: not visible."""
+    role = identity.role
+    if role is None:
+        return None
+    if role == "admin" or identity.user == owner:
+        return role
+    given = members.get(identity.user)
+    return lower(role, given) if given is not None else None
+
+
+# What a master may send on a WebSocket: every control.* frame needs operator, a rename admin;
+# the rest (capabilities) anyone attached.
+_NEEDS: Final = {"session.renamed": "admin"}
+
+
+def needed(frame_type: str) -> str | None:
+    """The role a master needs on a session to send a frame of this type (None: any)."""
+    if frame_type.startswith("control."):
+        return "operator"
+    return _NEEDS.get(frame_type)
+
+
+def may_send(role: str | None, frame_type: str) -> bool:
+    wanted = needed(frame_type)
+    return wanted is None or at_least(role, wanted)
+
+
+# The audit log's action for each master frame it records.
+AUDITED: Final = {
+    "control.prompt.request": "prompt",
+    "control.prompt.cancel": "cancel",
+    "control.interaction.response": "permission",
+    "control.interaction.timeout": "permission",
+    "control.mode.switch": "mode",
+    "control.session.compact": "compact",
+    "session.renamed": "session.rename",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Sender:
+    """Who sent a frame on a WebSocket: the identity the upgrade carried, and its peer address."""
+
+    identity: Identity
+    peer: str | None
+
+
+def check_members(value: Any) -> dict[str, str]:
+    """``members`` of a PATCH: ``{"user": "viewer"|"operator"}``; ValueError says what is wrong."""
+    if not isinstance(value, dict) or len(value) > MAX_MEMBERS:
+        raise ValueError(f"members must be an object of at most {MAX_MEMBERS} users")
+    for user, role in value.items():
+        if not _valid_name(user):
+            raise ValueError(
+                f"members: {str(user)[:64]!r} is not a user name (1 to {MAX_USER_NAME_CHARS} "
+                "printable characters)"
+            )
+        if role not in ("viewer", "operator"):
+            raise ValueError(f"members: the role of {user!r} must be viewer or operator")
+    return dict(value)
+
+
+def _valid_name(name: Any) -> bool:
+    return isinstance(name, str) and 0 < len(name) <= MAX_USER_NAME_CHARS and name.isprintable()
+
+
+# --- settings ([auth], [auth.oidc]) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OidcSettings:
+    issuer: str
+    audience: str
+    jwks_url: str = ""
+    user_claim: str = "sub"
+    role_claim: str = "rawp_role"
+    leeway_sec: float = 60.0
+    algorithms: tuple[str, ...] = ("RS256", "ES256")
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    users_file: Path | None = None
+    audit_log: Path | None = None
+    audit_max_bytes: int = 64 * 1024 * 1024
+    audit_keep: int = 5
+    oidc: OidcSettings | None = None
+
+    @property
+    def configured(self) -> bool:
+        """Credentials besides the token: users file or OIDC."""
+        return self.users_file is not None or self.oidc is not None
+
+
+class AuthConfigError(ValueError):
+    pass
+
+
+def parse_auth(table: Any, where: str) -> tuple[AuthSettings, list[str]]:
+    """``[auth]`` (and ``[auth.oidc]``) of the config file; unknown keys come back as warnings."""
+    if not isinstance(table, dict):
+        raise AuthConfigError(f"{where}: [auth] must be a table")
+    warnings = [
+        f"{where}: unknown key [auth] {k}"
+        for k in table
+        if k not in ("users_file", "audit_log", "audit_max_bytes", "audit_keep", "oidc")
+    ]
+    kw: dict[str, Any] = {}
+    for key in ("users_file", "audit_log"):
+        value = table.get(key)
+        if value is not None:
+            if not isinstance(value, str):
+                raise AuthConfigError(f"{where} [auth]: {key} must be a path string")
+            if value:
+                kw[key] = Path(value).expanduser().absolute()
+    for key, low in (("audit_max_bytes", 4096), ("audit_keep", 1)):
+        if key in table:
+            value = table[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise AuthConfigError(f"{where} [auth]: {key} must be an integer >= {low}")
+            kw[key] = value
+    if "oidc" in table:
+        oidc, more = _parse_oidc(table["oidc"], where)
+        kw["oidc"] = oidc
+        warnings += more
+    return AuthSettings(**kw), warnings
+
+
+def _parse_oidc(table: Any, where: str) -> tuple[OidcSettings, list[str]]:
+    where = f"{where} [auth.oidc]"
+    if not isinstance(table, dict):
+        raise AuthConfigError(f"{where} must be a table")
+    known = set(OidcSettings.__dataclass_fields__)
+    warnings = [f"{where}: unknown key {k}" for k in table if k not in known]
+    kw: dict[str, Any] = {}
+    for key in ("issuer", "audience", "jwks_url", "user_claim", "role_claim"):
+        if key in table:
+            if not isinstance(table[key], str):
+                raise AuthConfigError(f"{where}: {key} must be a string")
+            kw[key] = table[key]
+    for key in ("issuer", "audience"):
+        if not kw.get(key):
+            raise AuthConfigError(f"{where}: {key} is required")
+    for key in ("issuer", "jwks_url"):
+        url = kw.get(key, "")
+        if url and not url.startswith(("https://", "http://")):
+            raise AuthConfigError(f"{where}: {key} must be an http(s) URL, got {url!r}")
+    for key in ("user_claim", "role_claim"):
+        if key in kw and not kw[key]:
+            raise AuthConfigError(f"{where}: {key} must not be empty")
+    if "leeway_sec" in table:
+        leeway = table["leeway_sec"]
+        if isinstance(leeway, bool) or not isinstance(leeway, int | float):
+            raise AuthConfigError(f"{where}: leeway_sec must be a number")
+        if not 0 <= leeway <= MAX_LEEWAY_SEC:
+            raise AuthConfigError(f"{where}: leeway_sec must be 0 to {MAX_LEEWAY_SEC}")
+        kw["leeway_sec"] = float(leeway)
+    if "algorithms" in table:
+        algs = table["algorithms"]
+        if not isinstance(algs, list) or not algs or not all(isinstance(a, str) for a in algs):
+            raise AuthConfigError(f"{where}: algorithms must be a non-empty list of names")
+        bad = [a for a in algs if a not in ASYMMETRIC]
+        if bad:
+            raise AuthConfigError(
+                f"{where}: algorithms {', '.join(bad)} not allowed (never none or HS*); "
+                f"choose from {', '.join(sorted(ASYMMETRIC))}"
+            )
+        kw["algorithms"] = tuple(algs)
+    return OidcSettings(**kw), warnings
+
+
+# --- the users file -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _User:
+    identity: Identity
+    digest: bytes  # SHA-256 of the token
+
+
+def load_users(path: Path) -> list[_User]:
+    """The users of a users file; ValueError (with the file's name) when it cannot be used."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_USERS_FILE_BYTES + 1)
+    except OSError as err:
+        raise ValueError(f"cannot read users file {path}: {err.strerror}") from None
+    if len(data) > MAX_USERS_FILE_BYTES:
+        raise ValueError(f"users file {path} is larger than {MAX_USERS_FILE_BYTES} bytes")
+    try:
+        doc = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ValueError(f"users file {path}: not valid TOML: {err}") from None
+    entries = doc.get("users", [])
+    if not isinstance(entries, list) or len(entries) > MAX_USERS:
+        raise ValueError(f"users file {path}: [[users]] must be at most {MAX_USERS} tables")
+    users: list[_User] = []
+    names: set[str] = set()
+    digests: set[bytes] = set()
+    for i, entry in enumerate(entries, 1):
+        where = f"users file {path}: user {i}"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where} is not a table")
+        name, role, digest = entry.get("name"), entry.get("role"), entry.get("token_sha256")
+        if not _valid_name(name):
+            raise ValueError(f"{where}: name must be 1 to {MAX_USER_NAME_CHARS} characters")
+        if role not in ROLES:
+            raise ValueError(f"{where} ({name}): role must be one of {', '.join(ROLES)}")
+        try:
+            raw = bytes.fromhex(digest) if isinstance(digest, str) else b""
+        except ValueError:
+            raw = b""
+        if len(raw) != 32:
+            raise ValueError(f"{where} ({name}): token_sha256 must be 64 hex digits")
+        if name in names or raw in digests:
+            raise ValueError(f"{where} ({name}): name or token given twice")
+        names.add(name)
+        digests.add(raw)
+        users.append(_User(Identity(name, role), raw))
+    return users
+
+
+# --- OIDC -----------------------------------------------------------------------------------------
+
+
+class OidcVerifier:
+    """JWTs of one issuer, its keys fetched (off the event loop) and cached."""
+
+    def __init__(self, settings: OidcSettings) -> None:
+        self.settings = settings
+        self._jwks_url = settings.jwks_url
+        self._keys: dict[str, PyJWK] = {}
+        self._fetched_at = -JWKS_LIFESPAN_S
+        self._fetching: asyncio.Future[None] | None = None
+        self._refetches: deque[float] = deque(maxlen=MAX_KID_REFETCHES)
+        self.fetches = 0  # JWKS fetches made (counted for the log and the tests of the bound)
+
+    async def verify(self, token: str) -> Identity | AuthFailure:
+        s = self.settings
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            return AuthFailure("not a JWT")
+        alg = header.get("alg")
+        if alg not in s.algorithms:  # "none" and HS* never are
+            return AuthFailure(f"algorithm {str(alg)[:16]!r} not allowed")
+        kid = header.get("kid")
+        if not isinstance(kid, str) or not kid:
+            return AuthFailure("the token names no key (kid)")
+        try:
+            key = await self._key(kid)
+        except Exception as err:  # the issuer cannot be reached or answers nonsense
+            log.warning("cannot fetch the OIDC issuer's keys: %s", err)
+            return AuthFailure("the issuer's keys could not be fetched")
+        if key is None:
+            return AuthFailure("unknown signing key")
+        try:
+            claims = jwt.decode(
+                token,
+                key=key,
+                algorithms=list(s.algorithms),
+                audience=s.audience,
+                issuer=s.issuer,
+                leeway=s.leeway_sec,
+                options={"require": ["exp", "iss", "aud"]},
+            )
+        except jwt.ExpiredSignatureError:
+            return AuthFailure("token expired")
+        except jwt.InvalidAudienceError:
+            return AuthFailure("wrong audience")
+        except jwt.InvalidIssuerError:
+            return AuthFailure("wrong issuer")
+        except jwt.PyJWTError as err:
+            return AuthFailure(f"invalid token: {type(err).__name__}")
+        user = _claim(claims, s.user_claim)
+        if not _valid_name(user):
+            return AuthFailure(f"no user in claim {s.user_claim}")
+        return Identity(user, highest_role(_claim(claims, s.role_claim)))
+
+    async def _key(self, kid: str) -> PyJWK | None:
+        now = time.monotonic()
+        if now - self._fetched_at >= JWKS_LIFESPAN_S:
+            await self._fetch()
+        key = self._keys.get(kid)
+        if key is None and self._may_refetch(time.monotonic()):
+            await self._fetch()  # rotation: a key the cached set does not have yet
+            key = self._keys.get(kid)
+        return key
+
+    def _may_refetch(self, now: float) -> bool:
+        recent = self._refetches
+        if len(recent) == recent.maxlen and now - recent[0] < 60:
+            return False
+        recent.append(now)
+        return True
+
+    async def _fetch(self) -> None:
+        """One fetch at a time: whoever comes while one runs waits for it."""
+        if self._fetching is None:
+            self._fetching = asyncio.ensure_future(self._fetch_now())
+        fetching = self._fetching
+        try:
+            await asyncio.shield(fetching)
+        finally:
+            if fetching.done() and self._fetching is fetching:
+                self._fetching = None
+
+    async def _fetch_now(self) -> None:
+        url = self._jwks_url or await asyncio.to_thread(self._discover)
+        self._jwks_url = url
+        client = PyJWKClient(url, cache_jwk_set=False, timeout=JWKS_TIMEOUT_S)
+        keyset: PyJWKSet = await asyncio.to_thread(client.get_jwk_set)
+        self.fetches += 1
+        self._keys = {
+            k.key_id: k for k in keyset.keys if k.key_id and k.public_key_use in (None, "sig")
+        }
+        self._fetched_at = time.monotonic()
+        log.info("OIDC keys fetched", extra={"url": url, "keys": len(self._keys)})
+
+    def _discover(self) -> str:
+        """The ``jwks_uri`` of the issuer's discovery document (in a worker thread)."""
+        issuer = self.settings.issuer.rstrip("/")
+        # PyJWKClient fetches any JSON object: no redirects, a timeout, the same TLS as the keys.
+        doc = PyJWKClient(
+            f"{issuer}/.well-known/openid-configuration",
+            cache_jwk_set=False,
+            timeout=JWKS_TIMEOUT_S,
+        ).fetch_data()
+        uri = doc.get("jwks_uri")
+        if not isinstance(uri, str) or not uri.startswith(("https://", "http://")):
+            raise ValueError(f"{issuer}'s discovery document has no jwks_uri")
+        return uri
+
+
+def _claim(claims: Mapping[str, Any], name: str) -> Any:
+    """A claim by name; a dotted name reaches into objects (``realm_access.roles``)."""
+    if name in claims:
+        return claims[name]
+    value: Any = claims
+    for part in name.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
+
+
+def highest_role(value: Any) -> str | None:
+    """The highest known role in a claim that is a string or a list of them."""
+    values = value if isinstance(value, list) else [value]
+    known = [v for v in values if isinstance(v, str) and v in _RANK]
+    return max(known, key=_RANK.__getitem__) if known else None
+
+
+# --- the authenticator ----------------------------------------------------------------------------
+
+
+@dataclass
+class Authenticator:
+    """Turns a bearer credential into an ``Identity`` (or an ``AuthFailure``)."""
+
+    token: str | None = None
+    settings: AuthSettings = field(default_factory=AuthSettings)
+    _users: list[_User] = field(default_factory=list)
+    _oidc: OidcVerifier | None = None
+
+    def __post_init__(self) -> None:
+        if self.settings.users_file is not None:
+            self._users = load_users(
+                self.settings.users_file
+            )  # ValueError: the gateway won't start
+        if self.settings.oidc is not None:
+            self._oidc = OidcVerifier(self.settings.oidc)
+
+    @property
+    def enabled(self) -> bool:
+        return self.token is not None or self.settings.configured
+
+    @property
+    def oidc(self) -> OidcVerifier | None:
+        return self._oidc
+
+    def reload_users(self) -> bool:
+        """Read the users file again (SIGHUP); a file that cannot be used keeps the old users."""
+        path = self.settings.users_file
+        if path is None:
+            return False
+        try:
+            users = load_users(path)
+        except ValueError as err:
+            log.error(
+                "users file not reloaded, the %d users before stay: %s", len(self._users), err
+            )
+            return False
+        self._users = users
+        log.info("users file reloaded", extra={"users": len(users)})
+        return True
+
+    async def authenticate(self, credential: bytes) -> Identity | AuthFailure:
+        if not self.enabled:
+            return LOCAL
+        if not credential:
+            return AuthFailure("no credentials")
+        if len(credential) > MAX_BEARER_BYTES:
+            return AuthFailure("credentials too long")
+        if self.token is not None and hmac.compare_digest(credential, self.token.encode()):
+            return ADMIN
+        if self._users:
+            digest = hashlib.sha256(credential).digest()
+            found: Identity | None = None
+            for user in self._users:  # every one compared: the time says nothing of which
+                if hmac.compare_digest(digest, user.digest):
+                    found = user.identity
+            if found is not None:
+                return found
+        if self._oidc is not None and credential.count(b".") == 2:
+            try:
+                token = credential.decode("ascii")
+            except UnicodeDecodeError:
+                return AuthFailure("not a JWT")
+            return await self._oidc.verify(token)
+        return AuthFailure("unknown token")
