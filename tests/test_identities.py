@@ -491,3 +491,28 @@ def test_audit_input_is_cut_to_1_kib():
     text = cut_input({"content": "é" * 5000})
     assert len(text.encode()) <= MAX_INPUT_BYTES + len("…".encode())
     assert text.endswith("…")
+
+
+async def test_owner_and_members_survive_a_restart(tmp_path):
+    users = tmp_path / "users.toml"
+    users.write_text(users_toml({n: (ROLES[n], TOKENS[n]) for n in TOKENS}))
+    config = make_config(
+        tmp_path,
+        auth=AuthSettings(users_file=users),
+        agents={"demo": fast_demo()},
+        state_dir=tmp_path / "state",
+    )
+    gw = await start_gateway(config)
+    sid = (await create(gw, TOKENS["alice"]))["session_id"]
+    await gw.patch(
+        f"/v1/session/{sid}", json={"members": {"bob": "viewer"}}, headers=bearer(TOKENS["alice"])
+    )
+    await gw.close()
+    gw = await start_gateway(config)
+    try:
+        got = await (await gw.get(f"/v1/session/{sid}", headers=bearer(TOKENS["bob"]))).json()
+        assert got["owner"] == "alice" and got["members"] == {"bob": "viewer"}
+        resp = await gw.get(f"/v1/session/{sid}", headers=bearer(TOKENS["olga"]))
+        assert await error_of(resp) == (404, "SESSION_NOT_FOUND")
+    finally:
+        await gw.close()
