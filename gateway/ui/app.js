@@ -37,7 +37,49 @@ const state = {
   current: null, // {id, view, ws, caps, retry, timer, closing, trimmed}
   asking: null, // {id, frame, timer}
   attachments: [], // files for the next prompt: {name, mimeType, size, fileUrl, chip}
+  me: null, // {user, role}: who the token is (GET /v1/whoami)
 };
+
+// Roles in rank order (docs/identities.md): a user's role on a session is the lower of their own
+// and the one the session gives them; the owner has their own, an admin has admin everywhere.
+const ROLES = ["viewer", "operator", "admin"];
+
+function roleOn(s) {
+  const me = state.me;
+  if (!me || !s) return me ? me.role : null;
+  if (me.role === "admin" || s.owner === undefined || s.owner === me.user) return me.role;
+  const given = (s.members || {})[me.user];
+  if (!given) return null;
+  return ROLES.indexOf(given) < ROLES.indexOf(me.role) ? given : me.role;
+}
+
+function atLeast(role, wanted) {
+  return role !== null && ROLES.indexOf(role) >= ROLES.indexOf(wanted);
+}
+
+// The role on the attached session (or the gateway-wide one): what the page offers follows it.
+function currentRole() {
+  const cur = state.current;
+  const info = cur && state.sessions.find((s) => s.session_id === cur.id);
+  return info ? roleOn(info) : state.me && state.me.role;
+}
+
+async function loadWhoami() {
+  state.me = await api("GET", "/v1/whoami");
+  renderer.me = state.me.user;
+  showWhoami();
+}
+
+function showWhoami() {
+  const me = state.me;
+  if (!me) return;
+  const role = currentRole();
+  $("whoami").textContent = role && role !== me.role ? `${me.user} · ${role} here (${me.role})` : `${me.user} · ${me.role}`;
+  $("whoami").dataset.role = role || "";
+  document.body.dataset.role = role || "";
+  document.body.dataset.mayOperate = atLeast(role, "operator") ? "yes" : "no";
+  document.body.dataset.mayCreate = atLeast(me.role, "operator") ? "yes" : "no";
+}
 
 const renderer = new Renderer($("transcript"), { fetchBlob, meter: new UsageMeter($("usage")) });
 
@@ -142,6 +184,8 @@ async function refreshSessions() {
   }
   const cur = state.current && state.sessions.find((s) => s.session_id === state.current.id);
   if (cur) showSessionInfo(cur);
+  showWhoami();
+  updateControls();
 }
 
 function sessionItem(s) {
@@ -151,12 +195,15 @@ function sessionItem(s) {
   const rename = el("button", { class: "rename", text: "Rename", disabled: s.state === "TERMINATED" });
   const del = el("button", { class: "delete", text: "Delete" });
   const label = el("span", { class: "name", text: name });
+  // Renaming and deleting are an admin's: a button the role cannot use is not shown.
+  const admin = atLeast(roleOn(s), "admin");
+  const owner = s.owner && state.me && s.owner !== state.me.user ? ` · ${s.owner}'s` : "";
   const item = el(
     "li",
-    { "data-session-id": s.session_id, "data-state": s.state },
+    { "data-session-id": s.session_id, "data-state": s.state, "data-role": roleOn(s) || "" },
     label,
-    el("span", { class: "meta", text: `${s.agent} · ${s.state.toLowerCase()} · ${s.connections} attached` }),
-    el("span", { class: "actions" }, attach, rename, del),
+    el("span", { class: "meta", text: `${s.agent} · ${s.state.toLowerCase()} · ${s.connections} attached${owner}` }),
+    el("span", { class: "actions" }, attach, ...(admin ? [rename, del] : [])),
   );
   if (state.current && state.current.id === s.session_id) item.classList.add("current");
   rename.onclick = () => {
@@ -467,6 +514,8 @@ function send(type, payload, opts = {}) {
   }
   const frame = makeFrame(cur.id, type, payload, opts);
   cur.ws.send(JSON.stringify(frame));
+  // The gateway stamps who sent it on the copies the other masters get; ours says it too.
+  if (opts.record && state.me) frame.metadata = { ...(frame.metadata || {}), rawp_user: state.me.user };
   // Our own prompts and answers are part of the transcript (and close what they answer).
   if (opts.record && cur.view.apply(frame)) renderer.render(frame);
   scheduleSave();
@@ -489,6 +538,7 @@ function updateControls() {
   );
   const features = (cur && cur.caps && cur.caps.features) || {};
   const running = Boolean(cur && cur.view.turnId);
+  showWhoami();
   $("prompt").disabled = !cur || Boolean(cur.view.deleted);
   $("send").disabled = !open;
   $("attach").disabled = !cur || Boolean(cur.view.deleted);
@@ -597,7 +647,8 @@ function attachmentChip(a) {
 // --- questions (agent.interaction.request) ------------------------------------------------------
 
 function syncAsk(cur) {
-  const pending = cur.view.pendingInteractions;
+  // A viewer sees the question in the transcript; answering is an operator's.
+  const pending = atLeast(currentRole(), "operator") ? cur.view.pendingInteractions : [];
   if (state.asking && !pending.some((f) => f.payload.interaction_id === state.asking.id)) closeAsk();
   if (!state.asking && pending.length > 0) showAsk(pending[0]);
 }
@@ -732,6 +783,7 @@ function wire() {
 async function main() {
   wire();
   try {
+    await loadWhoami();
     await loadAgents();
     await refreshSessions();
   } catch (err) {

@@ -202,6 +202,7 @@ export class Renderer {
     this.fetchBlob = fetchBlob;
     this.meter = meter; // sees every frame drawn (usage.js), and is reset with the transcript
     this.objectUrls = new Map(); // file_url -> Promise of its blob: URL
+    this.me = null; // the signed-in user: their own prompts need no name
     this.reset();
   }
 
@@ -327,6 +328,11 @@ export class Renderer {
     switch (frame.type) {
       case "control.prompt.request": {
         const node = el("div", { class: "prompt", text: p.prompt_text });
+        const who = frame.metadata && frame.metadata.rawp_user;
+        if (who && who !== this.me) {
+          node.dataset.by = who;
+          node.prepend(el("span", { class: "by", text: `${who}: ` }));
+        }
         if (Array.isArray(p.context_files) && p.context_files.length) {
           const files = el("div", { class: "prompt-files" });
           for (const f of p.context_files) files.append(this.attached(f));
@@ -430,7 +436,12 @@ export class Renderer {
         if (node) {
           const answer = frame.type.endsWith("timeout") ? "timed out" : [].concat(p.selected_value).join(", ");
           node.dataset.state = "answered";
-          node.append(el("span", { class: "answer", text: ` → ${answer}` }));
+          const who = frame.metadata && frame.metadata.rawp_user;
+          const span = el("span", { class: "answer", text: ` → ${answer}` });
+          // Who answered (metadata.rawp_user, stamped by the gateway): docs/identities.md.
+          if (who) span.append(el("span", { class: "by", text: ` by ${who}` }));
+          if (who) node.dataset.answeredBy = who;
+          node.append(span);
         }
         break;
       }

@@ -1,0 +1,120 @@
+"""The browser console as a signed-in user (docs/identities.md): Debian's headless Chromium
+(tests/browser.py) against a real gateway with a users file and the demo agent."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from gateway.auth import AuthSettings
+from tests.browser import Browser
+from tests.gateway_peer import Master, fast_demo, make_config, start_gateway
+
+pytestmark = pytest.mark.browser
+
+ALICE, BOB = "alice-console-token", "bob-console-token"
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+async def gateway(tmp_path):
+    users = tmp_path / "users.toml"
+    users.write_text(
+        "".join(
+            f'[[users]]\nname = "{name}"\nrole = "{role}"\n'
+            f'token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
+            for name, role, token in (("alice", "operator", ALICE), ("bob", "viewer", BOB))
+        )
+    )
+    config = make_config(
+        tmp_path, auth=AuthSettings(users_file=users), agents={"demo": fast_demo(20)}
+    )
+    client = await start_gateway(config)
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def page():
+    browser = await Browser().start()
+    try:
+        yield await browser.page()
+    finally:
+        await browser.close()
+
+
+def q(selector: str) -> str:
+    return f"document.querySelector({json.dumps(selector)})"
+
+
+async def shown(page, selector: str) -> bool:
+    """The element exists and is laid out (not display: none, nor inside something that is)."""
+    return await page.js(
+        f"(() => {{ const e = {q(selector)}; return !!e && e.offsetParent !== null; }})()"
+    )
+
+
+async def test_a_viewer_sees_who_did_what_and_is_offered_nothing_it_cannot_do(gateway, page):
+    resp = await gateway.post("/v1/session", json={"agent": "demo", "name": "shared"},
+                              headers=bearer(ALICE))  # fmt: skip
+    sid = (await resp.json())["session_id"]
+    await gateway.patch(
+        f"/v1/session/{sid}", json={"members": {"bob": "viewer"}}, headers=bearer(ALICE)
+    )
+    alice = await Master.attach(gateway, sid, headers=bearer(ALICE))
+    await alice.send("control.prompt.request", {"prompt_text": "write from-alice.txt"})
+    ask = await alice.until("agent.interaction.request")
+
+    await page.goto(f"http://{gateway.host}:{gateway.port}/ui#session={sid}")
+    await page.wait("document.getElementById('token-dialog').open")
+    await page.js("document.getElementById('token').focus()")
+    await page.type_text(BOB)
+    await page.key("Enter")
+    await page.wait("document.body.dataset.connection === 'open'")
+    await page.wait("document.querySelector('.notice.ask') !== null")
+    assert await page.js("document.getElementById('whoami').textContent") == "bob · viewer"
+    assert await page.js("document.body.dataset.mayOperate") == "no"
+    # Nothing a viewer cannot do is offered: no composer, cancel, compaction, mode, new session,
+    # rename or delete, and the question is not put to him (it is in the transcript).
+    for selector in ("#composer", "#prompt", "#cancel", "#compact", "#mode", "#new-session"):
+        assert not await shown(page, selector), selector
+    assert (
+        await page.js("document.querySelectorAll('#sessions .rename, #sessions .delete').length")
+        == 0
+    )
+    assert await shown(page, "#sessions .attach")
+    assert not await page.js("document.getElementById('ask-dialog').open")
+    # Alice's prompt carries her name; her answer shows who gave it.
+    assert await page.js(f"{q('.prompt')}.dataset.by") == "alice"
+    await alice.send(
+        "control.interaction.response",
+        {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "allow"},
+    )
+    await page.wait("document.querySelector('.notice.ask[data-answered-by]') !== null")
+    assert await page.js(f"{q('.notice.ask')}.dataset.answeredBy") == "alice"
+    assert (await page.js(f"{q('.notice.ask .answer')}.textContent")).endswith("allow by alice")
+    await page.wait("document.querySelectorAll('.turn[data-state=ended]').length >= 1", 15)
+
+
+async def test_an_operator_is_offered_the_composer_but_not_rename_or_delete(gateway, page):
+    await page.goto(f"http://{gateway.host}:{gateway.port}/ui")
+    await page.wait("document.getElementById('token-dialog').open")
+    await page.js("document.getElementById('token').focus()")
+    await page.type_text(ALICE)
+    await page.key("Enter")
+    await page.wait("document.querySelectorAll('#new-agent option').length > 0")
+    assert await page.js("document.getElementById('whoami').textContent") == "alice · operator"
+    assert await shown(page, "#new-session")
+    await page.click("#new-session button[type=submit]")
+    await page.wait("document.body.dataset.connection === 'open'")
+    assert await shown(page, "#composer")
+    await page.wait("document.querySelectorAll('#sessions li').length === 1")
+    assert (
+        await page.js("document.querySelectorAll('#sessions .rename, #sessions .delete').length")
+        == 0
+    )
