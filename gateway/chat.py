@@ -34,6 +34,11 @@ withdrawn. A PERMISSION reads "Allow Bash: rm x? [y/N]" and is answered with ``s
 ``--yes``/``--no`` (``auto_answer``) questions are answered at once; without them, a stdin that is
 not a terminal declines (a script cannot be asked).
 
+Signed in with a user of its own (docs/identities.md), the chat says who and under which role, and
+with the role ``viewer`` on the session it only watches: a prompt or a command that would change
+something is refused here with a line saying why, and questions are shown, not asked. Another
+master's prompt and answer are shown with who sent them (``metadata.rawp_user``).
+
 Ctrl-C during a turn sends ``control.prompt.cancel`` for the running turn (a second Ctrl-C quits);
 Ctrl-C at the prompt, ``/quit`` or end of input exits, deleting the session this chat created
 unless ``--keep``. Piped stdin is the non-interactive mode tests use: each line is echoed, run to
@@ -532,8 +537,10 @@ class Chat:
         auto_answer: str | None,
         reattach_delays: tuple[float, ...] = REATTACH_DELAYS_S,
         turn_end_grace_s: float = TURN_END_GRACE_S,
+        role: str | None = None,
     ) -> None:
         self.client = client
+        self.role = role  # on this session; "viewer": only watches
         self.conn = conn
         self.session_id = conn.session_id
         self.session: dict[str, Any] = session or {"session_id": conn.session_id}
@@ -654,6 +661,13 @@ class Chat:
         self.screen.end_line()
 
     async def _command(self, line: str) -> None:
+        name = line[1:].partition(" ")[0] if line.startswith("/") else ""
+        if self.role == "viewer" and name not in ("quit", "exit", "help"):
+            self.screen.line(
+                "✗ a viewer cannot prompt, attach, compact or switch modes on this session",
+                style=self.s.red,
+            )
+            return
         if not line.startswith("/"):
             await self._prompt(line, "text")
             return
@@ -782,6 +796,14 @@ class Chat:
         req = payload_of(request)
         assert isinstance(req, F.InteractionRequest)
         turn_id = request.turn_id
+        if self.role == "viewer":  # shown, not asked: answering is an operator's
+            what = permission_question(req) if req.interaction_type == "PERMISSION" else None
+            self.screen.line(
+                f"? {what or req.question_text} (waiting for an operator)",
+                style=self.s.yellow,
+                indent=_depth_indent(request),
+            )
+            return
         if req.interaction_type == "PERMISSION":
             question = f"{permission_question(req)} [y/N] "
         elif req.interaction_type == "YN":
@@ -1031,6 +1053,14 @@ class Chat:
             self._asks.put_nowait(frame)
         elif isinstance(p, F.InteractionResponse | F.InteractionTimeout):
             self._withdraw_stale_question()
+            who = (frame.metadata or {}).get("rawp_user")
+            if who:  # relayed from another master: who decided (docs/identities.md)
+                answer = (
+                    "timed out"
+                    if isinstance(p, F.InteractionTimeout)
+                    else ", ".join(str(v) for v in _as_list(p.selected_value))
+                )
+                self.screen.line(f"({answer} by {who})", style=s.dim, indent=indent)
         elif isinstance(p, F.AgentError):
             self.screen.line(
                 f"✗ {p.severity} {p.error_code}: {p.message}", style=s.red, indent=indent
@@ -1081,8 +1111,10 @@ class Chat:
             if awaiting is not None and awaiting.kind == "turn" and awaiting.turn_id is None:
                 awaiting.finish(frame)  # a compaction that ran outside a turn
         elif isinstance(p, F.PromptRequest):
-            # Another master's prompt, relayed (DPS-2.4-relay): show it like ours.
-            self.screen.line(f"» {p.prompt_text}", style=s.bold)
+            # Another master's prompt, relayed (DPS-2.4-relay): show it like ours, with who sent it.
+            who = (frame.metadata or {}).get("rawp_user")
+            by = f"{who}: " if who and who != "local" else ""
+            self.screen.line(f"» {by}{p.prompt_text}", style=s.bold)
         elif isinstance(p, F.Renamed):
             self.screen.line(f"session renamed to {p.name!r}", style=s.dim)
         elif isinstance(p, F.Deleted):
@@ -1214,6 +1246,7 @@ async def run_chat(
             return 1
 
         sid = str(session["session_id"])
+        role = await _signed_in(client, session, screen)
         where = f" · {workspace}" if workspace else ""
         screen.line(
             f"session {sid} · agent {session.get('agent', agent)}{where}", style=screen.s.dim
@@ -1233,6 +1266,7 @@ async def run_chat(
             interactive=interactive,
             auto_answer=auto_answer,
             reattach_delays=reattach_delays,
+            role=role,
         )
         if handle_sigint:
             try:
@@ -1253,6 +1287,31 @@ async def run_chat(
             with contextlib.suppress(Exception):
                 await chat.conn.close()
         return status
+
+
+ROLES = ("viewer", "operator", "admin")
+
+
+async def _signed_in(client: GatewayClient, session: dict[str, Any], screen: Screen) -> str | None:
+    """Who this chat is on the gateway, said once; returns its role on the session (None: the
+    gateway does not say, or has no identities: then nothing is refused here)."""
+    try:
+        me = await client.whoami()
+    except (GatewayError, aiohttp.ClientError, OSError):
+        return None  # a gateway without identities
+    user, role = me.get("user"), me.get("role")
+    if user == "local" or role not in ROLES:
+        return None  # no credentials configured: everyone is the local admin
+    given = (session.get("members") or {}).get(user)
+    if role != "admin" and session.get("owner") not in (None, user) and given in ROLES:
+        role = min(role, given, key=ROLES.index)
+    note = " (watching: prompts, answers and modes are an operator's)" if role == "viewer" else ""
+    screen.line(f"signed in as {user} · {role}{note}", style=screen.s.dim)
+    return role
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
 
 
 def _isatty(stream: Any) -> bool:

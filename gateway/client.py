@@ -194,6 +194,10 @@ class GatewayClient:
         body.update({k: v for k, v in optional.items() if v is not None})
         return await self._request("POST", "/v1/session", body)
 
+    async def whoami(self) -> dict[str, Any]:
+        """``GET /v1/whoami``: ``{"user", "role"}`` of this client's credentials."""
+        return await self._request("GET", "/v1/whoami")
+
     async def get_session(self, session_id: str) -> dict[str, Any]:
         return await self._request("GET", f"/v1/session/{session_id}")
 

@@ -439,7 +439,7 @@ export class Renderer {
           const who = frame.metadata && frame.metadata.rawp_user;
           const span = el("span", { class: "answer", text: ` → ${answer}` });
           // Who answered (metadata.rawp_user, stamped by the gateway): docs/identities.md.
-          if (who) span.append(el("span", { class: "by", text: ` by ${who}` }));
+          if (who && who !== this.me) span.append(el("span", { class: "by", text: ` by ${who}` }));
           if (who) node.dataset.answeredBy = who;
           node.append(span);
         }

@@ -1,0 +1,78 @@
+"""``rawp-gateway chat`` as a signed-in user (docs/identities.md), against a real gateway with a
+users file and the demo agent."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+
+import pytest
+
+from gateway.auth import AuthSettings
+from gateway.chat import run_chat
+from tests.gateway_peer import Master, fast_demo, make_config, start_gateway
+
+ALICE, BOB = "alice-chat-token", "bob-chat-token"
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+async def gateway(tmp_path):
+    users = tmp_path / "users.toml"
+    users.write_text(
+        "".join(
+            f'[[users]]\nname = "{name}"\nrole = "{role}"\n'
+            f'token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
+            for name, role, token in (("alice", "operator", ALICE), ("bob", "viewer", BOB))
+        )
+    )
+    config = make_config(
+        tmp_path, auth=AuthSettings(users_file=users), agents={"demo": fast_demo()}
+    )
+    client = await start_gateway(config)
+    yield client
+    await client.close()
+
+
+async def chat(gateway, stdin: str, **kw) -> tuple[int, str]:
+    out = io.StringIO()
+    url = str(gateway.make_url("")).rstrip("/")
+    rc = await asyncio.wait_for(
+        run_chat(url, stdin=io.StringIO(stdin), stdout=out, agent="demo", **kw), timeout=30
+    )
+    return rc, out.getvalue()
+
+
+async def test_a_viewer_watches_and_sees_who_prompted_and_answered(gateway):
+    resp = await gateway.post("/v1/session", json={"agent": "demo"}, headers=bearer(ALICE))
+    sid = (await resp.json())["session_id"]
+    await gateway.patch(
+        f"/v1/session/{sid}", json={"members": {"bob": "viewer"}}, headers=bearer(ALICE)
+    )
+    alice = await Master.attach(gateway, sid, headers=bearer(ALICE))
+    await alice.send("control.prompt.request", {"prompt_text": "write by-alice.txt"})
+    ask = await alice.until("agent.interaction.request")
+    await alice.send(
+        "control.interaction.response",
+        {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "allow"},
+    )
+    await alice.until("session.usage")
+    rc, out = await chat(gateway, "hello\n/plan\n", session_id=sid, token=BOB)
+    assert rc == 0, out
+    assert "signed in as bob · viewer (watching" in out
+    assert "» alice: write by-alice.txt\n" in out
+    assert "(allow by alice)\n" in out
+    assert out.count("✗ a viewer cannot prompt") == 2
+    got = await (await gateway.get(f"/v1/session/{sid}", headers=bearer(ALICE))).json()
+    assert got["turn_index"] == 1 and got["mode"] == "default"
+
+
+async def test_an_operator_is_told_who_they_are(gateway):
+    rc, out = await chat(gateway, "hello\n", token=ALICE)
+    assert rc == 0, out
+    assert "signed in as alice · operator\n" in out
+    assert "— end_turn · " in out
