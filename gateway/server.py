@@ -1038,8 +1038,8 @@ def check_bind(config: Config) -> None:
     loopback = config.host in ("127.0.0.1", "localhost", "::1") or config.host.startswith("127.")
     if not config.authenticated and not loopback:
         raise SystemExit(
-            f"refusing to listen on {config.host} without credentials: set --token-file, "
-            "RAWP_GATEWAY_TOKEN, [auth] users_file or [auth.oidc], or listen on 127.0.0.1"
+            f"refusing to listen on {config.host} without a token: set --token-file or "
+            "RAWP_GATEWAY_TOKEN (or [auth] users_file, [auth.oidc]), or listen on 127.0.0.1"
         )
 
 
