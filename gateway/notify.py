@@ -219,9 +219,6 @@ class Notifier:
             self._put(_Delivery(hook, event, body))
             if event == "permission.pending" and hook.remind_after_sec > 0:
                 self._remind_later(hook, session, body)
-        if event == "session.ended":
-            for handle in self._reminders.pop(session.id, []):
-                handle.cancel()
 
     def frame(self, session: Any, frame: Any) -> None:
         """A frame a session broadcast: the event it means, if a webhook wants it."""
@@ -264,6 +261,10 @@ class Notifier:
             error = {"error_code": payload.error_code, "message": cut(payload.message)}
             self.event("session.stalled" if stalled else "agent.error", session, {"error": error})
         elif kind is F.Deleted:
+            # Nothing of the session is kept past its end, whoever wants the event.
+            for handle in self._reminders.pop(session.id, []):
+                handle.cancel()
+            self._turn_ended(session)  # a turn the deletion ended goes first
             self.event("session.ended", session, {"reason": payload.reason})
 
     def _turn_ended(self, session: Any) -> None:

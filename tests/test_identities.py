@@ -8,6 +8,9 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
+import signal
+import subprocess
 import time
 
 import aiohttp
@@ -20,6 +23,7 @@ from gateway.config import ConfigError, load_config
 from gateway.server import AUDIT, AUTH, CONFIG, SESSIONS
 from tests.gateway_peer import Master, fast_demo, make_config, start_gateway
 from tests.oidc_issuer import AUDIENCE, Issuer, Key, hs256_with_public_key, unsigned_token
+from tests.test_cli import CLI, free_port, wait_http
 
 ADMIN_TOKEN = "admin-token-0123456789"
 TOKENS = {"alice": "alice-token-aaaa", "bob": "bob-token-bbbb", "olga": "olga-token-oooo"}
@@ -516,3 +520,51 @@ async def test_owner_and_members_survive_a_restart(tmp_path):
         assert await error_of(resp) == (404, "SESSION_NOT_FOUND")
     finally:
         await gw.close()
+
+
+async def test_serve_reloads_the_users_file_on_sighup(tmp_path):
+    """The real command: SIGHUP reads the users file again; a bad file then keeps the users
+    loaded before and says so in one log line."""
+    users = tmp_path / "users.toml"
+    users.write_text(users_toml({"alice": ("operator", "first-token")}))
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(f'[server]\nworkspace_root = "{tmp_path}"\n[auth]\nusers_file = "{users}"\n')
+    port = free_port()
+    proc = subprocess.Popen(
+        [*CLI, "serve", "--config", str(cfg), "--port", str(port), "--log-format", "json"],
+        stderr=subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if not k.startswith("RAWP_GATEWAY_")},
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    async def status(http, token: str) -> int:
+        async with http.get(url + "/v1/whoami", headers=bearer(token)) as resp:
+            return resp.status
+
+    async def until_status(http, token: str, wanted: int) -> None:
+        async with asyncio.timeout(20):  # the signal is handled soon after it is sent
+            while await status(http, token) != wanted:
+                await asyncio.sleep(0.05)
+
+    try:
+        await wait_http(url, proc)
+        async with aiohttp.ClientSession() as http:
+            assert await status(http, "first-token") == 200
+            users.write_text(users_toml({"zoe": ("viewer", "second-token")}))
+            proc.send_signal(signal.SIGHUP)
+            await until_status(http, "second-token", 200)
+            assert await status(http, "first-token") == 401
+            users.write_text("[[users]]\nname = 'zoe'\n")  # no role, no token: unusable
+            proc.send_signal(signal.SIGHUP)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.stderr is not None
+    logs = [json.loads(line) for line in proc.stderr.read().splitlines() if line.startswith(b"{")]
+    reloads = [r["msg"] for r in logs if "users file" in r["msg"]]
+    assert reloads[0] == "users file reloaded"
+    assert reloads[1].startswith("users file not reloaded, the 1 users before stay: ")
+    assert "role must be one of" in reloads[1]
