@@ -19,7 +19,8 @@ knows it, in this order:
   its ``/.well-known/openid-configuration``), fetched with PyJWT's ``PyJWKClient`` in a worker
   thread (never on the event loop), one fetch at a time, cached for ``JWKS_LIFESPAN_S``. A token
   whose ``kid`` is unknown refetches the set (key rotation), at most ``MAX_KID_REFETCHES`` times a
-  minute, so random ``kid``s cannot make the gateway hammer the issuer. The user is the
+  minute, so random ``kid``s cannot make the gateway hammer the issuer. An issuer that cannot be
+  reached leaves the keys fetched before in use and is asked again after ``RETRY_AFTER_S``. The user is the
   ``user_claim``; the role the ``role_claim`` (a string or a list: the highest known role wins).
 
 With no credential configured at all, every request is user ``local`` with role ``admin`` (the
@@ -78,6 +79,7 @@ MAX_LEEWAY_SEC: Final = 300
 JWKS_LIFESPAN_S: Final = 300.0  # a fetched key set is used this long, then fetched again
 JWKS_TIMEOUT_S: Final = 5.0
 MAX_KID_REFETCHES: Final = 5  # forced refetches for unknown kids, per minute
+RETRY_AFTER_S: Final = 5.0  # after a failed fetch, the issuer is not asked again before this
 # Asymmetric algorithms only: "none" and HS* are never accepted, whatever the config says.
 ASYMMETRIC: Final = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
@@ -345,6 +347,7 @@ class OidcVerifier:
         self._jwks_url = settings.jwks_url
         self._keys: dict[str, PyJWK] = {}
         self._fetched_at = -JWKS_LIFESPAN_S
+        self._failed_at = -RETRY_AFTER_S
         self._fetching: asyncio.Future[None] | None = None
         self._refetches: deque[float] = deque(maxlen=MAX_KID_REFETCHES)
         self.fetches = 0  # JWKS fetches made (counted for the log and the tests of the bound)
@@ -361,12 +364,10 @@ class OidcVerifier:
         kid = header.get("kid")
         if not isinstance(kid, str) or not kid:
             return AuthFailure("the token names no key (kid)")
-        try:
-            key = await self._key(kid)
-        except Exception as err:  # the issuer cannot be reached or answers nonsense
-            log.warning("cannot fetch the OIDC issuer's keys: %s", err)
-            return AuthFailure("the issuer's keys could not be fetched")
+        key = await self._key(kid)
         if key is None:
+            if not self._keys:
+                return AuthFailure("the issuer's keys could not be fetched")
             return AuthFailure("unknown signing key")
         try:
             claims = jwt.decode(
@@ -392,14 +393,24 @@ class OidcVerifier:
         return Identity(user, highest_role(_claim(claims, s.role_claim)))
 
     async def _key(self, kid: str) -> PyJWK | None:
-        now = time.monotonic()
-        if now - self._fetched_at >= JWKS_LIFESPAN_S:
-            await self._fetch()
+        if time.monotonic() - self._fetched_at >= JWKS_LIFESPAN_S:
+            await self._refresh()
         key = self._keys.get(kid)
         if key is None and self._may_refetch(time.monotonic()):
-            await self._fetch()  # rotation: a key the cached set does not have yet
+            await self._refresh()  # rotation: a key the cached set does not have yet
             key = self._keys.get(kid)
         return key
+
+    async def _refresh(self) -> None:
+        """Fetch the key set; an issuer that cannot be reached leaves the keys there were (a
+        short outage does not sign everyone out) and is not asked again for ``RETRY_AFTER_S``."""
+        if time.monotonic() - self._failed_at < RETRY_AFTER_S:
+            return
+        try:
+            await self._fetch()
+        except Exception as err:  # unreachable, an error status, not a key set
+            self._failed_at = time.monotonic()
+            log.warning("cannot fetch the OIDC issuer's keys: %s", err)
 
     def _may_refetch(self, now: float) -> bool:
         recent = self._refetches

@@ -568,3 +568,26 @@ async def test_serve_reloads_the_users_file_on_sighup(tmp_path):
     assert reloads[0] == "users file reloaded"
     assert reloads[1].startswith("users file not reloaded, the 1 users before stay: ")
     assert "role must be one of" in reloads[1]
+
+
+async def test_an_issuer_that_cannot_be_reached_refuses_its_tokens_and_nothing_else(tmp_path):
+    issuer = Issuer()
+    await issuer.start()
+    token = issuer.token("carol", "operator")
+    settings = AuthSettings(
+        oidc=OidcSettings(issuer=issuer.url, audience=AUDIENCE),
+        audit_log=tmp_path / "audit.jsonl",
+    )
+    await issuer.close()  # gone before the gateway ever fetched its keys
+    client = await start_gateway(make_config(tmp_path, token=ADMIN_TOKEN, auth=settings))
+    try:
+        for _ in range(3):
+            resp = await client.get("/v1/whoami", headers=bearer(token))
+            assert await error_of(resp) == (401, "UNAUTHORIZED")
+        assert (await client.get("/v1/whoami", headers=bearer(ADMIN_TOKEN))).status == 200
+        records = await audit_records(client)
+        assert [r["detail"]["reason"] for r in records] == [
+            "the issuer's keys could not be fetched"
+        ] * 3
+    finally:
+        await client.close()

@@ -216,3 +216,29 @@ async def test_a_failing_receiver_never_slows_the_session(tmp_path, mode):
             assert await metric(client, "turn.ended", "sent") == 0
         finally:
             await client.close()
+
+
+async def test_a_full_queue_drops_and_counts_while_turns_go_on(tmp_path):
+    """1,000 deliveries wait at most: with every worker held by a receiver that hangs, what comes
+    past the queue is dropped and counted, and the session's turns still run to their end."""
+    from gateway.notify import MAX_QUEUE, MAX_WEBHOOKS, WORKERS
+
+    async with Receiver("hang") as bad:
+        hooks = tuple(
+            Webhook(bad.url, events=frozenset({"turn.ended"})) for _ in range(MAX_WEBHOOKS)
+        )
+        client = await start_gateway(
+            make_config(tmp_path, agents={"demo": fast_demo()}, webhooks=hooks)
+        )
+        try:
+            sid = (await create_session(client))["session_id"]
+            master = await Master.attach(client, sid)
+            turns = MAX_QUEUE // MAX_WEBHOOKS + 2
+            for i in range(turns):
+                await master.send("control.prompt.request", {"prompt_text": f"hello {i}"})
+                await master.until("session.usage")
+            assert [f["type"] for f in master.frames].count("session.turn.end") == turns
+            expected = turns * MAX_WEBHOOKS - MAX_QUEUE - WORKERS
+            assert await until_metric(client, "turn.ended", "dropped", expected) == expected
+        finally:
+            await client.close()
