@@ -350,7 +350,6 @@ class OidcVerifier:
         self._failed_at = -RETRY_AFTER_S
         self._fetching: asyncio.Future[None] | None = None
         self._refetches: deque[float] = deque(maxlen=MAX_KID_REFETCHES)
-        self.fetches = 0  # JWKS fetches made (counted for the log and the tests of the bound)
 
     async def verify(self, token: str) -> Identity | AuthFailure:
         s = self.settings
@@ -435,7 +434,6 @@ class OidcVerifier:
         self._jwks_url = url
         client = PyJWKClient(url, cache_jwk_set=False, timeout=JWKS_TIMEOUT_S)
         keyset: PyJWKSet = await asyncio.to_thread(client.get_jwk_set)
-        self.fetches += 1
         self._keys = {
             k.key_id: k for k in keyset.keys if k.key_id and k.public_key_use in (None, "sig")
         }

@@ -54,6 +54,7 @@ TIMEOUT_S: Final = 5.0  # per attempt, at most
 RETRY_FOR_S: Final = 60.0  # from the first attempt, at most
 FIRST_BACKOFF_S: Final = 0.5
 MAX_BACKOFF_S: Final = 15.0
+CLOSE_GRACE_S: Final = 2.0  # at shutdown, for what is still queued
 MAX_INPUT_BYTES: Final = 1024  # of a permission's tool input in a body
 MAX_TEXT_CHARS: Final = 2000  # of a question or an error message in a body
 SIGNATURE_HEADER: Final = "X-Rawp-Signature"
@@ -193,10 +194,17 @@ class Notifier:
         self._workers = [asyncio.create_task(self._worker()) for _ in range(WORKERS)]
 
     async def close(self) -> None:
+        """Stop; what is queued (the sessions' ends at shutdown) gets ``CLOSE_GRACE_S`` to go
+        out, what is left then is counted as dropped."""
         for handles in self._reminders.values():
             for handle in handles:
                 handle.cancel()
         self._reminders.clear()
+        if self._workers:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._queue.join(), CLOSE_GRACE_S)
+        while not self._queue.empty():
+            self.metrics.notification(self._queue.get_nowait().event, "dropped")
         for task in self._workers:
             task.cancel()
         for task in self._workers:
@@ -313,8 +321,13 @@ class Notifier:
             delivery = await self._queue.get()
             try:
                 await self._deliver(delivery)
+            except asyncio.CancelledError:  # the gateway stops with it in flight
+                self.metrics.notification(delivery.event, "dropped")
+                raise
             except Exception:  # a bug here must not stop the worker
                 log.exception("notification failed", extra={"event": delivery.event})
+            finally:
+                self._queue.task_done()
 
     async def _deliver(self, d: _Delivery) -> None:
         loop = asyncio.get_running_loop()

@@ -8,10 +8,13 @@ translate HTTP into calls on them. A session that ended is replaced by a ``Termi
 JSON the API shows of it and nothing else (its process, parser, machine, history and connections are
 freed); the newest ``KEEP_TERMINATED`` of them stay listed. Two middlewares wrap every request:
 errors become ``{"error_code", "message"}`` JSON (never a stack trace; once a WebSocket is open, a
-close with 1011 instead), and, when a token is configured, every request but ``/healthz`` and the
-browser console's page needs ``Authorization: Bearer <token>`` (compared in constant time); a
-WebSocket upgrade may carry a one-time ``?ticket=`` instead (``gateway/console.py``). A request is
-validated whole before anything is created for it; the bounds are in docs/limits.md.
+close with 1011 instead), and, when credentials are configured, every request but ``/healthz``
+and the browser console's page needs ``Authorization: Bearer <token>``, which ``gateway/auth.py``
+makes an identity (user, role) on the request; a WebSocket upgrade may carry a one-time
+``?ticket=`` instead (``gateway/console.py``), which carries the identity of whoever asked for it.
+The handlers check the caller's role on the session (its owner and members) and write what was
+done or refused to the audit log (``gateway/audit.py``). A request is validated whole before
+anything is created for it; the bounds are in docs/limits.md.
 
 On shutdown every live session is deleted the DPS way (SIGTERM, SIGKILL after the grace period,
 cleanup frames, ``session.deleted``, close), so no agent process outlives the gateway. With a state

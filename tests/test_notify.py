@@ -242,3 +242,14 @@ async def test_a_full_queue_drops_and_counts_while_turns_go_on(tmp_path):
             assert await until_metric(client, "turn.ended", "dropped", expected) == expected
         finally:
             await client.close()
+
+
+async def test_the_sessions_ended_by_a_shutdown_are_still_sent(tmp_path, receiver):
+    hook = Webhook(receiver.url, events=frozenset({"session.ended"}))
+    client = await start_gateway(
+        make_config(tmp_path, agents={"demo": fast_demo()}, webhooks=(hook,))
+    )
+    sid = (await create_session(client))["session_id"]
+    await client.close()  # the gateway stops: its sessions end, and the notifier with them
+    body = json.loads((await receiver.next("session.ended"))[1])
+    assert body["session_id"] == sid and body["reason"] == "error"
