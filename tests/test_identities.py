@@ -591,3 +591,24 @@ async def test_an_issuer_that_cannot_be_reached_refuses_its_tokens_and_nothing_e
         ] * 3
     finally:
         await client.close()
+
+
+async def test_unsharing_closes_the_connections_of_who_can_no_longer_see(gw):
+    sid = (await create(gw, TOKENS["alice"]))["session_id"]
+    await gw.patch(
+        f"/v1/session/{sid}",
+        json={"members": {"bob": "viewer", "olga": "operator"}},
+        headers=bearer(TOKENS["alice"]),
+    )
+    bob = await Master.attach(gw, sid, headers=bearer(TOKENS["bob"]))
+    olga = await Master.attach(gw, sid, headers=bearer(TOKENS["olga"]))
+    await gw.patch(
+        f"/v1/session/{sid}", json={"members": {"olga": "viewer"}}, headers=bearer(TOKENS["alice"])
+    )
+    await bob.drain_until_closed()
+    assert bob.end is not None and bob.end.type.name == "CLOSE" and bob.end.data == 1008
+    # Olga stays, now a viewer: her prompt is refused.
+    sent = await olga.send("control.prompt.request", {"prompt_text": "hi"})
+    error = await olga.until("session.error")
+    assert error["parent_id"] == sent["message_id"]
+    assert error["payload"]["error_code"] == "FORBIDDEN"
