@@ -63,6 +63,7 @@ class AuditLog:
         self._size = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._closing = False
 
     @property
     def enabled(self) -> bool:
@@ -71,22 +72,23 @@ class AuditLog:
     def start(self) -> None:
         if self.path is None or self._task is not None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._size = self.path.stat().st_size
-        except FileNotFoundError:
-            self._size = 0
+        try:  # a log that cannot be written stops the start: nothing would be recorded
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "ab") as f:
+                self._size = f.tell()
+        except OSError as err:
+            raise SystemExit(
+                f"rawp-gateway: cannot write the audit log {self.path}: {err.strerror or err}"
+            ) from None
         self._task = asyncio.get_running_loop().create_task(self._writer())
 
     async def close(self) -> None:
+        """Write what is buffered, then stop the writer (never two writes at once)."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._pending:
-            batch, self._pending = self._pending, []
-            await asyncio.to_thread(self._write, batch)
+            self._closing = True
+            self._wake.set()
+            await task
 
     def record(
         self,
@@ -128,7 +130,7 @@ class AuditLog:
             await self._idle.wait()
 
     async def _writer(self) -> None:
-        while True:
+        while not (self._closing and not self._pending):
             await self._wake.wait()
             self._wake.clear()
             batch, self._pending = self._pending, []

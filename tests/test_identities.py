@@ -612,3 +612,23 @@ async def test_unsharing_closes_the_connections_of_who_can_no_longer_see(gw):
     error = await olga.until("session.error")
     assert error["parent_id"] == sent["message_id"]
     assert error["payload"]["error_code"] == "FORBIDDEN"
+
+
+def test_serve_stops_with_one_line_when_the_audit_log_cannot_be_written(tmp_path):
+    (tmp_path / "file").write_text("")
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(
+        f'[server]\nworkspace_root = "{tmp_path}"\nport = 0\n'
+        f'[auth]\naudit_log = "{tmp_path}/file/audit.jsonl"\n'
+    )
+    done = subprocess.run(
+        [*CLI, "serve", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={k: v for k, v in os.environ.items() if not k.startswith("RAWP_GATEWAY_")},
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        f"rawp-gateway: cannot write the audit log {tmp_path}/file/audit.jsonl: File exists"
+    ]
