@@ -76,3 +76,45 @@ async def test_an_operator_is_told_who_they_are(gateway):
     assert rc == 0, out
     assert "signed in as alice · operator\n" in out
     assert "— end_turn · " in out
+
+
+async def until_printed(out: io.StringIO, text: str, task: asyncio.Task) -> None:
+    async with asyncio.timeout(20):
+        while text not in out.getvalue():
+            assert not task.done(), out.getvalue()
+            await asyncio.sleep(0.01)
+
+
+async def test_a_viewer_at_the_keyboard_is_shown_the_question_not_asked(gateway):
+    """Live: the question appears for the viewer without a [y/N] to answer; the operator's answer
+    then shows who gave it."""
+    from tests.test_chat import Pipe
+
+    resp = await gateway.post("/v1/session", json={"agent": "demo"}, headers=bearer(ALICE))
+    sid = (await resp.json())["session_id"]
+    await gateway.patch(
+        f"/v1/session/{sid}", json={"members": {"bob": "viewer"}}, headers=bearer(ALICE)
+    )
+    pipe, out = Pipe(), io.StringIO()
+    url = str(gateway.make_url("")).rstrip("/")
+    task = asyncio.create_task(
+        run_chat(url, agent=None, session_id=sid, token=BOB, stdin=pipe.reader, stdout=out,
+                 interactive=True, handle_sigint=False)
+    )  # fmt: skip
+    try:
+        await until_printed(out, "Ctrl-D quits", task)
+        alice = await Master.attach(gateway, sid, headers=bearer(ALICE))
+        await alice.send("control.prompt.request", {"prompt_text": "write live.txt"})
+        ask = await alice.until("agent.interaction.request")
+        await until_printed(out, "(waiting for an operator)", task)
+        assert "[y/N]" not in out.getvalue()
+        await alice.send(
+            "control.interaction.response",
+            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "deny"},
+        )
+        await until_printed(out, "(deny by alice)", task)
+        await until_printed(out, "» alice: write live.txt", task)
+    finally:
+        pipe.close()
+    assert await asyncio.wait_for(task, 20) == 0
+    pipe.reader.close()
