@@ -14,6 +14,7 @@ import subprocess
 import time
 
 import aiohttp
+import jwt
 import pytest
 
 from gateway import auth
@@ -632,3 +633,31 @@ def test_serve_stops_with_one_line_when_the_audit_log_cannot_be_written(tmp_path
     assert done.stderr.strip().splitlines() == [
         f"rawp-gateway: cannot write the audit log {tmp_path}/file/audit.jsonl: File exists"
     ]
+
+
+async def test_claims_by_dotted_name_and_a_token_without_exp(tmp_path, issuer):
+    settings = AuthSettings(
+        oidc=OidcSettings(
+            issuer=issuer.url,
+            audience=AUDIENCE,
+            jwks_url=f"{issuer.url}/jwks",  # given: no discovery
+            user_claim="preferred_username",
+            role_claim="realm_access.roles",
+        )
+    )
+    client = await start_gateway(make_config(tmp_path, auth=settings))
+    try:
+        token = issuer.token(
+            "sub-1", None, preferred_username="dana", realm_access={"roles": ["x", "operator"]}
+        )
+        resp = await client.get("/v1/whoami", headers=bearer(token))
+        assert await resp.json() == {"user": "dana", "role": "operator"}
+        no_exp = jwt.encode(
+            {"sub": "x", "aud": AUDIENCE, "iss": issuer.url, "preferred_username": "dana",
+             "realm_access": {"roles": ["admin"]}},
+            issuer.keys[0].private, algorithm="RS256", headers={"kid": "key-1"},
+        )  # fmt: skip
+        resp = await client.get("/v1/whoami", headers=bearer(no_exp))
+        assert await error_of(resp) == (401, "UNAUTHORIZED")
+    finally:
+        await client.close()
