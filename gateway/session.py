@@ -48,9 +48,8 @@ from parsers import events as ev
 from parsers.base import PromptImage
 from parsers.base import get as get_parser
 
-from . import auth
+from . import auth, nofollow
 from . import config as cfg
-from . import nofollow
 from .audit import cut_input as audit_input
 from .fanout import Connection, Flusher, text_frame
 from .files import FileError, FileStore, store_tool_files
