@@ -650,7 +650,7 @@ class GatewayMetrics:
         self._user_tokens = Counter(
             PREFIX + "user_tokens",
             "The tokens of rawp_gateway_tokens_total by the session's owner (at most 32 users "
-            "then other; none for a session without an owner) and kind.",
+            "then other; local on a gateway without credentials) and kind.",
             ("user", "kind"),
             registry=r,
         )

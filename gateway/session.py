@@ -984,7 +984,7 @@ class LiveSession:
         metrics = self.metrics
         before = self.usage.fill
         counted = self.usage.add(usage)
-        metrics.usage(self.profile.name, self.machine.model, self._owner_name(), counted)
+        metrics.usage(self.profile.name, self.machine.model, self.owner, counted)
         if counted.fill is not None:
             metrics.context_fill(before, counted.fill)
             if counted.fill >= CONTEXT_FULL and (
@@ -996,11 +996,6 @@ class LiveSession:
             self._save_record()
             self.saved.sync_soon()
 
-    def _owner_name(self) -> str | None:
-        """Who the by-user usage metrics count this session for: the user name in its ``owner``,
-        where sessions have one (identities); None without one."""
-        owner = getattr(self, "owner", None)
-        return owner if isinstance(owner, str) and owner else None
 
     def _close_all(self, reason: str) -> None:
         for conn in list(self.connections.values()):
