@@ -14,8 +14,9 @@ and history. So a page that holds the token asks ``POST /v1/session/{id}/ws-tick
 as usual) for a ticket and puts that in the upgrade's URL instead: random, good once, for that
 session only, for ``TICKET_TTL_S`` seconds, spent only by an upgrade that succeeds (one refused
 for another reason, or a plain GET, leaves it usable). ``TicketStore`` keeps at most
-``MAX_TICKETS`` unused ones, and at most ``MAX_TICKETS_PER_OWNER`` of one credential (the server's
-``ticket_owner``), so one client cannot take them all; past either a new one is refused (429
+``MAX_TICKETS`` unused ones, and at most ``MAX_TICKETS_PER_OWNER`` of one user (the server's
+``ticket_owner``), so one client cannot take them all; each carries the identity (user, role) of
+whoever asked for it, which the upgrade it opens is; past either a new one is refused (429
 ``TOO_MANY_TICKETS``) rather than an older one dropped. It is sans-IO: the caller passes the clock.
 
 Any web page can open a WebSocket to a loopback gateway, so an upgrade whose ``Origin`` header
@@ -50,7 +51,7 @@ __all__ = [
 
 TICKET_TTL_S: Final = 30
 MAX_TICKETS: Final = 1024  # unused tickets held at once, across all sessions
-MAX_TICKETS_PER_OWNER: Final = 64  # unused tickets of one credential
+MAX_TICKETS_PER_OWNER: Final = 64  # unused tickets of one user
 MAX_STATIC_BYTES: Final = 2 * 1024 * 1024  # the console's files, all together
 
 # Everything the page loads or calls is the gateway itself; images from tool results are fetched
@@ -75,7 +76,7 @@ _TYPES: Final = {
 class _Ticket:
     session_id: str
     expires_at: float
-    owner: str  # the credential it counts against (MAX_TICKETS_PER_OWNER)
+    owner: str  # the user it counts against (MAX_TICKETS_PER_OWNER)
     identity: Identity  # who asked for it: the upgrade it opens is theirs
 
 

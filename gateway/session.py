@@ -996,7 +996,6 @@ class LiveSession:
             self._save_record()
             self.saved.sync_soon()
 
-
     def _close_all(self, reason: str) -> None:
         for conn in list(self.connections.values()):
             conn.close_after_flush(1000, reason)
