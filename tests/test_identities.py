@@ -661,3 +661,19 @@ async def test_claims_by_dotted_name_and_a_token_without_exp(tmp_path, issuer):
         assert await error_of(resp) == (401, "UNAUTHORIZED")
     finally:
         await client.close()
+
+
+async def test_unused_tickets_are_bounded_per_user(gw):
+    from gateway.console import MAX_TICKETS_PER_OWNER
+
+    sid = (await create(gw, TOKENS["alice"]))["session_id"]
+    await gw.patch(
+        f"/v1/session/{sid}", json={"members": {"bob": "viewer"}}, headers=bearer(TOKENS["alice"])
+    )
+    for _ in range(MAX_TICKETS_PER_OWNER):
+        resp = await gw.post(f"/v1/session/{sid}/ws-ticket", headers=bearer(TOKENS["alice"]))
+        assert resp.status == 200
+    resp = await gw.post(f"/v1/session/{sid}/ws-ticket", headers=bearer(TOKENS["alice"]))
+    assert await error_of(resp) == (429, "TOO_MANY_TICKETS")
+    resp = await gw.post(f"/v1/session/{sid}/ws-ticket", headers=bearer(TOKENS["bob"]))
+    assert resp.status == 200  # another user's are counted apart
