@@ -502,6 +502,10 @@ class Authenticator:
     def oidc(self) -> OidcVerifier | None:
         return self._oidc
 
+    def users(self) -> dict[str, Identity]:
+        """The users of the users file by name."""
+        return {u.identity.user: u.identity for u in self._users}
+
     def reload_users(self) -> bool:
         """Read the users file again (SIGHUP); a file that cannot be used keeps the old users."""
         path = self.settings.users_file

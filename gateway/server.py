@@ -931,6 +931,23 @@ def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.
     return app
 
 
+def reload_users(app: web.Application) -> None:
+    """SIGHUP: read the users file again. A WebSocket of a user the new file removed or gave
+    another role is closed (1008): it was opened under the old one, and reconnecting takes the
+    new one."""
+    authenticator = app[AUTH]
+    before = authenticator.users()
+    if not authenticator.reload_users():
+        return
+    after = authenticator.users()
+    changed = {name for name, identity in before.items() if after.get(name) != identity}
+    if not changed:
+        return
+    for session in app[SESSIONS].values():
+        if isinstance(session, LiveSession):
+            session.close_users(changed, "your access to this gateway changed; reconnect")
+
+
 async def _start_reporting(app: web.Application) -> None:
     app[AUDIT].start()
     await app[NOTIFIER].start()
@@ -1079,7 +1096,7 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, app[AUTH].reload_users)
+    loop.add_signal_handler(signal.SIGHUP, reload_users, app)
     try:
         await stop.wait()
     finally:

@@ -380,11 +380,19 @@ class LiveSession:
         is closed (1008, policy violation)."""
         self.members = dict(members)
         self._save_record()
+        gone = {
+            sender.identity.user
+            for sender in self.senders.values()
+            if auth.session_role(sender.identity, self.owner, self.members) is None
+        }
+        self.close_users(gone, "the session is no longer shared with you")
+
+    def close_users(self, users: set[str], reason: str) -> None:
+        """Close (1008, policy violation) every connection of these users."""
         for conn_id, sender in list(self.senders.items()):
-            if auth.session_role(sender.identity, self.owner, self.members) is None:
-                conn = self.connections.get(conn_id)
-                if conn is not None:
-                    conn.close_after_flush(1008, "the session is no longer shared with you")
+            conn = self.connections.get(conn_id)
+            if sender.identity.user in users and conn is not None:
+                conn.close_after_flush(1008, reason)
 
     # --- connections ----------------------------------------------------------------------------
 

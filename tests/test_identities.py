@@ -21,7 +21,7 @@ from gateway import auth
 from gateway.audit import AuditLog
 from gateway.auth import AuthSettings, OidcSettings
 from gateway.config import ConfigError, load_config
-from gateway.server import AUDIT, AUTH, CONFIG, SESSIONS
+from gateway.server import AUDIT, AUTH, CONFIG, SESSIONS, reload_users
 from tests.gateway_peer import Master, fast_demo, make_config, start_gateway
 from tests.oidc_issuer import AUDIENCE, Issuer, Key, hs256_with_public_key, unsigned_token
 from tests.test_cli import CLI, free_port, wait_http
@@ -240,6 +240,30 @@ async def test_users_file_reload_keeps_the_old_users_when_the_new_file_is_bad(gw
     [line] = [r.getMessage() for r in caplog.records if r.name == "rawp_gateway.auth"]
     assert "not reloaded" in line and "role must be one of" in line
     assert (await gw.get("/v1/whoami", headers=bearer("zoe-token"))).status == 200
+
+
+async def test_a_reload_closes_the_websockets_of_users_it_removed_or_changed(gw):
+    """What SIGHUP runs: alice (removed) and olga (now a viewer) lose their open WebSockets, which
+    were opened under their old roles; bob (unchanged) keeps his."""
+    sid = (await create(gw, TOKENS["alice"]))["session_id"]
+    await gw.patch(
+        f"/v1/session/{sid}",
+        json={"members": {"bob": "viewer", "olga": "operator"}},
+        headers=bearer(TOKENS["alice"]),
+    )
+    masters = {
+        name: await Master.attach(gw, sid, headers=bearer(TOKENS[name]))
+        for name in ("alice", "bob", "olga")
+    }
+    path = gw.app[CONFIG].auth.users_file
+    path.write_text(
+        users_toml({"bob": ("viewer", TOKENS["bob"]), "olga": ("viewer", TOKENS["olga"])})
+    )
+    reload_users(gw.app)
+    for name in ("alice", "olga"):
+        await masters[name].drain_until_closed()
+        assert masters[name].end is not None and masters[name].end.data == 1008, name
+    assert not masters["bob"].ws.closed
 
 
 # --- roles and ownership ----------------------------------------------------------------------
