@@ -148,7 +148,12 @@ _CODEX_FLAGS = ("--json", "--skip-git-repo-check", "-c", "sandbox_mode=workspace
 
 
 def builtin_profiles(
-    claude: str = "claude", *, codex: str = "codex", gemini: str = "gemini"
+    claude: str = "claude",
+    *,
+    codex: str = "codex",
+    gemini: str = "gemini",
+    claude_acp: str = "claude-agent-acp",
+    codex_acp: str = "codex-acp",
 ) -> dict[str, AgentProfile]:
     """The profiles every gateway has; a configured profile of the same name replaces one."""
     stream = ("--output-format", "stream-json", "--verbose")
@@ -260,6 +265,7 @@ def builtin_profiles(
             features=parser_features("gemini"),
             description="Gemini CLI (gemini --prompt, stream-json), one process per prompt, --resume",
         ),
+        **acp_profiles(gemini=gemini, claude_acp=claude_acp, codex_acp=codex_acp),
         "plain": AgentProfile(
             name="plain",
             parser="plain",
@@ -270,6 +276,39 @@ def builtin_profiles(
             single_turn_process=True,
             features=parser_features("plain"),
             description="Any line-oriented program: stdout lines become text (example: echo)",
+        ),
+    }
+
+
+def acp_profiles(*, gemini: str, claude_acp: str, codex_acp: str) -> dict[str, AgentProfile]:
+    """The built-in Agent Client Protocol agents (parser ``acp``): one long-lived process per
+    session, prompts as ``session/prompt``. What each agent declares when it starts (its modes,
+    image prompts, loadSession) narrows these features at run time."""
+    acp = parser_features("acp")
+    no_plan = msgspec.structs.replace(acp, plan_mode=None)
+    return {
+        "gemini-acp": AgentProfile(
+            name="gemini-acp",
+            parser="acp",
+            # Tested with @google/gemini-cli 0.61.0 (with --skip-trust it never answers
+            # initialize). In a folder it does not trust, "allow always" answers fail the tool.
+            command=(gemini, "--acp"),
+            features=acp,  # modes default, autoEdit, yolo, plan
+            description="Gemini CLI through ACP (gemini --acp, tested with 0.61.0)",
+        ),
+        "claude-acp": AgentProfile(
+            name="claude-acp",
+            parser="acp",
+            command=(claude_acp,),
+            features=acp,  # modes default, acceptEdits, plan, ...
+            description="Claude Code through ACP (@zed-industries/claude-agent-acp 0.23.1)",
+        ),
+        "codex-acp": AgentProfile(
+            name="codex-acp",
+            parser="acp",
+            command=(codex_acp,),
+            features=no_plan,  # modes read-only, auto, full-access: none plans
+            description="Codex through ACP (@zed-industries/codex-acp 0.16.0)",
         ),
     }
 

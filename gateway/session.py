@@ -120,7 +120,7 @@ class LiveSession:
             history = History(config.buffer_policy, config.buffer_max_bytes)  # type: ignore[arg-type]
         self.history = history
         spec = get_parser(profile.parser)
-        self.agent_input = spec.input()
+        parser, self.agent_input = spec.make()
         self.files = FileStore(
             session_id,
             max_session_bytes=config.max_session_file_bytes,
@@ -128,7 +128,6 @@ class LiveSession:
             metrics=metrics,
             directory=(saved.dir_fd, saved.path) if saved is not None else None,
         )
-        parser = spec.parser()
         set_workspace = getattr(parser, "set_workspace", None)
         if set_workspace is not None:  # parsers.base.ReadsWorkspace: it reads the agent's files
             set_workspace(str(workspace))

@@ -251,10 +251,21 @@ class ParserSpec:
     # The tools the agent offers by default (the tested version, the built-in profile's flags):
     # the first tool.catalog.publish, sent before the agent reports its own list, which replaces it.
     tools: tuple[str, ...] = ()
+    # The agent converses (ACP): one object is parser and input at once, since what was asked
+    # decides what an answer means. ``make`` then gives that one object twice.
+    converses: bool = False
+
+    def make(self) -> tuple[AgentParser, AgentInput]:
+        """A parser and an input for one session."""
+        if self.converses:
+            both = self.parser()
+            return both, both  # type: ignore[return-value]
+        return self.parser(), self.input()
 
 
 # Built-ins are found by module path so importing the registry stays cheap.
 _BUILTIN: dict[str, str] = {
+    "acp": "parsers.acp:SPEC",
     "claude-code": "parsers.claude_code:SPEC",
     "codex": "parsers.codex:SPEC",
     "gemini": "parsers.gemini:SPEC",

@@ -31,12 +31,16 @@ __all__ = [
     "CommandsListed",
     "Compacted",
     "ControlAck",
+    "FeaturesDeclared",
     "McpServer",
+    "ModeChanged",
     "Notice",
     "ParseError",
+    "PermissionChoice",
     "PermissionRequest",
     "SessionStarted",
     "SlashCommand",
+    "StdinWrite",
     "StoredFile",
     "SubagentEnded",
     "TextDelta",
@@ -223,8 +227,19 @@ class SubagentEnded(AgentEvent):
 # --- interaction with the host ------------------------------------------------------------------
 
 
+class PermissionChoice(_Value):
+    """One answer an agent offers to its own permission question (ACP ``PermissionOption``):
+    its id, its label, and its kind (``allow_once``, ``allow_always``, ``reject_once``,
+    ``reject_always``)."""
+
+    option_id: str
+    name: str
+    kind: str
+
+
 class PermissionRequest(AgentEvent):
-    """The agent asks whether it may run a tool; the answer goes back with ``request_id``."""
+    """The agent asks whether it may run a tool; the answer goes back with ``request_id``.
+    ``options``: the agent's own answers (ACP); empty for agents whose answer is allow or deny."""
 
     request_id: str
     tool_name: str
@@ -232,6 +247,7 @@ class PermissionRequest(AgentEvent):
     call_id: str | None = None
     reason: str | None = None  # e.g. Claude Code's decision_reason_type ("mode", ...)
     affected_paths: list[str] = []
+    options: list[PermissionChoice] = []
 
 
 class ControlAck(AgentEvent):
@@ -241,6 +257,29 @@ class ControlAck(AgentEvent):
     ok: bool
     error: str | None = None
     response: dict[str, Any] | None = None
+
+
+class StdinWrite(AgentEvent):
+    """Bytes the parser must have written on the agent's stdin: its answer to a request of the
+    agent (ACP ``fs/*``, an unknown method) or the next step of a handshake. The parser decides
+    them (sans-IO); the session machine writes them while the process runs."""
+
+    data: bytes
+
+
+class ModeChanged(AgentEvent):
+    """The agent changed its own mode (ACP ``current_mode_update``): ``mode`` is the DPS mode it
+    amounts to (``plan`` or ``default``), ``agent_mode`` the agent's own id for it."""
+
+    mode: Literal["default", "plan"]
+    agent_mode: str
+
+
+class FeaturesDeclared(AgentEvent):
+    """The agent said what it can do (ACP ``initialize`` and ``session/new`` answers): DPS §12.2
+    feature names, each on or off. The session announces them instead of the profile's guess."""
+
+    features: dict[str, bool]
 
 
 # --- session-level outcomes ---------------------------------------------------------------------
@@ -264,6 +303,8 @@ class Notice(AgentEvent):
     tool_name: str | None = None
     call_id: str | None = None
     http_status: int | None = None
+    # Said between turns, it opens none (an ACP agent's protocol fault: only a prompt opens a turn).
+    turnless: bool = False
 
 
 class TurnEnded(AgentEvent):

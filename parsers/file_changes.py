@@ -54,7 +54,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Final
 
-__all__ = ["FileChanges", "no_files", "read_text_file", "workspace_reader"]
+__all__ = ["FileChanges", "no_files", "read_text_file", "too_costly", "workspace_reader"]
 
 MAX_FILE_BYTES: Final = 1 << 20  # larger files are not diffed (nor kept)
 MAX_PENDING: Final = 256  # announced changes waiting for their report
@@ -199,7 +199,7 @@ class FileChanges:
             return None
         if isinstance(old, _Absent):
             return _unified(path, None, new)
-        return _unified(path, old, new) if not _too_costly(old, new) else None
+        return _unified(path, old, new) if not too_costly(old, new) else None
 
     def created(self, path: str) -> str | None:
         """A diff that creates ``path`` with what it holds now (an added file), or None."""
@@ -221,7 +221,7 @@ class FileChanges:
             return _ABSENT
 
 
-def _too_costly(old: str, new: str) -> bool:
+def too_costly(old: str, new: str) -> bool:
     """True when diffing ``old`` and ``new`` would pass ``MAX_DIFF_WORK``."""
     a, b = old.splitlines(), new.splitlines()
     same, n = 0, min(len(a), len(b))

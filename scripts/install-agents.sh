@@ -12,6 +12,10 @@ agents=(
   "claude-code @anthropic-ai/claude-code 2.1.328 claude"
   "codex @openai/codex 0.171.0 codex"
   "gemini @google/gemini-cli 0.61.0 gemini"
+  # ACP adapters (Gemini speaks ACP itself: gemini --acp). codex-acp's native binary comes from
+  # its optional platform package (@zed-industries/codex-acp-linux-x64 here).
+  "claude-acp @zed-industries/claude-agent-acp 0.23.1 claude-agent-acp"
+  "codex-acp @zed-industries/codex-acp 0.16.0 codex-acp"
 )
 
 command -v npm >/dev/null || { echo "install-agents: npm is required (Node.js >= 20)" >&2; exit 1; }

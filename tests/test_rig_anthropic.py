@@ -240,7 +240,7 @@ def test_contains_and_fill_from() -> None:
 
 def test_install_script_pins_match_env() -> None:
     script = (rigenv.REPO / "scripts" / "install-agents.sh").read_text()
-    pins = dict(re.findall(r'"([\w-]+) (@[\w/.-]+ [\d.]+) \w+"', script))
+    pins = dict(re.findall(r'"([\w-]+) (@[\w/.-]+ [\d.]+) [\w-]+"', script))
     assert pins == {a.name: f"{a.package} {a.version}" for a in rigenv.AGENTS.values()}
 
 

@@ -42,7 +42,7 @@ import re
 import signal as _signal
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 import msgspec
@@ -97,6 +97,13 @@ MAX_FILE_NAME_BYTES: Final = 255  # a file name, in UTF-8 bytes (most file syste
 
 
 _DELTAS: Final = frozenset({ev.TextDelta, ev.ThinkingDelta})
+
+
+class _NoOption:
+    """The answer goes to an agent that offers no options of its own (allow or deny)."""
+
+
+NO_OPTION: Final = _NoOption()
 
 # --- actions ------------------------------------------------------------------------------------
 
@@ -235,6 +242,8 @@ class _Interaction:
     tool_name: str
     input: dict[str, Any]
     frame: F.Frame  # sent again to a master that attaches while it is pending
+    # The agent's own options (ACP): DPS option value → (the agent's option id, it allows).
+    choices: dict[str, tuple[str, bool]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -339,7 +348,7 @@ class SessionMachine:
         if self.config.single_turn_process:
             return []
         self.process_alive = True
-        out: list[Action] = [Spawn(mode=self.mode)]
+        out: list[Action] = [Spawn(mode=self.mode), *self._opening(None)]
         # docs/http-api.md promises the commands right after session.capabilities: an agent that
         # lists them only when a prompt starts a run (Claude Code) is asked at once.
         initialize = getattr(self.input, "initialize", None)
@@ -432,9 +441,17 @@ class SessionMachine:
             return self._control_ack(event)
         if isinstance(event, ev.ParseError):
             return [Log("warning", "agent line is not valid", {"error": event.message})]
+        if isinstance(event, ev.StdinWrite):
+            # The parser's answer to the agent (ACP): for the process that asked, if it still runs.
+            return [WriteStdin(event.data)] if self.process_alive else []
+        if isinstance(event, ev.ModeChanged):
+            return self._agent_mode(event)
+        if isinstance(event, ev.FeaturesDeclared):
+            return self._features_declared(event)
         out: list[Action] = []
-        if self.turn is None and not isinstance(
-            event, ev.SessionStarted | ev.CommandsListed | ev.Unknown
+        if self.turn is None and not (
+            isinstance(event, ev.SessionStarted | ev.CommandsListed | ev.Unknown)
+            or (isinstance(event, ev.Notice) and event.turnless)
         ):
             out += self._open_turn()
         if isinstance(event, ev.PermissionRequest):
@@ -463,6 +480,38 @@ class SessionMachine:
             out.append(Emit(self._announce_agent_session(event.agent_session_id)))
         out += self._emit_all(self.mapper.map(event))
         return out
+
+    def _agent_mode(self, event: ev.ModeChanged) -> list[Action]:
+        """The agent changed its own mode (ACP ``current_mode_update``): the masters see it as a
+        mode switch does (the agent's own mode id in ``metadata.agent_mode``)."""
+        previous, self.mode = self.mode, event.mode
+        state = self.mapper.state
+        change = F.StateChanged(previous_state=state, current_state=state, reason="mode_switch")
+        metadata = {"mode": event.mode, "previous_mode": previous, "agent_mode": event.agent_mode}
+        turn_id = self.turn.turn_id if self.turn is not None else None
+        return [Emit(self.factory.frame(change, turn_id=turn_id, metadata=metadata))]
+
+    def _features_declared(self, event: ev.FeaturesDeclared) -> list[Action]:
+        """What the agent itself declared narrows (or widens) the profile's features; masters get
+        ``session.capabilities`` again when that changes anything."""
+        known = {k: v for k, v in event.features.items() if k in F.Features.__struct_fields__}
+        features = msgspec.structs.replace(self.config.features, **known)
+        if features == self.config.features:
+            return []
+        self.config = replace(self.config, features=features)
+        extensions = {"agent_session_id": self.agent_session_id} if self.agent_session_id else None
+        caps = gateway_capabilities(
+            features, max_frame_size=self.config.max_frame_size, extensions=extensions
+        )
+        self.capabilities_frame = self._make(caps)
+        return [Emit(self._make(caps, turn=True))]
+
+    def _opening(self, resume_id: str | None) -> list[Action]:
+        """What a conversing agent (ACP) is told each time its process starts: the handshake,
+        resuming ``resume_id`` where the agent can."""
+        opening = getattr(self.input, "opening", None)
+        data = opening(resume_id) if opening is not None else None
+        return [WriteStdin(data)] if data else []
 
     def _announce_agent_session(self, agent_session_id: str) -> F.Frame:
         """§18.3: the agent's own session id, kept as ``extensions.agent_session_id`` of the
@@ -586,6 +635,7 @@ class SessionMachine:
         if not self.config.single_turn_process:
             self.process_alive = True
             out.append(Spawn(resume_id=self.agent_session_id, mode=self.mode))
+            out += self._opening(self.agent_session_id)
         return out
 
     def _stall_tick(self) -> list[Action]:
@@ -836,7 +886,10 @@ class SessionMachine:
             self._waiting_spawn = (text, overrides, images)
             return out
         self.process_alive = True
-        return out + [self._spawn(text, overrides, images)]
+        out.append(self._spawn(text, overrides, images))
+        if not self.config.single_turn_process:
+            out += self._opening(self.agent_session_id)  # a restored session's first prompt
+        return out
 
     def _spawn(
         self, text: str, overrides: F.ConfigOverrides | None, images: list[ev.StoredFile]
@@ -886,19 +939,27 @@ class SessionMachine:
     def _permission_request(self, req: ev.PermissionRequest) -> list[Action]:
         spec = lookup(req.tool_name)
         turn = self.turn
+        options, choices = interaction_options(req, spec)
         if self.mode in ("plan", "review") and spec.writes:
             # DPS-6.3.2-block: the gateway enforces the mode; the CLI does not when it asks us.
             if req.call_id:
                 self.mapper.block_call(req.call_id)
-            return self._answer_permission(req.request_id, False, BLOCKED_OUTPUT)
+            return self._answer_permission(
+                req.request_id, False, BLOCKED_OUTPUT, option=_chosen(choices, False)
+            )
         if turn is not None and req.tool_name in turn.denied:
             return self._answer_permission(
-                req.request_id, False, f"{req.tool_name} is denied for this prompt"
+                req.request_id,
+                False,
+                f"{req.tool_name} is denied for this prompt",
+                option=_chosen(choices, False),
             )
         if req.tool_name in self.config.auto_allow or (
             turn is not None and req.tool_name in turn.allowed
         ):
-            return self._answer_permission(req.request_id, True, updated_input=req.input)
+            return self._answer_permission(
+                req.request_id, True, updated_input=req.input, option=_chosen(choices, True)
+            )
         interaction_id = self.factory.new_id()
         context = F.InteractionContext(
             tool_name=req.tool_name,
@@ -910,10 +971,7 @@ class SessionMachine:
             interaction_type="PERMISSION",
             question_text=permission_question(req),
             timeout_sec=self.config.permission_timeout_sec,
-            options=[
-                F.InteractionOption(value=ALLOW, label="Allow", risk_level=risk_of(spec)),
-                F.InteractionOption(value=DENY, label="Deny", risk_level="safe"),
-            ],
+            options=options,
             context=context,
             default_value=DENY,
         )
@@ -926,7 +984,7 @@ class SessionMachine:
             payload, turn_id=self.turn.turn_id if self.turn else None, metadata=metadata or None
         )
         self.interactions[interaction_id] = _Interaction(
-            interaction_id, req.request_id, req.tool_name, req.input, frame
+            interaction_id, req.request_id, req.tool_name, req.input, frame, choices
         )
         out: list[Action] = [Emit(frame)]
         out += self._emit_all(self.mapper.set_state("awaiting_input", "permission_request"))
@@ -939,25 +997,40 @@ class SessionMachine:
         allow: bool,
         message: str = "",
         updated_input: dict[str, Any] | None = None,
+        option: str | _NoOption | None = NO_OPTION,
     ) -> list[Action]:
+        # ``option``: the agent's own option chosen (None: no choice, ACP's "cancelled"); only
+        # for an agent that offered options.
+        extra: dict[str, Any] = {} if isinstance(option, _NoOption) else {"option": option}
         data = self.input.permission(
-            request_id, allow=allow, message=message, updated_input=updated_input
+            request_id, allow=allow, message=message, updated_input=updated_input, **extra
         )
         return [WriteStdin(data)] if data is not None and self.process_alive else []
 
     def _settle(
-        self, interaction: _Interaction, allow: bool, message: str, outcome: str
+        self,
+        interaction: _Interaction,
+        allow: bool,
+        message: str,
+        outcome: str,
+        value: str | None = None,
     ) -> list[Action]:
         self.last_decision = ALLOW if allow else DENY
         out: list[Action] = [
             CancelTimer(f"interaction:{interaction.interaction_id}"),
             Settled("PERMISSION", outcome),
         ]
+        option: str | _NoOption | None = NO_OPTION
+        if interaction.choices:
+            # The master's choice; a timeout or a cancel chooses nothing (ACP: "cancelled").
+            chosen = interaction.choices.get(value) if value is not None else None
+            option = chosen[0] if chosen is not None else None
         out += self._answer_permission(
             interaction.request_id,
             allow,
             message,
             updated_input=interaction.input if allow else None,
+            option=option,
         )
         if not self.interactions and self.turn is not None:
             frames = self.mapper.set_state("tool_calling", "permission_answered")
@@ -985,9 +1058,19 @@ class SessionMachine:
             ]
         selected = resp.selected_value
         values = selected if isinstance(selected, list) else [selected]
-        allow = ALLOW in values
+        value: str | None = None
+        if interaction.choices:
+            # The agent's own options: the first value that is one of them decides.
+            value = next((v for v in values if v in interaction.choices), None)
+            if value is None:
+                value = next(
+                    (v for v, (_, allows) in interaction.choices.items() if not allows), None
+                )
+            allow = value is not None and interaction.choices[value][1]
+        else:
+            allow = ALLOW in values
         message = resp.text_input or ("" if allow else "The user denied this tool use.")
-        return self._settle(interaction, allow, message, "allowed" if allow else "denied")
+        return self._settle(interaction, allow, message, "allowed" if allow else "denied", value)
 
     def _interaction_timeout(self, conn_id: str | None, interaction_id: str, mid: str | None):
         interaction = self.interactions.pop(interaction_id, None)
@@ -1227,6 +1310,59 @@ def _replace_tokens(text: str, refs: Any, max_bytes: int) -> str:
         pos = match.end()
     parts.append(text[pos:])
     return "".join(parts)
+
+
+_REJECT_FIRST: Final = ("reject_once", "reject_always")
+_ALLOW_FIRST: Final = ("allow_once", "allow_always")
+
+
+def interaction_options(
+    req: ev.PermissionRequest, spec: Any
+) -> tuple[list[F.InteractionOption], dict[str, tuple[str, bool]]]:
+    """The options of the PERMISSION question, and what each value means to the agent.
+
+    Allow and Deny for an agent that offers no options. An agent's own options (ACP) are offered
+    as they are, in its order and with its labels; the first allowing one has the value ``allow``
+    and the first rejecting one ``deny`` (so a master that answers allow/deny works with any agent),
+    the others their kind (``allow_always``, ``reject_always``)."""
+    if not req.options:
+        return [
+            F.InteractionOption(value=ALLOW, label="Allow", risk_level=risk_of(spec)),
+            F.InteractionOption(value=DENY, label="Deny", risk_level="safe"),
+        ], {}
+    first: dict[bool, str] = {}
+    for kinds, allows in ((_ALLOW_FIRST, True), (_REJECT_FIRST, False)):
+        for kind in kinds:
+            found = next((o.option_id for o in req.options if o.kind == kind), None)
+            if found is not None:
+                first[allows] = found
+                break
+    options: list[F.InteractionOption] = []
+    choices: dict[str, tuple[str, bool]] = {}
+    for option in req.options:
+        allows = option.kind.startswith("allow")
+        if first.get(allows) == option.option_id:
+            value = ALLOW if allows else DENY
+        else:
+            value = option.kind or option.option_id
+        if value in choices:
+            value = option.option_id
+        if value in choices:
+            continue  # the same option twice
+        choices[value] = (option.option_id, allows)
+        risk = risk_of(spec) if allows else "safe"
+        options.append(
+            F.InteractionOption(value=value, label=option.name or value, risk_level=risk)
+        )
+    return options, choices
+
+
+def _chosen(choices: dict[str, tuple[str, bool]], allow: bool) -> str | _NoOption | None:
+    """The agent's option the gateway picks itself (auto_allow, a mode's block, a denied tool)."""
+    if not choices:
+        return NO_OPTION
+    found = choices.get(ALLOW if allow else DENY)
+    return found[0] if found is not None else None
 
 
 def permission_question(req: ev.PermissionRequest) -> str:

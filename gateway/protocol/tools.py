@@ -6,7 +6,7 @@ A ``ToolSpec`` is what the gateway knows about a tool beyond its name: a descrip
 catalog, the §5.4.1 ``category``, a declared ``output_type`` (only where one type always fits), whether
 it needs approval, and its ``operation`` (read, write, list, ...), which §5.3.3 needs to tell a
 filesystem read from a write. ``BUILTIN_TOOLS`` covers Appendix A, every name Claude Code 2.1.328
-reports, and the tools of Codex 0.171.0 and Gemini CLI 0.61.0; ``lookup(name)`` also knows MCP tools (``mcp__server__tool`` → category ``mcp``) and falls
+reports, the tools of Codex 0.171.0 and Gemini CLI 0.61.0 and ACP's tool kinds; ``lookup(name)`` also knows MCP tools (``mcp__server__tool`` → category ``mcp``) and falls
 back to a ``custom`` tool for names it has never seen.
 
 ``decide_output_type`` is §5.3.3 as one pure function: the declared type, else the category default,
@@ -128,6 +128,18 @@ _SPECS: Final = (
     _t("web_fetch", "Fetch web pages", "web", "read", "web_content", True),
     _t("save_memory", "Save a fact to memory", "custom"),
     _t("write_todos", "Write the todo list", "task_management", "other", "structured"),
+    # ACP tool kinds: the name of an ACP agent's call when it gives none of its own
+    # (parsers/acp.py); its output_type is decided from its kind and content.
+    _t("read", "Read files or data", "filesystem", "read", None),
+    _t("edit", "Modify files", "filesystem", "write", None, True),
+    _t("delete", "Remove files", "filesystem", "write", None, True),
+    _t("move", "Move or rename files", "filesystem", "write", None, True),
+    _t("search", "Search for information", "search", "search"),
+    _t("execute", "Run a command", "shell", "exec", None, True),
+    _t("think", "Internal reasoning or planning", "planning"),
+    _t("fetch", "Retrieve external data", "web", "read", None, True),
+    _t("switch_mode", "Switch the session's mode", "planning", "other", None, True),
+    _t("other", "A tool of the agent", "custom"),
 )
 
 BUILTIN_TOOLS: Final[dict[str, ToolSpec]] = {spec.name: spec for spec in _SPECS}

@@ -62,7 +62,25 @@ AGENTS: dict[str, AgentSpec] = {
     "gemini": AgentSpec(
         "gemini", "@google/gemini-cli", "0.61.0", "gemini", "tests.rig.gemini:GeminiServer"
     ),
+    # ACP adapters (Gemini speaks ACP itself: ``gemini --acp``). Each runs the CLI it wraps, so
+    # it gets that CLI's environment and scripted server.
+    "claude-acp": AgentSpec(
+        "claude-acp",
+        "@zed-industries/claude-agent-acp",
+        "0.23.1",
+        "claude-agent-acp",
+        "tests.rig.anthropic:AnthropicServer",
+    ),
+    "codex-acp": AgentSpec(
+        "codex-acp",
+        "@zed-industries/codex-acp",
+        "0.16.0",
+        "codex-acp",
+        "tests.rig.openai:ResponsesServer",
+    ),
 }
+# The CLI an ACP adapter runs underneath: its HOME, environment and model server.
+WRAPS: dict[str, str] = {"claude-acp": "claude-code", "codex-acp": "codex"}
 
 
 def spec(agent: str) -> AgentSpec:
@@ -131,6 +149,7 @@ def _base_env(home: Path) -> dict[str, str]:
 def make_home(agent: str, home: Path) -> Path:
     """Create a throwaway HOME for one run (and what the CLI wants to find there)."""
     home.mkdir(parents=True, exist_ok=True)
+    agent = WRAPS.get(agent, agent)
     if agent == "claude-code":
         # Not required (the CLI creates ~/.claude on its own), but an empty settings file makes
         # sure no user or managed setting changes what the rig observes.
@@ -273,7 +292,7 @@ def agent_env(
     agent: str, *, base_url: str, home: Path, extra: dict[str, str] | None = None
 ) -> dict[str, str]:
     """The complete environment to start ``agent`` with against the scripted server at base_url."""
-    env = _ENVS[spec(agent).name](base_url, home)
+    env = _ENVS[WRAPS.get(spec(agent).name, agent)](base_url, home)
     env.update(extra or {})
     return env
 
