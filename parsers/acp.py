@@ -207,10 +207,11 @@ class AcpAdapter(JsonLinesParser):
         """The process was (re)started: ``initialize``, then a session (new, or ``resume_id``
         loaded) when it answers."""
         session_id, dropped, stray = self.session_id, self.dropped_replay, self.stray_updates
-        queued = self._queued
+        kept = (self._queued, self._modes, self._default_mode)
         self._reset_process()
         self.session_id, self.dropped_replay, self.stray_updates = session_id, dropped, stray
-        self._queued = queued  # a prompt given before the process started
+        # A prompt given before the process started; the modes of the session it may load.
+        self._queued, self._modes, self._default_mode = kept
         self._resume_id = resume_id
         self._stage = "initializing"
         params = {
@@ -272,6 +273,7 @@ class AcpAdapter(JsonLinesParser):
         target = self._plan_mode() if mode == "plan" else self._default_mode
         if target is None or target == self._mode:
             return None
+        self._mode = target  # the agent says no current_mode_update for a switch it was asked
         return self._session_request("session/set_mode", {"modeId": target}, request_id)
 
     def _plan_mode(self) -> str | None:

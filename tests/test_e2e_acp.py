@@ -1,0 +1,141 @@
+"""End to end with real ACP agents: the real gateway server spawns the agent through its built-in
+ACP profile (``gemini-acp``: the pinned Gemini CLI with ``--acp``) against the rig's scripted model
+server, and real WebSocket masters drive it. The gateway is the agent's ACP client: every frame
+here went through the ACP handshake, ``session/prompt``, the agent's ``session/update``
+notifications and its ``session/request_permission`` requests, answered by the gateway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from gateway.config import builtin_profiles
+from tests.gateway_peer import Master, create_session, make_config, start_gateway
+from tests.rig.env import require_cli
+from tests.rig.run import scripted_cli
+from tests.rig.scenario import parse_scenario
+
+pytestmark = pytest.mark.realcli
+
+GEMINI_MODEL = "gemini-2.5-flash"  # without -m the CLI first makes a routing call
+STARTUP = 120.0  # the CLI's start under load (tens of seconds on a busy machine)
+
+
+@contextlib.asynccontextmanager
+async def gemini_acp(calls: list[dict[str, Any]], files: dict[str, str]) -> AsyncIterator[Any]:
+    binary = require_cli("gemini")
+    scenario = parse_scenario(
+        {"run": {"files": files}, "calls": calls}, name="e2e-acp", agent="gemini"
+    )
+    async with scripted_cli(scenario) as cli:
+        base = builtin_profiles(gemini=str(binary))["gemini-acp"]
+        command = (str(binary), "-m", GEMINI_MODEL, *base.command[1:])
+        profile = replace(base, env=cli.env, command=command)
+        client = await start_gateway(make_config(cli.cwd, agents={"gemini-acp": profile}))
+        try:
+            yield cli, client
+        finally:
+            await client.close()
+
+
+def of(frames: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
+    return [f for f in frames if f["type"] == type_]
+
+
+async def until_usage(master: Master, timeout: float) -> list[dict[str, Any]]:
+    start = len(master.frames)
+    await master.until("session.turn.end", timeout=timeout)
+    assert (await master.next(timeout=10))["type"] == "session.usage"  # DPS-7.5.2-usage
+    return master.frames[start:]
+
+
+WRITE = {
+    "functionCall": {"name": "write_file", "args": {"file_path": "notes.txt", "content": "new\n"}}
+}
+CALLS = [
+    # turn 1: a thought, a write the master allows (a diff), then text
+    {"parts": [{"text": "Planning the edit.", "thought": True}, WRITE]},
+    {"match": {"function_response": True}, "parts": [{"text": "Wrote the file."}]},
+    # turn 2: the same write, denied
+    {"parts": [WRITE]},
+    {"match": {"function_response": True}, "parts": [{"text": "Not allowed, stopping."}]},
+    # turn 3: text that never finishes (cancelled mid-stream)
+    {"parts": [{"text": "Counting slowly: one, two"}], "hang": True},
+]
+
+
+async def test_gemini_acp_turns_permissions_cancel_and_reattach():
+    """DPS-5.3.1-result, DPS-6.2-interaction, DPS-6.1.2-cancel through ACP: thinking, a write
+    allowed through the agent's own options (a real unified diff), the same write denied, a turn
+    cancelled mid-stream (``session/cancel``), and a master that reattaches and gets the history."""
+    async with gemini_acp(CALLS, {"notes.txt": "old\n"}) as (cli, gw):
+        session = await create_session(gw, "gemini-acp")
+        sid = session["session_id"]
+        master = await Master.attach(gw, sid)
+        assert (await master.next())["type"] == "session.capabilities"
+
+        # turn 1 -----------------------------------------------------------------------------
+        await master.send("control.prompt.request", {"prompt_text": "Update notes.txt"})
+        ask = await master.until("agent.interaction.request", timeout=STARTUP)
+        payload = ask["payload"]
+        assert payload["interaction_type"] == "PERMISSION"
+        values = [o["value"] for o in payload["options"]]
+        assert "allow" in values and "deny" in values  # the agent's own options, first of each kind
+        assert len(values) == 3  # Gemini: proceed_always, proceed_once, cancel
+        await master.send(
+            "control.interaction.response",
+            {"interaction_id": payload["interaction_id"], "selected_value": "allow"},
+        )
+        frames = master.frames[:] + await until_usage(master, 60)
+        assert (cli.cwd / "notes.txt").read_text() == "new\n"
+        thinking = "".join(f["payload"]["text"] for f in of(frames, "agent.thinking.delta"))
+        assert "Planning" in thinking and "the edit." in thinking  # Gemini marks up its thoughts
+        (result,) = of(frames, "tool.invoke.result")
+        assert result["payload"]["status"] == "success"
+        assert result["payload"]["output_type"] == "diff"
+        diff = result["payload"]["output"]
+        assert "-old\n" in diff and "+new\n" in diff and diff.startswith("--- ")
+        assert of(frames, "agent.text.done")[-1]["payload"]["full_text"] == "Wrote the file."
+        assert of(frames, "session.turn.end")[-1]["payload"]["stop_reason"] == "end_turn"
+        usage = frames[-1]["payload"]["token_usage"]
+        assert usage["input_tokens"] > 0  # Gemini's _meta.quota.token_count
+
+        # turn 2: denied ---------------------------------------------------------------------
+        (cli.cwd / "notes.txt").write_text("old\n")
+        await master.send("control.prompt.request", {"prompt_text": "Again"})
+        ask = await master.until("agent.interaction.request", timeout=60)
+        await master.send(
+            "control.interaction.response",
+            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "deny"},
+        )
+        frames = await until_usage(master, 60)
+        assert (cli.cwd / "notes.txt").read_text() == "old\n"
+        results = of(frames, "tool.invoke.result")
+        assert results and results[-1]["payload"]["status"] in ("error", "cancelled")
+        assert of(frames, "session.turn.end")[-1]["payload"]["stop_reason"] == "end_turn"
+
+        # turn 3: cancelled mid-stream -------------------------------------------------------
+        await master.send("control.prompt.request", {"prompt_text": "Count"})
+        start = await master.until("session.turn.start", timeout=30)
+        await master.until("agent.text.delta", timeout=60)
+        turn_id = start["payload"]["turn_id"]
+        await master.send("control.prompt.cancel", {"target_turn_id": turn_id})
+        frames = await until_usage(master, 15)  # within the cancel's bounds, no process stopped
+        assert of(frames, "session.turn.end")[-1]["payload"]["stop_reason"] == "cancelled"
+        assert all(d["payload"].get("is_cancelled") for d in of(frames, "agent.text.done"))
+        info = await (await gw.get(f"/v1/session/{sid}")).json()
+        assert info["state"] in ("IDLE", "RUNNING") and info["agent"] == "gemini-acp"
+
+        # reattach ---------------------------------------------------------------------------
+        seen = [f["message_id"] for f in master.frames]
+        await master.ws.close()
+        again = await Master.attach(gw, sid, last_message_id=seen[5])
+        while (await again.next())["message_id"] != seen[-1]:
+            pass  # the history after seen[5], up to the last frame the first master had
+        ids = [f["message_id"] for f in again.frames]
+        assert seen[6] in ids and seen[5] not in ids
