@@ -9,6 +9,10 @@ line and nothing else; diagnostics go to stderr.
 Binary content a tool returned (an image Claude Code's ``Read`` gave the model) is written to a
 temporary directory, as the server would store it, and its ``agent.file.transfer`` carries the
 file's ``file://`` URL, size and checksum, so it can be opened; stderr says where it went.
+
+An ACP agent's transcript (``--agent acp`` or an ACP profile) has both directions: the agent's lines
+as they were and the client's wrapped as ``{"sent": <message>}``, so answers are read as they were
+meant (docs/acp-mapping.md).
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from .protocol import session as sm
 from .protocol.capabilities import ALL_FEATURES
 from .protocol.frames import FileTransfer
 
-__all__ = ["translate"]
+__all__ = ["SENT_PREFIX", "translate"]
+
+SENT_PREFIX = b'{"sent":'  # a client line of a conversing agent's transcript
 
 
 def translate(
@@ -55,9 +61,15 @@ def translate(
         max_upload_bytes=defaults.max_upload_bytes,
         url_of=lambda _transfer_id, path: path.as_uri(),
     )
+    parser = spec.parser()
+    # An agent the gateway converses with (ACP): its transcript holds both directions, the
+    # client's lines wrapped as {"sent": ...}; the parser then writes nothing of its own.
+    sent = getattr(parser, "sent", None)
+    if sent is not None:
+        parser.replay()  # type: ignore[attr-defined]
     machine = sm.SessionMachine(
         session_id,
-        spec.parser(),
+        parser,
         NoInput(),
         sm.SessionConfig(agent=agent, features=features, forward_unknown=forward_unknown),
     )
@@ -81,7 +93,9 @@ def translate(
     out.write(codec.encode(machine.capabilities_frame) + b"\n")
     for line in lines:
         line = line.rstrip(b"\r\n")
-        if line:
+        if sent is not None and line.startswith(SENT_PREFIX):
+            emit(machine.agent_events(sent(line)))
+        elif line:
             emit(machine.agent_events(store_tool_files(machine.parser.feed(line), files, None)))
     emit(machine.agent_stdout_closed())
     status = classify_exit(exit_code)

@@ -80,6 +80,7 @@ PLAN_TOOL: Final = "update_plan"
 _encode: Final = msgspec.json.encode
 _decode_message: Final = msgspec.json.Decoder(S.Message).decode
 _decode_envelope: Final = msgspec.json.Decoder(S.Envelope).decode
+_decode_sent: Final = msgspec.json.Decoder(S.Sent).decode
 _decode_block: Final = msgspec.json.Decoder(S.ContentBlock).decode
 _decode_tool_content: Final = msgspec.json.Decoder(list[S.ToolCallContent]).decode
 
@@ -112,6 +113,7 @@ _KIND_OUTPUT: Final[dict[str, str]] = {
 }
 _WRITE_KINDS: Final = frozenset({"edit", "delete", "move"})
 _PLAN_WORDS: Final = ("plan", "architect")
+_COMPACT_COMMANDS: Final = ("compact", "compress")  # Claude's, Gemini's
 
 
 def _line(message: dict[str, Any]) -> bytes:
@@ -123,7 +125,7 @@ def _cut(text: str | None) -> str:
 
 
 class _Call:
-    __slots__ = ("announced", "input", "kind", "locations", "name", "streamed", "title")
+    __slots__ = ("announced", "content", "input", "kind", "locations", "name", "streamed", "title")
 
     def __init__(self) -> None:
         self.announced = False
@@ -133,6 +135,9 @@ class _Call:
         self.input: dict[str, Any] | None = None
         self.locations: list[str] = []
         self.streamed: list[str] = []  # text already sent as ToolOutput
+        # The last content reported before the end (Claude's adapter sends a Write's diff with
+        # its input, and none with its completion).
+        self.content: list[S.ToolCallContent] | None = None
 
 
 class AcpAdapter(JsonLinesParser):
@@ -149,6 +154,7 @@ class AcpAdapter(JsonLinesParser):
         self.session_id: str | None = None  # the ACP session, kept across processes (resume)
         self.dropped_replay = 0  # updates of a session/load's replay, not passed on
         self.stray_updates = 0  # content outside any prompt, not passed on
+        self._compact: str | None = None  # the agent's compaction command, when it lists one
         self._reset_process()
 
     def _reset_process(self) -> None:
@@ -185,10 +191,10 @@ class AcpAdapter(JsonLinesParser):
         self.replaying = True
 
     def sent(self, line: bytes) -> list[ev.AgentEvent]:
-        """A line the client wrote, in a replayed transcript: remembered as if this adapter had
-        sent it."""
+        """A line the client wrote (``{"sent": <message>}``) in a replayed transcript: remembered
+        as if this adapter had sent it."""
         try:
-            msg = _decode_envelope(line)
+            msg = _decode_sent(line).sent
         except (msgspec.DecodeError, msgspec.ValidationError):
             return []
         if msg.method is not None and msg.id is not None:
@@ -225,6 +231,9 @@ class AcpAdapter(JsonLinesParser):
         return self._request("initialize", params)
 
     def prompt(self, text: str, images: Sequence[PromptImage] = ()) -> bytes | None:
+        if self._compact is not None and (text == "/compact" or text.startswith("/compact ")):
+            # The session machine's compaction prompt, in the agent's own command's name.
+            text = f"/{self._compact}{text[len('/compact') :]}"
         blocks: list[dict[str, Any]] = [{"type": "text", "text": text}]
         for image in images:
             blocks.append(
@@ -599,7 +608,16 @@ class AcpAdapter(JsonLinesParser):
                 return []
             return self._chunk(kind == "agent_message_chunk", update)
         if kind == "available_commands_update":
-            return [self._commands(update.availableCommands or [])]
+            listed = self._commands(update.availableCommands or [])
+            names = {c.name for c in listed.commands}
+            compact = next((n for n in _COMPACT_COMMANDS if n in names), None)
+            out: list[ev.AgentEvent] = [listed]
+            if (compact is None) != (self._compact is None):
+                out.append(
+                    ev.FeaturesDeclared(features={"context_compaction": compact is not None})
+                )
+            self._compact = compact
+            return out
         if kind == "current_mode_update":
             return self._mode_update(update.currentModeId or update.modeId)
         if kind == "usage_update":
@@ -753,6 +771,8 @@ class AcpAdapter(JsonLinesParser):
                 "ACP_INVALID_MESSAGE", "a tool call whose content is not ToolCallContent"
             )
         status = update.status
+        if content:
+            call.content = content
         ready = (
             call.input is not None or status in ("in_progress", "completed", "failed") or content
         )
@@ -761,7 +781,9 @@ class AcpAdapter(JsonLinesParser):
         if status in ("completed", "failed"):
             del self._calls[call_id]
             return out + [
-                self._result(call_id, call, status == "failed", content, update.rawOutput)
+                self._result(
+                    call_id, call, status == "failed", content or call.content, update.rawOutput
+                )
             ]
         if content and call.announced:
             # Output while it runs: streamed as it comes (only what is new of the text).

@@ -171,6 +171,12 @@ class Envelope(msgspec.Struct):
     method: str | None = None
 
 
+class Sent(msgspec.Struct):
+    """A client line of a recorded transcript (``rawp-gateway translate``)."""
+
+    sent: Envelope
+
+
 # --- results ------------------------------------------------------------------------------------
 
 

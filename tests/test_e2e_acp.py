@@ -134,8 +134,100 @@ async def test_gemini_acp_turns_permissions_cancel_and_reattach():
         # reattach ---------------------------------------------------------------------------
         seen = [f["message_id"] for f in master.frames]
         await master.ws.close()
-        again = await Master.attach(gw, sid, last_message_id=seen[5])
-        while (await again.next())["message_id"] != seen[-1]:
-            pass  # the history after seen[5], up to the last frame the first master had
-        ids = [f["message_id"] for f in again.frames]
-        assert seen[6] in ids and seen[5] not in ids
+        again = await Master.attach(gw, sid, last_message_id=seen[5], announce=False)
+        assert (await again.next())["type"] == "session.capabilities"
+        history = await again.next()
+        assert history["type"] == "session.history"
+        replayed = [f["message_id"] for f in history["payload"]["frames"]]
+        assert seen[5] not in replayed
+        cancelled_turn = [f["message_id"] for f in master.frames if f.get("turn_id") == turn_id]
+        assert [m for m in replayed if m in cancelled_turn] == cancelled_turn
+
+
+# --- Claude Code through claude-agent-acp ----------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def adapter_acp(agent: str, calls: list[dict[str, Any]]) -> AsyncIterator[Any]:
+    """``claude-acp`` or ``codex-acp``: the pinned adapter, the CLI underneath pointed at the
+    rig's scripted server (the rig's environment for that CLI)."""
+    binary = require_cli(agent)
+    scenario = parse_scenario({"run": {}, "calls": calls}, name=f"e2e-{agent}", agent=agent)
+    async with scripted_cli(scenario) as cli:
+        base = builtin_profiles(claude_acp=str(binary), codex_acp=str(binary))[agent]
+        profile = replace(base, env=cli.env)
+        client = await start_gateway(make_config(cli.cwd, agents={agent: profile}))
+        try:
+            yield cli, client
+        finally:
+            await client.close()
+
+
+def claude_write(name: str) -> dict[str, Any]:
+    return {
+        "type": "tool_use",
+        "name": "Write",
+        "input": {"file_path": f"{{workspace}}/{name}", "content": "new\n"},
+    }
+
+
+CLAUDE_CALLS = [
+    # turn 1: thinking, a Write the master allows (a new file: a diff from /dev/null), text
+    {
+        "content": [
+            {"type": "thinking", "thinking": "Think first.", "signature": "sig"},
+            claude_write("a.txt"),
+        ]
+    },
+    {"match": {"tool_result": True}, "content": [{"type": "text", "text": "Wrote a.txt."}]},
+    # turn 2: a Write denied
+    {"content": [claude_write("b.txt")]},
+    {"match": {"tool_result": True}, "content": [{"type": "text", "text": "Denied."}]},
+    # turn 3: text that never finishes
+    {"content": [{"type": "text", "text": "Counting slowly: one, two"}], "hang": True},
+]
+
+
+async def test_claude_acp_thinking_permissions_diff_cancel_and_two_turns():
+    """Claude Code under claude-agent-acp against the scripted Anthropic server: thinking, a
+    Write allowed (its diff), a Write denied, a turn cancelled mid-stream; the usage the adapter
+    reports (tokens, cost) in session.usage (DPS-7.5.2-usage)."""
+    async with adapter_acp("claude-acp", CLAUDE_CALLS) as (cli, gw):
+        sid = (await create_session(gw, "claude-acp"))["session_id"]
+        master = await Master.attach(gw, sid)
+        await master.send("control.prompt.request", {"prompt_text": "Write a.txt"})
+        ask = await master.until("agent.interaction.request", timeout=STARTUP)
+        values = [o["value"] for o in ask["payload"]["options"]]
+        assert values == ["allow_always", "allow", "deny"]  # Always Allow, Allow, Reject
+        await master.send(
+            "control.interaction.response",
+            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "allow"},
+        )
+        frames = master.frames[:] + await until_usage(master, 60)
+        assert (cli.cwd / "a.txt").read_text() == "new\n"
+        assert "Think first." in "".join(
+            f["payload"]["text"] for f in of(frames, "agent.thinking.delta")
+        )
+        (result,) = of(frames, "tool.invoke.result")
+        assert result["payload"]["tool_name"] == "Write"
+        assert result["payload"]["output_type"] == "diff"
+        assert "+++ " in result["payload"]["output"] and "+new\n" in result["payload"]["output"]
+        usage = frames[-1]["payload"]
+        assert usage["token_usage"]["input_tokens"] > 0 and usage["cost_usage"]["used"] > 0
+
+        await master.send("control.prompt.request", {"prompt_text": "Write b.txt"})
+        ask = await master.until("agent.interaction.request", timeout=60)
+        await master.send(
+            "control.interaction.response",
+            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "deny"},
+        )
+        frames = await until_usage(master, 60)
+        assert not (cli.cwd / "b.txt").exists()
+        assert of(frames, "tool.invoke.result")[-1]["payload"]["status"] == "error"
+
+        await master.send("control.prompt.request", {"prompt_text": "Count"})
+        start = await master.until("session.turn.start", timeout=30)
+        await master.until("agent.text.delta", timeout=60)
+        await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
+        frames = await until_usage(master, 15)
+        assert of(frames, "session.turn.end")[-1]["payload"]["stop_reason"] == "cancelled"

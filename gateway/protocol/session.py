@@ -1368,6 +1368,7 @@ def _chosen(choices: dict[str, tuple[str, bool]], allow: bool) -> str | _NoOptio
 def permission_question(req: ev.PermissionRequest) -> str:
     inp = req.input
     detail = inp.get("command") or inp.get("file_path") or inp.get("path") or inp.get("url")
+    detail = detail or inp.get("title")  # an ACP call known by its title alone
     if isinstance(detail, str) and detail:
         return f"Allow {req.tool_name}: {detail}?"
     return f"Allow the agent to use {req.tool_name}?"

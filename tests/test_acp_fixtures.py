@@ -1,0 +1,64 @@
+"""Recorded ACP transcripts (``tests/fixtures/acp/``, both directions, made by
+``tests/rig/record_acp.py`` from the real agents) replayed by ``rawp-gateway translate --agent acp``:
+the frames a master would have got, checked against the conformance rules every agent is held to."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.protocol import codec
+from gateway.translate import translate
+from tests import frame_checks
+
+FIXTURES = Path(__file__).parent / "fixtures" / "acp"
+TRANSCRIPTS = sorted(FIXTURES.glob("*.jsonl"))
+
+
+def replay(path: Path) -> tuple[list[Any], list[dict[str, Any]], int]:
+    out, err = io.BytesIO(), io.StringIO()
+    bad = translate(path.read_bytes().splitlines(), out, agent="acp", session_id="s-acp", err=err)
+    lines = out.getvalue().splitlines()
+    frames = [codec.decode(line).frame for line in lines]  # type: ignore[union-attr]
+    return frames, [json.loads(line) for line in lines], bad
+
+
+def test_there_are_transcripts():
+    assert [p.stem for p in TRANSCRIPTS] == ["gemini-write"]
+
+
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.stem)
+def test_DPS_2_1_envelope_and_DPS_5_3_1_result_of_every_transcript(path: Path):
+    frames, _, bad = replay(path)
+    assert bad == 0
+    frame_checks.assert_valid_envelopes(frames, "s-acp")
+    frame_checks.assert_one_result_per_request(frames)
+    frame_checks.assert_blocks_joined(frames)
+
+
+def test_gemini_write_replays_both_turns_with_the_diff_and_usage():
+    """DPS-7.5.2-usage, DPS-5.3.3-output-type: Gemini CLI --acp: a thought, a write_file asked
+    with its own options and allowed once, its diff, two turns each followed by its usage (from
+    Gemini's ``_meta.quota``)."""
+    _, frames, _ = replay(FIXTURES / "gemini-write.jsonl")
+    types = [f["type"] for f in frames]
+    assert types.count("session.turn.start") == 2 and types.count("session.turn.end") == 2
+    ends = [i for i, t in enumerate(types) if t == "session.turn.end"]
+    assert all(types[i + 1] == "session.usage" for i in ends)
+    (ask,) = [f for f in frames if f["type"] == "agent.interaction.request"]
+    assert [o["value"] for o in ask["payload"]["options"]] == ["allow_always", "allow", "deny"]
+    (result,) = [f["payload"] for f in frames if f["type"] == "tool.invoke.result"]
+    assert result["output_type"] == "diff" and "-old\n+new\n" in result["output"]
+    texts = [f["payload"]["full_text"] for f in frames if f["type"] == "agent.text.done"]
+    assert texts == ["Wrote the file.", "Hello there."]
+    usage = [f["payload"]["token_usage"] for f in frames if f["type"] == "session.usage"]
+    assert usage == [
+        {"input_tokens": 200, "output_tokens": 20},
+        {"input_tokens": 100, "output_tokens": 10},
+    ]
+    commands = [f for f in frames if f["type"] == "agent.commands.publish"][-1]
+    assert any(c["name"] == "memory" for c in commands["payload"]["commands"])
