@@ -39,7 +39,7 @@ class Rig:
         parser, agent_input = get("acp").make()
         assert parser is agent_input
         self.adapter: acp.AcpAdapter = parser  # type: ignore[assignment]
-        self.adapter.set_workspace("/home/dev/project")
+        self.adapter.set_workspace("/srv/project")
         config = sm.SessionConfig(agent="acp-test", features=ALL_FEATURES, permission_timeout_sec=5)
         self.machine = sm.SessionMachine("s1", parser, agent_input, config)
         self.frames: list[dict[str, Any]] = []
@@ -84,7 +84,7 @@ class Rig:
         self.agent(rpc(id=init["id"], result={"protocolVersion": 1, "agentCapabilities": caps}))
         new = self.last_write()
         assert new["method"] == "session/new"
-        assert new["params"] == {"cwd": "/home/dev/project", "mcpServers": []}
+        assert new["params"] == {"cwd": "/srv/project", "mcpServers": []}
         available = [{"id": m, "name": m.title()} for m in modes]
         result = {
             "sessionId": SID,
@@ -174,7 +174,7 @@ def test_DPS_5_3_3_tool_outputs_by_kind_and_content():
     pid = rig.prompt()
     diff = {
         "type": "diff",
-        "path": "/home/dev/project/a.txt",
+        "path": "/srv/project/a.txt",
         "oldText": "one\ntwo\n",
         "newText": "one\n2\n",
     }
@@ -187,7 +187,7 @@ def test_DPS_5_3_3_tool_outputs_by_kind_and_content():
         update("tool_call", toolCallId="c2", title="Read a", kind="read", status="in_progress")
     )
     rig.agent(update("tool_call_update", toolCallId="c2", status="completed", content=[text]))
-    loc = [{"path": "/home/dev/project/a.txt"}, {"path": "/home/dev/project/b.txt"}]
+    loc = [{"path": "/srv/project/a.txt"}, {"path": "/srv/project/b.txt"}]
     rig.agent(update("tool_call", toolCallId="c3", title="Find", kind="search", locations=loc))
     rig.agent(update("tool_call_update", toolCallId="c3", status="completed"))
     fenced = {"type": "content", "content": {"type": "text", "text": "```console\nhi\n```"}}
@@ -208,10 +208,10 @@ def test_DPS_5_3_3_tool_outputs_by_kind_and_content():
     results = [f["payload"] for f in rig.of("tool.invoke.result")]
     assert [r["output_type"] for r in results] == ["diff", "file_content", "file_list", "text"]
     assert results[0]["output"] == (
-        "--- /home/dev/project/a.txt\n+++ /home/dev/project/a.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+2\n"
+        "--- /srv/project/a.txt\n+++ /srv/project/a.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+2\n"
     )
     assert results[1]["output"] == "line 1\n"
-    assert results[2]["output"] == ["/home/dev/project/a.txt", "/home/dev/project/b.txt"]
+    assert results[2]["output"] == ["/srv/project/a.txt", "/srv/project/b.txt"]
     assert results[3]["output"] == "hi\n"
     assert all(r["status"] == "success" for r in results)
     shell = requests[results[3]["invocation_id"]]
@@ -324,7 +324,7 @@ def permission(rpc_id: Any = 7, call: str = "w1") -> bytes:
         "title": "Write a.txt",
         "kind": "edit",
         "status": "pending",
-        "locations": [{"path": "/home/dev/project/a.txt"}],
+        "locations": [{"path": "/srv/project/a.txt"}],
     }
     return rpc(
         id=rpc_id,
@@ -353,7 +353,7 @@ def test_DPS_6_2_interaction_permission_with_the_agents_own_options(answer, outc
         ("allow", "Allow once"),
         ("deny", "Reject"),
     ]
-    assert ask["payload"]["context"]["affected_paths"] == ["/home/dev/project/a.txt"]
+    assert ask["payload"]["context"]["affected_paths"] == ["/srv/project/a.txt"]
     assert (
         ask["metadata"]["invocation_id"]
         == rig.of("tool.invoke.request")[0]["payload"]["invocation_id"]
@@ -451,7 +451,7 @@ def test_restart_loads_the_session_and_drops_its_replay():
     rig.agent(rpc(id=0, result={"protocolVersion": 1, "agentCapabilities": {"loadSession": True}}))
     load = rig.last_write()
     assert load["method"] == "session/load"
-    assert load["params"] == {"sessionId": SID, "cwd": "/home/dev/project", "mcpServers": []}
+    assert load["params"] == {"sessionId": SID, "cwd": "/srv/project", "mcpServers": []}
     before = len(rig.frames)
     rig.agent(update("user_message_chunk", content={"type": "text", "text": "old prompt"}))
     rig.agent(update("agent_message_chunk", content={"type": "text", "text": "old answer"}))

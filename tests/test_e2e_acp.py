@@ -231,3 +231,70 @@ async def test_claude_acp_thinking_permissions_diff_cancel_and_two_turns():
         await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
         frames = await until_usage(master, 15)
         assert of(frames, "session.turn.end")[-1]["payload"]["stop_reason"] == "cancelled"
+
+
+# --- Codex through codex-acp -----------------------------------------------------------------
+
+# Without bubblewrap on PATH codex-acp's sandbox cannot start a command ("bubblewrap is
+# unavailable"); the rig runs it unsandboxed, and "untrusted" makes it ask before each command.
+CODEX_POLICY = 'sandbox_mode = "danger-full-access"\napproval_policy = "untrusted"\n'
+
+
+def codex_exec(cmd: str) -> dict[str, Any]:
+    return {
+        "output": [{"type": "function_call", "name": "exec_command", "arguments": {"cmd": cmd}}]
+    }
+
+
+CODEX_CALLS = [
+    # turn 1: reasoning, a command the master allows, text
+    {"output": [{"type": "reasoning", "summary": "Check the files."}]}
+    | codex_exec("echo hi > made.txt"),
+    {"match": {"tool_output": True}, "output": [{"type": "message", "text": "Made it."}]},
+    # turn 2: a command denied
+    codex_exec("echo no > denied.txt"),
+    {"match": {"tool_output": True}, "output": [{"type": "message", "text": "Denied."}]},
+    # turn 3: text that never finishes
+    {"output": [{"type": "message", "text": "Counting slowly"}], "hang": True},
+]
+
+
+async def test_codex_acp_permissions_cancel_and_two_turns():
+    """Codex under codex-acp against the scripted Responses server: a command allowed through
+    the agent's own options, one denied, a turn cancelled mid-stream. Codex lists no plan mode:
+    plan_mode is announced off once its session/new answer says so (DPS-12.2-caps)."""
+    async with adapter_acp("codex-acp", CODEX_CALLS) as (cli, gw):
+        config = cli.home / ".codex" / "config.toml"
+        config.write_text(CODEX_POLICY + config.read_text())
+        sid = (await create_session(gw, "codex-acp"))["session_id"]
+        master = await Master.attach(gw, sid)
+        await master.send("control.prompt.request", {"prompt_text": "Make a file"})
+        ask = await master.until("agent.interaction.request", timeout=STARTUP)
+        assert "allow" in [o["value"] for o in ask["payload"]["options"]]
+        await master.send(
+            "control.interaction.response",
+            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "allow"},
+        )
+        frames = master.frames[:] + await until_usage(master, 60)
+        assert (cli.cwd / "made.txt").read_text() == "hi\n"
+        results = of(frames, "tool.invoke.result")
+        assert results[-1]["payload"]["status"] == "success"
+        assert of(frames, "agent.text.done")[-1]["payload"]["full_text"] == "Made it."
+        caps = of(frames, "session.capabilities")[-1]["payload"]["features"]
+        assert caps.get("plan_mode") is not True
+
+        await master.send("control.prompt.request", {"prompt_text": "Another"})
+        ask = await master.until("agent.interaction.request", timeout=60)
+        await master.send(
+            "control.interaction.response",
+            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "deny"},
+        )
+        await until_usage(master, 60)
+        assert not (cli.cwd / "denied.txt").exists()
+
+        await master.send("control.prompt.request", {"prompt_text": "Count"})
+        start = await master.until("session.turn.start", timeout=30)
+        await master.until("agent.text.delta", timeout=60)
+        await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
+        frames = await until_usage(master, 15)
+        assert of(frames, "session.turn.end")[-1]["payload"]["stop_reason"] == "cancelled"
