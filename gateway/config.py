@@ -103,10 +103,11 @@ class AgentProfile:
         """The prompt goes on the command line (``{prompt}`` in ``command``), not on stdin."""
         return any("{prompt}" in arg for arg in self.command)
 
-    def public(self) -> dict[str, Any]:
-        """What ``GET /v1/agents`` shows (docs/http-api.md)."""
-        features = msgspec.to_builtins(
-            msgspec.structs.replace(self.features, adapter_type="process")
+    def public(self, features: Features | None = None) -> dict[str, Any]:
+        """What ``GET /v1/agents`` shows (docs/http-api.md); ``features``: what the agent
+        itself declared, when it did (ACP), instead of the profile's."""
+        shown = msgspec.to_builtins(
+            msgspec.structs.replace(features or self.features, adapter_type="process")
         )
         return {
             "name": self.name,
@@ -114,7 +115,7 @@ class AgentProfile:
             "single_turn_process": self.single_turn_process,
             "resume_flag": self.resume_flag,
             "resume_command": list(self.resume_command) if self.resume_command else None,
-            "features": features,
+            "features": shown,
             "parser": self.parser,
             "description": self.description,
         }

@@ -319,7 +319,12 @@ async def metrics_handler(request: web.Request) -> web.Response:
 
 async def list_agents(request: web.Request) -> web.Response:
     agents = request.app[CONFIG].agents
-    return web.json_response({"agents": [p.public() for p in agents.values()]})
+    # An agent that says what it can do when it starts (ACP) is shown with what its newest
+    # session's agent declared; before any session, with the profile's features.
+    declared = {s.profile.name: s.machine.config.features for s in request.app[SESSIONS].values()}
+    return web.json_response(
+        {"agents": [p.public(declared.get(name)) for name, p in agents.items()]}
+    )
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:

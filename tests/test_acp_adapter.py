@@ -307,7 +307,7 @@ def test_DPS_6_3_mode_switch_is_session_set_mode():
 def test_an_agent_without_a_plan_mode_announces_no_plan_mode():
     rig = Rig()
     rig.start(modes=["read-only", "auto"])
-    assert rig.machine.config.features.plan_mode is False
+    assert rig.machine.config.features.plan_mode is None
     assert rig.of("session.capabilities")[-1]["payload"]["features"].get("plan_mode") is not True
     rig.master("control.mode.switch", {"mode": "plan"})
     assert rig.frames[-1]["payload"]["error_code"] == "MODE_NOT_SUPPORTED"

@@ -82,3 +82,21 @@ async def test_hostile_acp_agent_faults_are_errors_and_the_session_goes_on(tmp_p
         assert (await gw.get("/healthz")).status == 200
     finally:
         await gw.close()
+
+
+async def test_get_agents_shows_what_the_acp_agent_declared(tmp_path):
+    """The hostile agent lists no modes: once a session started it, GET /v1/agents shows the
+    profile without plan_mode (DPS-12.2-caps)."""
+    gw = await start_gateway(make_config(tmp_path, agents={"hostile-acp": profile()}))
+    try:
+        shown = await (await gw.get("/v1/agents")).json()
+        (before,) = [a for a in shown["agents"] if a["name"] == "hostile-acp"]
+        assert before["features"]["plan_mode"] is True
+        session = await create_session(gw, "hostile-acp")
+        master = await Master.attach(gw, session["session_id"])
+        await turn(master, "hello")
+        shown = await (await gw.get("/v1/agents")).json()
+        (after,) = [a for a in shown["agents"] if a["name"] == "hostile-acp"]
+        assert "plan_mode" not in after["features"]
+    finally:
+        await gw.close()

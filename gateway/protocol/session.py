@@ -494,7 +494,12 @@ class SessionMachine:
     def _features_declared(self, event: ev.FeaturesDeclared) -> list[Action]:
         """What the agent itself declared narrows (or widens) the profile's features; masters get
         ``session.capabilities`` again when that changes anything."""
-        known = {k: v for k, v in event.features.items() if k in F.Features.__struct_fields__}
+        # Off is absent, as in every announcement of features.
+        known = {
+            k: (True if v else None)
+            for k, v in event.features.items()
+            if k in F.Features.__struct_fields__ and k != "adapter_type"
+        }
         features = msgspec.structs.replace(self.config.features, **known)
         if features == self.config.features:
             return []
