@@ -77,8 +77,8 @@ async def test_hostile_acp_agent_faults_are_errors_and_the_session_goes_on(tmp_p
         assert text(frames) == "ok: after"
         info = await (await gw.get(f"/v1/session/{sid}")).json()
         assert info["state"] == "IDLE" and info["agent_session_id"] == "hostile-1"
-        starts = list(Path(info["workspace_path"]).joinpath("acp-starts.log").read_text().split())
-        assert starts == ["start", "start"]
+        log = Path(info["workspace_path"]).joinpath("acp-starts.log").read_text().splitlines()
+        assert log == ["start", "new", "start", "load hostile-1"]
         assert (await gw.get("/healthz")).status == 200
     finally:
         await gw.close()
@@ -98,5 +98,30 @@ async def test_get_agents_shows_what_the_acp_agent_declared(tmp_path):
         shown = await (await gw.get("/v1/agents")).json()
         (after,) = [a for a in shown["agents"] if a["name"] == "hostile-acp"]
         assert "plan_mode" not in after["features"]
+    finally:
+        await gw.close()
+
+
+async def test_a_restored_acp_session_loads_the_agents_session_without_its_replay(tmp_path):
+    """After a gateway restart (state_dir), the next prompt starts the agent again, which loads
+    its ACP session (session/load) instead of starting a new one; the conversation it replays is
+    not sent again (masters have it)."""
+    state = tmp_path / "state"
+    config = make_config(tmp_path, agents={"hostile-acp": profile()}, state_dir=state)
+    gw = await start_gateway(config)
+    session = await create_session(gw, "hostile-acp")
+    sid = session["session_id"]
+    master = await Master.attach(gw, sid)
+    await turn(master, "first")
+    await gw.close()  # the gateway stops: the session is suspended, not deleted
+    gw = await start_gateway(config)
+    try:
+        master = await Master.attach(gw, sid)
+        frames = await turn(master, "second")
+        assert text(frames) == "ok: second"  # not "replayed"
+        workspace = Path(session["workspace_path"])
+        log = workspace.joinpath("acp-starts.log").read_text().splitlines()
+        assert log == ["start", "new", "start", "load hostile-1"]
+        assert "ACP_SESSION_NOT_RESUMED" not in codes(master.frames)
     finally:
         await gw.close()

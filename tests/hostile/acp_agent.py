@@ -9,7 +9,8 @@ start a session, and misbehaves in the way a prompt's text names:
 * ``hang``: never answers the prompt (nor a cancel).
 
 Anything else gets "ok: <prompt>". It declares ``loadSession`` and answers ``session/load``, so a
-restart resumes the same session. Each start appends ``start`` to ``acp-starts.log`` in its cwd.
+restart resumes the same session. Each start appends ``start`` to ``acp-starts.log`` in its cwd,
+and each session it opens ``new`` or ``load <id>``.
 """
 
 from __future__ import annotations
@@ -44,9 +45,13 @@ def read() -> dict:
     return json.loads(line)
 
 
-def main() -> None:
+def note(what: str) -> None:
     with open("acp-starts.log", "a") as f:
-        f.write("start\n")
+        f.write(what + "\n")
+
+
+def main() -> None:
+    note("start")
     asked = 1000
     while True:
         msg = read()
@@ -61,8 +66,21 @@ def main() -> None:
                 }
             )
         elif method == "session/new":
+            note("new")
             send({"jsonrpc": "2.0", "id": rpc_id, "result": {"sessionId": SESSION}})
         elif method == "session/load":
+            note(f"load {msg['params']['sessionId']}")
+            update = {
+                "sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": "replayed"},
+            }
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "session/update",
+                    "params": {"sessionId": SESSION, "update": update},
+                }
+            )
             send({"jsonrpc": "2.0", "id": rpc_id, "result": None})
         elif method == "session/prompt":
             text = msg["params"]["prompt"][0]["text"]
