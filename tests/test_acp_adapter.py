@@ -265,7 +265,8 @@ def test_plan_commands_and_mode_updates():
         {"name": "init", "description": "Init"},
     ]
     rig.agent(update("available_commands_update", availableCommands=cmds))
-    (pub,) = rig.of("agent.commands.publish")
+    empty, pub = rig.of("agent.commands.publish")  # none at session/new, then the agent's
+    assert empty["payload"]["commands"] == []
     assert pub["payload"]["commands"] == [
         {"name": "compact", "description": "Compact the context"},
         {"name": "init", "description": "Init"},

@@ -662,9 +662,6 @@ class Mapper:
         if event.agent_session_id:
             self.agent_session_id = event.agent_session_id
         out: list[F.Frame] = []
-        if not (event.tools or event.mcp_servers or self.catalog is not None):
-            # An agent that names no tools (ACP): no empty catalog, no empty command list.
-            return out if not event.commands else self._commands_listed(event)
         catalog = build_catalog(event.tools, event.mcp_servers)
         if self.catalog is None or self.catalog.payload != catalog:  # type: ignore[attr-defined]
             self.catalog = self._frame(catalog)
