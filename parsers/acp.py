@@ -243,6 +243,8 @@ class AcpAdapter(JsonLinesParser):
                     "data": base64.b64encode(image.data).decode("ascii"),
                 }
             )
+        if self._stage == "ready" and not self._images:
+            blocks = _without_images(blocks)  # (a prompt that waits is checked when it goes)
         return self._session_request("session/prompt", {"prompt": blocks})
 
     def interrupt(self, request_id: str) -> bytes | None:
@@ -456,6 +458,8 @@ class AcpAdapter(JsonLinesParser):
         ]
         queued, self._queued = self._queued, []
         for method_, (params, machine_id) in queued:
+            if method_ == "session/prompt" and not self._images:
+                params = {"prompt": _without_images(params["prompt"])}
             data = self._request(method_, {"sessionId": self.session_id, **params}, machine_id)
             if data is not None:
                 out.append(ev.StdinWrite(data=data))
@@ -893,6 +897,19 @@ def _unfence(text: str) -> str:
         if sep and "```" not in rest and " " not in first.strip():
             return rest
     return text
+
+
+def _without_images(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A prompt for an agent that declared no image prompts (ACP forbids sending it images): the
+    images are named in the text instead."""
+    images = [b["mimeType"] for b in blocks if b["type"] == "image"]
+    if not images:
+        return blocks
+    text = (
+        blocks[0]["text"]
+        + f"\n\n(Attached images not sent: this agent takes no images: {', '.join(images)})"
+    )
+    return [{"type": "text", "text": text}]
 
 
 def _quota_usage(meta: dict[str, Any] | None) -> ev.UsageInfo | None:

@@ -30,6 +30,10 @@ agent's cwd. The parser then reads paths as the agent sees them (a relative path
 workspace) and only inside it. A parser without the method is made as before; one with it that is
 never told (a replay: ``translate``) reads nothing.
 
+An agent that converses (ACP: it asks the gateway things and must be answered) is one object that
+is both parser and input (``ParserSpec.converses``; ``make()`` gives it twice): its ``opening``
+is written when the process starts, and ``feed`` returns ``StdinWrite`` events for its answers.
+
 A ``ParserSpec`` bundles the two factories under a name, with ``features``: the DPS features
 (names of ``Features`` fields of DPS §12.2, e.g. ``thinking_stream``, ``plan_mode``) the agent
 behind this parser supports. A profile using the parser announces them unless its configuration

@@ -553,3 +553,22 @@ def test_compaction_through_the_agents_own_command():
     rig.master("control.session.compact", {"instruction": "keep the plan"})
     sent = rig.last_write()
     assert sent["params"]["prompt"] == [{"type": "text", "text": "/compress keep the plan"}]
+
+
+def test_image_prompts_only_to_an_agent_that_declares_them():
+    from parsers.base import PromptImage
+
+    png = PromptImage(mime_type="image/png", data=b"\x89PNG")
+    rig = Rig()
+    rig.start()  # declares promptCapabilities.image
+    blocks = json.loads(rig.adapter.prompt("look", images=[png]))["params"]["prompt"]
+    assert blocks == [
+        {"type": "text", "text": "look"},
+        {"type": "image", "mimeType": "image/png", "data": "iVBORw=="},
+    ]
+    plain = acp.AcpAdapter()
+    plain.opening(None)
+    plain.feed(rpc(id=0, result={"protocolVersion": 1, "agentCapabilities": {}}))
+    plain.feed(rpc(id=1, result={"sessionId": SID}))
+    (block,) = json.loads(plain.prompt("look", images=[png]))["params"]["prompt"]
+    assert block["type"] == "text" and "not sent" in block["text"]
