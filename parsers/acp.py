@@ -592,6 +592,7 @@ class AcpAdapter(JsonLinesParser):
                 call_id=call_id or None,
                 affected_paths=call.locations if call is not None else [],
                 options=options,
+                title=(call.title if call is not None else fields.title) or None,
             )
         )
         return out
@@ -853,7 +854,10 @@ class AcpAdapter(JsonLinesParser):
                 output_type="file_list",
                 listing=True,
             )
-        if not text and raw_output is not None and not binary:
+        printed = _output_of(raw_output) if not text else None
+        if printed is not None:
+            text = printed  # Codex: the command's own output is in rawOutput
+        elif not text and raw_output is not None and not binary:
             return ev.ToolResult(
                 call_id=call_id,
                 is_error=False,
@@ -922,6 +926,18 @@ def _quota_usage(meta: dict[str, Any] | None) -> ev.UsageInfo | None:
     return ev.UsageInfo(
         input_tokens=tokens.get("input_tokens", 0), output_tokens=tokens.get("output_tokens", 0)
     )
+
+
+_OUTPUT_KEYS: Final = ("formatted_output", "aggregated_output", "output", "stdout")
+
+
+def _output_of(raw: Any) -> str | None:
+    """A tool's printed output from its ``rawOutput`` object, where it has one (None: it has
+    none; "" is a command that printed nothing)."""
+    if not isinstance(raw, dict):
+        return None
+    found = [raw[k] for k in _OUTPUT_KEYS if isinstance(raw.get(k), str)]
+    return next((v for v in found if v), found[0] if found else None)
 
 
 def _raw_text(raw: Any) -> str:

@@ -248,6 +248,7 @@ class PermissionRequest(AgentEvent):
     reason: str | None = None  # e.g. Claude Code's decision_reason_type ("mode", ...)
     affected_paths: list[str] = []
     options: list[PermissionChoice] = []
+    title: str | None = None  # how the agent itself describes the call (ACP ``title``)
 
 
 class ControlAck(AgentEvent):

@@ -28,7 +28,7 @@ def replay(path: Path) -> tuple[list[Any], list[dict[str, Any]], int]:
 
 
 def test_there_are_transcripts():
-    assert [p.stem for p in TRANSCRIPTS] == ["gemini-write"]
+    assert [p.stem for p in TRANSCRIPTS] == ["claude-write", "codex-exec", "gemini-write"]
 
 
 @pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.stem)
@@ -62,3 +62,33 @@ def test_gemini_write_replays_both_turns_with_the_diff_and_usage():
     ]
     commands = [f for f in frames if f["type"] == "agent.commands.publish"][-1]
     assert any(c["name"] == "memory" for c in commands["payload"]["commands"])
+
+
+def test_claude_write_replays_the_diff_reported_with_the_input():
+    """claude-agent-acp: a Write announced pending with an empty input, then its input and diff,
+    then completed with no content: one request with the input, a diff result from /dev/null,
+    the adapter's usage and cost (DPS-7.5.2-usage)."""
+    _, frames, _ = replay(FIXTURES / "claude-write.jsonl")
+    (request,) = [f["payload"] for f in frames if f["type"] == "tool.invoke.request"]
+    assert request["tool_name"] == "Write" and request["input"]["content"] == "new\n"
+    (result,) = [f["payload"] for f in frames if f["type"] == "tool.invoke.result"]
+    assert result["output_type"] == "diff" and result["output"].startswith("--- /dev/null\n")
+    thinking = "".join(f["payload"]["text"] for f in frames if f["type"] == "agent.thinking.delta")
+    assert thinking == "Think first."
+    usage = [f["payload"] for f in frames if f["type"] == "session.usage"][-1]
+    assert usage["token_usage"]["input_tokens"] > 0 and usage["cost_usage"]["used"] > 0
+    assert usage["context_window"]["capacity"] > 0
+
+
+def test_codex_exec_replays_the_command_asked_and_its_output():
+    """codex-acp: a command asked with Codex's own options (approved, approved for the prefix,
+    abort), its empty output from rawOutput, the reasoning as thinking."""
+    _, frames, _ = replay(FIXTURES / "codex-exec.jsonl")
+    (ask,) = [f["payload"] for f in frames if f["type"] == "agent.interaction.request"]
+    assert ask["question_text"] == "Allow execute: echo hi > made.txt?"
+    assert [o["value"] for o in ask["options"]] == ["allow", "allow_always", "deny"]
+    (result,) = [f["payload"] for f in frames if f["type"] == "tool.invoke.result"]
+    assert (result["status"], result["output"], result["output_type"]) == ("success", "", "empty")
+    assert any(f["type"] == "agent.thinking.delta" for f in frames)
+    texts = [f["payload"]["full_text"] for f in frames if f["type"] == "agent.text.done"]
+    assert texts == ["Made it."]

@@ -1372,10 +1372,12 @@ def _chosen(choices: dict[str, tuple[str, bool]], allow: bool) -> str | _NoOptio
 
 def permission_question(req: ev.PermissionRequest) -> str:
     inp = req.input
-    detail = inp.get("command") or inp.get("file_path") or inp.get("path") or inp.get("url")
-    detail = detail or inp.get("title")  # an ACP call known by its title alone
-    if isinstance(detail, str) and detail:
-        return f"Allow {req.tool_name}: {detail}?"
+    for key in ("command", "file_path", "path", "url"):
+        detail = inp.get(key)
+        if isinstance(detail, str) and detail:
+            return f"Allow {req.tool_name}: {detail}?"
+    if req.title:  # the agent's own words for the call (ACP)
+        return f"Allow {req.tool_name}: {req.title[:200]}?"
     return f"Allow the agent to use {req.tool_name}?"
 
 

@@ -51,6 +51,48 @@ TRANSCRIPTS: dict[str, dict[str, Any]] = {
             {"parts": [{"text": "Hello there."}]},
         ],
     },
+    "claude-write": {
+        "agent": "claude-acp",
+        "args": [],
+        "files": {},
+        "prompts": ["Write a.txt."],
+        "permission": "allow_once",
+        "calls": [
+            {
+                "content": [
+                    {"type": "thinking", "thinking": "Think first.", "signature": "sig"},
+                    {
+                        "type": "tool_use",
+                        "name": "Write",
+                        "input": {"file_path": "{workspace}/a.txt", "content": "new\n"},
+                    },
+                ]
+            },
+            {"match": {"tool_result": True}, "content": [{"type": "text", "text": "Wrote a.txt."}]},
+        ],
+    },
+    "codex-exec": {
+        "agent": "codex-acp",
+        "args": [],
+        "files": {},
+        "prompts": ["Make a file."],
+        "permission": "allow_once",
+        # No bubblewrap here: unsandboxed, and asking before each command (tests/rig/README.md).
+        "codex_config": 'sandbox_mode = "danger-full-access"\napproval_policy = "untrusted"\n',
+        "calls": [
+            {
+                "output": [
+                    {"type": "reasoning", "summary": "Check the files."},
+                    {
+                        "type": "function_call",
+                        "name": "exec_command",
+                        "arguments": {"cmd": "echo hi > made.txt"},
+                    },
+                ]
+            },
+            {"match": {"tool_output": True}, "output": [{"type": "message", "text": "Made it."}]},
+        ],
+    },
 }
 
 
@@ -61,6 +103,9 @@ async def record(name: str) -> list[str]:
     scenario = parse_scenario(data, name=name, agent=agent)
     lines: list[bytes] = []
     async with scripted_cli(scenario, workdir=WORK_ROOT / name) as cli:
+        if "codex_config" in spec:
+            config = cli.home / ".codex" / "config.toml"
+            config.write_text(spec["codex_config"] + config.read_text())
         proc = await asyncio.create_subprocess_exec(
             *cli.argv,
             stdin=asyncio.subprocess.PIPE,
@@ -115,8 +160,10 @@ async def record(name: str) -> list[str]:
         problems = (
             [f"unused calls: {cli.server.unused}"] if getattr(cli.server, "unused", None) else []
         )
-        if cli.server.unexpected:
-            problems.append(f"unscripted requests: {len(cli.server.unexpected)}")
+        # claude-agent-acp first checks that its base URL answers at all: a request for "/".
+        unexpected = [r.path for r in cli.server.unexpected if r.path != "/"]
+        if unexpected:
+            problems.append(f"unscripted requests: {unexpected}")
         FIXTURES.mkdir(parents=True, exist_ok=True)
         (FIXTURES / f"{name}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
         argv = [Path(cli.argv[0]).name, *cli.argv[1:]]
