@@ -298,6 +298,8 @@ class AcpAdapter(JsonLinesParser):
             return None
         rpc_id = self._next_id
         self._next_id += 1
+        if len(self._sent) >= MAX_PENDING:
+            del self._sent[next(iter(self._sent))]  # the oldest, never answered: its answer is late
         self._sent[rpc_id] = (method, machine_id)
         if method == "session/prompt":
             self._prompt, self._cancelled = rpc_id, False

@@ -572,3 +572,12 @@ def test_image_prompts_only_to_an_agent_that_declares_them():
     plain.feed(rpc(id=1, result={"sessionId": SID}))
     (block,) = json.loads(plain.prompt("look", images=[png]))["params"]["prompt"]
     assert block["type"] == "text" and "not sent" in block["text"]
+
+
+def test_requests_never_answered_are_forgotten_past_the_bound():
+    rig = Rig()
+    rig.start(modes=["default", "plan"])
+    for _ in range(3 * acp.MAX_PENDING):
+        rig.master("control.mode.switch", {"mode": "plan"})
+        rig.master("control.mode.switch", {"mode": "default"})
+    assert len(rig.adapter._sent) <= acp.MAX_PENDING

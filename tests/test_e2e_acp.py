@@ -298,3 +298,12 @@ async def test_codex_acp_permissions_cancel_and_two_turns():
         await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
         frames = await until_usage(master, 15)
         assert of(frames, "session.turn.end")[-1]["payload"]["stop_reason"] == "cancelled"
+
+
+@pytest.mark.parametrize("agent", ["claude-acp", "codex-acp"])
+def test_the_pinned_acp_adapters_are_installed(agent):
+    """scripts/install-agents.sh installed exactly the versions tests/rig/env.py pins."""
+    from tests.rig import env as rigenv
+
+    require_cli(agent)
+    assert rigenv.installed_version(agent) == rigenv.AGENTS[agent].version
