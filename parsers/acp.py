@@ -67,6 +67,7 @@ __all__ = ["MAX_OPEN_CALLS", "MAX_PROTOCOL_WARNINGS", "SPEC", "AcpAdapter"]
 CLIENT_NAME: Final = "rawp-gateway"
 CLIENT_VERSION: Final = "0.1.0"
 METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
 MAX_OPEN_CALLS: Final = 4096  # tool calls remembered until their end
 MAX_COMMANDS: Final = 1024
 MAX_COMMAND_DESCRIPTION: Final = 200
@@ -102,7 +103,7 @@ _STOPS: Final[dict[str, tuple[str, str | None, str, str]]] = {
         "the agent refused to continue; this prompt is not part of the conversation any more",
     ),
 }
-# ToolKind → (output_type when the result has content, when it has none)
+# ToolKind → the output_type of a result with text (one without is "empty")
 _KIND_OUTPUT: Final[dict[str, str]] = {
     "read": "file_content",
     "execute": "text",
@@ -145,6 +146,9 @@ class AcpAdapter(JsonLinesParser):
     ``interrupt``, ``permission``, ``set_mode``, ``opening``) at once."""
 
     accepts_images: ClassVar[bool] = True
+    # A cancel is session/cancel alone: SIGINT would end the agent, not its turn (the session
+    # machine still stops an agent whose turn has not ended 10 s after the cancel).
+    sigint_on_cancel: ClassVar[bool] = False
     KNOWN_KINDS: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self) -> None:
@@ -320,14 +324,14 @@ class AcpAdapter(JsonLinesParser):
         try:
             msg = _decode_message(line)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as err:
-            return self._not_usable(line, err)
+            return self._not_usable(line, err) + self._answer_malformed(line)
         if msg.method is not None:
             if msg.id is None:
                 if msg.method == "session/update" and msg.params is not None:
                     return self._update(msg.params, line)
                 return self._unknown(msg.method, line)
             if too_deep(line, MAX_AGENT_LINE_DEPTH):
-                return self._too_deep(line) + self._answer_error(msg.id, -32600, "too deep")
+                return self._too_deep(line) + self._answer_error(msg.id, INVALID_PARAMS, "too deep")
             return self._agent_request(msg, line)
         if msg.id is not None and (len(msg.result) or msg.error is not None):
             return self._response(msg)
@@ -356,6 +360,17 @@ class AcpAdapter(JsonLinesParser):
         return events + self._warn(
             "ACP_INVALID_MESSAGE", f"the agent wrote a line that is not ACP: {reason}"
         )
+
+    def _answer_malformed(self, line: bytes) -> list[ev.AgentEvent]:
+        """A request whose params are not what its method takes still gets an answer (-32602),
+        so the agent does not wait for one forever."""
+        try:
+            envelope = _decode_envelope(line)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return []
+        if envelope.id is None or envelope.method is None:
+            return []
+        return self._answer_error(envelope.id, INVALID_PARAMS, "invalid params")
 
     def _warn(self, code: str, message: str) -> list[ev.AgentEvent]:
         """An ``agent.error`` warning about the agent's use of the protocol (bounded per process)."""

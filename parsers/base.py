@@ -7,6 +7,8 @@ at a time (``feed``) that returns normalised events (``parsers/events.py``), plu
 stdout closes. ``AgentInput`` is the stdin side: it encodes what the gateway must tell the agent
 (a prompt, an interrupt, a permission answer, a mode change) as bytes to write, or ``None`` when the
 agent has no way to hear it (then the session machine uses a signal or a respawn instead).
+An input that a SIGINT would stop rather than interrupt (ACP agents) says
+``sigint_on_cancel = False``: a cancel then writes its ``interrupt`` and sends no signal.
 An input whose prompts can carry images says so with ``accepts_images = True`` and takes them as
 ``prompt(text, images=[PromptImage, ...])`` (Claude Code: image blocks in the stream-json user
 message); the gateway passes ``images`` only to such an input.

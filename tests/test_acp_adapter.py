@@ -432,6 +432,18 @@ def test_a_response_to_an_id_never_sent_and_non_json_are_warnings():
     assert rig.adapter.parse_errors == 2 * acp.MAX_PROTOCOL_WARNINGS + 2
 
 
+def test_a_request_with_params_of_the_wrong_shape_is_answered():
+    rig = Rig()
+    rig.start()
+    rig.agent(rpc(id="odd", method="session/request_permission", params={"options": 5}))
+    assert rig.last_write() == {
+        "jsonrpc": "2.0",
+        "id": "odd",
+        "error": {"code": -32602, "message": "invalid params"},
+    }
+    assert rig.of("agent.error")[-1]["payload"]["error_code"] == "ACP_INVALID_MESSAGE"
+
+
 def test_a_failed_prompt_ends_the_turn_with_error():
     rig = Rig()
     rig.start()
@@ -581,3 +593,25 @@ def test_requests_never_answered_are_forgotten_past_the_bound():
         rig.master("control.mode.switch", {"mode": "plan"})
         rig.master("control.mode.switch", {"mode": "default"})
     assert len(rig.adapter._sent) <= acp.MAX_PENDING
+
+
+def test_DPS_6_1_2_cancel_sends_no_sigint_but_keeps_the_kill_bound():
+    rig = Rig()
+    rig.start()
+    rig.prompt()
+    turn_id = rig.of("session.turn.start")[0]["payload"]["turn_id"]
+    rig.master("control.prompt.cancel", {"target_turn_id": turn_id})
+    timers = [a.key for a in rig.actions if isinstance(a, sm.StartTimer)]
+    assert "cancel" not in timers and "cancel-kill" in timers
+
+
+def test_a_prompt_cancelled_before_the_session_exists_is_never_sent():
+    rig = Rig()
+    rig.take(rig.machine.start())
+    rig.master("control.prompt.request", {"prompt_text": "early"})
+    turn_id = rig.of("session.turn.start")[0]["payload"]["turn_id"]
+    rig.master("control.prompt.cancel", {"target_turn_id": turn_id})
+    rig.agent(rpc(id=0, result={"protocolVersion": 1, "agentCapabilities": {}}))
+    rig.agent(rpc(id=1, result={"sessionId": SID}))
+    assert [w.get("method") for w in rig.writes] == ["initialize", "session/new"]
+    assert rig.of("session.turn.end")[-1]["payload"]["stop_reason"] == "cancelled"

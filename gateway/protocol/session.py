@@ -933,7 +933,8 @@ class SessionMachine:
             data = self.input.interrupt(self._next_request_id("interrupt"))
         if data is not None:
             out.append(WriteStdin(data))
-            out.append(StartTimer("cancel", CANCEL_GRACE_S))
+            if getattr(self.input, "sigint_on_cancel", True):
+                out.append(StartTimer("cancel", CANCEL_GRACE_S))
         else:
             out.append(Signal(_signal.SIGINT))
         out.append(StartTimer("cancel-kill", CANCEL_KILL_S))
