@@ -586,7 +586,8 @@ class AcpAdapter(JsonLinesParser):
             out: list[ev.AgentEvent] = [] if self.replaying else [ev.StdinWrite(data=data)]
             return out + self._warn(
                 "ACP_UNEXPECTED_REQUEST",
-                "the agent asked for a permission outside a prompt; it was answered cancelled",
+                "the agent asked for a permission outside a prompt (or with "
+                f"{MAX_PENDING} waiting); it was answered cancelled",
             )
         self._asked[key] = rpc_id
         fields = params.toolCall or S.ToolCallFields()
