@@ -159,6 +159,7 @@ class AcpAdapter(JsonLinesParser):
         self.dropped_replay = 0  # updates of a session/load's replay, not passed on
         self.stray_updates = 0  # content outside any prompt, not passed on
         self._compact: str | None = None  # the agent's compaction command, when it lists one
+        self._model: str | None = None  # session/new's models.currentModelId
         self._reset_process()
 
     def _reset_process(self) -> None:
@@ -455,6 +456,8 @@ class AcpAdapter(JsonLinesParser):
                 result = msgspec.json.decode(msg.result, type=S.NewSessionResult)
                 self.session_id = _cut(result.sessionId) or None
                 modes = result.modes
+                if result.models is not None and result.models.currentModelId:
+                    self._model = _cut(result.models.currentModelId)
             else:
                 if len(msg.result) and bytes(msg.result) != b"null":
                     modes = msgspec.json.decode(msg.result, type=S.LoadSessionResult).modes
@@ -470,7 +473,9 @@ class AcpAdapter(JsonLinesParser):
             if self._default_mode is None or method == "session/new":
                 self._default_mode = modes.currentModeId
         out: list[ev.AgentEvent] = [
-            ev.SessionStarted(agent_session_id=self.session_id, permission_mode=self._mode),
+            ev.SessionStarted(
+                agent_session_id=self.session_id, model=self._model, permission_mode=self._mode
+            ),
             ev.FeaturesDeclared(features={"plan_mode": self._plan_mode() is not None}),
         ]
         queued, self._queued = self._queued, []

@@ -215,9 +215,16 @@ class ModeState(msgspec.Struct):
     availableModes: list[Mode] = []
 
 
+class ModelState(msgspec.Struct):
+    """``SessionModelState`` (unstable in the schema; Gemini and Claude's adapter send it)."""
+
+    currentModelId: str = ""
+
+
 class NewSessionResult(msgspec.Struct):
     sessionId: str = ""
     modes: ModeState | None = None
+    models: ModelState | None = None
 
 
 class LoadSessionResult(msgspec.Struct):

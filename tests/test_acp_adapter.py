@@ -615,3 +615,13 @@ def test_a_prompt_cancelled_before_the_session_exists_is_never_sent():
     rig.agent(rpc(id=1, result={"sessionId": SID}))
     assert [w.get("method") for w in rig.writes] == ["initialize", "session/new"]
     assert rig.of("session.turn.end")[-1]["payload"]["stop_reason"] == "cancelled"
+
+
+def test_the_model_of_session_new_names_the_usage():
+    rig = Rig()
+    rig.take(rig.machine.start())
+    rig.agent(rpc(id=0, result={"protocolVersion": 1, "agentCapabilities": {}}))
+    rig.agent(
+        rpc(id=1, result={"sessionId": SID, "models": {"currentModelId": "gemini-2.5-flash"}})
+    )
+    assert rig.machine.model == "gemini-2.5-flash"
