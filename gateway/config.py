@@ -476,11 +476,24 @@ def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, whe
                 )
             changes[key] = value
     if base is not None:
-        return replace(base, **changes), unknown
+        return _conversing_checked(replace(base, **changes), where), unknown
     for required in ("parser", "command"):
         if required not in changes:
             raise ConfigError(f"{where}: a new profile needs {required}")
-    return AgentProfile(name=name, **changes), unknown
+    return _conversing_checked(AgentProfile(name=name, **changes), where), unknown
+
+
+def _conversing_checked(profile: AgentProfile, where: str) -> AgentProfile:
+    """An agent the gateway converses with (ACP) is one long-lived process that takes its
+    prompts in the conversation: a ``{prompt}`` or a process per prompt cannot work."""
+    if get_parser(profile.parser).converses and (
+        profile.prompt_in_argv or profile.single_turn_process
+    ):
+        raise ConfigError(
+            f"{where}: parser {profile.parser!r} sends prompts as session/prompt: its command "
+            "takes no {prompt} and single_turn_process must be false"
+        )
+    return profile
 
 
 def _override_features(base: Features, table: Any, where: str) -> Features:

@@ -625,3 +625,16 @@ def test_the_model_of_session_new_names_the_usage():
         rpc(id=1, result={"sessionId": SID, "models": {"currentModelId": "gemini-2.5-flash"}})
     )
     assert rig.machine.model == "gemini-2.5-flash"
+
+
+def test_an_acp_profile_is_configured_by_parser_and_command_alone(tmp_path):
+    from gateway.config import ConfigError, load_config
+
+    path = tmp_path / "c.toml"
+    path.write_text('[agents.qwen]\nparser = "acp"\ncommand = ["qwen", "--acp"]\n')
+    profile = load_config(path, environ={}).agents["qwen"]
+    assert profile.command == ("qwen", "--acp") and not profile.single_turn_process
+    assert profile.features.plan_mode is True and profile.features.thinking_stream is True
+    path.write_text('[agents.qwen]\nparser = "acp"\ncommand = ["qwen", "{prompt}"]\n')
+    with pytest.raises(ConfigError, match="session/prompt"):
+        load_config(path, environ={})
