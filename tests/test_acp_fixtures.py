@@ -28,7 +28,12 @@ def replay(path: Path) -> tuple[list[Any], list[dict[str, Any]], int]:
 
 
 def test_there_are_transcripts():
-    assert [p.stem for p in TRANSCRIPTS] == ["claude-write", "codex-exec", "gemini-write"]
+    assert [p.stem for p in TRANSCRIPTS] == [
+        "claude-write",
+        "codex-edit",
+        "codex-exec",
+        "gemini-write",
+    ]
 
 
 @pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.stem)
@@ -92,3 +97,13 @@ def test_codex_exec_replays_the_command_asked_and_its_output():
     assert any(f["type"] == "agent.thinking.delta" for f in frames)
     texts = [f["payload"]["full_text"] for f in frames if f["type"] == "agent.text.done"]
     assert texts == ["Made it."]
+
+
+def test_codex_edit_replays_apply_patch_as_a_diff():
+    """codex-acp: apply_patch is an ``edit`` call whose diff content becomes the unified diff
+    (DPS-5.3.3-output-type), asked first with the diff in the question's tool call."""
+    _, frames, _ = replay(FIXTURES / "codex-edit.jsonl")
+    (ask,) = [f["payload"] for f in frames if f["type"] == "agent.interaction.request"]
+    assert ask["question_text"].startswith("Allow edit: Edit ")
+    (result,) = [f["payload"] for f in frames if f["type"] == "tool.invoke.result"]
+    assert result["output_type"] == "diff" and " alpha\n-beta\n+gamma\n" in result["output"]

@@ -93,6 +93,27 @@ TRANSCRIPTS: dict[str, dict[str, Any]] = {
             {"match": {"tool_output": True}, "output": [{"type": "message", "text": "Made it."}]},
         ],
     },
+    "codex-edit": {
+        "agent": "codex-acp",
+        "args": [],
+        "files": {"notes.txt": "alpha\nbeta\n"},
+        "prompts": ["Change beta to gamma."],
+        "permission": "allow_once",
+        "codex_config": 'sandbox_mode = "danger-full-access"\napproval_policy = "untrusted"\n',
+        "calls": [
+            {
+                "output": [
+                    {
+                        "type": "custom_tool_call",
+                        "name": "apply_patch",
+                        "input": "*** Begin Patch\n*** Update File: notes.txt\n@@\n alpha\n"
+                        "-beta\n+gamma\n*** End Patch\n",
+                    }
+                ]
+            },
+            {"match": {"tool_output": True}, "output": [{"type": "message", "text": "Done."}]},
+        ],
+    },
 }
 
 
