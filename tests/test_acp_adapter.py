@@ -638,3 +638,19 @@ def test_an_acp_profile_is_configured_by_parser_and_command_alone(tmp_path):
     path.write_text('[agents.qwen]\nparser = "acp"\ncommand = ["qwen", "{prompt}"]\n')
     with pytest.raises(ConfigError, match="session/prompt"):
         load_config(path, environ={})
+
+
+def test_a_restarted_agent_is_put_back_in_plan_mode():
+    rig = Rig(can_load=True)
+    rig.start()
+    rig.master("control.mode.switch", {"mode": "plan"})
+    rig.agent(rpc(id=rig.last_write()["id"], result={}))
+    rig.take(rig.machine._restart_after_stall())  # the process was started again
+    rig.agent(rpc(id=0, result={"protocolVersion": 1, "agentCapabilities": {"loadSession": True}}))
+    rig.agent(rpc(id=1, result=None))
+    assert [w.get("method") for w in rig.writes[-3:]] == [
+        "initialize",
+        "session/load",
+        "session/set_mode",
+    ]
+    assert rig.last_write()["params"]["modeId"] == "plan"

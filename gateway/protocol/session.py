@@ -515,8 +515,16 @@ class SessionMachine:
         """What a conversing agent (ACP) is told each time its process starts: the handshake,
         resuming ``resume_id`` where the agent can."""
         opening = getattr(self.input, "opening", None)
-        data = opening(resume_id) if opening is not None else None
-        return [WriteStdin(data)] if data else []
+        if opening is None:
+            return []
+        data = opening(resume_id)
+        out: list[Action] = [WriteStdin(data)] if data else []
+        if self.mode == "plan":
+            # The session's mode outlives the process (a restart, a restored session): the agent
+            # is told again once its session exists.
+            again = self.input.set_mode(self._next_request_id("set_mode"), "plan")
+            out += [WriteStdin(again)] if again else []
+        return out
 
     def _announce_agent_session(self, agent_session_id: str) -> F.Frame:
         """§18.3: the agent's own session id, kept as ``extensions.agent_session_id`` of the
