@@ -775,11 +775,7 @@ class AcpAdapter(JsonLinesParser):
             if call.locations:
                 tool_input["locations"] = call.locations
             call.input = tool_input
-        return [
-            ev.ToolCall(
-                call_id=call_id, name=call.name, input=tool_input, description=call.title or None
-            )
-        ]
+        return [ev.ToolCall(call_id=call_id, name=call.name, input=tool_input)]
 
     def _tool(self, update: S.Update) -> list[ev.AgentEvent]:
         call_id = _cut(update.toolCallId)
