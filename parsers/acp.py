@@ -82,6 +82,7 @@ _encode: Final = msgspec.json.encode
 _decode_message: Final = msgspec.json.Decoder(S.Message).decode
 _decode_envelope: Final = msgspec.json.Decoder(S.Envelope).decode
 _decode_sent: Final = msgspec.json.Decoder(S.Sent).decode
+_decode_answer: Final = msgspec.json.Decoder(S.SentAnswer).decode
 _decode_block: Final = msgspec.json.Decoder(S.ContentBlock).decode
 _decode_tool_content: Final = msgspec.json.Decoder(list[S.ToolCallContent]).decode
 
@@ -166,6 +167,7 @@ class AcpAdapter(JsonLinesParser):
         self._next_id = 0
         self._sent: dict[int | str, tuple[str, str | None]] = {}  # id → (method, machine's id)
         self._asked: dict[str, int | str] = {}  # the agent's open requests: str(id) → id
+        self._allowing: set[str] = set()  # option ids that allow (a replay reads answers)
         self._stage = "closed"  # closed, initializing, creating, loading, ready
         self._resume_id: str | None = None
         self._can_load = False
@@ -208,8 +210,13 @@ class AcpAdapter(JsonLinesParser):
                 self._prompt, self._cancelled = msg.id, False
         elif msg.method == "session/cancel":
             self._cancelled = True
-        elif msg.id is not None:
-            self._asked.pop(str(msg.id), None)
+        elif msg.id is not None and self._asked.pop(str(msg.id)[:MAX_ID_CHARS], None) is not None:
+            try:
+                chosen = _decode_answer(line).sent.result.outcome
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                chosen = S.Outcome()  # an answer of another shape: not an allow
+            allow = chosen.outcome == "selected" and chosen.optionId in self._allowing
+            return [ev.PermissionAnswered(request_id=str(msg.id)[:MAX_ID_CHARS], allow=allow)]
         return []
 
     # --- the input side (called by the session machine) -----------------------------------------
@@ -595,6 +602,10 @@ class AcpAdapter(JsonLinesParser):
                 f"{MAX_PENDING} waiting); it was answered cancelled",
             )
         self._asked[key] = rpc_id
+        if self.replaying and len(self._allowing) < MAX_COMMANDS:
+            for o in (params.options or [])[:16]:
+                if o.kind.startswith("allow"):
+                    self._allowing.add(o.optionId)  # to read the transcript's answer (``sent``)
         fields = params.toolCall or S.ToolCallFields()
         call_id = _cut(fields.toolCallId)
         out = self._close_block()

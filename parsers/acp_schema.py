@@ -177,6 +177,25 @@ class Sent(msgspec.Struct):
     sent: Envelope
 
 
+class Outcome(msgspec.Struct):
+    outcome: str = ""
+    optionId: str | None = None
+
+
+class PermissionResult(msgspec.Struct):
+    outcome: Outcome = msgspec.field(default_factory=Outcome)
+
+
+class Answer(msgspec.Struct):
+    result: PermissionResult = msgspec.field(default_factory=PermissionResult)
+
+
+class SentAnswer(msgspec.Struct):
+    """A client's answer to a permission request, in a recorded transcript."""
+
+    sent: Answer
+
+
 # --- results ------------------------------------------------------------------------------------
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "ModeChanged",
     "Notice",
     "ParseError",
+    "PermissionAnswered",
     "PermissionChoice",
     "PermissionRequest",
     "SessionStarted",
@@ -266,6 +267,14 @@ class StdinWrite(AgentEvent):
     them (sans-IO); the session machine writes them while the process runs."""
 
     data: bytes
+
+
+class PermissionAnswered(AgentEvent):
+    """In a replayed transcript (``rawp-gateway translate``): the client answered the agent's
+    permission request ``request_id`` then, allowing it or not."""
+
+    request_id: str
+    allow: bool
 
 
 class ModeChanged(AgentEvent):

@@ -107,3 +107,12 @@ def test_codex_edit_replays_apply_patch_as_a_diff():
     assert ask["question_text"].startswith("Allow edit: Edit ")
     (result,) = [f["payload"] for f in frames if f["type"] == "tool.invoke.result"]
     assert result["output_type"] == "diff" and " alpha\n-beta\n+gamma\n" in result["output"]
+
+
+def test_a_transcripts_permission_answer_settles_its_question():
+    """The client's answer in the transcript ends the interaction where it was given (before the
+    tool's result), as a master's answer would."""
+    _, frames, _ = replay(FIXTURES / "gemini-write.jsonl")
+    reasons = [f["payload"].get("reason") for f in frames if f["type"] == "agent.state.changed"]
+    answered = reasons.index("permission_answered")
+    assert reasons[answered - 1] == "permission_request" and reasons[answered + 1] == "tool_result"

@@ -446,6 +446,8 @@ class SessionMachine:
             return [WriteStdin(event.data)] if self.process_alive else []
         if isinstance(event, ev.ModeChanged):
             return self._agent_mode(event)
+        if isinstance(event, ev.PermissionAnswered):
+            return self._answered_in_transcript(event)
         if isinstance(event, ev.FeaturesDeclared):
             return self._features_declared(event)
         out: list[Action] = []
@@ -1101,6 +1103,18 @@ class SessionMachine:
             ]
         # DPS-6.2-interaction: a timeout denies a PERMISSION.
         return self._settle(interaction, False, "The permission request timed out.", "timed_out")
+
+    def _answered_in_transcript(self, event: ev.PermissionAnswered) -> list[Action]:
+        """A replayed transcript says how a permission was answered: the interaction ends there,
+        as a master's answer would have ended it (nothing is written: no process runs)."""
+        found = next(
+            (i for i in self.interactions.values() if i.request_id == event.request_id), None
+        )
+        if found is None:
+            return []
+        del self.interactions[found.interaction_id]
+        outcome = "allowed" if event.allow else "denied"
+        return self._settle(found, event.allow, "", outcome)
 
     def _deny_all_interactions(self, why: str) -> list[Action]:
         out: list[Action] = []
