@@ -291,9 +291,9 @@ def acp_profiles(*, gemini: str, claude_acp: str, codex_acp: str) -> dict[str, A
         "gemini-acp": AgentProfile(
             name="gemini-acp",
             parser="acp",
-            # Tested with @google/gemini-cli 0.61.0 (with --skip-trust it never answers
-            # initialize). In a folder it does not trust, "allow always" answers fail the tool.
-            command=(gemini, "--acp"),
+            # Tested with @google/gemini-cli 0.61.0. --skip-trust: the workspace is the one the
+            # gateway was told to use; in a folder it does not trust, "allow always" fails the tool.
+            command=(gemini, "--acp", "--skip-trust"),
             features=acp,  # modes default, autoEdit, yolo, plan
             description="Gemini CLI through ACP (gemini --acp, tested with 0.61.0)",
         ),

@@ -41,7 +41,7 @@ WRITE = {
 TRANSCRIPTS: dict[str, dict[str, Any]] = {
     "gemini-write": {
         "agent": "gemini",
-        "args": ["--acp", "-m", "gemini-2.5-flash"],
+        "args": ["--acp", "--skip-trust", "-m", "gemini-2.5-flash"],
         "files": {"notes.txt": "old\n"},
         "prompts": ["Update notes.txt.", "And say hello."],
         "permission": "allow_once",
