@@ -654,3 +654,31 @@ def test_a_restarted_agent_is_put_back_in_plan_mode():
         "session/set_mode",
     ]
     assert rig.last_write()["params"]["modeId"] == "plan"
+
+
+def test_DPS_5_3_3_fetch_is_web_content_and_an_image_is_binary():
+    adapter = acp.AcpAdapter()
+    adapter.opening(None)
+    adapter.feed(rpc(id=0, result={"protocolVersion": 1}))
+    adapter.feed(rpc(id=1, result={"sessionId": SID}))
+    adapter.prompt("go")
+    page = {"type": "content", "content": {"type": "text", "text": "<h1>Hi</h1>"}}
+    adapter.feed(
+        update("tool_call", toolCallId="f", title="Fetch", kind="fetch", status="in_progress")
+    )
+    (result,) = adapter.feed(
+        update("tool_call_update", toolCallId="f", status="completed", content=[page])
+    )
+    assert isinstance(result, acp.ev.ToolResult)
+    assert (result.output, result.output_type) == ("<h1>Hi</h1>", "web_content")
+    shot = {
+        "type": "content",
+        "content": {"type": "image", "data": "iVBORw==", "mimeType": "image/png"},
+    }
+    adapter.feed(
+        update("tool_call", toolCallId="i", title="Screenshot", kind="other", status="in_progress")
+    )
+    (result,) = adapter.feed(
+        update("tool_call_update", toolCallId="i", status="completed", content=[shot])
+    )
+    assert result.binary == [acp.ev.BinaryData(data="iVBORw==", mime_type="image/png")]
