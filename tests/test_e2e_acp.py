@@ -1,6 +1,7 @@
 """End to end with real ACP agents: the real gateway server spawns the agent through its built-in
-ACP profile (``gemini-acp``: the pinned Gemini CLI with ``--acp``) against the rig's scripted model
-server, and real WebSocket masters drive it. The gateway is the agent's ACP client: every frame
+ACP profile (``gemini-acp``: the pinned Gemini CLI with ``--acp``; ``claude-acp``: claude-agent-acp
+with its Claude Code; ``codex-acp``) against the rig's scripted model server, and real WebSocket
+masters drive it. The gateway is the agent's ACP client: every frame
 here went through the ACP handshake, ``session/prompt``, the agent's ``session/update``
 notifications and its ``session/request_permission`` requests, answered by the gateway.
 """
