@@ -97,6 +97,9 @@ class AgentProfile:
     stall_warning_sec: float = DEFAULT_STALL_WARNING_SEC
     stall_timeout_sec: float = DEFAULT_STALL_TIMEOUT_SEC
     description: str = ""
+    # Whether the agent's own saved conversations are listed and resumed (gateway/conversations.py),
+    # where its parser can read them: off for a program that speaks another agent's format.
+    conversations: bool = True
 
     @property
     def prompt_in_argv(self) -> bool:
@@ -118,6 +121,8 @@ class AgentProfile:
             "features": shown,
             "parser": self.parser,
             "description": self.description,
+            # GET /v1/agents/{agent}/conversations answers for it (gateway/conversations.py)
+            "conversations": self.conversations and get_parser(self.parser).saved is not None,
         }
 
 
@@ -220,6 +225,7 @@ def builtin_profiles(
             features=msgspec.structs.replace(claude_features, subagent=None, subagent_context=None),
             tools=DEMO_TOOLS,
             auto_allow=frozenset({"Read", "Glob", "Grep"}),
+            conversations=False,  # it keeps none: Claude Code's store is not its own
             description="The embedded demo agent (speaks Claude Code's stream-json; no network)",
         ),
         "codex": AgentProfile(
@@ -409,7 +415,7 @@ def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, whe
         "parser", "command", "resume_command", "env", "single_turn_process", "resume_flag",
         "mode_flag", "image_flag",
         "override_flags", "features", "auto_allow", "permission_timeout_sec", "description",
-        "stall_warning_sec", "stall_timeout_sec", "stdin_prompt_arg",
+        "stall_warning_sec", "stall_timeout_sec", "stdin_prompt_arg", "conversations",
     }  # fmt: skip
     unknown = sorted(set(table) - known)
     where = f"{where} [agents.{name}]"
@@ -431,7 +437,7 @@ def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, whe
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
             raise ConfigError(f"{where}: env must be a table of strings")
         changes["env"] = dict(env)
-    for key in ("single_turn_process",):
+    for key in ("single_turn_process", "conversations"):
         if key in table:
             if not isinstance(table[key], bool):
                 raise ConfigError(f"{where}: {key} must be true or false")

@@ -42,7 +42,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from parsers.json_depth import MAX_JSON_DEPTH, too_deep
 
-from . import auth, console, process
+from . import auth, console, conversations, process
 from .audit import AuditLog
 from .config import Config
 from .connections import ConnectionGuard, GatewayRunner, handler_args
@@ -430,6 +430,12 @@ async def create_session(request: web.Request) -> web.Response:
         )
     history = _history_from(body.get("buffer"), config)
     workspace = _resolve_workspace(config, body.get("workspace_path"))
+    resume = body.get("resume_conversation")
+    transcript = None
+    if resume is not None:  # read and translated before anything is created
+        transcript = await _conversation_call(
+            conversations.load_conversation(profile, str(workspace), resume)
+        )
     # Everything is valid: only now is anything created (the session, its agent).
     live = sum(1 for s in app[SESSIONS].values() if s.state != "TERMINATED")
     if live >= config.max_sessions:
@@ -456,6 +462,8 @@ async def create_session(request: web.Request) -> web.Response:
     )
     session.owner = _caller(request).user
     _wire(app, session)
+    if transcript is not None:
+        session.continue_conversation(resume, transcript)
     app[SESSIONS][session_id] = session
     try:
         await session.start()
@@ -481,6 +489,36 @@ def _wire(app: web.Application, session: LiveSession) -> None:
     """The gateway's audit log and notifier, for what the session's masters and agent do."""
     session.audit = app[AUDIT] if app[AUDIT].enabled else None
     session.notifier = app[NOTIFIER] if app[NOTIFIER].enabled else None
+
+
+async def list_conversations(request: web.Request) -> web.Response:
+    """``GET /v1/agents/{agent}/conversations?workspace=PATH&limit=N`` (gateway/conversations.py)."""
+    _require(request, "operator", "conversations.list")
+    config = request.app[CONFIG]
+    agent = request.match_info["agent"]
+    profile = config.agents.get(agent)
+    if profile is None:
+        raise ApiError(404, "AGENT_NOT_FOUND", f"no agent profile {agent!r}")
+    workspace = _resolve_workspace(config, request.query.get("workspace"))
+    limit = request.query.get("limit", str(conversations.DEFAULT_LIST_LIMIT))
+    if (
+        not (limit.isascii() and limit.isdigit())
+        or not 1 <= int(limit) <= conversations.MAX_LIST_LIMIT
+    ):
+        raise ApiError(
+            400,
+            "INVALID_REQUEST",
+            f"limit must be an integer from 1 to {conversations.MAX_LIST_LIMIT}",
+        )
+    listing = conversations.list_conversations(profile, str(workspace), int(limit))
+    return web.json_response(await _conversation_call(listing))
+
+
+async def _conversation_call(call: Awaitable[Any]) -> Any:
+    try:
+        return await call
+    except conversations.ConversationError as err:
+        raise ApiError(err.status, err.error_code, err.message) from None
 
 
 def _history_from(buffer: Any, config: Config) -> History:
@@ -923,6 +961,7 @@ def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/v1/agents", list_agents)
+    app.router.add_get("/v1/agents/{agent}/conversations", list_conversations)
     app.router.add_post("/v1/session", create_session)
     app.router.add_get("/v1/sessions", list_sessions)
     app.router.add_get("/v1/whoami", whoami)

@@ -47,6 +47,7 @@ import msgspec
 from parsers import events as ev
 from parsers.base import PromptImage
 from parsers.base import get as get_parser
+from parsers.saved import Transcript
 
 from . import auth, nofollow
 from . import config as cfg
@@ -892,16 +893,8 @@ class LiveSession:
             return
         t_ns = self._line_t_ns
         type_ = frame.TYPE
-        metrics = self.metrics
-        size = len(data)
-        metrics.frame_out(type_, size)
-        kept, evicted, evicted_bytes = self.history.append(frame.message_id, frame.timestamp, data)
-        if self.saved is not None:
-            self.saved.append(self.history.last_seq, frame.message_id, data)
-        if kept:
-            metrics.history_appended(size)
-        if evicted:
-            metrics.history_evicted(evicted, evicted_bytes)
+        self.metrics.frame_out(type_, len(data))
+        self._keep(frame, data)
         observe = self._OBSERVERS.get(type(frame.payload))  # type: ignore[attr-defined]
         if observe is not None:
             observe(self, frame)
@@ -923,6 +916,29 @@ class LiveSession:
         for conn in targets:
             if conn.id != exclude:
                 conn.send(framed, t_ns)
+
+    def _keep(self, frame: F.Frame, data: bytes) -> None:
+        """A broadcast frame into the history (and the frame log of a saved session)."""
+        metrics = self.metrics
+        kept, evicted, evicted_bytes = self.history.append(frame.message_id, frame.timestamp, data)
+        if self.saved is not None:
+            self.saved.append(self.history.last_seq, frame.message_id, data)
+        if kept:
+            metrics.history_appended(len(data))
+        if evicted:
+            metrics.history_evicted(evicted, evicted_bytes)
+
+    def continue_conversation(self, conversation_id: str, transcript: Transcript) -> None:
+        """This new session continues the agent's saved conversation (``gateway/conversations.py``;
+        call before ``start``, whose spawn resumes it): its earlier turns go into the history,
+        marked replayed (``SessionMachine.replay``), before anything live. Binary tool results
+        are kept in the file store as live ones are. No master is attached yet, and nothing here
+        is a turn of this gateway: no connection, metric of turns or usage total is touched."""
+        for turn in transcript.turns:
+            turn.events = store_tool_files(turn.events, self.files, self.workspace)
+        frames = self.machine.replay(conversation_id, transcript.turns, transcript.problem)
+        for frame in frames:
+            self._keep(frame, codec.encode(frame))
 
     def _route(self, type_: str) -> _Route:
         """The connections that admit a frame type: all, those that keep ``subagent_context`` and

@@ -36,6 +36,9 @@ An agent that converses (ACP: it asks the gateway things and must be answered) i
 is both parser and input (``ParserSpec.converses``; ``make()`` gives it twice): its ``opening``
 is written when the process starts, and ``feed`` returns ``StdinWrite`` events for its answers.
 
+A parser may come with a reader of the conversations its agent saves (``ParserSpec.saved``, a
+``parsers.saved.SavedFormat``): what lets the gateway list them and replay one it resumes.
+
 A ``ParserSpec`` bundles the two factories under a name, with ``features``: the DPS features
 (names of ``Features`` fields of DPS §12.2, e.g. ``thinking_stream``, ``plan_mode``) the agent
 behind this parser supports. A profile using the parser announces them unless its configuration
@@ -61,6 +64,7 @@ import msgspec
 
 from .events import AgentEvent, ParseError, Unknown
 from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
+from .saved import SavedFormat
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -260,6 +264,9 @@ class ParserSpec:
     # The agent converses (ACP): one object is parser and input at once, since what was asked
     # decides what an answer means. ``make`` then gives that one object twice.
     converses: bool = False
+    # The agent's own store of saved conversations (``parsers/saved.py``), made on demand; None:
+    # the gateway cannot list or replay this agent's conversations.
+    saved: Callable[[], SavedFormat] | None = None
 
     def make(self) -> tuple[AgentParser, AgentInput]:
         """A parser and an input for one session."""

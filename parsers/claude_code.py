@@ -55,6 +55,7 @@ import msgspec
 from . import events as ev
 from .base import JsonLinesParser, ParserSpec, PromptImage, elapsed_ms
 from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
+from .saved import SavedFormat
 
 __all__ = [
     "MAX_OPEN_BLOCKS",
@@ -1307,10 +1308,17 @@ class ClaudeCodeInput:
         )
 
 
+def _saved() -> SavedFormat:
+    from .claude_code_saved import FORMAT  # it builds on this module's parser
+
+    return FORMAT
+
+
 SPEC: Final = ParserSpec(
     name="claude-code",
     parser=ClaudeCodeParser,
     input=ClaudeCodeInput,
+    saved=_saved,
     description="Claude Code CLI (stream-json, tested with 2.1.328)",
     # Thinking and tool input deltas (--include-partial-messages), Task subagents with their
     # context, /compact and permission modes (plan) on stdin: the CLI does all of them.

@@ -49,6 +49,7 @@ import msgspec
 
 from parsers import events as ev
 from parsers.base import AgentInput, AgentParser, ExitDescription
+from parsers.saved import ReplayedTurn
 
 from . import codec, recovery
 from . import frames as F
@@ -82,6 +83,8 @@ __all__ = [
 MAX_FILE_REFERENCES: Final = 64
 # Characters of a session.error message: even quoting a master's id it fits the smallest frame.
 MAX_ERROR_MESSAGE: Final = 512
+# Characters of an earlier prompt a replayed turn shows (and at most a quarter of a frame).
+MAX_REPLAYED_PROMPT_CHARS: Final = 64 * 1024
 CANCEL_GRACE_S: Final = 2.0  # interrupt, then SIGINT if the turn has not ended
 CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
 STALL_TIMER: Final = "stall"
@@ -319,9 +322,16 @@ class SessionMachine:
     def agent_session_id(self) -> str | None:
         return self.mapper.agent_session_id
 
-    def _make(self, payload: F.Payload, *, turn: bool = False, parent_id: str | None = None):
+    def _make(
+        self,
+        payload: F.Payload,
+        *,
+        turn: bool = False,
+        parent_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ):
         turn_id = self.turn.turn_id if (turn and self.turn) else None
-        return self.factory.frame(payload, turn_id=turn_id, parent_id=parent_id)
+        return self.factory.frame(payload, turn_id=turn_id, parent_id=parent_id, metadata=metadata)
 
     def _error(self, code: str, message: str, to: str | None, parent_id: str | None) -> Emit:
         if len(message) > MAX_ERROR_MESSAGE:  # it may quote what a master sent (an id, a v)
@@ -348,7 +358,9 @@ class SessionMachine:
         if self.config.single_turn_process:
             return []
         self.process_alive = True
-        out: list[Action] = [Spawn(mode=self.mode), *self._opening(None)]
+        # A session that continues a saved conversation (``replay``) resumes it at once.
+        resume_id = self.agent_session_id
+        out: list[Action] = [Spawn(resume_id=resume_id, mode=self.mode), *self._opening(resume_id)]
         # docs/http-api.md promises the commands right after session.capabilities: an agent that
         # lists them only when a prompt starts a run (Claude Code) is asked at once.
         initialize = getattr(self.input, "initialize", None)
@@ -378,14 +390,61 @@ class SessionMachine:
             self.mapper.catalog = catalog
         self.mapper.commands = commands
         if agent_session_id:
-            self.mapper.agent_session_id = agent_session_id
-            caps = gateway_capabilities(
-                self.config.features,
-                max_frame_size=self.config.max_frame_size,
-                extensions={"agent_session_id": agent_session_id},
-            )
-            self.capabilities_frame = self._make(caps)
+            self._know_agent_session(agent_session_id)
         self.process_alive = False
+
+    def _know_agent_session(self, agent_session_id: str) -> None:
+        """The agent's session id, known before the agent says it: the first spawn resumes it."""
+        self.mapper.agent_session_id = agent_session_id
+        caps = gateway_capabilities(
+            self.config.features,
+            max_frame_size=self.config.max_frame_size,
+            extensions={"agent_session_id": agent_session_id},
+        )
+        self.capabilities_frame = self._make(caps)
+
+    def replay(
+        self, agent_session_id: str, turns: list[ReplayedTurn], problem: str | None = None
+    ) -> list[F.Frame]:
+        """A new session that continues the agent's saved conversation ``agent_session_id``
+        (called before ``start``, whose spawn then resumes it): its earlier ``turns``, translated
+        by the agent's parser, as the frames they gave live, each marked
+        ``metadata.rawp_replayed: true``. Each turn's prompt comes first as the
+        ``control.prompt.request`` a master's prompt is relayed as (cut to a quarter of a frame,
+        then ``metadata.rawp_prompt_truncated``). ``problem``: the transcript is partial, said
+        by an ``agent.error`` warning ``CONVERSATION_PARTIAL`` in the first turn. The frames are
+        for the history alone (no master is attached yet)."""
+        self._know_agent_session(agent_session_id)
+        replayed = {"rawp_replayed": True}
+        frames: list[F.Frame] = []
+        for n, turn in enumerate(turns):
+            if turn.prompt is not None:
+                limit = min(MAX_REPLAYED_PROMPT_CHARS, self.config.max_frame_size // 4)
+                text = turn.prompt[:limit]
+                meta = (
+                    replayed if text == turn.prompt else {**replayed, "rawp_prompt_truncated": True}
+                )
+                frames.append(self._make(F.PromptRequest(prompt_text=text), metadata=meta))
+            actions = self._open_turn()
+            events = list(turn.events)
+            if problem is not None and n == 0:
+                partial = ev.Notice(
+                    severity="warning", code="CONVERSATION_PARTIAL", message=problem
+                )
+                events.insert(0, partial)
+            ended: ev.TurnEnded | None = None
+            for event in events:
+                if isinstance(event, ev.TurnEnded):
+                    ended = event
+                else:
+                    actions += self._agent_event(event)
+            actions += self._end_turn(ended.stop_reason if ended else "end_turn", ended)
+            frames += [
+                msgspec.structs.replace(a.frame, metadata={**(a.frame.metadata or {}), **replayed})
+                for a in actions
+                if isinstance(a, Emit) and a.to is None  # not the timers of a running turn
+            ]
+        return frames
 
     def close_interrupted_turn(self, items: recovery.OpenItems) -> list[Action]:
         """Close a turn that was open when the gateway stopped, in the §7.5.3 order (see

@@ -1,0 +1,148 @@
+"""An agent's own saved conversations: where it keeps them, and what a saved one says.
+
+Theory of operation
+-------------------
+Every agent CLI writes the conversations it has had to disk, and can resume one (Claude Code under
+``~/.claude/projects/``, Codex under ``~/.codex/sessions/``). Reading such a store is a parser
+concern, beside the agent's stdout format: a ``SavedFormat`` (``ParserSpec.saved``) knows
+
+* where the conversations of one workspace are (``locations``: directories, from the agent's home
+  and environment; pure path arithmetic, nothing is touched),
+* which file names in them are conversations, and the conversation id each holds (``conversation_id``),
+  and the file of an id (``file_name``),
+* what one file says, from its bytes: a ``Summary`` for a listing, and the ``Transcript`` of its
+  turns as the same normalised agent events (``parsers/events.py``) its stdout parser produces, so
+  the mapper makes the frames a master would have seen live.
+
+It never opens a file: the shell (``gateway/conversations.py``) walks the directories and reads the
+files, safely and within bounds, and hands the bytes here (``head`` and ``tail`` when a file was too
+large to read whole). A file that is truncated, cut or hostile gives a ``Transcript`` marked
+``partial`` or no summary (``None``), never an exception.
+
+An agent that lists and loads conversations over its own protocol (ACP's ``session/list`` and
+``session/load``) is not a file store: it would plug in beside this interface, in the shell, as
+another source of the same ``Summary`` and ``Transcript``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Protocol
+
+import msgspec
+
+from .events import AgentEvent
+
+__all__ = [
+    "MAX_TITLE_CHARS",
+    "Location",
+    "ReplayedTurn",
+    "SavedFile",
+    "SavedFormat",
+    "Summary",
+    "Transcript",
+    "agent_home",
+    "lines_of",
+    "title_of",
+]
+
+MAX_TITLE_CHARS = 200  # a listed title (a first prompt can be a whole document)
+
+
+class Location(msgspec.Struct, frozen=True):
+    """A directory that may hold the workspace's conversations, how deep under it they are
+    (Codex: ``YYYY/MM/DD/``, depth 3; Claude Code: in it, depth 0), and the agent's own directory,
+    which it must not lead out of once resolved (None: no such check)."""
+
+    directory: str
+    root: str | None
+    depth: int = 0
+
+
+class SavedFile(msgspec.Struct, frozen=True):
+    """What the shell read of one conversation file: all of it (``tail`` empty, ``whole``), or
+    its first and last bytes when it is larger than the bound."""
+
+    name: str
+    head: bytes
+    tail: bytes = b""
+    whole: bool = True
+    mtime: float = 0.0  # seconds since the epoch
+
+
+class Summary(msgspec.Struct, frozen=True):
+    """One listed conversation (``GET /v1/agents/{agent}/conversations``)."""
+
+    id: str
+    title: str | None
+    updated_at: str | None  # ISO 8601
+    turns: int | None  # None when not known (the file was too large to read whole)
+
+
+class ReplayedTurn(msgspec.Struct):
+    """One earlier turn: the user's prompt (None when the transcript begins inside a turn) and
+    what the agent did, as normalised events. The turn's end is an ``ev.TurnEnded`` last."""
+
+    prompt: str | None
+    events: list[AgentEvent]
+
+
+class Transcript(msgspec.Struct):
+    """A saved conversation's turns, oldest first. ``partial``: something of it was not read or
+    not understood (``problem`` says what), so the turns shown are not all it held."""
+
+    turns: list[ReplayedTurn]
+    partial: bool = False
+    problem: str | None = None
+
+
+class SavedFormat(Protocol):
+    """One agent's conversation store (see the module docstring)."""
+
+    def locations(self, env: Mapping[str, str], workspace: str) -> list[Location]: ...
+
+    def conversation_id(self, name: str) -> str | None:
+        """The conversation a file of that name holds, or None when it is not a conversation."""
+        ...
+
+    def file_name(self, conversation_id: str) -> str | None:
+        """The file holding a conversation when its name is fixed by the id (None: look for it
+        among the files, by ``conversation_id``). None too for an id of the wrong form."""
+        ...
+
+    def summary(self, saved: SavedFile, workspace: str) -> Summary | None:
+        """The listing entry of a file, or None when it is not this workspace's conversation."""
+        ...
+
+    def transcript(self, saved: SavedFile, workspace: str) -> Transcript | None:
+        """The conversation's turns, or None when the file is not this workspace's."""
+        ...
+
+
+def agent_home(env: Mapping[str, str], variable: str, dot_dir: str) -> str | None:
+    """The agent's own directory: ``$variable`` when set (``CLAUDE_CONFIG_DIR``, ``CODEX_HOME``),
+    else ``$HOME/dot_dir``; None when neither is known."""
+    own = env.get(variable)
+    if own:
+        return own
+    home = env.get("HOME")
+    return f"{home.rstrip('/')}/{dot_dir}" if home else None
+
+
+def lines_of(saved: SavedFile) -> Iterator[bytes]:
+    """The complete lines of what was read: all of a whole file (a last line without its newline
+    is complete too: the file ended there); of a cut one, the head's and the tail's, without the
+    piece each was cut through."""
+    if saved.whole:
+        yield from (line for line in saved.head.split(b"\n") if line.strip())
+        return
+    head = saved.head.split(b"\n")[:-1]  # the last piece was cut
+    yield from (line for line in head if line.strip())
+    tail = saved.tail.split(b"\n")[1:]  # the first piece was cut
+    yield from (line for line in tail if line.strip())
+
+
+def title_of(text: str) -> str:
+    """A prompt as a one-line title of at most ``MAX_TITLE_CHARS`` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= MAX_TITLE_CHARS else line[: MAX_TITLE_CHARS - 1] + "…"

@@ -1,0 +1,196 @@
+"""Picking up a conversation the real Claude Code CLI had on its own (marked ``realcli``).
+
+The pinned CLI is run directly, not through the gateway, against the rig's scripted Messages API
+(thinking, a Bash call and its result, text) with a throwaway HOME; then a real gateway whose
+profile has that HOME lists the conversation it saved and continues it: the model's next request
+carries the earlier messages, and a master that attaches gets the earlier turn as frames marked
+``metadata.rawp_replayed`` before the live one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from gateway.config import builtin_profiles
+from tests.gateway_peer import Master, make_config, start_gateway
+from tests.rig.anthropic import last_user_text
+from tests.rig.env import require_cli
+from tests.rig.run import CliSetup, scripted_cli
+
+pytestmark = pytest.mark.realcli
+
+SCENARIO = Path(__file__).resolve().parent / "rig" / "scenarios" / "claude-code-e2e"
+LIMIT_S = 90.0
+FIRST_PROMPT = "Remember the number 42."
+
+
+@dataclass
+class Rig:
+    cli: CliSetup
+    gw: TestClient
+    conversation_id: str
+
+
+async def run_cli_directly(cli: CliSetup, conversation_id: str) -> None:
+    """The user's own terminal run: ``claude -p`` in the workspace, with the rig's HOME."""
+    proc = await asyncio.create_subprocess_exec(
+        *cli.argv[:1],
+        "-p",
+        FIRST_PROMPT,
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--dangerously-skip-permissions",
+        "--session-id",
+        conversation_id,
+        cwd=cli.cwd,
+        env=cli.env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert b"I will remember 42." in out
+
+
+@contextlib.asynccontextmanager
+async def rig(profile: str = "claude-code") -> AsyncIterator[Rig]:
+    require_cli("claude-code")
+    async with scripted_cli(SCENARIO / "conversation.toml") as cli, asyncio.timeout(LIMIT_S):
+        conversation_id = str(uuid.uuid4())
+        await run_cli_directly(cli, conversation_id)
+        base = builtin_profiles(claude=str(cli.binary))[profile]
+        # The profile's env sets HOME: the agent's store is the rig HOME's, as the CLI's was.
+        prof = replace(base, env=cli.env)
+        client = await start_gateway(make_config(cli.cwd, agents={profile: prof}))
+        try:
+            yield Rig(cli, client, conversation_id)
+        finally:
+            await client.close()
+
+
+async def listing(gw: TestClient, agent: str, workspace: Path, **query: Any) -> Any:
+    resp = await gw.get(
+        f"/v1/agents/{agent}/conversations", params={"workspace": str(workspace), **query}
+    )
+    return resp.status, await resp.json()
+
+
+def replayed(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [f for f in frames if (f.get("metadata") or {}).get("rawp_replayed") is True]
+
+
+async def test_conversation_run_in_the_terminal_is_listed() -> None:
+    async with rig() as r:
+        status, body = await listing(r.gw, "claude-code", r.cli.cwd)
+        assert status == 200, body
+        assert body["complete"] is True
+        (only,) = body["conversations"]
+        assert only["id"] == r.conversation_id
+        assert only["title"] == FIRST_PROMPT
+        assert only["turns"] == 1
+        assert only["updated_at"].endswith("Z")
+        # Another workspace (the root's parent is refused; a sibling directory has none).
+        other = r.cli.cwd / "sub"
+        other.mkdir()
+        status, body = await listing(r.gw, "claude-code", other)
+        assert (status, body) == (200, {"conversations": [], "complete": True})
+
+
+async def test_continued_conversation_replays_history_then_goes_on_live() -> None:
+    async with rig() as r:
+        resp = await r.gw.post(
+            "/v1/session",
+            json={"agent": "claude-code", "resume_conversation": r.conversation_id},
+        )
+        assert resp.status == 201, await resp.text()
+        session = await resp.json()
+        assert session["agent_session_id"] == r.conversation_id
+        master = await Master.attach(r.gw, session["session_id"], history="all")
+        caps = await master.next()
+        assert caps["type"] == "session.capabilities"
+        history = await master.until("session.history")
+        frames = history["payload"]["frames"]
+        old = replayed(frames)
+        types = [f["type"] for f in old]
+        # The earlier turn, in the order it happened live, before anything of this session.
+        assert types[:2] == ["control.prompt.request", "session.turn.start"]
+        assert old[0]["payload"]["prompt_text"] == FIRST_PROMPT
+        assert "agent.thinking.delta" in types
+        assert "session.turn.end" in types and "session.usage" in types
+        texts = "".join(f["payload"]["text"] for f in old if f["type"] == "agent.text.delta")
+        assert texts == "I will run a command.I will remember 42."
+        (call,) = [f for f in old if f["type"] == "tool.invoke.request"]
+        assert call["payload"]["tool_name"] == "Bash"
+        (result,) = [f for f in old if f["type"] == "tool.invoke.result"]
+        assert result["payload"]["invocation_id"] == call["payload"]["invocation_id"]
+        assert "forty-two" in str(result["payload"]["output"])
+        usage = next(f for f in old if f["type"] == "session.usage")
+        assert usage["payload"]["token_usage"]["output_tokens"] > 0
+        # Then the live turn: the CLI resumed the conversation, so the model sees it again.
+        await master.send(
+            "control.prompt.request", {"prompt_text": "Which number did I ask you to remember?"}
+        )
+        await master.until("session.turn.end", timeout=60)
+        live_texts = [
+            f["payload"]["text"]
+            for f in master.frames
+            if f["type"] == "agent.text.delta" and not replayed([f])
+        ]
+        assert "".join(live_texts) == "You asked me to remember 42."
+        last = r.cli.server.requests[-1].body
+        assert "Which number" in last_user_text(last)
+        earlier = str(last["messages"])
+        assert FIRST_PROMPT in earlier and "I will remember 42." in earlier
+        assert not r.cli.server.unexpected
+
+
+async def test_a_second_master_sees_the_earlier_turns_before_the_new_one() -> None:
+    async with rig("claude-code-oneshot") as r:
+        resp = await r.gw.post(
+            "/v1/session",
+            json={"agent": "claude-code-oneshot", "resume_conversation": r.conversation_id},
+        )
+        assert resp.status == 201, await resp.text()
+        sid = (await resp.json())["session_id"]
+        first = await Master.attach(r.gw, sid)
+        await first.next()
+        await first.send(
+            "control.prompt.request", {"prompt_text": "Which number did I ask you to remember?"}
+        )
+        await first.until("session.turn.end", timeout=60)
+        second = await Master.attach(r.gw, sid, history="all")
+        await second.next()
+        frames = (await second.until("session.history"))["payload"]["frames"]
+        starts = [f for f in frames if f["type"] == "session.turn.start"]
+        assert len(starts) == 2
+        assert replayed([starts[0]]) and not replayed([starts[1]])
+        prompts = [
+            f["payload"]["prompt_text"] for f in frames if f["type"] == "control.prompt.request"
+        ]
+        assert prompts == [FIRST_PROMPT, "Which number did I ask you to remember?"]
+        assert "Remember the number 42" in str(r.cli.server.requests[-1].body["messages"])
+
+
+async def test_unknown_conversation_and_agents_without_a_store() -> None:
+    async with rig() as r:
+        resp = await r.gw.post(
+            "/v1/session", json={"agent": "claude-code", "resume_conversation": str(uuid.uuid4())}
+        )
+        assert resp.status == 404
+        assert (await resp.json())["error_code"] == "CONVERSATION_NOT_FOUND"
+        assert not [s for s in (await (await r.gw.get("/v1/sessions")).json())["sessions"]]
+        for agent in ("plain", "demo"):
+            status, body = await listing(r.gw, agent, r.cli.cwd)
+            assert status == 501 and body["error_code"] == "CONVERSATIONS_NOT_SUPPORTED", body
