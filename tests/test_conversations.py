@@ -1,0 +1,252 @@
+"""Saved conversations read from a hostile store (no CLI needed): the listing endpoint and
+``resume_conversation`` against files on disk in the shapes Claude Code 2.1.328 writes
+(``parsers/claude_code_saved.py``; the real CLI's own files: ``test_conversations_realcli.py``).
+
+Nothing outside the workspace's store is read: links are not followed, only regular files are
+opened (a FIFO never blocks), size bounds cut a listing or a history and say so, and a truncated
+or garbled file gives a partial, marked history, never an error of the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from gateway import conversations
+from gateway.config import builtin_profiles
+from parsers.claude_code_saved import slug
+from tests.gateway_peer import Master, make_config, start_gateway
+
+AGENT = "claude-code-oneshot"  # single-turn: nothing is spawned before a prompt
+
+
+def line(**fields: Any) -> bytes:
+    return json.dumps(fields).encode() + b"\n"
+
+
+def conversation(workspace: Path, prompt: str = "Remember 42.", answer: str = "Noted.") -> bytes:
+    cwd = str(workspace)
+    return b"".join(
+        [
+            line(type="queue-operation", operation="enqueue", content=prompt),
+            line(type="user", cwd=cwd, message={"role": "user", "content": prompt}),
+            line(
+                type="assistant",
+                cwd=cwd,
+                message={
+                    "id": "msg_1",
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": answer}],
+                    "stop_reason": "end_turn",
+                    "usage": {"input_tokens": 10, "output_tokens": 3},
+                },
+            ),
+        ]
+    )
+
+
+class Store:
+    def __init__(self, tmp_path: Path) -> None:
+        self.home = tmp_path / "home"
+        self.workspace = tmp_path / "root" / "work.space"
+        self.workspace.mkdir(parents=True)
+        self.dir = self.home / ".claude" / "projects" / slug(str(self.workspace))
+        self.dir.mkdir(parents=True)
+
+    def put(self, data: bytes, conversation_id: str | None = None, age: float = 0) -> str:
+        conversation_id = conversation_id or str(uuid.uuid4())
+        path = self.dir / f"{conversation_id}.jsonl"
+        path.write_bytes(data)
+        if age:
+            t = path.stat().st_mtime - age
+            os.utime(path, (t, t))
+        return conversation_id
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path)
+
+
+@pytest.fixture
+async def gw(store: Store):
+    base = builtin_profiles(claude="/nonexistent/claude")[AGENT]
+    profile = replace(base, env={"HOME": str(store.home)})
+    client = await start_gateway(make_config(store.workspace.parent, agents={AGENT: profile}))
+    yield client
+    await client.close()
+
+
+async def listing(gw: TestClient, store: Store, **query: Any) -> tuple[int, Any]:
+    params = {"workspace": str(store.workspace), **{k: str(v) for k, v in query.items()}}
+    resp = await gw.get(f"/v1/agents/{AGENT}/conversations", params=params)
+    return resp.status, await resp.json()
+
+
+async def resume(gw: TestClient, store: Store, conversation_id: str) -> tuple[int, Any]:
+    body = {
+        "agent": AGENT,
+        "workspace_path": str(store.workspace),
+        "resume_conversation": conversation_id,
+    }
+    resp = await gw.post("/v1/session", json=body)
+    return resp.status, await resp.json()
+
+
+async def history(gw: TestClient, session_id: str) -> list[dict[str, Any]]:
+    master = await Master.attach(gw, session_id, history="all")
+    await master.next()
+    frames = (await master.until("session.history"))["payload"]["frames"]
+    await master.ws.close()
+    return frames
+
+
+async def test_listed_newest_first_with_title_and_turns(gw, store) -> None:
+    old = store.put(conversation(store.workspace, "The old one."), age=100)
+    new = store.put(conversation(store.workspace, "The new one.\n  With two lines."))
+    status, body = await listing(gw, store)
+    assert status == 200
+    assert body["complete"] is True
+    assert [(c["id"], c["title"], c["turns"]) for c in body["conversations"]] == [
+        (new, "The new one. With two lines.", 1),
+        (old, "The old one.", 1),
+    ]
+    status, body = await listing(gw, store, limit=1)
+    assert [c["id"] for c in body["conversations"]] == [new]
+    assert body["complete"] is False  # the limit cut it
+
+
+async def test_the_users_own_title_wins(gw, store) -> None:
+    data = conversation(store.workspace) + line(type="custom-title", customTitle="Taxes")
+    store.put(data)
+    _, body = await listing(gw, store)
+    assert body["conversations"][0]["title"] == "Taxes"
+
+
+async def test_another_workspace_with_the_same_slug_is_not_listed(gw, store) -> None:
+    # work.space and work-space share a slug: the file's own cwd decides.
+    twin = store.workspace.parent / "work-space"
+    store.put(conversation(twin))
+    status, body = await listing(gw, store)
+    assert (status, body) == (200, {"conversations": [], "complete": True})
+
+
+async def test_links_are_not_followed(gw, store, tmp_path) -> None:
+    outside = tmp_path / "outside.jsonl"
+    outside.write_bytes(conversation(store.workspace))
+    linked = str(uuid.uuid4())
+    (store.dir / f"{linked}.jsonl").symlink_to(outside)
+    status, body = await listing(gw, store)
+    assert (status, body["conversations"]) == (200, [])
+    status, body = await resume(gw, store, linked)
+    assert (status, body["error_code"]) == (404, "CONVERSATION_NOT_FOUND")
+
+
+async def test_a_store_directory_that_leads_out_of_the_agents_home_is_not_read(
+    gw, store, tmp_path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    conversation_id = str(uuid.uuid4())
+    (elsewhere / f"{conversation_id}.jsonl").write_bytes(conversation(store.workspace))
+    store.dir.rmdir()
+    store.dir.symlink_to(elsewhere)
+    _, body = await listing(gw, store)
+    assert body["conversations"] == []
+    status, _ = await resume(gw, store, conversation_id)
+    assert status == 404
+
+
+async def test_a_fifo_never_blocks(gw, store) -> None:
+    fifo_id = str(uuid.uuid4())
+    os.mkfifo(store.dir / f"{fifo_id}.jsonl")
+    good = store.put(conversation(store.workspace))
+    async with asyncio.timeout(10):
+        _, body = await listing(gw, store)
+        status, _ = await resume(gw, store, fifo_id)
+    assert [c["id"] for c in body["conversations"]] == [good]
+    assert status == 404
+
+
+async def test_names_that_are_not_conversation_ids(gw, store) -> None:
+    (store.dir / "notes.jsonl").write_bytes(conversation(store.workspace))
+    (store.dir / "memory").mkdir()
+    _, body = await listing(gw, store)
+    assert body["conversations"] == []
+    for bad in ("../../etc/passwd", "notes", "x" * 300, ""):
+        status, body = await resume(gw, store, bad)
+        assert status in (400, 404), (bad, body)
+        assert body["error_code"] in ("INVALID_REQUEST", "CONVERSATION_NOT_FOUND")
+
+
+async def test_resumed_history_is_marked_replayed_before_anything_live(gw, store) -> None:
+    conversation_id = store.put(conversation(store.workspace))
+    status, session = await resume(gw, store, conversation_id)
+    assert status == 201, session
+    assert session["agent_session_id"] == conversation_id
+    frames = await history(gw, session["session_id"])
+    types = [f["type"] for f in frames]
+    assert types[:2] == ["control.prompt.request", "session.turn.start"]
+    turn = frames[: types.index("session.usage") + 1]
+    assert all(f["metadata"]["rawp_replayed"] is True for f in turn)
+    assert frames[0]["payload"]["prompt_text"] == "Remember 42."
+    texts = [f["payload"]["text"] for f in turn if f["type"] == "agent.text.delta"]
+    assert texts == ["Noted."]
+    usage = turn[-1]["payload"]["token_usage"]
+    assert (usage["input_tokens"], usage["output_tokens"]) == (10, 3)
+
+
+async def test_truncated_and_garbled_files_give_a_partial_marked_history(gw, store) -> None:
+    data = conversation(store.workspace, "First.") + conversation(store.workspace, "Second.")
+    garbage = b"not json\n" + b"[" * 5000 + b"\n" + b'{"type":"user","message":{"content":7}}\n'
+    conversation_id = store.put(garbage + data[:-20])  # the last line cut mid-way
+    _, body = await listing(gw, store)
+    assert body["conversations"][0]["turns"] == 2
+    status, session = await resume(gw, store, conversation_id)
+    assert status == 201, session
+    frames = await history(gw, session["session_id"])
+    (warning,) = [f for f in frames if f["type"] == "agent.error"]
+    assert warning["payload"]["error_code"] == "CONVERSATION_PARTIAL"
+    assert warning["metadata"]["rawp_replayed"] is True
+    prompts = [f["payload"]["prompt_text"] for f in frames if f["type"] == "control.prompt.request"]
+    assert prompts == ["First.", "Second."]
+
+
+async def test_a_file_too_large_is_listed_without_turns_and_replayed_from_its_end(
+    gw, store
+) -> None:
+    filler = line(type="attachment", cwd=str(store.workspace), pad="x" * 60_000)
+    count = conversations.TRANSCRIPT_BYTES // len(filler) + 1
+    data = conversation(store.workspace, "Oldest.") + filler * count
+    data += conversation(store.workspace, "Newest.")
+    conversation_id = store.put(data)
+    _, body = await listing(gw, store)
+    (listed,) = body["conversations"]
+    assert listed["turns"] is None  # not read whole: unknown
+    assert listed["title"] == "Oldest."
+    status, session = await resume(gw, store, conversation_id)
+    assert status == 201, session
+    frames = await history(gw, session["session_id"])
+    prompts = [f["payload"]["prompt_text"] for f in frames if f["type"] == "control.prompt.request"]
+    assert prompts == ["Newest."]
+    (warning,) = [f for f in frames if f["type"] == "agent.error"]
+    assert "larger than the gateway reads" in warning["payload"]["message"]
+
+
+async def test_bad_requests(gw, store) -> None:
+    for limit in ("0", "-1", "x", "²", str(conversations.MAX_LIST_LIMIT + 1)):
+        status, body = await listing(gw, store, limit=limit)
+        assert (status, body["error_code"]) == (400, "INVALID_REQUEST"), limit
+    resp = await gw.get(f"/v1/agents/{AGENT}/conversations", params={"workspace": "/"})
+    assert (resp.status, (await resp.json())["error_code"]) == (403, "WORKSPACE_FORBIDDEN")
+    resp = await gw.get("/v1/agents/nobody/conversations")
+    assert (resp.status, (await resp.json())["error_code"]) == (404, "AGENT_NOT_FOUND")
+    status, body = await resume(gw, store, 42)  # type: ignore[arg-type]
+    assert (status, body["error_code"]) == (400, "INVALID_REQUEST")
