@@ -31,14 +31,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
 
 from . import events as ev
 from .claude_code import ClaudeCodeParser
-from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 from .saved import (
     Location,
     ReplayedTurn,
@@ -46,6 +44,8 @@ from .saved import (
     Summary,
     Transcript,
     agent_home,
+    decode_line,
+    iso_time,
     lines_of,
     title_of,
 )
@@ -97,18 +97,6 @@ _decode: Final = msgspec.json.Decoder(_Line).decode
 _encode: Final = msgspec.json.Encoder().encode
 
 
-def _read(raw: bytes) -> _Line | None:
-    """A line, or None when it is not one this reader can use (not JSON, the wrong shape, nested
-    past what a frame may carry)."""
-    try:
-        line = _decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return None
-    if too_deep(raw, MAX_AGENT_LINE_DEPTH):
-        return None
-    return line
-
-
 def _prompt(line: _Line) -> str | None:
     """The user's prompt a ``user`` line carries, or None (tool results, the CLI's own lines)."""
     if line.isMeta or line.isCompactSummary or line.isSidechain or line.message is None:
@@ -149,7 +137,7 @@ class ClaudeCodeSaved:
         first_prompt = custom = ai = None
         turns = 0
         for raw in lines_of(saved):
-            line = _read(raw)
+            line = decode_line(_decode, raw)
             if line is None:
                 continue
             if line.cwd is not None:
@@ -170,7 +158,7 @@ class ClaudeCodeSaved:
         return Summary(
             id=conversation_id,
             title=title_of(title) if title else None,
-            updated_at=_iso(saved.mtime),
+            updated_at=iso_time(saved.mtime),
             turns=turns if saved.whole else None,
         )
 
@@ -190,7 +178,7 @@ class ClaudeCodeSaved:
                 turn.events.append(_turn_ended(usage, stop, cost))
 
         for raw in lines_of(saved):
-            line = _read(raw)
+            line = decode_line(_decode, raw)
             if line is None:
                 unreadable += 1
                 continue
@@ -265,12 +253,6 @@ def _turn_ended(
         )
     reason = "max_tokens" if stop in ("max_tokens", "model_context_window_exceeded") else "end_turn"
     return ev.TurnEnded(stop_reason=reason, usage=total, cost_usd=cost)  # type: ignore[arg-type]
-
-
-def _iso(mtime: float) -> str | None:
-    if mtime <= 0:
-        return None
-    return datetime.fromtimestamp(mtime, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 FORMAT: Final = ClaudeCodeSaved()

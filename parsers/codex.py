@@ -69,6 +69,7 @@ from .api_errors import http_error_code
 from .base import ExitDescription, JsonLinesParser, NoInput, ParserSpec
 from .file_changes import FileChanges, Reader, no_files, workspace_reader
 from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
+from .saved import SavedFormat
 
 __all__ = ["SPEC", "CodexParser"]
 
@@ -579,10 +580,17 @@ def _readable(message: str) -> str:
     return message
 
 
+def _saved() -> SavedFormat:
+    from .codex_saved import FORMAT  # it builds on this module's parser
+
+    return FORMAT
+
+
 SPEC: Final = ParserSpec(
     name="codex",
     parser=CodexParser,
     input=NoInput,
+    saved=_saved,
     description="Codex CLI (codex exec --json, tested with 0.171.0)",
     # Reasoning summaries arrive whole, as thinking. No tool output chunks, subagents, compaction
     # or modes the gateway could relay or drive through `exec`.

@@ -26,12 +26,16 @@ another source of the same ``Summary`` and ``Transcript``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Protocol
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Protocol, TypeVar
 
 import msgspec
 
 from .events import AgentEvent
+from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
+
+_T = TypeVar("_T")
 
 __all__ = [
     "MAX_TITLE_CHARS",
@@ -42,8 +46,11 @@ __all__ = [
     "Summary",
     "Transcript",
     "agent_home",
+    "decode_line",
+    "iso_time",
     "lines_of",
     "title_of",
+    "transcript_of",
 ]
 
 MAX_TITLE_CHARS = 200  # a listed title (a first prompt can be a whole document)
@@ -146,3 +153,35 @@ def title_of(text: str) -> str:
     """A prompt as a one-line title of at most ``MAX_TITLE_CHARS`` characters."""
     line = " ".join(text.split())
     return line if len(line) <= MAX_TITLE_CHARS else line[: MAX_TITLE_CHARS - 1] + "…"
+
+
+def decode_line(decode: Callable[[bytes], _T], raw: bytes) -> _T | None:
+    """A saved line decoded, or None when it cannot be used: not JSON, the wrong shape, or nested
+    deeper than an agent's stdout line may be (its values could reach a frame)."""
+    try:
+        line = decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    return None if too_deep(raw, MAX_AGENT_LINE_DEPTH) else line
+
+
+def iso_time(mtime: float) -> str | None:
+    """A file's modification time as ISO 8601 (UTC, seconds)."""
+    if mtime <= 0:
+        return None
+    return datetime.fromtimestamp(mtime, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def transcript_of(
+    turns: list[ReplayedTurn], saved: SavedFile, unreadable: int, left_out: int = 0
+) -> Transcript:
+    """The turns read, marked partial with what was not: the file's beginning (too large to read
+    whole), lines that could not be read, items of kinds the reader does not know."""
+    problems = []
+    if not saved.whole:
+        problems.append("the file is larger than the gateway reads: only its end is shown")
+    if unreadable:
+        problems.append(f"{unreadable} line(s) could not be read")
+    if left_out:
+        problems.append(f"{left_out} item(s) of kinds the gateway does not know were left out")
+    return Transcript(turns=turns, partial=bool(problems), problem="; ".join(problems) or None)

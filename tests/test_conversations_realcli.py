@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -25,6 +26,7 @@ from tests.gateway_peer import Master, make_config, start_gateway
 from tests.rig.anthropic import last_user_text
 from tests.rig.env import require_cli
 from tests.rig.run import CliSetup, scripted_cli
+from tests.rig.scenario import parse_scenario
 
 pytestmark = pytest.mark.realcli
 
@@ -194,3 +196,87 @@ async def test_unknown_conversation_and_agents_without_a_store() -> None:
         for agent in ("plain", "demo"):
             status, body = await listing(r.gw, agent, r.cli.cwd)
             assert status == 501 and body["error_code"] == "CONVERSATIONS_NOT_SUPPORTED", body
+
+
+# --- Codex ---------------------------------------------------------------------------------------
+
+CODEX_CALLS = [
+    {
+        "match": {"last_user_contains": "Remember the number"},
+        "output": [
+            {
+                "type": "function_call",
+                "name": "exec_command",
+                "arguments": {"cmd": "echo forty-two"},
+            }
+        ],
+    },
+    {
+        "match": {"tool_output": True},
+        "output": [{"type": "message", "text": "I will remember 42."}],
+    },
+    {
+        "match": {"last_user_contains": "Which number", "input_contains": "I will remember 42."},
+        "output": [{"type": "message", "text": "You asked me to remember 42."}],
+    },
+]
+
+
+async def test_codex_thread_run_in_the_terminal_is_listed_and_continued() -> None:
+    binary = require_cli("codex")
+    scenario = parse_scenario({"calls": CODEX_CALLS}, name="conversation", agent="codex")
+    async with scripted_cli(scenario) as cli, asyncio.timeout(LIMIT_S):
+        proc = await asyncio.create_subprocess_exec(
+            str(binary),
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            FIRST_PROMPT,
+            cwd=cli.cwd,
+            env=cli.env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        out, err = await proc.communicate()
+        assert proc.returncode == 0, err.decode()[-2000:]
+        thread_id = next(
+            json.loads(line)["thread_id"]
+            for line in out.splitlines()
+            if b'"thread.started"' in line
+        )
+        base = builtin_profiles(codex=str(binary))["codex"]
+        gw = await start_gateway(make_config(cli.cwd, agents={"codex": replace(base, env=cli.env)}))
+        try:
+            status, body = await listing(gw, "codex", cli.cwd)
+            assert status == 200, body
+            (only,) = body["conversations"]
+            assert (only["id"], only["title"], only["turns"]) == (thread_id, FIRST_PROMPT, 1)
+            resp = await gw.post(
+                "/v1/session", json={"agent": "codex", "resume_conversation": thread_id}
+            )
+            assert resp.status == 201, await resp.text()
+            sid = (await resp.json())["session_id"]
+            master = await Master.attach(gw, sid, history="all")
+            await master.next()
+            old = replayed((await master.until("session.history"))["payload"]["frames"])
+            assert old[0]["payload"]["prompt_text"] == FIRST_PROMPT
+            (result,) = [f for f in old if f["type"] == "tool.invoke.result"]
+            assert "forty-two" in str(result["payload"]["output"])
+            texts = [f["payload"]["text"] for f in old if f["type"] == "agent.text.delta"]
+            assert texts == ["I will remember 42."]
+            await master.send(
+                "control.prompt.request", {"prompt_text": "Which number did I ask you to remember?"}
+            )
+            await master.until("session.turn.end", timeout=60)
+            live = [
+                f["payload"]["text"]
+                for f in master.frames
+                if f["type"] == "agent.text.delta" and not replayed([f])
+            ]
+            assert live == ["You asked me to remember 42."]
+            # The resumed thread: the model got the earlier turn again (the call's match says so).
+            assert not cli.server.unexpected and not cli.server.unused_calls
+        finally:
+            await gw.close()
