@@ -178,12 +178,12 @@ def _load(
     name = fmt.file_name(conversation_id)
     candidates, _ = _candidates(fmt, env, workspace, only=name)
     for candidate in candidates:
-        if fmt.conversation_id(candidate.name) != conversation_id:
+        if not fmt.may_hold(candidate.name, conversation_id):
             continue
         saved = _read(candidate, whole_up_to=TRANSCRIPT_BYTES, edge=0)
         if saved is None:
             continue
-        transcript = fmt.transcript(saved, workspace)
+        transcript = fmt.transcript(saved, workspace, conversation_id)
         if transcript is not None:
             return transcript
     return None
@@ -230,7 +230,7 @@ def _candidates(
                                 except OSError:
                                     continue  # not a directory, or a link to one
                                 stack.append((inner, (*parts, entry.name)))
-                            elif fmt.conversation_id(entry.name) is not None:
+                            elif fmt.is_conversation(entry.name):
                                 candidate = _regular(fd, directory, (*parts, entry.name))
                                 if candidate is not None:
                                     found.append(candidate)

@@ -122,15 +122,22 @@ class ClaudeCodeSaved:
         home = home.rstrip("/")
         return [Location(f"{home}/projects/{name}", root=home)]
 
-    def conversation_id(self, name: str) -> str | None:
+    @staticmethod
+    def _id(name: str) -> str | None:
         stem, dot, ext = name.partition(".")
         return stem if dot and ext == "jsonl" and _ID.fullmatch(stem) else None
+
+    def is_conversation(self, name: str) -> bool:
+        return self._id(name) is not None
+
+    def may_hold(self, name: str, conversation_id: str) -> bool:
+        return self._id(name) == conversation_id
 
     def file_name(self, conversation_id: str) -> str | None:
         return f"{conversation_id}.jsonl" if _ID.fullmatch(conversation_id) else None
 
     def summary(self, saved: SavedFile, workspace: str) -> Summary | None:
-        conversation_id = self.conversation_id(saved.name)
+        conversation_id = self._id(saved.name)
         if conversation_id is None:
             return None
         own = False
@@ -162,7 +169,9 @@ class ClaudeCodeSaved:
             turns=turns if saved.whole else None,
         )
 
-    def transcript(self, saved: SavedFile, workspace: str) -> Transcript | None:
+    def transcript(
+        self, saved: SavedFile, workspace: str, conversation_id: str
+    ) -> Transcript | None:
         parser = ClaudeCodeParser()
         turns: list[ReplayedTurn] = []
         turn: ReplayedTurn | None = None

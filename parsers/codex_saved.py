@@ -105,15 +105,22 @@ class CodexSaved:
         home = home.rstrip("/")
         return [Location(f"{home}/sessions", root=home, depth=3)]
 
-    def conversation_id(self, name: str) -> str | None:
+    @staticmethod
+    def _id(name: str) -> str | None:
         match = _NAME.fullmatch(name)
         return match.group(1) if match else None
+
+    def is_conversation(self, name: str) -> bool:
+        return self._id(name) is not None
+
+    def may_hold(self, name: str, conversation_id: str) -> bool:
+        return self._id(name) == conversation_id
 
     def file_name(self, conversation_id: str) -> str | None:
         return None  # the name has the thread's start time too: found by its id
 
     def summary(self, saved: SavedFile, workspace: str) -> Summary | None:
-        conversation_id = self.conversation_id(saved.name)
+        conversation_id = self._id(saved.name)
         if conversation_id is None:
             return None
         own = False
@@ -141,7 +148,9 @@ class CodexSaved:
             turns=turns if saved.whole else None,
         )
 
-    def transcript(self, saved: SavedFile, workspace: str) -> Transcript | None:
+    def transcript(
+        self, saved: SavedFile, workspace: str, conversation_id: str
+    ) -> Transcript | None:
         parser = CodexParser()
         turns: list[ReplayedTurn] = []
         turn: ReplayedTurn | None = None

@@ -48,6 +48,7 @@ from .api_errors import HTTP_ERROR_CODES, http_error_code
 from .base import ExitDescription, JsonLinesParser, NoInput, ParserSpec, elapsed_ms
 from .file_changes import FileChanges, Reader, no_files, workspace_reader
 from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
+from .saved import SavedFormat
 
 __all__ = ["EXIT_CODES", "SPEC", "GeminiParser"]
 
@@ -413,9 +414,16 @@ def _usage_of(stats: _Stats | None) -> ev.UsageInfo | None:
     )
 
 
+def _saved() -> SavedFormat:
+    from .gemini_saved import FORMAT  # it builds on this module's parser
+
+    return FORMAT
+
+
 SPEC: Final = ParserSpec(
     name="gemini",
     parser=GeminiParser,
+    saved=_saved,
     input=NoInput,
     description="Gemini CLI (gemini -p --output-format stream-json, tested with 0.61.0)",
     # stream-json prints no thinking, tool output chunks, subagents, compaction or modes: no

@@ -8,8 +8,8 @@ concern, beside the agent's stdout format: a ``SavedFormat`` (``ParserSpec.saved
 
 * where the conversations of one workspace are (``locations``: directories, from the agent's home
   and environment; pure path arithmetic, nothing is touched),
-* which file names in them are conversations, and the conversation id each holds (``conversation_id``),
-  and the file of an id (``file_name``),
+* which file names in them are conversations (``is_conversation``), which may hold a given one
+  (``may_hold``), and the file of an id when the name says it (``file_name``),
 * what one file says, from its bytes: a ``Summary`` for a listing, and the ``Transcript`` of its
   turns as the same normalised agent events (``parsers/events.py``) its stdout parser produces, so
   the mapper makes the frames a master would have seen live.
@@ -108,21 +108,28 @@ class SavedFormat(Protocol):
 
     def locations(self, env: Mapping[str, str], workspace: str) -> list[Location]: ...
 
-    def conversation_id(self, name: str) -> str | None:
-        """The conversation a file of that name holds, or None when it is not a conversation."""
+    def is_conversation(self, name: str) -> bool:
+        """Whether a file of that name holds a conversation (by its name alone)."""
+        ...
+
+    def may_hold(self, name: str, conversation_id: str) -> bool:
+        """Whether a file of that name may hold that conversation (the content decides)."""
         ...
 
     def file_name(self, conversation_id: str) -> str | None:
         """The file holding a conversation when its name is fixed by the id (None: look for it
-        among the files, by ``conversation_id``). None too for an id of the wrong form."""
+        among the files, by ``may_hold``). None too for an id of the wrong form."""
         ...
 
     def summary(self, saved: SavedFile, workspace: str) -> Summary | None:
         """The listing entry of a file, or None when it is not this workspace's conversation."""
         ...
 
-    def transcript(self, saved: SavedFile, workspace: str) -> Transcript | None:
-        """The conversation's turns, or None when the file is not this workspace's."""
+    def transcript(
+        self, saved: SavedFile, workspace: str, conversation_id: str
+    ) -> Transcript | None:
+        """The conversation's turns, or None when the file is not this workspace's conversation
+        ``conversation_id``."""
         ...
 
 

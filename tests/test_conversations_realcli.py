@@ -280,3 +280,92 @@ async def test_codex_thread_run_in_the_terminal_is_listed_and_continued() -> Non
             assert not cli.server.unexpected and not cli.server.unused_calls
         finally:
             await gw.close()
+
+
+# --- Gemini CLI ----------------------------------------------------------------------------------
+
+GEMINI_MODEL = "gemini-2.5-flash"  # without -m the CLI first makes a routing call ("auto")
+GEMINI_CALLS = [
+    {
+        "match": {"last_user_contains": "Remember the number"},
+        "parts": [
+            {"text": "I will run a command."},
+            {
+                "functionCall": {
+                    "name": "run_shell_command",
+                    "args": {"command": "echo forty-two", "description": "Print the number"},
+                }
+            },
+        ],
+    },
+    {"match": {"function_response": True}, "parts": [{"text": "I will remember 42."}]},
+    {
+        "match": {"last_user_contains": "Which number", "contents_contain": "I will remember 42."},
+        "parts": [{"text": "You asked me to remember 42."}],
+    },
+]
+
+
+async def test_gemini_session_run_in_the_terminal_is_listed_and_continued() -> None:
+    binary = require_cli("gemini")
+    scenario = parse_scenario({"calls": GEMINI_CALLS}, name="conversation", agent="gemini")
+    async with scripted_cli(scenario) as cli, asyncio.timeout(LIMIT_S):
+        proc = await asyncio.create_subprocess_exec(
+            str(binary),
+            "-p",
+            FIRST_PROMPT,
+            "--output-format",
+            "stream-json",
+            "--skip-trust",
+            "--approval-mode",
+            "yolo",
+            "-m",
+            GEMINI_MODEL,
+            cwd=cli.cwd,
+            env=cli.env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        out, err = await proc.communicate()
+        assert proc.returncode == 0, err.decode()[-2000:]
+        session_id = next(
+            json.loads(line)["session_id"] for line in out.splitlines() if b'"init"' in line
+        )
+        base = builtin_profiles(gemini=str(binary))["gemini"]
+        profile = replace(
+            base, env=cli.env, command=(str(binary), "-m", GEMINI_MODEL, *base.command[1:])
+        )
+        gw = await start_gateway(make_config(cli.cwd, agents={"gemini": profile}))
+        try:
+            status, body = await listing(gw, "gemini", cli.cwd)
+            assert status == 200, body
+            (only,) = body["conversations"]
+            assert (only["id"], only["title"], only["turns"]) == (session_id, FIRST_PROMPT, 1)
+            resp = await gw.post(
+                "/v1/session", json={"agent": "gemini", "resume_conversation": session_id}
+            )
+            assert resp.status == 201, await resp.text()
+            sid = (await resp.json())["session_id"]
+            master = await Master.attach(gw, sid, history="all")
+            await master.next()
+            old = replayed((await master.until("session.history"))["payload"]["frames"])
+            assert old[0]["payload"]["prompt_text"] == FIRST_PROMPT
+            (result,) = [f for f in old if f["type"] == "tool.invoke.result"]
+            assert "forty-two" in str(result["payload"]["output"])
+            texts = "".join(f["payload"]["text"] for f in old if f["type"] == "agent.text.delta")
+            assert texts == "I will run a command.I will remember 42."
+            await master.send(
+                "control.prompt.request", {"prompt_text": "Which number did I ask you to remember?"}
+            )
+            await master.until("session.turn.end", timeout=60)
+            live = [
+                f["payload"]["text"]
+                for f in master.frames
+                if f["type"] == "agent.text.delta" and not replayed([f])
+            ]
+            assert "".join(live) == "You asked me to remember 42."
+            assert not cli.server.unexpected and not cli.server.unused_calls
+        finally:
+            await gw.close()
