@@ -250,3 +250,21 @@ async def test_bad_requests(gw, store) -> None:
     assert (resp.status, (await resp.json())["error_code"]) == (404, "AGENT_NOT_FOUND")
     status, body = await resume(gw, store, 42)  # type: ignore[arg-type]
     assert (status, body["error_code"]) == (400, "INVALID_REQUEST")
+
+
+async def test_agents_whose_store_cannot_be_read_answer_501(gw, store) -> None:
+    agents = {a["name"]: a for a in (await (await gw.get("/v1/agents")).json())["agents"]}
+    assert agents[AGENT]["conversations"] is True
+    for agent in ("plain", "demo"):
+        assert agents[agent]["conversations"] is False
+        resp = await gw.get(f"/v1/agents/{agent}/conversations")
+        body = await resp.json()
+        assert (resp.status, body["error_code"]) == (501, "CONVERSATIONS_NOT_SUPPORTED"), agent
+        resp = await gw.post(
+            "/v1/session", json={"agent": agent, "resume_conversation": str(uuid.uuid4())}
+        )
+        assert (resp.status, (await resp.json())["error_code"]) == (
+            501,
+            "CONVERSATIONS_NOT_SUPPORTED",
+        )
+    assert (await (await gw.get("/v1/sessions")).json())["sessions"] == []
