@@ -1,12 +1,13 @@
 """`rawp-gateway chat`: a terminal master for one Agent Session.
 
     rawp-gateway chat --url URL --agent NAME [--token-file F] [--workspace DIR] [--session ID]
-        [--yes | --no] [--keep]
+        [--resume [ID]] [--yes | --no] [--keep]
 
 Theory of operation
 -------------------
-The chat is a thin UI on ``gateway.client``: it creates a session (or attaches to ``--session``),
-attaches the WebSocket, and then four parts share one ``MasterView``:
+The chat is a thin UI on ``gateway.client``: it creates a session (or attaches to ``--session``;
+with ``--resume`` the new session continues a conversation the agent saved, chosen from a numbered
+list when no id is given, and shows its earlier turns), attaches the WebSocket, and then four parts share one ``MasterView``:
 
 * the *receiver* takes frames off the WebSocket, applies them to the view and prints them: streamed
   ``agent.text.delta`` text as it arrives, thinking dimmed, a tool call as ``→ Bash: ls`` and its
@@ -101,6 +102,7 @@ TURN_END_GRACE_S: Final = 0.5  # how long a turn end waits for its session.usage
 # About 2 minutes of tries: long enough for a gateway that restarts (state_dir) to come back; it
 # keeps a detached session for reattach_window_sec (300 s by default).
 REATTACH_DELAYS_S: Final = (0.2, 0.5, 1.0, 2.0, 4.0, *(8.0,) * 13)
+CONVERSATIONS_SHOWN: Final = 20  # --resume without an id: the newest saved conversations listed
 EOF: Final = None
 
 _CLIENT_COMMANDS: Final = frozenset({*MODES, "compact", "help", "quit", "exit"})
@@ -1199,11 +1201,14 @@ async def run_chat(
     interactive: bool | None = None,
     handle_sigint: bool | None = None,
     reattach_delays: tuple[float, ...] = REATTACH_DELAYS_S,
+    resume: str | None = None,
 ) -> int:
     """Run the terminal chat against the gateway at ``url``; returns the exit status.
 
     Creates a session of ``agent`` in ``workspace`` (or attaches to ``session_id``), then reads
-    prompts from ``stdin`` until end of input, ``/quit`` or Ctrl-C. ``auto_answer`` is ``"allow"``
+    prompts from ``stdin`` until end of input, ``/quit`` or Ctrl-C. ``resume``: the new session
+    continues that conversation the agent saved (``""``: list the workspace's conversations and
+    read which one from ``stdin``; see ``choose_conversation``). ``auto_answer`` is ``"allow"``
     (``--yes``), ``"deny"`` (``--no``) or ``None`` (ask when interactive, else deny). The session
     this call created is deleted on the way out unless ``keep``. ``interactive``, ``color`` and
     ``handle_sigint`` default from whether stdin/stdout are terminals.
@@ -1226,16 +1231,30 @@ async def run_chat(
     loop = asyncio.get_running_loop()
     async with GatewayClient(url, token=token) as client:
         created = False
+        lines: LineSource | None = None  # made early when --resume asks which conversation
         try:
             if session_id is not None:
                 session = await client.get_session(session_id)
             else:
                 assert agent is not None
-                session = await client.create_session(agent, workspace_path=workspace, name=name)
+                if resume == "":
+                    lines = LineSource(stdin, loop)
+                    resume = await choose_conversation(client, agent, workspace, lines, screen)
+                    if resume is None:
+                        lines.close()
+                        return 1
+                session = await client.create_session(
+                    agent, workspace_path=workspace, name=name, resume_conversation=resume
+                )
                 created = True
-            # An existing session already ran: ask for its history to show the conversation.
-            conn = await client.attach(session, full_history=session_id is not None)
+            # An existing session already ran, or a resumed one holds the conversation so far:
+            # ask for its history to show it.
+            conn = await client.attach(
+                session, full_history=session_id is not None or resume is not None
+            )
         except (GatewayError, aiohttp.ClientError, OSError) as err:
+            if lines is not None:
+                lines.close()
             if isinstance(err, GatewayError):
                 screen.line(f"✗ {err}", style=screen.s.red)
             else:
@@ -1256,7 +1275,8 @@ async def run_chat(
                 "/help for commands · Ctrl-C cancels a turn · Ctrl-D quits", style=screen.s.dim
             )
 
-        lines = LineSource(stdin, loop)
+        if lines is None:
+            lines = LineSource(stdin, loop)
         chat = Chat(
             client,
             conn,
@@ -1287,6 +1307,34 @@ async def run_chat(
             with contextlib.suppress(Exception):
                 await chat.conn.close()
         return status
+
+
+async def choose_conversation(
+    client: GatewayClient, agent: str, workspace: str | None, lines: LineSource, screen: Screen
+) -> str | None:
+    """``--resume`` without an id: the conversations ``agent`` saved for the workspace, newest
+    first and numbered, then one line of input: a number or an id (nothing: none, None)."""
+    listing = await client.conversations(agent, workspace_path=workspace, limit=CONVERSATIONS_SHOWN)
+    found = listing.get("conversations") or []
+    if not found:
+        screen.line(f"no saved conversations of {agent} in this workspace", style=screen.s.yellow)
+        return None
+    for n, conv in enumerate(found, 1):
+        turns = conv.get("turns")
+        facts = [conv.get("updated_at") or "?", f"{turns} turns" if turns is not None else ""]
+        title = _one_line(str(conv.get("title") or "(untitled)"), 60)
+        screen.line(f"{n:>3}  {title}  ", style=screen.s.bold)
+        screen.line(f"     {conv['id']} · {' · '.join(f for f in facts if f)}", style=screen.s.dim)
+    if not listing.get("complete", True):
+        screen.line(f"(only the newest {len(found)} are shown)", style=screen.s.dim)
+    screen.ask("continue which? (number or id) ")
+    choice = (await lines.get() or "").strip()
+    screen.answer(choice)
+    if not choice:
+        return None
+    if choice.isdigit() and 1 <= int(choice) <= len(found):
+        return str(found[int(choice) - 1]["id"])
+    return choice
 
 
 ROLES = ("viewer", "operator", "admin")
@@ -1353,6 +1401,14 @@ def add_chat_arguments(
     )
     if with_url:
         parser.add_argument("--session", dest="session_id", help="attach to this existing session")
+        parser.add_argument(
+            "--resume",
+            nargs="?",
+            const="",
+            metavar="ID",
+            help="continue a conversation the agent saved for the workspace (begun in a terminal, "
+            "or a session gone from the gateway); without ID, list them and ask which",
+        )
     answers = parser.add_mutually_exclusive_group()
     answers.add_argument(
         "--yes",
@@ -1406,6 +1462,7 @@ async def run_chat_from_args(
         auto_answer=args.auto_answer,
         session_id=args.session_id,
         keep=args.keep,
+        resume=getattr(args, "resume", None),
     )
 
 

@@ -43,6 +43,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Final, Literal, cast
+from urllib.parse import quote, urlencode
 
 import aiohttp
 import msgspec
@@ -182,14 +183,17 @@ class GatewayClient:
         name: str | None = None,
         origin: str | None = None,
         reattach_window_sec: int | None = None,
+        resume_conversation: str | None = None,
     ) -> dict[str, Any]:
-        """``POST /v1/session``: a new Agent Session; returns the session object."""
+        """``POST /v1/session``: a new Agent Session; returns the session object. With
+        ``resume_conversation`` it continues that conversation the agent saved."""
         body: dict[str, Any] = {"agent": agent}
         optional = {
             "workspace_path": workspace_path,
             "name": name,
             "origin": origin,
             "reattach_window_sec": reattach_window_sec,
+            "resume_conversation": resume_conversation,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         return await self._request("POST", "/v1/session", body)
@@ -197,6 +201,16 @@ class GatewayClient:
     async def whoami(self) -> dict[str, Any]:
         """``GET /v1/whoami``: ``{"user", "role"}`` of this client's credentials."""
         return await self._request("GET", "/v1/whoami")
+
+    async def conversations(
+        self, agent: str, *, workspace_path: str | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
+        """``GET /v1/agents/{agent}/conversations``: the conversations the agent saved for the
+        workspace, newest first: ``{"conversations": [{id, title, updated_at, turns}], "complete"}``."""
+        query = {"workspace": workspace_path, "limit": limit}
+        params = urlencode({k: v for k, v in query.items() if v is not None})
+        path = f"/v1/agents/{quote(agent, safe='')}/conversations"
+        return await self._request("GET", f"{path}?{params}" if params else path)
 
     async def get_session(self, session_id: str) -> dict[str, Any]:
         return await self._request("GET", f"/v1/session/{session_id}")

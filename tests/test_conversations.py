@@ -9,6 +9,7 @@ or garbled file gives a partial, marked history, never an error of the gateway."
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import uuid
@@ -20,6 +21,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway import conversations
+from gateway.chat import run_chat
 from gateway.config import builtin_profiles
 from parsers.claude_code_saved import slug
 from tests.gateway_peer import Master, make_config, start_gateway
@@ -268,3 +270,51 @@ async def test_agents_whose_store_cannot_be_read_answer_501(gw, store) -> None:
             "CONVERSATIONS_NOT_SUPPORTED",
         )
     assert (await (await gw.get("/v1/sessions")).json())["sessions"] == []
+
+
+# --- rawp-gateway chat --resume ----------------------------------------------------------------
+
+
+async def chat(gw: TestClient, store: Store, stdin: str, resume: str) -> tuple[int, str]:
+    out = io.StringIO()
+    rc = await asyncio.wait_for(
+        run_chat(
+            str(gw.make_url("")),
+            agent=AGENT,
+            workspace=str(store.workspace),
+            stdin=io.StringIO(stdin),
+            stdout=out,
+            resume=resume,
+        ),
+        timeout=20,
+    )
+    return rc, out.getvalue()
+
+
+async def test_chat_resume_lists_the_workspaces_conversations_and_continues_the_chosen_one(
+    gw, store
+) -> None:
+    store.put(conversation(store.workspace, "The old one.", "Old answer."), age=100)
+    new = store.put(conversation(store.workspace, "Remember 42.", "Noted."))
+    rc, text = await chat(gw, store, "1\n", resume="")
+    assert rc == 0, text
+    listed, _, shown = text.partition("continue which?")
+    assert listed.index("Remember 42.") < listed.index("The old one.")  # newest first
+    assert new in listed
+    assert f"agent {AGENT}" in shown
+    assert "» Remember 42." in shown and "Noted." in shown  # the earlier turn, replayed
+    assert "Old answer." not in shown
+    # The chat created the session and deleted it on the way out.
+    assert (await (await gw.get("/v1/sessions")).json())["sessions"][0]["state"] == "TERMINATED"
+
+
+async def test_chat_resume_by_id_and_an_unknown_one(gw, store) -> None:
+    known = store.put(conversation(store.workspace, "Remember 42.", "Noted."))
+    rc, text = await chat(gw, store, "", resume=known)
+    assert rc == 0, text
+    assert "» Remember 42." in text and "Noted." in text
+    rc, text = await chat(gw, store, "", resume=str(uuid.uuid4()))
+    assert rc == 1
+    assert "CONVERSATION_NOT_FOUND" in text or "no saved conversation" in text
+    rc, text = await chat(gw, store, "\n", resume="")
+    assert rc == 1  # nothing chosen
