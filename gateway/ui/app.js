@@ -2,7 +2,8 @@
 // WebSocket as any other (docs/browser-console.md). view.js keeps the §7.8 state, render.js
 // draws the transcript; this file does the I/O: HTTP calls with the token, the WebSocket with a
 // one-time ticket, reattaching after a reload or a lost connection, the question dialog, keys,
-// and files attached to the next prompt (PUT to the session's files, then context_files).
+// files attached to the next prompt (PUT to the session's files, then context_files), and the
+// agent's own saved conversations, listed for a workspace and continued in a new session.
 
 import { Renderer, describeCall, el, jsonTree } from "./render.js";
 import { HistoryParts, SessionView, makeFrame, timeKey } from "./view.js";
@@ -168,9 +169,63 @@ async function loadAgents() {
   const select = $("new-agent");
   select.replaceChildren();
   for (const a of data.agents || []) {
-    select.append(el("option", { value: a.name, text: a.name, title: a.description || "" }));
+    const option = el("option", { value: a.name, text: a.name, title: a.description || "" });
+    option.dataset.conversations = a.conversations ? "yes" : "no";
+    select.append(option);
   }
   if ([...select.options].some((o) => o.value === "demo")) select.value = "demo";
+  agentChanged();
+}
+
+// --- the agent's own saved conversations (docs/http-api.md, Conversations) -----------------------
+
+function agentChanged() {
+  const option = $("new-agent").selectedOptions[0];
+  $("list-conversations").disabled = !option || option.dataset.conversations !== "yes";
+  $("conversations").hidden = true;
+}
+
+async function listConversations() {
+  const agent = $("new-agent").value;
+  const workspace = $("new-workspace").value.trim();
+  const query = new URLSearchParams(workspace ? { workspace } : {});
+  const data = await api("GET", `/v1/agents/${encodeURIComponent(agent)}/conversations?${query}`);
+  const list = $("conversations");
+  list.replaceChildren();
+  for (const c of data.conversations || []) {
+    const when = c.updated_at ? c.updated_at.replace("T", " ").replace("Z", " UTC") : "";
+    const turns = c.turns == null ? "" : ` · ${c.turns} turn${c.turns === 1 ? "" : "s"}`;
+    // Inside the new-session form: a plain button, not one that submits it.
+    const go = el("button", { type: "button", class: "continue", text: "Continue" });
+    go.onclick = () => continueConversation(agent, workspace, c.id).catch(showError);
+    list.append(
+      el(
+        "li",
+        { "data-conversation-id": c.id },
+        el("span", { class: "title", text: c.title || "(untitled)" }),
+        el("span", { class: "meta", text: `${when}${turns}` }),
+        go,
+      ),
+    );
+  }
+  if (!list.children.length) {
+    list.append(el("li", { class: "empty", text: "No saved conversations in this workspace." }));
+  } else if (!data.complete) {
+    list.append(el("li", { class: "empty", text: "Only the newest are listed." }));
+  }
+  list.hidden = false;
+}
+
+async function continueConversation(agent, workspace, id) {
+  const body = { agent, resume_conversation: id };
+  if (workspace) body.workspace_path = workspace;
+  const name = $("new-name").value.trim();
+  if (name) body.name = name;
+  const s = await api("POST", "/v1/session", body);
+  $("new-name").value = "";
+  $("conversations").hidden = true;
+  await refreshSessions();
+  await attachTo(s.session_id);
 }
 
 async function refreshSessions() {
@@ -725,6 +780,9 @@ function showAsk(frame) {
 
 function wire() {
   $("new-session").addEventListener("submit", (e) => createSession(e).catch(showError));
+  $("new-agent").addEventListener("change", agentChanged);
+  $("new-workspace").addEventListener("input", () => ($("conversations").hidden = true));
+  $("list-conversations").onclick = () => listConversations().catch(showError);
   $("composer").addEventListener("submit", (e) => {
     e.preventDefault();
     sendPrompt();

@@ -6,6 +6,12 @@ import { DISCONNECTED, isSynthetic, subagentOf } from "./view.js";
 
 const MAX_TREE_DEPTH = 32; // JSON tree levels shown; deeper values are printed as JSON text
 
+// A turn of the agent's own saved conversation that this session continues, replayed into its
+// history before the live ones (docs/protocol-notes.md): shown as the past it is.
+function replayed(frame) {
+  return Boolean(frame.metadata && frame.metadata.rawp_replayed === true);
+}
+
 export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
@@ -333,6 +339,7 @@ export class Renderer {
           node.dataset.by = who;
           node.prepend(el("span", { class: "by", text: `${who}: ` }));
         }
+        if (replayed(frame)) node.dataset.replayed = "yes";
         if (Array.isArray(p.context_files) && p.context_files.length) {
           const files = el("div", { class: "prompt-files" });
           for (const f of p.context_files) files.append(this.attached(f));
@@ -347,6 +354,7 @@ export class Renderer {
       case "session.turn.start": {
         const t = this.turn(p.turn_id);
         t.el.dataset.state = "running";
+        if (replayed(frame)) t.el.dataset.replayed = "yes";
         if (p.mode && p.mode !== "default") t.el.dataset.mode = p.mode;
         break;
       }
