@@ -9,6 +9,7 @@ or garbled file gives a partial, marked history, never an error of the gateway."
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 import os
@@ -318,3 +319,89 @@ async def test_chat_resume_by_id_and_an_unknown_one(gw, store) -> None:
     assert "CONVERSATION_NOT_FOUND" in text or "no saved conversation" in text
     rc, text = await chat(gw, store, "\n", resume="")
     assert rc == 1  # nothing chosen
+
+
+# --- files and restarts, as for any session -------------------------------------------------------
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAQAAAADCAIAAAA7ljmRAAAAEElEQVR4nGP4z8AARww4OQD1MQv1NXv7ggAAAABJRU5ErkJggg=="
+)
+
+
+def image_read(workspace: Path) -> bytes:
+    """A turn whose Read returned an image (the shapes of the CLI's own tool-read-image run)."""
+    cwd, path = str(workspace), str(workspace / "dot.png")
+    data = base64.b64encode(PNG).decode()
+    block = {"type": "image", "source": {"type": "base64", "data": data, "media_type": "image/png"}}
+    return b"".join(
+        [
+            line(type="user", cwd=cwd, message={"role": "user", "content": "Look at dot.png."}),
+            line(
+                type="assistant",
+                cwd=cwd,
+                message={
+                    "id": "msg_1",
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "id": "toolu_1",
+                            "name": "Read",
+                            "input": {"file_path": path},
+                        }
+                    ],
+                },
+            ),
+            line(
+                type="user",
+                cwd=cwd,
+                message={
+                    "role": "user",
+                    "content": [
+                        {"tool_use_id": "toolu_1", "type": "tool_result", "content": [block]}
+                    ],
+                },
+                toolUseResult={"type": "image", "file": {"base64": data, "type": "image/png"}},
+            ),
+        ]
+    )
+
+
+async def test_an_image_a_replayed_tool_read_is_a_file_of_the_session(gw, store) -> None:
+    conversation_id = store.put(image_read(store.workspace))
+    status, session = await resume(gw, store, conversation_id)
+    assert status == 201, session
+    frames = await history(gw, session["session_id"])
+    (transfer,) = [f for f in frames if f["type"] == "agent.file.transfer"]
+    assert transfer["metadata"]["rawp_replayed"] is True
+    (result,) = [f for f in frames if f["type"] == "tool.invoke.result"]
+    assert result["payload"]["output_type"] == "binary_ref"
+    resp = await gw.get(transfer["payload"]["file_url"])
+    assert (resp.status, await resp.read()) == (200, PNG)
+
+
+async def test_a_continued_session_survives_a_restart_with_its_replayed_history(store) -> None:
+    base = builtin_profiles(claude="/nonexistent/claude")[AGENT]
+    profile = replace(base, env={"HOME": str(store.home)})
+    config = make_config(
+        store.workspace.parent, agents={AGENT: profile}, state_dir=store.home / "state"
+    )
+    conversation_id = store.put(conversation(store.workspace, "Remember 42.", "Noted."))
+    gw = await start_gateway(config)
+    try:
+        status, session = await resume(gw, store, conversation_id)
+        assert status == 201, session
+        before = await history(gw, session["session_id"])
+    finally:
+        await gw.close()
+    gw = await start_gateway(config)
+    try:
+        restored = await (await gw.get(f"/v1/session/{session['session_id']}")).json()
+        assert restored["agent_session_id"] == conversation_id
+        after = await history(gw, session["session_id"])
+        replayed = [f for f in after if (f.get("metadata") or {}).get("rawp_replayed")]
+        assert [f["message_id"] for f in replayed] == [
+            f["message_id"] for f in before if (f.get("metadata") or {}).get("rawp_replayed")
+        ]
+        assert replayed[0]["payload"]["prompt_text"] == "Remember 42."
+    finally:
+        await gw.close()
