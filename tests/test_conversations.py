@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import io
 import json
 import os
@@ -403,5 +404,109 @@ async def test_a_continued_session_survives_a_restart_with_its_replayed_history(
             f["message_id"] for f in before if (f.get("metadata") or {}).get("rawp_replayed")
         ]
         assert replayed[0]["payload"]["prompt_text"] == "Remember 42."
+    finally:
+        await gw.close()
+
+
+# --- Codex's and Gemini's stores ----------------------------------------------------------------
+
+
+def rollout(workspace: Path, thread_id: str, prompt: str) -> bytes:
+    item = {"type": "UserMessage", "id": "u1", "content": [{"type": "text", "text": prompt}]}
+    answer = {"type": "AgentMessage", "id": "m1", "content": [{"type": "Text", "text": "Noted."}]}
+    return b"".join(
+        [
+            line(type="session_meta", payload={"id": thread_id, "cwd": str(workspace)}),
+            line(type="event_msg", payload={"type": "task_started"}),
+            line(type="event_msg", payload={"type": "item_completed", "item": item}),
+            line(type="event_msg", payload={"type": "item_completed", "item": answer}),
+            line(type="event_msg", payload={"type": "task_complete"}),
+        ]
+    )
+
+
+async def test_codex_threads_of_this_workspace_only_and_no_linked_day(store, tmp_path) -> None:
+    base = builtin_profiles(codex="/nonexistent/codex")["codex"]
+    profile = replace(base, env={"HOME": str(store.home)})
+    gw = await start_gateway(make_config(store.workspace.parent, agents={"codex": profile}))
+    try:
+        day = store.home / ".codex" / "sessions" / "2026" / "12" / "01"
+        day.mkdir(parents=True)
+        ours, theirs, linked = (str(uuid.uuid4()) for _ in range(3))
+        name = "rollout-2026-12-01T10-00-00-{}.jsonl"
+        (day / name.format(ours)).write_bytes(rollout(store.workspace, ours, "Ours."))
+        (day / name.format(theirs)).write_bytes(rollout(tmp_path, theirs, "Theirs."))
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        (elsewhere / name.format(linked)).write_bytes(rollout(store.workspace, linked, "Linked."))
+        (day.parent / "02").symlink_to(elsewhere)  # a day that is a link: not followed
+        resp = await gw.get("/v1/agents/codex/conversations", params={"workspace": "work.space"})
+        body = await resp.json()
+        assert [(c["id"], c["title"]) for c in body["conversations"]] == [(ours, "Ours.")]
+        for other in (theirs, linked):
+            resp = await gw.post(
+                "/v1/session",
+                json={
+                    "agent": "codex",
+                    "workspace_path": "work.space",
+                    "resume_conversation": other,
+                },
+            )
+            assert resp.status == 404
+    finally:
+        await gw.close()
+
+
+def gemini_chat(workspace: Path, session_id: str, prompt: str) -> bytes:
+    project = hashlib.sha256(str(workspace).encode()).hexdigest()
+    return b"".join(
+        [
+            line(sessionId=session_id, projectHash=project, kind="main"),
+            line(id="u1", type="user", content=[{"text": prompt}]),
+            line(id="g1", type="gemini", content="Noted.", tokens={"input": 5, "output": 2}),
+        ]
+    )
+
+
+async def test_gemini_sessions_are_found_by_slug_and_checked_by_project_hash(store) -> None:
+    base = builtin_profiles(gemini="/nonexistent/gemini")["gemini"]
+    profile = replace(base, env={"HOME": str(store.home)})
+    gw = await start_gateway(make_config(store.workspace.parent, agents={"gemini": profile}))
+    try:
+        ours, foreign = str(uuid.uuid4()), str(uuid.uuid4())
+        # "work.space" is the slug work-space; a second project of that name took work-space-1.
+        first = store.home / ".gemini" / "tmp" / "work-space" / "chats"
+        second = store.home / ".gemini" / "tmp" / "work-space-1" / "chats"
+        first.mkdir(parents=True)
+        second.mkdir(parents=True)
+        (first / f"session-2026-12-01T10-00-{foreign[:8]}.jsonl").write_bytes(
+            gemini_chat(store.workspace.parent / "work-space", foreign, "Not ours.")
+        )
+        (second / f"session-2026-12-01T10-00-{ours[:8]}.jsonl").write_bytes(
+            gemini_chat(store.workspace, ours, "Ours.")
+        )
+        resp = await gw.get("/v1/agents/gemini/conversations", params={"workspace": "work.space"})
+        body = await resp.json()
+        assert [(c["id"], c["title"], c["turns"]) for c in body["conversations"]] == [
+            (ours, "Ours.", 1)
+        ]
+        resp = await gw.post(
+            "/v1/session",
+            json={"agent": "gemini", "workspace_path": "work.space", "resume_conversation": ours},
+        )
+        assert resp.status == 201, await resp.text()
+        frames = await history(gw, (await resp.json())["session_id"])
+        assert [f["payload"]["text"] for f in frames if f["type"] == "agent.text.delta"] == [
+            "Noted."
+        ]
+        resp = await gw.post(
+            "/v1/session",
+            json={
+                "agent": "gemini",
+                "workspace_path": "work.space",
+                "resume_conversation": foreign,
+            },
+        )
+        assert resp.status == 404
     finally:
         await gw.close()
