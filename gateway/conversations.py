@@ -16,7 +16,9 @@ around it, and where the bounds are kept (docs/limits.md):
 * **How much.** A listing looks at no more than ``MAX_ENTRIES`` directory entries, reads a
   conversation file whole up to ``LIST_FILE_BYTES`` (else its first and last ``LIST_EDGE_BYTES``,
   and its turn count is then unknown), and no more than ``LIST_TOTAL_BYTES`` in all; a listing cut
-  by any bound says ``complete: false``. A conversation loaded to resume is read whole up to
+  by any bound says ``complete: false``. A file larger than ``LIST_EDGE_BYTES`` whose first bytes
+  show it is another workspace's (``SavedFormat.belongs``; Codex keeps every workspace's threads in
+  one tree) is read no further. A conversation loaded to resume is read whole up to
   ``TRANSCRIPT_BYTES``, else its last ``TRANSCRIPT_BYTES`` (its history is then marked partial).
 * **Off the loop.** Reading and translating run in a worker thread (they are pure but for the
   reads); the session machine then turns the translated turns into frames on the loop.
@@ -31,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -125,8 +127,14 @@ def _list(fmt: SavedFormat, env: Mapping[str, str], workspace: str, limit: int) 
         if len(listed) >= limit or budget <= 0:
             complete = False
             break
-        saved = _read(candidate, whole_up_to=LIST_FILE_BYTES, edge=LIST_EDGE_BYTES)
-        if saved is None:
+        saved = _read(
+            candidate,
+            whole_up_to=LIST_FILE_BYTES,
+            edge=LIST_EDGE_BYTES,
+            belongs=lambda head: fmt.belongs(head, workspace),
+        )
+        if saved is None:  # unreadable, or another workspace's: its first bytes at most were read
+            budget -= min(candidate.size, LIST_EDGE_BYTES)
             continue
         budget -= len(saved.head) + len(saved.tail)
         summary = fmt.summary(saved, workspace)
@@ -292,9 +300,16 @@ def _regular(fd: int, directory: str, parts: tuple[str, ...]) -> _Candidate | No
     return _Candidate(directory, parts, info.st_mtime, info.st_size)
 
 
-def _read(candidate: _Candidate, *, whole_up_to: int, edge: int) -> SavedFile | None:
+def _read(
+    candidate: _Candidate,
+    *,
+    whole_up_to: int,
+    edge: int,
+    belongs: Callable[[bytes], bool] | None = None,
+) -> SavedFile | None:
     """The file's bytes: whole up to ``whole_up_to``; else its first and last ``edge`` bytes, or
-    (``edge`` 0) its last ``whole_up_to`` bytes. None when it cannot be opened as a regular file."""
+    (``edge`` 0) its last ``whole_up_to`` bytes. None when it cannot be opened as a regular file,
+    or when its first ``edge`` bytes are not what ``belongs`` wants (nothing more is read)."""
     try:
         dir_fd = os.open(candidate.directory, _DIR)
     except OSError:
@@ -314,6 +329,8 @@ def _read(candidate: _Candidate, *, whole_up_to: int, edge: int) -> SavedFile | 
         if not stat.S_ISREG(info.st_mode):
             return None
         size = info.st_size
+        if belongs is not None and size > edge and not belongs(_pread(file, edge, 0)):
+            return None
         if size <= whole_up_to:
             data = _pread(file, size + 1, 0)  # one more: a file that grew is read as far as allowed
             if len(data) <= whole_up_to:

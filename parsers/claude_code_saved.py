@@ -45,6 +45,7 @@ from .saved import (
     Transcript,
     agent_home,
     decode_line,
+    head_lines,
     iso_time,
     lines_of,
     title_of,
@@ -135,6 +136,13 @@ class ClaudeCodeSaved:
 
     def file_name(self, conversation_id: str) -> str | None:
         return f"{conversation_id}.jsonl" if _ID.fullmatch(conversation_id) else None
+
+    def belongs(self, head: bytes, workspace: str) -> bool:
+        for raw in head_lines(head):
+            line = decode_line(_decode, raw)
+            if line is not None and line.cwd is not None:
+                return line.cwd == workspace
+        return True
 
     def summary(self, saved: SavedFile, workspace: str) -> Summary | None:
         conversation_id = self._id(saved.name)

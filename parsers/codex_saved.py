@@ -43,6 +43,7 @@ from .saved import (
     Transcript,
     agent_home,
     decode_line,
+    head_lines,
     iso_time,
     lines_of,
     title_of,
@@ -118,6 +119,13 @@ class CodexSaved:
 
     def file_name(self, conversation_id: str) -> str | None:
         return None  # the name has the thread's start time too: found by its id
+
+    def belongs(self, head: bytes, workspace: str) -> bool:
+        for raw in head_lines(head):
+            line = decode_line(_decode, raw)
+            if line is not None and line.type == "session_meta":
+                return line.payload.get("cwd") == workspace
+        return True
 
     def summary(self, saved: SavedFile, workspace: str) -> Summary | None:
         conversation_id = self._id(saved.name)

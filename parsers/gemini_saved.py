@@ -48,6 +48,7 @@ from .saved import (
     Summary,
     Transcript,
     decode_line,
+    head_lines,
     iso_time,
     lines_of,
     title_of,
@@ -157,6 +158,13 @@ class GeminiSaved:
 
     def file_name(self, conversation_id: str) -> str | None:
         return None  # the name has the start time too: found by the id's first characters
+
+    def belongs(self, head: bytes, workspace: str) -> bool:
+        for raw in head_lines(head):
+            record = decode_line(msgspec.json.decode, raw)
+            if isinstance(record, dict) and "projectHash" in record:
+                return record["projectHash"] == _hash(workspace)
+        return True
 
     def summary(self, saved: SavedFile, workspace: str) -> Summary | None:
         doc = _document(saved, workspace)

@@ -47,6 +47,7 @@ __all__ = [
     "Transcript",
     "agent_home",
     "decode_line",
+    "head_lines",
     "iso_time",
     "lines_of",
     "title_of",
@@ -121,6 +122,11 @@ class SavedFormat(Protocol):
         among the files, by ``may_hold``). None too for an id of the wrong form."""
         ...
 
+    def belongs(self, head: bytes, workspace: str) -> bool:
+        """From a file's first bytes: False when they show it is another workspace's (so a
+        listing reads no more of it), True otherwise (also when they cannot tell)."""
+        ...
+
     def summary(self, saved: SavedFile, workspace: str) -> Summary | None:
         """The listing entry of a file, or None when it is not this workspace's conversation."""
         ...
@@ -141,6 +147,11 @@ def agent_home(env: Mapping[str, str], variable: str, dot_dir: str) -> str | Non
         return own
     home = env.get("HOME")
     return f"{home.rstrip('/')}/{dot_dir}" if home else None
+
+
+def head_lines(head: bytes) -> Iterator[bytes]:
+    """The complete lines of a file's first bytes (the piece they were cut through is not one)."""
+    return lines_of(SavedFile("", head, whole=False))
 
 
 def lines_of(saved: SavedFile) -> Iterator[bytes]:

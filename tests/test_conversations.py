@@ -510,3 +510,19 @@ async def test_gemini_sessions_are_found_by_slug_and_checked_by_project_hash(sto
         assert resp.status == 404
     finally:
         await gw.close()
+
+
+async def test_another_workspaces_files_cost_a_listing_only_their_first_bytes(gw, store) -> None:
+    """Files of another workspace (Codex keeps them all in one tree; here twins of the slug), each
+    small enough to be read whole (1 MiB) and together more than a listing may read: only their
+    first 64 KiB are, so this workspace's oldest conversation is still listed, the list complete."""
+    twin = store.workspace.parent / "work-space"
+    filler = line(type="attachment", cwd=str(twin), pad="x" * 60_000)
+    big = conversation(twin) + filler * ((conversations.LIST_FILE_BYTES - 2000) // len(filler))
+    assert conversations.LIST_FILE_BYTES - len(filler) < len(big) <= conversations.LIST_FILE_BYTES
+    for _ in range(conversations.LIST_TOTAL_BYTES // len(big) + 2):
+        store.put(big)
+    ours = store.put(conversation(store.workspace, "Ours."), age=1000)  # the oldest: listed last
+    _, body = await listing(gw, store)
+    assert [c["id"] for c in body["conversations"]] == [ours]
+    assert body["complete"] is True
