@@ -35,15 +35,25 @@ LIMIT_S = 90.0
 FIRST_PROMPT = "Remember the number 42."
 
 
+# The conversation is had in a workspace whose name has characters the CLI's directory name (its
+# "slug") replaces: the gateway must find it where the real CLI put it.
+WORKSPACE = "my.project_dir 2"
+
+
 @dataclass
 class Rig:
     cli: CliSetup
     gw: TestClient
     conversation_id: str
 
+    @property
+    def workspace(self) -> Path:
+        return self.cli.cwd / WORKSPACE
+
 
 async def run_cli_directly(cli: CliSetup, conversation_id: str) -> None:
     """The user's own terminal run: ``claude -p`` in the workspace, with the rig's HOME."""
+    (cli.cwd / WORKSPACE).mkdir()
     proc = await asyncio.create_subprocess_exec(
         *cli.argv[:1],
         "-p",
@@ -54,7 +64,7 @@ async def run_cli_directly(cli: CliSetup, conversation_id: str) -> None:
         "--dangerously-skip-permissions",
         "--session-id",
         conversation_id,
-        cwd=cli.cwd,
+        cwd=cli.cwd / WORKSPACE,
         env=cli.env,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
@@ -95,7 +105,7 @@ def replayed(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 async def test_conversation_run_in_the_terminal_is_listed() -> None:
     async with rig() as r:
-        status, body = await listing(r.gw, "claude-code", r.cli.cwd)
+        status, body = await listing(r.gw, "claude-code", r.workspace)
         assert status == 200, body
         assert body["complete"] is True
         (only,) = body["conversations"]
@@ -103,7 +113,11 @@ async def test_conversation_run_in_the_terminal_is_listed() -> None:
         assert only["title"] == FIRST_PROMPT
         assert only["turns"] == 1
         assert only["updated_at"].endswith("Z")
-        # Another workspace (the root's parent is refused; a sibling directory has none).
+        # Another workspace: a sibling directory has none, nor has the one that shares the slug.
+        twin = r.cli.cwd / WORKSPACE.replace(".", "-")
+        twin.mkdir()
+        status, body = await listing(r.gw, "claude-code", twin)
+        assert (status, body) == (200, {"conversations": [], "complete": True})
         other = r.cli.cwd / "sub"
         other.mkdir()
         status, body = await listing(r.gw, "claude-code", other)
@@ -114,7 +128,11 @@ async def test_continued_conversation_replays_history_then_goes_on_live() -> Non
     async with rig() as r:
         resp = await r.gw.post(
             "/v1/session",
-            json={"agent": "claude-code", "resume_conversation": r.conversation_id},
+            json={
+                "agent": "claude-code",
+                "workspace_path": WORKSPACE,
+                "resume_conversation": r.conversation_id,
+            },
         )
         assert resp.status == 201, await resp.text()
         session = await resp.json()
@@ -162,7 +180,11 @@ async def test_a_second_master_sees_the_earlier_turns_before_the_new_one() -> No
     async with rig("claude-code-oneshot") as r:
         resp = await r.gw.post(
             "/v1/session",
-            json={"agent": "claude-code-oneshot", "resume_conversation": r.conversation_id},
+            json={
+                "agent": "claude-code-oneshot",
+                "workspace_path": WORKSPACE,
+                "resume_conversation": r.conversation_id,
+            },
         )
         assert resp.status == 201, await resp.text()
         sid = (await resp.json())["session_id"]
@@ -188,13 +210,18 @@ async def test_a_second_master_sees_the_earlier_turns_before_the_new_one() -> No
 async def test_unknown_conversation_and_agents_without_a_store() -> None:
     async with rig() as r:
         resp = await r.gw.post(
-            "/v1/session", json={"agent": "claude-code", "resume_conversation": str(uuid.uuid4())}
+            "/v1/session",
+            json={
+                "agent": "claude-code",
+                "workspace_path": WORKSPACE,
+                "resume_conversation": str(uuid.uuid4()),
+            },
         )
         assert resp.status == 404
         assert (await resp.json())["error_code"] == "CONVERSATION_NOT_FOUND"
         assert not [s for s in (await (await r.gw.get("/v1/sessions")).json())["sessions"]]
         for agent in ("plain", "demo"):
-            status, body = await listing(r.gw, agent, r.cli.cwd)
+            status, body = await listing(r.gw, agent, r.workspace)
             assert status == 501 and body["error_code"] == "CONVERSATIONS_NOT_SUPPORTED", body
 
 
