@@ -933,12 +933,16 @@ class LiveSession:
         call before ``start``, whose spawn resumes it): its earlier turns go into the history,
         marked replayed (``SessionMachine.replay``), before anything live. Binary tool results
         are kept in the file store as live ones are. No master is attached yet, and nothing here
-        is a turn of this gateway: no connection, metric of turns or usage total is touched."""
+        is a turn of this gateway: no connection, metric or usage total is touched (the agent's
+        running cost is noted: docs/usage.md)."""
         for turn in transcript.turns:
             turn.events = store_tool_files(turn.events, self.files, self.workspace)
         frames = self.machine.replay(conversation_id, transcript.turns, transcript.problem)
         for frame in frames:
             self._keep(frame, codec.encode(frame))
+            payload = frame.payload  # type: ignore[attr-defined]
+            if isinstance(payload, F.Usage) and not (frame.metadata or {}).get("subagent_context"):
+                self.usage.seen(payload)
 
     def _route(self, type_: str) -> _Route:
         """The connections that admit a frame type: all, those that keep ``subagent_context`` and

@@ -123,6 +123,14 @@ class UsageTally:
             self.capacity = window.capacity
         return counted
 
+    def seen(self, usage: F.Usage) -> None:
+        """A usage of the agent's own past, replayed into a session that continues a saved
+        conversation: not counted (this gateway did not run it), but the agent's running cost
+        stands where it says, so the next turn's report counts only its increase."""
+        cost = usage.cost_usage.used if usage.cost_usage.unit == "USD" else 0.0
+        if math.isfinite(cost) and cost > 0:
+            self.cost_reported = cost
+
     def compacted(self, compacted: F.Compacted) -> float | None:
         """The agent compacted its context: the fill is now ``current_token_count`` of the
         window's last known size (None, and unchanged, when no size was reported yet)."""

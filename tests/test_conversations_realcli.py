@@ -22,6 +22,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.config import builtin_profiles
+from gateway.server import SESSIONS
 from tests.gateway_peer import Master, make_config, start_gateway
 from tests.rig.anthropic import last_user_text
 from tests.rig.env import require_cli
@@ -169,6 +170,14 @@ async def test_continued_conversation_replays_history_then_goes_on_live() -> Non
             if f["type"] == "agent.text.delta" and not replayed([f])
         ]
         assert "".join(live_texts) == "You asked me to remember 42."
+        # Claude Code's cost runs on over the resumed conversation: the session counts only the
+        # live turn's share of it (docs/usage.md).
+        live = await master.until("session.usage")
+        replayed_cost = usage["payload"]["cost_usage"]["used"]
+        live_cost = live["payload"]["cost_usage"]["used"]
+        assert 0 < replayed_cost < live_cost
+        tally = r.gw.server.app[SESSIONS][session["session_id"]].usage
+        assert tally.cost_usd == pytest.approx(live_cost - replayed_cost)
         last = r.cli.server.requests[-1].body
         assert "Which number" in last_user_text(last)
         earlier = str(last["messages"])
