@@ -462,10 +462,10 @@ async def create_session(request: web.Request) -> web.Response:
     )
     session.owner = _caller(request).user
     _wire(app, session)
-    if transcript is not None:
-        session.continue_conversation(resume, transcript)
-    app[SESSIONS][session_id] = session
     try:
+        if transcript is not None:  # before it is listed: nobody may attach during the replay
+            await session.continue_conversation(resume, transcript)
+        app[SESSIONS][session_id] = session
         await session.start()
     except BaseException:
         # Never a registered session (or a running agent) behind an error answer.

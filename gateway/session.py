@@ -928,21 +928,29 @@ class LiveSession:
         if evicted:
             metrics.history_evicted(evicted, evicted_bytes)
 
-    def continue_conversation(self, conversation_id: str, transcript: Transcript) -> None:
+    async def continue_conversation(self, conversation_id: str, transcript: Transcript) -> None:
         """This new session continues the agent's saved conversation (``gateway/conversations.py``;
         call before ``start``, whose spawn resumes it): its earlier turns go into the history,
         marked replayed (``SessionMachine.replay``), before anything live. Binary tool results
         are kept in the file store as live ones are. No master is attached yet, and nothing here
         is a turn of this gateway: no connection, metric or usage total is touched (the agent's
-        running cost is noted: docs/usage.md)."""
-        for turn in transcript.turns:
-            turn.events = store_tool_files(turn.events, self.files, self.workspace)
-        frames = self.machine.replay(conversation_id, transcript.turns, transcript.problem)
-        for frame in frames:
-            self._keep(frame, codec.encode(frame))
+        running cost is noted: docs/usage.md). A long conversation is many frames: they are made
+        in a worker thread, which nothing else can race, since the session is not started yet."""
+        loop = asyncio.get_running_loop()
+        replayed = await loop.run_in_executor(None, self._replayed, conversation_id, transcript)
+        for frame, data in replayed:
+            self._keep(frame, data)
             payload = frame.payload  # type: ignore[attr-defined]
             if isinstance(payload, F.Usage) and not (frame.metadata or {}).get("subagent_context"):
                 self.usage.seen(payload)
+
+    def _replayed(
+        self, conversation_id: str, transcript: Transcript
+    ) -> list[tuple[F.Frame, bytes]]:
+        for turn in transcript.turns:
+            turn.events = store_tool_files(turn.events, self.files, self.workspace)
+        frames = self.machine.replay(conversation_id, transcript.turns, transcript.problem)
+        return [(frame, codec.encode(frame)) for frame in frames]
 
     def _route(self, type_: str) -> _Route:
         """The connections that admit a frame type: all, those that keep ``subagent_context`` and
