@@ -41,6 +41,7 @@ from parsers.base import get as get_parser
 from parsers.saved import SavedFile, SavedFormat, Summary, Transcript
 
 from .config import AgentProfile
+from .nofollow import READ_FLAGS, open_dir, regular_fd
 
 __all__ = [
     "DEFAULT_LIST_LIMIT",
@@ -61,9 +62,6 @@ LIST_FILE_BYTES: Final = 1 << 20  # read whole for a listing up to this size
 LIST_EDGE_BYTES: Final = 64 << 10  # else its first and last this many bytes
 LIST_TOTAL_BYTES: Final = 32 << 20  # read for one listing, at most
 TRANSCRIPT_BYTES: Final = 16 << 20  # of one conversation loaded to resume (its end, if larger)
-
-_DIR: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class ConversationError(Exception):
@@ -213,7 +211,7 @@ def _candidates(
         if directory is None:
             continue
         try:
-            fd = os.open(directory, _DIR)
+            fd = open_dir(directory)
         except OSError:
             continue
         try:
@@ -234,7 +232,7 @@ def _candidates(
                                 break
                             if len(parts) < location.depth:
                                 try:
-                                    inner = os.open(entry.name, _DIR, dir_fd=dir_fd)
+                                    inner = open_dir(entry.name, dir_fd=dir_fd)
                                 except OSError:
                                     continue  # not a directory, or a link to one
                                 stack.append((inner, (*parts, entry.name)))
@@ -274,7 +272,7 @@ def _walk(fd: int, dirs: tuple[str, ...]) -> int:
     current = os.dup(fd)
     try:
         for part in dirs:
-            inner = os.open(part, _DIR, dir_fd=current)
+            inner = open_dir(part, dir_fd=current)
             os.close(current)
             current = inner
     except BaseException:
@@ -311,23 +309,21 @@ def _read(
     (``edge`` 0) its last ``whole_up_to`` bytes. None when it cannot be opened as a regular file,
     or when its first ``edge`` bytes are not what ``belongs`` wants (nothing more is read)."""
     try:
-        dir_fd = os.open(candidate.directory, _DIR)
+        dir_fd = open_dir(candidate.directory)
     except OSError:
         return None
     try:
         parent = _walk(dir_fd, candidate.parts[:-1])
         try:
-            file = os.open(candidate.name, _FILE, dir_fd=parent)
+            file = os.open(candidate.name, READ_FLAGS, dir_fd=parent)
         finally:
             os.close(parent)
+        info = regular_fd(file, candidate.name)  # closed, and NotRegular, unless a regular file
     except OSError:
         return None
     finally:
         os.close(dir_fd)
     try:
-        info = os.fstat(file)
-        if not stat.S_ISREG(info.st_mode):
-            return None
         size = info.st_size
         if belongs is not None and size > edge and not belongs(_pread(file, edge, 0)):
             return None
