@@ -481,7 +481,8 @@ async def create_session(request: web.Request) -> web.Response:
             502, "AGENT_START_FAILED", f"the {agent} agent could not start: {session.start_error}"
         )
     log.info("session created", extra={"session": session_id, "agent": agent})
-    _audit(request, "session.create", session_id, detail={"agent": agent})
+    detail = {"agent": agent} if resume is None else {"agent": agent, "resume_conversation": resume}
+    _audit(request, "session.create", session_id, detail=detail)
     return web.json_response(session.to_json(), status=201)
 
 

@@ -23,6 +23,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway import conversations
+from gateway.auth import AuthSettings
 from gateway.chat import run_chat
 from gateway.config import builtin_profiles
 from parsers.claude_code_saved import slug
@@ -526,3 +527,39 @@ async def test_another_workspaces_files_cost_a_listing_only_their_first_bytes(gw
     _, body = await listing(gw, store)
     assert [c["id"] for c in body["conversations"]] == [ours]
     assert body["complete"] is True
+
+
+async def test_listing_a_workspaces_conversations_needs_an_operator(store, tmp_path) -> None:
+    """Titles are the user's prompts: a viewer may not list them (403, audited like any refusal),
+    an operator may."""
+    tokens = {"vera": ("viewer", "vera-token-vvvv"), "otto": ("operator", "otto-token-oooo")}
+    users = tmp_path / "users.toml"
+    users.write_text(
+        "".join(
+            f'[[users]]\nname = "{name}"\nrole = "{role}"\n'
+            f'token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n\n'
+            for name, (role, token) in tokens.items()
+        )
+    )
+    base = builtin_profiles(claude="/nonexistent/claude")[AGENT]
+    profile = replace(base, env={"HOME": str(store.home)})
+    config = make_config(
+        store.workspace.parent,
+        token="admin-token-aaaa",
+        auth=AuthSettings(users_file=users),
+        agents={AGENT: profile},
+    )
+    gw = await start_gateway(config)
+    try:
+        conversation_id = store.put(conversation(store.workspace))
+        for user, status in (("vera", 403), ("otto", 200)):
+            resp = await gw.get(
+                f"/v1/agents/{AGENT}/conversations",
+                params={"workspace": "work.space"},
+                headers={"Authorization": f"Bearer {tokens[user][1]}"},
+            )
+            body = await resp.json()
+            assert resp.status == status, body
+        assert body["conversations"][0]["id"] == conversation_id
+    finally:
+        await gw.close()
