@@ -661,7 +661,9 @@ async def test_DPS_2_4_two_masters_fan_out_relay_no_echo():
             await m.until("session.turn.end", timeout=30)
             await end_of_turn(m)
         relayed = of(b.frames, "control.prompt.request")
-        assert len(relayed) == 1 and relayed[0] == sent  # the very frame, unchanged
+        # The very frame, with the sender named (no credentials configured: user "local").
+        named = {**sent, "metadata": {**sent.get("metadata", {}), "rawp_user": "local"}}
+        assert len(relayed) == 1 and relayed[0] == named
         assert "control.prompt.request" not in a.types()
 
         def turn_frames(m: Master) -> list[str]:
