@@ -53,12 +53,14 @@ class Watched:
     http: aiohttp.ClientSession
     deadline: float = 0.0  # time.monotonic() by which every wait on Prometheus is over
 
-    async def turn(self, text: str) -> list[dict[str, Any]]:
-        """Send a prompt, read up to the session.usage after its session.turn.end."""
+    async def turn(self, text: str, timeout: float = 60) -> list[dict[str, Any]]:
+        """Send a prompt, read up to the session.usage after its session.turn.end. The waits on
+        Prometheus that follow get DEADLINE_S from here."""
         start = len(self.master.frames)
         await self.master.send("control.prompt.request", {"prompt_text": text})
-        await self.master.until("session.turn.end", timeout=60)
+        await self.master.until("session.turn.end", timeout=timeout)
         assert (await self.master.next(timeout=10))["type"] == "session.usage"  # DPS-7.5.2-usage
+        self.deadline = max(self.deadline, time.monotonic() + DEADLINE_S)
         return self.master.frames[start:]
 
     async def equals(self, promql: str, expected: float) -> None:
@@ -79,14 +81,16 @@ async def watched(agent: str, calls: list[dict[str, Any]], tmp_path, **changes: 
     """The scripted model server answering ``calls``, a gateway (token required) whose built-in
     ``agent`` profile runs the real CLI against it (``changes``: profile fields), a master attached
     to a new session, and a Prometheus scraping the gateway every second."""
-    binary = require_cli(agent)
+    cli_name = "gemini" if agent == "gemini-acp" else agent  # Gemini speaks ACP itself
+    binary = str(require_cli(cli_name))
     prometheus_binary()
-    scenario = parse_scenario({"run": {}, "calls": calls}, name=f"usage-{agent}", agent=agent)
+    scenario = parse_scenario({"run": {}, "calls": calls}, name=f"usage-{agent}", agent=cli_name)
     async with scripted_cli(scenario) as cli:
-        base = builtin_profiles(claude=str(binary), codex=str(binary), gemini=str(binary))[agent]
+        names = ("claude", "codex", "gemini", "claude_acp", "codex_acp")
+        base = builtin_profiles(**dict.fromkeys(names, binary))[agent]
         profile = replace(base, env=cli.env, **changes)
-        if agent == "gemini":
-            profile = replace(profile, command=(str(binary), "-m", GEMINI_MODEL, *base.command[1:]))
+        if cli_name == "gemini":
+            profile = replace(profile, command=(binary, "-m", GEMINI_MODEL, *base.command[1:]))
         client = await start_gateway(make_config(cli.cwd, agents={agent: profile}, token=TOKEN))
         auth = {"Authorization": f"Bearer {TOKEN}"}
         client.session.headers.update(auth)
@@ -345,4 +349,103 @@ async def test_gemini_run_stats_reach_prometheus(tmp_path):
         expected = {"input": 1500 + 2900, "output": 90 + 61, "cache_read": 200, "cache_write": 0}
         assert token_sums(main_usages(frames)) == expected
         await check_tokens(w, GEMINI_MODEL, expected)
+        assert await query(w.http, w.prometheus, "rawp_gateway_cost_usd_total") == []
+
+
+# --- ACP agents -----------------------------------------------------------------------------------
+
+ACP_STARTUP = 120.0  # the first turn includes the agent's start (tens of seconds under load)
+
+
+async def test_claude_acp_prompt_usage_and_running_cost_reach_prometheus(tmp_path):
+    """DPS-7.5.2-usage through ACP: claude-agent-acp answers each session/prompt with the turn's
+    usage (Claude Code's result usage: inputTokens without the cached reads, as Anthropic counts
+    them) and sends a usage_update whose cost is Claude Code's running total over the session.
+    The second turn is scripted to use exactly twice the first's tokens, so its running cost is
+    three times the first turn's: Prometheus sees the two turns' tokens once each and the cost
+    counted as that running total (not summed as if each figure were the turn's own)."""
+    first = {"input_tokens": 1311, "output_tokens": 217, "cache_read_input_tokens": 4099}
+    first["cache_creation_input_tokens"] = 61
+    second = {k: 2 * v for k, v in first.items()}
+    calls = [
+        {
+            "match": {"last_user_contains": "first"},
+            "usage": first,
+            "content": [{"type": "text", "text": "The first answer."}],
+        },
+        {
+            "match": {"last_user_contains": "second"},
+            "usage": second,
+            "content": [{"type": "text", "text": "The second answer."}],
+        },
+    ]
+    async with watched("claude-acp", calls, tmp_path) as w:
+        frames = await w.turn("The first prompt.", timeout=ACP_STARTUP)
+        frames += await w.turn("The second prompt.")
+        # Every model call was scripted (under the adapter Claude Code also probes HEAD /).
+        assert [r for r in w.cli.server.unexpected if r.method != "HEAD"] == []
+        usages = main_usages(frames)
+        assert len(usages) == 2
+        expected = {"input": 3 * 1311, "output": 3 * 217, "cache_read": 3 * 4099}
+        expected["cache_write"] = 3 * 61
+        assert token_sums(usages) == expected
+        # The model as session/new names it (models.currentModelId): the adapter's "default".
+        await check_tokens(w, "default", expected)
+
+        costs = [u["cost_usage"]["used"] for u in usages]
+        assert costs[0] > 0 and costs[1] == pytest.approx(3 * costs[0], rel=1e-6)
+        promql = 'sum(rawp_gateway_cost_usd_total{agent="claude-acp", model="default"})'
+        assert await w.scraped(promql) == pytest.approx(costs[1], rel=1e-9)
+        window = usages[-1]["context_window"]  # the usage_update's used / size
+        assert window["used"] == 2 * (1311 + 4099 + 61) + 1 and window["capacity"] > 0
+
+
+async def test_gemini_acp_quota_token_count_reaches_prometheus(tmp_path):
+    """DPS-7.5.2-usage through ACP: Gemini's session/prompt answer carries the turn's tokens as
+    ``_meta.quota.token_count`` (summed over the turn's model calls), input and output only.
+    Its input is Gemini's prompt token count, which includes the cached tokens, and the answer
+    does not say how many were cached: so for gemini-acp the cached tokens are in ``input`` and
+    none is counted as ``cache_read`` (docs/usage.md). No cost is reported, so none is counted."""
+    calls = [
+        {
+            "match": {"last_user_contains": "first"},
+            "usage": {"prompt": 1723, "candidates": 93, "cached": 300},
+            "parts": [{"text": "The first answer."}],
+        },
+        {
+            "match": {"last_user_contains": "second"},
+            "usage": {"prompt": 2917, "candidates": 67, "cached": 0},
+            "parts": [{"text": "The second answer."}],
+        },
+    ]
+    async with watched("gemini-acp", calls, tmp_path) as w:
+        frames = await w.turn("The first prompt.", timeout=ACP_STARTUP)
+        frames += await w.turn("The second prompt.")
+        assert not w.cli.server.unexpected
+        expected = {"input": 1723 + 2917, "output": 93 + 67, "cache_read": 0, "cache_write": 0}
+        assert token_sums(main_usages(frames)) == expected
+        await check_tokens(w, GEMINI_MODEL, expected)
+        assert await query(w.http, w.prometheus, "rawp_gateway_cost_usd_total") == []
+
+
+async def test_codex_acp_reports_only_its_context_window(tmp_path):
+    """codex-acp answers session/prompt without usage and sends usage_update with only the
+    context window (used: the last call's input, cached included, plus its output): the
+    session.usage has no tokens and no cost, so Prometheus counts none for it, and the session's
+    context fill is the window's (docs/usage.md)."""
+    calls = [
+        {
+            "match": {"last_user_contains": "first"},
+            "usage": {"input_tokens": 1500, "cached_tokens": 300, "output_tokens": 70},
+            "output": [{"type": "message", "text": "The first answer."}],
+        },
+    ]
+    async with watched("codex-acp", calls, tmp_path) as w:
+        frames = await w.turn("The first prompt.", timeout=ACP_STARTUP)
+        assert not w.cli.server.unexpected
+        (usage,) = main_usages(frames)
+        assert usage["token_usage"] == {"input_tokens": 0, "output_tokens": 0}
+        assert usage["context_window"]["used"] == 1500 + 70
+        await w.equals('rawp_gateway_sessions_context_fill{band="0.0"}', 1)
+        assert await query(w.http, w.prometheus, "rawp_gateway_tokens_total") == []
         assert await query(w.http, w.prometheus, "rawp_gateway_cost_usd_total") == []
