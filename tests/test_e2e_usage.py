@@ -23,6 +23,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 
+from gateway.auth import AuthSettings
 from gateway.config import builtin_profiles
 from gateway.server import SESSIONS
 from tests.gateway_peer import Master, create_session, make_config, start_gateway
@@ -30,6 +31,7 @@ from tests.rig.env import require_cli
 from tests.rig.run import CliSetup, scripted_cli
 from tests.rig.scenario import parse_scenario
 from tests.test_dashboard import all_panels, load_dashboard, substitute
+from tests.test_identities import bearer, users_toml
 from tests.test_prometheus_scrape import prometheus_binary, query, run_prometheus, wait_for_value
 
 pytestmark = [pytest.mark.realcli, pytest.mark.prometheus]
@@ -77,10 +79,18 @@ class Watched:
 
 
 @contextlib.asynccontextmanager
-async def watched(agent: str, calls: list[dict[str, Any]], tmp_path, **changes: Any):
-    """The scripted model server answering ``calls``, a gateway (token required) whose built-in
-    ``agent`` profile runs the real CLI against it (``changes``: profile fields), a master attached
-    to a new session, and a Prometheus scraping the gateway every second."""
+async def watched(
+    agent: str,
+    calls: list[dict[str, Any]],
+    tmp_path,
+    settings: dict[str, Any] | None = None,
+    **changes: Any,
+):
+    """The scripted model server answering ``calls``, a gateway (token required; ``settings``:
+    more of its config) whose built-in ``agent`` profile runs the real CLI against it
+    (``changes``: profile fields), a master attached to a new session (the token holder's), and a
+    Prometheus scraping the gateway every second."""
+    settings = settings or {}
     cli_name = "gemini" if agent == "gemini-acp" else agent  # Gemini speaks ACP itself
     binary = str(require_cli(cli_name))
     prometheus_binary()
@@ -91,7 +101,8 @@ async def watched(agent: str, calls: list[dict[str, Any]], tmp_path, **changes: 
         profile = replace(base, env=cli.env, **changes)
         if cli_name == "gemini":
             profile = replace(profile, command=(binary, "-m", GEMINI_MODEL, *base.command[1:]))
-        client = await start_gateway(make_config(cli.cwd, agents={agent: profile}, token=TOKEN))
+        config = make_config(cli.cwd, agents={agent: profile}, token=TOKEN, **settings)
+        client = await start_gateway(config)
         auth = {"Authorization": f"Bearer {TOKEN}"}
         client.session.headers.update(auth)
         try:
@@ -289,6 +300,60 @@ async def test_claude_code_compaction_and_a_full_context(tmp_path):
         await w.equals('rawp_gateway_sessions_context_fill{band="0.0"}', 1)
         await w.equals('sum(rawp_gateway_context_limit_turns_total{agent="claude-code"})', 1)
         assert not w.cli.server.unexpected
+
+
+async def test_tokens_and_cost_by_the_sessions_owner(tmp_path):
+    """Two users of a users file (docs/identities.md) each create a Claude Code session and run
+    a turn with their own scripted usage: Prometheus sees rawp_gateway_user_tokens_total and
+    rawp_gateway_user_cost_usd_total move for each user by exactly that user's turn, and nothing
+    for the token holder (admin), whose session ran no turn."""
+    tokens = {"alice": "alice-usage-token", "bob": "bob-usage-token"}
+    users = tmp_path / "users.toml"
+    users.write_text(users_toml({name: ("operator", token) for name, token in tokens.items()}))
+    scripted = {
+        "alice": {"input_tokens": 3001, "output_tokens": 301, "cache_read_input_tokens": 31},
+        "bob": {"input_tokens": 5002, "output_tokens": 502, "cache_read_input_tokens": 52},
+    }
+    scripted["alice"]["cache_creation_input_tokens"] = 3
+    scripted["bob"]["cache_creation_input_tokens"] = 5
+    calls = [
+        {
+            "match": {"last_user_contains": f"{name}'s prompt"},
+            "usage": usage,
+            "content": [{"type": "text", "text": f"An answer for {name}."}],
+        }
+        for name, usage in scripted.items()
+    ]
+    settings = {"auth": AuthSettings(users_file=users)}
+    async with watched("claude-code", calls, tmp_path, settings) as w:
+        for name, token in tokens.items():
+            created = await w.gw.post(
+                "/v1/session", json={"agent": "claude-code"}, headers=bearer(token)
+            )
+            assert created.status == 201, await created.text()
+            sid = (await created.json())["session_id"]
+            assert w.gw.server.app[SESSIONS][sid].owner == name
+            master = await Master.attach(w.gw, sid, headers=bearer(token))
+            assert (await master.next())["type"] == "session.capabilities"
+            mine = replace(w, session_id=sid, master=master)
+            (usage,) = main_usages(await mine.turn(f"This is {name}'s prompt."))
+            u = scripted[name]
+            expected = {
+                "input": u["input_tokens"],
+                "output": u["output_tokens"],
+                "cache_read": u["cache_read_input_tokens"],
+                "cache_write": u["cache_creation_input_tokens"],
+            }
+            assert token_sums([usage]) == expected
+            for kind, n in expected.items():
+                promql = f'rawp_gateway_user_tokens_total{{user="{name}", kind="{kind}"}}'
+                await mine.equals(promql, n)
+            cost = usage["cost_usage"]["used"]  # the first figure of this user's own CLI
+            promql = f'rawp_gateway_user_cost_usd_total{{user="{name}"}}'
+            assert cost > 0 and await mine.scraped(promql) == pytest.approx(cost, rel=1e-9)
+        assert not w.cli.server.unexpected
+        by_user = await query(w.http, w.prometheus, "rawp_gateway_user_tokens_total")
+        assert {r["metric"]["user"] for r in by_user} == set(tokens)
 
 
 # --- Codex ----------------------------------------------------------------------------------------
