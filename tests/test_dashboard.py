@@ -191,6 +191,8 @@ def test_dashboard_shows_what_the_issue_asks_for():
         "rawp_gateway_context_limit_turns_total",
         "sum by (band) (rawp_gateway_sessions_context_fill",
         "sum by (user) (rate(rawp_gateway_user_tokens_total",
+        # Webhook notifications: sent, retried, dropped.
+        "sum by (event, result) (rate(rawp_gateway_notifications_total",
     ):
         assert needle in exprs, needle
     rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
