@@ -1,13 +1,15 @@
-"""What the agents used, watched end to end: the real CLIs (Claude Code, Codex, Gemini) against the
-rig's scripted model servers, which report distinctive token counts, the real gateway, and a real
+"""What the agents used, watched end to end: the real CLIs (Claude Code, Codex, Gemini) and the
+real ACP agents (claude-agent-acp, ``gemini --acp``, codex-acp) against the rig's scripted model
+servers, which report distinctive token counts, the real gateway, and a real
 Prometheus scraping its ``/metrics``.
 
 Each test scripts the model's usage per call, runs turns through a real WebSocket master, and checks
 that the main ``session.usage`` frames say the scripted amounts (DPS-7.5.2-usage) and that
 Prometheus sees ``rawp_gateway_tokens_total`` move by exactly those amounts, kind by kind, under the
 agent's own model name; Claude Code's reported cost and context window, and its compaction, too.
-What "once" means per agent: docs/usage.md. An ACP agent's ``usage_update`` becomes the same
-``session.usage`` frames and is counted by the same code.
+The same tokens and cost by the session's owner, for two named users of a users file. What
+"once" means per agent: docs/usage.md. An ACP agent's prompt answer and ``usage_update`` become the
+same ``session.usage`` frames and are counted by the same code.
 """
 
 from __future__ import annotations
