@@ -29,6 +29,7 @@ from gateway.protocol import codec
 from gateway.protocol import session as sm
 from gateway.protocol.capabilities import ALL_FEATURES, strip_subagent_context
 from gateway.session import LiveSession
+from gateway.translate import SENT_PREFIX
 from parsers import events as ev
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -136,8 +137,16 @@ def messages(stream: bytes) -> list[bytes]:
     return out
 
 
+def profile_of(fixture: Path) -> str:
+    """The built-in profile a fixture was recorded with: its folder, or for the ACP transcripts
+    (one folder for several agents) the profile its meta file names."""
+    if fixture.parent.name == "acp":
+        return json.loads(fixture.with_suffix(".meta.json").read_text())["agent"]
+    return fixture.parent.name
+
+
 async def replay(fixture: Path, tmp_path: Path) -> tuple[OldPathSession, dict[str, Sink]]:
-    agent = fixture.parent.name
+    agent = profile_of(fixture)
     session = OldPathSession(
         "3f0c2a1b-4d5e-4f60-8a7b-9c0d1e2f3a4b",
         builtin_profiles()[agent],
@@ -167,10 +176,18 @@ async def replay(fixture: Path, tmp_path: Path) -> tuple[OldPathSession, dict[st
                 },
             }
             session.receive(name, json.dumps(caps))
-    session.perform(session.machine.agent_events([ev.SessionStarted()]))
     parser = session.machine.parser
+    # An ACP transcript holds both directions, the gateway's lines wrapped as {"sent": ...}, as
+    # `translate` reads it: the adapter then writes nothing of its own.
+    sent = getattr(parser, "sent", None)
+    if sent is not None:
+        parser.replay()
+    session.perform(session.machine.agent_events([ev.SessionStarted()]))
     for i, line in enumerate(fixture.read_bytes().splitlines()):
-        session.perform(session.machine.agent_events(parser.feed(line)))
+        if sent is not None and line.startswith(SENT_PREFIX):
+            session.perform(session.machine.agent_events(sent(line)))
+        else:
+            session.perform(session.machine.agent_events(parser.feed(line)))
         if i % 7 == 0:
             await asyncio.sleep(0)  # some frames leave in batches, some alone
     session.perform(session.machine.agent_stdout_closed())
