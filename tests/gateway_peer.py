@@ -145,11 +145,23 @@ class Master:
         transport.abort()
 
 
-async def prompt_and_wait(master: Master, text: str, timeout: float = 60.0) -> list[dict[str, Any]]:
-    """Send a prompt and read up to its session.usage; the frames of the turn."""
+def of(frames: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
+    """The frames of one type, in order."""
+    return [f for f in frames if f["type"] == type_]
+
+
+async def prompt_and_wait(
+    master: Master, text: str, *, timeout: float = 60.0, idle: bool = False, **payload: Any
+) -> list[dict[str, Any]]:
+    """Send a prompt (``payload``: more fields of it) and read its turn: up to session.turn.end,
+    then the session.usage that must follow at once (DPS-7.5.2-usage); with ``idle`` also up to
+    the agent's state change to idle. The frames the master got from the prompt on."""
     start = len(master.frames)
-    await master.send("control.prompt.request", {"prompt_text": text})
-    await master.until("session.usage", timeout=timeout)
+    await master.send("control.prompt.request", {"prompt_text": text, **payload})
+    await master.until("session.turn.end", timeout=timeout)
+    assert (await master.next(timeout=timeout))["type"] == "session.usage"
+    if idle:
+        await master.until("agent.state.changed", timeout=timeout, current_state="idle")
     return master.frames[start:]
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -25,7 +24,9 @@ from gateway.config import builtin_profiles
 from tests.rig.anthropic import last_user_text
 from tests.rig.env import require_cli
 from tests.rig.run import CliSetup, scripted_cli
-from tests.test_cli import free_port, pid_alive, wait_http
+from tests.support.procs import session_processes
+from tests.support.servers import free_port, wait_http
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.realcli
 
@@ -141,20 +142,6 @@ def conversation(body: dict[str, Any]) -> str:
     return json.dumps(body.get("messages", []))
 
 
-def claude_pids(sid: str) -> list[int]:
-    """Live Claude Code processes started for the session's workspace by any gateway."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                env = Path(f"/proc/{entry}/environ").read_bytes()
-            except OSError:
-                continue
-            if f"RAWP_SESSION_ID={sid}".encode() in env and pid_alive(int(entry)):
-                out.append(int(entry))
-    return out
-
-
 async def first_turn(http: aiohttp.ClientSession, gw: Gateway) -> tuple[str, Master]:
     async with http.post(f"{gw.url}/v1/session", json={"agent": "claude-code"}) as resp:
         assert resp.status == 201, await resp.text()
@@ -220,10 +207,7 @@ async def test_sigkill_mid_turn_closes_the_turn_and_the_cli_resumes():
         await master.closed()
         seen = [f["message_id"] for f in master.frames]
         # The orphaned CLI ends when its stdin closes; wait so two CLIs never share the session.
-        for _ in range(100):
-            if not claude_pids(sid):
-                break
-            await asyncio.sleep(0.1)
+        await eventually(lambda: not session_processes(sid), "the orphaned CLI to end")
 
         await gw.start()
         again = await attach(http, gw, sid, seen[-1])

@@ -8,7 +8,6 @@ import asyncio
 import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import aiohttp
 import pytest
@@ -32,6 +31,8 @@ from tests.gateway_peer import (
     prompt_and_wait,
     start_gateway,
 )
+from tests.support.procs import session_processes
+from tests.support.waiting import eventually
 
 
 @pytest.fixture
@@ -163,21 +164,6 @@ async def test_too_many_file_references_or_a_too_large_prompt_is_refused_and_the
 # --- POST /v1/session: validation before anything is created ------------------------------------
 
 
-def agent_processes(session_id: str) -> list[int]:
-    """Agent processes of a session still alive (their environment names the session)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes()
-        except OSError:
-            continue
-        if f"RAWP_SESSION_ID={session_id}".encode() in environ.split(b"\0"):
-            found.append(int(proc.name))
-    return found
-
-
 def raw_post(body: bytes) -> dict:
     return {"data": body, "headers": {"Content-Type": "application/json"}}
 
@@ -254,11 +240,7 @@ async def test_a_session_whose_start_fails_is_not_left_registered_nor_running(gw
     assert resp.status == 500
     assert (await resp.json())["error_code"] == "INTERNAL_ERROR"
     assert app[SESSIONS] == {}
-    for _ in range(100):
-        if not agent_processes(seen[0]):
-            break
-        await asyncio.sleep(0.05)
-    assert agent_processes(seen[0]) == []
+    await eventually(lambda: not session_processes(seen[0]), "the agent to be stopped", timeout=5)
 
 
 # --- authentication -----------------------------------------------------------------------------

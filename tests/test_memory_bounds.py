@@ -18,24 +18,17 @@ from gateway import server
 from gateway.config import ConfigError, builtin_profiles, load_config
 from gateway.process import AgentProcess, AgentStdinFull
 from gateway.server import SESSIONS, TerminatedSession
-from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+from tests.gateway_peer import (
+    Master,
+    create_session,
+    fast_demo,
+    make_config,
+    prompt_and_wait,
+    start_gateway,
+)
+from tests.support.waiting import eventually
 
 HOSTILE = Path(__file__).parent / "hostile"
-
-
-async def prompt_and_wait(master: Master, text: str) -> list[dict]:
-    start = len(master.frames)
-    await master.send("control.prompt.request", {"prompt_text": text})
-    await master.until("session.usage", timeout=60)
-    return master.frames[start:]
-
-
-async def eventually(check, what: str, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not check():
-        assert loop.time() < end, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 async def test_a_deleted_session_is_freed_whole_and_only_its_summary_stays(tmp_path):

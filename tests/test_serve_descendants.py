@@ -15,9 +15,10 @@ import uuid
 
 import aiohttp
 
-from tests.test_agent_descendants import HOSTILE, gone
-from tests.test_cli import CLI, free_port, wait_http
-from tests.test_process import eventually
+from tests.support.loops import HOSTILE
+from tests.support.procs import gone
+from tests.support.servers import CLI, free_port, wait_http
+from tests.support.waiting import eventually
 
 
 async def test_serve_ends_turns_at_the_agents_exit_and_leaves_no_descendant(tmp_path):
@@ -59,7 +60,9 @@ async def test_serve_ends_turns_at_the_agents_exit_and_leaves_no_descendant(tmp_
                         break
                 assert frame["payload"]["stop_reason"] == "end_turn"
                 descendant = int((workspace / "descendant.pid").read_text())
-                assert await eventually(lambda d=descendant: gone(d), timeout=10)
+                await eventually(
+                    lambda d=descendant: gone(d), "the descendant to be reaped", timeout=10
+                )
             await ws.close()
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(proc.wait, 20) == 0
