@@ -19,8 +19,14 @@ from gateway.history import History
 from gateway.persistence import FRAMES, RECORD, LoadError, StateDir, StateDirError
 from gateway.protocol import recovery
 from gateway.server import SESSIONS, create_app
-from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
-from tests.test_server import run_prompt
+from tests.gateway_peer import (
+    Master,
+    create_session,
+    fast_demo,
+    make_config,
+    prompt_and_wait,
+    start_gateway,
+)
 
 
 def config(root: Path, state: Path, delay_ms: int = 1, **kw):
@@ -41,7 +47,7 @@ async def test_graceful_restart_restores_the_session_and_reattach_is_lossless(tm
     sid = created["session_id"]
     master = await Master.attach(gw, sid)
     await master.next()  # capabilities
-    frames = await run_prompt(master, "hello there")
+    frames = await prompt_and_wait(master, "hello there", idle=True)
     await master.send("control.mode.switch", {"mode": "plan"})
     await master.until("agent.state.changed")
     middle = frames[2]["message_id"]
@@ -78,7 +84,7 @@ async def test_graceful_restart_restores_the_session_and_reattach_is_lossless(tm
         assert replay["buffer_status"]["truncated"] is False
         await again.send("control.mode.switch", {"mode": "default"})
         await again.until("agent.state.changed")
-        second = await run_prompt(again, "and again")
+        second = await prompt_and_wait(again, "and again", idle=True)
         start = next(f for f in second if f["type"] == "session.turn.start")
         assert start["payload"]["turn_index"] == 1
         # The agent was started resumed with its session id, not as a new conversation.
@@ -126,7 +132,7 @@ async def test_a_turn_running_at_shutdown_is_closed_in_history(tmp_path):
         assert end == {**end, "turn_id": turn_id, "stop_reason": "error"}
         assert all(f["turn_id"] == turn_id for f in got)
         # The session goes on: the next prompt is a new turn.
-        frames = await run_prompt(again, "hello again")
+        frames = await prompt_and_wait(again, "hello again", idle=True)
         start = next(f for f in frames if f["type"] == "session.turn.start")
         assert start["payload"]["turn_index"] == 1
     finally:
@@ -142,7 +148,7 @@ async def test_after_a_crash_reattach_is_truncated_never_duplicated(tmp_path):
     sid = (await create_session(gw))["session_id"]
     master = await Master.attach(gw, sid)
     await master.next()
-    await run_prompt(master, "hello there")
+    await prompt_and_wait(master, "hello there", idle=True)
     await gw.close()
     log = session_dir(state, sid) / FRAMES
     lines = log.read_bytes().splitlines(keepends=True)
@@ -188,7 +194,7 @@ async def test_a_new_master_after_a_restart_gets_the_restored_history(tmp_path):
     sid = (await create_session(gw))["session_id"]
     master = await Master.attach(gw, sid)
     await master.next()
-    frames = await run_prompt(master, "remember this")
+    frames = await prompt_and_wait(master, "remember this", idle=True)
     await gw.close()
 
     gw = await start_gateway(config(tmp_path, state))
@@ -233,7 +239,7 @@ async def test_state_files_never_hold_the_token(tmp_path):
     sid = (await resp.json())["session_id"]
     master = await Master.attach(gw, sid, headers=headers)
     await master.next()
-    await run_prompt(master, "hello there")
+    await prompt_and_wait(master, "hello there", idle=True)
     await gw.close()
     for path in session_dir(state, sid).iterdir():
         assert secret.encode() not in path.read_bytes(), path

@@ -13,7 +13,14 @@ import pytest
 
 from gateway.config import builtin_profiles
 from gateway.protocol.frames import Features
-from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+from tests.gateway_peer import (
+    Master,
+    create_session,
+    fast_demo,
+    make_config,
+    prompt_and_wait,
+    start_gateway,
+)
 
 
 @pytest.fixture
@@ -21,14 +28,6 @@ async def gw(tmp_path):
     client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
     yield client
     await client.close()
-
-
-async def run_prompt(master: Master, text: str) -> list[dict]:
-    start = len(master.frames)
-    await master.send("control.prompt.request", {"prompt_text": text})
-    await master.until("session.usage")
-    await master.until("agent.state.changed", current_state="idle")  # what end_turn sends last
-    return master.frames[start:]
 
 
 async def test_healthz_agents_and_sessions(gw):
@@ -136,7 +135,7 @@ async def test_greeting_prompt_turn_and_usage(gw):
     commands = await master.next()  # the demo agent's answer to initialize
     assert commands["type"] == "agent.commands.publish"
     assert "compact" in [c["name"] for c in commands["payload"]["commands"]]
-    frames = await run_prompt(master, "hello there")
+    frames = await prompt_and_wait(master, "hello there", idle=True)
     types = [f["type"] for f in frames]
     assert types[0] == "session.turn.start"
     turn_id = frames[0]["payload"]["turn_id"]
@@ -148,7 +147,7 @@ async def test_greeting_prompt_turn_and_usage(gw):
     assert done and done[-1]["payload"]["full_text"] == deltas
     assert all(f.get("turn_id") == turn_id for f in frames)  # DPS-2.1-turn-id
     assert "tool.catalog.publish" not in types and "agent.commands.publish" not in types
-    second = await run_prompt(master, "and again")
+    second = await prompt_and_wait(master, "and again", idle=True)
     start = next(f for f in second if f["type"] == "session.turn.start")
     assert start["payload"]["turn_index"] == 1
 
@@ -180,7 +179,7 @@ async def test_DPS_2_1_v_and_DPS_2_2_unknown_type_over_the_wire(gw):
     await master.ws.send_str("{not json")
     err = await master.until("session.error")
     assert err["payload"]["error_code"] == "INVALID_FRAME"
-    frames = await run_prompt(master, "still here?")
+    frames = await prompt_and_wait(master, "still here?", idle=True)
     assert "session.usage" in [f["type"] for f in frames]
     assert not [
         f for f in master.frames if f["type"] == "session.error" and "x-acme" in json.dumps(f)
@@ -253,11 +252,11 @@ async def test_DPS_7_1_history_reattach_gets_exactly_the_missed_frames(gw):
     sid = session["session_id"]
     watcher = await Master.attach(gw, sid)
     leaver = await Master.attach(gw, sid)
-    await run_prompt(leaver, "first")
+    await prompt_and_wait(leaver, "first", idle=True)
     last_seen = leaver.frames[-1]["message_id"]
     await leaver.ws.close()
     await watcher.until("agent.state.changed", current_state="idle")  # the first turn's end
-    await run_prompt(watcher, "second while the other is away")
+    await prompt_and_wait(watcher, "second while the other is away", idle=True)
     idx = next(i for i, f in enumerate(watcher.frames) if f["message_id"] == last_seen)
     missed = [f for f in watcher.frames[idx + 1 :] if f["type"] != "control.prompt.request"]
     back = await Master.attach(gw, sid, last_message_id=last_seen, announce=False)
@@ -283,11 +282,13 @@ async def test_DPS_7_1_history_counts_evicted_frames(gw):
     sid = session["session_id"]
     stay = await Master.attach(gw, sid)
     leaver = await Master.attach(gw, sid)
-    await run_prompt(leaver, "first")
+    await prompt_and_wait(leaver, "first", idle=True)
     last_seen = leaver.frames[-1]["message_id"]
     await leaver.ws.close()
     await stay.until("agent.state.changed", current_state="idle")
-    await run_prompt(stay, "a reply long enough to push earlier frames out of the buffer")
+    await prompt_and_wait(
+        stay, "a reply long enough to push earlier frames out of the buffer", idle=True
+    )
     idx = next(i for i, f in enumerate(stay.frames) if f["message_id"] == last_seen)
     produced = len(stay.frames[idx + 1 :]) + 1  # + the relayed prompt the stayer did not get
     back = await Master.attach(gw, sid, last_message_id=last_seen, announce=False)
@@ -317,8 +318,8 @@ async def test_DPS_7_1_history_all_gives_a_new_master_the_whole_conversation(gw)
     session = await create_session(gw)
     sid = session["session_id"]
     talker = await Master.attach(gw, sid)
-    await run_prompt(talker, "first question")
-    await run_prompt(talker, "second question")
+    await prompt_and_wait(talker, "first question", idle=True)
+    await prompt_and_wait(talker, "second question", idle=True)
     produced = [f for f in talker.frames if f["type"] != "session.capabilities"]
     newcomer = await Master.attach(gw, sid, history="all", announce=False)
     history = await first_history(newcomer)
@@ -350,9 +351,9 @@ async def test_DPS_7_1_history_all_counts_frames_evicted_since_the_session_began
     start = await first_history(talker)  # what the session produced before anyone attached
     before = len(start["frames"]) + start["buffer_status"]["lost_frame_count"]
     await talker.until("tool.catalog.publish")  # the greeting's, to this connection only
-    frames = await run_prompt(talker, "first")
-    frames += await run_prompt(
-        talker, "a reply long enough to push earlier frames out of the buffer"
+    frames = await prompt_and_wait(talker, "first", idle=True)
+    frames += await prompt_and_wait(
+        talker, "a reply long enough to push earlier frames out of the buffer", idle=True
     )
     produced = before + len(frames) + 2  # + its own two prompts, buffered but not echoed
     newcomer = await Master.attach(gw, sid, history="all", announce=False)
@@ -370,8 +371,8 @@ async def test_history_all_comes_in_parts_within_max_frame_size(tmp_path):
     try:
         sid = (await create_session(client))["session_id"]
         talker = await Master.attach(client, sid)
-        await run_prompt(talker, "first question")
-        await run_prompt(talker, "second question")
+        await prompt_and_wait(talker, "first question", idle=True)
+        await prompt_and_wait(talker, "second question", idle=True)
         newcomer = await Master.attach(client, sid, history="all", announce=False)
         await newcomer.next()
         parts = []
@@ -520,7 +521,7 @@ async def test_DPS_6_3_1_compaction_requested(gw):
     """DPS-6.3.1-compact: control.session.compact → session.compacted trigger requested."""
     session = await create_session(gw)
     master = await Master.attach(gw, session["session_id"])
-    await run_prompt(master, "remember this")
+    await prompt_and_wait(master, "remember this", idle=True)
     await master.send("control.session.compact", {"instruction": "keep the names"})
     compacted = await master.until("session.compacted")
     assert compacted["payload"]["trigger"] == "requested"
@@ -583,7 +584,7 @@ env = {{ RAWP_DEMO_DELAY_MS = "1" }}
         assert change["metadata"]["mode"] == "plan"
         await master.send("control.mode.switch", {"mode": "default"})
         await master.until("agent.state.changed", reason="mode_switch")
-        await run_prompt(master, "remember this")
+        await prompt_and_wait(master, "remember this", idle=True)
         await master.send("control.session.compact", {})
         compacted = await master.until("session.compacted")
         assert compacted["payload"]["trigger"] == "requested"
