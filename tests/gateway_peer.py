@@ -18,6 +18,7 @@ import msgspec
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.config import Config, builtin_profiles
+from gateway.http_refusals import JsonErrorRunner
 from gateway.protocol.capabilities import ALL_FEATURES
 from gateway.server import create_app
 
@@ -35,8 +36,15 @@ def fast_demo(delay_ms: int = 1, **changes: Any):
     return replace(demo, env={"RAWP_DEMO_DELAY_MS": str(delay_ms)}, **changes)
 
 
+class GatewayTestServer(TestServer):
+    """aiohttp's test server on the runner ``serve`` uses (JSON answers from the HTTP layer)."""
+
+    async def _make_runner(self, **kwargs: Any) -> JsonErrorRunner:
+        return JsonErrorRunner(self.app, **kwargs)
+
+
 async def start_gateway(config: Config) -> TestClient:
-    client = TestClient(TestServer(create_app(config)))
+    client = TestClient(GatewayTestServer(create_app(config)))
     await client.start_server()
     return client
 
