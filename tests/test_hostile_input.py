@@ -300,6 +300,7 @@ async def test_DPS_2_4_local_ui_from_loopback_reaches_a_local_session(gw):
         f"/v1/session/{session['session_id']}/ws", headers={"Sec-WebSocket-Protocol": SUBPROTOCOL}
     )
     assert refused.status == 403
+    assert (await refused.json())["error_code"] == "LOCAL_SESSION"
     ui = await Master.attach(gw, session["session_id"], role="local-ui")
     frames = await prompt_and_wait(ui, "hello", timeout=30)
     assert frames[-1]["type"] == "session.usage"

@@ -5,6 +5,7 @@ SIGKILL of a ``rawp-gateway serve`` process) is in ``tests/test_e2e_restart.py``
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -12,6 +13,7 @@ import stat
 from pathlib import Path
 from unittest.mock import ANY
 
+import aiohttp
 import pytest
 
 from gateway.config import Config, builtin_profiles
@@ -27,6 +29,7 @@ from tests.gateway_peer import (
     prompt_and_wait,
     start_gateway,
 )
+from tests.support.logs import deletions, watch_sessions
 
 
 def config(root: Path, state: Path, delay_ms: int = 1, **kw):
@@ -52,8 +55,13 @@ async def test_graceful_restart_restores_the_session_and_reattach_is_lossless(tm
     await master.until("agent.state.changed")
     middle = frames[2]["message_id"]
     last = master.frames[-1]["message_id"]
-    await gw.close()  # the gateway stops: sessions are suspended, not deleted
-    assert master.ws.closed or (await master.ws.receive()).data == 1012
+    # The gateway stops (the server alone: the test client would close its WebSockets itself
+    # first): sessions are suspended, not deleted, and the master is told to come back.
+    await gw.server.close()
+    await master.drain_until_closed(timeout=10)
+    assert master.end is not None and master.end.type == aiohttp.WSMsgType.CLOSE
+    assert master.end.data == 1012  # the gateway's close frame: service restart
+    await gw.close()
 
     record = json.loads((session_dir(state, sid) / RECORD).read_text())
     assert record["clean"] is True and record["turn_index"] == 1 and record["name"] == "kept"
@@ -323,7 +331,8 @@ async def test_a_session_whose_profile_or_workspace_is_gone_is_skipped(tmp_path,
         await gw.close()
 
 
-async def test_restored_session_window_runs_again_and_ends_with_timeout(tmp_path):
+async def test_restored_session_window_runs_again_and_ends_with_timeout(tmp_path, caplog):
+    watch_sessions(caplog)
     state = tmp_path / "state"
     gw = await start_gateway(config(tmp_path, state))
     sid = (await create_session(gw, reattach_window_sec=0.5))["session_id"]
@@ -331,7 +340,8 @@ async def test_restored_session_window_runs_again_and_ends_with_timeout(tmp_path
     gw = await start_gateway(config(tmp_path, state))
     try:
         session = gw.server.app[SESSIONS][sid]
-        await session.terminated.wait()
+        await asyncio.wait_for(session.terminated.wait(), 10)
+        assert deletions(caplog, sid) == [("timeout", "system")]
         assert not session_dir(state, sid).exists()
     finally:
         await gw.close()

@@ -13,6 +13,7 @@ import pytest
 
 from gateway.config import builtin_profiles
 from gateway.protocol.frames import Features
+from gateway.server import SESSIONS
 from tests.gateway_peer import (
     Master,
     create_session,
@@ -21,6 +22,7 @@ from tests.gateway_peer import (
     prompt_and_wait,
     start_gateway,
 )
+from tests.support.logs import deletions, watch_sessions
 
 
 @pytest.fixture
@@ -635,23 +637,26 @@ async def test_DPS_7_6_rename_broadcast(gw):
 
 async def test_DPS_2_4_local_session_only_to_local_ui(gw):
     session = await create_session(gw, origin="local")
-    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
-        await Master.attach(gw, session["session_id"])
-    assert refused.value.status == 403
+    refused = await gw.get(
+        f"/v1/session/{session['session_id']}/ws",
+        headers={"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+                 "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                 "Sec-WebSocket-Protocol": "rawp-dps-1.0"},
+    )  # fmt: skip
+    assert refused.status == 403
+    assert (await refused.json())["error_code"] == "LOCAL_SESSION"
     ui = await Master.attach(gw, session["session_id"], role="local-ui")
     assert (await ui.next())["type"] == "session.capabilities"
 
 
-async def test_reattach_window_expiry_deletes_with_timeout(gw):
-    """DPS-7.7-deleted: reason timeout when the reattach window runs out."""
+async def test_reattach_window_expiry_deletes_with_timeout(gw, caplog):
+    """DPS-7.7-deleted: reason timeout, by the system, when the reattach window runs out."""
+    watch_sessions(caplog)
     session = await create_session(gw, reattach_window_sec=0.3)
     sid = session["session_id"]
     master = await Master.attach(gw, sid)
     await master.next()
     await master.ws.close()
-    for _ in range(100):
-        state = (await (await gw.get(f"/v1/session/{sid}")).json())["state"]
-        if state == "TERMINATED":
-            break
-        await asyncio.sleep(0.05)
-    assert state == "TERMINATED"
+    await asyncio.wait_for(gw.server.app[SESSIONS][sid].terminated.wait(), 10)
+    assert deletions(caplog, sid) == [("timeout", "system")]
+    assert (await (await gw.get(f"/v1/session/{sid}")).json())["state"] == "TERMINATED"
