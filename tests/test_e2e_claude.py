@@ -17,6 +17,7 @@ import os
 import re
 import signal
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from gateway.server import CONFIG, SESSIONS
 from tests.gateway_peer import Master, of, prompt_and_wait
 from tests.rig.anthropic import last_user_text
 from tests.support import realcli
+from tests.support.logs import deletions, watch_sessions
 from tests.support.procs import cmdline, descendants, group_alive
 from tests.support.realcli import Rig
 from tests.support.waiting import eventually
@@ -265,7 +267,9 @@ async def test_DPS_6_2_permission_allow_deny_and_timeout():
         result = await master.until("tool.invoke.result", timeout=30)
         waited = asyncio.get_running_loop().time() - asked_at
         assert (result["payload"]["tool_name"], result["payload"]["status"]) == ("Write", "error")
-        assert 1.0 < waited < 10, waited
+        # Not decided before timeout_sec (1.5 s, less the request's way to this master); that the
+        # gateway's timer decided it is what the CLI was told ("timed out", below).
+        assert waited > 1.0, waited
         assert late["payload"]["interaction_id"] != deny["payload"]["interaction_id"]
 
         gave_up = await ask("Write")  # DPS-6.2-interaction: the master's own timeout frame
@@ -828,9 +832,10 @@ async def test_DPS_7_1_history_detached_session_reattach_answers_the_pending_per
         assert rig.session(sid).process.pid == pid
 
 
-async def test_DPS_7_7_deleted_reattach_window_runs_out_mid_turn():
+async def test_DPS_7_7_deleted_reattach_window_runs_out_mid_turn(caplog):
     """DPS-7.7-deleted (reason timeout), DPS-17.2.3-signals: the only master drops mid-turn and
     does not come back within reattach_window_sec; the session ends and the real CLI is stopped."""
+    watch_sessions(caplog)
     async with gateway("hang") as rig:
         session = await rig.create(reattach_window_sec=0.5)
         sid = session["session_id"]
@@ -840,7 +845,8 @@ async def test_DPS_7_7_deleted_reattach_window_runs_out_mid_turn():
         pid = rig.session(sid).process.pid
         master.drop()
         live = rig.session(sid)
-        await eventually(lambda: live.state == "TERMINATED", timeout=15, what="the window to end")
+        await live.terminated.wait()
+        assert deletions(caplog, sid) == [("timeout", "system")]
         await eventually(lambda: not group_alive(pid), timeout=10, what="the CLI to be stopped")
         assert live.machine.turn is None
         # nobody was attached, but the turn was still ended the DPS way (error) before the end
@@ -865,23 +871,24 @@ async def test_DPS_6_1_2_cancel_on_the_oneshot_profile():
         await prompt(master, "Write a long story.")
         start = await master.until("session.turn.start")
         await master.until("agent.text.delta", timeout=30)
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
+        # SIGINT at once, not after a grace: with every escalation timer far beyond the test's own
+        # limit, the turn can end only by the signal the cancel sends itself.
+        live = rig.session(sid)
+        live.machine.config = replace(
+            live.machine.config, cancel_sigint_sec=3600.0, cancel_stop_sec=3600.0
+        )
         await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
         end = await master.until("session.turn.end", timeout=15)
-        took = loop.time() - t0
         assert end["payload"]["stop_reason"] == "cancelled"
         await end_of_turn(master)
         frames = master.frames[start_at:]
         done = of(frames, "agent.text.done")
         assert done and done[-1]["payload"].get("is_cancelled") is True
         assert "agent.error" not in [f["type"] for f in frames]
-        live = rig.session(sid)
         await eventually(lambda: live.process is None, what="the exit")
         assert live.state == "IDLE"
         after = await turn(master, "Still there?")
         assert texts(after) == "Still here."
-        assert took < 1.5, took  # SIGINT at once, not after the 2 s interrupt grace
 
 
 async def test_DPS_6_3_2_plan_mode_blocks_a_write_on_the_oneshot_profile(caplog):
