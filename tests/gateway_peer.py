@@ -43,8 +43,9 @@ class GatewayTestServer(TestServer):
         return JsonErrorRunner(self.app, **kwargs)
 
 
-async def start_gateway(config: Config) -> TestClient:
-    client = TestClient(GatewayTestServer(create_app(config)))
+async def start_gateway(config: Config, **app: Any) -> TestClient:
+    """The gateway serving ``config`` (``app``: more arguments of ``create_app``)."""
+    client = TestClient(GatewayTestServer(create_app(config, **app)))
     await client.start_server()
     return client
 

@@ -18,7 +18,7 @@ import pytest
 
 from gateway.config import Config, builtin_profiles
 from gateway.history import History
-from gateway.persistence import FRAMES, RECORD, LoadError, StateDir, StateDirError
+from gateway.persistence import COMPACT_SLACK, FRAMES, RECORD, LoadError, StateDir, StateDirError
 from gateway.protocol import recovery
 from gateway.server import SESSIONS, create_app
 from tests.gateway_peer import (
@@ -30,6 +30,7 @@ from tests.gateway_peer import (
     start_gateway,
 )
 from tests.support.logs import deletions, watch_sessions
+from tests.support.waiting import eventually
 
 
 def config(root: Path, state: Path, delay_ms: int = 1, **kw):
@@ -525,3 +526,62 @@ def test_a_crash_is_remembered_across_later_clean_restarts():
         assert buffer.since("after").truncated is False
         everything = buffer.everything()
         assert everything.truncated is True and everything.lost_frame_count is None
+
+
+async def test_the_frame_log_is_rewritten_from_the_history_past_twice_the_buffer(tmp_path):
+    """docs/persistence.md, docs/limits.md: past twice the session's buffer (plus COMPACT_SLACK) the
+    frame log is rewritten from what the in-memory history holds (its frames, and the ids of those
+    it let go), so it stays bounded; a restart reads the rewritten log back. The threshold is the
+    documented one; it is lowered here on the live session so that a few turns pass it."""
+    state = tmp_path / "state"
+    buffer = 16 * 1024
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        body = {"buffer": {"policy": "RING", "max_bytes": buffer}}
+        sid = (await create_session(gw, **body))["session_id"]
+        live = gw.server.app[SESSIONS][sid]
+        assert live.saved.compact_above == 2 * buffer + COMPACT_SLACK
+        live.saved.compact_above = 2 * buffer
+        master = await Master.attach(gw, sid)
+        log = session_dir(state, sid) / FRAMES
+
+        def logged() -> list[tuple[int, str, bytes | None]]:
+            out = []
+            for line in log.read_bytes().splitlines():
+                seq, mid, data = line.split(b" ", 2)
+                out.append((int(seq), mid.decode(), None if data == b"-" else data))
+            return out
+
+        sizes = [0]
+        for _ in range(30):
+            await prompt_and_wait(master, "tell me a long story " * 20, idle=True)
+            await eventually(lambda: live.saved.log_bytes == log.stat().st_size, "the flush")
+            sizes.append(log.stat().st_size)
+            if sizes[-1] < sizes[-2]:
+                break  # rewritten: shorter than before the turn
+        else:
+            raise AssertionError(f"the log only grew: {sizes}")
+        assert live.history.evicted_frames > 0
+        # Every frame's id, in order (the history remembers the ids of frames it let go), and
+        # only the bytes of frames still buffered when it was rewritten.
+        assert [e[:2] for e in logged()] == [e[:2] for e in live.history.entries()]
+        assert any(data is None for seq, _, data in logged() if seq >= 0)
+        last = master.frames[-1]["message_id"]
+        middle = next(mid for _, mid, data in logged() if data is not None)
+        ids = [f["message_id"] for f in master.frames]
+        after_middle = ids[ids.index(middle) + 1 :]
+    finally:
+        await gw.close()
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        again = await Master.attach(gw, sid, last_message_id=middle, announce=False)
+        await again.next()  # capabilities
+        replay = (await again.next())["payload"]
+        assert replay["buffer_status"]["truncated"] is False
+        replayed = [
+            f["message_id"] for f in replay["frames"] if not f["type"].startswith("control.")
+        ]
+        assert replayed == after_middle  # and the master's own prompts, not echoed to it
+        assert after_middle[-1] == last
+    finally:
+        await gw.close()

@@ -23,6 +23,7 @@ from tests.gateway_peer import (
     start_gateway,
 )
 from tests.support.logs import deletions, watch_sessions
+from tests.support.waiting import eventually
 
 
 @pytest.fixture
@@ -660,3 +661,52 @@ async def test_reattach_window_expiry_deletes_with_timeout(gw, caplog):
     await asyncio.wait_for(gw.server.app[SESSIONS][sid].terminated.wait(), 10)
     assert deletions(caplog, sid) == [("timeout", "system")]
     assert (await (await gw.get(f"/v1/session/{sid}")).json())["state"] == "TERMINATED"
+
+
+async def test_DPS_7_1_history_reattach_through_the_last_message_id_header(gw):
+    """docs/http-api.md: ``X-RAWP-Last-Message-Id`` instead of the query parameter: the same
+    session.history of exactly the frames after that id."""
+    session = await create_session(gw)
+    sid = session["session_id"]
+    master = await Master.attach(gw, sid)
+    await prompt_and_wait(master, "first", idle=True)
+    seen = master.frames[2]["message_id"]  # after capabilities and catalog: the greeting goes on
+    missed = [f["message_id"] for f in master.frames[3:]]
+    back = await Master.attach(gw, sid, announce=False, headers={"X-RAWP-Last-Message-Id": seen})
+    assert (await back.next())["type"] == "session.capabilities"
+    history = await back.next()
+    assert history["type"] == "session.history"
+    replayed = [f["message_id"] for f in history["payload"]["frames"]]
+    assert [m for m in replayed if m in missed] == missed
+    assert history["payload"]["buffer_status"]["truncated"] is False
+
+
+async def test_the_websocket_heartbeat_pings_and_closes_a_peer_that_stops_answering(tmp_path):
+    """docs/http-api.md: the gateway pings every 30 s (here 0.2 s) and closes a connection whose
+    peer stops answering; a peer that answers (aiohttp answers while it reads) stays."""
+    config = make_config(tmp_path, agents={"demo": fast_demo(delay_ms=60)})
+    client = await start_gateway(config, heartbeat_sec=0.2)
+    try:
+        sid = (await create_session(client))["session_id"]
+        live = client.server.app[SESSIONS][sid]
+        silent = await client.ws_connect(
+            f"/v1/session/{sid}/ws", protocols=("rawp-dps-1.0",), autoping=False
+        )
+        kinds = []
+        while True:  # the silent peer sees the pings it does not answer, then the end
+            msg = await silent.receive(timeout=10)
+            kinds.append(msg.type)
+            if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.PING):
+                break
+        assert aiohttp.WSMsgType.PING in kinds
+        assert kinds[-1] in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+        await eventually(lambda: not live.connections, "the silent peer to be dropped")
+        answering = await Master.attach(client, sid)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        frames = await prompt_and_wait(answering, "tell me a long story " * 3)
+        assert loop.time() - began > 3 * 0.2  # the turn outlasted several heartbeats
+        assert frames[-1]["type"] == "session.usage"
+        assert len(live.connections) == 1
+    finally:
+        await client.close()
