@@ -43,6 +43,11 @@ class GatewayTestServer(TestServer):
         return JsonErrorRunner(self.app, **kwargs)
 
 
+def demo_config(root: Path, delay_ms: int = 1, **kw: Any) -> Config:
+    """A config whose one agent is the demo agent answering every ``delay_ms`` ms."""
+    return make_config(root, agents={"demo": fast_demo(delay_ms)}, **kw)
+
+
 async def start_gateway(config: Config, **app: Any) -> TestClient:
     """The gateway serving ``config`` (``app``: more arguments of ``create_app``)."""
     client = TestClient(GatewayTestServer(create_app(config, **app)))

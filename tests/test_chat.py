@@ -48,7 +48,7 @@ from gateway.protocol import frames as F
 from gateway.protocol.capabilities import ALL_FEATURES, agreed_features
 from gateway.protocol.factory import FrameFactory
 from gateway.server import SESSIONS
-from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+from tests.gateway_peer import Master, create_session, demo_config, start_gateway
 from tests.support.logs import deletions, watch_sessions
 from tests.support.waiting import eventually
 
@@ -478,8 +478,7 @@ class Gateway:
 
 
 async def start_real_gateway(root: Path, delay_ms: int = 1, **config: Any) -> Gateway:
-    agents = {"demo": fast_demo(delay_ms)}
-    return Gateway(await start_gateway(make_config(root, agents=agents, **config)), root)
+    return Gateway(await start_gateway(demo_config(root, delay_ms, **config)), root)
 
 
 @pytest.fixture

@@ -11,11 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import aiohttp
 
+from tests.gateway_peer import Master
 from tests.support.procs import alive, session_processes
 from tests.support.servers import CLI, free_port, wait_http
 from tests.support.waiting import eventually
@@ -50,29 +50,19 @@ async def test_serve_sigterm_ends_sessions_the_DPS_way_and_leaves_no_agent(tmp_p
                 session = await resp.json()
             sid = session["session_id"]
             ws = await http.ws_connect(url + session["ws_path"], protocols=("rawp-dps-1.0",))
-            prompt = {
-                "v": 1, "type": "control.prompt.request", "message_id": str(uuid.uuid4()),
-                "timestamp": "2026-11-29T00:00:00.000Z", "session_id": sid,
-                "payload": {"prompt_text": "tell me a long story " * 10},
-            }  # fmt: skip
-            await ws.send_str(json.dumps(prompt))
-            frames = []
-            while True:  # wait until the agent is streaming
-                frame = json.loads((await ws.receive(timeout=20)).data)
-                frames.append(frame)
-                if frame["type"] == "agent.text.delta":
-                    break
+            master = Master(ws, sid)
+            await master.send(
+                "control.prompt.request", {"prompt_text": "tell me a long story " * 10}
+            )
+            await master.until("agent.text.delta", timeout=20)  # the agent is streaming
             async with http.get(url + "/v1/session/" + sid) as resp:
                 assert (await resp.json())["state"] == "RUNNING"
             agent_pids = session_processes(sid, "gateway.demo_agent")
             assert agent_pids, "the demo agent process should be running"
             proc.send_signal(signal.SIGTERM)
-            while True:
-                msg = await ws.receive(timeout=20)
-                if msg.type != aiohttp.WSMsgType.TEXT:
-                    break
-                frames.append(json.loads(msg.data))
-        types = [f["type"] for f in frames]
+            await master.drain_until_closed(timeout=20)
+        frames = master.frames
+        types = master.types()
         assert types[-1] == "session.deleted"
         assert frames[-1]["payload"]["reason"] == "error"
         end = types.index("session.turn.end")
@@ -260,14 +250,9 @@ async def test_a_restart_after_a_crash_kills_what_the_old_agents_left_running(tm
             async with http.post(url + "/v1/session", json={"agent": "sleeper"}) as resp:
                 sid = (await resp.json())["session_id"]
             ws = await http.ws_connect(url + f"/v1/session/{sid}/ws", protocols=("rawp-dps-1.0",))
-            prompt = {
-                "v": 1, "type": "control.prompt.request", "message_id": str(uuid.uuid4()),
-                "timestamp": "2026-11-29T00:00:00.000Z", "session_id": sid,
-                "payload": {"prompt_text": "the report"},
-            }  # fmt: skip
-            await ws.send_str(json.dumps(prompt))
-            while json.loads((await ws.receive(timeout=20)).data)["type"] != "agent.text.delta":
-                pass
+            master = Master(ws, sid)
+            await master.send("control.prompt.request", {"prompt_text": "the report"})
+            await master.until("agent.text.delta", timeout=20)
             agents = session_processes(sid)
             assert agents
             proc.kill()

@@ -20,7 +20,12 @@ from gateway.server import SESSIONS
 from parsers import events as ev
 from parsers.base import PromptImage
 from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
-from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+from tests.gateway_peer import (
+    Master,
+    create_session,
+    demo_config,
+    start_gateway,
+)
 from tests.support.waiting import eventually
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -384,9 +389,8 @@ def test_claude_code_input_puts_images_before_the_text():
 
 @pytest.fixture
 async def gw(tmp_path):
-    config = make_config(
+    config = demo_config(
         tmp_path,
-        agents={"demo": fast_demo()},
         max_upload_bytes=4096,
         max_session_file_bytes=10_000,
     )
@@ -490,7 +494,7 @@ async def test_files_are_gone_with_the_session(gw):
 
 
 async def test_files_need_the_token(tmp_path):
-    config = make_config(tmp_path, agents={"demo": fast_demo()}, token="s3cret")
+    config = demo_config(tmp_path, token="s3cret")
     gw = await start_gateway(config)
     auth = {"Authorization": "Bearer s3cret"}
     try:
@@ -614,9 +618,7 @@ async def test_file_metrics(gw):
 
 async def test_uploads_are_bounded_by_max_upload_bytes_not_the_json_body_limit(tmp_path):
     """A PUT body streams to disk: [server] max_request_bytes (JSON bodies) does not apply."""
-    config = make_config(
-        tmp_path, agents={"demo": fast_demo()}, max_request_bytes=1024, max_upload_bytes=8192
-    )
+    config = demo_config(tmp_path, max_request_bytes=1024, max_upload_bytes=8192)
     gw = await start_gateway(config)
     try:
         sid = (await create_session(gw))["session_id"]

@@ -26,21 +26,13 @@ from tests.gateway_peer import (
     SUBPROTOCOL,
     Master,
     create_session,
-    fast_demo,
+    demo_config,
     make_config,
     prompt_and_wait,
     start_gateway,
 )
 from tests.support.procs import session_processes
 from tests.support.waiting import eventually
-
-
-@pytest.fixture
-async def gw(tmp_path):
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
-    yield client
-    await client.close()
-
 
 # --- deep nesting on the WebSocket -----------------------------------------------------------------
 
@@ -206,7 +198,7 @@ async def test_bad_session_requests_are_400_and_create_nothing(gw, tmp_path, bod
 
 
 async def test_max_sessions_is_a_503_and_a_deleted_session_frees_its_place(tmp_path):
-    config = make_config(tmp_path, agents={"demo": fast_demo()}, max_sessions=2)
+    config = demo_config(tmp_path, max_sessions=2)
     client = await start_gateway(config)
     try:
         first = await create_session(client)
@@ -248,9 +240,7 @@ async def test_a_session_whose_start_fails_is_not_left_registered_nor_running(gw
 
 @pytest.fixture
 async def gw_token(tmp_path):
-    client = await start_gateway(
-        make_config(tmp_path, agents={"demo": fast_demo()}, token="s3cret")
-    )
+    client = await start_gateway(demo_config(tmp_path, token="s3cret"))
     yield client
     await client.close()
 
@@ -472,7 +462,7 @@ async def test_local_ui_from_another_machine_is_403(tmp_path):
     async def from_elsewhere(request: web.Request, handler):
         return await handler(request.clone(remote="192.0.2.7"))
 
-    app = create_app(make_config(tmp_path, agents={"demo": fast_demo()}))
+    app = create_app(demo_config(tmp_path))
     app.middlewares.insert(0, from_elsewhere)
     client = TestClient(TestServer(app))
     await client.start_server()
@@ -524,7 +514,7 @@ async def test_without_a_token_only_loopback_host_names_are_answered(gw):
 
 async def test_with_a_token_any_host_name_is_answered(tmp_path):
     token = "t0ken-for-hosts"
-    gw = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}, token=token))
+    gw = await start_gateway(demo_config(tmp_path, token=token))
     try:
         headers = {"Host": "gateway.internal:8765", "Authorization": f"Bearer {token}"}
         assert (await gw.get("/v1/sessions", headers=headers)).status == 200

@@ -11,14 +11,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
-
-
-@pytest.fixture
-async def gw(tmp_path):
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
-    yield client
-    await client.close()
+from tests.gateway_peer import Master, create_session
 
 
 async def raw_exchange(client: TestClient, request: bytes) -> tuple[int, dict[str, str], Any]:

@@ -21,7 +21,7 @@ from gateway.server import SESSIONS, TerminatedSession
 from tests.gateway_peer import (
     Master,
     create_session,
-    fast_demo,
+    demo_config,
     make_config,
     prompt_and_wait,
     start_gateway,
@@ -34,7 +34,7 @@ HOSTILE = Path(__file__).parent / "hostile"
 async def test_a_deleted_session_is_freed_whole_and_only_its_summary_stays(tmp_path):
     """After DELETE the session's machine, mapper, history and connections are garbage: nothing
     refers to them; the API still shows the session (its JSON, state TERMINATED)."""
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
+    client = await start_gateway(demo_config(tmp_path))
     try:
         session = await create_session(client, name="busy")
         sid = session["session_id"]
@@ -180,7 +180,7 @@ def test_max_stdin_bytes_has_a_default_a_toml_key_and_a_lower_bound(tmp_path):
 async def test_only_the_newest_summaries_are_kept_and_the_gauge_follows(tmp_path, monkeypatch):
     """Past KEEP_TERMINATED the oldest summary is forgotten (404) and leaves the sessions gauge."""
     monkeypatch.setattr(server, "KEEP_TERMINATED", 2)
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
+    client = await start_gateway(demo_config(tmp_path))
     try:
         ids = []
         for _ in range(3):

@@ -24,8 +24,7 @@ from gateway.server import SESSIONS, create_app
 from tests.gateway_peer import (
     Master,
     create_session,
-    fast_demo,
-    make_config,
+    demo_config,
     prompt_and_wait,
     start_gateway,
 )
@@ -34,7 +33,7 @@ from tests.support.waiting import eventually
 
 
 def config(root: Path, state: Path, delay_ms: int = 1, **kw):
-    return make_config(root, agents={"demo": fast_demo(delay_ms)}, state_dir=state, **kw)
+    return demo_config(root, delay_ms=delay_ms, state_dir=state, **kw)
 
 
 def session_dir(state: Path, session_id: str) -> Path:

@@ -41,8 +41,7 @@ from gateway.server import METRICS
 from tests.gateway_peer import (
     Master,
     create_session,
-    fast_demo,
-    make_config,
+    demo_config,
     prompt_and_wait,
     start_gateway,
 )
@@ -79,7 +78,7 @@ async def start_gateway_target(workdir: Path) -> AsyncIterator[GatewayTarget]:
     """The real gateway (token required), a demo-agent session, and a master attached to it."""
     workspace = workdir / "workspace"
     workspace.mkdir()
-    config = make_config(workspace, agents={"demo": fast_demo()}, token=TOKEN)
+    config = demo_config(workspace, token=TOKEN)
     client = await start_gateway(config)
     auth = {"Authorization": f"Bearer {TOKEN}"}
     try:

@@ -17,6 +17,7 @@ from gateway.server import SESSIONS
 from tests.gateway_peer import (
     Master,
     create_session,
+    demo_config,
     fast_demo,
     make_config,
     prompt_and_wait,
@@ -24,13 +25,6 @@ from tests.gateway_peer import (
 )
 from tests.support.logs import deletions, watch_sessions
 from tests.support.waiting import eventually
-
-
-@pytest.fixture
-async def gw(tmp_path):
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
-    yield client
-    await client.close()
 
 
 async def test_healthz_agents_and_sessions(gw):
@@ -369,7 +363,7 @@ async def test_DPS_7_1_history_all_counts_frames_evicted_since_the_session_began
 async def test_history_all_comes_in_parts_within_max_frame_size(tmp_path):
     """DPS-7.1-history: a whole history larger than ``max_frame_size`` comes in parts as on a
     reattach, each within the size, together every frame, not truncated."""
-    config = make_config(tmp_path, agents={"demo": fast_demo()}, max_frame_size=4096)
+    config = demo_config(tmp_path, max_frame_size=4096)
     client = await start_gateway(config)
     try:
         sid = (await create_session(client))["session_id"]
@@ -476,7 +470,7 @@ async def test_pending_interaction_is_sent_again_on_attach(gw):
 
 async def test_DPS_6_1_2_cancel_mid_stream(tmp_path):
     """DPS-6.1.2-cancel: text.done is_cancelled, then turn.end cancelled."""
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo(delay_ms=50)}))
+    client = await start_gateway(demo_config(tmp_path, delay_ms=50))
     try:
         session = await create_session(client)
         master = await Master.attach(client, session["session_id"])
@@ -599,7 +593,7 @@ env = {{ RAWP_DEMO_DELAY_MS = "1" }}
 async def test_DPS_7_7_delete_during_turn(tmp_path):
     """DPS-7.5.3-cleanup, DPS-7.7-deleted, DPS-17.2.3-signals: DELETE mid-turn → turn.end error,
     then session.deleted, then close; the agent process is gone."""
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo(delay_ms=50)}))
+    client = await start_gateway(demo_config(tmp_path, delay_ms=50))
     try:
         session = await create_session(client)
         sid = session["session_id"]
@@ -684,7 +678,7 @@ async def test_DPS_7_1_history_reattach_through_the_last_message_id_header(gw):
 async def test_the_websocket_heartbeat_pings_and_closes_a_peer_that_stops_answering(tmp_path):
     """docs/http-api.md: the gateway pings every 30 s (here 0.2 s) and closes a connection whose
     peer stops answering; a peer that answers (aiohttp answers while it reads) stays."""
-    config = make_config(tmp_path, agents={"demo": fast_demo(delay_ms=60)})
+    config = demo_config(tmp_path, delay_ms=60)
     client = await start_gateway(config, heartbeat_sec=0.2)
     try:
         sid = (await create_session(client))["session_id"]

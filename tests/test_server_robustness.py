@@ -19,6 +19,7 @@ from gateway.server import SESSIONS
 from tests.gateway_peer import (
     Master,
     create_session,
+    demo_config,
     fast_demo,
     make_config,
     prompt_and_wait,
@@ -34,7 +35,7 @@ async def test_a_large_agent_line_is_cut_to_max_frame_size_and_the_session_goes_
     (tmp_path / "big.txt").write_bytes(
         (b"0123456789abcdef" * 64 + b"\n") * (8 * 1024 * 1024 // 1025)
     )
-    config = make_config(tmp_path, agents={"demo": fast_demo()})
+    config = demo_config(tmp_path)
     client = await start_gateway(config)
     try:
         session = await create_session(client)
@@ -116,7 +117,7 @@ async def test_malformed_and_unknown_agent_lines_are_counted_not_fatal(tmp_path)
 async def test_a_dead_agent_is_a_fatal_error_and_ends_the_session(tmp_path):
     """DPS-17.2.2-exit: killed by SIGKILL mid-turn → agent.error fatal SIGNAL_EXIT with the signal,
     then session.turn.end error, then session.deleted (reason error), then close."""
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo(delay_ms=100)}))
+    client = await start_gateway(demo_config(tmp_path, delay_ms=100))
     try:
         session = await create_session(client)
         sid = session["session_id"]
@@ -186,7 +187,7 @@ async def test_a_single_turn_agent_that_cannot_start_reports_it_in_the_turn(tmp_
 
 async def test_a_dropped_master_loses_nothing(tmp_path):
     """A master that drops mid-turn reattaches and gets every frame it missed, the turn goes on."""
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo(delay_ms=30)}))
+    client = await start_gateway(demo_config(tmp_path, delay_ms=30))
     try:
         session = await create_session(client)
         sid = session["session_id"]
@@ -221,7 +222,7 @@ async def test_a_stuck_master_is_closed_and_never_delays_the_others(tmp_path):
     1013 (its close frame may never reach a peer that reads nothing: the gateway then drops the
     socket); the other master gets the whole turn."""
     # Room for two full frames per connection: a master that keeps reading never overflows.
-    config = make_config(tmp_path, agents={"demo": fast_demo()}, send_queue_bytes=2_200_000)
+    config = demo_config(tmp_path, send_queue_bytes=2_200_000)
     (tmp_path / "data.txt").write_text("line of text\n" * 120_000)  # ~1.5 MB: a ~1 MiB frame
     client = await start_gateway(config)
     try:
@@ -255,7 +256,7 @@ async def test_a_stuck_master_is_closed_and_never_delays_the_others(tmp_path):
 async def test_a_frame_over_max_frame_size_closes_with_1009(tmp_path):
     """Frames are size-limited (docs/http-api.md): a master's frame over max_frame_size is refused
     with the WebSocket's own 'message too big' close, and the session goes on for the others."""
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
+    client = await start_gateway(demo_config(tmp_path))
     try:
         session = await create_session(client)
         sid = session["session_id"]
