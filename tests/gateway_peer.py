@@ -55,6 +55,11 @@ async def start_gateway(config: Config, **app: Any) -> TestClient:
     return client
 
 
+def base_url(client: TestClient) -> str:
+    """The gateway's URL, as a master outside the test client is given it."""
+    return str(client.make_url("")).rstrip("/")
+
+
 def envelope(session_id: str, type_: str, payload: dict[str, Any], **extra: Any) -> dict[str, Any]:
     frame = {
         "v": 1,

@@ -48,7 +48,8 @@ from gateway.protocol import frames as F
 from gateway.protocol.capabilities import ALL_FEATURES, agreed_features
 from gateway.protocol.factory import FrameFactory
 from gateway.server import SESSIONS
-from tests.gateway_peer import Master, create_session, demo_config, start_gateway
+from tests.gateway_peer import Master, base_url, create_session, demo_config, start_gateway
+from tests.support.chat import Pipe, piped_chat
 from tests.support.logs import deletions, watch_sessions
 from tests.support.waiting import eventually
 
@@ -459,7 +460,7 @@ class Gateway:
 
     @property
     def url(self) -> str:
-        return str(self.client.make_url("")).rstrip("/")
+        return base_url(self.client)
 
     @property
     def sessions(self) -> dict[str, Any]:
@@ -488,15 +489,8 @@ async def gw(tmp_path: Path) -> Any:
     await gateway.client.close()
 
 
-async def chat(gw: Gateway | str, stdin: str, **kw: Any) -> tuple[int, str]:
-    out = io.StringIO()
-    kw.setdefault("agent", "demo")
-    url = gw if isinstance(gw, str) else gw.url
-    rc = await asyncio.wait_for(
-        run_chat(url, stdin=io.StringIO(stdin), stdout=out, reattach_delays=(0.05, 0.2), **kw),
-        timeout=30,
-    )
-    return rc, out.getvalue()
+async def chat(gw: Gateway, stdin: str, **kw: Any) -> tuple[int, str]:
+    return await piped_chat(gw.url, stdin, **kw)
 
 
 async def relayed(master: Master, type_: str, turns: int = 1) -> list[dict[str, Any]]:
@@ -770,21 +764,6 @@ async def test_DPS_7_8_reattach_after_the_connection_drops(tmp_path: Path):
 
 
 # --------------------------------------------------------------------------- interactive
-
-
-class Pipe:
-    """A real pipe as stdin: the chat reads it as it would a terminal, lines written as typed."""
-
-    def __init__(self) -> None:
-        r, self.w = os.pipe()
-        self.reader = open(r, encoding="utf-8")  # noqa: SIM115 - closed by close()
-
-    def type(self, line: str) -> None:
-        os.write(self.w, (line + "\n").encode())
-
-    def close(self) -> None:
-        """End of input (like Ctrl-D); the read end is closed once the chat is done with it."""
-        os.close(self.w)
 
 
 async def shown(out: io.StringIO, text: str, times: int = 1) -> None:

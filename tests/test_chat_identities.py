@@ -12,6 +12,7 @@ import pytest
 from gateway.auth import AuthSettings
 from gateway.chat import run_chat
 from tests.gateway_peer import Master, fast_demo, make_config, start_gateway
+from tests.support.chat import Pipe
 
 ALICE, BOB = "alice-chat-token", "bob-chat-token"
 
@@ -88,8 +89,6 @@ async def until_printed(out: io.StringIO, text: str, task: asyncio.Task) -> None
 async def test_a_viewer_at_the_keyboard_is_shown_the_question_not_asked(gateway):
     """Live: the question appears for the viewer without a [y/N] to answer; the operator's answer
     then shows who gave it."""
-    from tests.test_chat import Pipe
-
     resp = await gateway.post("/v1/session", json={"agent": "demo"}, headers=bearer(ALICE))
     sid = (await resp.json())["session_id"]
     await gateway.patch(

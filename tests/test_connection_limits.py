@@ -18,7 +18,7 @@ import aiohttp
 from gateway.connections import ConnectionGuard
 from gateway.server import SESSIONS
 from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
-from tests.test_cli import free_port, wait_http
+from tests.support.servers import free_port, wait_http
 
 
 @contextlib.asynccontextmanager
