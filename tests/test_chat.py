@@ -49,7 +49,7 @@ from gateway.protocol.capabilities import ALL_FEATURES, agreed_features
 from gateway.protocol.factory import FrameFactory
 from gateway.server import SESSIONS
 from tests.gateway_peer import Master, base_url, create_session, demo_config, start_gateway
-from tests.support.chat import Pipe, piped_chat
+from tests.support.chat import Pipe, piped_chat, shown
 from tests.support.logs import deletions, watch_sessions
 from tests.support.waiting import eventually
 
@@ -766,11 +766,6 @@ async def test_DPS_7_8_reattach_after_the_connection_drops(tmp_path: Path):
 # --------------------------------------------------------------------------- interactive
 
 
-async def shown(out: io.StringIO, text: str, times: int = 1) -> None:
-    """Until ``text`` is on the chat's screen (``times`` times)."""
-    await eventually(lambda: out.getvalue().count(text) >= times, repr(text), timeout=20)
-
-
 async def run_interactive(
     gw: Gateway, script: Callable[[Pipe, io.StringIO], Any], **kw: Any
 ) -> tuple[int, str]:
@@ -1031,12 +1026,10 @@ async def test_demo_ui_serves_the_browser_console_until_stopped(tmp_path):
     out = io.StringIO()
     demo = asyncio.create_task(run_demo_async(args, stdin=io.StringIO(""), stdout=out))
     try:
-        for _ in range(200):
-            found = re.search(r"^browser console: (http://\S+/ui)$", out.getvalue(), re.M)
-            if found:
-                break
-            await asyncio.sleep(0.05)
-        assert found, out.getvalue()
+        found = await eventually(
+            lambda: re.search(r"^browser console: (http://\S+/ui)$", out.getvalue(), re.M),
+            "the console's URL",
+        )
         async with aiohttp.ClientSession() as http, http.get(found.group(1)) as resp:
             assert resp.status == 200
             assert "<title>rawp-gateway console</title>" in await resp.text()

@@ -19,6 +19,7 @@ from gateway.connections import ConnectionGuard
 from gateway.server import SESSIONS
 from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
 from tests.support.servers import free_port, wait_http
+from tests.support.waiting import eventually
 
 
 @contextlib.asynccontextmanager
@@ -146,10 +147,7 @@ async def test_a_session_takes_at_most_max_connections_per_session(tmp_path):
         assert (await refused.json())["error_code"] == "TOO_MANY_CONNECTIONS"
         await masters[0].ws.close()
         session = gw.server.app[SESSIONS][sid]
-        for _ in range(500):
-            if len(session.connections) == 2:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: len(session.connections) == 2, "the closed master to go")
         again = await Master.attach(gw, sid)
         assert (await again.next())["type"] == "session.capabilities"
         for master in (*masters[1:], again):

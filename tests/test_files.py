@@ -689,11 +689,7 @@ async def test_an_upload_that_finishes_after_delete_is_404_and_releases_its_byte
         + b"x" * 2000
     )
     await writer.drain()
-    for _ in range(500):  # the server has read what was sent
-        if store.used_bytes:
-            break
-        await asyncio.sleep(0.01)
-    assert store.used_bytes
+    await eventually(lambda: store.used_bytes, "the server to read what was sent")
     assert (await gw.delete(f"/v1/session/{sid}")).status == 200
     writer.write(b"y" * 2000)
     await writer.drain()

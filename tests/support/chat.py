@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from gateway.chat import run_chat
+from tests.support.waiting import eventually
 
 
 async def piped_chat(url: str, stdin: str, **kw: Any) -> tuple[int, str]:
@@ -35,3 +36,16 @@ class Pipe:
     def close(self) -> None:
         """End of input (like Ctrl-D); the read end is closed once the chat is done with it."""
         os.close(self.w)
+
+
+async def shown(
+    out: io.StringIO, text: str, times: int = 1, task: asyncio.Task[Any] | None = None
+) -> None:
+    """Until ``text`` is on the chat's screen (``times`` times); fails at once if ``task`` (the
+    chat) ends first."""
+
+    def there() -> bool:
+        assert task is None or not task.done(), out.getvalue()
+        return out.getvalue().count(text) >= times
+
+    await eventually(there, repr(text), timeout=20)
