@@ -5,7 +5,8 @@ Every scenario of an agent runs once: it must still run as scripted (expected ex
 call used, nothing unscripted), print the same kinds of events as its recorded fixture, and pass
 the checks specific to it (``tests/rig/checks/<agent>.py``). So a CLI update that prints something
 else, or a fixture that no longer matches the CLI, fails here, not in a user's session. A realcli
-test fails instead of skipping when CI=true (env.require_cli).
+test fails instead of skipping when CI=true (env.require_cli). And, without a CLI, every recorded
+fixture is checked against its scenario as it is now.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from types import ModuleType
 import pytest
 
 from tests.rig import env as rigenv
-from tests.rig.record import problems
+from tests.rig.record import problems, scenario_digest
 from tests.rig.run import scripted_cli
 from tests.rig.scenario import Scenario, all_scenarios
 
@@ -88,3 +89,32 @@ def test_every_scenario_has_specific_checks(agent: str) -> None:
 def test_every_check_is_of_a_recorded_run(agent: str) -> None:
     fixtures = {f for sc in all_scenarios(agent) for f, _ in sc.fixture_names()}
     assert set(checks_of(agent).CHECKS) <= fixtures
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_every_fixture_comes_from_the_pinned_cli_and_its_scenario_as_it_is_now(agent: str) -> None:
+    """Fixtures are never edited by hand: each run of each scenario (and variant) has one, from the
+    pinned CLI, from its scenario as it is now (sha256), ended the way the scenario expects, every
+    stdout line one JSON object (no CLI needed)."""
+    root = rigenv.FIXTURE_ROOT / agent
+    expected = {
+        fixture: (sc, variant)
+        for sc in all_scenarios(agent)
+        for fixture, variant in sc.fixture_names()
+    }
+    assert {p.stem for p in root.glob("*.jsonl")} == set(expected)
+    assert {p.name.removesuffix(".meta.json") for p in root.glob("*.meta.json")} == set(expected)
+    for fixture, (sc, variant) in expected.items():
+        meta = json.loads((root / f"{fixture}.meta.json").read_text())
+        assert (meta["agent"], meta["scenario"], meta["variant"]) == (agent, sc.name, variant)
+        assert meta["cli_version"] == rigenv.spec(agent).version, fixture
+        assert meta["argv"][0] == rigenv.spec(agent).bin_name, fixture
+        assert meta["scenario_sha256"] == scenario_digest(sc), (
+            f"{sc.path} changed after {fixture} was recorded: "
+            f"python -m tests.rig.record --agent {agent} {fixture}"
+        )
+        assert meta["exit_code"] == sc.expect.get("exit_code"), fixture
+        assert meta["signal"] == sc.expect.get("signal"), fixture
+        lines = (root / f"{fixture}.jsonl").read_text().splitlines()
+        assert len(lines) == meta["stdout_lines"], fixture
+        assert all(isinstance(json.loads(line), dict) for line in lines), fixture
