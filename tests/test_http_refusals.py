@@ -12,12 +12,18 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from tests.gateway_peer import Master, create_session
+from tests.support.servers import serving
 
 
-async def raw_exchange(client: TestClient, request: bytes) -> tuple[int, dict[str, str], Any]:
-    """Send ``request`` as it is and read the answer to its end (the server closes after an
-    error): the status, the headers (lower-case names), the JSON body."""
-    reader, writer = await asyncio.open_connection(client.host, client.port)
+async def raw_exchange(client: TestClient | str, request: bytes) -> tuple[int, dict[str, str], Any]:
+    """Send ``request`` as it is to the test client's server (or to a URL) and read the answer to
+    its end (the server closes after an error): the status, the headers (lower-case names), the
+    JSON body."""
+    if isinstance(client, str):
+        host, port = client.removeprefix("http://").split(":")
+    else:
+        host, port = client.host, client.port
+    reader, writer = await asyncio.open_connection(host, int(port))
     try:
         writer.write(request)
         await writer.drain()
@@ -76,3 +82,12 @@ async def test_a_binary_websocket_message_is_answered_with_invalid_frame(gw: Tes
     assert error["payload"]["error_code"] == "INVALID_FRAME"
     assert error["payload"]["fatal"] is False
     assert not master.ws.closed  # the session goes on
+
+
+async def test_serve_answers_a_malformed_request_in_json_too(tmp_path):
+    """The same answer from ``rawp-gateway serve`` (whose runner also bounds connections)."""
+    async with serving(tmp_path) as url:
+        status, headers, body = await raw_exchange(url, b"G(ET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status == 400
+    assert headers["content-type"].startswith("application/json")
+    assert body["error_code"] == "BAD_REQUEST"
