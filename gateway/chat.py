@@ -1495,6 +1495,7 @@ async def run_demo_async(
     from aiohttp import web
 
     from .config import Config, builtin_profiles
+    from .http_refusals import JsonErrorRunner
     from .server import create_app
 
     out = stdout if stdout is not None else sys.stdout
@@ -1506,7 +1507,7 @@ async def run_demo_async(
         else:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rawp-demo-")))
         config = Config(host="127.0.0.1", port=0, workspace_root=root, agents=builtin_profiles())
-        runner = web.AppRunner(create_app(config), handle_signals=False, access_log=None)
+        runner = JsonErrorRunner(create_app(config), handle_signals=False, access_log=None)
         await runner.setup()
         try:
             site = web.TCPSite(runner, config.host, 0)

@@ -32,6 +32,8 @@ from typing import Any
 
 from aiohttp import web
 
+from .http_refusals import JsonErrorRunner
+
 __all__ = ["ConnectionGuard", "GatewayRunner", "handler_args"]
 
 log = logging.getLogger("rawp_gateway.connections")
@@ -127,8 +129,9 @@ class _Counted(asyncio.Protocol):
             self._inner.resume_writing()
 
 
-class GatewayRunner(web.AppRunner):
-    """aiohttp's ``AppRunner`` whose sites count connections with ``guard`` (``_Counted``)."""
+class GatewayRunner(JsonErrorRunner):
+    """aiohttp's ``AppRunner`` whose sites count connections with ``guard`` (``_Counted``) and
+    answer the HTTP layer's refusals in JSON (``JsonErrorRunner``)."""
 
     def __init__(self, app: web.Application, guard: ConnectionGuard, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
@@ -138,7 +141,7 @@ class GatewayRunner(web.AppRunner):
     def server(self) -> Callable[[], asyncio.Protocol] | None:  # type: ignore[override]
         # What a site hands to loop.create_server as its protocol factory; the runner's own
         # shutdown uses the aiohttp server itself (self._server).
-        server = self._server
+        server = super().server
         if server is None:
             return None
         guard = self._guard

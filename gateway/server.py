@@ -70,6 +70,8 @@ AUDIT: Final = web.AppKey("audit", AuditLog)
 NOTIFIER: Final = web.AppKey("notifier", Notifier)
 # Who made the request (auth_middleware): an Identity, for every request but the public ones.
 IDENTITY: Final = web.RequestKey("identity", auth.Identity)
+HEARTBEAT: Final = web.AppKey("heartbeat", float)
+HEARTBEAT_SEC: Final = 30.0  # docs/http-api.md: pings, and a peer that stops answering is closed
 WS_ROUTE: Final = "session-ws"
 # A handler that has sent its response head (a WebSocket after prepare) stores the response here:
 # from then on an error must never be answered with an HTTP error response (errors_middleware).
@@ -722,7 +724,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     ws = web.WebSocketResponse(
         protocols=(SUBPROTOCOL,),
         max_msg_size=config.max_frame_size,
-        heartbeat=30.0,
+        heartbeat=request.app[HEARTBEAT],
         compress=False,
     )
     limit = config.max_connections_per_session
@@ -928,7 +930,9 @@ def add_file_routes(app: web.Application) -> None:
 # --- the application ---------------------------------------------------------------------------
 
 
-def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.Application:
+def create_app(
+    config: Config, *, metrics: GatewayMetrics | None = None, heartbeat_sec: float = HEARTBEAT_SEC
+) -> web.Application:
     app = web.Application(
         middlewares=[
             errors_middleware,
@@ -939,6 +943,7 @@ def create_app(config: Config, *, metrics: GatewayMetrics | None = None) -> web.
         handler_args=handler_args(config.header_timeout_sec),
     )
     app[CONFIG] = config
+    app[HEARTBEAT] = heartbeat_sec
     app[METRICS] = metrics or GatewayMetrics(agents=config.agents.keys())
     app[SESSIONS] = {}
     if config.state_dir is not None:

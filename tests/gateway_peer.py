@@ -18,6 +18,7 @@ import msgspec
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.config import Config, builtin_profiles
+from gateway.http_refusals import JsonErrorRunner
 from gateway.protocol.capabilities import ALL_FEATURES
 from gateway.server import create_app
 
@@ -35,10 +36,28 @@ def fast_demo(delay_ms: int = 1, **changes: Any):
     return replace(demo, env={"RAWP_DEMO_DELAY_MS": str(delay_ms)}, **changes)
 
 
-async def start_gateway(config: Config) -> TestClient:
-    client = TestClient(TestServer(create_app(config)))
+class GatewayTestServer(TestServer):
+    """aiohttp's test server on the runner ``serve`` uses (JSON answers from the HTTP layer)."""
+
+    async def _make_runner(self, **kwargs: Any) -> JsonErrorRunner:
+        return JsonErrorRunner(self.app, **kwargs)
+
+
+def demo_config(root: Path, delay_ms: int = 1, **kw: Any) -> Config:
+    """A config whose one agent is the demo agent answering every ``delay_ms`` ms."""
+    return make_config(root, agents={"demo": fast_demo(delay_ms)}, **kw)
+
+
+async def start_gateway(config: Config, **app: Any) -> TestClient:
+    """The gateway serving ``config`` (``app``: more arguments of ``create_app``)."""
+    client = TestClient(GatewayTestServer(create_app(config, **app)))
     await client.start_server()
     return client
+
+
+def base_url(client: TestClient) -> str:
+    """The gateway's URL, as a master outside the test client is given it."""
+    return str(client.make_url("")).rstrip("/")
 
 
 def envelope(session_id: str, type_: str, payload: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -145,11 +164,23 @@ class Master:
         transport.abort()
 
 
-async def prompt_and_wait(master: Master, text: str, timeout: float = 60.0) -> list[dict[str, Any]]:
-    """Send a prompt and read up to its session.usage; the frames of the turn."""
+def of(frames: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
+    """The frames of one type, in order."""
+    return [f for f in frames if f["type"] == type_]
+
+
+async def prompt_and_wait(
+    master: Master, text: str, *, timeout: float = 60.0, idle: bool = False, **payload: Any
+) -> list[dict[str, Any]]:
+    """Send a prompt (``payload``: more fields of it) and read its turn: up to session.turn.end,
+    then the session.usage that must follow at once (DPS-7.5.2-usage); with ``idle`` also up to
+    the agent's state change to idle. The frames the master got from the prompt on."""
     start = len(master.frames)
-    await master.send("control.prompt.request", {"prompt_text": text})
-    await master.until("session.usage", timeout=timeout)
+    await master.send("control.prompt.request", {"prompt_text": text, **payload})
+    await master.until("session.turn.end", timeout=timeout)
+    assert (await master.next(timeout=timeout))["type"] == "session.usage"
+    if idle:
+        await master.until("agent.state.changed", timeout=timeout, current_state="idle")
     return master.frames[start:]
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sys
 from pathlib import Path
@@ -21,15 +20,9 @@ from typing import Any
 import pytest
 
 from gateway.process import EXIT_DRAIN_S, AgentProcess, kill_all_groups, live_groups
-from tests.test_process import LOOPS, PY, alive, eventually, run
-
-HOSTILE = str(Path(__file__).parent / "hostile" / "leaves_descendant.py")
-HOWS = ["group", "setsid", "devnull", "daemon"]
-
-
-def gone(pid: int) -> bool:
-    """Not even a zombie: exited and reaped."""
-    return not os.path.exists(f"/proc/{pid}")
+from tests.support.loops import HOSTILE, HOWS, LOOPS, PY, run
+from tests.support.procs import alive, gone
+from tests.support.waiting import eventually
 
 
 async def hostile(tmp_path: Path, how: str, *flags: str, grace: float = 0.5) -> AgentProcess:
@@ -82,7 +75,7 @@ def test_exit_ends_the_output_whatever_a_descendant_holds(
         assert lines == [b"working", b"done"]
         assert (await proc.wait()).kind == "ok"
         descendant = int((tmp_path / "descendant.pid").read_text())
-        assert await eventually(lambda: gone(descendant), timeout=10)
+        await eventually(lambda: gone(descendant), "the descendant to be reaped", timeout=10)
         assert proc.pid not in live_groups()
 
     run(loop_factory, scenario())
@@ -105,7 +98,7 @@ def test_terminate_reaches_descendants_that_left_the_group(
         status = await proc.terminate(grace=0.5)
         assert status.signal == signal.SIGTERM
         assert await proc.readline() is None
-        assert await eventually(lambda: gone(descendant), timeout=10)
+        await eventually(lambda: gone(descendant), "the descendant to be reaped", timeout=10)
         assert proc.pid not in live_groups()
 
     run(loop_factory, scenario())
@@ -124,7 +117,7 @@ def test_the_drain_after_exit_is_bounded(tmp_path: Path) -> None:
         assert alive(descendant)
         # Terminating what is left shortens its deadline to the new grace.
         await proc.terminate(grace=0.2)
-        assert await eventually(lambda: gone(descendant), timeout=10)
+        await eventually(lambda: gone(descendant), "the descendant to be reaped", timeout=10)
         assert proc.pid not in live_groups()
 
     assert EXIT_DRAIN_S < 20
@@ -151,7 +144,9 @@ asyncio.run(main())
         proc = await asyncio.create_subprocess_exec(sys.executable, "-c", gateway)
         assert await proc.wait() == 0
         pids = [int(x) for x in pidfile.read_text().split()]
-        assert await eventually(lambda: not any(alive(p) for p in pids), timeout=10)
+        await eventually(
+            lambda: not any(alive(p) for p in pids), "every process to be gone", timeout=10
+        )
 
     run(asyncio.new_event_loop, scenario())
 
@@ -164,7 +159,7 @@ def test_kill_all_groups_reaches_escaped_descendants(tmp_path: Path) -> None:
         descendant = int((tmp_path / "descendant.pid").read_text())
         kill_all_groups()
         assert (await proc.wait()).signal == signal.SIGKILL
-        assert await eventually(lambda: gone(descendant), timeout=10)
+        await eventually(lambda: gone(descendant), "the descendant to be reaped", timeout=10)
 
     run(asyncio.new_event_loop, scenario())
 
@@ -184,7 +179,7 @@ def test_the_drain_waits_for_a_consumer_that_is_behind(tmp_path: Path) -> None:
             high_water=1024,
         )
         assert (await proc.wait()).kind == "ok"
-        assert await eventually(lambda: proc.stdout_pauses >= 1)
+        await eventually(lambda: proc.stdout_pauses >= 1, "a pause of the stdout reader")
         await asyncio.sleep(EXIT_DRAIN_S + 0.5)
         lines = [item.line async for item in proc]
         assert lines == [b"x" * 9] * 5000

@@ -19,7 +19,7 @@ from gateway.demo_agent import THOUGHT_TEXT
 from gateway.server import CONFIG, SESSIONS
 from gateway.translate import translate
 from tests.browser import Browser, Page
-from tests.gateway_peer import fast_demo, make_config, start_gateway
+from tests.gateway_peer import demo_config, fast_demo, make_config, start_gateway
 
 pytestmark = pytest.mark.browser
 
@@ -432,7 +432,7 @@ async def test_a_history_in_parts_is_applied_once(tmp_path, page):
     """A history split to fit max_frame_size (docs/protocol-notes.md) is applied as one: a
     truncated one says so once, and every frame of every part is shown (DPS-7.8-unfinalize)."""
     (tmp_path / "ws").mkdir()
-    config = make_config(tmp_path, agents={"demo": fast_demo(1)}, max_frame_size=4096)
+    config = demo_config(tmp_path, delay_ms=1, max_frame_size=4096)
     gateway = await start_gateway(config)
     try:
         # A ring that holds about three of the six turns: the first fall out, the rest take 3+ parts.

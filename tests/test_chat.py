@@ -1,14 +1,19 @@
-"""`rawp-gateway chat` against a fake gateway that follows docs/http-api.md, and helpers.
+"""`rawp-gateway chat` against the real server with the demo agent, and helpers.
 
-The fake (``FakeGateway``) is a test peer for the client: it creates and deletes sessions over
-HTTP, speaks ``rawp-dps-1.0`` on the WebSocket (capabilities first, ``session.history`` on a
-reattach with ``last_message_id``), and plays a scripted turn per prompt. It records every frame the
-chat sends, so tests assert on the wire, not only on the screen.
+What the chat sends is asserted on the wire where it matters: a second master on the session (a
+"watcher") gets every control frame the chat sends (DPS-2.4-relay). A connection lost is the
+gateway closing the chat's WebSocket. Keyboard tests type into a real pipe once the chat shows what
+they answer (``shown``).
+
+Three tests need frames the demo agent never produces (a plan the agent goes on with and a
+catalog's diagnostics, subagents and a warning, a gateway that crashed mid-turn): those run against
+``FakeGateway``, a scripted stand-in speaking ``rawp-dps-1.0`` per docs/http-api.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import io
 import itertools
@@ -18,13 +23,14 @@ import signal
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import msgspec
 import pytest
 from aiohttp import WSMsgType, web
-from aiohttp.test_utils import TestServer
+from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.chat import (
     add_chat_arguments,
@@ -39,11 +45,19 @@ from gateway.chat import (
 from gateway.client import GatewayClient, GatewayError, MasterView, is_synthetic
 from gateway.protocol import codec
 from gateway.protocol import frames as F
-from gateway.protocol.capabilities import ALL_FEATURES
+from gateway.protocol.capabilities import ALL_FEATURES, agreed_features
 from gateway.protocol.factory import FrameFactory
+from gateway.server import SESSIONS
+from tests.gateway_peer import Master, base_url, create_session, demo_config, start_gateway
+from tests.support.chat import Pipe, piped_chat, shown
+from tests.support.logs import deletions, watch_sessions
+from tests.support.waiting import eventually
 
 SUBPROTOCOL = "rawp-dps-1.0"
 TOKEN = "s3cret-token"
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAQAAAADCAIAAAA7ljmRAAAAEElEQVR4nGP4z8AARww4OQD1MQv1NXv7ggAAAABJRU5ErkJggg=="
+)  # a 4x3 red PNG
 
 
 def usage(turn_id: str) -> F.Usage:
@@ -78,17 +92,11 @@ class FakeSession:
     factory: FrameFactory
     log: list[F.Frame] = field(default_factory=list)  # everything sent, for session.history
     sockets: list[web.WebSocketResponse] = field(default_factory=list)
-    received: list[F.Frame] = field(default_factory=list)
-    attach_queries: list[dict[str, str]] = field(default_factory=list)
-    answers: asyncio.Queue[F.Frame] = field(default_factory=asyncio.Queue)
-    cancels: asyncio.Queue[F.Frame] = field(default_factory=asyncio.Queue)
     mode: str = "default"
     turn_index: int = 0
     running: str | None = None
     deleted: bool = False
     restarted_at: int | None = None  # index in log of the first frame after a simulated crash
-    turn_started: asyncio.Event = field(default_factory=asyncio.Event)
-    asked: asyncio.Event = field(default_factory=asyncio.Event)
 
     def obj(self) -> dict[str, Any]:
         return {
@@ -186,7 +194,6 @@ class FakeGateway:
             return self.error(400, "SUBPROTOCOL_REQUIRED", "offer rawp-dps-1.0")
         ws = web.WebSocketResponse(protocols=(SUBPROTOCOL,))
         await ws.prepare(request)
-        s.attach_queries.append(dict(request.query))
         caps = F.Capabilities(
             protocol_version="rawp-dps-1.0",
             supported_namespaces=["agent", "tool", "control", "session"],
@@ -236,34 +243,14 @@ class FakeGateway:
         return ws
 
     async def on_control(self, s: FakeSession, frame: F.Frame) -> None:
-        s.received.append(frame)
-        p = frame.payload
-        if isinstance(p, F.PromptRequest):
+        if isinstance(frame.payload, F.PromptRequest):
             if s.running:
                 await s.emit(
                     F.SessionError(error_code="PROMPT_IN_PROGRESS", message="busy", fatal=False)
                 )
                 return
             s.running = str(uuid.uuid4())
-            asyncio.get_running_loop().create_task(self.turn(s, s.running, p))
-        elif isinstance(p, F.InteractionResponse | F.InteractionTimeout):
-            s.answers.put_nowait(frame)
-        elif isinstance(p, F.PromptCancel):
-            s.cancels.put_nowait(frame)
-        elif isinstance(p, F.ModeSwitch):
-            s.mode = p.mode
-            await s.emit(
-                F.StateChanged(previous_state="idle", current_state="idle", reason="mode_switch")
-            )
-        elif isinstance(p, F.SessionCompact):
-            await s.emit(
-                F.Compacted(
-                    summary="summary",
-                    previous_token_count=9000,
-                    current_token_count=900,
-                    trigger="requested",
-                )
-            )
+            asyncio.get_running_loop().create_task(self.turn(s, s.running, frame.payload))
 
     async def turn(self, s: FakeSession, tid: str, prompt: F.PromptRequest) -> None:
         """One scripted turn; the prompt text picks the script."""
@@ -297,63 +284,8 @@ class FakeGateway:
 
         await s.emit(F.TurnStart(turn_id=tid, turn_index=s.turn_index, mode=s.mode), turn_id=tid)
         s.turn_index += 1
-        s.turn_started.set()
         stop = "end_turn"
-        if text == "list files":
-            await say("I'll list ", "the files.")
-            iid = await call("Glob", {"pattern": "**/*"})
-            await result(iid, "Glob", "success", "a.txt\nb.txt\nc.txt\nd.txt\ne.txt", "file_list")
-            await say("There are 5 files.", index=1)
-        elif text in ("rm x", "rm x, then drop"):
-            iid = await call("Bash", {"command": "rm x"})
-            ask = F.InteractionRequest(
-                interaction_id=str(uuid.uuid4()),
-                interaction_type="PERMISSION",
-                question_text="Claude wants to run Bash",
-                timeout_sec=30,
-                options=[
-                    F.InteractionOption(value="allow", label="Allow"),
-                    F.InteractionOption(value="deny", label="Deny"),
-                ],
-                context=F.InteractionContext(tool_name="Bash", tool_input={"command": "rm x"}),
-            )
-            await s.emit(ask, turn_id=tid)
-            s.asked.set()
-            if text.endswith("drop"):
-                await asyncio.sleep(0.1)  # the question is on screen when the connection fails
-                for ws in list(s.sockets):
-                    await ws.close()
-            answer = await s.answers.get()
-            allowed = getattr(answer.payload, "selected_value", None) == "allow"
-            if allowed:
-                await result(iid, "Bash", "success", "")
-                await say("Removed x.", index=1)
-            else:
-                await result(iid, "Bash", "error", "Permission denied by the user")
-        elif text == "slow":
-            await s.emit(F.TextDelta(content_index=0, text="Counting"), turn_id=tid)
-            cancel = await s.cancels.get()
-            assert cancel.payload.target_turn_id == tid
-            await s.emit(
-                F.TextDone(content_index=0, full_text="Counting", is_cancelled=True), turn_id=tid
-            )
-            stop = "cancelled"
-        elif text == "drop":
-            await s.emit(F.TextDelta(content_index=0, text="Working"), turn_id=tid)
-            iid = await call("Bash", {"command": "make"})
-            # The connection fails mid-turn; the turn goes on and its frames are buffered.
-            for ws in list(s.sockets):
-                await ws.close()
-            # Produced within one millisecond, as a real gateway does: the history's ordering
-            # (timestamp, then random message_id) shuffles them.
-            clock, now = s.factory.clock, s.factory.clock()
-            s.factory.clock = lambda: now
-            await s.emit(F.TextDelta(content_index=0, text=" hard"), turn_id=tid)
-            await s.emit(F.TextDone(content_index=0, full_text="Working hard"), turn_id=tid)
-            await result(iid, "Bash", "success", "built")
-            s.factory.clock = clock
-            await asyncio.sleep(0.3)  # let the client reattach before the turn ends
-        elif text == "crash":
+        if text == "crash":
             # The gateway is SIGKILLed mid-turn: the delta it last sent was never written down;
             # the restarted gateway closes the turn in history with GATEWAY_RESTARTED and the
             # reattach is truncated with no lost_frame_count (docs/persistence.md).
@@ -377,24 +309,6 @@ class FakeGateway:
             for ws in list(s.sockets):
                 await ws.close()
             return
-        elif text == "look":
-            iid = await call("Read", {"file_path": "/w/dot.png"})
-            transfer = str(uuid.uuid4())
-            url = f"/v1/session/{s.session_id}/files/{transfer}"
-            await s.emit(
-                F.FileTransfer(
-                    transfer_id=transfer,
-                    direction="download",
-                    file_url=url,
-                    file_name="dot.png",
-                    mime_type="image/png",
-                    size_bytes=1234,
-                ),
-                turn_id=tid,
-            )
-            ref = {"transfer_id": transfer, "file_url": url, "mime_type": "image/png"}
-            await result(iid, "Read", "success", {**ref, "size_bytes": 1234}, "binary_ref")
-            await say("A red dot.")
         elif text == "delegate":
             await s.emit(F.ThinkingDelta(content_index=0, text="Hmm."), turn_id=tid)
             await s.emit(F.ThinkingDone(content_index=0), turn_id=tid)
@@ -468,15 +382,6 @@ class FakeGateway:
                 metadata={"content_role": "plan"},
             )
             await s.emit(F.TextDone(content_index=1), turn_id=tid)
-        elif text in ("edit", "edit a lot"):
-            iid = await call("Edit", {"file_path": "a.py"})
-            if text == "edit":
-                diff = "--- a/a.py\n+++ b/a.py\n@@ -1,3 +1,3 @@\n def f():\n-    return 1\n+    return 2\n"
-            else:
-                removed = "".join(f"-old {i}\n" for i in range(20))
-                added = "".join(f"+new {i}\n" for i in range(20))
-                diff = f"--- a/a.py\n+++ b/a.py\n@@ -1,20 +1,20 @@\n{removed}{added}"
-            await result(iid, "Edit", "success", diff, "diff")
         else:
             await say(f"You said: {text}")
         await s.emit(F.TurnEnd(turn_id=tid, stop_reason=stop, tool_invocation_count=1), turn_id=tid)
@@ -494,7 +399,7 @@ async def fake() -> Any:
     await server.close()
 
 
-async def chat(gw: FakeGateway, stdin: str, **kw: Any) -> tuple[int, str]:
+async def fake_chat(gw: FakeGateway, stdin: str, **kw: Any) -> tuple[int, str]:
     out = io.StringIO()
     kw.setdefault("agent", "demo")
     rc = await asyncio.wait_for(
@@ -504,109 +409,229 @@ async def chat(gw: FakeGateway, stdin: str, **kw: Any) -> tuple[int, str]:
     return rc, out.getvalue()
 
 
-def sent(s: FakeSession, cls: type[F.Payload]) -> list[Any]:
-    return [f.payload for f in s.received if isinstance(f.payload, cls)]
-
-
-# --------------------------------------------------------------------------- piped (tests' mode)
-
-
-async def test_piped_prompt_streams_text_tool_call_and_turn_end(fake: FakeGateway):
-    rc, out = await chat(fake, "list files\n")
-    assert rc == 0
-    assert "> list files\n" in out
-    assert "I'll list the files.\n" in out  # the deltas, streamed into one line
-    assert "→ Glob: **/*\n" in out
-    assert "← ok (5 lines)\n" in out
-    assert "  a.txt\n  b.txt\n  c.txt\n  … 2 more\n" in out
-    assert "There are 5 files.\n" in out
-    assert "— end_turn · 1,200 in / 34 out tokens · 1 tool call\n" in out
-    assert "\x1b[" not in out  # no ANSI when stdout is not a terminal
-    s = fake.session()
-    assert sent(s, F.PromptRequest) == [F.PromptRequest(prompt_text="list files")]
-    # It created the session and deletes it on the way out.
-    assert fake.deleted == [s.session_id]
-
-
-async def test_announces_every_feature_first(fake: FakeGateway):
-    await chat(fake, "hi\n")
-    first = fake.session().received[0].payload
-    assert isinstance(first, F.Capabilities)
-    assert first.protocol_version == "rawp-dps-1.0"
-    assert first.features == ALL_FEATURES
-
-
-async def test_several_prompts_run_one_after_the_other(fake: FakeGateway):
-    rc, out = await chat(fake, "one\ntwo\n\n")
-    assert rc == 0
-    assert out.index("You said: one") < out.index("> two") < out.index("You said: two")
-    assert out.count("— end_turn") == 2
-    assert "PROMPT_IN_PROGRESS" not in out
-
-
-async def test_permission_yes_allows(fake: FakeGateway):
-    rc, out = await chat(fake, "rm x\n", auto_answer="allow")
-    assert "→ Bash: rm x\n" in out
-    assert "Allow Bash: rm x? [y/N] y (--yes)\n" in out
-    assert "Removed x." in out
-    (answer,) = sent(fake.session(), F.InteractionResponse)
-    assert answer.selected_value == "allow"
-    assert rc == 0
-
-
-async def test_permission_no_denies(fake: FakeGateway):
-    _, out = await chat(fake, "rm x\n", auto_answer="deny")
-    assert "[y/N] n (--no)" in out
-    assert "← error (1 line)\n  Permission denied by the user\n" in out
-    (answer,) = sent(fake.session(), F.InteractionResponse)
-    assert answer.selected_value == "deny"
-
-
-async def test_permission_without_a_terminal_or_default_is_denied(fake: FakeGateway):
-    _, out = await chat(fake, "rm x\n")
-    assert "not a terminal" in out
-    (answer,) = sent(fake.session(), F.InteractionResponse)
-    assert answer.selected_value == "deny"
-
-
-async def test_slash_commands(fake: FakeGateway):
-    rc, out = await chat(fake, "/plan\n/compact keep the tests\n/cost\nhi\n/quit\nnever sent\n")
-    assert rc == 0
-    s = fake.session()
-    assert sent(s, F.ModeSwitch) == [F.ModeSwitch(mode="plan")]
-    assert sent(s, F.SessionCompact) == [F.SessionCompact(instruction="keep the tests")]
-    prompts = sent(s, F.PromptRequest)
-    assert prompts == [
-        F.PromptRequest(prompt_text="/cost", input_type="slash_command"),
-        F.PromptRequest(prompt_text="hi"),
-    ]
-    assert "mode: plan" in out
-    assert "compacted (requested): 9,000 → 900 tokens" in out
-    assert "never sent" not in "".join(p.prompt_text for p in prompts)
+# --------------------------------------------------------------------------- the scripted gateway: what the demo agent cannot show
 
 
 async def test_plan_documents_and_catalog_diagnostics_are_shown(fake: FakeGateway):
-    _, out = await chat(fake, "plan it\n")
+    """A plan the agent goes on with after a call, and a catalog's diagnostics (the demo agent
+    has neither: the scripted gateway)."""
+    _, out = await fake_chat(fake, "plan it\n")
     assert "⚠ mcp__db__query: MCP server db failed to start (TOOL_UNAVAILABLE)\n" in out
     assert "plan:\n1. read\n2. write\n" in out
     assert "\n3. test\n" in out
     assert out.count("plan:") == 1  # one plan, labelled once in its turn
 
 
-async def test_a_diff_shows_what_changed(fake: FakeGateway):
+async def test_subagents_thinking_and_errors(fake: FakeGateway):
+    """Subagents and a warning (the demo agent has neither: the scripted gateway)."""
+    _, out = await fake_chat(fake, "delegate\n")
+    assert "(thinking) Hmm.\n" in out  # no terminal: marked, not dimmed
+    assert "→ Task: Find the tests\n⇢ subagent: Explore\n" in out
+    # The subagent's frames are indented by their depth, streamed text on every line.
+    assert "  Looking.\n  Still looking.\n  → Grep: def test\n  ← ok (1 line)\n    t.py\n" in out
+    assert "⇠ subagent completed in 1.5 s\n← ok (1 line)\n  Found t.py\n" in out
+    assert "✗ warning RATE_LIMITED: slow down\n" in out
+
+
+async def test_after_a_gateway_crash_the_reattach_says_frames_are_missing_and_why(
+    fake: FakeGateway,
+):
+    """A truncated history without lost_frame_count (a gateway that crashed and came back) is
+    not called a buffer overflow, and the error that closed the turn is shown (DPS-7.1.1)."""
+    rc, out = await fake_chat(fake, "crash\nafter\n")
+    assert rc == 0, out
+    assert "buffer overflowed" not in out
+    assert "(reattached, but some frames are missing (the gateway cannot tell how many" in out
+    assert "✗ error GATEWAY_RESTARTED: the gateway restarted during this turn" in out
+    assert out.index("(reattached, but") < out.index("GATEWAY_RESTARTED")
+    assert "You said: after" in out  # the next prompt goes on
+
+
+# --------------------------------------------------------------------------- the real server
+
+
+@dataclass
+class Gateway:
+    """The real server (``create_app``) with the demo agent, workspace root ``root``."""
+
+    client: TestClient
+    root: Path
+    watchers: set[str] = field(default_factory=set)  # server-side ids of the watchers' sockets
+
+    @property
+    def url(self) -> str:
+        return base_url(self.client)
+
+    @property
+    def sessions(self) -> dict[str, Any]:
+        return self.client.server.app[SESSIONS]
+
+    def only_session(self) -> Any:
+        (only,) = self.sessions.values()
+        return only
+
+    async def watcher(self, session_id: str) -> Master:
+        """Another master on the session (the chat's control frames are relayed to it)."""
+        master = await Master.attach(self.client, session_id)
+        await master.until("session.capabilities")
+        self.watchers |= set(self.sessions[session_id].connections)
+        return master
+
+
+async def start_real_gateway(root: Path, delay_ms: int = 1, **config: Any) -> Gateway:
+    return Gateway(await start_gateway(demo_config(root, delay_ms, **config)), root)
+
+
+@pytest.fixture
+async def gw(tmp_path: Path) -> Any:
+    gateway = await start_real_gateway(tmp_path)
+    yield gateway
+    await gateway.client.close()
+
+
+async def chat(gw: Gateway, stdin: str, **kw: Any) -> tuple[int, str]:
+    return await piped_chat(gw.url, stdin, **kw)
+
+
+async def relayed(master: Master, type_: str, turns: int = 1) -> list[dict[str, Any]]:
+    """The payloads of ``type_`` a watcher got, read up to the end of the session's ``turns``-th
+    turn (what the chat sent for a turn is relayed before that turn ends)."""
+    while master.types().count("session.turn.end") < turns:
+        await master.next(timeout=10)
+    return [f["payload"] for f in master.frames if f["type"] == type_]
+
+
+async def drop_chat(gw: Gateway, session_id: str) -> None:
+    """Close the chat's WebSocket from the gateway's side (the chat sees its connection lost)."""
+    live = gw.sessions[session_id]
+    (conn,) = [c for cid, c in live.connections.items() if cid not in gw.watchers]
+    await conn.ws.close(code=1001)
+
+
+async def test_piped_prompt_streams_text_tool_call_and_turn_end(gw: Gateway, caplog):
+    watch_sessions(caplog)
+    for name in "abcde":
+        (gw.root / f"{name}.txt").write_text("x\n")
+    rc, out = await chat(gw, "list files\n")
+    assert rc == 0
+    assert "> list files\n" in out
+    assert "I'll list the files in the workspace.\n" in out  # the deltas, streamed into one line
+    assert "→ Glob: **/*\n" in out
+    assert "← ok (5 lines)" in out
+    assert "  a.txt\n  b.txt\n  c.txt\n  … 2 more\n" in out
+    assert "The workspace has 5 files" in out
+    assert re.search(r"— end_turn · \d+ in / \d+ out tokens · 1 tool call\n", out)
+    assert "\x1b[" not in out  # no ANSI when stdout is not a terminal
+    # It created the session and deletes it on the way out.
+    session = gw.only_session()
+    assert session.state == "TERMINATED"
+    assert deletions(caplog, session.id) == [("master_request", "master")]
+
+
+async def test_announces_every_feature_first(gw: Gateway):
+    """The chat's session.capabilities comes first and announces every feature: the connection
+    gets every feature the agent offers."""
+    pipe, out = Pipe(), io.StringIO()
+    task = asyncio.create_task(
+        run_chat(gw.url, agent="demo", stdin=pipe.reader, stdout=out, interactive=True)
+    )
+    try:
+        await eventually(lambda: "Ctrl-D quits" in out.getvalue(), "the chat's prompt")
+        live = gw.only_session()
+        (conn,) = live.connections.values()
+        await eventually(lambda: conn.filter.announced != F.Features(), "the chat's capabilities")
+        offered = live.machine.config.features
+        assert conn.filter.announced == agreed_features(ALL_FEATURES, offered)
+    finally:
+        pipe.close()
+    assert await asyncio.wait_for(task, 10) == 0
+    pipe.reader.close()
+
+
+async def test_several_prompts_run_one_after_the_other(gw: Gateway):
+    rc, out = await chat(gw, "one\nlist files\n\n")
+    assert rc == 0
+    assert out.index("> one") < out.index("Hello! I am") < out.index("> list files")
+    assert out.index("> list files") < out.index("→ Glob")
+    assert out.count("— end_turn") == 2
+    assert "PROMPT_IN_PROGRESS" not in out
+
+
+async def test_real_server_write_asks_permission_and_yes_allows_it(gw: Gateway):
+    sid = (await create_session(gw.client))["session_id"]
+    watcher = await gw.watcher(sid)
+    rc, out = await chat(gw, "write hello.txt\n", agent=None, session_id=sid, auto_answer="allow")
+    assert rc == 0, out
+    assert "→ Write: " in out and "hello.txt" in out
+    assert "? [y/N] y (--yes)\n" in out
+    assert (gw.root / "hello.txt").exists()
+    assert "— end_turn" in out
+    (answer,) = await relayed(watcher, "control.interaction.response")
+    assert answer["selected_value"] == "allow"
+
+
+async def test_real_server_write_denied_with_no(gw: Gateway):
+    sid = (await create_session(gw.client))["session_id"]
+    watcher = await gw.watcher(sid)
+    rc, out = await chat(gw, "write hello.txt\n", agent=None, session_id=sid, auto_answer="deny")
+    assert rc == 0, out
+    assert "? [y/N] n (--no)\n" in out
+    assert "← error" in out
+    assert not (gw.root / "hello.txt").exists()
+    (answer,) = await relayed(watcher, "control.interaction.response")
+    assert answer["selected_value"] == "deny"
+
+
+async def test_permission_without_a_terminal_or_default_is_denied(gw: Gateway):
+    _, out = await chat(gw, "write hello.txt\n")
+    assert "not a terminal" in out
+    assert not (gw.root / "hello.txt").exists()
+
+
+async def test_slash_commands(gw: Gateway):
+    sid = (await create_session(gw.client))["session_id"]
+    watcher = await gw.watcher(sid)
+    stdin = "/plan\n/compact keep the tests\n/cost\nhi\n/quit\nnever sent\n"
+    rc, out = await chat(gw, stdin, agent=None, session_id=sid)
+    assert rc == 0
+    assert await relayed(watcher, "control.mode.switch", turns=3) == [{"mode": "plan"}]
+    assert await relayed(watcher, "control.session.compact", turns=3) == [
+        {"instruction": "keep the tests"}
+    ]
+    prompts = await relayed(watcher, "control.prompt.request", turns=3)
+    assert [(p["prompt_text"], p.get("input_type")) for p in prompts] == [
+        ("/cost", "slash_command"),
+        ("hi", None),
+    ]
+    assert "mode: plan" in out
+    assert re.search(r"compacted \(requested\): [\d,]+ → [\d,]+ tokens", out)
+    assert "never sent" not in out
+
+
+async def test_a_plan_is_labelled_once_in_its_turn(gw: Gateway):
+    _, out = await chat(gw, "/plan\nlist files\n")
+    assert "mode: plan" in out
+    assert out.count("plan:") == 1  # one plan, labelled once in its turn
+
+
+async def test_a_diff_shows_what_changed(gw: Gateway):
     """The changed lines, not the ---/+++/@@ headers followed by "… N more"."""
-    _, out = await chat(fake, "edit\n")
-    assert "← ok (+1 -1)\n  -    return 1\n  +    return 2\n" in out
+    (gw.root / "a.py").write_text("def f():\n    return 1\n")
+    _, out = await chat(gw, 'write a.py "def f(): return 2"\n', auto_answer="allow")
+    assert "← ok (+1 -2)" in out
+    assert "  -def f():\n  -    return 1\n  +def f(): return 2\n" in out
     assert "@@" not in out and "+++" not in out
-    _, out = await chat(fake, "edit\n", color=True)
-    assert "  \x1b[31m-    return 1\x1b[0m\n  \x1b[32m+    return 2\x1b[0m\n" in out
+    (gw.root / "a.py").write_text("def f():\n    return 1\n")
+    _, out = await chat(gw, 'write a.py "def f(): return 2"\n', auto_answer="allow", color=True)
+    assert "  \x1b[31m-    return 1\x1b[0m\n  \x1b[32m+def f(): return 2\x1b[0m\n" in out
 
 
-async def test_a_long_diff_keeps_its_first_and_last_changes(fake: FakeGateway):
-    _, out = await chat(fake, "edit a lot\n")
-    assert "← ok (+20 -20)\n" in out
-    assert "  -old 0\n" in out and "  +new 19\n" in out  # the ends stay
-    assert "  … 28 more\n" in out
+async def test_a_long_diff_keeps_its_first_and_last_changes(gw: Gateway):
+    (gw.root / "long.txt").write_text("".join(f"old {i}\n" for i in range(20)))
+    _, out = await chat(gw, 'write long.txt "new"\n', auto_answer="allow")
+    assert "← ok (+1 -20)" in out
+    assert "  -old 0\n" in out and "  -old 19\n  +new\n" in out  # the ends stay
+    assert "  … 9 more\n" in out
 
 
 def test_diff_colours_and_files():
@@ -619,312 +644,244 @@ def test_diff_colours_and_files():
     assert diff_preview(["just text"]) is None
 
 
-async def test_help_lists_only_the_agent_commands_this_client_passes_on(fake: FakeGateway):
+async def test_help_lists_only_the_agent_commands_this_client_passes_on(gw: Gateway):
     """/review and /compact are this client's own (mode switch, compaction): not listed again as
     agent commands."""
-    _, out = await chat(fake, "/help\n")
-    assert "agent commands: /cost\n" in out
+    _, out = await chat(gw, "hi\n/help\n")  # after a turn: the agent has listed its commands
+    assert "agent commands: /context /cost /init\n" in out
 
 
-async def test_subagents_thinking_and_errors(fake: FakeGateway):
-    _, out = await chat(fake, "delegate\n")
-    assert "(thinking) Hmm.\n" in out  # no terminal: marked, not dimmed
-    assert "→ Task: Find the tests\n⇢ subagent: Explore\n" in out
-    # The subagent's frames are indented by their depth, streamed text on every line.
-    assert "  Looking.\n  Still looking.\n  → Grep: def test\n  ← ok (1 line)\n    t.py\n" in out
-    assert "⇠ subagent completed in 1.5 s\n← ok (1 line)\n  Found t.py\n" in out
-    assert "✗ warning RATE_LIMITED: slow down\n" in out
+async def test_thinking_is_marked_without_a_terminal(gw: Gateway):
+    _, out = await chat(gw, "think about it\n")
+    assert "(thinking) The user wrote: think about it." in out  # no terminal: marked, not dimmed
 
 
-async def test_a_file_that_arrived_is_shown_with_where_to_get_it(fake: FakeGateway):
+async def test_a_file_that_arrived_is_shown_with_where_to_get_it(gw: Gateway):
     """agent.file.transfer: the file's name, type and size, and its URL on the gateway; the
     binary_ref result says how many bytes, not the reference's JSON."""
-    _, out = await chat(fake, "look\n")
-    (s,) = fake.sessions.values()
-    assert "→ Read: /w/dot.png\n⇩ file dot.png (image/png, 1,234 bytes): " in out
-    assert f"{fake.url}/v1/session/{s.session_id}/files/" in out
-    assert "← ok (1 file, 1,234 bytes)\nA red dot.\n" in out
+    (gw.root / "dot.png").write_bytes(PNG)
+    _, out = await chat(gw, "read dot.png\n")
+    sid = gw.only_session().id
+    path = gw.root.resolve() / "dot.png"
+    assert f"→ Read: {path}\n⇩ file dot.png (image/png, {len(PNG)} bytes): " in out
+    assert f"{gw.url}/v1/session/{sid}/files/" in out
+    assert f"← ok (1 file, {len(PNG)} bytes)\ndot.png is a 4x3 image/png image.\n" in out
 
 
-async def test_ansi_styles_only_when_asked_for(fake: FakeGateway):
-    _, out = await chat(fake, "delegate\n", color=True)
-    assert "\x1b[2mHmm.\x1b[0m" in out  # thinking dimmed
+async def test_ansi_styles_only_when_asked_for(gw: Gateway):
+    _, out = await chat(gw, "think, then list files\n", color=True)
+    assert "\x1b[2mThe \x1b[0m" in out  # thinking dimmed
     assert "(thinking)" not in out
-    assert "\x1b[36m→ Task: Find the tests\x1b[0m" in out
+    assert "\x1b[36m→ Glob: **/*\x1b[0m" in out
 
 
-async def test_keep_leaves_the_session(fake: FakeGateway):
-    rc, out = await chat(fake, "hi\n", keep=True)
-    assert rc == 0 and fake.deleted == []
-    assert f"session {fake.session().session_id} kept" in out
+async def test_keep_leaves_the_session(gw: Gateway):
+    rc, out = await chat(gw, "hi\n", keep=True)
+    session = gw.only_session()
+    assert rc == 0 and session.state != "TERMINATED"
+    assert f"session {session.id} kept" in out
 
 
-async def test_attach_to_an_existing_session_never_deletes_it(fake: FakeGateway):
-    fake.sessions["0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a"] = s = FakeSession(
-        "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a",
-        "demo",
-        FrameFactory("0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a"),
-    )
-    rc, out = await chat(fake, "hi\n", agent=None, session_id=s.session_id)
-    assert rc == 0 and "You said: hi" in out
-    assert fake.deleted == []
+async def test_attach_to_an_existing_session_never_deletes_it(gw: Gateway):
+    sid = (await create_session(gw.client))["session_id"]
+    rc, out = await chat(gw, "hi\n", agent=None, session_id=sid)
+    assert rc == 0 and "Hello! I am the RAWP demo agent" in out
+    assert gw.sessions[sid].state != "TERMINATED"
 
 
-async def test_a_refused_websocket_upgrade_is_a_gateway_error(fake: FakeGateway):
-    async with GatewayClient(fake.url) as client:
+async def test_a_refused_websocket_upgrade_is_a_gateway_error(gw: Gateway):
+    async with GatewayClient(gw.url) as client:
         with pytest.raises(GatewayError) as gone:
             await client.attach("00000000-0000-4000-8000-000000000000")
     assert (gone.value.status, gone.value.error_code) == (404, "SESSION_NOT_FOUND")
 
 
-async def test_errors_from_the_control_plane_are_reported(fake: FakeGateway):
-    rc, out = await chat(fake, "hi\n", agent="nope")
+async def test_errors_from_the_control_plane_are_reported(gw: Gateway):
+    rc, out = await chat(gw, "hi\n", agent="nope")
     assert rc == 1
     assert "AGENT_NOT_FOUND" in out
 
 
-async def test_bearer_token(fake: FakeGateway):
-    fake.token = TOKEN
-    rc, out = await chat(fake, "hi\n")
-    assert rc == 1 and "UNAUTHORIZED" in out
-    rc, out = await chat(fake, "hi\n", token=TOKEN)
-    assert rc == 0 and "You said: hi" in out
+async def test_bearer_token(tmp_path: Path):
+    gw = await start_real_gateway(tmp_path, token=TOKEN)
+    try:
+        rc, out = await chat(gw, "hi\n")
+        assert rc == 1 and "UNAUTHORIZED" in out
+        rc, out = await chat(gw, "hi\n", token=TOKEN)
+        assert rc == 0 and "Hello! I am the RAWP demo agent" in out
+    finally:
+        await gw.client.close()
 
 
-async def test_session_deleted_elsewhere_ends_the_chat(fake: FakeGateway):
+async def test_session_deleted_elsewhere_ends_the_chat(gw: Gateway):
     out = io.StringIO()
     pipe = Pipe()
-    task = asyncio.create_task(run_chat(fake.url, agent="demo", stdin=pipe.reader, stdout=out))
+    task = asyncio.create_task(run_chat(gw.url, agent="demo", stdin=pipe.reader, stdout=out))
     try:
-        while not fake.sessions or not fake.session().sockets:
-            await asyncio.sleep(0.01)
-        s = fake.session()
-        await s.emit(F.Deleted(session_id=s.session_id, reason="user_request", deleted_by="edge"))
+        await eventually(
+            lambda: gw.sessions and gw.only_session().connections, "the chat to attach"
+        )
+        assert (await gw.client.delete(f"/v1/session/{gw.only_session().id}")).status == 200
         rc = await asyncio.wait_for(task, 10)
     finally:
         pipe.close()
     pipe.reader.close()
     assert rc == 1
-    assert "session deleted (user_request, by edge)" in out.getvalue()
-    assert fake.deleted == []  # nothing left to delete
+    assert "session deleted (master_request, by master)" in out.getvalue()
 
 
-async def test_after_a_gateway_crash_the_reattach_says_frames_are_missing_and_why(
-    fake: FakeGateway,
-):
-    """A truncated history without lost_frame_count (a gateway that crashed and came back) is
-    not called a buffer overflow, and the error that closed the turn is shown (DPS-7.1.1)."""
-    rc, out = await chat(fake, "crash\nafter\n")
-    assert rc == 0, out
-    assert "buffer overflowed" not in out
-    assert "(reattached, but some frames are missing (the gateway cannot tell how many" in out
-    assert "✗ error GATEWAY_RESTARTED: the gateway restarted during this turn" in out
-    assert out.index("(reattached, but") < out.index("GATEWAY_RESTARTED")
-    assert "You said: after" in out  # the next prompt goes on
-
-
-async def test_DPS_7_8_reattach_after_the_connection_drops(fake: FakeGateway):
-    """DPS-7.8-finalize then DPS-7.8-unfinalize end to end: synthetic results, reattach, history."""
-    rc, out = await chat(fake, "drop\nafter\n")
-    assert rc == 0, out
-    assert "← cancelled: Connection lost\n" in out  # the synthetic result
-    assert "connection lost; reattaching…" in out
-    assert "(reattached; " in out
-    assert "← ok (1 line)\n  built\n" in out  # the real result, from the history
-    assert out.index("Working\n") < out.index(" hard\n") < out.index("  built\n")
-    assert "— end_turn" in out
-    assert "You said: after" in out  # the chat waited for the real end before the next prompt
-    s = fake.session()
-    first, second = s.attach_queries
-    assert "last_message_id" not in first
-    # The reattach names the last frame received before the drop (the Bash request).
-    bash = next(f for f in s.log if isinstance(f.payload, F.InvokeRequest))
-    assert second["last_message_id"] == bash.message_id
+async def test_DPS_7_8_reattach_after_the_connection_drops(tmp_path: Path):
+    """DPS-7.8-finalize then DPS-7.8-unfinalize end to end: the connection is lost mid-turn; the
+    chat shows what it had as cancelled, reattaches with the last id it got, and the history
+    brings the real end of the turn; the next prompt waits for it."""
+    gw = await start_real_gateway(tmp_path, delay_ms=40)
+    try:
+        sid = (await create_session(gw.client))["session_id"]
+        watcher = await gw.watcher(sid)
+        out = io.StringIO()
+        stdin = io.StringIO("tell me about the weather today\nafter\n")
+        chatting = asyncio.create_task(
+            run_chat(
+                gw.url,
+                agent=None,
+                session_id=sid,
+                stdin=stdin,
+                stdout=out,
+                reattach_delays=(0.05, 0.2),
+            )
+        )
+        await watcher.until("agent.text.delta")
+        await drop_chat(gw, sid)
+        rc = await asyncio.wait_for(chatting, 30)
+        text = out.getvalue()
+    finally:
+        await gw.client.close()
+    assert rc == 0, text
+    assert "connection lost; reattaching…" in text
+    assert "(reattached; " in text
+    assert text.count("— end_turn") == 2  # the real end of the first turn, then the second's
+    assert text.index("(reattached; ") < text.index("— end_turn") < text.index("> after")
 
 
 # --------------------------------------------------------------------------- interactive
 
 
-class Pipe:
-    """A real pipe as stdin: the chat reads it as it would a terminal, lines written as typed."""
-
-    def __init__(self) -> None:
-        r, self.w = os.pipe()
-        self.reader = open(r, encoding="utf-8")  # noqa: SIM115 - closed by close()
-
-    def type(self, line: str) -> None:
-        os.write(self.w, (line + "\n").encode())
-
-    def close(self) -> None:
-        """End of input (like Ctrl-D); the read end is closed once the chat is done with it."""
-        os.close(self.w)
-
-
 async def run_interactive(
-    gw: FakeGateway, script: Callable[[Pipe], Any], **kw: Any
+    gw: Gateway, script: Callable[[Pipe, io.StringIO], Any], **kw: Any
 ) -> tuple[int, str]:
     pipe, out = Pipe(), io.StringIO()
+    kw.setdefault("agent", "demo")
     task = asyncio.create_task(
-        run_chat(gw.url, agent="demo", stdin=pipe.reader, stdout=out, interactive=True, **kw)
+        run_chat(gw.url, stdin=pipe.reader, stdout=out, interactive=True, **kw)
     )
     try:
         # The chat is ready (and its SIGINT handler installed) once it prints its help line;
         # a SIGINT before that would interrupt the test run itself.
-        while "Ctrl-D quits" not in out.getvalue():
-            assert not task.done(), out.getvalue()
-            await asyncio.sleep(0.01)
-        await asyncio.wait_for(script(pipe), 10)
+        await shown(out, "Ctrl-D quits")
+        await asyncio.wait_for(script(pipe, out), 20)
     finally:
         pipe.close()
-    rc = await asyncio.wait_for(task, 10)
+    rc = await asyncio.wait_for(task, 20)
     pipe.reader.close()
     return rc, out.getvalue()
 
 
-async def test_permission_asked_at_the_keyboard(fake: FakeGateway):
-    async def script(pipe: Pipe) -> None:
-        pipe.type("rm x")
-        while not fake.sessions:
-            await asyncio.sleep(0.01)
-        await fake.session().asked.wait()
-        await asyncio.sleep(0.05)
+async def test_permission_asked_at_the_keyboard(gw: Gateway):
+    async def script(pipe: Pipe, out: io.StringIO) -> None:
+        pipe.type("write hello.txt")
+        await shown(out, "? [y/N] ")
         pipe.type("y")
-        while fake.session().running or not fake.session().turn_index:
-            await asyncio.sleep(0.01)
+        await shown(out, "— end_turn")
 
-    rc, out = await run_interactive(fake, script)
+    rc, out = await run_interactive(gw, script)
     assert rc == 0
-    assert "Allow Bash: rm x? [y/N] " in out
-    (answer,) = sent(fake.session(), F.InteractionResponse)
-    assert answer.selected_value == "allow"
-    assert "Removed x." in out
+    assert "Allow Write: " in out and "hello.txt? [y/N] " in out
+    assert (gw.root / "hello.txt").exists()
+    assert "Done: I wrote hello.txt." in out
 
 
-async def test_DPS_7_8_a_question_withdrawn_by_a_drop_is_asked_again_after_reattach(
-    fake: FakeGateway,
-):
+async def test_DPS_7_8_a_question_withdrawn_by_a_drop_is_asked_again_after_reattach(gw: Gateway):
     """DPS-7.8-finalize drops the pending question; DPS-7.8-unfinalize brings it back."""
+    sid = (await create_session(gw.client))["session_id"]
+    watcher = await gw.watcher(sid)
 
-    async def script(pipe: Pipe) -> None:
-        pipe.type("rm x, then drop")
-        while not fake.sessions:
-            await asyncio.sleep(0.01)
-        s = fake.session()
-        while len(s.attach_queries) < 2 or not s.sockets:  # dropped, and reattached
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)
+    async def script(pipe: Pipe, out: io.StringIO) -> None:
+        pipe.type("write hello.txt")
+        await shown(out, "? [y/N] ")
+        await drop_chat(gw, sid)
+        await shown(out, "? [y/N] ", times=2)  # asked again after the reattach
         pipe.type("y")
-        while s.running or not s.turn_index:
-            await asyncio.sleep(0.01)
+        await shown(out, "— end_turn")
 
-    rc, out = await run_interactive(fake, script, reattach_delays=(0.05, 0.2))
+    rc, out = await run_interactive(gw, script, agent=None, session_id=sid)
     assert rc == 0, out
-    assert out.count("Allow Bash: rm x? [y/N] ") == 2
+    assert out.count("? [y/N] ") == 2
     assert "(question withdrawn)" in out
     assert out.index("(question withdrawn)") < out.index("(reattached")
-    (answer,) = sent(fake.session(), F.InteractionResponse)  # answered once, after the reattach
-    assert answer.selected_value == "allow"
-    assert "Removed x." in out
+    (answer,) = await relayed(watcher, "control.interaction.response")  # once, after the reattach
+    assert answer["selected_value"] == "allow"
+    assert (gw.root / "hello.txt").exists()
 
 
-async def test_a_second_master_sees_the_relayed_prompt_and_the_question_withdrawn(
-    fake: FakeGateway,
-):
+async def test_a_second_master_sees_the_relayed_prompt_and_the_question_withdrawn(gw: Gateway):
     """DPS-2.4-relay seen from a master: another master's prompt and answer reach this chat."""
-    async with GatewayClient(fake.url) as client:
-        sid = (await client.create_session("demo"))["session_id"]
-    s = fake.sessions[sid]
+    sid = (await create_session(gw.client))["session_id"]
+    watcher = await gw.watcher(sid)
 
-    async def script(pipe: Pipe) -> None:
-        while not s.sockets:
-            await asyncio.sleep(0.01)
+    async def script(pipe: Pipe, out: io.StringIO) -> None:
         # Another master prompts and allows, while this chat waits at its prompt.
-        rc, _ = await chat(fake, "rm x\n", agent=None, session_id=sid, auto_answer="allow")
+        rc, _ = await chat(gw, "write hello.txt\n", agent=None, session_id=sid, auto_answer="allow")
         assert rc == 0
-        await asyncio.sleep(0.1)
+        await shown(out, "— end_turn")
 
-    rc, out = await run_interactive(fake, script, session_id=sid)
+    rc, out = await run_interactive(gw, script, agent=None, session_id=sid)
     assert rc == 0, out
-    assert "» rm x\n" in out
-    assert "Allow Bash: rm x? [y/N] " in out
+    assert "» write hello.txt\n" in out
+    assert "? [y/N] " in out
     assert "(question withdrawn)" in out  # answered by the other master
-    assert "Removed x." in out
-    (answer,) = sent(s, F.InteractionResponse)  # this chat did not answer too
-    assert answer.selected_value == "allow"
+    assert "Done: I wrote hello.txt." in out
+    (answer,) = await relayed(
+        watcher, "control.interaction.response"
+    )  # this chat did not answer too
+    assert answer["selected_value"] == "allow"
 
 
-async def test_ctrl_c_during_a_turn_cancels_it(fake: FakeGateway):
-    async def script(pipe: Pipe) -> None:
-        pipe.type("slow")
-        while not fake.sessions:
-            await asyncio.sleep(0.01)
-        await fake.session().turn_started.wait()
-        await asyncio.sleep(0.05)
+async def test_ctrl_c_during_a_turn_cancels_it(tmp_path: Path):
+    gw = await start_real_gateway(tmp_path, delay_ms=200)
+
+    async def script(pipe: Pipe, out: io.StringIO) -> None:
+        pipe.type("tell me about the weather")
+        await shown(out, "Hello!")  # the turn streams
         os.kill(os.getpid(), signal.SIGINT)
-        while fake.session().running:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)
+        await shown(out, "— cancelled")
 
-    rc, out = await run_interactive(fake, script, handle_sigint=True)
+    try:
+        rc, out = await run_interactive(gw, script, handle_sigint=True)
+        session = gw.only_session()
+    finally:
+        await gw.client.close()
     assert rc == 0
-    (cancel,) = sent(fake.session(), F.PromptCancel)
-    assert cancel.reason == "user_cancelled"
     assert "^C cancelling the turn" in out
     assert "(cancelled)" in out
-    assert "— cancelled" in out
-    assert fake.deleted == [fake.session().session_id]
+    assert session.state == "TERMINATED"  # deleted on the way out
 
 
-async def test_ctrl_c_at_the_prompt_quits(fake: FakeGateway):
-    async def script(pipe: Pipe) -> None:
-        while not fake.sessions or not fake.session().sockets:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)
+async def test_ctrl_c_at_the_prompt_quits(gw: Gateway, caplog):
+    watch_sessions(caplog)
+
+    async def script(pipe: Pipe, out: io.StringIO) -> None:
         os.kill(os.getpid(), signal.SIGINT)
-        await asyncio.sleep(0.2)
+        await eventually(lambda: gw.only_session().state == "TERMINATED", "the chat to quit")
 
-    rc, _ = await run_interactive(fake, script, handle_sigint=True)
+    rc, out = await run_interactive(gw, script, handle_sigint=True)
     assert rc == 0
-    assert sent(fake.session(), F.PromptRequest) == []
-    assert fake.deleted == [fake.session().session_id]
+    assert "— end_turn" not in out  # nothing was prompted
+    assert deletions(caplog, gw.only_session().id) == [("master_request", "master")]
 
 
-# --------------------------------------------------------------------------- the real server
-
-
-async def start_real_gateway(root: Any, delay_ms: int = 1) -> TestServer:
-    """``gateway.server.create_app`` with the embedded ``demo`` agent, workspace root ``root``."""
-    server_mod = pytest.importorskip("gateway.server")
-    config_mod = pytest.importorskip("gateway.config")
-    import dataclasses
-
-    demo = config_mod.builtin_profiles()["demo"]
-    demo = dataclasses.replace(demo, env={**demo.env, "RAWP_DEMO_DELAY_MS": str(delay_ms)})
-    config = config_mod.Config(workspace_root=root.resolve(), agents={"demo": demo})
-    server = TestServer(server_mod.create_app(config))
-    await server.start_server()
-    return server
-
-
-@pytest.fixture
-async def real_gateway(tmp_path: Any) -> Any:
-    server = await start_real_gateway(tmp_path)
-    yield str(server.make_url("")).rstrip("/")
-    await server.close()
-
-
-async def real_chat(url: str, stdin: str, **kw: Any) -> tuple[int, str]:
-    out = io.StringIO()
-    kw.setdefault("agent", "demo")
-    rc = await asyncio.wait_for(
-        run_chat(url, stdin=io.StringIO(stdin), stdout=out, **kw), timeout=30
-    )
-    return rc, out.getvalue()
-
-
-async def test_real_server_list_files_streams_text_and_a_glob_call(real_gateway: str, tmp_path):
+async def test_real_server_list_files_streams_text_and_a_glob_call(gw: Gateway, tmp_path):
     (tmp_path / "notes.md").write_text("hi\n")
-    rc, out = await real_chat(real_gateway, "list files\n")
+    rc, out = await chat(gw, "list files\n")
     assert rc == 0, out
     assert "> list files\n" in out
     assert "→ Glob: " in out
@@ -932,25 +889,8 @@ async def test_real_server_list_files_streams_text_and_a_glob_call(real_gateway:
     assert "— end_turn · " in out and " out tokens" in out
 
 
-async def test_real_server_write_asks_permission_and_yes_allows_it(real_gateway: str, tmp_path):
-    rc, out = await real_chat(real_gateway, "write hello.txt\n", auto_answer="allow")
-    assert rc == 0, out
-    assert "→ Write: " in out and "hello.txt" in out
-    assert "? [y/N] y (--yes)\n" in out
-    assert (tmp_path / "hello.txt").exists()
-    assert "— end_turn" in out
-
-
-async def test_real_server_write_denied_with_no(real_gateway: str, tmp_path):
-    rc, out = await real_chat(real_gateway, "write hello.txt\n", auto_answer="deny")
-    assert rc == 0, out
-    assert "? [y/N] n (--no)\n" in out
-    assert "← error" in out
-    assert not (tmp_path / "hello.txt").exists()
-
-
-async def test_real_server_plan_mode_blocks_a_write(real_gateway: str, tmp_path):
-    rc, out = await real_chat(real_gateway, "/plan\nwrite x.txt\n", auto_answer="allow")
+async def test_real_server_plan_mode_blocks_a_write(gw: Gateway, tmp_path):
+    rc, out = await chat(gw, "/plan\nwrite x.txt\n", auto_answer="allow")
     assert rc == 0, out
     assert "mode: plan" in out
     assert "Tool not allowed in current mode" in out
@@ -959,8 +899,8 @@ async def test_real_server_plan_mode_blocks_a_write(real_gateway: str, tmp_path)
 
 async def test_real_server_DPS_7_8_reattach_unfinalizes_from_the_gateway_history(tmp_path):
     """DPS-7.8-finalize/-unfinalize with the real gateway's buffer: drop mid-turn, reattach."""
-    server = await start_real_gateway(tmp_path, delay_ms=30)
-    url = str(server.make_url("")).rstrip("/")
+    gw = await start_real_gateway(tmp_path, delay_ms=30)
+    url = gw.url
     try:
         async with GatewayClient(url) as client:
             session = await client.create_session("demo")
@@ -977,7 +917,11 @@ async def test_real_server_DPS_7_8_reattach_unfinalizes_from_the_gateway_history
             await conn.close()
             synthetic = view.finalize()
             assert {f.TYPE for f in synthetic} >= {"agent.text.done", "session.turn.end"}
-            await asyncio.sleep(0.2)  # the turn goes on in the gateway, buffered
+            # The turn goes on in the gateway, buffered: wait for a frame the master missed.
+            history = gw.sessions[sid].history
+            await eventually(
+                lambda: history.since(conn.last_message_id).frames, "a frame after the drop"
+            )
 
             again = await client.attach(sid, last_message_id=conn.last_message_id)
             outcome = None
@@ -997,7 +941,7 @@ async def test_real_server_DPS_7_8_reattach_unfinalizes_from_the_gateway_history
             await again.close()
             await client.delete_session(sid)
     finally:
-        await server.close()
+        await gw.client.close()
     assert not any(is_synthetic(f) for f in view.transcript)
     ends = [f.payload for f in view.transcript if isinstance(f.payload, F.TurnEnd)]
     assert [e.stop_reason for e in ends] == ["end_turn"]
@@ -1007,16 +951,16 @@ async def test_real_server_DPS_7_8_reattach_unfinalizes_from_the_gateway_history
 
 
 async def test_real_server_chat_on_an_existing_session_shows_the_conversation_so_far(
-    real_gateway: str, tmp_path
+    gw: Gateway, tmp_path
 ):
     """``chat --session`` attaches with ?history=all: the earlier prompt, tool call and answer are
     shown before anything new, with no "incomplete" notice."""
     (tmp_path / "notes.md").write_text("hi\n")
-    rc, out = await real_chat(real_gateway, "list files\n", keep=True)
+    rc, out = await chat(gw, "list files\n", keep=True)
     assert rc == 0, out
     match = re.search(r"session (\S+) kept", out)
     assert match, out
-    rc, out = await real_chat(real_gateway, "", agent=None, session_id=match.group(1))
+    rc, out = await chat(gw, "", agent=None, session_id=match.group(1))
     assert rc == 0, out
     assert "(the conversation so far: " in out
     assert "» list files\n" in out  # the earlier prompt, as another master's
@@ -1024,10 +968,10 @@ async def test_real_server_chat_on_an_existing_session_shows_the_conversation_so
     assert "incomplete" not in out and "no longer has" not in out
 
 
-async def test_client_full_history_on_first_attach(real_gateway: str):
+async def test_client_full_history_on_first_attach(gw: Gateway):
     """``GatewayClient.attach(full_history=True)``: the joined ``session.history`` holds the
     session's turn, complete; with a ``last_message_id`` too it is refused before connecting."""
-    async with GatewayClient(real_gateway) as client:
+    async with GatewayClient(gw.url) as client:
         sid = str((await client.create_session("demo"))["session_id"])
         first = await client.attach(sid)
         await first.prompt("hello")
@@ -1082,12 +1026,10 @@ async def test_demo_ui_serves_the_browser_console_until_stopped(tmp_path):
     out = io.StringIO()
     demo = asyncio.create_task(run_demo_async(args, stdin=io.StringIO(""), stdout=out))
     try:
-        for _ in range(200):
-            found = re.search(r"^browser console: (http://\S+/ui)$", out.getvalue(), re.M)
-            if found:
-                break
-            await asyncio.sleep(0.05)
-        assert found, out.getvalue()
+        found = await eventually(
+            lambda: re.search(r"^browser console: (http://\S+/ui)$", out.getvalue(), re.M),
+            "the console's URL",
+        )
         async with aiohttp.ClientSession() as http, http.get(found.group(1)) as resp:
             assert resp.status == 200
             assert "<title>rawp-gateway console</title>" in await resp.text()
@@ -1187,32 +1129,35 @@ def test_permission_question_names_the_tool_and_input():
     assert permission_question(msgspec.structs.replace(req, context=None)) == "May I?"
 
 
-async def test_arguments_parse_and_run(fake: FakeGateway, tmp_path):
+async def test_arguments_parse_and_run(tmp_path):
     import argparse
 
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    fake.token = TOKEN
-    parser = argparse.ArgumentParser()
-    add_chat_arguments(parser)
-    args = parser.parse_args(
-        ["--url", fake.url, "--agent", "demo", "--token-file", str(token_file), "--yes"]
-    )
-    assert args.auto_answer == "allow" and args.keep is False and args.session_id is None
-    out = io.StringIO()
-    rc = await run_chat_from_args(args, stdin=io.StringIO("rm x\n"), stdout=out)
-    assert rc == 0 and "Removed x." in out.getvalue()
+    gw = await start_real_gateway(tmp_path, token=TOKEN)
+    try:
+        parser = argparse.ArgumentParser()
+        add_chat_arguments(parser)
+        args = parser.parse_args(
+            ["--url", gw.url, "--agent", "demo", "--token-file", str(token_file), "--yes"]
+        )
+        assert args.auto_answer == "allow" and args.keep is False and args.session_id is None
+        out = io.StringIO()
+        rc = await run_chat_from_args(args, stdin=io.StringIO("write hello.txt\n"), stdout=out)
+        assert rc == 0 and "Done: I wrote hello.txt." in out.getvalue()
+    finally:
+        await gw.client.close()
     with pytest.raises(SystemExit):
         parser.parse_args(["--url", "u", "--yes", "--no"])
 
 
-async def test_real_server_attach_uploads_a_file_for_the_next_prompt(real_gateway: str, tmp_path):
+async def test_real_server_attach_uploads_a_file_for_the_next_prompt(gw: Gateway, tmp_path):
     """/attach PATH: the file is uploaded to the session and named in the next prompt's
     context_files; the gateway puts it in the workspace under .rawp/uploads/ for the agent."""
     shot = tmp_path / "outside" / "notes.txt"
     shot.parent.mkdir()
     shot.write_text("hi\n")
-    rc, out = await real_chat(real_gateway, f"/attach {shot}\n/attach nope.txt\nlist files\n")
+    rc, out = await chat(gw, f"/attach {shot}\n/attach nope.txt\nlist files\n")
     assert rc == 0, out
     assert "⇧ attached notes.txt (text/plain, 3 bytes): goes with the next prompt\n" in out
     assert "✗ /attach: no file 'nope.txt'\n" in out

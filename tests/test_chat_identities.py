@@ -11,7 +11,8 @@ import pytest
 
 from gateway.auth import AuthSettings
 from gateway.chat import run_chat
-from tests.gateway_peer import Master, fast_demo, make_config, start_gateway
+from tests.gateway_peer import Master, base_url, fast_demo, make_config, start_gateway
+from tests.support.chat import Pipe, piped_chat, shown
 
 ALICE, BOB = "alice-chat-token", "bob-chat-token"
 
@@ -39,12 +40,7 @@ async def gateway(tmp_path):
 
 
 async def chat(gateway, stdin: str, **kw) -> tuple[int, str]:
-    out = io.StringIO()
-    url = str(gateway.make_url("")).rstrip("/")
-    rc = await asyncio.wait_for(
-        run_chat(url, stdin=io.StringIO(stdin), stdout=out, agent="demo", **kw), timeout=30
-    )
-    return rc, out.getvalue()
+    return await piped_chat(base_url(gateway), stdin, **kw)
 
 
 async def test_a_viewer_watches_and_sees_who_prompted_and_answered(gateway):
@@ -78,18 +74,9 @@ async def test_an_operator_is_told_who_they_are(gateway):
     assert "— end_turn · " in out
 
 
-async def until_printed(out: io.StringIO, text: str, task: asyncio.Task) -> None:
-    async with asyncio.timeout(20):
-        while text not in out.getvalue():
-            assert not task.done(), out.getvalue()
-            await asyncio.sleep(0.01)
-
-
 async def test_a_viewer_at_the_keyboard_is_shown_the_question_not_asked(gateway):
     """Live: the question appears for the viewer without a [y/N] to answer; the operator's answer
     then shows who gave it."""
-    from tests.test_chat import Pipe
-
     resp = await gateway.post("/v1/session", json={"agent": "demo"}, headers=bearer(ALICE))
     sid = (await resp.json())["session_id"]
     await gateway.patch(
@@ -102,18 +89,18 @@ async def test_a_viewer_at_the_keyboard_is_shown_the_question_not_asked(gateway)
                  interactive=True, handle_sigint=False)
     )  # fmt: skip
     try:
-        await until_printed(out, "Ctrl-D quits", task)
+        await shown(out, "Ctrl-D quits", task=task)
         alice = await Master.attach(gateway, sid, headers=bearer(ALICE))
         await alice.send("control.prompt.request", {"prompt_text": "write live.txt"})
         ask = await alice.until("agent.interaction.request")
-        await until_printed(out, "(waiting for an operator)", task)
+        await shown(out, "(waiting for an operator)", task=task)
         assert "[y/N]" not in out.getvalue()
         await alice.send(
             "control.interaction.response",
             {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "deny"},
         )
-        await until_printed(out, "(deny by alice)", task)
-        await until_printed(out, "» alice: write live.txt", task)
+        await shown(out, "(deny by alice)", task=task)
+        await shown(out, "» alice: write live.txt", task=task)
     finally:
         pipe.close()
     assert await asyncio.wait_for(task, 20) == 0

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 
-from tests.test_chat import real_chat, real_gateway  # noqa: F401  (the fixture)
+from tests.gateway_peer import base_url
+from tests.support.chat import piped_chat
 
 TURN = re.compile(r"^— end_turn · ([\d,]+) in / ([\d,]+) out tokens", re.M)
 TOTALS = re.compile(r"^  session ([\d,]+) in / ([\d,]+) out · context (\d+)%$", re.M)
@@ -16,8 +17,8 @@ def number(text: str) -> int:
     return int(text.replace(",", ""))
 
 
-async def test_chat_prints_running_totals_context_and_compaction(real_gateway: str):  # noqa: F811
-    rc, out = await real_chat(real_gateway, "hello\nhello again, a longer prompt\n/compact\n")
+async def test_chat_prints_running_totals_context_and_compaction(gw):
+    rc, out = await piped_chat(base_url(gw), "hello\nhello again, a longer prompt\n/compact\n")
     assert rc == 0, out
     turns = [(number(i), number(o)) for i, o in TURN.findall(out)]
     totals = [(number(i), number(o)) for i, o, _ in TOTALS.findall(out)]

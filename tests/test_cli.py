@@ -11,47 +11,16 @@ import signal
 import socket
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import aiohttp
 
+from tests.gateway_peer import Master
+from tests.support.procs import alive, session_processes
+from tests.support.servers import CLI, free_port, wait_http
+from tests.support.waiting import eventually
+
 FIXTURES = Path(__file__).parent / "fixtures" / "claude-code"
-CLI = [sys.executable, "-m", "gateway"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is dead for our purposes
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-async def wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    async with aiohttp.ClientSession() as http:
-        while loop.time() < end:
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            try:
-                async with http.get(url + "/healthz") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.1)
-    raise TimeoutError("gateway did not start")
 
 
 async def test_serve_sigterm_ends_sessions_the_DPS_way_and_leaves_no_agent(tmp_path):
@@ -81,38 +50,26 @@ async def test_serve_sigterm_ends_sessions_the_DPS_way_and_leaves_no_agent(tmp_p
                 session = await resp.json()
             sid = session["session_id"]
             ws = await http.ws_connect(url + session["ws_path"], protocols=("rawp-dps-1.0",))
-            prompt = {
-                "v": 1, "type": "control.prompt.request", "message_id": str(uuid.uuid4()),
-                "timestamp": "2026-11-29T00:00:00.000Z", "session_id": sid,
-                "payload": {"prompt_text": "tell me a long story " * 10},
-            }  # fmt: skip
-            await ws.send_str(json.dumps(prompt))
-            frames = []
-            while True:  # wait until the agent is streaming
-                frame = json.loads((await ws.receive(timeout=20)).data)
-                frames.append(frame)
-                if frame["type"] == "agent.text.delta":
-                    break
+            master = Master(ws, sid)
+            await master.send(
+                "control.prompt.request", {"prompt_text": "tell me a long story " * 10}
+            )
+            await master.until("agent.text.delta", timeout=20)  # the agent is streaming
             async with http.get(url + "/v1/session/" + sid) as resp:
                 assert (await resp.json())["state"] == "RUNNING"
-            agent_pids = [
-                int(p) for p in os.listdir("/proc") if p.isdigit() and _is_demo_agent(int(p), sid)
-            ]
+            agent_pids = session_processes(sid, "gateway.demo_agent")
             assert agent_pids, "the demo agent process should be running"
             proc.send_signal(signal.SIGTERM)
-            while True:
-                msg = await ws.receive(timeout=20)
-                if msg.type != aiohttp.WSMsgType.TEXT:
-                    break
-                frames.append(json.loads(msg.data))
-        types = [f["type"] for f in frames]
+            await master.drain_until_closed(timeout=20)
+        frames = master.frames
+        types = master.types()
         assert types[-1] == "session.deleted"
         assert frames[-1]["payload"]["reason"] == "error"
         end = types.index("session.turn.end")
         assert frames[end]["payload"]["stop_reason"] == "error"
         assert types[end + 1] == "session.usage"
         assert proc.wait(timeout=20) == 0
-        assert not [p for p in agent_pids if pid_alive(p)]
+        assert not [p for p in agent_pids if alive(p)]
         # the log says which workspace root it serves
         assert proc.stderr is not None
         logs = [
@@ -124,15 +81,6 @@ async def test_serve_sigterm_ends_sessions_the_DPS_way_and_leaves_no_agent(tmp_p
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-
-
-def _is_demo_agent(pid: int, session_id: str) -> bool:
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"gateway.demo_agent" in cmdline and f"RAWP_SESSION_ID={session_id}".encode() in environ
 
 
 def test_serve_refuses_a_public_address_without_a_token(tmp_path):
@@ -280,13 +228,6 @@ def test_serve_with_an_unusable_state_dir_is_one_clear_line(tmp_path):
     )
 
 
-def _carries_session(pid: int, session_id: str) -> bool:
-    try:
-        return f"RAWP_SESSION_ID={session_id}".encode() in Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return False
-
-
 async def test_a_restart_after_a_crash_kills_what_the_old_agents_left_running(tmp_path):
     """A SIGKILLed gateway runs no shutdown: an agent that ignores its closed stdin (here a
     single-turn agent asleep in its work) goes on. The gateway restarted on the same state_dir
@@ -309,31 +250,21 @@ async def test_a_restart_after_a_crash_kills_what_the_old_agents_left_running(tm
             async with http.post(url + "/v1/session", json={"agent": "sleeper"}) as resp:
                 sid = (await resp.json())["session_id"]
             ws = await http.ws_connect(url + f"/v1/session/{sid}/ws", protocols=("rawp-dps-1.0",))
-            prompt = {
-                "v": 1, "type": "control.prompt.request", "message_id": str(uuid.uuid4()),
-                "timestamp": "2026-11-29T00:00:00.000Z", "session_id": sid,
-                "payload": {"prompt_text": "the report"},
-            }  # fmt: skip
-            await ws.send_str(json.dumps(prompt))
-            while json.loads((await ws.receive(timeout=20)).data)["type"] != "agent.text.delta":
-                pass
-            agents = [p for p in map(int, filter(str.isdigit, os.listdir("/proc")))
-                      if _carries_session(p, sid)]  # fmt: skip
+            master = Master(ws, sid)
+            await master.send("control.prompt.request", {"prompt_text": "the report"})
+            await master.until("agent.text.delta", timeout=20)
+            agents = session_processes(sid)
             assert agents
             proc.kill()
             proc.wait()
             await asyncio.sleep(0.5)
-            assert all(pid_alive(p) for p in agents)  # the old gateway's agent goes on
+            assert all(alive(p) for p in agents)  # the old gateway's agent goes on
 
             proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
             await wait_http(url, proc)
             async with http.get(url + f"/v1/session/{sid}") as resp:
                 assert resp.status == 200  # restored
-        for _ in range(100):
-            if not any(pid_alive(p) for p in agents):
-                break
-            await asyncio.sleep(0.1)
-        assert not [p for p in agents if pid_alive(p)]
+        await eventually(lambda: not any(alive(p) for p in agents), "the old agents to be killed")
     finally:
         for pid in agents:
             with contextlib.suppress(OSError):

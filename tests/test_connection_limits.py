@@ -8,44 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
-import sys
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import aiohttp
 
 from gateway.connections import ConnectionGuard
 from gateway.server import SESSIONS
 from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
-from tests.test_cli import free_port, wait_http
-
-
-@contextlib.asynccontextmanager
-async def serving(tmp_path: Path, **server: object) -> AsyncIterator[str]:
-    port = free_port()
-    toml = tmp_path / "gateway.toml"
-    lines = [f"[server]\nworkspace_root = '{tmp_path}'"]
-    lines += [f"{key} = {value}" for key, value in server.items()]
-    toml.write_text("\n".join(lines) + "\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--config", str(toml), "--port", str(port)],
-        stdin=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        await wait_http(url, proc)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        assert proc.stderr is not None
-        proc.stderr.close()
+from tests.support.servers import serving
+from tests.support.waiting import eventually
 
 
 async def trickle(port: int) -> tuple[asyncio.StreamReader, asyncio.Task[None]]:
@@ -146,10 +116,7 @@ async def test_a_session_takes_at_most_max_connections_per_session(tmp_path):
         assert (await refused.json())["error_code"] == "TOO_MANY_CONNECTIONS"
         await masters[0].ws.close()
         session = gw.server.app[SESSIONS][sid]
-        for _ in range(500):
-            if len(session.connections) == 2:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: len(session.connections) == 2, "the closed master to go")
         again = await Master.attach(gw, sid)
         assert (await again.next())["type"] == "session.capabilities"
         for master in (*masters[1:], again):

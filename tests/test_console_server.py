@@ -16,7 +16,14 @@ import pytest
 from gateway import console
 from gateway.config import ConfigError, load_config
 from gateway.server import TICKETS
-from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+from tests.gateway_peer import (
+    Master,
+    create_session,
+    demo_config,
+    fast_demo,
+    make_config,
+    start_gateway,
+)
 
 TOKEN = "console-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -248,9 +255,7 @@ def test_ticket_store_expiry_and_capacity():
 
 
 async def test_upgrades_from_other_origins_are_refused(tmp_path):
-    config = make_config(
-        tmp_path, agents={"demo": fast_demo()}, allowed_origins=frozenset({"https://ok.example"})
-    )
+    config = demo_config(tmp_path, allowed_origins=frozenset({"https://ok.example"}))
     gw = await start_gateway(config)
     try:
         sid = (await create_session(gw))["session_id"]

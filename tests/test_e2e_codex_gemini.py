@@ -14,93 +14,23 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient
 
-from gateway.config import builtin_profiles
-from tests.gateway_peer import Master, create_session, make_config, start_gateway
-from tests.rig.env import require_cli
-from tests.rig.run import CliSetup, scripted_cli
-from tests.rig.scenario import parse_scenario
+from tests.gateway_peer import of, prompt_and_wait
+from tests.support import realcli
+from tests.support.realcli import Rig
 
 pytestmark = pytest.mark.realcli
 
-GEMINI_MODEL = "gemini-2.5-flash"  # without -m the CLI first makes a routing call ("auto")
 
-
-@dataclass
-class Rig:
-    agent: str
-    cli: CliSetup
-    gw: TestClient
-
-    async def master(self) -> tuple[str, Master]:
-        session = await create_session(self.gw, self.agent)
-        master = await Master.attach(self.gw, session["session_id"])
-        caps = await master.next()
-        assert caps["type"] == "session.capabilities"
-        return session["session_id"], master
-
-    async def info(self, session_id: str) -> dict[str, Any]:
-        return await (await self.gw.get(f"/v1/session/{session_id}")).json()
-
-    async def upload(self, session_id: str, name: str, body: bytes, mime: str) -> Any:
-        resp = await self.gw.put(
-            f"/v1/session/{session_id}/files",
-            params={"name": name},
-            data=body,
-            headers={"Content-Type": mime},
-        )
-        return resp.status, await resp.json()
-
-    @property
-    def model_requests(self) -> list[Any]:
-        return [
-            r
-            for r in self.cli.server.requests
-            if r.path.startswith(("/v1/messages", "/v1/responses"))
-            or ":streamGenerateContent" in r.path
-        ]
-
-
-@contextlib.asynccontextmanager
-async def gateway(
+def gateway(
     agent: str, calls: list[dict[str, Any]], *, server: dict[str, Any] | None = None, **run: Any
-) -> AsyncIterator[Rig]:
-    """The scripted model server answering ``calls`` and a gateway whose built-in ``agent`` profile
-    runs the real CLI (with the rig's environment; its workspace root is the rig's workspace).
-    ``run``: the scenario's run table (``files``, ...); ``server``: ``Config`` fields."""
-    binary = require_cli(agent)
-    scenario = parse_scenario({"run": run, "calls": calls}, name=f"e2e-{agent}", agent=agent)
-    async with scripted_cli(scenario) as cli:
-        base = builtin_profiles(claude=str(binary), codex=str(binary), gemini=str(binary))[agent]
-        profile = replace(base, env=cli.env)
-        if agent == "gemini":
-            profile = replace(profile, command=(str(binary), "-m", GEMINI_MODEL, *base.command[1:]))
-        client = await start_gateway(
-            make_config(cli.cwd, agents={agent: profile}, **(server or {}))
-        )
-        try:
-            yield Rig(agent, cli, client)
-        finally:
-            await client.close()
-
-
-async def turn(master: Master, text: str, timeout: float = 60.0) -> list[dict[str, Any]]:
-    """Send a prompt and read up to the session.usage right after its session.turn.end."""
-    start = len(master.frames)
-    await master.send("control.prompt.request", {"prompt_text": text})
-    await master.until("session.turn.end", timeout=timeout)
-    assert (await master.next())["type"] == "session.usage"  # DPS-7.5.2-usage
-    return master.frames[start:]
-
-
-def of(frames: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
-    return [f for f in frames if f["type"] == type_]
+) -> contextlib.AbstractAsyncContextManager[Rig]:
+    """The real-CLI gateway of the built-in ``agent`` profile answering ``calls``; ``run``: the
+    scenario's run table (``files``, ...); ``server``: ``Config`` fields."""
+    return realcli.gateway(realcli.scenario(agent, calls, **run), agent, server=server)
 
 
 def text_of(frames: list[dict[str, Any]]) -> str:
@@ -140,7 +70,7 @@ async def test_codex_prompt_with_a_shell_command():
     success, the command's output), the text, end_turn and the turn's usage."""
     async with gateway("codex", CODEX_SHELL) as rig:
         session_id, master = await rig.master()
-        frames = await turn(master, "Run echo.")
+        frames = await prompt_and_wait(master, "Run echo.")
         usage = check_turn(frames)
         (request,) = of(frames, "tool.invoke.request")
         (result,) = of(frames, "tool.invoke.result")
@@ -166,7 +96,7 @@ async def test_codex_profile_sandbox_lets_a_command_write_in_the_workspace():
     ]
     async with gateway("codex", calls) as rig:
         _, master = await rig.master()
-        frames = await turn(master, "Make a file.")
+        frames = await prompt_and_wait(master, "Make a file.")
         check_turn(frames)
         (result,) = of(frames, "tool.invoke.result")
         assert (result["payload"]["status"], result["payload"]["output"]) == ("success", "made\n")
@@ -192,13 +122,13 @@ async def test_codex_second_prompt_resumes_the_thread():
     ]
     async with gateway("codex", calls) as rig:
         session_id, master = await rig.master()
-        first = await turn(master, "Remember the number 42.")
+        first = await prompt_and_wait(master, "Remember the number 42.")
         thread = (await rig.info(session_id))["agent_session_id"]
-        second = await turn(master, "Which number did I ask you to remember?")
+        second = await prompt_and_wait(master, "Which number did I ask you to remember?")
         assert text_of(first) == "I will remember 42."
         assert text_of(second) == "You asked me to remember 42."
         assert (await rig.info(session_id))["agent_session_id"] == thread
-        assert len(rig.model_requests) == 2 and not rig.cli.server.unexpected
+        assert len(rig.requests) == 2 and not rig.cli.server.unexpected
         u1, u2 = check_turn(first)["token_usage"], check_turn(second)["token_usage"]
         # Each model call is answered with the same small usage: the second turn's share equals
         # the first turn's, although the CLI reports the thread's sum.
@@ -241,7 +171,7 @@ async def test_codex_file_change_is_a_diff_when_the_workspace_shows_one():
     ]
     async with gateway("codex", calls) as rig:
         _, master = await rig.master()
-        frames = await turn(master, "Add hello.txt.")
+        frames = await prompt_and_wait(master, "Add hello.txt.")
         check_turn(frames)
         (request,) = of(frames, "tool.invoke.request")
         (result,) = of(frames, "tool.invoke.result")
@@ -271,7 +201,7 @@ async def test_gemini_prompt_with_a_shell_command():
     ]
     async with gateway("gemini", calls) as rig:
         session_id, master = await rig.master()
-        frames = await turn(master, "Run echo.")
+        frames = await prompt_and_wait(master, "Run echo.")
         usage = check_turn(frames)
         (request,) = of(frames, "tool.invoke.request")
         (result,) = of(frames, "tool.invoke.result")
@@ -302,14 +232,14 @@ async def test_gemini_second_prompt_resumes_the_session():
     ]
     async with gateway("gemini", calls) as rig:
         session_id, master = await rig.master()
-        first = await turn(master, "Remember the number 42.")
+        first = await prompt_and_wait(master, "Remember the number 42.")
         agent_session = (await rig.info(session_id))["agent_session_id"]
-        second = await turn(master, "Which number did I ask you to remember?")
+        second = await prompt_and_wait(master, "Which number did I ask you to remember?")
         check_turn(first)
         check_turn(second)
         assert text_of(second) == "You asked me to remember 42."
         assert (await rig.info(session_id))["agent_session_id"] == agent_session
-        assert len(rig.model_requests) == 2 and not rig.cli.server.unexpected
+        assert len(rig.requests) == 2 and not rig.cli.server.unexpected
 
 
 async def test_DPS_6_1_1_prompt_starting_with_a_dash_reaches_the_model_on_both():
@@ -324,11 +254,11 @@ async def test_DPS_6_1_1_prompt_starting_with_a_dash_reaches_the_model_on_both()
             ]
         async with gateway(agent, calls) as rig:
             _, master = await rig.master()
-            frames = await turn(master, "- say hello\n- then stop")
+            frames = await prompt_and_wait(master, "- say hello\n- then stop")
             check_turn(frames)
             assert text_of(frames) == "Listed.", agent
-            assert len(rig.model_requests) == 1 and not rig.cli.server.unexpected
-            assert "- say hello" in json.dumps(rig.model_requests[0].body)
+            assert len(rig.requests) == 1 and not rig.cli.server.unexpected
+            assert "- say hello" in json.dumps(rig.requests[0].body)
 
 
 async def test_gemini_http_error_is_an_agent_error_with_a_readable_code():
@@ -382,7 +312,7 @@ async def test_gemini_file_edits_are_diffs_read_from_the_workspace():
     ]
     async with gateway("gemini", calls, files={"notes.txt": "alpha\nbeta\n"}) as rig:
         _, master = await rig.master()
-        frames = await turn(master, "Change beta to gamma and add hello.txt.")
+        frames = await prompt_and_wait(master, "Change beta to gamma and add hello.txt.")
         check_turn(frames)
         requests = of(frames, "tool.invoke.request")
         assert [r["payload"]["tool_name"] for r in requests] == ["replace", "write_file"]
@@ -446,7 +376,7 @@ async def test_DPS_6_1_2_cancel_mid_stream_then_the_next_prompt_resumes(agent: s
             assert done["payload"]["is_cancelled"] is True
         agent_session = (await rig.info(session_id))["agent_session_id"]
         assert (await rig.info(session_id))["state"] == "IDLE" and agent_session
-        frames = await turn(master, "Again, please.")
+        frames = await prompt_and_wait(master, "Again, please.")
         check_turn(frames)
         assert text_of(frames) == "Back again."
         assert of(frames, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests import test_e2e_codex_gemini as e2e
-from tests.gateway_peer import Master
+from tests.gateway_peer import of, prompt_and_wait
+from tests.support import realcli
 
 pytestmark = pytest.mark.realcli
 
@@ -26,18 +26,8 @@ PNG = base64.b64decode(PNG_B64)  # a 4x3 red PNG
 def gateway(agent: str, calls: list[dict[str, Any]], **server: Any):
     """The Codex/Gemini end-to-end rig (any of the three CLIs) with ``dot.png`` in its workspace;
     ``server``: ``Config`` fields."""
-    return e2e.gateway(agent, calls, server=server, files={"dot.png": {"base64": PNG_B64}})
-
-
-async def prompt_turn(master: Master, text: str, **payload: Any) -> list[dict[str, Any]]:
-    start = len(master.frames)
-    await master.send("control.prompt.request", {"prompt_text": text, **payload})
-    await master.until("session.turn.end", timeout=60)
-    return master.frames[start:]
-
-
-def of(frames: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
-    return [f for f in frames if f["type"] == type_]
+    files = {"dot.png": {"base64": PNG_B64}}
+    return realcli.gateway(realcli.scenario(agent, calls, files=files), agent, server=server)
 
 
 async def prompt_with_upload(rig: Any, text: str, name: str, body: bytes, mime: str) -> Any:
@@ -47,9 +37,9 @@ async def prompt_with_upload(rig: Any, text: str, name: str, body: bytes, mime: 
     status, stored = await rig.upload(session_id, name, body, mime)
     assert status == 201
     files = [{"file_url": stored["file_url"], "file_name": name}]
-    frames = await prompt_turn(master, text, context_files=files)
+    frames = await prompt_and_wait(master, text, context_files=files)
     assert of(frames, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
-    (request,) = rig.model_requests
+    (request,) = rig.requests
     return request
 
 
@@ -188,6 +178,6 @@ async def test_refusals_with_a_real_agent_lose_nothing():
             error = await master.until("session.error")
             assert error["payload"]["error_code"] == "INVALID_FRAME"
             assert error["payload"]["fatal"] is False
-        assert not rig.model_requests  # nothing reached the agent
-        frames = await prompt_turn(master, "Are you there?")
+        assert not rig.requests  # nothing reached the agent
+        frames = await prompt_and_wait(master, "Are you there?")
         assert [f["payload"]["full_text"] for f in of(frames, "agent.text.done")] == ["Still here."]

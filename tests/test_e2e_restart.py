@@ -9,11 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,10 +20,13 @@ import aiohttp
 import pytest
 
 from gateway.config import builtin_profiles
+from tests.gateway_peer import Master, prompt_and_wait
 from tests.rig.anthropic import last_user_text
 from tests.rig.env import require_cli
 from tests.rig.run import CliSetup, scripted_cli
-from tests.test_cli import free_port, pid_alive, wait_http
+from tests.support.procs import session_processes
+from tests.support.servers import free_port, wait_http
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.realcli
 
@@ -95,35 +96,6 @@ async def restartable() -> AsyncIterator[Gateway]:
             gw.kill()
 
 
-class Master:
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, sid: str) -> None:
-        self.ws, self.sid, self.frames = ws, sid, []
-
-    async def send(self, type_: str, payload: dict[str, Any]) -> None:
-        frame = {
-            "v": 1, "type": type_, "message_id": str(uuid.uuid4()),
-            "timestamp": "2026-11-30T00:00:00.000Z", "session_id": self.sid, "payload": payload,
-        }  # fmt: skip
-        await self.ws.send_str(json.dumps(frame))
-
-    async def until(self, type_: str, timeout: float = 60.0) -> dict[str, Any]:
-        while True:
-            msg = await self.ws.receive(timeout=timeout)
-            if msg.type != aiohttp.WSMsgType.TEXT:
-                raise ConnectionError(f"closed: {msg.type} {msg.data!r}")
-            frame = json.loads(msg.data)
-            self.frames.append(frame)
-            if frame["type"] == type_:
-                return frame
-
-    async def closed(self) -> aiohttp.WSMessage:
-        while True:
-            msg = await self.ws.receive(timeout=30)
-            if msg.type != aiohttp.WSMsgType.TEXT:
-                return msg
-            self.frames.append(json.loads(msg.data))
-
-
 async def attach(http: aiohttp.ClientSession, gw: Gateway, sid: str, last: str | None = None):
     params = {"last_message_id": last} if last else {}
     ws = await http.ws_connect(
@@ -141,28 +113,12 @@ def conversation(body: dict[str, Any]) -> str:
     return json.dumps(body.get("messages", []))
 
 
-def claude_pids(sid: str) -> list[int]:
-    """Live Claude Code processes started for the session's workspace by any gateway."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                env = Path(f"/proc/{entry}/environ").read_bytes()
-            except OSError:
-                continue
-            if f"RAWP_SESSION_ID={sid}".encode() in env and pid_alive(int(entry)):
-                out.append(int(entry))
-    return out
-
-
 async def first_turn(http: aiohttp.ClientSession, gw: Gateway) -> tuple[str, Master]:
     async with http.post(f"{gw.url}/v1/session", json={"agent": "claude-code"}) as resp:
         assert resp.status == 201, await resp.text()
         sid = (await resp.json())["session_id"]
     master = await attach(http, gw, sid)
-    await master.send("control.prompt.request", {"prompt_text": "the first question"})
-    await master.until("session.turn.end")
-    await master.until("session.usage")
+    await prompt_and_wait(master, "the first question", idle=True)
     return sid, master
 
 
@@ -175,10 +131,10 @@ async def test_graceful_restart_with_the_real_cli_is_lossless_and_the_cli_resume
         agent_session = (await (await http.get(f"{gw.url}/v1/session/{sid}")).json())[
             "agent_session_id"
         ]
-        await asyncio.sleep(0.3)  # the idle state change after the usage
-        end = await asyncio.gather(master.closed(), asyncio.to_thread(gw.stop, signal.SIGTERM))
-        assert end[0].data == 1012, end[0]
-        assert end[1] == 0
+        stopping = asyncio.to_thread(gw.stop, signal.SIGTERM)
+        _, status = await asyncio.gather(master.drain_until_closed(timeout=30), stopping)
+        assert master.end is not None and master.end.data == 1012, master.end
+        assert status == 0
         last = master.frames[-1]["message_id"]
 
         await gw.start()
@@ -186,14 +142,14 @@ async def test_graceful_restart_with_the_real_cli_is_lossless_and_the_cli_resume
         assert [(s["session_id"], s["state"]) for s in listed] == [(sid, "DETACHED")]
         assert listed[0]["agent_session_id"] == agent_session
         again = await attach(http, gw, sid, last)
-        history = await again.until("session.history")
+        history = await again.until("session.history", timeout=60)
         assert history["payload"]["frames"] == []
         assert history["payload"]["buffer_status"]["truncated"] is False
 
         await again.send("control.prompt.request", {"prompt_text": "the third question"})
-        start = await again.until("session.turn.start")
+        start = await again.until("session.turn.start", timeout=60)
         assert start["payload"]["turn_index"] == 1
-        await again.until("session.turn.end")
+        await again.until("session.turn.end", timeout=60)
         texts = "".join(
             f["payload"]["text"] for f in again.frames if f["type"] == "agent.text.delta"
         )
@@ -213,21 +169,18 @@ async def test_sigkill_mid_turn_closes_the_turn_and_the_cli_resumes():
     async with restartable() as gw, aiohttp.ClientSession() as http:
         sid, master = await first_turn(http, gw)
         await master.send("control.prompt.request", {"prompt_text": "the second question"})
-        start = await master.until("session.turn.start")
+        start = await master.until("session.turn.start", timeout=60)
         for _ in range(3):
-            await master.until("agent.text.delta")
+            await master.until("agent.text.delta", timeout=60)
         gw.stop(signal.SIGKILL)
-        await master.closed()
+        await master.drain_until_closed(timeout=30)
         seen = [f["message_id"] for f in master.frames]
         # The orphaned CLI ends when its stdin closes; wait so two CLIs never share the session.
-        for _ in range(100):
-            if not claude_pids(sid):
-                break
-            await asyncio.sleep(0.1)
+        await eventually(lambda: not session_processes(sid), "the orphaned CLI to end")
 
         await gw.start()
         again = await attach(http, gw, sid, seen[-1])
-        history = (await again.until("session.history"))["payload"]
+        history = (await again.until("session.history", timeout=60))["payload"]
         assert history["buffer_status"]["truncated"] is True
         got = history["frames"]
         ids = [f["message_id"] for f in got]
@@ -246,7 +199,7 @@ async def test_sigkill_mid_turn_closes_the_turn_and_the_cli_resumes():
         assert ended["turn_id"] == start["payload"]["turn_id"]
 
         await again.send("control.prompt.request", {"prompt_text": "the third question"})
-        await again.until("session.turn.end")
+        await again.until("session.turn.end", timeout=60)
         last_request = model_requests(gw)[-1].body
         assert last_user_text(last_request).endswith("the third question")
         assert "forty-two" in conversation(last_request)

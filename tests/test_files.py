@@ -20,7 +20,13 @@ from gateway.server import SESSIONS
 from parsers import events as ev
 from parsers.base import PromptImage
 from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
-from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+from tests.gateway_peer import (
+    Master,
+    create_session,
+    demo_config,
+    start_gateway,
+)
+from tests.support.waiting import eventually
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SESSION = "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a"
@@ -383,9 +389,8 @@ def test_claude_code_input_puts_images_before_the_text():
 
 @pytest.fixture
 async def gw(tmp_path):
-    config = make_config(
+    config = demo_config(
         tmp_path,
-        agents={"demo": fast_demo()},
         max_upload_bytes=4096,
         max_session_file_bytes=10_000,
     )
@@ -478,19 +483,18 @@ async def test_upload_errors(gw):
 async def test_files_are_gone_with_the_session(gw):
     sid = (await create_session(gw))["session_id"]
     body = await (await put(gw, sid, "dot.png", PNG)).json()
+    live = gw.server.app[SESSIONS][sid]
     assert (await gw.delete(f"/v1/session/{sid}")).status == 200
-    for _ in range(100):  # the files go when the session's connections are closed
-        gone = await gw.get(body["file_url"])
-        if gone.status == 404:
-            break
-        await asyncio.sleep(0.02)
+    # The files go when the session's connections are closed: at its end.
+    await asyncio.wait_for(live.terminated.wait(), 10)
+    gone = await gw.get(body["file_url"])
     assert (gone.status, (await gone.json())["error_code"]) == (404, "TRANSFER_NOT_FOUND")
     late = await put(gw, sid, "late.png", PNG)
     assert late.status == 409
 
 
 async def test_files_need_the_token(tmp_path):
-    config = make_config(tmp_path, agents={"demo": fast_demo()}, token="s3cret")
+    config = demo_config(tmp_path, token="s3cret")
     gw = await start_gateway(config)
     auth = {"Authorization": "Bearer s3cret"}
     try:
@@ -605,20 +609,16 @@ async def test_file_metrics(gw):
     assert f"rawp_gateway_session_file_bytes {float(len(PNG))}" in text
     assert 'rawp_gateway_session_files_total{direction="upload",outcome="stored"} 1.0' in text
     assert 'rawp_gateway_session_files_total{direction="upload",outcome="refused"} 1.0' in text
+    live = gw.server.app[SESSIONS][sid]
     await gw.delete(f"/v1/session/{sid}")
-    for _ in range(100):
-        text = await (await gw.get("/metrics")).text()
-        if "rawp_gateway_session_file_bytes 0.0" in text:
-            break
-        await asyncio.sleep(0.02)
+    await asyncio.wait_for(live.terminated.wait(), 10)
+    text = await (await gw.get("/metrics")).text()
     assert "rawp_gateway_session_file_bytes 0.0" in text
 
 
 async def test_uploads_are_bounded_by_max_upload_bytes_not_the_json_body_limit(tmp_path):
     """A PUT body streams to disk: [server] max_request_bytes (JSON bodies) does not apply."""
-    config = make_config(
-        tmp_path, agents={"demo": fast_demo()}, max_request_bytes=1024, max_upload_bytes=8192
-    )
+    config = demo_config(tmp_path, max_request_bytes=1024, max_upload_bytes=8192)
     gw = await start_gateway(config)
     try:
         sid = (await create_session(gw))["session_id"]
@@ -689,11 +689,7 @@ async def test_an_upload_that_finishes_after_delete_is_404_and_releases_its_byte
         + b"x" * 2000
     )
     await writer.drain()
-    for _ in range(500):  # the server has read what was sent
-        if store.used_bytes:
-            break
-        await asyncio.sleep(0.01)
-    assert store.used_bytes
+    await eventually(lambda: store.used_bytes, "the server to read what was sent")
     assert (await gw.delete(f"/v1/session/{sid}")).status == 200
     writer.write(b"y" * 2000)
     await writer.drain()
@@ -816,15 +812,9 @@ async def test_an_upload_cut_off_midway_keeps_nothing(gw):
         + b"x" * 1000
     )
     await writer.drain()
-    for _ in range(100):  # the server has read what was sent
-        if store.used_bytes:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: store.used_bytes, "the server to read what was sent")
     writer.close()
-    for _ in range(200):
-        if not store.used_bytes:
-            break
-        await asyncio.sleep(0.01)
-    assert store.used_bytes == 0 and not store.files
+    await eventually(lambda: store.used_bytes == 0, "the cut upload to be freed")
+    assert not store.files
     assert not list(store.directory.iterdir())
     assert (await put(gw, sid, "next.txt", b"ok", "text/plain")).status == 201

@@ -8,7 +8,6 @@ import asyncio
 import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import aiohttp
 import pytest
@@ -27,19 +26,13 @@ from tests.gateway_peer import (
     SUBPROTOCOL,
     Master,
     create_session,
-    fast_demo,
+    demo_config,
     make_config,
     prompt_and_wait,
     start_gateway,
 )
-
-
-@pytest.fixture
-async def gw(tmp_path):
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
-    yield client
-    await client.close()
-
+from tests.support.procs import session_processes
+from tests.support.waiting import eventually
 
 # --- deep nesting on the WebSocket -----------------------------------------------------------------
 
@@ -163,21 +156,6 @@ async def test_too_many_file_references_or_a_too_large_prompt_is_refused_and_the
 # --- POST /v1/session: validation before anything is created ------------------------------------
 
 
-def agent_processes(session_id: str) -> list[int]:
-    """Agent processes of a session still alive (their environment names the session)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes()
-        except OSError:
-            continue
-        if f"RAWP_SESSION_ID={session_id}".encode() in environ.split(b"\0"):
-            found.append(int(proc.name))
-    return found
-
-
 def raw_post(body: bytes) -> dict:
     return {"data": body, "headers": {"Content-Type": "application/json"}}
 
@@ -220,7 +198,7 @@ async def test_bad_session_requests_are_400_and_create_nothing(gw, tmp_path, bod
 
 
 async def test_max_sessions_is_a_503_and_a_deleted_session_frees_its_place(tmp_path):
-    config = make_config(tmp_path, agents={"demo": fast_demo()}, max_sessions=2)
+    config = demo_config(tmp_path, max_sessions=2)
     client = await start_gateway(config)
     try:
         first = await create_session(client)
@@ -254,11 +232,7 @@ async def test_a_session_whose_start_fails_is_not_left_registered_nor_running(gw
     assert resp.status == 500
     assert (await resp.json())["error_code"] == "INTERNAL_ERROR"
     assert app[SESSIONS] == {}
-    for _ in range(100):
-        if not agent_processes(seen[0]):
-            break
-        await asyncio.sleep(0.05)
-    assert agent_processes(seen[0]) == []
+    await eventually(lambda: not session_processes(seen[0]), "the agent to be stopped", timeout=5)
 
 
 # --- authentication -----------------------------------------------------------------------------
@@ -266,9 +240,7 @@ async def test_a_session_whose_start_fails_is_not_left_registered_nor_running(gw
 
 @pytest.fixture
 async def gw_token(tmp_path):
-    client = await start_gateway(
-        make_config(tmp_path, agents={"demo": fast_demo()}, token="s3cret")
-    )
+    client = await start_gateway(demo_config(tmp_path, token="s3cret"))
     yield client
     await client.close()
 
@@ -318,6 +290,7 @@ async def test_DPS_2_4_local_ui_from_loopback_reaches_a_local_session(gw):
         f"/v1/session/{session['session_id']}/ws", headers={"Sec-WebSocket-Protocol": SUBPROTOCOL}
     )
     assert refused.status == 403
+    assert (await refused.json())["error_code"] == "LOCAL_SESSION"
     ui = await Master.attach(gw, session["session_id"], role="local-ui")
     frames = await prompt_and_wait(ui, "hello", timeout=30)
     assert frames[-1]["type"] == "session.usage"
@@ -489,7 +462,7 @@ async def test_local_ui_from_another_machine_is_403(tmp_path):
     async def from_elsewhere(request: web.Request, handler):
         return await handler(request.clone(remote="192.0.2.7"))
 
-    app = create_app(make_config(tmp_path, agents={"demo": fast_demo()}))
+    app = create_app(demo_config(tmp_path))
     app.middlewares.insert(0, from_elsewhere)
     client = TestClient(TestServer(app))
     await client.start_server()
@@ -541,7 +514,7 @@ async def test_without_a_token_only_loopback_host_names_are_answered(gw):
 
 async def test_with_a_token_any_host_name_is_answered(tmp_path):
     token = "t0ken-for-hosts"
-    gw = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}, token=token))
+    gw = await start_gateway(demo_config(tmp_path, token=token))
     try:
         headers = {"Host": "gateway.internal:8765", "Authorization": f"Bearer {token}"}
         assert (await gw.get("/v1/sessions", headers=headers)).status == 200

@@ -22,7 +22,7 @@ import aiohttp
 from gateway.persistence import FRAMES, RECORD, StateDir
 from gateway.server import SESSIONS
 from tests.gateway_peer import create_session, fast_demo, make_config, start_gateway
-from tests.test_cli import free_port, wait_http
+from tests.support.servers import free_port, wait_http
 
 
 def config(root: Path, state: Path, **kw):

@@ -24,7 +24,7 @@ from gateway.config import ConfigError, load_config
 from gateway.server import AUDIT, AUTH, CONFIG, SESSIONS, reload_users
 from tests.gateway_peer import Master, fast_demo, make_config, start_gateway
 from tests.oidc_issuer import AUDIENCE, Issuer, Key, hs256_with_public_key, unsigned_token
-from tests.test_cli import CLI, free_port, wait_http
+from tests.support.servers import CLI, free_port, wait_http
 
 ADMIN_TOKEN = "admin-token-0123456789"
 TOKENS = {"alice": "alice-token-aaaa", "bob": "bob-token-bbbb", "olga": "olga-token-oooo"}

@@ -18,7 +18,14 @@ from gateway.config import (
     command_for,
     load_config,
 )
-from tests.gateway_peer import Master, create_session, make_config, start_gateway
+from tests.gateway_peer import (
+    Master,
+    create_session,
+    make_config,
+    of,
+    prompt_and_wait,
+    start_gateway,
+)
 
 LONG = "x" * 140_000 + " MARKER-END"
 # Prints how many bytes of prompt it got, and from where.
@@ -39,12 +46,10 @@ def reader() -> AgentProfile:
 
 
 async def run_turn(master: Master, text: str) -> tuple[str, str]:
-    start = len(master.frames)
-    await master.send("control.prompt.request", {"prompt_text": text})
-    end = await master.until("session.turn.end", timeout=20)
-    got = "".join(
-        f["payload"]["full_text"] for f in master.frames[start:] if f["type"] == "agent.text.done"
-    )
+    """The turn's stop reason and the text the reader echoed."""
+    frames = await prompt_and_wait(master, text, timeout=20)
+    (end,) = of(frames, "session.turn.end")
+    got = "".join(f["payload"]["full_text"] for f in of(frames, "agent.text.done"))
     return end["payload"]["stop_reason"], got.strip()
 
 

@@ -18,30 +18,23 @@ from gateway import server
 from gateway.config import ConfigError, builtin_profiles, load_config
 from gateway.process import AgentProcess, AgentStdinFull
 from gateway.server import SESSIONS, TerminatedSession
-from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+from tests.gateway_peer import (
+    Master,
+    create_session,
+    demo_config,
+    make_config,
+    prompt_and_wait,
+    start_gateway,
+)
+from tests.support.waiting import eventually
 
 HOSTILE = Path(__file__).parent / "hostile"
-
-
-async def prompt_and_wait(master: Master, text: str) -> list[dict]:
-    start = len(master.frames)
-    await master.send("control.prompt.request", {"prompt_text": text})
-    await master.until("session.usage", timeout=60)
-    return master.frames[start:]
-
-
-async def eventually(check, what: str, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not check():
-        assert loop.time() < end, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 async def test_a_deleted_session_is_freed_whole_and_only_its_summary_stays(tmp_path):
     """After DELETE the session's machine, mapper, history and connections are garbage: nothing
     refers to them; the API still shows the session (its JSON, state TERMINATED)."""
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
+    client = await start_gateway(demo_config(tmp_path))
     try:
         session = await create_session(client, name="busy")
         sid = session["session_id"]
@@ -187,7 +180,7 @@ def test_max_stdin_bytes_has_a_default_a_toml_key_and_a_lower_bound(tmp_path):
 async def test_only_the_newest_summaries_are_kept_and_the_gauge_follows(tmp_path, monkeypatch):
     """Past KEEP_TERMINATED the oldest summary is forgotten (404) and leaves the sessions gauge."""
     monkeypatch.setattr(server, "KEEP_TERMINATED", 2)
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
+    client = await start_gateway(demo_config(tmp_path))
     try:
         ids = []
         for _ in range(3):

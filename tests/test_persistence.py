@@ -5,6 +5,7 @@ SIGKILL of a ``rawp-gateway serve`` process) is in ``tests/test_e2e_restart.py``
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -12,19 +13,27 @@ import stat
 from pathlib import Path
 from unittest.mock import ANY
 
+import aiohttp
 import pytest
 
 from gateway.config import Config, builtin_profiles
 from gateway.history import History
-from gateway.persistence import FRAMES, RECORD, LoadError, StateDir, StateDirError
+from gateway.persistence import COMPACT_SLACK, FRAMES, RECORD, LoadError, StateDir, StateDirError
 from gateway.protocol import recovery
 from gateway.server import SESSIONS, create_app
-from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
-from tests.test_server import run_prompt
+from tests.gateway_peer import (
+    Master,
+    create_session,
+    demo_config,
+    prompt_and_wait,
+    start_gateway,
+)
+from tests.support.logs import deletions, watch_sessions
+from tests.support.waiting import eventually
 
 
 def config(root: Path, state: Path, delay_ms: int = 1, **kw):
-    return make_config(root, agents={"demo": fast_demo(delay_ms)}, state_dir=state, **kw)
+    return demo_config(root, delay_ms=delay_ms, state_dir=state, **kw)
 
 
 def session_dir(state: Path, session_id: str) -> Path:
@@ -41,13 +50,18 @@ async def test_graceful_restart_restores_the_session_and_reattach_is_lossless(tm
     sid = created["session_id"]
     master = await Master.attach(gw, sid)
     await master.next()  # capabilities
-    frames = await run_prompt(master, "hello there")
+    frames = await prompt_and_wait(master, "hello there", idle=True)
     await master.send("control.mode.switch", {"mode": "plan"})
     await master.until("agent.state.changed")
     middle = frames[2]["message_id"]
     last = master.frames[-1]["message_id"]
-    await gw.close()  # the gateway stops: sessions are suspended, not deleted
-    assert master.ws.closed or (await master.ws.receive()).data == 1012
+    # The gateway stops (the server alone: the test client would close its WebSockets itself
+    # first): sessions are suspended, not deleted, and the master is told to come back.
+    await gw.server.close()
+    await master.drain_until_closed(timeout=10)
+    assert master.end is not None and master.end.type == aiohttp.WSMsgType.CLOSE
+    assert master.end.data == 1012  # the gateway's close frame: service restart
+    await gw.close()
 
     record = json.loads((session_dir(state, sid) / RECORD).read_text())
     assert record["clean"] is True and record["turn_index"] == 1 and record["name"] == "kept"
@@ -78,7 +92,7 @@ async def test_graceful_restart_restores_the_session_and_reattach_is_lossless(tm
         assert replay["buffer_status"]["truncated"] is False
         await again.send("control.mode.switch", {"mode": "default"})
         await again.until("agent.state.changed")
-        second = await run_prompt(again, "and again")
+        second = await prompt_and_wait(again, "and again", idle=True)
         start = next(f for f in second if f["type"] == "session.turn.start")
         assert start["payload"]["turn_index"] == 1
         # The agent was started resumed with its session id, not as a new conversation.
@@ -126,7 +140,7 @@ async def test_a_turn_running_at_shutdown_is_closed_in_history(tmp_path):
         assert end == {**end, "turn_id": turn_id, "stop_reason": "error"}
         assert all(f["turn_id"] == turn_id for f in got)
         # The session goes on: the next prompt is a new turn.
-        frames = await run_prompt(again, "hello again")
+        frames = await prompt_and_wait(again, "hello again", idle=True)
         start = next(f for f in frames if f["type"] == "session.turn.start")
         assert start["payload"]["turn_index"] == 1
     finally:
@@ -142,7 +156,7 @@ async def test_after_a_crash_reattach_is_truncated_never_duplicated(tmp_path):
     sid = (await create_session(gw))["session_id"]
     master = await Master.attach(gw, sid)
     await master.next()
-    await run_prompt(master, "hello there")
+    await prompt_and_wait(master, "hello there", idle=True)
     await gw.close()
     log = session_dir(state, sid) / FRAMES
     lines = log.read_bytes().splitlines(keepends=True)
@@ -188,7 +202,7 @@ async def test_a_new_master_after_a_restart_gets_the_restored_history(tmp_path):
     sid = (await create_session(gw))["session_id"]
     master = await Master.attach(gw, sid)
     await master.next()
-    frames = await run_prompt(master, "remember this")
+    frames = await prompt_and_wait(master, "remember this", idle=True)
     await gw.close()
 
     gw = await start_gateway(config(tmp_path, state))
@@ -233,7 +247,7 @@ async def test_state_files_never_hold_the_token(tmp_path):
     sid = (await resp.json())["session_id"]
     master = await Master.attach(gw, sid, headers=headers)
     await master.next()
-    await run_prompt(master, "hello there")
+    await prompt_and_wait(master, "hello there", idle=True)
     await gw.close()
     for path in session_dir(state, sid).iterdir():
         assert secret.encode() not in path.read_bytes(), path
@@ -317,7 +331,8 @@ async def test_a_session_whose_profile_or_workspace_is_gone_is_skipped(tmp_path,
         await gw.close()
 
 
-async def test_restored_session_window_runs_again_and_ends_with_timeout(tmp_path):
+async def test_restored_session_window_runs_again_and_ends_with_timeout(tmp_path, caplog):
+    watch_sessions(caplog)
     state = tmp_path / "state"
     gw = await start_gateway(config(tmp_path, state))
     sid = (await create_session(gw, reattach_window_sec=0.5))["session_id"]
@@ -325,7 +340,8 @@ async def test_restored_session_window_runs_again_and_ends_with_timeout(tmp_path
     gw = await start_gateway(config(tmp_path, state))
     try:
         session = gw.server.app[SESSIONS][sid]
-        await session.terminated.wait()
+        await asyncio.wait_for(session.terminated.wait(), 10)
+        assert deletions(caplog, sid) == [("timeout", "system")]
         assert not session_dir(state, sid).exists()
     finally:
         await gw.close()
@@ -509,3 +525,62 @@ def test_a_crash_is_remembered_across_later_clean_restarts():
         assert buffer.since("after").truncated is False
         everything = buffer.everything()
         assert everything.truncated is True and everything.lost_frame_count is None
+
+
+async def test_the_frame_log_is_rewritten_from_the_history_past_twice_the_buffer(tmp_path):
+    """docs/persistence.md, docs/limits.md: past twice the session's buffer (plus COMPACT_SLACK) the
+    frame log is rewritten from what the in-memory history holds (its frames, and the ids of those
+    it let go), so it stays bounded; a restart reads the rewritten log back. The threshold is the
+    documented one; it is lowered here on the live session so that a few turns pass it."""
+    state = tmp_path / "state"
+    buffer = 16 * 1024
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        body = {"buffer": {"policy": "RING", "max_bytes": buffer}}
+        sid = (await create_session(gw, **body))["session_id"]
+        live = gw.server.app[SESSIONS][sid]
+        assert live.saved.compact_above == 2 * buffer + COMPACT_SLACK
+        live.saved.compact_above = 2 * buffer
+        master = await Master.attach(gw, sid)
+        log = session_dir(state, sid) / FRAMES
+
+        def logged() -> list[tuple[int, str, bytes | None]]:
+            out = []
+            for line in log.read_bytes().splitlines():
+                seq, mid, data = line.split(b" ", 2)
+                out.append((int(seq), mid.decode(), None if data == b"-" else data))
+            return out
+
+        sizes = [0]
+        for _ in range(30):
+            await prompt_and_wait(master, "tell me a long story " * 20, idle=True)
+            await eventually(lambda: live.saved.log_bytes == log.stat().st_size, "the flush")
+            sizes.append(log.stat().st_size)
+            if sizes[-1] < sizes[-2]:
+                break  # rewritten: shorter than before the turn
+        else:
+            raise AssertionError(f"the log only grew: {sizes}")
+        assert live.history.evicted_frames > 0
+        # Every frame's id, in order (the history remembers the ids of frames it let go), and
+        # only the bytes of frames still buffered when it was rewritten.
+        assert [e[:2] for e in logged()] == [e[:2] for e in live.history.entries()]
+        assert any(data is None for seq, _, data in logged() if seq >= 0)
+        last = master.frames[-1]["message_id"]
+        middle = next(mid for _, mid, data in logged() if data is not None)
+        ids = [f["message_id"] for f in master.frames]
+        after_middle = ids[ids.index(middle) + 1 :]
+    finally:
+        await gw.close()
+    gw = await start_gateway(config(tmp_path, state))
+    try:
+        again = await Master.attach(gw, sid, last_message_id=middle, announce=False)
+        await again.next()  # capabilities
+        replay = (await again.next())["payload"]
+        assert replay["buffer_status"]["truncated"] is False
+        replayed = [
+            f["message_id"] for f in replay["frames"] if not f["type"].startswith("control.")
+        ]
+        assert replayed == after_middle  # and the master's own prompts, not echoed to it
+        assert after_middle[-1] == last
+    finally:
+        await gw.close()

@@ -9,7 +9,7 @@ from gateway.config import builtin_profiles
 from parsers import events as ev
 from parsers.base import get as get_parser
 from parsers.plain import PlainInput, PlainParser
-from tests.gateway_peer import Master, create_session, make_config, start_gateway
+from tests.gateway_peer import Master, create_session, make_config, prompt_and_wait, start_gateway
 
 
 def test_spec_is_registered_as_plain():
@@ -37,14 +37,6 @@ def test_input_is_one_line_per_prompt_and_nothing_else():
     assert agent_input.set_mode("r1", "plan") is None
 
 
-async def run_turn(master: Master, text: str) -> list[dict]:
-    start = len(master.frames)
-    await master.send("control.prompt.request", {"prompt_text": text})
-    await master.until("session.turn.end", timeout=20)
-    assert (await master.next())["type"] == "session.usage"  # DPS-7.5.2-usage
-    return master.frames[start:]
-
-
 async def test_plain_profile_wraps_a_program_through_the_server(tmp_path):
     """The built-in plain profile as it is (Python printing its argument): each prompt is one
     process whose output lines are the turn's text, ended by exit 0 (DPS-18-respawn)."""
@@ -53,7 +45,7 @@ async def test_plain_profile_wraps_a_program_through_the_server(tmp_path):
         session = await create_session(client, "plain")
         master = await Master.attach(client, session["session_id"])
         for text in ("hello; $(rm -rf /)", "second"):
-            frames = await run_turn(master, text)
+            frames = await prompt_and_wait(master, text, timeout=20)
             types = [f["type"] for f in frames]
             assert types.index("session.turn.start") < types.index("agent.text.delta")
             done = next(f for f in frames if f["type"] == "agent.text.done")

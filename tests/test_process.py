@@ -12,9 +12,7 @@ import contextlib
 import json
 import os
 import signal
-import sys
 import time
-from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -36,21 +34,11 @@ from gateway.process import (
     live_groups,
     terminate_all,
 )
+from tests.support.loops import LOOPS, PY, run
+from tests.support.procs import alive
+from tests.support.waiting import eventually
 
-PY = sys.executable
 BATCH = 256  # as the session reads
-LOOPS = pytest.mark.parametrize(
-    "loop_factory",
-    [asyncio.new_event_loop, uvloop.new_event_loop],
-    ids=["asyncio", "uvloop"],
-)
-
-
-def run(
-    loop_factory: Callable[[], asyncio.AbstractEventLoop], coro: Coroutine[Any, Any, Any]
-) -> Any:
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(asyncio.wait_for(coro, 20))
 
 
 async def spawn(script: str, *args: str, workspace: Path | str = ".", **kw: Any) -> AgentProcess:
@@ -61,26 +49,6 @@ async def spawn(script: str, *args: str, workspace: Path | str = ".", **kw: Any)
 
 async def all_lines(proc: AgentProcess) -> list[bytes]:
     return [item.line async for item in proc]
-
-
-async def eventually(pred: Callable[[], bool], timeout: float = 5.0) -> bool:
-    """Poll `pred` until it holds or `timeout` passes (a loaded CI machine is slow, not wrong)."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.005)
-    return True
-
-
-def alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie (orphans may wait a while to be reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
 
 
 # --------------------------------------------------------------------------- DPS-17.2.1-env
@@ -258,26 +226,24 @@ def timerfds() -> int:
 
 
 @LOOPS
-def test_lines_at_a_high_rate_are_gathered_and_none_is_lost(loop_factory: Any) -> None:
-    """Above NAP_BELOW_GAP_NS per line the reader naps between small batches, so that one wake-up
-    brings several lines; every line still arrives, in order, and the timer is released."""
+def test_lines_at_a_high_rate_all_arrive_in_order_and_the_nap_timer_goes(loop_factory: Any) -> None:
+    """Above NAP_BELOW_GAP_NS per line the reader may nap between small batches: whether and how
+    often it does depends on how the machine schedules the two processes, so that is not asserted
+    here (how much napping gathers is a matter for bench/). What holds whatever the scheduling:
+    every line arrives, in order, at most one timer is made, and it goes with the pipes."""
     n = 3000
 
     async def scenario() -> None:
         proc = await spawn(PACED, str(n), "20000")
-        batches = []
+        lines: list[bytes] = []
         timers = 0
         while batch := await proc.readlines(BATCH):
-            batches.append(len(batch))
+            lines += [item.line for item in batch]
             timers = max(timers, timerfds())
-            lines = [item.line for item in batch]
-            assert lines == [str(i).encode() for i in range(sum(batches[:-1]), sum(batches))]
-        assert sum(batches) == n
-        assert proc.naps > 0
-        assert n / len(batches) > 1.5  # lines share wake-ups
-        assert timers == 1  # one, made at the first nap
+        assert lines == [str(i).encode() for i in range(n)]
+        assert timers <= 1  # made at the first nap, if there is one, and kept
         await proc.aclose()
-        assert timerfds() == 0  # the nap timer went with the pipes
+        assert timerfds() == 0
 
     run(loop_factory, scenario())
 
@@ -386,7 +352,9 @@ def test_backpressure_pauses_stdout_while_the_consumer_lags(loop_factory: Any) -
             "import sys; sys.stdout.write(''.join(f'{i:07}\\n' for i in range(50_000)))",
             high_water=high_water,
         )
-        assert await eventually(lambda: proc.stdout_pauses > 0)  # we read nothing meanwhile
+        await eventually(
+            lambda: proc.stdout_pauses > 0, "a pause of the stdout reader"
+        )  # we read nothing meanwhile
         await asyncio.sleep(0.05)  # a paused pipe must stay paused: the queue does not grow
         assert proc.stdout_pauses == 1
         # One read chunk may land on top of the mark before the pause takes effect.
@@ -477,7 +445,7 @@ def test_stderr_tail_survives_invalid_utf8() -> None:
         proc = await spawn("import sys; sys.stderr.buffer.write(b'bad \\xff byte')")
         await proc.wait()
         # stderr may close just after the exit is reported
-        await eventually(lambda: proc.stderr_tail() != "")
+        await eventually(lambda: proc.stderr_tail() != "", "stderr to be read")
         return proc.stderr_tail()
 
     assert run(asyncio.new_event_loop, scenario()) == "bad \ufffd byte"
@@ -581,7 +549,7 @@ def test_dps_17_2_3_signals_terminate_escalates_to_sigkill_for_the_whole_group(
         elapsed = time.monotonic() - t0
         assert status == ExitStatus(returncode=-9, signal=9, kind="signal")
         assert elapsed >= 0.3
-        assert await eventually(lambda: not alive(grandchild))
+        await eventually(lambda: not alive(grandchild), "the grandchild to be gone")
         assert proc.pid not in live_groups()
 
     run(loop_factory, scenario())
@@ -594,9 +562,9 @@ def test_dps_17_2_3_signals_sigterm_is_enough_for_a_well_behaved_agent(loop_fact
     async def scenario() -> None:
         proc = await spawn("import time; print('up', flush=True); time.sleep(60)")
         await proc.readline()
-        t0 = time.monotonic()
-        status = await proc.terminate(grace=5.0)
-        assert time.monotonic() - t0 < 4.0  # far below the 5 s grace, even on a loaded machine
+        # A grace far longer than run()'s bound: waiting it out would fail the test, so ending
+        # at all proves terminate returned on the exit, not on the grace.
+        status = await proc.terminate(grace=600.0)
         assert status == ExitStatus(returncode=-15, signal=15, kind="signal")
         assert proc.pid not in live_groups()
         assert not proc.send_signal(signal.SIGTERM)  # nothing left to signal
@@ -616,7 +584,7 @@ def test_dps_17_2_3_signals_group_members_outliving_the_agent_die_at_the_deadlin
         assert status.signal == signal.SIGTERM
         assert alive(grandchild)  # the agent went at once; its straggler still has time
         assert proc.pid in live_groups()
-        assert await eventually(lambda: not alive(grandchild))
+        await eventually(lambda: not alive(grandchild), "the grandchild to be gone")
         assert proc.pid not in live_groups()
 
     run(asyncio.new_event_loop, scenario())
@@ -634,7 +602,7 @@ def test_send_signal_reaches_the_whole_group() -> None:
         grandchild = int(first.line)
         assert proc.send_signal(signal.SIGKILL)
         assert (await proc.wait()).signal == signal.SIGKILL
-        assert await eventually(lambda: not alive(grandchild))
+        await eventually(lambda: not alive(grandchild), "the grandchild to be gone")
 
     run(asyncio.new_event_loop, scenario())
 
@@ -683,7 +651,7 @@ asyncio.run(main())
         proc = await asyncio.create_subprocess_exec(PY, "-c", gateway)
         assert await proc.wait() == 0
         pids = [int(x) for x in pidfile.read_text().split()]
-        assert await eventually(lambda: not any(alive(p) for p in pids))
+        await eventually(lambda: not any(alive(p) for p in pids), "every process to be gone")
 
     run(asyncio.new_event_loop, scenario())
 
@@ -701,7 +669,7 @@ def test_aclose_kills_a_running_group_and_releases_the_pipes() -> None:
         assert proc.pid not in live_groups()
         with pytest.raises(AgentProcessError):
             proc.write(b"x\n")
-        assert await eventually(lambda: not alive(grandchild))
+        await eventually(lambda: not alive(grandchild), "the grandchild to be gone")
 
     run(asyncio.new_event_loop, scenario())
 
@@ -716,12 +684,12 @@ def test_close_releases_unread_output_of_an_exited_or_blocked_agent() -> None:
             high_water=1024,
         )
         status = await proc.wait()
-        assert await eventually(lambda: proc.stdout_pauses == 1)
+        await eventually(lambda: proc.stdout_pauses == 1, "one pause of the stdout reader")
         assert status.kind == "ok" and not proc.at_eof()
         proc.close()
         # Does not fit: the agent blocks on a full pipe and never exits by itself.
         proc = await spawn("import sys; sys.stdout.write('y\\n' * 1_000_000)", high_water=1024)
-        assert await eventually(lambda: proc.stdout_pauses == 1)
+        await eventually(lambda: proc.stdout_pauses == 1, "one pause of the stdout reader")
         await asyncio.sleep(0.05)
         assert proc.returncode is None
         assert (await proc.aclose()).signal == signal.SIGKILL

@@ -26,7 +26,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -39,7 +38,14 @@ from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.server import METRICS
-from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+from tests.gateway_peer import (
+    Master,
+    create_session,
+    demo_config,
+    prompt_and_wait,
+    start_gateway,
+)
+from tests.support.servers import free_port
 
 TOKEN = "scrape-test-token"
 SCRAPE_DEADLINE_S = 25.0  # an upper bound for a busy machine; typically done in 5-8 s
@@ -72,7 +78,7 @@ async def start_gateway_target(workdir: Path) -> AsyncIterator[GatewayTarget]:
     """The real gateway (token required), a demo-agent session, and a master attached to it."""
     workspace = workdir / "workspace"
     workspace.mkdir()
-    config = make_config(workspace, agents={"demo": fast_demo()}, token=TOKEN)
+    config = demo_config(workspace, token=TOKEN)
     client = await start_gateway(config)
     auth = {"Authorization": f"Bearer {TOKEN}"}
     try:
@@ -89,12 +95,6 @@ async def start_gateway_target(workdir: Path) -> AsyncIterator[GatewayTarget]:
         yield GatewayTarget(client, master, address, TOKEN)
     finally:
         await client.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def prometheus_binary() -> str:
@@ -194,15 +194,6 @@ async def prom_by_type(http: aiohttp.ClientSession, base: str) -> Counter[str]:
     return +Counter({r["metric"]["type"]: int(float(r["value"][1])) for r in result})
 
 
-async def run_turn(master: Master, prompt: str) -> list[dict]:
-    """Send a prompt and read every frame of the turn, up to the final state change to idle."""
-    start = len(master.frames)
-    await master.send("control.prompt.request", {"prompt_text": prompt})
-    await master.until("session.usage")
-    await master.until("agent.state.changed", current_state="idle")
-    return master.frames[start:]
-
-
 @pytest.mark.prometheus
 async def test_prometheus_scrapes_the_frame_count_a_session_produced(tmp_path):
     prometheus_binary()
@@ -221,7 +212,7 @@ async def test_prometheus_scrapes_the_frame_count_a_session_produced(tmp_path):
         # 2. One turn through the demo agent: what the session produced is what the gateway
         # counted, and the master received all of it except its own prompt, which the gateway
         # relays to the session's other masters only (DPS 2.4).
-        turn = await run_turn(target.master, "hello from the scrape test")
+        turn = await prompt_and_wait(target.master, "hello from the scrape test", idle=True)
         await asyncio.sleep(0.2)  # nothing else may follow the turn's last frame
         produced = target.frames_out() - before
         received = Counter(f["type"] for f in turn)

@@ -11,13 +11,14 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 
 import aiohttp
 
-from tests.test_agent_descendants import HOSTILE, gone
-from tests.test_cli import CLI, free_port, wait_http
-from tests.test_process import eventually
+from tests.gateway_peer import Master, of, prompt_and_wait
+from tests.support.loops import HOSTILE
+from tests.support.procs import gone
+from tests.support.servers import CLI, free_port, wait_http
+from tests.support.waiting import eventually
 
 
 async def test_serve_ends_turns_at_the_agents_exit_and_leaves_no_descendant(tmp_path):
@@ -45,21 +46,16 @@ async def test_serve_ends_turns_at_the_agents_exit_and_leaves_no_descendant(tmp_
                 session = await resp.json()
             sid = session["session_id"]
             ws = await http.ws_connect(url + session["ws_path"], protocols=("rawp-dps-1.0",))
+            master = Master(ws, sid)
             for text in ("first", "second"):
-                prompt = {
-                    "v": 1, "type": "control.prompt.request", "message_id": str(uuid.uuid4()),
-                    "timestamp": "2026-11-29T00:00:00.000Z", "session_id": sid,
-                    "payload": {"prompt_text": text},
-                }  # fmt: skip
-                await ws.send_str(json.dumps(prompt))
-                while True:
-                    frame = json.loads((await ws.receive(timeout=15)).data)
-                    assert frame["type"] != "session.error", frame
-                    if frame["type"] == "session.turn.end":
-                        break
-                assert frame["payload"]["stop_reason"] == "end_turn"
+                frames = await prompt_and_wait(master, text, timeout=15)
+                assert not of(frames, "session.error"), frames
+                (end,) = of(frames, "session.turn.end")
+                assert end["payload"]["stop_reason"] == "end_turn"
                 descendant = int((workspace / "descendant.pid").read_text())
-                assert await eventually(lambda d=descendant: gone(d), timeout=10)
+                await eventually(
+                    lambda d=descendant: gone(d), "the descendant to be reaped", timeout=10
+                )
             await ws.close()
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(proc.wait, 20) == 0

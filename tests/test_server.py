@@ -13,22 +13,18 @@ import pytest
 
 from gateway.config import builtin_profiles
 from gateway.protocol.frames import Features
-from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
-
-
-@pytest.fixture
-async def gw(tmp_path):
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
-    yield client
-    await client.close()
-
-
-async def run_prompt(master: Master, text: str) -> list[dict]:
-    start = len(master.frames)
-    await master.send("control.prompt.request", {"prompt_text": text})
-    await master.until("session.usage")
-    await master.until("agent.state.changed", current_state="idle")  # what end_turn sends last
-    return master.frames[start:]
+from gateway.server import SESSIONS
+from tests.gateway_peer import (
+    Master,
+    create_session,
+    demo_config,
+    fast_demo,
+    make_config,
+    prompt_and_wait,
+    start_gateway,
+)
+from tests.support.logs import deletions, watch_sessions
+from tests.support.waiting import eventually
 
 
 async def test_healthz_agents_and_sessions(gw):
@@ -136,7 +132,7 @@ async def test_greeting_prompt_turn_and_usage(gw):
     commands = await master.next()  # the demo agent's answer to initialize
     assert commands["type"] == "agent.commands.publish"
     assert "compact" in [c["name"] for c in commands["payload"]["commands"]]
-    frames = await run_prompt(master, "hello there")
+    frames = await prompt_and_wait(master, "hello there", idle=True)
     types = [f["type"] for f in frames]
     assert types[0] == "session.turn.start"
     turn_id = frames[0]["payload"]["turn_id"]
@@ -148,7 +144,7 @@ async def test_greeting_prompt_turn_and_usage(gw):
     assert done and done[-1]["payload"]["full_text"] == deltas
     assert all(f.get("turn_id") == turn_id for f in frames)  # DPS-2.1-turn-id
     assert "tool.catalog.publish" not in types and "agent.commands.publish" not in types
-    second = await run_prompt(master, "and again")
+    second = await prompt_and_wait(master, "and again", idle=True)
     start = next(f for f in second if f["type"] == "session.turn.start")
     assert start["payload"]["turn_index"] == 1
 
@@ -180,7 +176,7 @@ async def test_DPS_2_1_v_and_DPS_2_2_unknown_type_over_the_wire(gw):
     await master.ws.send_str("{not json")
     err = await master.until("session.error")
     assert err["payload"]["error_code"] == "INVALID_FRAME"
-    frames = await run_prompt(master, "still here?")
+    frames = await prompt_and_wait(master, "still here?", idle=True)
     assert "session.usage" in [f["type"] for f in frames]
     assert not [
         f for f in master.frames if f["type"] == "session.error" and "x-acme" in json.dumps(f)
@@ -253,11 +249,11 @@ async def test_DPS_7_1_history_reattach_gets_exactly_the_missed_frames(gw):
     sid = session["session_id"]
     watcher = await Master.attach(gw, sid)
     leaver = await Master.attach(gw, sid)
-    await run_prompt(leaver, "first")
+    await prompt_and_wait(leaver, "first", idle=True)
     last_seen = leaver.frames[-1]["message_id"]
     await leaver.ws.close()
     await watcher.until("agent.state.changed", current_state="idle")  # the first turn's end
-    await run_prompt(watcher, "second while the other is away")
+    await prompt_and_wait(watcher, "second while the other is away", idle=True)
     idx = next(i for i, f in enumerate(watcher.frames) if f["message_id"] == last_seen)
     missed = [f for f in watcher.frames[idx + 1 :] if f["type"] != "control.prompt.request"]
     back = await Master.attach(gw, sid, last_message_id=last_seen, announce=False)
@@ -283,11 +279,13 @@ async def test_DPS_7_1_history_counts_evicted_frames(gw):
     sid = session["session_id"]
     stay = await Master.attach(gw, sid)
     leaver = await Master.attach(gw, sid)
-    await run_prompt(leaver, "first")
+    await prompt_and_wait(leaver, "first", idle=True)
     last_seen = leaver.frames[-1]["message_id"]
     await leaver.ws.close()
     await stay.until("agent.state.changed", current_state="idle")
-    await run_prompt(stay, "a reply long enough to push earlier frames out of the buffer")
+    await prompt_and_wait(
+        stay, "a reply long enough to push earlier frames out of the buffer", idle=True
+    )
     idx = next(i for i, f in enumerate(stay.frames) if f["message_id"] == last_seen)
     produced = len(stay.frames[idx + 1 :]) + 1  # + the relayed prompt the stayer did not get
     back = await Master.attach(gw, sid, last_message_id=last_seen, announce=False)
@@ -317,8 +315,8 @@ async def test_DPS_7_1_history_all_gives_a_new_master_the_whole_conversation(gw)
     session = await create_session(gw)
     sid = session["session_id"]
     talker = await Master.attach(gw, sid)
-    await run_prompt(talker, "first question")
-    await run_prompt(talker, "second question")
+    await prompt_and_wait(talker, "first question", idle=True)
+    await prompt_and_wait(talker, "second question", idle=True)
     produced = [f for f in talker.frames if f["type"] != "session.capabilities"]
     newcomer = await Master.attach(gw, sid, history="all", announce=False)
     history = await first_history(newcomer)
@@ -350,9 +348,9 @@ async def test_DPS_7_1_history_all_counts_frames_evicted_since_the_session_began
     start = await first_history(talker)  # what the session produced before anyone attached
     before = len(start["frames"]) + start["buffer_status"]["lost_frame_count"]
     await talker.until("tool.catalog.publish")  # the greeting's, to this connection only
-    frames = await run_prompt(talker, "first")
-    frames += await run_prompt(
-        talker, "a reply long enough to push earlier frames out of the buffer"
+    frames = await prompt_and_wait(talker, "first", idle=True)
+    frames += await prompt_and_wait(
+        talker, "a reply long enough to push earlier frames out of the buffer", idle=True
     )
     produced = before + len(frames) + 2  # + its own two prompts, buffered but not echoed
     newcomer = await Master.attach(gw, sid, history="all", announce=False)
@@ -365,13 +363,13 @@ async def test_DPS_7_1_history_all_counts_frames_evicted_since_the_session_began
 async def test_history_all_comes_in_parts_within_max_frame_size(tmp_path):
     """DPS-7.1-history: a whole history larger than ``max_frame_size`` comes in parts as on a
     reattach, each within the size, together every frame, not truncated."""
-    config = make_config(tmp_path, agents={"demo": fast_demo()}, max_frame_size=4096)
+    config = demo_config(tmp_path, max_frame_size=4096)
     client = await start_gateway(config)
     try:
         sid = (await create_session(client))["session_id"]
         talker = await Master.attach(client, sid)
-        await run_prompt(talker, "first question")
-        await run_prompt(talker, "second question")
+        await prompt_and_wait(talker, "first question", idle=True)
+        await prompt_and_wait(talker, "second question", idle=True)
         newcomer = await Master.attach(client, sid, history="all", announce=False)
         await newcomer.next()
         parts = []
@@ -472,7 +470,7 @@ async def test_pending_interaction_is_sent_again_on_attach(gw):
 
 async def test_DPS_6_1_2_cancel_mid_stream(tmp_path):
     """DPS-6.1.2-cancel: text.done is_cancelled, then turn.end cancelled."""
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo(delay_ms=50)}))
+    client = await start_gateway(demo_config(tmp_path, delay_ms=50))
     try:
         session = await create_session(client)
         master = await Master.attach(client, session["session_id"])
@@ -520,7 +518,7 @@ async def test_DPS_6_3_1_compaction_requested(gw):
     """DPS-6.3.1-compact: control.session.compact → session.compacted trigger requested."""
     session = await create_session(gw)
     master = await Master.attach(gw, session["session_id"])
-    await run_prompt(master, "remember this")
+    await prompt_and_wait(master, "remember this", idle=True)
     await master.send("control.session.compact", {"instruction": "keep the names"})
     compacted = await master.until("session.compacted")
     assert compacted["payload"]["trigger"] == "requested"
@@ -583,7 +581,7 @@ env = {{ RAWP_DEMO_DELAY_MS = "1" }}
         assert change["metadata"]["mode"] == "plan"
         await master.send("control.mode.switch", {"mode": "default"})
         await master.until("agent.state.changed", reason="mode_switch")
-        await run_prompt(master, "remember this")
+        await prompt_and_wait(master, "remember this", idle=True)
         await master.send("control.session.compact", {})
         compacted = await master.until("session.compacted")
         assert compacted["payload"]["trigger"] == "requested"
@@ -595,7 +593,7 @@ env = {{ RAWP_DEMO_DELAY_MS = "1" }}
 async def test_DPS_7_7_delete_during_turn(tmp_path):
     """DPS-7.5.3-cleanup, DPS-7.7-deleted, DPS-17.2.3-signals: DELETE mid-turn → turn.end error,
     then session.deleted, then close; the agent process is gone."""
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo(delay_ms=50)}))
+    client = await start_gateway(demo_config(tmp_path, delay_ms=50))
     try:
         session = await create_session(client)
         sid = session["session_id"]
@@ -634,23 +632,75 @@ async def test_DPS_7_6_rename_broadcast(gw):
 
 async def test_DPS_2_4_local_session_only_to_local_ui(gw):
     session = await create_session(gw, origin="local")
-    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
-        await Master.attach(gw, session["session_id"])
-    assert refused.value.status == 403
+    refused = await gw.get(
+        f"/v1/session/{session['session_id']}/ws",
+        headers={"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+                 "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                 "Sec-WebSocket-Protocol": "rawp-dps-1.0"},
+    )  # fmt: skip
+    assert refused.status == 403
+    assert (await refused.json())["error_code"] == "LOCAL_SESSION"
     ui = await Master.attach(gw, session["session_id"], role="local-ui")
     assert (await ui.next())["type"] == "session.capabilities"
 
 
-async def test_reattach_window_expiry_deletes_with_timeout(gw):
-    """DPS-7.7-deleted: reason timeout when the reattach window runs out."""
+async def test_reattach_window_expiry_deletes_with_timeout(gw, caplog):
+    """DPS-7.7-deleted: reason timeout, by the system, when the reattach window runs out."""
+    watch_sessions(caplog)
     session = await create_session(gw, reattach_window_sec=0.3)
     sid = session["session_id"]
     master = await Master.attach(gw, sid)
     await master.next()
     await master.ws.close()
-    for _ in range(100):
-        state = (await (await gw.get(f"/v1/session/{sid}")).json())["state"]
-        if state == "TERMINATED":
-            break
-        await asyncio.sleep(0.05)
-    assert state == "TERMINATED"
+    await asyncio.wait_for(gw.server.app[SESSIONS][sid].terminated.wait(), 10)
+    assert deletions(caplog, sid) == [("timeout", "system")]
+    assert (await (await gw.get(f"/v1/session/{sid}")).json())["state"] == "TERMINATED"
+
+
+async def test_DPS_7_1_history_reattach_through_the_last_message_id_header(gw):
+    """docs/http-api.md: ``X-RAWP-Last-Message-Id`` instead of the query parameter: the same
+    session.history of exactly the frames after that id."""
+    session = await create_session(gw)
+    sid = session["session_id"]
+    master = await Master.attach(gw, sid)
+    await prompt_and_wait(master, "first", idle=True)
+    seen = master.frames[2]["message_id"]  # after capabilities and catalog: the greeting goes on
+    missed = [f["message_id"] for f in master.frames[3:]]
+    back = await Master.attach(gw, sid, announce=False, headers={"X-RAWP-Last-Message-Id": seen})
+    assert (await back.next())["type"] == "session.capabilities"
+    history = await back.next()
+    assert history["type"] == "session.history"
+    replayed = [f["message_id"] for f in history["payload"]["frames"]]
+    assert [m for m in replayed if m in missed] == missed
+    assert history["payload"]["buffer_status"]["truncated"] is False
+
+
+async def test_the_websocket_heartbeat_pings_and_closes_a_peer_that_stops_answering(tmp_path):
+    """docs/http-api.md: the gateway pings every 30 s (here 0.2 s) and closes a connection whose
+    peer stops answering; a peer that answers (aiohttp answers while it reads) stays."""
+    config = demo_config(tmp_path, delay_ms=60)
+    client = await start_gateway(config, heartbeat_sec=0.2)
+    try:
+        sid = (await create_session(client))["session_id"]
+        live = client.server.app[SESSIONS][sid]
+        silent = await client.ws_connect(
+            f"/v1/session/{sid}/ws", protocols=("rawp-dps-1.0",), autoping=False
+        )
+        kinds = []
+        while True:  # the silent peer sees the pings it does not answer, then the end
+            msg = await silent.receive(timeout=10)
+            kinds.append(msg.type)
+            if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.PING):
+                break
+        assert aiohttp.WSMsgType.PING in kinds
+        assert kinds[-1] in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+        await eventually(lambda: not live.connections, "the silent peer to be dropped")
+        answering = await Master.attach(client, sid)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        frames = await prompt_and_wait(answering, "tell me a long story " * 3)
+        assert loop.time() - began > 3 * 0.2  # the turn outlasted several heartbeats
+        assert frames[-1]["type"] == "session.usage"
+        assert len(live.connections) == 1
+    finally:
+        await client.close()

@@ -195,7 +195,7 @@ def test_conftest_skips_realcli_tests_with_the_reason(tmp_path):
         tmp_path,
         "-m",
         "realcli",
-        "tests/test_rig_claude_cli.py",
+        "tests/test_rig_cli.py",
         missing="realcli: no Node here",
         ci=False,
     )

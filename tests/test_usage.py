@@ -13,8 +13,7 @@ from gateway.server import SESSIONS
 from gateway.usage import Counted, UsageTally, context_fill
 from parsers import events as ev
 from parsers.claude_code import ClaudeCodeParser
-from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
-from tests.test_server import run_prompt
+from tests.gateway_peer import Master, create_session, demo_config, prompt_and_wait, start_gateway
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude-code"
 
@@ -212,12 +211,12 @@ def test_claude_code_compaction_turn_reports_the_compacted_context():
 async def test_totals_survive_a_gateway_restart(tmp_path):
     """With a state directory the session's totals come back with it (the saved record), so its
     next usage adds to them: the demo agent's turns, before and after a restart."""
-    config = make_config(tmp_path, agents={"demo": fast_demo(1)}, state_dir=tmp_path / "state")
+    config = demo_config(tmp_path, state_dir=tmp_path / "state")
     gw = await start_gateway(config)
     sid = (await create_session(gw))["session_id"]
     master = await Master.attach(gw, sid)
     await master.next()
-    first = await run_prompt(master, "hello there")
+    first = await prompt_and_wait(master, "hello there", idle=True)
     before = gw.server.app[SESSIONS][sid].usage.to_json()
     await gw.close()
     [u1] = [f["payload"]["token_usage"] for f in first if f["type"] == "session.usage"]
@@ -229,7 +228,7 @@ async def test_totals_survive_a_gateway_restart(tmp_path):
         assert tally.to_json() == before
         again = await Master.attach(gw, sid)
         await again.next()
-        second = await run_prompt(again, "and again")
+        second = await prompt_and_wait(again, "and again", idle=True)
         [u2] = [f["payload"]["token_usage"] for f in second if f["type"] == "session.usage"]
         assert tally.input_tokens == u1["input_tokens"] + u2["input_tokens"]
         assert tally.output_tokens == u1["output_tokens"] + u2["output_tokens"]

@@ -229,6 +229,10 @@ class SessionConfig:
     prompt_argv_max: int | None = None
     stall_warning_sec: float = 0.0  # 0: off
     stall_timeout_sec: float = 0.0  # 0: off
+    # A cancel's escalation (docs/protocol-notes.md): the interrupt, SIGINT this long after it if
+    # the turn has not ended, the process stopped this long after the cancel.
+    cancel_sigint_sec: float = CANCEL_GRACE_S
+    cancel_stop_sec: float = CANCEL_KILL_S
     tools: tuple[str, ...] = ()  # the agent's tools before it reports them (the first catalog)
 
     @property
@@ -1003,10 +1007,10 @@ class SessionMachine:
         if data is not None:
             out.append(WriteStdin(data))
             if getattr(self.input, "sigint_on_cancel", True):
-                out.append(StartTimer("cancel", CANCEL_GRACE_S))
+                out.append(StartTimer("cancel", self.config.cancel_sigint_sec))
         else:
             out.append(Signal(_signal.SIGINT))
-        out.append(StartTimer("cancel-kill", CANCEL_KILL_S))
+        out.append(StartTimer("cancel-kill", self.config.cancel_stop_sec))
         return out
 
     # permissions -------------------------------------------------------------------------------
@@ -1287,6 +1291,9 @@ class SessionMachine:
         self.phase = "terminated"
         deleted = F.Deleted(session_id=self.session_id, reason=reason, deleted_by=deleted_by)
         out.append(Emit(self._make(deleted)))
+        # Said in the log too: with no master attached (a reattach window that ran out) the
+        # frame reaches nobody, and the log is where an operator learns why a session ended.
+        out.append(Log("info", "session deleted", {"reason": reason, "deleted_by": deleted_by}))
         out.append(CloseAll(f"session deleted ({reason})"))
         return out
 

@@ -1,33 +1,20 @@
-"""The real Gemini CLI against the scripted Gemini API (marked ``realcli``).
-
-Every Gemini scenario runs once: it must still run as scripted (expected exit, every scripted
-call used, nothing unscripted), print the same kinds of events as its recorded fixture, and pass
-the checks specific to it below. So a new Gemini CLI version that prints something else, or a
-fixture that no longer matches the CLI, fails here. A realcli test fails instead of skipping when
-CI=true (env.require_cli).
-"""
+"""What the real Gemini CLI must print for each of its scenarios (tests/test_rig_cli.py runs
+them): the kinds of events of the recorded fixture (``shape``) and the checks specific to each
+scenario (``CHECKS``, by fixture name)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import pytest
+from tests.rig.run import CliSetup, RunResult
 
-from tests.rig import env as rigenv
-from tests.rig.record import problems
-from tests.rig.run import CliSetup, RunResult, scripted_cli
-from tests.rig.scenario import Scenario, all_scenarios
-
-AGENT = "gemini"
-FIXTURES = rigenv.FIXTURE_ROOT / AGENT
-SCENARIOS = {s.name: s for s in all_scenarios(AGENT)}
+PARALLEL = 4  # scenario runs side by side
 
 
-def shape(events: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+def shape(fixture: str, events: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
     """What kinds of events a run printed, as a multiset: results of parallel tool calls come in
     the order they finish, so the order of those lines is not stable from run to run."""
     return Counter(
@@ -238,38 +225,3 @@ CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "auto-edit": check_auto_edit,
     "read-image": check_read_image,
 }
-
-
-@pytest.mark.realcli
-def test_installed_cli_is_the_pinned_version() -> None:
-    rigenv.require_cli(AGENT)
-    assert rigenv.installed_version(AGENT) == rigenv.AGENTS[AGENT].version
-    assert rigenv.cli_version(AGENT) == rigenv.AGENTS[AGENT].version
-
-
-@pytest.mark.realcli
-async def test_every_scenario_runs_as_scripted_and_as_recorded() -> None:
-    """The runs are independent (own server, HOME and workspace), so they run side by side
-    (4 at a time) to keep this fast; one report lists every scenario that drifted."""
-    rigenv.require_cli(AGENT)
-    gate = asyncio.Semaphore(4)
-
-    async def check(sc: Scenario) -> str | None:
-        async with gate, scripted_cli(sc) as cli:
-            r = await cli.run()
-            try:
-                assert not problems(sc, r), problems(sc, r)
-                fixture = (FIXTURES / f"{sc.name}.jsonl").read_text().splitlines()
-                assert shape(r.events) == shape([json.loads(x) for x in fixture]), "event kinds"
-                CHECKS[sc.name](r, cli)  # while the workspace still exists
-            except (AssertionError, LookupError, ValueError) as e:  # a check that did not hold
-                return f"{e!r}\n{r.describe()}"
-        return None
-
-    reports = await asyncio.gather(*(check(sc) for sc in SCENARIOS.values()))
-    failed = {name: rep for name, rep in zip(SCENARIOS, reports, strict=True) if rep}
-    assert not failed, "\n\n".join(f"{k}: {v}" for k, v in failed.items())
-
-
-def test_every_gemini_scenario_has_specific_checks() -> None:
-    assert set(CHECKS) == set(SCENARIOS)

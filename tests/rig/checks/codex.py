@@ -1,43 +1,30 @@
-"""The real Codex CLI against the scripted Responses API (marked ``realcli``).
-
-Every Codex scenario runs once: it must still run as scripted (expected exit, every scripted call
-used, nothing unscripted), print the same kinds of events as its recorded fixture, and pass the
-checks specific to it below. So a new Codex version that prints something else, or a fixture that
-no longer matches the CLI, fails here. A realcli test fails instead of skipping when CI=true
-(env.require_cli).
-"""
+"""What the real Codex CLI must print for each of its scenarios (tests/test_rig_cli.py runs them):
+the kinds of events of the recorded fixture (``shape``) and the checks specific to each scenario
+(``CHECKS``, by fixture name)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import pytest
+from tests.rig.run import CliSetup, RunResult
 
-from tests.rig import env as rigenv
-from tests.rig.record import problems
-from tests.rig.run import CliSetup, RunResult, scripted_cli
-from tests.rig.scenario import Scenario, all_scenarios
-
-AGENT = "codex"
-FIXTURES = rigenv.FIXTURE_ROOT / AGENT
-SCENARIOS = {s.name: s for s in all_scenarios(AGENT)}
-
+PARALLEL = 6  # scenario runs side by side
 
 # Item types that a scenario prints in some runs and not in others (see its description).
 UNSTABLE_ITEMS = {"sandbox-denied": {"command_execution"}}
 
 
-def shape(events: list[dict[str, Any]], unstable: set[str] | None = None) -> Counter[Any]:
+def shape(fixture: str, events: list[dict[str, Any]]) -> Counter[Any]:
     """What kinds of events a run printed, as a multiset: parallel commands complete in the order
     they finish, so the order of those lines is not stable from run to run."""
+    unstable = UNSTABLE_ITEMS.get(fixture, set())
     return Counter(
         (e["type"], e.get("item", {}).get("type"), e.get("item", {}).get("status"))
         for e in events
-        if e.get("item", {}).get("type") not in (unstable or set())
+        if e.get("item", {}).get("type") not in unstable
     )
 
 
@@ -257,40 +244,3 @@ CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "full-access": check_full_access,
     "view-image": check_view_image,
 }
-
-
-@pytest.mark.realcli
-def test_installed_cli_is_the_pinned_version() -> None:
-    rigenv.require_cli(AGENT)
-    assert rigenv.installed_version(AGENT) == rigenv.AGENTS[AGENT].version
-    assert rigenv.cli_version(AGENT) == rigenv.AGENTS[AGENT].version
-
-
-@pytest.mark.realcli
-async def test_every_scenario_runs_as_scripted_and_as_recorded() -> None:
-    """The runs are independent (own server, HOME and workspace), so they run side by side
-    (6 at a time) to keep this fast; one report lists every scenario that drifted."""
-    rigenv.require_cli(AGENT)
-    gate = asyncio.Semaphore(6)
-
-    async def check(sc: Scenario) -> str | None:
-        async with gate, scripted_cli(sc) as cli:
-            r = await cli.run()
-            try:
-                assert not problems(sc, r), problems(sc, r)
-                fixture = (FIXTURES / f"{sc.name}.jsonl").read_text().splitlines()
-                unstable = UNSTABLE_ITEMS.get(sc.name)
-                recorded = [json.loads(x) for x in fixture]
-                assert shape(r.events, unstable) == shape(recorded, unstable), "event kinds"
-                CHECKS[sc.name](r, cli)  # while the workspace still exists
-            except (AssertionError, LookupError, ValueError) as e:  # a check that did not hold
-                return f"{e!r}\n{r.describe()}"
-        return None
-
-    reports = await asyncio.gather(*(check(sc) for sc in SCENARIOS.values()))
-    failed = {name: rep for name, rep in zip(SCENARIOS, reports, strict=True) if rep}
-    assert not failed, "\n\n".join(f"{k}: {v}" for k, v in failed.items())
-
-
-def test_every_codex_scenario_has_specific_checks() -> None:
-    assert set(CHECKS) == set(SCENARIOS)

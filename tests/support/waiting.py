@@ -1,0 +1,24 @@
+"""``eventually``: the one way the tests wait for a condition they cannot await."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+async def eventually(check: Callable[[], T], what: str, timeout: float = 10.0) -> T:
+    """Poll ``check`` until it returns something true and return that; past ``timeout`` seconds
+    fail the test naming ``what`` (a loaded machine is slow, not wrong: the timeout is a bound on a
+    hang, not a measure)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if loop.time() > end:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.01)
