@@ -62,6 +62,7 @@ import signal
 import sys
 import tempfile
 import threading
+import urllib.parse
 from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1224,6 +1225,10 @@ async def run_chat(
     if handle_sigint is None:
         handle_sigint = interactive and threading.current_thread() is threading.main_thread()
     screen = Screen(stdout, ANSI if color else PLAIN)
+    problem = url_problem(url)
+    if problem is not None:
+        screen.line(f"✗ {problem}", style=screen.s.red)
+        return 1
     if session_id is None and not agent:
         screen.line("✗ give --agent NAME (or --session ID to attach)", style=screen.s.red)
         return 1
@@ -1362,6 +1367,16 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+def url_problem(url: str) -> str | None:
+    """What is wrong with a gateway URL the user gave (``localhost:8765`` lacks its scheme)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme in ("http", "https") and parts.netloc:
+        return None
+    if "://" not in url:
+        return f"the gateway URL {url!r} has no scheme: try http://{url}"
+    return f"the gateway URL {url!r} is not http://host:port (or https://)"
+
+
 def _isatty(stream: Any) -> bool:
     try:
         return bool(stream.isatty())
@@ -1382,7 +1397,7 @@ def add_chat_arguments(
     if with_url:
         with contextlib.suppress(argparse.ArgumentError):  # the caller added its own --url
             parser.add_argument(
-                "--url", required=True, help="the gateway's base URL, http://host:port"
+                "--url", required=True, help="the gateway's base URL, http://host:port (required)"
             )
     else:
         default_agent = default_agent or "demo"
@@ -1390,24 +1405,33 @@ def add_chat_arguments(
     parser.add_argument(
         "--agent",
         default=default_agent,
-        help=agent_help + (f" (default {default_agent})" if default_agent else ""),
+        help=agent_help
+        + (f" (default {default_agent})" if default_agent else " (required without --session)"),
     )
     if with_url:
         parser.add_argument(
-            "--token-file", help="file holding the bearer token (else $RAWP_GATEWAY_TOKEN)"
+            "--token-file",
+            help="file holding the bearer token (default: $RAWP_GATEWAY_TOKEN, else none)",
         )
     parser.add_argument(
-        "--workspace", help="the session's workspace_path (inside the gateway's workspace root)"
+        "--workspace",
+        help="the session's workspace_path, inside the gateway's workspace root "
+        "(default: the root itself)",
     )
     if with_url:
-        parser.add_argument("--session", dest="session_id", help="attach to this existing session")
+        parser.add_argument(
+            "--session",
+            dest="session_id",
+            help="attach to this existing session (default: create a new one)",
+        )
         parser.add_argument(
             "--resume",
             nargs="?",
             const="",
             metavar="ID",
             help="continue a conversation the agent saved for the workspace (begun in a terminal, "
-            "or a session gone from the gateway); without ID, list them and ask which",
+            "or a session gone from the gateway); without ID, list them and ask which "
+            "(default: none, a new conversation)",
         )
     answers = parser.add_mutually_exclusive_group()
     answers.add_argument(
@@ -1415,7 +1439,8 @@ def add_chat_arguments(
         dest="auto_answer",
         action="store_const",
         const="allow",
-        help="allow every permission question without asking",
+        help="allow every permission question without asking (default: ask on a terminal, "
+        "deny when stdin is not one)",
     )
     answers.add_argument(
         "--no",
@@ -1425,7 +1450,12 @@ def add_chat_arguments(
         help="deny every permission question without asking",
     )
     if with_url:
-        parser.add_argument("--keep", action="store_true", help="do not delete the session on exit")
+        parser.add_argument(
+            "--keep",
+            action="store_true",
+            help="do not delete the session on exit (default: the session this chat created "
+            "is deleted)",
+        )
 
 
 def read_token(token_file: str | None) -> str | None:

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import ipaddress
 import logging
+import os
 import signal
 import time
 import uuid
@@ -1098,13 +1100,18 @@ def is_loopback(address: str | None) -> bool:
     return (mapped or ip).is_loopback
 
 
+class StartError(Exception):
+    """The gateway cannot start as configured: one line for ``rawp-gateway serve`` to print."""
+
+
 def check_bind(config: Config) -> None:
     """With no token the gateway serves loopback only (docs/http-api.md, Security)."""
     loopback = config.host in ("127.0.0.1", "localhost", "::1") or config.host.startswith("127.")
     if not config.authenticated and not loopback:
-        raise SystemExit(
-            f"refusing to listen on {config.host} without a token: set --token-file or "
-            "RAWP_GATEWAY_TOKEN (or [auth] users_file, [auth.oidc]), or listen on 127.0.0.1"
+        raise StartError(
+            f"refusing to listen on {config.host} without a token: give --token-file FILE (or "
+            "set RAWP_GATEWAY_TOKEN, or [auth] users_file, [auth.oidc]) with --workspace-root "
+            "DIR, which a token needs, or listen on 127.0.0.1"
         )
 
 
@@ -1127,9 +1134,11 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
         await site.start()
     except OSError as err:  # a name that does not resolve, a port in use: one line, no traceback
         await runner.cleanup()
-        raise SystemExit(
-            f"rawp-gateway: cannot listen on {config.host}:{config.port}: {err.strerror or err}"
-        ) from None
+        # aiohttp's strerror repeats the address; the errno's own words do not.
+        why = os.strerror(err.errno) if err.errno else str(err)
+        if err.errno == errno.EADDRINUSE:
+            why = f"port {config.port} is in use (another gateway? --port 0 picks a free one)"
+        raise StartError(f"cannot listen on {config.host}:{config.port}: {why}") from None
     port = runner.addresses[0][1] if runner.addresses else config.port
     log.info(
         "listening",
