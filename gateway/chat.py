@@ -341,6 +341,46 @@ def format_totals(tally: UsageTally) -> str:
     return text
 
 
+STDERR_LINES: Final = 5  # the end of an agent's stderr shown under its error
+
+# Why a session ended, by session.deleted's reason; its deleted_by follows in brackets. "client"
+# is the gateway (the spec's client node), never the person at this terminal.
+_DELETED_WHY: Final = {
+    "user_request": "a user deleted it",
+    "master_request": "a master deleted it (DELETE /v1/session)",
+    "timeout": "no master reattached within its reattach window",
+    "error": "the gateway ended it after a fatal error, or as it shut down",
+}
+
+
+def deleted_text(p: F.Deleted) -> str:
+    """``session ended: the gateway ended it after a fatal error, ... (error, deleted_by: client)``."""
+    why = _DELETED_WHY.get(p.reason, p.reason)
+    return f"session ended: {why} ({p.reason}, deleted_by: {p.deleted_by})"
+
+
+def error_details(details: F.ErrorDetails | None, message: str) -> tuple[list[str], str | None]:
+    """What an error's details add to its message: the exit code or signal and the end of the
+    agent's stderr (each unless the message says it already), and the hint, if any."""
+    if details is None:
+        return [], None
+    lines: list[str] = []
+    facts = []
+    if details.exit_code is not None and f"exit code {details.exit_code}" not in message:
+        facts.append(f"exit code {details.exit_code}")
+    if details.signal is not None and f"signal {details.signal}" not in message:
+        facts.append(f"signal {details.signal}")
+    if details.http_status is not None and str(details.http_status) not in message:
+        facts.append(f"HTTP {details.http_status}")
+    if facts:
+        lines.append(" · ".join(facts))
+    stderr = (details.stderr or "").strip()
+    if stderr and stderr not in message:
+        tail = stderr.splitlines()[-STDERR_LINES:]
+        lines += [f"stderr │ {_cut(line, PREVIEW_WIDTH)}" for line in tail]
+    return lines, details.hint
+
+
 def permission_question(req: F.InteractionRequest) -> str:
     """``Allow Bash: rm x?`` from the request's context, else its own question text."""
     ctx = req.context
@@ -961,9 +1001,7 @@ class Chat:
         deleted = self.view.deleted
         if deleted is None:
             return
-        self.screen.line(
-            f"session deleted ({deleted.reason}, by {deleted.deleted_by})", style=self.s.yellow
-        )
+        self.screen.line(deleted_text(deleted), style=self.s.yellow)
         self.status = 1  # ended under us: a script must not take this for success
         self._ended.set()
 
@@ -1068,6 +1106,11 @@ class Chat:
             self.screen.line(
                 f"✗ {p.severity} {p.error_code}: {p.message}", style=s.red, indent=indent
             )
+            lines, hint = error_details(p.details, p.message)
+            for line in lines:
+                self.screen.line(line, style=s.dim, indent=indent + "  ")
+            if hint:
+                self.screen.line(f"hint: {hint}", style=s.yellow, indent=indent + "  ")
         elif isinstance(p, F.SessionError):
             fatal = " (fatal)" if p.fatal else ""
             self.screen.line(f"✗ {p.error_code}: {p.message}{fatal}", style=s.red)

@@ -74,7 +74,12 @@ def translate(
         session_id,
         parser,
         NoInput(),
-        sm.SessionConfig(agent=agent, features=features, forward_unknown=forward_unknown),
+        sm.SessionConfig(
+            agent=agent,
+            features=features,
+            forward_unknown=forward_unknown,
+            credentials=spec.credentials,
+        ),
     )
     bad = 0
 

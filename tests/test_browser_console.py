@@ -10,6 +10,7 @@ import base64
 import io
 import json
 import re
+import sys
 import uuid
 from pathlib import Path
 
@@ -744,3 +745,32 @@ async def test_a_session_deleted_elsewhere_leaves_nothing_to_send(gateway, page)
     disabled = await page.js(f"{controls}.map(id => document.getElementById(id).disabled)")
     assert disabled == [True] * 6, disabled
     assert page.errors() == []
+
+
+async def test_an_agent_that_dies_shows_its_stderr_and_why_the_session_ended(tmp_path, page):
+    """The fatal agent.error's details on the page: the end of stderr under the message, and a
+    session.deleted that says the gateway ended it (not "by client", as if the user had)."""
+    from dataclasses import replace
+
+    (tmp_path / "ws").mkdir()
+    script = "import sys; sys.stderr.write('starting\\nno model configured\\n'); sys.exit(3)"
+    dying = replace(
+        fast_demo(), command=(sys.executable, "-c", script, "{prompt}"), single_turn_process=True
+    )
+    client = await start_gateway(make_config(tmp_path, token=TOKEN, agents={"demo": dying}))
+    try:
+        await log_in_and_create(page, client, "dies")
+        await prompt(page, "hello")
+        await page.wait(f"{q('.notice pre.error-stderr')} !== null", 15)
+        assert await text_of(page, ".notice pre.error-stderr") == "starting\nno model configured"
+        error = await text_of(page, ".notice.error")
+        assert error.startswith("agent fatal: AGENT_EXIT: the agent process ended with exit code 3")
+        await page.wait(
+            "[...document.querySelectorAll('.notice')].some(n => "
+            "n.textContent.startsWith('session ended: the gateway ended it'))",
+            15,
+        )
+        assert "by client" not in await page.js("document.body.textContent")
+        assert page.errors() == []
+    finally:
+        await client.close()

@@ -15,9 +15,11 @@ import itertools
 import os
 import re
 import signal
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -705,7 +707,7 @@ async def test_session_deleted_elsewhere_ends_the_chat(fake: FakeGateway):
         pipe.close()
     pipe.reader.close()
     assert rc == 1
-    assert "session deleted (user_request, by edge)" in out.getvalue()
+    assert "session ended: a user deleted it (user_request, deleted_by: edge)" in out.getvalue()
     assert fake.deleted == []  # nothing left to delete
 
 
@@ -1218,3 +1220,75 @@ async def test_real_server_attach_uploads_a_file_for_the_next_prompt(real_gatewa
     assert "✗ /attach: no file 'nope.txt'\n" in out
     assert (tmp_path / ".rawp" / "uploads" / "notes.txt").read_text() == "hi\n"
     assert "— end_turn" in out
+
+
+# --------------------------------------------------------------------------- why an agent died
+
+
+async def chat_with_profile(tmp_path: Any, profile: Any, stdin: str) -> tuple[int, str]:
+    """The chat on a real in-process gateway whose only profile is ``profile`` (named "agent")."""
+    from gateway import config as config_mod
+    from gateway import server as server_mod
+
+    config = config_mod.Config(workspace_root=tmp_path.resolve(), agents={"agent": profile})
+    server = TestServer(server_mod.create_app(config))
+    await server.start_server()
+    try:
+        return await real_chat(str(server.make_url("")).rstrip("/"), stdin, agent="agent")
+    finally:
+        await server.close()
+
+
+def plain_profile(*command: str, parser: str = "plain") -> Any:
+    from gateway.config import AgentProfile, parser_features
+
+    return AgentProfile(
+        name="agent",
+        parser=parser,
+        command=command,
+        single_turn_process=True,
+        features=parser_features(parser),
+    )
+
+
+async def test_a_cli_not_on_path_fails_at_once_saying_so(tmp_path):
+    """A single-turn profile whose CLI is not installed: the chat says AGENT_START_FAILED and
+    which executable, before any prompt, as for a long-lived agent."""
+    rc, out = await chat_with_profile(
+        tmp_path, plain_profile("rawp-no-such-cli", "{prompt}"), "hello\n"
+    )
+    assert rc == 1
+    assert out.strip() == (
+        "✗ AGENT_START_FAILED: the agent agent could not start: agent executable not found: "
+        "'rawp-no-such-cli' (not installed, or not on PATH) (HTTP 502)"
+    )
+
+
+async def test_an_agent_that_dies_shows_its_stderr_and_exit_code(tmp_path):
+    """The fatal error's details (the end of stderr) under it; the session ended by the gateway,
+    not "by client" as if the user had deleted it."""
+    script = "import sys; sys.stderr.write('starting\\nno model configured\\n'); sys.exit(3)"
+    rc, out = await chat_with_profile(
+        tmp_path, plain_profile(sys.executable, "-c", script, "{prompt}"), "hello\n"
+    )
+    assert rc == 1
+    assert "✗ fatal AGENT_EXIT: the agent process ended with exit code 3\n" in out
+    assert "  stderr │ starting\n  stderr │ no model configured\n" in out
+    assert (
+        "session ended: the gateway ended it after a fatal error, or as it shut down "
+        "(error, deleted_by: client)"
+    ) in out
+    assert "by client" not in out
+
+
+async def test_an_error_about_credentials_says_where_they_go(tmp_path):
+    """A recording of the real Claude Code meeting a 401: the error is followed by the hint
+    naming ANTHROPIC_API_KEY (the agent's own words stay as they were). ``cat`` exits without
+    reading the prompt on its stdin: the turn ends all the same."""
+    fixture = Path(__file__).parent / "fixtures" / "claude-code" / "api-error-401.jsonl"
+    profile = plain_profile("cat", str(fixture), parser="claude-code")
+    _, out = await chat_with_profile(tmp_path, profile, "hello\n")
+    assert "✗ error API_ERROR: Failed to authenticate. API Error: 401" in out
+    hints = [line.strip() for line in out.splitlines() if line.strip().startswith("hint:")]
+    assert len(hints) == 1, out  # the retry's warning before it gives none
+    assert "ANTHROPIC_API_KEY" in hints[0] and "~/.claude" in hints[0]
