@@ -132,6 +132,7 @@ def test_every_session_error_code_is_documented():
     shell = (ROOT / "gateway" / "session.py").read_text()
     codes |= set(re.findall(r'SessionError\(\s*error_code="([A-Z_]+)"', shell))
     codes |= {codec.INVALID_FRAME, codec.UNSUPPORTED_VERSION, "AGENT_EXIT", "SIGNAL_EXIT"}
+    codes.add("AGENT_START_FAILED")
     assert len(codes) > 8
     text = doc("protocol-notes.md")
     assert sorted(c for c in codes if f"`{c}`" not in text) == []
