@@ -10,7 +10,7 @@ with ``--resume`` the new session continues a conversation the agent saved, chos
 list when no id is given, and shows its earlier turns), attaches the WebSocket, and then four parts share one ``MasterView``:
 
 * the *receiver* takes frames off the WebSocket, applies them to the view and prints them: streamed
-  ``agent.text.delta`` text as it arrives, thinking dimmed, a tool call as ``→ Bash: ls`` and its
+  ``agent.text.delta`` text as it arrives, thinking labelled and dimmed, a tool call as ``→ Bash: ls`` and its
   result as ``← ok (12 lines)`` with a short preview (a diff as ``← ok (+3 -1)`` and its changed
   lines, coloured, the middle of a long one elided), subagents, errors, and the turn's end with its
   stop reason and the token usage of the ``session.usage`` that follows it (DPS-7.5.2-usage), with
@@ -63,7 +63,7 @@ import sys
 import tempfile
 import threading
 import urllib.parse
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO, cast
@@ -1050,9 +1050,10 @@ class Chat:
             self.screen.stream(p.text, indent=indent)
         elif isinstance(p, F.ThinkingDelta):
             key = ("thinking", parent, p.content_index)
-            if self._stream_key != key and not s.dim:
+            if self._stream_key != key:
+                # Labelled as a plan is: dimmed alone, thinking would read like the answer.
                 self._stream_to(key)
-                self.screen.stream("(thinking) ", indent=indent)
+                self.screen.line("thinking:", style=s.cyan, indent=indent)
             self._stream_to(key)
             text = "[redacted]" if p.redacted and not p.text else p.text
             self.screen.stream(text, style=s.dim, indent=indent)
@@ -1246,8 +1247,12 @@ async def run_chat(
     handle_sigint: bool | None = None,
     reattach_delays: tuple[float, ...] = REATTACH_DELAYS_S,
     resume: str | None = None,
+    on_session: Callable[[str], None] | None = None,
 ) -> int:
     """Run the terminal chat against the gateway at ``url``; returns the exit status.
+
+    ``on_session`` is called with the session id once it is attached (the demo prints the
+    console's URL for it).
 
     Creates a session of ``agent`` in ``workspace`` (or attaches to ``session_id``), then reads
     prompts from ``stdin`` until end of input, ``/quit`` or Ctrl-C. ``resume``: the new session
@@ -1314,6 +1319,8 @@ async def run_chat(
 
         sid = str(session["session_id"])
         role = await _signed_in(client, session, screen)
+        if on_session is not None:
+            on_session(sid)
         where = f" · {workspace}" if workspace else ""
         screen.line(
             f"session {sid} · agent {session.get('agent', agent)}{where}", style=screen.s.dim
@@ -1588,12 +1595,24 @@ async def run_demo_async(
             url = f"http://127.0.0.1:{port}"
             note = "" if root_arg else " (a temporary directory, removed on exit)"
             out.write(f"rawp-gateway demo: server {url} · workspace {root}{note}\n")
-            out.write(f"browser console: {url}/ui\n")
-            out.write("try: list files · write hello.txt · think about it · /plan · /compact\n")
-            out.flush()
             if getattr(args, "ui", False):
-                # The page creates and attaches its own sessions; the server runs until Ctrl-C.
-                await asyncio.Event().wait()
+                # The page creates and attaches its own sessions; the server runs until Ctrl-C,
+                # which is how this mode ends: exit 0.
+                out.write(f"browser console: {url}/ui (Ctrl-C stops the server)\n")
+                out.flush()
+                await _until_stopped()
+                return 0
+            out.write(
+                "try: list files · write hello.txt · read hello.txt · think about it · /plan · "
+                "/compact · /attach PATH\n"
+            )
+            out.flush()
+
+            def console_url(session_id: str) -> None:
+                # Opens on this terminal's session: both are masters of it.
+                out.write(f"browser console: {url}/ui#session={session_id}\n")
+                out.flush()
+
             return await run_chat(
                 url,
                 agent=getattr(args, "agent", None) or "demo",
@@ -1601,9 +1620,28 @@ async def run_demo_async(
                 stdin=stdin,
                 stdout=stdout,
                 auto_answer=getattr(args, "auto_answer", None),
+                on_session=console_url,
             )
         finally:
             await runner.cleanup()
+
+
+async def _until_stopped() -> None:
+    """Until SIGINT or SIGTERM (where this loop can have signal handlers; else until cancelled)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    handled: list[signal.Signals] = []
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+                handled.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread, or no signal handlers here
+        await stop.wait()
+    finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)
 
 
 def run_demo(args: argparse.Namespace) -> int:

@@ -630,7 +630,7 @@ async def test_help_lists_only_the_agent_commands_this_client_passes_on(fake: Fa
 
 async def test_subagents_thinking_and_errors(fake: FakeGateway):
     _, out = await chat(fake, "delegate\n")
-    assert "(thinking) Hmm.\n" in out  # no terminal: marked, not dimmed
+    assert "thinking:\nHmm.\n" in out  # labelled, as a plan is
     assert "→ Task: Find the tests\n⇢ subagent: Explore\n" in out
     # The subagent's frames are indented by their depth, streamed text on every line.
     assert "  Looking.\n  Still looking.\n  → Grep: def test\n  ← ok (1 line)\n    t.py\n" in out
@@ -650,8 +650,7 @@ async def test_a_file_that_arrived_is_shown_with_where_to_get_it(fake: FakeGatew
 
 async def test_ansi_styles_only_when_asked_for(fake: FakeGateway):
     _, out = await chat(fake, "delegate\n", color=True)
-    assert "\x1b[2mHmm.\x1b[0m" in out  # thinking dimmed
-    assert "(thinking)" not in out
+    assert "\x1b[36mthinking:\x1b[0m\n\x1b[2mHmm.\x1b[0m" in out  # labelled, then dimmed
     assert "\x1b[36m→ Task: Find the tests\x1b[0m" in out
 
 
@@ -1068,7 +1067,13 @@ async def test_demo_command_runs_a_server_and_the_chat(tmp_path):
     )
     assert rc == 0, out.getvalue()
     assert "rawp-gateway demo: server http://127.0.0.1:" in out.getvalue()
-    assert re.search(r"^browser console: http://127\.0\.0\.1:\d+/ui$", out.getvalue(), re.M)
+    # The console opens on the terminal's session; the try: line names what the demo does.
+    session = re.search(r"^session (\S+) · agent demo", out.getvalue(), re.M)
+    assert session, out.getvalue()
+    console = rf"^browser console: http://127\.0\.0\.1:\d+/ui#session={session.group(1)}$"
+    assert re.search(console, out.getvalue(), re.M)
+    tried = re.search(r"^try: (.*)$", out.getvalue(), re.M)
+    assert tried and "read hello.txt" in tried.group(1) and "/attach PATH" in tried.group(1)
     assert "[y/N] y (--yes)" in out.getvalue()
     assert (tmp_path / "hello.txt").exists()
 
@@ -1085,7 +1090,7 @@ async def test_demo_ui_serves_the_browser_console_until_stopped(tmp_path):
     demo = asyncio.create_task(run_demo_async(args, stdin=io.StringIO(""), stdout=out))
     try:
         for _ in range(200):
-            found = re.search(r"^browser console: (http://\S+/ui)$", out.getvalue(), re.M)
+            found = re.search(r"^browser console: (http://\S+/ui) ", out.getvalue(), re.M)
             if found:
                 break
             await asyncio.sleep(0.05)

@@ -399,3 +399,25 @@ async def test_a_restart_after_a_crash_kills_what_the_old_agents_left_running(tm
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_demo_ui_ends_with_exit_0_on_ctrl_c(tmp_path):
+    """`demo --ui` runs until Ctrl-C, which is how it is meant to end: SIGINT → exit 0, no
+    traceback."""
+    proc = subprocess.Popen(
+        [*CLI, "demo", "--ui", "--workspace-root", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        assert lines[1].startswith("browser console: http://127.0.0.1:"), lines
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
