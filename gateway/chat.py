@@ -66,7 +66,7 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TextIO, cast
+from typing import TYPE_CHECKING, Any, Final, TextIO, cast
 
 import aiohttp
 
@@ -82,6 +82,9 @@ from .client import (
 )
 from .protocol import frames as F
 from .usage import UsageTally
+
+if TYPE_CHECKING:
+    from .chat_input import EditedLines
 
 __all__ = [
     "add_chat_arguments",
@@ -115,6 +118,14 @@ commands:
   /quit                     leave (the session is deleted unless --keep)
   /<name> [args]            any other slash command goes to the agent
 Ctrl-C cancels the running turn; at the prompt it quits."""
+# The commands HELP lists, with what each does: what Tab completes besides the agent's.
+OWN_COMMANDS: Final = (
+    *((mode, "switch the agent's mode") for mode in MODES),
+    ("compact", "compact the agent's context"),
+    ("attach", "upload a file to go with the next prompt"),
+    ("help", "list the commands"),
+    ("quit", "leave"),
+)
 
 
 # --------------------------------------------------------------------------- output
@@ -154,13 +165,17 @@ class Screen:
         self.out = out
         self.s = style
         self.at_line_start = True
+        # Below a line editor's prompt (chat_input): only whole lines are shown, as text without
+        # its newline would be drawn over by the prompt; a question takes a line of its own.
+        self.whole_lines = False
 
     def _write(self, text: str) -> None:
         if not text:
             return
         try:
             self.out.write(text)
-            self.out.flush()
+            if not self.whole_lines:
+                self.out.flush()
         except (BrokenPipeError, ValueError):
             pass  # stdout went away (`| head`, a closed terminal): the session still ends cleanly
         self.at_line_start = text.endswith("\n")
@@ -187,14 +202,18 @@ class Screen:
         self._write(f"{indent}{body}\n")
 
     def ask(self, text: str) -> None:
-        """A question or the prompt: no newline, the answer is typed after it."""
+        """A question or the prompt: no newline, the answer is typed after it (at the line
+        editor's prompt, below it)."""
         self.end_line()
+        if self.whole_lines:
+            self._write(text.rstrip() + "\n")
+            return
         self._write(text)
         self.at_line_start = False
 
     def answer(self, text: str) -> None:
         """The answer to the question just asked, on its line (when no terminal echoes one)."""
-        self._write(text + "\n")
+        self._write(("  → " if self.whole_lines else "") + text + "\n")
 
 
 def _one_line(text: str, width: int) -> str:
@@ -469,11 +488,16 @@ def _depth_indent(frame: F.Frame) -> str:
 class LineSource:
     """stdin as an async stream of lines (``None`` at end of input), never blocking the loop.
 
+    The chat reads piped stdin with it; a terminal gets the line editor of ``chat_input`` instead,
+    which has the same ``get()`` and ``close()`` and draws its own prompt.
+
     A terminal or a pipe is watched with ``add_reader`` and read with ``os.read``; anything else (a
     regular file, a ``StringIO``) is read on a daemon thread, where a read never blocks for long.
     Reading the file descriptor directly keeps Python's buffered ``sys.stdin`` (and its lock) out of
     it, so nothing holds that lock when the interpreter exits.
     """
+
+    draws_prompt: Final = False  # the chat writes its "> " itself
 
     def __init__(self, stdin: TextIO, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -575,7 +599,7 @@ class Chat:
         *,
         session: dict[str, Any] | None = None,
         screen: Screen,
-        lines: LineSource,
+        lines: LineSource | EditedLines,
         interactive: bool,
         auto_answer: str | None,
         reattach_delays: tuple[float, ...] = REATTACH_DELAYS_S,
@@ -672,6 +696,8 @@ class Chat:
             self._idle = False
 
     def _show_prompt(self) -> None:
+        if self.lines.draws_prompt:
+            return  # the line editor's prompt is always there
         self.screen.ask(f"{self.s.bold}>{self.s.reset} ")
 
     async def _until_quit(self, aw: Awaitable[Any]) -> Any:
@@ -1248,11 +1274,13 @@ async def run_chat(
     reattach_delays: tuple[float, ...] = REATTACH_DELAYS_S,
     resume: str | None = None,
     on_session: Callable[[str], None] | None = None,
+    line_editor: bool | None = None,
 ) -> int:
     """Run the terminal chat against the gateway at ``url``; returns the exit status.
 
     ``on_session`` is called with the session id once it is attached (the demo prints the
-    console's URL for it).
+    console's URL for it). ``line_editor``: read with ``chat_input``'s line editor (history,
+    completion); by default when stdin and stdout are terminals.
 
     Creates a session of ``agent`` in ``workspace`` (or attaches to ``session_id``), then reads
     prompts from ``stdin`` until end of input, ``/quit`` or Ctrl-C. ``resume``: the new session
@@ -1284,7 +1312,8 @@ async def run_chat(
     loop = asyncio.get_running_loop()
     async with GatewayClient(url, token=token) as client:
         created = False
-        lines: LineSource | None = None  # made early when --resume asks which conversation
+        # Made early when --resume asks which conversation; else below.
+        lines: LineSource | EditedLines | None = None
         try:
             if session_id is not None:
                 session = await client.get_session(session_id)
@@ -1325,13 +1354,23 @@ async def run_chat(
         screen.line(
             f"session {sid} · agent {session.get('agent', agent)}{where}", style=screen.s.dim
         )
-        if interactive:
-            screen.line(
-                "/help for commands · Ctrl-C cancels a turn · Ctrl-D quits", style=screen.s.dim
-            )
+        editor = line_editor if line_editor is not None else _isatty(stdin) and _isatty(stdout)
+        if lines is None and editor:  # (--resume's question read stdin already: it keeps it)
+            from .chat_input import EditedLines
 
-        if lines is None:
+            lines = EditedLines(
+                commands=lambda: completions(chat),
+                on_interrupt=lambda: chat.on_sigint(),
+                prompt=f"{screen.s.bold}>{screen.s.reset} ",
+            )
+            screen.out, screen.whole_lines = lines.output(), True
+        elif lines is None:
             lines = LineSource(stdin, loop)
+        if interactive:
+            keys = "/help for commands · Ctrl-C cancels a turn · Ctrl-D quits"
+            if lines.draws_prompt:
+                keys += " · Tab completes · Esc Enter starts a new line"
+            screen.line(keys, style=screen.s.dim)
         chat = Chat(
             client,
             conn,
@@ -1425,6 +1464,11 @@ def url_problem(url: str) -> str | None:
     if "://" not in url:
         return f"the gateway URL {url!r} has no scheme: try http://{url}"
     return f"the gateway URL {url!r} is not http://host:port (or https://)"
+
+
+def completions(chat: Chat) -> list[tuple[str, str]]:
+    """What Tab completes after ``/``: this client's commands, then the agent's."""
+    return [*OWN_COMMANDS, *((c.name, c.description or "") for c in chat.commands)]
 
 
 def _isatty(stream: Any) -> bool:
