@@ -499,6 +499,9 @@ class LineSource:
 
     draws_prompt: Final = False  # the chat writes its "> " itself
 
+    def set_prompt(self, text: str | None) -> None:
+        """Only the line editor draws a prompt (``chat_input.EditedLines.set_prompt``)."""
+
     def __init__(self, stdin: TextIO, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.queue: asyncio.Queue[str | None] = asyncio.Queue()
@@ -899,6 +902,8 @@ class Chat:
         else:
             self._answer = asyncio.get_running_loop().create_future()
             self.screen.ask(prompt)
+            if self.lines.draws_prompt:  # the line editor's prompt says an answer is wanted
+                self.lines.set_prompt(f"{self.s.yellow}answer>{self.s.reset} ")
             try:
                 answer = await asyncio.wait_for(self._answer, req.timeout_sec or None)
             except TimeoutError:
@@ -906,6 +911,8 @@ class Chat:
                 answer = EOF
             finally:
                 self._answer = None
+                if self.lines.draws_prompt:
+                    self.lines.set_prompt(None)
             if answer is EOF:
                 value, text = None, None
             else:

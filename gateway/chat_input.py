@@ -138,6 +138,7 @@ class EditedLines:
             prompt_continuation=lambda width, line, wrap: "… ".rjust(width),
         )
         self._prompt = prompt
+        self._asking: str | None = None  # the prompt while a question waits for its answer
         self._proxy = StdoutProxy(raw=True, sleep_between_writes=0.02)
         self._task = asyncio.get_running_loop().create_task(self._read(), name="chat-input")
 
@@ -148,7 +149,7 @@ class EditedLines:
     async def _read(self) -> None:
         while True:
             try:
-                line = await self._session.prompt_async(ANSI(self._prompt))
+                line = await self._session.prompt_async(lambda: ANSI(self._asking or self._prompt))
             except KeyboardInterrupt:  # Ctrl-C: a key while the prompt owns the terminal
                 self.on_interrupt()
                 continue
@@ -156,6 +157,11 @@ class EditedLines:
                 self.queue.put_nowait(None)
                 return
             self.queue.put_nowait(line)
+
+    def set_prompt(self, text: str | None) -> None:
+        """Another prompt while a question waits (``answer> ``); None: the usual one again."""
+        self._asking = text
+        self._session.app.invalidate()
 
     async def get(self) -> str | None:
         return await self.queue.get()

@@ -198,3 +198,20 @@ def test_the_agents_published_commands_complete_too(gateway, tmp_path):
     term.wait_for_prompt()
     term.type("\x04")
     assert term.exit_status() == 0
+
+
+def test_a_permission_question_is_answered_at_the_prompt(gateway, tmp_path):
+    """The question prints above the prompt, which then asks for the answer; "y" allows."""
+    term = chat(gateway, tmp_path / "state")
+    term.wait_for_prompt()
+    term.type("write hello.txt\r")
+    term.wait_for("Allow Write: ")
+    term.wait_for("answer>")
+    term.wait_for_prompt()
+    term.type("y\r")
+    term.wait_for("— end_turn")
+    assert "← ok" in term.text
+    term.wait_for_prompt()
+    term.type("\x04")
+    assert term.exit_status() == 0
+    assert (tmp_path / "ws" / "hello.txt").exists()  # the gateway fixture's workspace
