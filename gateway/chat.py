@@ -63,7 +63,7 @@ import sys
 import tempfile
 import threading
 import urllib.parse
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TextIO, cast
@@ -1649,9 +1649,11 @@ async def run_demo_async(
             if getattr(args, "ui", False):
                 # The page creates and attaches its own sessions; the server runs until Ctrl-C,
                 # which is how this mode ends: exit 0.
-                out.write(f"browser console: {url}/ui (Ctrl-C stops the server)\n")
-                out.flush()
-                await _until_stopped()
+                stop = asyncio.Event()
+                with _on_stop_signals(stop.set):  # set before the line that invites Ctrl-C
+                    out.write(f"browser console: {url}/ui (Ctrl-C stops the server)\n")
+                    out.flush()
+                    await stop.wait()
                 return 0
             out.write(
                 "try: list files · write hello.txt · read hello.txt · think about it · /plan · "
@@ -1677,19 +1679,20 @@ async def run_demo_async(
             await runner.cleanup()
 
 
-async def _until_stopped() -> None:
-    """Until SIGINT or SIGTERM (where this loop can have signal handlers; else until cancelled)."""
+@contextlib.contextmanager
+def _on_stop_signals(callback: Callable[[], None]) -> Iterator[None]:
+    """``callback`` on SIGINT or SIGTERM while inside (where this loop can have signal handlers;
+    elsewhere nothing is installed, and only a cancellation ends the wait)."""
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
     handled: list[signal.Signals] = []
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, callback)
                 handled.append(sig)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not the main thread, or no signal handlers here
-        await stop.wait()
+        yield
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)

@@ -24,7 +24,7 @@ from typing import BinaryIO, Final, TextIO
 
 from parsers.base import NoInput, available
 from parsers.base import get as get_parser
-from parsers.events import Unknown
+from parsers.events import ParseError, Unknown
 
 from .config import Config, builtin_profiles
 from .files import FileStore, store_tool_files
@@ -126,14 +126,16 @@ def translate(
 
 
 def guess_parser(lines: list[bytes], *, exclude: str) -> str | None:
-    """The first other parser that knows every one of ``lines``, if one does. ``plain`` takes any
-    line as text, so it tells nothing and is not asked."""
+    """The first other parser that knows every one of ``lines`` (neither an unknown kind nor a
+    line it cannot parse), if one does. ``plain`` takes any line as text, so it tells nothing and
+    is not asked."""
     for name in available():
         if name in (exclude, "plain"):
             continue
         try:
             parser = get_parser(name).parser()
-            if not any(isinstance(e, Unknown) for line in lines for e in parser.feed(line)):
+            events = [e for line in lines for e in parser.feed(line)]
+            if not any(isinstance(e, Unknown | ParseError) for e in events):
                 return name
         except Exception:  # a third-party parser that cannot take these lines at all
             continue
