@@ -432,12 +432,13 @@ async def create_session(request: web.Request) -> web.Response:
         )
     history = _history_from(body.get("buffer"), config)
     workspace = _resolve_workspace(config, body.get("workspace_path"))
-    # A CLI that is not installed fails here for every profile, the same way: a single-turn one
-    # would otherwise start (and fail) only at the first prompt.
-    missing = process.missing_executable(profile.command[0], {**os.environ, **profile.env})
-    if missing is not None:
-        raise ApiError(502, "AGENT_START_FAILED", f"the {agent} agent could not start: {missing}")
     resume = body.get("resume_conversation")
+    # A CLI that is not installed fails here for every profile, the same way: a single-turn one
+    # would otherwise start (and fail) only at the first prompt. A continued conversation is shown
+    # without its agent, which starts (or fails, with AGENT_START_FAILED) at the next prompt.
+    missing = process.missing_executable(profile.command[0], {**os.environ, **profile.env})
+    if missing is not None and resume is None:
+        raise ApiError(502, "AGENT_START_FAILED", f"the {agent} agent could not start: {missing}")
     transcript = None
     if resume is not None:  # read and translated before anything is created
         transcript = await _conversation_call(
