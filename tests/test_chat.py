@@ -1297,3 +1297,13 @@ async def test_an_error_about_credentials_says_where_they_go(tmp_path):
     hints = [line.strip() for line in out.splitlines() if line.strip().startswith("hint:")]
     assert len(hints) == 1, out  # the retry's warning before it gives none
     assert "ANTHROPIC_API_KEY" in hints[0] and "~/.claude" in hints[0]
+
+
+async def test_a_url_without_its_scheme_is_named_as_such():
+    """``chat --url localhost:8765``: said to lack http://, not "cannot reach the gateway"."""
+    out = io.StringIO()
+    rc = await run_chat("localhost:8765", agent="demo", stdin=io.StringIO(""), stdout=out)
+    assert rc == 1
+    assert out.getvalue() == (
+        "✗ the gateway URL 'localhost:8765' has no scheme: try http://localhost:8765\n"
+    )
