@@ -10,7 +10,7 @@ with ``--resume`` the new session continues a conversation the agent saved, chos
 list when no id is given, and shows its earlier turns), attaches the WebSocket, and then four parts share one ``MasterView``:
 
 * the *receiver* takes frames off the WebSocket, applies them to the view and prints them: streamed
-  ``agent.text.delta`` text as it arrives, thinking dimmed, a tool call as ``→ Bash: ls`` and its
+  ``agent.text.delta`` text as it arrives, thinking labelled and dimmed, a tool call as ``→ Bash: ls`` and its
   result as ``← ok (12 lines)`` with a short preview (a diff as ``← ok (+3 -1)`` and its changed
   lines, coloured, the middle of a long one elided), subagents, errors, and the turn's end with its
   stop reason and the token usage of the ``session.usage`` that follows it (DPS-7.5.2-usage), with
@@ -62,10 +62,11 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Awaitable, Coroutine
+import urllib.parse
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TextIO, cast
+from typing import TYPE_CHECKING, Any, Final, TextIO, cast
 
 import aiohttp
 
@@ -81,6 +82,9 @@ from .client import (
 )
 from .protocol import frames as F
 from .usage import UsageTally
+
+if TYPE_CHECKING:
+    from .chat_input import EditedLines
 
 __all__ = [
     "add_chat_arguments",
@@ -114,6 +118,14 @@ commands:
   /quit                     leave (the session is deleted unless --keep)
   /<name> [args]            any other slash command goes to the agent
 Ctrl-C cancels the running turn; at the prompt it quits."""
+# The commands HELP lists, with what each does: what Tab completes besides the agent's.
+OWN_COMMANDS: Final = (
+    *((mode, "switch the agent's mode") for mode in MODES),
+    ("compact", "compact the agent's context"),
+    ("attach", "upload a file to go with the next prompt"),
+    ("help", "list the commands"),
+    ("quit", "leave"),
+)
 
 
 # --------------------------------------------------------------------------- output
@@ -153,13 +165,17 @@ class Screen:
         self.out = out
         self.s = style
         self.at_line_start = True
+        # Below a line editor's prompt (chat_input): only whole lines are shown, as text without
+        # its newline would be drawn over by the prompt; a question takes a line of its own.
+        self.whole_lines = False
 
     def _write(self, text: str) -> None:
         if not text:
             return
         try:
             self.out.write(text)
-            self.out.flush()
+            if not self.whole_lines:
+                self.out.flush()
         except (BrokenPipeError, ValueError):
             pass  # stdout went away (`| head`, a closed terminal): the session still ends cleanly
         self.at_line_start = text.endswith("\n")
@@ -186,14 +202,18 @@ class Screen:
         self._write(f"{indent}{body}\n")
 
     def ask(self, text: str) -> None:
-        """A question or the prompt: no newline, the answer is typed after it."""
+        """A question or the prompt: no newline, the answer is typed after it (at the line
+        editor's prompt, below it)."""
         self.end_line()
+        if self.whole_lines:
+            self._write(text.rstrip() + "\n")
+            return
         self._write(text)
         self.at_line_start = False
 
     def answer(self, text: str) -> None:
         """The answer to the question just asked, on its line (when no terminal echoes one)."""
-        self._write(text + "\n")
+        self._write(("  → " if self.whole_lines else "") + text + "\n")
 
 
 def _one_line(text: str, width: int) -> str:
@@ -340,6 +360,46 @@ def format_totals(tally: UsageTally) -> str:
     return text
 
 
+STDERR_LINES: Final = 5  # the end of an agent's stderr shown under its error
+
+# Why a session ended, by session.deleted's reason; its deleted_by follows in brackets. "client"
+# is the gateway (the spec's client node), never the person at this terminal.
+_DELETED_WHY: Final = {
+    "user_request": "a user deleted it",
+    "master_request": "a master deleted it (DELETE /v1/session)",
+    "timeout": "no master reattached within its reattach window",
+    "error": "the gateway ended it after a fatal error, or as it shut down",
+}
+
+
+def deleted_text(p: F.Deleted) -> str:
+    """``session ended: the gateway ended it after a fatal error, ... (error, deleted_by: client)``."""
+    why = _DELETED_WHY.get(p.reason, p.reason)
+    return f"session ended: {why} ({p.reason}, deleted_by: {p.deleted_by})"
+
+
+def error_details(details: F.ErrorDetails | None, message: str) -> tuple[list[str], str | None]:
+    """What an error's details add to its message: the exit code or signal and the end of the
+    agent's stderr (each unless the message says it already), and the hint, if any."""
+    if details is None:
+        return [], None
+    lines: list[str] = []
+    facts = []
+    if details.exit_code is not None and f"exit code {details.exit_code}" not in message:
+        facts.append(f"exit code {details.exit_code}")
+    if details.signal is not None and f"signal {details.signal}" not in message:
+        facts.append(f"signal {details.signal}")
+    if details.http_status is not None and str(details.http_status) not in message:
+        facts.append(f"HTTP {details.http_status}")
+    if facts:
+        lines.append(" · ".join(facts))
+    stderr = (details.stderr or "").strip()
+    if stderr and stderr not in message:
+        tail = stderr.splitlines()[-STDERR_LINES:]
+        lines += [f"stderr │ {_cut(line, PREVIEW_WIDTH)}" for line in tail]
+    return lines, details.hint
+
+
 def permission_question(req: F.InteractionRequest) -> str:
     """``Allow Bash: rm x?`` from the request's context, else its own question text."""
     ctx = req.context
@@ -428,11 +488,19 @@ def _depth_indent(frame: F.Frame) -> str:
 class LineSource:
     """stdin as an async stream of lines (``None`` at end of input), never blocking the loop.
 
+    The chat reads piped stdin with it; a terminal gets the line editor of ``chat_input`` instead,
+    which has the same ``get()`` and ``close()`` and draws its own prompt.
+
     A terminal or a pipe is watched with ``add_reader`` and read with ``os.read``; anything else (a
     regular file, a ``StringIO``) is read on a daemon thread, where a read never blocks for long.
     Reading the file descriptor directly keeps Python's buffered ``sys.stdin`` (and its lock) out of
     it, so nothing holds that lock when the interpreter exits.
     """
+
+    draws_prompt: Final = False  # the chat writes its "> " itself
+
+    def set_prompt(self, text: str | None) -> None:
+        """Only the line editor draws a prompt (``chat_input.EditedLines.set_prompt``)."""
 
     def __init__(self, stdin: TextIO, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -534,7 +602,7 @@ class Chat:
         *,
         session: dict[str, Any] | None = None,
         screen: Screen,
-        lines: LineSource,
+        lines: LineSource | EditedLines,
         interactive: bool,
         auto_answer: str | None,
         reattach_delays: tuple[float, ...] = REATTACH_DELAYS_S,
@@ -631,6 +699,8 @@ class Chat:
             self._idle = False
 
     def _show_prompt(self) -> None:
+        if self.lines.draws_prompt:
+            return  # the line editor's prompt is always there
         self.screen.ask(f"{self.s.bold}>{self.s.reset} ")
 
     async def _until_quit(self, aw: Awaitable[Any]) -> Any:
@@ -832,6 +902,8 @@ class Chat:
         else:
             self._answer = asyncio.get_running_loop().create_future()
             self.screen.ask(prompt)
+            if self.lines.draws_prompt:  # the line editor's prompt says an answer is wanted
+                self.lines.set_prompt(f"{self.s.yellow}answer>{self.s.reset} ")
             try:
                 answer = await asyncio.wait_for(self._answer, req.timeout_sec or None)
             except TimeoutError:
@@ -839,6 +911,8 @@ class Chat:
                 answer = EOF
             finally:
                 self._answer = None
+                if self.lines.draws_prompt:
+                    self.lines.set_prompt(None)
             if answer is EOF:
                 value, text = None, None
             else:
@@ -960,9 +1034,7 @@ class Chat:
         deleted = self.view.deleted
         if deleted is None:
             return
-        self.screen.line(
-            f"session deleted ({deleted.reason}, by {deleted.deleted_by})", style=self.s.yellow
-        )
+        self.screen.line(deleted_text(deleted), style=self.s.yellow)
         self.status = 1  # ended under us: a script must not take this for success
         self._ended.set()
 
@@ -1011,9 +1083,10 @@ class Chat:
             self.screen.stream(p.text, indent=indent)
         elif isinstance(p, F.ThinkingDelta):
             key = ("thinking", parent, p.content_index)
-            if self._stream_key != key and not s.dim:
+            if self._stream_key != key:
+                # Labelled as a plan is: dimmed alone, thinking would read like the answer.
                 self._stream_to(key)
-                self.screen.stream("(thinking) ", indent=indent)
+                self.screen.line("thinking:", style=s.cyan, indent=indent)
             self._stream_to(key)
             text = "[redacted]" if p.redacted and not p.text else p.text
             self.screen.stream(text, style=s.dim, indent=indent)
@@ -1067,6 +1140,11 @@ class Chat:
             self.screen.line(
                 f"✗ {p.severity} {p.error_code}: {p.message}", style=s.red, indent=indent
             )
+            lines, hint = error_details(p.details, p.message)
+            for line in lines:
+                self.screen.line(line, style=s.dim, indent=indent + "  ")
+            if hint:
+                self.screen.line(f"hint: {hint}", style=s.yellow, indent=indent + "  ")
         elif isinstance(p, F.SessionError):
             fatal = " (fatal)" if p.fatal else ""
             self.screen.line(f"✗ {p.error_code}: {p.message}{fatal}", style=s.red)
@@ -1202,8 +1280,14 @@ async def run_chat(
     handle_sigint: bool | None = None,
     reattach_delays: tuple[float, ...] = REATTACH_DELAYS_S,
     resume: str | None = None,
+    on_session: Callable[[str], None] | None = None,
+    line_editor: bool | None = None,
 ) -> int:
     """Run the terminal chat against the gateway at ``url``; returns the exit status.
+
+    ``on_session`` is called with the session id once it is attached (the demo prints the
+    console's URL for it). ``line_editor``: read with ``chat_input``'s line editor (history,
+    completion); by default when stdin and stdout are terminals.
 
     Creates a session of ``agent`` in ``workspace`` (or attaches to ``session_id``), then reads
     prompts from ``stdin`` until end of input, ``/quit`` or Ctrl-C. ``resume``: the new session
@@ -1224,6 +1308,10 @@ async def run_chat(
     if handle_sigint is None:
         handle_sigint = interactive and threading.current_thread() is threading.main_thread()
     screen = Screen(stdout, ANSI if color else PLAIN)
+    problem = url_problem(url)
+    if problem is not None:
+        screen.line(f"✗ {problem}", style=screen.s.red)
+        return 1
     if session_id is None and not agent:
         screen.line("✗ give --agent NAME (or --session ID to attach)", style=screen.s.red)
         return 1
@@ -1231,7 +1319,8 @@ async def run_chat(
     loop = asyncio.get_running_loop()
     async with GatewayClient(url, token=token) as client:
         created = False
-        lines: LineSource | None = None  # made early when --resume asks which conversation
+        # Made early when --resume asks which conversation; else below.
+        lines: LineSource | EditedLines | None = None
         try:
             if session_id is not None:
                 session = await client.get_session(session_id)
@@ -1266,17 +1355,29 @@ async def run_chat(
 
         sid = str(session["session_id"])
         role = await _signed_in(client, session, screen)
+        if on_session is not None:
+            on_session(sid)
         where = f" · {workspace}" if workspace else ""
         screen.line(
             f"session {sid} · agent {session.get('agent', agent)}{where}", style=screen.s.dim
         )
-        if interactive:
-            screen.line(
-                "/help for commands · Ctrl-C cancels a turn · Ctrl-D quits", style=screen.s.dim
-            )
+        editor = line_editor if line_editor is not None else _isatty(stdin) and _isatty(stdout)
+        if lines is None and editor:  # (--resume's question read stdin already: it keeps it)
+            from .chat_input import EditedLines
 
-        if lines is None:
+            lines = EditedLines(
+                commands=lambda: completions(chat),
+                on_interrupt=lambda: chat.on_sigint(),
+                prompt=f"{screen.s.bold}>{screen.s.reset} ",
+            )
+            screen.out, screen.whole_lines = lines.output(), True
+        elif lines is None:
             lines = LineSource(stdin, loop)
+        if interactive:
+            keys = "/help for commands · Ctrl-C cancels a turn · Ctrl-D quits"
+            if lines.draws_prompt:
+                keys += " · Tab completes · Esc Enter starts a new line"
+            screen.line(keys, style=screen.s.dim)
         chat = Chat(
             client,
             conn,
@@ -1362,6 +1463,21 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+def url_problem(url: str) -> str | None:
+    """What is wrong with a gateway URL the user gave (``localhost:8765`` lacks its scheme)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme in ("http", "https") and parts.netloc:
+        return None
+    if "://" not in url:
+        return f"the gateway URL {url!r} has no scheme: try http://{url}"
+    return f"the gateway URL {url!r} is not http://host:port (or https://)"
+
+
+def completions(chat: Chat) -> list[tuple[str, str]]:
+    """What Tab completes after ``/``: this client's commands, then the agent's."""
+    return [*OWN_COMMANDS, *((c.name, c.description or "") for c in chat.commands)]
+
+
 def _isatty(stream: Any) -> bool:
     try:
         return bool(stream.isatty())
@@ -1382,7 +1498,7 @@ def add_chat_arguments(
     if with_url:
         with contextlib.suppress(argparse.ArgumentError):  # the caller added its own --url
             parser.add_argument(
-                "--url", required=True, help="the gateway's base URL, http://host:port"
+                "--url", required=True, help="the gateway's base URL, http://host:port (required)"
             )
     else:
         default_agent = default_agent or "demo"
@@ -1390,24 +1506,33 @@ def add_chat_arguments(
     parser.add_argument(
         "--agent",
         default=default_agent,
-        help=agent_help + (f" (default {default_agent})" if default_agent else ""),
+        help=agent_help
+        + (f" (default {default_agent})" if default_agent else " (required without --session)"),
     )
     if with_url:
         parser.add_argument(
-            "--token-file", help="file holding the bearer token (else $RAWP_GATEWAY_TOKEN)"
+            "--token-file",
+            help="file holding the bearer token (default: $RAWP_GATEWAY_TOKEN, else none)",
         )
     parser.add_argument(
-        "--workspace", help="the session's workspace_path (inside the gateway's workspace root)"
+        "--workspace",
+        help="the session's workspace_path, inside the gateway's workspace root "
+        "(default: the root itself)",
     )
     if with_url:
-        parser.add_argument("--session", dest="session_id", help="attach to this existing session")
+        parser.add_argument(
+            "--session",
+            dest="session_id",
+            help="attach to this existing session (default: create a new one)",
+        )
         parser.add_argument(
             "--resume",
             nargs="?",
             const="",
             metavar="ID",
             help="continue a conversation the agent saved for the workspace (begun in a terminal, "
-            "or a session gone from the gateway); without ID, list them and ask which",
+            "or a session gone from the gateway); without ID, list them and ask which "
+            "(default: none, a new conversation)",
         )
     answers = parser.add_mutually_exclusive_group()
     answers.add_argument(
@@ -1415,7 +1540,8 @@ def add_chat_arguments(
         dest="auto_answer",
         action="store_const",
         const="allow",
-        help="allow every permission question without asking",
+        help="allow every permission question without asking (default: ask on a terminal, "
+        "deny when stdin is not one)",
     )
     answers.add_argument(
         "--no",
@@ -1425,7 +1551,12 @@ def add_chat_arguments(
         help="deny every permission question without asking",
     )
     if with_url:
-        parser.add_argument("--keep", action="store_true", help="do not delete the session on exit")
+        parser.add_argument(
+            "--keep",
+            action="store_true",
+            help="do not delete the session on exit (default: the session this chat created "
+            "is deleted)",
+        )
 
 
 def read_token(token_file: str | None) -> str | None:
@@ -1516,12 +1647,26 @@ async def run_demo_async(
             url = f"http://127.0.0.1:{port}"
             note = "" if root_arg else " (a temporary directory, removed on exit)"
             out.write(f"rawp-gateway demo: server {url} · workspace {root}{note}\n")
-            out.write(f"browser console: {url}/ui\n")
-            out.write("try: list files · write hello.txt · think about it · /plan · /compact\n")
-            out.flush()
             if getattr(args, "ui", False):
-                # The page creates and attaches its own sessions; the server runs until Ctrl-C.
-                await asyncio.Event().wait()
+                # The page creates and attaches its own sessions; the server runs until Ctrl-C,
+                # which is how this mode ends: exit 0.
+                stop = asyncio.Event()
+                with _on_stop_signals(stop.set):  # set before the line that invites Ctrl-C
+                    out.write(f"browser console: {url}/ui (Ctrl-C stops the server)\n")
+                    out.flush()
+                    await stop.wait()
+                return 0
+            out.write(
+                "try: list files · write hello.txt · read hello.txt · think about it · /plan · "
+                "/compact · /attach PATH\n"
+            )
+            out.flush()
+
+            def console_url(session_id: str) -> None:
+                # Opens on this terminal's session: both are masters of it.
+                out.write(f"browser console: {url}/ui#session={session_id}\n")
+                out.flush()
+
             return await run_chat(
                 url,
                 agent=getattr(args, "agent", None) or "demo",
@@ -1529,9 +1674,29 @@ async def run_demo_async(
                 stdin=stdin,
                 stdout=stdout,
                 auto_answer=getattr(args, "auto_answer", None),
+                on_session=console_url,
             )
         finally:
             await runner.cleanup()
+
+
+@contextlib.contextmanager
+def _on_stop_signals(callback: Callable[[], None]) -> Iterator[None]:
+    """``callback`` on SIGINT or SIGTERM while inside (where this loop can have signal handlers;
+    elsewhere nothing is installed, and only a cancellation ends the wait)."""
+    loop = asyncio.get_running_loop()
+    handled: list[signal.Signals] = []
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, callback)
+                handled.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread, or no signal handlers here
+        yield
+    finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)
 
 
 def run_demo(args: argparse.Namespace) -> int:

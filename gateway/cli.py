@@ -21,11 +21,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rawp-gateway {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="run the gateway server")
-    serve.add_argument("--config", type=Path, help="TOML configuration file")
+    def command(name: str, summary: str) -> argparse.ArgumentParser:
+        # The summary is both the line in the top-level list and the subcommand's own --help.
+        return sub.add_parser(
+            name, help=summary, description=summary[0].upper() + summary[1:] + "."
+        )
+
+    serve = command("serve", "run the gateway server")
+    serve.add_argument("--config", type=Path, help="TOML configuration file (default: none)")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8765; 0 picks one)")
-    serve.add_argument("--token-file", help="file holding the bearer token masters must send")
+    serve.add_argument(
+        "--token-file", help="file holding the bearer token masters must send (default: none)"
+    )
     serve.add_argument(
         "--workspace-root",
         help="directory every session workspace must be in (default: the current directory; "
@@ -36,24 +44,27 @@ def _parser() -> argparse.ArgumentParser:
         "--state-dir", help="keep sessions here so they survive a restart (default: in memory)"
     )
 
-    tr = sub.add_parser(
-        "translate", help="turn an agent's recorded stdout into DPS frames (one JSON per line)"
+    tr = command("translate", "turn an agent's recorded stdout into DPS frames (one JSON per line)")
+    tr.add_argument(
+        "--agent",
+        default="claude-code",
+        help="agent profile or parser name (default claude-code)",
     )
-    tr.add_argument("--agent", default="claude-code", help="agent profile or parser name")
     tr.add_argument("--session-id", help="session_id for the frames (default: a new UUID v4)")
     tr.add_argument(
-        "--exit-code", type=int, default=0, help="the agent's exit code at the end of the input"
+        "--exit-code",
+        type=int,
+        default=0,
+        help="the agent's exit code at the end of the input (default 0)",
     )
     tr.add_argument(
         "--forward-unknown",
         action="store_true",
-        help="forward unknown agent lines as x-rawp-gateway.agent.raw frames",
+        help="forward unknown agent lines as x-rawp-gateway.agent.raw frames (default: dropped)",
     )
     tr.add_argument("file", nargs="?", default="-", help="agent stdout (default: standard input)")
 
-    demo = sub.add_parser(
-        "demo", help="run the gateway with the embedded demo agent and a terminal client"
-    )
+    demo = command("demo", "run the gateway with the embedded demo agent and a terminal client")
     demo.add_argument("--workspace-root", help="workspace for the demo (default: a temp dir)")
     demo.add_argument(
         "--ui",
@@ -62,9 +73,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     _chat_arguments(demo, with_url=False)
 
-    chat = sub.add_parser("chat", help="a terminal client for any rawp-gateway server")
-    chat.add_argument("--url", required=True, help="the gateway's base URL, http://host:port")
+    chat = command("chat", "a terminal client for any rawp-gateway server")
+    chat.add_argument(
+        "--url", required=True, help="the gateway's base URL, http://host:port (required)"
+    )
     _chat_arguments(chat, with_url=True)
+    parser.set_defaults(subparsers=sub.choices)
     return parser
 
 
@@ -83,7 +97,11 @@ def _setup_logging(fmt: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # Said by the subcommand's parser, so the usage shown is the subcommand's (exit 2).
+        args.subparsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "serve":
         return _serve(args)
     if args.command == "translate":
@@ -102,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from .config import ConfigError, load_config
     from .persistence import StateDirError
-    from .server import serve
+    from .server import StartError, serve
 
     flags = {
         "host": args.host,
@@ -122,7 +140,7 @@ def _serve(args: argparse.Namespace) -> int:
         logging.getLogger("rawp_gateway").warning(warning)
     try:
         serve(config)
-    except StateDirError as err:
+    except (StateDirError, StartError) as err:
         print(f"rawp-gateway: {err}", file=sys.stderr)
         return 2
     return 0

@@ -71,7 +71,9 @@ ALL_TOOLS: Final = ("Glob", "Read", "Write")
 NEEDS_PERMISSION: Final = frozenset({"Write", "Bash"})
 EDIT_TOOLS: Final = frozenset({"Write", "Edit"})
 PERMISSION_MODES: Final = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk")
-SLASH_COMMANDS: Final = ["compact", "context", "cost", "init", "review"]
+# Only the commands it answers as what they are: a listed /cost that answered with the greeting
+# would tell the user something untrue.
+SLASH_COMMANDS: Final = ["compact"]
 INTERRUPTED: Final = "[Request interrupted by user]"
 INTERRUPTED_TOOL: Final = "[Request interrupted by user for tool use]"
 REJECTED_BY_INTERRUPT: Final = (

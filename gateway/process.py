@@ -79,6 +79,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import shutil
 import signal
 import sys
 import time
@@ -103,6 +104,7 @@ __all__ = [
     "kill_all_groups",
     "kill_left_behind",
     "live_groups",
+    "missing_executable",
     "terminate_all",
 ]
 
@@ -201,10 +203,30 @@ class AgentStartError(AgentProcessError):
 class AgentExecutableNotFound(AgentStartError, FileNotFoundError):
     """argv[0] does not name an executable file (the agent CLI is not installed or not on PATH)."""
 
+    def __init__(self, program: str) -> None:
+        super().__init__(
+            errno.ENOENT,
+            f"agent executable not found: {program!r} (not installed, or not on PATH)",
+            program,
+        )
+
     def __str__(self) -> str:
         # The message names the file already; OSError's own form would add "[Errno 2]" and the
         # file name a second time.
         return self.strerror or super().__str__()
+
+
+def missing_executable(program: str, env: Mapping[str, str]) -> AgentExecutableNotFound | None:
+    """Why ``program`` cannot be started, told before anything is created: a name that is not on
+    ``env``'s PATH, or an absolute path that is not an executable file. A relative path with a
+    ``/`` is the workspace's (the agent's cwd): that is left to the start itself."""
+    if "{" in program or (os.sep in program and not os.path.isabs(program)):
+        return None  # a template, filled in per session, or relative to the workspace
+    if os.sep in program:
+        found = os.path.isfile(program) and os.access(program, os.X_OK)
+    else:
+        found = shutil.which(program, path=env.get("PATH", os.defpath)) is not None
+    return None if found else AgentExecutableNotFound(program)
 
 
 class StdoutLine(NamedTuple):
@@ -602,11 +624,7 @@ class AgentProcess:
             target = cwd if cwd is not None else workspace_abs
             if not os.path.isdir(target):
                 raise AgentStartError(f"agent working directory does not exist: {target}") from exc
-            raise AgentExecutableNotFound(
-                errno.ENOENT,
-                f"agent executable not found: {argv[0]!r} (not installed, or not on PATH)",
-                argv[0],
-            ) from exc
+            raise AgentExecutableNotFound(argv[0]) from exc
         except OSError as exc:
             raise AgentStartError(f"cannot start agent {argv[0]!r}: {exc}") from exc
         assert self._transport is transport

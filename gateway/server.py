@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import ipaddress
 import logging
+import os
 import signal
 import time
 import uuid
@@ -433,6 +435,12 @@ async def create_session(request: web.Request) -> web.Response:
     history = _history_from(body.get("buffer"), config)
     workspace = _resolve_workspace(config, body.get("workspace_path"))
     resume = body.get("resume_conversation")
+    # A CLI that is not installed fails here for every profile, the same way: a single-turn one
+    # would otherwise start (and fail) only at the first prompt. A continued conversation is shown
+    # without its agent, which starts (or fails, with AGENT_START_FAILED) at the next prompt.
+    missing = process.missing_executable(profile.command[0], {**os.environ, **profile.env})
+    if missing is not None and resume is None:
+        raise ApiError(502, "AGENT_START_FAILED", f"the {agent} agent could not start: {missing}")
     transcript = None
     if resume is not None:  # read and translated before anything is created
         transcript = await _conversation_call(
@@ -1103,13 +1111,18 @@ def is_loopback(address: str | None) -> bool:
     return (mapped or ip).is_loopback
 
 
+class StartError(Exception):
+    """The gateway cannot start as configured: one line for ``rawp-gateway serve`` to print."""
+
+
 def check_bind(config: Config) -> None:
     """With no token the gateway serves loopback only (docs/http-api.md, Security)."""
     loopback = config.host in ("127.0.0.1", "localhost", "::1") or config.host.startswith("127.")
     if not config.authenticated and not loopback:
-        raise SystemExit(
-            f"refusing to listen on {config.host} without a token: set --token-file or "
-            "RAWP_GATEWAY_TOKEN (or [auth] users_file, [auth.oidc]), or listen on 127.0.0.1"
+        raise StartError(
+            f"refusing to listen on {config.host} without a token: give --token-file FILE (or "
+            "set RAWP_GATEWAY_TOKEN, or [auth] users_file, [auth.oidc]) with --workspace-root "
+            "DIR, which a token needs, or listen on 127.0.0.1"
         )
 
 
@@ -1132,9 +1145,11 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
         await site.start()
     except OSError as err:  # a name that does not resolve, a port in use: one line, no traceback
         await runner.cleanup()
-        raise SystemExit(
-            f"rawp-gateway: cannot listen on {config.host}:{config.port}: {err.strerror or err}"
-        ) from None
+        # aiohttp's strerror repeats the address; the errno's own words do not.
+        why = os.strerror(err.errno) if err.errno else str(err)
+        if err.errno == errno.EADDRINUSE:
+            why = f"port {config.port} is in use (another gateway? --port 0 picks a free one)"
+        raise StartError(f"cannot listen on {config.host}:{config.port}: {why}") from None
     port = runner.addresses[0][1] if runner.addresses else config.port
     log.info(
         "listening",

@@ -60,6 +60,7 @@ from .persistence import COMPACT_SLACK, FORMAT, VERSION, Loaded, SavedSession
 from .process import (
     DEFAULT_MAX_LINE_BYTES,
     AgentProcess,
+    AgentProcessError,
     AgentStartError,
     AgentStdinFull,
     StdoutLine,
@@ -156,6 +157,7 @@ class LiveSession:
                     else None
                 ),
                 tools=profile.tools,
+                credentials=spec.credentials,
             ),
             files=self.files.files,
         )
@@ -643,15 +645,18 @@ class LiveSession:
             log.error("agent did not start", extra={"session": self.id, "error": str(err)})
             self.metrics.process_started(self.profile.name)
             self.metrics.process_exited(self.profile.name, "error")
-            self.perform(self.machine.agent_exited("error", 127, None, str(err)))
+            self.perform(self.machine.agent_exited("error", 127, start_error=str(err)))
             return
         self.process = proc
         self._spawning = False
         self._spawned.set()
         self.metrics.process_started(self.profile.name)
         log.info("agent started", extra={"session": self.id, "pid": proc.pid, "argv": argv})
-        for data in self._stdin_pending:
-            proc.write(data)
+        try:
+            for data in self._stdin_pending:
+                proc.write(data)
+        except AgentProcessError as err:  # it exited before reading: the exit will be reported
+            log.warning("stdin write failed", extra={"session": self.id, "error": str(err)})
         self._stdin_pending.clear()
         if close_stdin:
             proc.close_stdin()

@@ -20,10 +20,11 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Iterable
-from typing import BinaryIO, TextIO
+from typing import BinaryIO, Final, TextIO
 
-from parsers.base import NoInput
+from parsers.base import NoInput, available
 from parsers.base import get as get_parser
+from parsers.events import ParseError, Unknown
 
 from .config import Config, builtin_profiles
 from .files import FileStore, store_tool_files
@@ -33,9 +34,11 @@ from .protocol import session as sm
 from .protocol.capabilities import ALL_FEATURES
 from .protocol.frames import FileTransfer
 
-__all__ = ["SENT_PREFIX", "translate"]
+__all__ = ["SENT_PREFIX", "guess_parser", "translate"]
 
 SENT_PREFIX = b'{"sent":'  # a client line of a conversing agent's transcript
+# After this many lines the parser does not know, the other parsers are asked which knows them.
+GUESS_AFTER_UNKNOWN: Final = 3
 
 
 def translate(
@@ -71,7 +74,12 @@ def translate(
         session_id,
         parser,
         NoInput(),
-        sm.SessionConfig(agent=agent, features=features, forward_unknown=forward_unknown),
+        sm.SessionConfig(
+            agent=agent,
+            features=features,
+            forward_unknown=forward_unknown,
+            credentials=spec.credentials,
+        ),
     )
     bad = 0
 
@@ -91,13 +99,44 @@ def translate(
                 print(f"translate: {action.message} {fields}".rstrip(), file=err)
 
     out.write(codec.encode(machine.capabilities_frame) + b"\n")
+    unknown: list[bytes] = []  # the first few lines the parser did not know
     for line in lines:
         line = line.rstrip(b"\r\n")
         if sent is not None and line.startswith(SENT_PREFIX):
             emit(machine.agent_events(sent(line)))
-        elif line:
-            emit(machine.agent_events(store_tool_files(machine.parser.feed(line), files, None)))
+            continue
+        if not line:
+            continue
+        events = machine.parser.feed(line)
+        emit(machine.agent_events(store_tool_files(events, files, None)))
+        if len(unknown) < GUESS_AFTER_UNKNOWN and any(isinstance(e, Unknown) for e in events):
+            unknown.append(line)
+            if len(unknown) == GUESS_AFTER_UNKNOWN and (
+                other := guess_parser(unknown, exclude=parser_name)
+            ):
+                print(
+                    f"translate: these lines look like {other}'s, not {parser_name}'s: "
+                    f"try --agent {other}",
+                    file=err,
+                )
     emit(machine.agent_stdout_closed())
     status = classify_exit(exit_code)
     emit(machine.agent_exited(status.kind, status.returncode, status.signal))
     return bad
+
+
+def guess_parser(lines: list[bytes], *, exclude: str) -> str | None:
+    """The first other parser that knows every one of ``lines`` (neither an unknown kind nor a
+    line it cannot parse), if one does. ``plain`` takes any line as text, so it tells nothing and
+    is not asked."""
+    for name in available():
+        if name in (exclude, "plain"):
+            continue
+        try:
+            parser = get_parser(name).parser()
+            events = [e for line in lines for e in parser.feed(line)]
+            if not any(isinstance(e, Unknown | ParseError) for e in events):
+                return name
+        except Exception:  # a third-party parser that cannot take these lines at all
+            continue
+    return None

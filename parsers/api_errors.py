@@ -7,9 +7,16 @@ same way whichever agent met the error.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
-__all__ = ["HTTP_ERROR_CODES", "http_error_code"]
+__all__ = [
+    "CREDENTIAL_CODES",
+    "HTTP_ERROR_CODES",
+    "about_credentials",
+    "credentials_hint",
+    "http_error_code",
+]
 
 HTTP_ERROR_CODES: Final[dict[int, str]] = {
     400: "API_BAD_REQUEST",
@@ -39,3 +46,30 @@ def http_error_code(status: int | None) -> str:
     if 500 <= status < 600:
         return "API_SERVER_ERROR"
     return "API_ERROR"
+
+
+# Codes that always mean missing or refused credentials (Gemini's exit 41 is AUTH_ERROR).
+CREDENTIAL_CODES: Final = frozenset({"API_UNAUTHORIZED", "AUTH_ERROR"})
+# The agents' own words for it: Claude Code's "Not logged in · Please run /login", Codex's
+# "Missing environment variable: `OPENAI_API_KEY`", Gemini's "you must specify the GEMINI_API_KEY
+# environment variable", an API's 401 "invalid x-api-key".
+_CREDENTIAL_WORDS: Final = re.compile(
+    r"not logged in|/login\b|\blog ?in\b|api[ _-]?key|unauthori[sz]ed|authenticat|credential"
+    r"|auth method",
+    re.IGNORECASE,
+)
+
+
+def about_credentials(code: str, *texts: str | None) -> bool:
+    """Whether an error (its code, message, stderr) is about the agent's credentials."""
+    return code in CREDENTIAL_CODES or any(
+        text and _CREDENTIAL_WORDS.search(text) for text in texts
+    )
+
+
+def credentials_hint(where: str) -> str:
+    """What a user can do about it: where the agent (``ParserSpec.credentials``) looks."""
+    return (
+        "this is about the agent's credentials: the gateway passes its environment, and the "
+        f"profile's env, on to the agent, which reads {where}"
+    )

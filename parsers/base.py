@@ -261,6 +261,9 @@ class ParserSpec:
     # The tools the agent offers by default (the tested version, the built-in profile's flags):
     # the first tool.catalog.publish, sent before the agent reports its own list, which replaces it.
     tools: tuple[str, ...] = ()
+    # Where the agent reads its credentials (variables, files), said in the hint of an error
+    # about them (parsers.api_errors.about_credentials); empty: the agent needs none.
+    credentials: str = ""
     # The agent converses (ACP): one object is parser and input at once, since what was asked
     # decides what an answer means. ``make`` then gives that one object twice.
     converses: bool = False

@@ -1320,6 +1320,8 @@ SPEC: Final = ParserSpec(
     input=ClaudeCodeInput,
     saved=_saved,
     description="Claude Code CLI (stream-json, tested with 2.1.328)",
+    credentials="ANTHROPIC_API_KEY, or the login that `claude` then /login keeps in "
+    "~/.claude/.credentials.json of the user running the gateway",
     # Thinking and tool input deltas (--include-partial-messages), Task subagents with their
     # context, /compact and permission modes (plan) on stdin: the CLI does all of them.
     features=frozenset(

@@ -592,6 +592,8 @@ SPEC: Final = ParserSpec(
     input=NoInput,
     saved=_saved,
     description="Codex CLI (codex exec --json, tested with 0.171.0)",
+    credentials="OPENAI_API_KEY, or the sign-in `codex login` keeps in ~/.codex/auth.json "
+    "($CODEX_HOME) of the user running the gateway",
     # Reasoning summaries arrive whole, as thinking. No tool output chunks, subagents, compaction
     # or modes the gateway could relay or drive through `exec`.
     features=frozenset({"thinking_stream"}),

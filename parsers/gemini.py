@@ -426,6 +426,8 @@ SPEC: Final = ParserSpec(
     saved=_saved,
     input=NoInput,
     description="Gemini CLI (gemini -p --output-format stream-json, tested with 0.61.0)",
+    credentials="GEMINI_API_KEY, with ~/.gemini/settings.json choosing that way to sign in "
+    '({"security": {"auth": {"selectedType": "gemini-api-key"}}})',
     # stream-json prints no thinking, tool output chunks, subagents, compaction or modes: no
     # features (masters get the *_NOT_SUPPORTED errors).
     features=frozenset(),

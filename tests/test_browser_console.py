@@ -10,9 +10,11 @@ import base64
 import io
 import json
 import re
+import sys
 import uuid
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from gateway.demo_agent import THOUGHT_TEXT
@@ -744,3 +746,84 @@ async def test_a_session_deleted_elsewhere_leaves_nothing_to_send(gateway, page)
     disabled = await page.js(f"{controls}.map(id => document.getElementById(id).disabled)")
     assert disabled == [True] * 6, disabled
     assert page.errors() == []
+
+
+async def test_an_agent_that_dies_shows_its_stderr_and_why_the_session_ended(tmp_path, page):
+    """The fatal agent.error's details on the page: the end of stderr under the message, and a
+    session.deleted that says the gateway ended it (not "by client", as if the user had)."""
+    from dataclasses import replace
+
+    (tmp_path / "ws").mkdir()
+    script = "import sys; sys.stderr.write('starting\\nno model configured\\n'); sys.exit(3)"
+    dying = replace(
+        fast_demo(), command=(sys.executable, "-c", script, "{prompt}"), single_turn_process=True
+    )
+    client = await start_gateway(make_config(tmp_path, token=TOKEN, agents={"demo": dying}))
+    try:
+        await log_in_and_create(page, client, "dies")
+        await prompt(page, "hello")
+        await page.wait(f"{q('.notice pre.error-stderr')} !== null", 15)
+        assert await text_of(page, ".notice pre.error-stderr") == "starting\nno model configured"
+        error = await text_of(page, ".notice.error")
+        assert error.startswith("agent fatal: AGENT_EXIT: the agent process ended with exit code 3")
+        await page.wait(
+            "[...document.querySelectorAll('.notice')].some(n => "
+            "n.textContent.startsWith('session ended: the gateway ended it'))",
+            15,
+        )
+        assert "by client" not in await page.js("document.body.textContent")
+        assert page.errors() == []
+    finally:
+        await client.close()
+
+
+async def test_the_demo_console_url_opens_on_the_terminals_session(tmp_path, page):
+    """`rawp-gateway demo` prints the console's URL with its session: opened, the page is
+    attached to the session the terminal client runs (its prompt is in the page), and a hash
+    changed to another session moves the tab there."""
+    import argparse
+    import os
+
+    from gateway.chat import add_chat_arguments, run_demo_async
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workspace-root")
+    add_chat_arguments(parser, with_url=False)
+    args = parser.parse_args(["--workspace-root", str(tmp_path)])
+    read_fd, write_fd = os.pipe()
+    out = io.StringIO()
+    with open(read_fd, encoding="utf-8") as stdin, open(write_fd, "w", encoding="utf-8") as typed:
+        demo = asyncio.create_task(run_demo_async(args, stdin=stdin, stdout=out))
+        typed.write("list files\n")
+        typed.flush()
+        found = None
+        for _ in range(400):
+            found = re.search(
+                r"^browser console: (http://\S+/ui#session=(\S+))$", out.getvalue(), re.M
+            )
+            if found and "— end_turn" in out.getvalue():
+                break
+            await asyncio.sleep(0.05)
+        assert found and "— end_turn" in out.getvalue(), out.getvalue()
+        url, session_id = found.groups()
+        assert f"session {session_id} · agent demo" in out.getvalue()
+        await page.goto(url)
+        await page.wait("document.body.dataset.connection === 'open'")
+        await page.wait(f"{q('.prompt')}?.textContent === 'list files'")
+        assert await page.js("location.hash") == f"#session={session_id}"
+        # Another session, by changing the hash of the open tab.
+        base = url.split("/ui#", 1)[0]
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"{base}/v1/session", json={"agent": "demo"}) as resp,
+        ):
+            other = (await resp.json())["session_id"]
+        await page.js(f"location.hash = '#session={other}'")
+        await page.wait(
+            f"document.querySelector('#sessions li.current')?.dataset.sessionId === '{other}'",
+            15,  # the list is refreshed every 5 s
+        )
+        assert await count(page, ".prompt") == 0
+        assert page.errors() == []
+        typed.close()  # end of input: the chat ends and deletes its session
+        assert await asyncio.wait_for(demo, 30) == 0

@@ -20,6 +20,7 @@ import itertools
 import os
 import re
 import signal
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -425,7 +426,7 @@ async def test_plan_documents_and_catalog_diagnostics_are_shown(fake: FakeGatewa
 async def test_subagents_thinking_and_errors(fake: FakeGateway):
     """Subagents and a warning (the demo agent has neither: the scripted gateway)."""
     _, out = await fake_chat(fake, "delegate\n")
-    assert "(thinking) Hmm.\n" in out  # no terminal: marked, not dimmed
+    assert "thinking:\nHmm.\n" in out  # labelled, as a plan is
     assert "→ Task: Find the tests\n⇢ subagent: Explore\n" in out
     # The subagent's frames are indented by their depth, streamed text on every line.
     assert "  Looking.\n  Still looking.\n  → Grep: def test\n  ← ok (1 line)\n    t.py\n" in out
@@ -644,16 +645,16 @@ def test_diff_colours_and_files():
     assert diff_preview(["just text"]) is None
 
 
-async def test_help_lists_only_the_agent_commands_this_client_passes_on(gw: Gateway):
+async def test_help_lists_only_the_agent_commands_this_client_passes_on(fake: FakeGateway):
     """/review and /compact are this client's own (mode switch, compaction): not listed again as
-    agent commands."""
-    _, out = await chat(gw, "hi\n/help\n")  # after a turn: the agent has listed its commands
-    assert "agent commands: /context /cost /init\n" in out
+    agent commands (the demo agent publishes only /compact: the scripted gateway)."""
+    _, out = await fake_chat(fake, "/help\n")
+    assert "agent commands: /cost\n" in out
 
 
-async def test_thinking_is_marked_without_a_terminal(gw: Gateway):
+async def test_thinking_is_labelled_without_a_terminal(gw: Gateway):
     _, out = await chat(gw, "think about it\n")
-    assert "(thinking) The user wrote: think about it." in out  # no terminal: marked, not dimmed
+    assert "thinking:\nThe user wrote: think about it." in out  # labelled, as a plan is
 
 
 async def test_a_file_that_arrived_is_shown_with_where_to_get_it(gw: Gateway):
@@ -670,8 +671,7 @@ async def test_a_file_that_arrived_is_shown_with_where_to_get_it(gw: Gateway):
 
 async def test_ansi_styles_only_when_asked_for(gw: Gateway):
     _, out = await chat(gw, "think, then list files\n", color=True)
-    assert "\x1b[2mThe \x1b[0m" in out  # thinking dimmed
-    assert "(thinking)" not in out
+    assert "\x1b[36mthinking:\x1b[0m\n\x1b[2mThe \x1b[0m" in out  # labelled, then dimmed
     assert "\x1b[36m→ Glob: **/*\x1b[0m" in out
 
 
@@ -727,7 +727,10 @@ async def test_session_deleted_elsewhere_ends_the_chat(gw: Gateway):
         pipe.close()
     pipe.reader.close()
     assert rc == 1
-    assert "session deleted (master_request, by master)" in out.getvalue()
+    assert (
+        "session ended: a master deleted it (DELETE /v1/session) (master_request, deleted_by: master)"
+        in out.getvalue()
+    )
 
 
 async def test_DPS_7_8_reattach_after_the_connection_drops(tmp_path: Path):
@@ -1010,7 +1013,13 @@ async def test_demo_command_runs_a_server_and_the_chat(tmp_path):
     )
     assert rc == 0, out.getvalue()
     assert "rawp-gateway demo: server http://127.0.0.1:" in out.getvalue()
-    assert re.search(r"^browser console: http://127\.0\.0\.1:\d+/ui$", out.getvalue(), re.M)
+    # The console opens on the terminal's session; the try: line names what the demo does.
+    session = re.search(r"^session (\S+) · agent demo", out.getvalue(), re.M)
+    assert session, out.getvalue()
+    console = rf"^browser console: http://127\.0\.0\.1:\d+/ui#session={session.group(1)}$"
+    assert re.search(console, out.getvalue(), re.M)
+    tried = re.search(r"^try: (.*)$", out.getvalue(), re.M)
+    assert tried and "read hello.txt" in tried.group(1) and "/attach PATH" in tried.group(1)
     assert "[y/N] y (--yes)" in out.getvalue()
     assert (tmp_path / "hello.txt").exists()
 
@@ -1027,7 +1036,7 @@ async def test_demo_ui_serves_the_browser_console_until_stopped(tmp_path):
     demo = asyncio.create_task(run_demo_async(args, stdin=io.StringIO(""), stdout=out))
     try:
         found = await eventually(
-            lambda: re.search(r"^browser console: (http://\S+/ui)$", out.getvalue(), re.M),
+            lambda: re.search(r"^browser console: (http://\S+/ui) ", out.getvalue(), re.M),
             "the console's URL",
         )
         async with aiohttp.ClientSession() as http, http.get(found.group(1)) as resp:
@@ -1163,3 +1172,85 @@ async def test_real_server_attach_uploads_a_file_for_the_next_prompt(gw: Gateway
     assert "✗ /attach: no file 'nope.txt'\n" in out
     assert (tmp_path / ".rawp" / "uploads" / "notes.txt").read_text() == "hi\n"
     assert "— end_turn" in out
+
+
+# --------------------------------------------------------------------------- why an agent died
+
+
+async def chat_with_profile(tmp_path: Any, profile: Any, stdin: str) -> tuple[int, str]:
+    """The chat on a real in-process gateway whose only profile is ``profile`` (named "agent")."""
+    from gateway import config as config_mod
+    from gateway import server as server_mod
+
+    config = config_mod.Config(workspace_root=tmp_path.resolve(), agents={"agent": profile})
+    server = TestServer(server_mod.create_app(config))
+    await server.start_server()
+    try:
+        return await piped_chat(str(server.make_url("")).rstrip("/"), stdin, agent="agent")
+    finally:
+        await server.close()
+
+
+def plain_profile(*command: str, parser: str = "plain") -> Any:
+    from gateway.config import AgentProfile, parser_features
+
+    return AgentProfile(
+        name="agent",
+        parser=parser,
+        command=command,
+        single_turn_process=True,
+        features=parser_features(parser),
+    )
+
+
+async def test_a_cli_not_on_path_fails_at_once_saying_so(tmp_path):
+    """A single-turn profile whose CLI is not installed: the chat says AGENT_START_FAILED and
+    which executable, before any prompt, as for a long-lived agent."""
+    rc, out = await chat_with_profile(
+        tmp_path, plain_profile("rawp-no-such-cli", "{prompt}"), "hello\n"
+    )
+    assert rc == 1
+    assert out.strip() == (
+        "✗ AGENT_START_FAILED: the agent agent could not start: agent executable not found: "
+        "'rawp-no-such-cli' (not installed, or not on PATH) (HTTP 502)"
+    )
+
+
+async def test_an_agent_that_dies_shows_its_stderr_and_exit_code(tmp_path):
+    """The fatal error's details (the end of stderr) under it; the session ended by the gateway,
+    not "by client" as if the user had deleted it."""
+    script = "import sys; sys.stderr.write('starting\\nno model configured\\n'); sys.exit(3)"
+    rc, out = await chat_with_profile(
+        tmp_path, plain_profile(sys.executable, "-c", script, "{prompt}"), "hello\n"
+    )
+    assert rc == 1
+    assert "✗ fatal AGENT_EXIT: the agent process ended with exit code 3\n" in out
+    assert "  stderr │ starting\n  stderr │ no model configured\n" in out
+    assert (
+        "session ended: the gateway ended it after a fatal error, or as it shut down "
+        "(error, deleted_by: client)"
+    ) in out
+    assert "by client" not in out
+
+
+async def test_an_error_about_credentials_says_where_they_go(tmp_path):
+    """A recording of the real Claude Code meeting a 401: the error is followed by the hint
+    naming ANTHROPIC_API_KEY (the agent's own words stay as they were). ``cat`` exits without
+    reading the prompt on its stdin: the turn ends all the same."""
+    fixture = Path(__file__).parent / "fixtures" / "claude-code" / "api-error-401.jsonl"
+    profile = plain_profile("cat", str(fixture), parser="claude-code")
+    _, out = await chat_with_profile(tmp_path, profile, "hello\n")
+    assert "✗ error API_ERROR: Failed to authenticate. API Error: 401" in out
+    hints = [line.strip() for line in out.splitlines() if line.strip().startswith("hint:")]
+    assert len(hints) == 1, out  # the retry's warning before it gives none
+    assert "ANTHROPIC_API_KEY" in hints[0] and "~/.claude" in hints[0]
+
+
+async def test_a_url_without_its_scheme_is_named_as_such():
+    """``chat --url localhost:8765``: said to lack http://, not "cannot reach the gateway"."""
+    out = io.StringIO()
+    rc = await run_chat("localhost:8765", agent="demo", stdin=io.StringIO(""), stdout=out)
+    assert rc == 1
+    assert out.getvalue() == (
+        "✗ the gateway URL 'localhost:8765' has no scheme: try http://localhost:8765\n"
+    )

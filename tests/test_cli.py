@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -91,8 +92,62 @@ def test_serve_refuses_a_public_address_without_a_token(tmp_path):
         timeout=30,
         env={k: v for k, v in os.environ.items() if not k.startswith("RAWP_GATEWAY_")},
     )
-    assert done.returncode != 0
-    assert "without a token" in done.stderr
+    assert done.returncode == 2  # a setting error, as docs/configuration.md says
+    message = done.stderr.strip()
+    assert len(message.splitlines()) == 1, message
+    assert message.startswith("rawp-gateway: refusing to listen on 0.0.0.0 without a token")
+    assert "--workspace-root" in message  # a token needs it too
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_an_unknown_option_shows_the_subcommands_usage():
+    done = _cli("serve", "--bogus")
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: rawp-gateway serve ")
+    assert "rawp-gateway serve: error: unrecognized arguments: --bogus" in done.stderr
+
+
+def test_every_subcommands_help_has_a_description_and_its_defaults():
+    top = _cli("--help").stdout
+    for command in ("serve", "translate", "demo", "chat"):
+        done = _cli(command, "--help")
+        assert done.returncode == 0
+        usage, description, *rest = done.stdout.split("\n\n")
+        assert usage.startswith(f"usage: rawp-gateway {command} ")
+        # one line (a sentence), the same words as the top-level list gives it
+        assert "\n" not in description and description.endswith(".")
+        assert " ".join(description[:-1].lower().split()[:3]) in " ".join(top.lower().split())
+        # each option (an entry starts at a line indented by two) says its default
+        entries = re.split(r"^  (?=-)", "\n\n".join(rest), flags=re.M)[1:]
+        assert len(entries) >= 3, done.stdout
+        for entry in entries:
+            flag, said = entry.split()[0], " ".join(entry.split())
+            if flag not in ("-h,", "--ui", "--forward-unknown", "--yes", "--no", "--keep"):
+                assert "default" in said or "required" in said, (command, said)
+    assert "(default claude-code)" in " ".join(_cli("translate", "--help").stdout.split())
+
+
+def test_translate_names_the_parser_another_agents_lines_look_like():
+    """Codex's output given to the Claude Code parser: after a few unknown lines, one line says
+    which parser knows them."""
+    fixture = Path(__file__).parent / "fixtures" / "codex" / "text.jsonl"
+    done = subprocess.run(
+        [*CLI, "translate", "--agent", "claude-code", str(fixture)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0
+    hints = [line for line in done.stderr.splitlines() if "look like" in line]
+    assert hints == [
+        "translate: these lines look like codex's, not claude-code's: try --agent codex"
+    ]
+    # ... and nothing of the kind for the right parser
+    right = _cli("translate", "--agent", "codex", str(fixture))
+    assert "look like" not in right.stderr
 
 
 def test_serve_config_errors_are_one_clear_line(tmp_path):
@@ -197,7 +252,7 @@ def _serve_fails(tmp_path, *args: str, env: dict[str, str] | None = None) -> str
         timeout=30,
         env={**environ, **(env or {})},
     )
-    assert done.returncode != 0
+    assert done.returncode == 2  # docs/configuration.md: exit 2, one line
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # one line, no traceback
     return done.stderr.strip()
 
@@ -209,7 +264,10 @@ def test_serve_bad_host_or_empty_token_is_one_line_and_a_failure(tmp_path):
         taken.listen()
         port = str(taken.getsockname()[1])
         message = _serve_fails(tmp_path, "--host", "127.0.0.1", "--port", port)
-    assert message.startswith(f"rawp-gateway: cannot listen on 127.0.0.1:{port}: ")
+    assert message == (
+        f"rawp-gateway: cannot listen on 127.0.0.1:{port}: port {port} is in use "
+        "(another gateway? --port 0 picks a free one)"
+    )
     (tmp_path / "token").write_text("s3cret\n")
     message = _serve_fails(
         tmp_path, "--token-file", str(tmp_path / "token"), env={"RAWP_GATEWAY_TOKEN": ""}
@@ -269,6 +327,28 @@ async def test_a_restart_after_a_crash_kills_what_the_old_agents_left_running(tm
         for pid in agents:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_demo_ui_ends_with_exit_0_on_ctrl_c(tmp_path):
+    """`demo --ui` runs until Ctrl-C, which is how it is meant to end: SIGINT → exit 0, no
+    traceback."""
+    proc = subprocess.Popen(
+        [*CLI, "demo", "--ui", "--workspace-root", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        assert lines[1].startswith("browser console: http://127.0.0.1:"), lines
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        assert "Traceback" not in proc.stderr.read()
+    finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()

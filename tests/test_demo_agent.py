@@ -18,7 +18,14 @@ from typing import Any
 
 import pytest
 
-from gateway.demo_agent import MAX_IMAGE_BYTES, THOUGHT_TEXT, Action, choose_action, image_info
+from gateway.demo_agent import (
+    HELP_TEXT,
+    MAX_IMAGE_BYTES,
+    THOUGHT_TEXT,
+    Action,
+    choose_action,
+    image_info,
+)
 from gateway.process import AgentProcess
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "claude-code"
@@ -647,6 +654,23 @@ async def test_compact_prints_the_compaction_sequence(tmp_path: Path) -> None:
         lines[5]["message"]["content"] == "<local-command-stdout>Compacted </local-command-stdout>"
     )
     assert lines[6]["num_turns"] == 0
+    await demo.close()
+
+
+async def test_every_listed_slash_command_does_what_it_names(tmp_path: Path) -> None:
+    """The commands the demo publishes are ones it answers as themselves (a listed /cost that
+    answered with the greeting would say something untrue)."""
+    demo = await Demo.start(tmp_path)
+    await demo.send(
+        {"type": "control_request", "request_id": "i1", "request": {"subtype": "initialize"}}
+    )
+    (answer,) = await demo.until(lambda ln: ln["type"] == "control_response")
+    names = [c["name"] for c in answer["response"]["response"]["commands"]]
+    assert names and "cost" not in names
+    for name in names:
+        lines = await demo.turn(f"/{name}")
+        said = json.dumps(lines)
+        assert HELP_TEXT not in said and "<local-command-stdout>" in said, (name, lines)
     await demo.close()
 
 

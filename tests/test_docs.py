@@ -132,6 +132,7 @@ def test_every_session_error_code_is_documented():
     shell = (ROOT / "gateway" / "session.py").read_text()
     codes |= set(re.findall(r'SessionError\(\s*error_code="([A-Z_]+)"', shell))
     codes |= {codec.INVALID_FRAME, codec.UNSUPPORTED_VERSION, "AGENT_EXIT", "SIGNAL_EXIT"}
+    codes.add("AGENT_START_FAILED")
     assert len(codes) > 8
     text = doc("protocol-notes.md")
     assert sorted(c for c in codes if f"`{c}`" not in text) == []
@@ -209,3 +210,41 @@ def test_readme_installs_the_pinned_cli_versions():
 
     installs = set(re.findall(r"npm install -g (\S+)", "\n".join(readme_code_lines())))
     assert installs == {f"{a.package}@{a.version}" for a in AGENTS.values()}
+
+
+# --------------------------------------------------------------------------- README lists
+
+
+def _profile_rows(text: str) -> dict[str, str]:
+    """The rows of a built-in profile table: profile name → the whole row."""
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"\| `([a-z-]+)` \|", line)
+        if m and m.group(1) in config.builtin_profiles():
+            rows[m.group(1)] = line
+    return rows
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/configuration.md"])
+def test_tools_allowed_without_asking_are_the_profiles(page):
+    """Each built-in profile row names exactly the tools its profile allows without asking
+    (``auto_allow``), and a row names none when the profile allows none."""
+    rows = _profile_rows((ROOT / page).read_text())
+    assert set(rows) == set(config.builtin_profiles()), sorted(rows)
+    for name, profile in config.builtin_profiles().items():
+        said = re.search(r";\s*((?:`\w+`,?\s*)+) allowed without asking", rows[name])
+        named = set(re.findall(r"`(\w+)`", said.group(1))) if said else set()
+        assert named == set(profile.auto_allow), (page, name, sorted(named))
+
+
+def test_readme_demo_commands_are_the_demo_agents():
+    """What the README tells a newcomer to type in the demo is what the demo answers: each
+    slash command it names is the chat's own or one the demo agent publishes."""
+    from gateway.chat import _CLIENT_COMMANDS
+    from gateway.demo_agent import SLASH_COMMANDS
+
+    text = (ROOT / "README.md").read_text()
+    try_it = text.split("## Try it", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`/(\w+)", try_it))
+    assert named, try_it
+    assert named <= set(_CLIENT_COMMANDS) | {"attach"} | set(SLASH_COMMANDS), sorted(named)

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from gateway.process import DEFAULT_MAX_LINE_BYTES
 from gateway.server import SESSIONS
@@ -147,38 +148,51 @@ async def test_a_dead_agent_is_a_fatal_error_and_ends_the_session(tmp_path):
         await client.close()
 
 
-async def test_an_agent_that_cannot_start_is_a_clear_http_error(tmp_path):
-    """A long-lived agent starts with its session: a missing CLI fails the POST, naming the file."""
-    missing = replace(fast_demo(), command=("/nonexistent/agent-cli", "-p"))
+@pytest.mark.parametrize("single_turn", [False, True], ids=["long-lived", "single-turn"])
+@pytest.mark.parametrize("program", ["/nonexistent/agent-cli", "rawp-no-such-agent-cli"])
+async def test_an_agent_that_cannot_start_is_a_clear_http_error(tmp_path, program, single_turn):
+    """Every profile whose CLI is missing (a path, or a name not on PATH) fails the POST the same
+    way, naming the file once, and creates nothing: a single-turn one too, though its process
+    would start only at the first prompt."""
+    missing = replace(
+        fast_demo(), command=(program, "-p", "{prompt}"), single_turn_process=single_turn
+    )
     client = await start_gateway(make_config(tmp_path, agents={"demo": missing}))
     try:
         resp = await client.post("/v1/session", json={"agent": "demo"})
         assert resp.status == 502
         err = await resp.json()
         assert err["error_code"] == "AGENT_START_FAILED"
-        assert err["message"].count("/nonexistent/agent-cli") == 1, err["message"]  # once
-        assert "Errno" not in err["message"]
+        assert err["message"] == (
+            f"the demo agent could not start: agent executable not found: {program!r} "
+            "(not installed, or not on PATH)"
+        )
         assert (await (await client.get("/v1/sessions")).json())["sessions"] == []
     finally:
         await client.close()
 
 
 async def test_a_single_turn_agent_that_cannot_start_reports_it_in_the_turn(tmp_path):
-    """DPS-17.2.2-exit: the spawn at the prompt fails → agent.error fatal (the reason in
-    details.stderr), session.turn.end error, session.deleted."""
-    missing = replace(
-        fast_demo(), command=("/nonexistent/agent-cli", "-p", "{prompt}"), single_turn_process=True
-    )
+    """DPS-17.2.2-exit: the CLI was there when the session was created and is gone at the prompt:
+    the spawn fails → agent.error fatal AGENT_START_FAILED (the reason in details.stderr),
+    session.turn.end error, session.deleted."""
+    cli = tmp_path / "agent-cli"
+    cli.write_text("#!/bin/sh\necho hi\n")
+    cli.chmod(0o755)
+    missing = replace(fast_demo(), command=(str(cli), "{prompt}"), single_turn_process=True)
     client = await start_gateway(make_config(tmp_path, agents={"demo": missing}))
     try:
         session = await create_session(client)
+        cli.unlink()  # uninstalled under the running gateway
         master = await Master.attach(client, session["session_id"])
         await master.send("control.prompt.request", {"prompt_text": "hi"})
         rest = await master.drain_until_closed()
         types = [f["type"] for f in rest]
         error = next(f for f in rest if f["type"] == "agent.error")["payload"]
-        assert error["severity"] == "fatal"
-        assert "/nonexistent/agent-cli" in error["details"]["stderr"]
+        assert (error["severity"], error["error_code"]) == ("fatal", "AGENT_START_FAILED")
+        assert error["message"].startswith("the demo agent could not start: ")
+        assert str(cli) in error["details"]["stderr"]
+        assert "exit_code" not in error["details"]  # no process ever ran
         assert types.index("agent.error") < types.index("session.turn.end")
         assert types[-1] == "session.deleted"
     finally:

@@ -225,3 +225,52 @@ def test_an_unknown_marker_is_refused(tmp_path):
     proc = pytest_run(tmp_path, "tests/test_dashboard.py", missing="promethus: typo", ci=False)
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR
     assert "'promethus' is not a registered marker" in proc.stderr
+
+
+def _install_venv(repo: Path) -> list[str]:
+    """Run scripts/install-venv.sh test in ``repo`` with stand-in python3 and .venv/bin/python
+    that log their arguments instead of reaching a package index; returns the log."""
+    log = repo / "calls.log"
+    stub = f'#!/bin/sh\necho "$0 $*" >>{log}\n'
+    shutil.rmtree(repo / "path", ignore_errors=True)
+    bin_dir = fake_bin(repo / "path", {})
+    for name in ("cat", "sha256sum", "cut", "grep", "sort", "mv"):
+        real = shutil.which(name)
+        assert real is not None, name
+        (bin_dir / name).symlink_to(real)
+    for python in (bin_dir / "python3", repo / ".venv" / "bin" / "python"):
+        python.parent.mkdir(parents=True, exist_ok=True)
+        python.write_text(stub)
+        python.chmod(0o755)
+    proc = subprocess.run(
+        ["/usr/bin/env", "bash", str(repo / "scripts" / "install-venv.sh"), "test"],
+        env={"PATH": str(bin_dir)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    calls = log.read_text().splitlines() if log.exists() else []
+    log.unlink(missing_ok=True)
+    return calls
+
+
+def test_a_current_venv_is_used_offline_and_a_changed_pin_reinstalls(tmp_path):
+    """scripts/demo and scripts/test install through scripts/install-venv.sh: the first run
+    installs (pip, which needs the package index); a second with pyproject.toml and
+    constraints.txt unchanged runs neither venv nor pip; a changed pin installs again."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    for name in ("pyproject.toml", "constraints.txt", "scripts/install-venv.sh"):
+        shutil.copy(ROOT / name, repo / name)
+    first = _install_venv(repo)
+    assert any("-m venv .venv" in c for c in first)
+    assert any("pip install -qq -c constraints.txt -e .[test]" in c for c in first), first
+    assert _install_venv(repo) == []  # current: nothing runs, no index needed
+    with (repo / "constraints.txt").open("a") as f:
+        f.write("example-pin==1.0\n")
+    assert any("pip install" in c for c in _install_venv(repo))
+    for script in ("demo", "test"):  # both go through it, and install nothing else by pip
+        text = (ROOT / "scripts" / script).read_text()
+        assert "scripts/install-venv.sh" in text and "pip install" not in text, script

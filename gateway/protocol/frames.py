@@ -104,6 +104,7 @@ class ErrorDetails(_Object):
     signal: int | None = None
     stderr: str | None = None
     http_status: int | None = None
+    hint: str | None = None  # what the user can do about it (which credentials, ...)
 
 
 class FileTransferContext(_Object):

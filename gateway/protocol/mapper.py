@@ -49,6 +49,7 @@ from typing import Any, Final
 import msgspec
 
 from parsers import events as ev
+from parsers.api_errors import about_credentials, credentials_hint
 
 from . import frames as F
 from .codec import encode
@@ -146,6 +147,7 @@ class Mapper:
         max_frame_size: int = 1 << 20,
         forward_unknown: bool = False,
         agent: str = "agent",
+        credentials: str = "",
     ) -> None:
         if max_frame_size < 4 * _FRAME_MARGIN:
             raise ValueError(f"max_frame_size must be at least {4 * _FRAME_MARGIN} bytes")
@@ -153,6 +155,7 @@ class Mapper:
         self.max_frame_size = max_frame_size
         self.forward_unknown = forward_unknown
         self.agent = agent  # named in x-rawp-gateway.agent.raw frames
+        self.credentials = credentials  # where the agent reads them (ParserSpec.credentials)
         self.turn_id: str | None = None
         self.agent_session_id: str | None = None
         self.catalog: F.Frame | None = None
@@ -692,6 +695,8 @@ class Mapper:
             related_tool=event.tool_name,
             related_invocation_id=invocation_id,
             http_status=event.http_status,
+            # A warning (a retry) is followed by the error that says it again, with the hint.
+            hint=self.hint(event.code, event.message) if event.severity != "warning" else None,
         )
         payload = F.AgentError(
             error_code=event.code,
@@ -701,6 +706,12 @@ class Mapper:
             details=details if details != F.ErrorDetails() else None,
         )
         return [self._frame(payload, self._meta(event.parent))]
+
+    def hint(self, code: str, *texts: str | None) -> str | None:
+        """``details.hint`` for an error: where the credentials go, when it is about them."""
+        if self.credentials and about_credentials(code, *texts):
+            return credentials_hint(self.credentials)
+        return None
 
     def _compacted(self, event: ev.Compacted) -> list[F.Frame]:
         preserved = None

@@ -234,6 +234,7 @@ class SessionConfig:
     cancel_sigint_sec: float = CANCEL_GRACE_S
     cancel_stop_sec: float = CANCEL_KILL_S
     tools: tuple[str, ...] = ()  # the agent's tools before it reports them (the first catalog)
+    credentials: str = ""  # where the agent reads them (ParserSpec.credentials), for error hints
 
     @property
     def stall_tick_sec(self) -> float:
@@ -290,6 +291,7 @@ class SessionMachine:
             max_frame_size=self.config.max_frame_size,
             forward_unknown=self.config.forward_unknown,
             agent=self.config.agent,
+            credentials=self.config.credentials,
         )
         self.phase: Literal["idle", "running", "terminating", "terminated"] = "idle"
         self.mode: F.Mode = "default"
@@ -643,9 +645,13 @@ class SessionMachine:
         returncode: int | None,
         signum: int | None = None,
         stderr_tail: str = "",
+        *,
+        start_error: str | None = None,
     ) -> list[Action]:
         """The agent process ended: DPS-17.2.2 (and §18.2 for single-turn agents). A parser that
-        names its agent's exit codes (``describe_exit``) gives the fatal ``agent.error`` its code."""
+        names its agent's exit codes (``describe_exit``) gives the fatal ``agent.error`` its code.
+        ``start_error``: there was no process, it could not start (exit 127 as a shell says it):
+        ``AGENT_START_FAILED``, the same code ``POST /v1/session`` answers with, and the reason."""
         self.process_alive = False
         if self.phase == "terminated":
             return []
@@ -673,14 +679,22 @@ class SessionMachine:
             code = "SIGNAL_EXIT" if kind == "signal" else "AGENT_EXIT"
             how = f"signal {signum}" if kind == "signal" else f"exit code {returncode}"
             message = f"the agent process ended with {how}"
-            named = self._describe_exit(returncode)
-            if named is not None:
+            named = self._describe_exit(returncode) if start_error is None else None
+            if start_error is not None:
+                code = "AGENT_START_FAILED"
+                message = f"the {self.config.agent} agent could not start: {start_error}"
+                returncode, stderr_tail = None, start_error
+            elif named is not None:
                 # The agent's own meaning of the code wins over 128+N: Gemini's 144 is HTTP 400,
                 # not signal 16. The exit code stays in details; the guessed signal does not.
                 code, message = named
                 signum = None
             details = F.ErrorDetails(
-                module="process", exit_code=returncode, signal=signum, stderr=stderr_tail or None
+                module="process",
+                exit_code=returncode,
+                signal=signum,
+                stderr=stderr_tail or None,
+                hint=self.mapper.hint(code, message, stderr_tail),
             )
             error = F.AgentError(
                 error_code=code,

@@ -12,6 +12,7 @@ import { UsageMeter } from "./usage.js";
 const SUBPROTOCOL = "rawp-dps-1.0";
 const TOKEN_KEY = "rawp-console.token";
 const SAVED_PREFIX = "rawp-console.session.";
+const SESSION_HASH = /^#session=([0-9a-f-]{36})$/; // /ui#session=<id> opens that session
 const MAX_SAVED_CHARS = 2_000_000; // one session's saved transcript in sessionStorage
 const RECONNECT_MAX_MS = 10_000;
 const SESSIONS_POLL_MS = 5_000;
@@ -836,6 +837,11 @@ function wire() {
   $("mode").onchange = () => send("control.mode.switch", { mode: $("mode").value });
   $("toggle-sessions").onclick = () => document.body.classList.toggle("show-sessions");
   window.addEventListener("pagehide", leavePage);
+  // A URL naming another session (`rawp-gateway demo` prints one) opens it in this tab too.
+  window.addEventListener("hashchange", () => {
+    const match = SESSION_HASH.exec(location.hash);
+    if (match) attachTo(match[1]).catch(showError);
+  });
 }
 
 async function main() {
@@ -847,7 +853,7 @@ async function main() {
   } catch (err) {
     showError(err);
   }
-  const match = /^#session=([0-9a-f-]{36})$/.exec(location.hash);
+  const match = SESSION_HASH.exec(location.hash);
   if (match) await attachTo(match[1]).catch(showError);
   else document.body.classList.add("show-sessions");
   setInterval(() => {

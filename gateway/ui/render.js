@@ -5,6 +5,20 @@
 import { DISCONNECTED, isSynthetic, subagentOf } from "./view.js";
 
 const MAX_TREE_DEPTH = 32; // JSON tree levels shown; deeper values are printed as JSON text
+const STDERR_LINES = 5; // the end of an agent's stderr shown under its error
+
+// Why a session ended, by session.deleted's reason. "client" is the gateway (the spec's client
+// node), never the person at this page.
+const DELETED_WHY = {
+  user_request: "a user deleted it",
+  master_request: "a master deleted it (DELETE /v1/session)",
+  timeout: "no master reattached within its reattach window",
+  error: "the gateway ended it after a fatal error, or as it shut down",
+};
+
+export function deletedText(p) {
+  return `session ended: ${DELETED_WHY[p.reason] || p.reason} (${p.reason}, deleted_by: ${p.deleted_by})`;
+}
 
 // A turn of the agent's own saved conversation that this session continues, replayed into its
 // history before the live ones (docs/protocol-notes.md): shown as the past it is.
@@ -322,6 +336,22 @@ export class Renderer {
     return node;
   }
 
+  // What an error's details add (as the terminal client shows them): exit code or signal, the
+  // end of the agent's stderr, and the hint (where credentials go).
+  errorDetails(node, p) {
+    const d = p.details || {};
+    const facts = [];
+    if (d.exit_code != null && !p.message.includes(`exit code ${d.exit_code}`)) facts.push(`exit code ${d.exit_code}`);
+    if (d.signal != null && !p.message.includes(`signal ${d.signal}`)) facts.push(`signal ${d.signal}`);
+    if (d.http_status != null && !p.message.includes(String(d.http_status))) facts.push(`HTTP ${d.http_status}`);
+    if (facts.length) node.append(el("div", { class: "error-facts", text: facts.join(" · ") }));
+    const stderr = (d.stderr || "").trim();
+    if (stderr && !p.message.includes(stderr)) {
+      node.append(el("pre", { class: "error-stderr", text: stderr.split("\n").slice(-STDERR_LINES).join("\n") }));
+    }
+    if (d.hint) node.append(el("div", { class: "error-hint", text: `hint: ${d.hint}` }));
+  }
+
   notice(frame, cls, text) {
     const node = el("div", { class: `notice ${cls}`, text });
     this.container(frame).append(node);
@@ -465,13 +495,13 @@ export class Renderer {
         this.notice(frame, "error", `${p.error_code}: ${p.message}`);
         break;
       case "agent.error":
-        this.notice(frame, "error", `agent ${p.severity}: ${p.error_code}: ${p.message}`);
+        this.errorDetails(this.notice(frame, "error", `agent ${p.severity}: ${p.error_code}: ${p.message}`), p);
         break;
       case "session.renamed":
         this.notice(frame, "info", `renamed to “${p.name}”`);
         break;
       case "session.deleted":
-        this.notice(frame, "error", `session deleted (${p.reason}, by ${p.deleted_by})`);
+        this.notice(frame, "error", deletedText(p));
         break;
     }
   }
