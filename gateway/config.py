@@ -747,6 +747,8 @@ def _fleet(settings: dict[str, Any]) -> dict[str, Any]:
     networks = []
     for value in proxies:
         try:
+            if not isinstance(value, str):
+                raise TypeError(value)
             networks.append(ipaddress.ip_network(value))
         except (TypeError, ValueError):
             raise ConfigError(

@@ -34,10 +34,15 @@ ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 START_TIMEOUT_S = 20.0
 
 
+NGINX = os.environ.get("RAWP_TEST_NGINX", "/usr/sbin/nginx")
+
+
 def nginx_path() -> str | None:
-    """Debian's nginx (in /usr/sbin, often not on a user's PATH), or None."""
-    found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin")
-    return found
+    """Debian's nginx (``RAWP_TEST_NGINX``, by default /usr/sbin/nginx, often not on a user's
+    PATH; else nginx on PATH), or None."""
+    if os.access(NGINX, os.X_OK):
+        return NGINX
+    return shutil.which(NGINX) or shutil.which("nginx")
 
 
 def render_router(values: dict[str, str]) -> str:
