@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from gateway import fleet
 from gateway.config import ConfigError, load_config
 from gateway.server import create_app
 from tests.fleet_rig import wait_ready
@@ -327,3 +328,17 @@ async def test_readyz_is_503_from_sigterm_while_the_sessions_are_suspended(tmp_p
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+async def test_dns_peers_are_every_address_of_the_name_but_this_gateways_own():
+    """``dns:NAME:PORT`` is resolved at each use (here ``localhost``, 127.0.0.1): the gateway
+    listening on that address and port leaves itself out; another port is a peer."""
+    addresses = {i[4][0] for i in socket.getaddrinfo("localhost", 8765, type=socket.SOCK_STREAM)}
+    urls = sorted(f"http://{f'[{a}]' if ':' in a else a}:8765" for a in addresses)
+    assert "http://127.0.0.1:8765" in urls
+    others = [u for u in urls if u != "http://127.0.0.1:8765"]
+    assert await fleet.peer_urls(("dns:localhost:8765",), "127.0.0.1", 8765) == others
+    assert await fleet.peer_urls(("dns:localhost:8765",), "127.0.0.1", 9000) == urls
+    assert await fleet.peer_urls(("dns:no-such-name.invalid:8765",), "127.0.0.1", 8765) == []
+    listed = ("http://127.0.0.1:8765", "http://[::1]:8765", "http://10.0.0.9:8765")
+    assert await fleet.peer_urls(listed, "127.0.0.1", 8765) == list(listed[1:])
