@@ -45,9 +45,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from relay_rig import Gateway, LeanMaster, children_pids, cpu_seconds_of, quantile
+from relay_rig import Gateway, LeanMaster, children_pids, cpu_seconds_of, quantile  # noqa: E402
 
-from tests.fleet_rig import DOMAIN, Dns, Router, nginx_path
+from tests.fleet_rig import DOMAIN, Dns, Router, nginx_path  # noqa: E402
 
 
 def rss(pid: int) -> int:
@@ -91,7 +91,9 @@ async def main(args: argparse.Namespace) -> None:
             rss0 = rss(gw.proc.pid)
             t0 = time.monotonic()
             ids = await create(http, router.url, args.sessions)
-            print(f"{len(ids)} sessions created through the router in {time.monotonic() - t0:.1f} s")
+            print(
+                f"{len(ids)} sessions created through the router in {time.monotonic() - t0:.1f} s"
+            )
             router_port = int(router.url.rsplit(":", 1)[1])
             masters = []
             for i, sid in enumerate(ids):
@@ -148,9 +150,7 @@ async def main(args: argparse.Namespace) -> None:
         f"{(rss1 - rss0) / n / 1024:.0f} KiB a session ({(rss2 - rss0) / n / 1024:.0f} KiB "
         "after streaming, history buffers filled)"
     )
-    print(
-        f"router (nginx) CPU: {cores(nginx_pids):.3f} cores; agents: {cores(agents):.2f} cores"
-    )
+    print(f"router (nginx) CPU: {cores(nginx_pids):.3f} cores; agents: {cores(agents):.2f} cores")
     (d50, d99), (r50, r99) = summary(via["direct"]), summary(via["router"])
     print(
         f"latency agent write → master receive ({len(via['direct']):,} and "

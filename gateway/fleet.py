@@ -64,16 +64,16 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def add_prefixed_routes(app: web.Application, prefix: str) -> None:
-    """Every route of ``app`` once more under ``prefix`` (same handler, same method). Called when
-    all routes are added; the prefixed copies carry no name (names are unique in aiohttp)."""
+    """Every route of ``app`` once more under ``prefix`` (same handler, same method, HEAD
+    included). Called when all routes are added; the prefixed copies carry no name (names are
+    unique in aiohttp)."""
     if not prefix:
         return
     for route in list(app.router.routes()):
         info = route.resource.get_info() if route.resource is not None else {}
         path = info.get("path") or info.get("formatter")
-        if path is None or route.method == "HEAD":  # HEAD comes with its GET
-            continue
-        app.router.add_route(route.method, prefix + path, route.handler)
+        if path is not None:
+            app.router.add_route(route.method, prefix + path, route.handler)
 
 
 def strip_prefix(path: str, prefix: str) -> str:

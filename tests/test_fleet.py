@@ -130,6 +130,8 @@ async def test_every_url_handed_out_starts_with_the_route_prefix(tmp_path):
         for url in (stored["file_url"], stored["file_url"].removeprefix(PREFIX)):
             got = await gw.get(url, headers=AUTH)
             assert got.status == 200 and await got.read() == b"x", url
+            head = await gw.head(url, headers=AUTH)
+            assert head.status == 200 and head.headers["Content-Length"] == "1", url
         # The list and the one session say the same, with and without the prefix.
         for path in ("/v1/sessions", f"{PREFIX}/v1/sessions"):
             listed = await (await gw.get(path, headers=AUTH)).json()
