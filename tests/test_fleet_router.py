@@ -332,3 +332,22 @@ async def test_prometheus_scrapes_every_pod_and_the_dashboards_fleet_row_adds_th
         proc.terminate()
         await proc.wait()
         log.close()
+
+
+async def test_the_client_library_follows_each_session_to_its_pod(fleet):
+    """``GatewayClient`` pointed at the router: a session's own calls (get, upload, attach,
+    delete) go to the routed path its ``ws_path`` gave, whichever pod holds it; the plain path
+    would reach a random pod."""
+    from gateway.client import GatewayClient
+
+    async with GatewayClient(fleet.router.url, token=TOKEN) as client:
+        sessions = [await client.create_session("demo") for _ in range(3)]
+        for s in sessions:
+            sid = s["session_id"]
+            assert client.session_path(sid) == f"/pods/{s['pod']}/v1/session/{sid}"
+            assert (await client.get_session(sid))["pod"] == s["pod"]
+            stored = await client.upload_file(sid, "a.txt", b"abc", "text/plain")
+            assert await client.download_file(stored["file_url"]) == b"abc"
+            conn = await client.attach(sid)
+            await conn.close()
+            assert (await client.delete_session(sid))["state"] == "TERMINATED"
