@@ -105,7 +105,8 @@ def _first(value: str | None) -> str | None:
 
 def forwarded_middleware(trusted: tuple[Network, ...]):
     """See the module docstring. The client address is the right-most ``X-Forwarded-For`` entry
-    that is not itself a trusted proxy (each proxy appends the address it was reached from)."""
+    that is not itself a trusted proxy (each proxy appends the address it was reached from), or
+    the left-most when all are."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -121,10 +122,9 @@ def forwarded_middleware(trusted: tuple[Network, ...]):
         forwarded_for = request.headers.get("X-Forwarded-For", "")
         if forwarded_for and len(forwarded_for) <= MAX_FORWARDED_CHARS:
             hops = [h.strip() for h in forwarded_for.split(",") if h.strip()]
-            while hops and _trusted(hops[-1], trusted):
-                hops.pop()
-            if hops:
-                changes["remote"] = hops[-1]
+            untrusted = [h for h in hops if not _trusted(h, trusted)]
+            if hops:  # every hop a trusted proxy: the first is where the request began
+                changes["remote"] = untrusted[-1] if untrusted else hops[0]
         if not changes:
             return await handler(request)
         return await handler(request.clone(**changes))

@@ -212,7 +212,13 @@ async def test_a_client_behind_the_proxy_is_not_a_local_ui(tmp_path):
     gw = await start_gateway(config)
     try:
         session = await create_session(gw)
-        for headers, status in (({"X-Forwarded-For": "203.0.113.7"}, 403), ({}, 101)):
+        cases = (
+            ({"X-Forwarded-For": "203.0.113.7"}, 403),
+            # Each proxy appends where it was reached from: the right-most untrusted hop counts.
+            ({"X-Forwarded-For": "127.0.0.1, 203.0.113.7, 127.0.0.1"}, 403),
+            ({}, 101),
+        )
+        for headers, status in cases:
             try:
                 ws = await gw.ws_connect(
                     session["ws_path"],
