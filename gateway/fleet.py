@@ -35,7 +35,7 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
-from .config import Config
+from .config import MAX_PEERS, Config
 
 __all__ = [
     "DRAINING",
@@ -189,6 +189,11 @@ async def peer_urls(peers: tuple[str, ...], own_host: str, own_port: int) -> lis
             log.warning("fleet peers: %s does not resolve: %s", name, err)
             return []
         addresses = sorted({str(info[4][0]) for info in infos})
+        if len(addresses) > MAX_PEERS:  # the bound a configured list has too
+            log.warning(
+                "fleet peers: %s has %d addresses; asking %d", name, len(addresses), MAX_PEERS
+            )
+            addresses = addresses[:MAX_PEERS]
         return [
             f"http://{_url_host(a)}:{port}"
             for a in addresses
