@@ -4,7 +4,8 @@ their masters through the fleet's nginx router, half straight to the gateway, in
 Theory of operation
 -------------------
 One gateway process (``relay_rig.Gateway``: the real server on uvloop, ``synth_agent.py`` as its
-agent, a synthetic Claude Code 2.1 printing ``--include-partial-messages`` stream-json) and the
+agent, replaying a recording of Claude Code 2.1's ``--include-partial-messages`` stream-json in a
+loop, ``--transcript``: by default one turn with three parallel tool calls) and the
 fleet's router: Debian's nginx running ``deploy/k8s/router/default.conf.template`` (rendered by
 ``tests/fleet_rig.py`` as the tests do, its DNS answering the gateway's address). ``--sessions``
 sessions are created through the router (``POST /v1/session``); each gets one master
@@ -22,7 +23,8 @@ Printed:
   after the last session started);
 * the router's (nginx) and the agents' CPU, in cores.
 
-The default rate, 2 lines/s a session, is an agent's average over a working session: a streamed
+The recordings carry no timing (their model was the rig's scripted server), so the pace is set:
+the default rate, 2 lines/s a session, is an agent's average over a working session: a streamed
 answer comes at 20 to 60 lines/s (text deltas), but for seconds at a time, between the tools it runs
 and the minutes a person takes to read and answer. ``--rate 40`` is every session streaming at once.
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -79,6 +82,8 @@ def summary(latencies_ns: list[int]) -> tuple[float, float]:
 async def main(args: argparse.Namespace) -> None:
     if nginx_path() is None:
         raise SystemExit("nginx is not installed (scripts/install-nginx.sh)")
+    if args.transcript:  # synth_agent.py replays it (inherited through the gateway's environment)
+        os.environ["RAWP_SYNTH_TRANSCRIPT"] = str(Path(args.transcript).resolve())
     gw = Gateway()
     home = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     dns = Dns({DOMAIN: ["127.0.0.1"]})
@@ -135,8 +140,9 @@ async def main(args: argparse.Namespace) -> None:
         ]
     gw_cores = cores([gw.proc.pid])
     n = len(ids)
+    what = Path(args.transcript).name if args.transcript else "synth_agent.py's own lines"
     print(
-        f"\n{n} sessions, {args.rate:g} lines/s each for {args.seconds:g} s "
+        f"\n{what}: {n} sessions, {args.rate:g} lines/s each for {args.seconds:g} s "
         f"({n * args.rate:,.0f} lines/s in all); streaming took {wall:.1f} s "
         f"(started over {(last_start_ns - start_ns) / 1e9:.1f} s)"
     )
@@ -167,4 +173,9 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=int, default=2, help="lines/s a session")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--settle", type=float, default=1.0)
+    parser.add_argument(
+        "--transcript",
+        default=str(HERE.parent / "tests/fixtures/claude-code/parallel--partial.jsonl"),
+        help="a recording of Claude Code replayed in a loop ('' for synth_agent's own lines)",
+    )
     uvloop.run(main(parser.parse_args()))
