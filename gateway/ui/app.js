@@ -66,7 +66,7 @@ function currentRole() {
 }
 
 async function loadWhoami() {
-  state.me = await api("GET", "/v1/whoami");
+  state.me = await api("GET", "v1/whoami");
   renderer.me = state.me.user;
   showWhoami();
 }
@@ -198,7 +198,7 @@ async function listConversations() {
   const agent = $("new-agent").value;
   const workspace = $("new-workspace").value.trim();
   const query = new URLSearchParams(workspace ? { workspace } : {});
-  const data = await api("GET", `/v1/agents/${encodeURIComponent(agent)}/conversations?${query}`);
+  const data = await api("GET", `v1/agents/${encodeURIComponent(agent)}/conversations?${query}`);
   const list = $("conversations");
   list.replaceChildren();
   for (const c of data.conversations || []) {
@@ -230,10 +230,11 @@ async function continueConversation(agent, workspace, id) {
   if (workspace) body.workspace_path = workspace;
   const name = $("new-name").value.trim();
   if (name) body.name = name;
-  const s = await api("POST", "/v1/session", body);
+  const s = await api("POST", "v1/session", body);
   $("new-name").value = "";
   $("conversations").hidden = true;
   await refreshSessions();
+  if (!state.sessions.some((x) => x.session_id === s.session_id)) state.sessions.push(s);
   await attachTo(s.session_id);
 }
 
