@@ -12,6 +12,8 @@ process of the profile (its command and env, the workspace as cwd), in its own p
   the answer; an agent that has not answered by then is a 504 ``CONVERSATIONS_TIMEOUT``;
 * what it writes is bounded (``parsers.acp``: ``LIST_ANSWER_BYTES`` for a listing, a replay kept up
   to ``REPLAY_BYTES``, then marked partial; a line longer than ``MAX_LINE_BYTES`` is not read);
+* a session's replay is what the agent sends from ``session/load`` until it falls silent for
+  ``REPLAY_SETTLE_SEC`` after its answer (Gemini CLI replays after it answers);
 * it is ended (SIGTERM to its group, SIGKILL after ``[server] shutdown_grace_sec``) as soon as the
   answer is known, whatever it was.
 
@@ -37,6 +39,8 @@ __all__ = ["MAX_LINE_BYTES", "asks_agent", "list_sessions", "load_session"]
 
 
 MAX_LINE_BYTES: Final = 16 << 20  # one line of the agent read, at most (a longer one is cut)
+# Silence after the answer to session/load that ends its replay (Gemini CLI replays after it)
+REPLAY_SETTLE_SEC: Final = 1.0
 MAX_STDIN_BACKLOG: Final = 1 << 20  # answers to its requests that it has not read
 
 
@@ -123,11 +127,19 @@ async def _ask(
 async def _converse(proc: AgentProcess, query: StoreQuery) -> None:
     try:
         proc.write(query.opening())
-        async for item in proc:
+        while not query.done:
+            if query.settling:  # a replay may follow the answer: until the agent is silent
+                try:
+                    item = await asyncio.wait_for(proc.readline(), REPLAY_SETTLE_SEC)
+                except TimeoutError:
+                    item = None
+            else:
+                item = await proc.readline()
+            if item is None:
+                query.finish()
+                return
             data = query.cut(item.cut) if item.cut else query.feed(item.line)
             if data:
                 proc.write(data, limit=MAX_STDIN_BACKLOG)
-            if query.done:
-                return
     except AgentProcessError:
         return  # its stdin is gone (it ended), or it reads nothing of what it is asked

@@ -919,8 +919,11 @@ _REPLAYED: Final = (
     ev.ToolOutput,
     ev.ToolResult,
 )
-# Claude Code's records of local slash commands (``/model`` on start), replayed as user messages
-_LOCAL_COMMAND_MARKS: Final = ("<command-name>", "<local-command-")
+# What agents replay as user messages that the user never typed: Claude Code's records of local
+# slash commands (``/model`` on start), Gemini CLI's context of the session
+_NOT_PROMPTS: Final = ("<command-name>", "<local-command-", "<session_context>")
+# Gemini CLI answers a load of a session it does not know with -32603 and these details
+_UNKNOWN_SESSION_DETAILS: Final = ("Invalid session identifier", "No previous sessions found")
 
 
 class StoreQuery:
@@ -930,7 +933,8 @@ class StoreQuery:
     ``session/load``, translated as a live turn's are, one turn per user message).
 
     Sans-IO: ``opening()`` and ``feed(line)`` return the bytes to write to the agent; once
-    ``done``, ``failure`` is ``(kind, message)`` with kind ``unsupported`` (the agent does not
+    ``done`` (``finish()`` when the agent is silent for a while after ``settling``: its answer to
+    ``session/load`` came), ``failure`` is ``(kind, message)`` with kind ``unsupported`` (the agent does not
     declare the method), ``not_found`` (the agent does not know the session) or ``agent`` (it
     refused, or answered something that is not ACP), else the answer is ``listed`` and
     ``complete``, or ``transcript``. The shell owns the process, the clock, and ``cut`` (a line
@@ -945,6 +949,8 @@ class StoreQuery:
         self.listed: list[Summary] = []
         self.complete = True
         self.transcript: Transcript | None = None
+        self.settling = False  # session/load answered: the replay may still come
+        self._loading = False  # session/load asked: updates are the replay
         self._next_id = 0
         self._waiting: tuple[int, str] | None = None  # (id, method) of the request out
         self._pages = 0
@@ -1007,7 +1013,7 @@ class StoreQuery:
             error = {"code": METHOD_NOT_FOUND, "message": f"method not found: {msg.method[:64]}"}
             return _line({"jsonrpc": "2.0", "id": msg.id, "error": error})
         if msg.method == "session/update" and msg.params is not None:
-            if self._waiting is not None and self._waiting[1] == "session/load":
+            if self._loading:
                 self._replayed(msg.params, line)
             return b""
         if msg.method is not None or self._waiting is None or msg.id != self._waiting[0]:
@@ -1015,13 +1021,24 @@ class StoreQuery:
         method = self._waiting[1]
         self._waiting = None
         if msg.error is not None:
-            if method == "session/load" and msg.error.code == RESOURCE_NOT_FOUND:
+            if method == "session/load" and _unknown_session(msg.error):
                 return self._fail("not_found", msg.error.message)
             return self._fail("agent", f"the agent refused {method}: {msg.error.message}")
         if method == "initialize":
             return self._initialized(msg)
         if method == "session/list":
             return self._page(msg)
+        # Loaded. Gemini CLI replays the conversation after it answers: what comes until the
+        # agent falls silent is read too (the shell calls ``finish`` then).
+        self.settling = True
+        return b""
+
+    def finish(self) -> None:
+        """The agent fell silent after it answered ``session/load`` (or ended): the replay is
+        complete."""
+        if not self.settling or self.done:
+            return
+        self._loading = False
         self._finish_turn()
         problem = None
         if self._left_out:
@@ -1031,7 +1048,6 @@ class StoreQuery:
             )
         self.transcript = Transcript(self._turns, partial=problem is not None, problem=problem)
         self.done = True
-        return b""
 
     def _initialized(self, msg: S.Message) -> bytes:
         try:
@@ -1042,6 +1058,7 @@ class StoreQuery:
             if not caps.loadSession:
                 return self._fail("unsupported", "the agent does not declare loadSession")
             params = {"sessionId": self.load_id, "cwd": self.workspace, "mcpServers": []}
+            self._loading = True
             return self._request("session/load", params)
         if not isinstance((caps.sessionCapabilities or {}).get("list"), dict):
             return self._fail("unsupported", "the agent does not declare sessionCapabilities.list")
@@ -1095,7 +1112,7 @@ class StoreQuery:
             except (msgspec.DecodeError, msgspec.ValidationError):
                 self._left_out += 1
                 return
-            if text.startswith(_LOCAL_COMMAND_MARKS):
+            if text.startswith(_NOT_PROMPTS):
                 return
             if not self._user_last:
                 self._finish_turn()
@@ -1123,6 +1140,14 @@ class StoreQuery:
             ReplayedTurn(prompt, [*self._events, ev.TurnEnded(stop_reason="end_turn")])
         )
         self._prompt, self._events = None, []
+
+
+def _unknown_session(error: S.RpcError) -> bool:
+    """A ``session/load`` refused because the agent knows no such session."""
+    if error.code == RESOURCE_NOT_FOUND:
+        return True
+    details = error.data.get("details") if isinstance(error.data, dict) else None
+    return isinstance(details, str) and details.startswith(_UNKNOWN_SESSION_DETAILS)
 
 
 def _initialize_params() -> dict[str, Any]:
