@@ -8,8 +8,9 @@ start a session, and misbehaves in the way a prompt's text names:
 * ``huge``: one 5 MiB message chunk, then ends the turn;
 * ``hang``: never answers the prompt (nor a cancel).
 
-Anything else gets "ok: <prompt>". It declares ``loadSession`` and answers ``session/load``, so a
-restart resumes the same session (``session/load`` of ``unknown`` is ACP's -32002 "Resource not
+Anything else gets "ok: <prompt>". It declares ``loadSession`` and answers ``session/load`` (after
+replaying a user message "before" and an agent message "replayed"), so a restart resumes the same
+session (``session/load`` of ``unknown`` is ACP's -32002 "Resource not
 found", as the real agents answer an id they do not know). Each start appends ``start`` to
 ``acp-starts.log`` in its cwd, and each session it opens ``new`` or ``load <id>``.
 
