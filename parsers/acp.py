@@ -1021,9 +1021,10 @@ class StoreQuery:
         method = self._waiting[1]
         self._waiting = None
         if msg.error is not None:
+            said = _error_text(msg.error)
             if method == "session/load" and _unknown_session(msg.error):
-                return self._fail("not_found", msg.error.message)
-            return self._fail("agent", f"the agent refused {method}: {msg.error.message}")
+                return self._fail("not_found", said)
+            return self._fail("agent", f"the agent refused {method}: {said}")
         if method == "initialize":
             return self._initialized(msg)
         if method == "session/list":
@@ -1140,6 +1141,14 @@ class StoreQuery:
             ReplayedTurn(prompt, [*self._events, ev.TurnEnded(stop_reason="end_turn")])
         )
         self._prompt, self._events = None, []
+
+
+def _error_text(error: S.RpcError) -> str:
+    """A JSON-RPC error's message, with its ``data.details`` (Gemini CLI says what it means there)."""
+    details = error.data.get("details") if isinstance(error.data, dict) else None
+    if isinstance(details, str) and details:
+        return f"{error.message}: {details.splitlines()[0]}"
+    return error.message
 
 
 def _unknown_session(error: S.RpcError) -> bool:

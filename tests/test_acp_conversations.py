@@ -198,3 +198,18 @@ async def test_a_session_the_agent_does_not_know_is_404_and_nothing_is_created(t
         assert process.live_groups() == []
     finally:
         await gw.close()
+
+
+async def test_a_load_never_answered_is_a_timeout_and_nothing_is_created(tmp_path) -> None:
+    gw = await gateway(tmp_path, conversations_timeout_sec=1.0)
+    try:
+        resp = await gw.post(
+            "/v1/session", json={"agent": "scripted-acp", "resume_conversation": "hang"}
+        )
+        body = await resp.json()
+        assert (resp.status, body["error_code"]) == (504, "CONVERSATIONS_TIMEOUT")
+        assert "session/load" in body["message"]
+        assert (await (await gw.get("/v1/sessions")).json())["sessions"] == []
+        assert process.live_groups() == []
+    finally:
+        await gw.close()

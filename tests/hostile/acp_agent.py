@@ -10,8 +10,8 @@ start a session, and misbehaves in the way a prompt's text names:
 
 Anything else gets "ok: <prompt>". It declares ``loadSession`` and answers ``session/load`` (after
 replaying a user message "before" and an agent message "replayed"), so a restart resumes the same
-session (``session/load`` of ``unknown`` is ACP's -32002 "Resource not
-found", as the real agents answer an id they do not know). Each start appends ``start`` to
+session (``session/load`` of ``unknown`` is ACP's -32002 "Resource not found", as the real agents
+answer an id they do not know; of ``hang``, never answered). Each start appends ``start`` to
 ``acp-starts.log`` in its cwd, and each session it opens ``new`` or ``load <id>``.
 
 With ``HOSTILE_ACP_LIST`` set it declares ``sessionCapabilities.list`` and answers ``session/list``
@@ -81,6 +81,9 @@ def main() -> None:
             send({"jsonrpc": "2.0", "id": rpc_id, "result": {"sessionId": SESSION}})
         elif method == "session/list":
             session_list(rpc_id, msg["params"])
+        elif method == "session/load" and msg["params"]["sessionId"] == "hang":
+            while True:
+                time.sleep(60)
         elif method == "session/load" and msg["params"]["sessionId"] == "unknown":
             error = {"code": -32002, "message": "Resource not found: unknown"}
             send({"jsonrpc": "2.0", "id": rpc_id, "error": error})
