@@ -14,6 +14,7 @@ process of the profile (its command and env, the workspace as cwd), in its own p
   to ``REPLAY_BYTES``, then marked partial; a line longer than ``MAX_LINE_BYTES`` is not read);
 * a session's replay is what the agent sends from ``session/load`` until it falls silent for
   ``REPLAY_SETTLE_SEC`` after its answer (Gemini CLI replays after it answers);
+* at most ``MAX_RUNNING`` are asked at once (503 ``CONVERSATIONS_BUSY`` beyond);
 * it is ended (SIGTERM to its group, SIGKILL after ``[server] shutdown_grace_sec``) as soon as the
   answer is known, whatever it was.
 
@@ -41,6 +42,7 @@ __all__ = ["MAX_LINE_BYTES", "asks_agent", "list_sessions", "load_session"]
 MAX_LINE_BYTES: Final = 16 << 20  # one line of the agent read, at most (a longer one is cut)
 # Silence after the answer to session/load that ends its replay (Gemini CLI replays after it)
 REPLAY_SETTLE_SEC: Final = 1.0
+MAX_RUNNING: Final = 4  # agents asked at once, gateway-wide; one more is a 503
 MAX_STDIN_BACKLOG: Final = 1 << 20  # answers to its requests that it has not read
 
 
@@ -70,7 +72,27 @@ async def load_session(
     return query.transcript
 
 
+_running = 0  # agents being asked now (one event loop per gateway)
+
+
 async def _ask(
+    profile: AgentProfile, query: StoreQuery, timeout: float, grace: float
+) -> StoreQuery:
+    global _running
+    if _running >= MAX_RUNNING:
+        raise conversations.ConversationError(
+            503,
+            "CONVERSATIONS_BUSY",
+            f"{MAX_RUNNING} agents are being asked for their sessions already; try again shortly",
+        )
+    _running += 1
+    try:
+        return await _asked(profile, query, timeout, grace)
+    finally:
+        _running -= 1
+
+
+async def _asked(
     profile: AgentProfile, query: StoreQuery, timeout: float, grace: float
 ) -> StoreQuery:
     try:

@@ -6,6 +6,7 @@ pages without end or ends, each a clear error with its process gone."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from gateway import process
+from gateway.acp_conversations import MAX_RUNNING
 from gateway.config import AgentProfile, parser_features
 from tests.gateway_peer import Master, make_config, start_gateway
 
@@ -210,6 +212,24 @@ async def test_a_load_never_answered_is_a_timeout_and_nothing_is_created(tmp_pat
         assert (resp.status, body["error_code"]) == (504, "CONVERSATIONS_TIMEOUT")
         assert "session/load" in body["message"]
         assert (await (await gw.get("/v1/sessions")).json())["sessions"] == []
+        assert process.live_groups() == []
+    finally:
+        await gw.close()
+
+
+async def test_more_agents_asked_at_once_than_the_bound_is_503(tmp_path) -> None:
+    gw = await gateway(tmp_path, lists="hang", conversations_timeout_sec=5.0)
+    try:
+        hanging = [asyncio.ensure_future(listing(gw)) for _ in range(MAX_RUNNING)]
+        log = tmp_path / "acp-starts.log"
+        async with asyncio.timeout(30):  # until each of them has started its agent
+            while not log.exists() or len(log.read_text().splitlines()) < MAX_RUNNING:
+                await asyncio.sleep(0.05)
+        status, body = await listing(gw)
+        assert (status, body["error_code"]) == (503, "CONVERSATIONS_BUSY")
+        for status, body in await asyncio.gather(*hanging):
+            assert (status, body["error_code"]) == (504, "CONVERSATIONS_TIMEOUT")
+        assert len(log.read_text().splitlines()) == MAX_RUNNING  # the refused one started none
         assert process.live_groups() == []
     finally:
         await gw.close()
