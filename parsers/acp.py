@@ -41,6 +41,10 @@ unknown method each give an ``agent.error`` warning (``Notice``, said outside an
 opening one; the first ``MAX_PROTOCOL_WARNINGS`` of a process, then only logs), and the
 conversation goes on.
 
+Saved sessions (``StoreQuery``): a short-lived process of the agent, asked ``session/list`` (page
+by page) or ``session/load`` of one session, whose replay is translated by an adapter of its own
+into the turns of a ``Transcript`` (docs/acp-mapping.md, "Saved sessions").
+
 Replay (``rawp-gateway translate``): ``replay()`` makes the adapter write nothing of its own; the
 transcript's client lines (``{"sent": <message>}``) are given to ``sent`` so answers are read as
 they were.
