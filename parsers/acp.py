@@ -209,6 +209,11 @@ class AcpAdapter(JsonLinesParser):
         """A recorded transcript is read: nothing is written, the client's lines come by ``sent``."""
         self.replaying = True
 
+    def translate_only(self) -> None:
+        """Updates are read as in a prompt and nothing is written (``StoreQuery``'s replay)."""
+        self.replaying = True
+        self._stage, self._prompt = "ready", -1
+
     def sent(self, line: bytes) -> list[ev.AgentEvent]:
         """A line the client wrote (``{"sent": <message>}``) in a replayed transcript: remembered
         as if this adapter had sent it."""
@@ -910,6 +915,7 @@ class AcpAdapter(JsonLinesParser):
 # --- the agent's saved sessions: session/list, session/load's replay ----------------------------------
 
 RESOURCE_NOT_FOUND: Final = -32002  # ACP's "Resource not found": what the real agents answer a load
+MAX_SESSION_ID_CHARS: Final = 256  # a listed id (as resume_conversation takes it); longer: left out
 MAX_LIST_PAGES: Final = 20  # session/list pages asked for one listing
 MAX_SESSIONS_READ: Final = 5000  # sessions of all pages kept for one listing (then cut, sorted)
 LIST_ANSWER_BYTES: Final = 8 << 20  # all the agent writes while it is asked for a listing
@@ -963,8 +969,7 @@ class StoreQuery:
         self._bad_lines = 0
         # the replay: an adapter that translates updates as in a prompt, and writes nothing
         self._adapter = AcpAdapter()
-        self._adapter.replay()
-        self._adapter._stage, self._adapter._prompt = "ready", -1
+        self._adapter.translate_only()
         self._turns: list[ReplayedTurn] = []
         self._prompt: list[str] | None = None  # the user message of the turn being read
         self._events: list[ev.AgentEvent] = []
@@ -1080,7 +1085,10 @@ class StoreQuery:
             if len(self._found) >= MAX_SESSIONS_READ:
                 self.complete = False
                 break
-            if info.sessionId and (info.cwd.rstrip("/") or "/") == workspace:
+            usable = (
+                0 < len(info.sessionId) <= MAX_SESSION_ID_CHARS and info.sessionId.isprintable()
+            )
+            if usable and (info.cwd.rstrip("/") or "/") == workspace:
                 self._found.append(info)
         more = bool(page.nextCursor)
         if more and self.complete and self._pages < MAX_LIST_PAGES:
@@ -1093,7 +1101,7 @@ class StoreQuery:
             found, self.complete = found[: self.limit], False
         self.listed = [
             Summary(
-                id=_cut(s.sessionId),
+                id=s.sessionId,
                 title=title_of(s.title) if s.title else None,
                 updated_at=_iso(s.updatedAt),
                 turns=None,
@@ -1180,11 +1188,11 @@ def _instant(stamp: str | None) -> float:
         return 0.0
     try:
         moment = datetime.fromisoformat(stamp[:64].replace("Z", "+00:00"))
-    except ValueError:
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return moment.timestamp()
+    except (ValueError, OverflowError, OSError):
         return 0.0
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
 
 
 def _iso(stamp: str | None) -> str | None:
