@@ -56,11 +56,11 @@ async def list_sessions(
 ) -> dict[str, Any]:
     """``{"conversations": [...], "complete": bool}`` from the agent's ``session/list``."""
     query = await _ask(profile, StoreQuery(workspace, limit=limit), timeout, grace)
-    conversations = [
+    listed = [
         {"id": s.id, "title": s.title, "updated_at": s.updated_at, "turns": s.turns}
         for s in query.listed
     ]
-    return {"conversations": conversations, "complete": query.complete}
+    return {"conversations": listed, "complete": query.complete}
 
 
 async def load_session(
