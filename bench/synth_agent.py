@@ -15,6 +15,12 @@ stamped ``@T<CLOCK_MONOTONIC ns>;`` at the moment it is written, so that a maste
 latency from the agent's write to its own receive (the clock is shared by all processes of the
 machine).
 
+With ``RAWP_SYNTH_TRANSCRIPT`` naming a recording of the real CLI (a ``tests/fixtures/claude-code``
+``*--partial.jsonl``), the lines of a burst are that recording's instead, replayed in a loop (its
+``system`` and ``result`` lines left out, its message and tool ids made distinct per copy, its text
+deltas stamped), so that the gateway parses what Claude Code really prints: long ``assistant`` and
+``user`` lines, tool input streamed as JSON deltas, parallel calls.
+
 The agent must cost little next to the relay it drives (a hundred of them run beside the gateway in
 ``bench_fanout.py``): one API message is serialised once, at start, with slots for its number, each
 line's uuid and the stamp; a burst fills the slots by bytes replacement (about 1 µs a line, where
@@ -197,10 +203,37 @@ def _end_lines() -> list[bytes]:
     ]  # fmt: skip
 
 
+def transcript_template(path: str) -> list[bytes]:
+    """A recording's lines as a template (see the module docstring): every id of a message or a
+    tool call gets the copy's number, every line a uuid slot, every text delta a stamp slot."""
+    lines = []
+    with open(path, "rb") as f:
+        recorded = f.read().splitlines()
+    for raw in recorded:
+        obj = json.loads(raw)
+        if obj.get("type") not in ("stream_event", "assistant", "user"):
+            continue
+        if "uuid" in obj:
+            obj["uuid"] = UUID_SLOT
+        obj["session_id"] = SESSION
+        delta = obj.get("event", {}).get("delta", {})
+        if delta.get("type") == "text_delta":
+            delta["text"] = TS_SLOT + delta["text"]
+        lines.append(_line(obj))
+    ids = set(re.findall(rb'"((?:msg|toolu|req)_[A-Za-z0-9_]+)"', b"\n".join(lines)))
+    out = []
+    for line in lines:
+        for old in ids:
+            line = line.replace(b'"%s"' % old, b'"%s_%s"' % (old, N_SLOT.encode()))
+        out.append(line)
+    return out
+
+
 def burst(n_lines: int) -> list[bytes | tuple[bytes, bytes]]:
     """``n_lines`` lines of API messages, then the end marker and a ``result``; each line ends with
     its newline, a stamped one is the bytes before and after its stamp."""
-    template = message_template()
+    recording = os.environ.get("RAWP_SYNTH_TRANSCRIPT")
+    template = transcript_template(recording) if recording else message_template()
     n_slot, uuid_slot, ts_slot = N_SLOT.encode(), UUID_SLOT.encode(), TS_SLOT.encode()
     lines: list[bytes] = []
     k = 0

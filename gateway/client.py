@@ -122,11 +122,16 @@ def master_capabilities(features: F.Features = ALL_FEATURES) -> F.Capabilities:
     )
 
 
+MAX_SESSION_PATHS: Final = 1024  # session paths a client remembers (GatewayClient._paths)
+
+
 class GatewayClient:
     """HTTP control plane of one gateway; ``attach`` opens a ``Connection`` to a session.
 
     Use as ``async with GatewayClient(url, token=...) as client:``; it owns its aiohttp session
-    unless one is passed in.
+    unless one is passed in. ``url`` may be a fleet's router (docs/fleet.md): a session's calls
+    then go to the path its ``ws_path`` gives (``/pods/<pod>/v1/session/<id>``), remembered from
+    the session objects this client saw.
     """
 
     def __init__(
@@ -142,6 +147,7 @@ class GatewayClient:
         self._http = http
         self._owns_http = http is None
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._paths: dict[str, str] = {}  # session id -> its path, from the session's ws_path
 
     async def __aenter__(self) -> GatewayClient:
         return self
@@ -161,6 +167,21 @@ class GatewayClient:
             self._http = aiohttp.ClientSession(timeout=self._timeout)
             self._owns_http = True
         return self._http
+
+    def _remember(self, session: Any) -> Any:
+        """Notes where a session object says the session lives; returns it."""
+        if isinstance(session, dict):
+            sid, ws_path = session.get("session_id"), session.get("ws_path")
+            if isinstance(sid, str) and isinstance(ws_path, str) and ws_path.endswith("/ws"):
+                self._paths.pop(sid, None)
+                self._paths[sid] = ws_path[: -len("/ws")]
+                if len(self._paths) > MAX_SESSION_PATHS:
+                    del self._paths[next(iter(self._paths))]
+        return session
+
+    def session_path(self, session_id: str) -> str:
+        """The path of a session's endpoints: under its gateway's route prefix when known."""
+        return self._paths.get(session_id, f"/v1/session/{session_id}")
 
     async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         async with self.http.request(
@@ -196,7 +217,7 @@ class GatewayClient:
             "resume_conversation": resume_conversation,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
-        return await self._request("POST", "/v1/session", body)
+        return self._remember(await self._request("POST", "/v1/session", body))
 
     async def whoami(self) -> dict[str, Any]:
         """``GET /v1/whoami``: ``{"user", "role"}`` of this client's credentials."""
@@ -213,11 +234,11 @@ class GatewayClient:
         return await self._request("GET", f"{path}?{params}" if params else path)
 
     async def get_session(self, session_id: str) -> dict[str, Any]:
-        return await self._request("GET", f"/v1/session/{session_id}")
+        return self._remember(await self._request("GET", self.session_path(session_id)))
 
     async def delete_session(self, session_id: str) -> dict[str, Any]:
         """``DELETE /v1/session/{id}``: ends the session (the gateway sends the cleanup frames)."""
-        return await self._request("DELETE", f"/v1/session/{session_id}")
+        return await self._request("DELETE", self.session_path(session_id))
 
     async def upload_file(
         self, session_id: str, name: str, data: bytes | BinaryIO, mime_type: str
@@ -226,7 +247,7 @@ class GatewayClient:
         when it is a file object); returns ``{transfer_id, file_url, ...}`` for a prompt's
         ``context_files``."""
         async with self.http.put(
-            f"{self.base_url}/v1/session/{session_id}/files",
+            f"{self.base_url}{self.session_path(session_id)}/files",
             params={"name": name},
             data=data,
             headers={**self._headers, "Content-Type": mime_type},
@@ -266,11 +287,10 @@ class GatewayClient:
         if last_message_id and full_history:
             raise ValueError("a reattach (last_message_id) already gets its history")
         if isinstance(session, dict):
-            session_id = str(session["session_id"])
-            ws_path = str(session.get("ws_path") or f"/v1/session/{session_id}/ws")
+            session_id = str(self._remember(session)["session_id"])
         else:
             session_id = session
-            ws_path = f"/v1/session/{session_id}/ws"
+        ws_path = f"{self.session_path(session_id)}/ws"
         params = None
         if last_message_id:
             params = {"last_message_id": last_message_id}

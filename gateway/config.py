@@ -25,9 +25,12 @@ through a subcommand that must come before the prompt, ``resume_command`` replac
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
+import re
 import shlex
+import socket
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -51,6 +54,15 @@ DEFAULT_PORT: Final = 8765
 DEFAULT_MAX_FRAME_SIZE: Final = 1024 * 1024
 MAX_ALLOWED_ORIGINS: Final = 64  # [server] allowed_origins entries
 MAX_ORIGIN_CHARS: Final = 256
+# Fleet (docs/fleet.md): bounds of [server] pod_name, route_prefix, trusted_proxies, [fleet] peers.
+MAX_POD_NAME_CHARS: Final = 253  # a DNS name
+MAX_ROUTE_PREFIX_CHARS: Final = 256
+MAX_TRUSTED_PROXIES: Final = 64
+MAX_PEERS: Final = 64
+MAX_PEER_CHARS: Final = 256
+_POD_NAME: Final = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+_ROUTE_PREFIX: Final = re.compile(r"(/[A-Za-z0-9._~-]+)+")
+_DNS_PEERS: Final = re.compile(r"dns:([A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):([0-9]{1,5})")
 DEFAULT_STALL_WARNING_SEC: Final = 300.0
 DEFAULT_STALL_TIMEOUT_SEC: Final = 1800.0
 MAX_STALL_SEC: Final = 86400.0
@@ -348,6 +360,13 @@ class Config:
     state_dir: Path | None = None  # sessions and their replay buffers survive a restart
     # Origins (besides the gateway's own) whose pages may open WebSockets: browser console.
     allowed_origins: frozenset[str] = frozenset()
+    # Fleet (docs/fleet.md): this gateway's name, the path its URLs start with ({pod} filled in,
+    # "" for none), the proxies whose X-Forwarded-* headers are believed, and its peers (base
+    # URLs, or one "dns:NAME:PORT" resolved at each use).
+    pod_name: str = field(default_factory=socket.gethostname)
+    route_prefix: str = ""
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    fleet_peers: tuple[str, ...] = ()
     agents: Mapping[str, AgentProfile] = field(default_factory=builtin_profiles)
     # Identities, the audit log (gateway/auth.py, gateway/audit.py) and webhooks (gateway/notify.py).
     auth: AuthSettings = field(default_factory=AuthSettings)
@@ -387,7 +406,11 @@ _SERVER_KEYS: Final = {
     "state_dir": str,
     "allowed_origins": list,
     "public_url": str,
+    "pod_name": str,
+    "route_prefix": str,
+    "trusted_proxies": list,
 }
+_FLEET_KEYS: Final = {"peers": (str, list)}
 _ENV: Final = {
     "RAWP_GATEWAY_HOST": "host",
     "RAWP_GATEWAY_PORT": "port",
@@ -541,7 +564,8 @@ def load_config(
             raise ConfigError(f"{where}: not valid TOML: {err}") from None
         server = data.get("server", {})
         agent_tables = data.get("agents", {})
-        for section, table in (("server", server), ("agents", agent_tables)):
+        fleet = data.get("fleet", {})
+        for section, table in (("server", server), ("agents", agent_tables), ("fleet", fleet)):
             if not isinstance(table, dict):
                 raise ConfigError(f"{where}: [{section}] must be a table")
         for key, value in server.items():
@@ -549,6 +573,11 @@ def load_config(
                 warnings.append(f"{where}: unknown key [server] {key}")
                 continue
             settings[key] = _check(f"{where} [server]", key, value, _SERVER_KEYS[key])
+        for key, value in fleet.items():
+            if key not in _FLEET_KEYS:
+                warnings.append(f"{where}: unknown key [fleet] {key}")
+                continue
+            settings[f"fleet_{key}"] = _check(f"{where} [fleet]", key, value, _FLEET_KEYS[key])
         for name, table in agent_tables.items():
             if not isinstance(table, dict):
                 raise ConfigError(f"{where}: [agents.{name}] must be a table")
@@ -564,7 +593,7 @@ def load_config(
                 warnings += more
         except (AuthConfigError, NotifyConfigError) as err:
             raise ConfigError(str(err)) from None
-        for section in set(data) - {"server", "agents", "auth", "notify"}:
+        for section in set(data) - {"server", "agents", "auth", "notify", "fleet"}:
             warnings.append(f"{where}: unknown section [{section}]")
     for key, value in (flags or {}).items():
         if value is not None:
@@ -574,6 +603,9 @@ def load_config(
             settings[key] = environ[var]
     if "RAWP_GATEWAY_TOKEN" in environ:
         settings["token"] = environ["RAWP_GATEWAY_TOKEN"]
+    if "pod_name" not in settings and environ.get("RAWP_GATEWAY_POD_NAME"):
+        # The Downward API's pod name: a default, below the file (docs/fleet.md).
+        settings["pod_name"] = environ["RAWP_GATEWAY_POD_NAME"]
     return _build(settings, agents, tuple(warnings))
 
 
@@ -641,6 +673,7 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: 
         if not url.startswith(("http://", "https://")) or any(c.isspace() for c in url):
             raise ConfigError(f"public_url must be an http(s) URL, got {url!r}")
         kw["public_url"] = url
+    kw.update(_fleet(settings))
     token = settings.get("token")
     if token is not None and not token.strip():
         # An empty variable must not turn authentication off (nor hide a token file).
@@ -689,6 +722,73 @@ def _origins(values: list[Any]) -> frozenset[str]:
             )
         out.add(origin)
     return frozenset(out)
+
+
+def _fleet(settings: dict[str, Any]) -> dict[str, Any]:
+    """``pod_name``, ``route_prefix`` (``{pod}`` filled in), ``trusted_proxies`` and ``[fleet]
+    peers``, checked (docs/fleet.md)."""
+    kw: dict[str, Any] = {}
+    pod = str(settings.get("pod_name") or socket.gethostname())
+    if len(pod) > MAX_POD_NAME_CHARS or not _POD_NAME.fullmatch(pod):
+        raise ConfigError(
+            f"pod_name must be a DNS name of at most {MAX_POD_NAME_CHARS} characters "
+            f"(letters, digits, '.', '-', '_'), got {pod!r}"
+        )
+    kw["pod_name"] = pod
+    prefix = str(settings.get("route_prefix") or "").replace("{pod}", pod)
+    if prefix and (
+        len(prefix) > MAX_ROUTE_PREFIX_CHARS
+        or not _ROUTE_PREFIX.fullmatch(prefix)
+        or any(part in (".", "..") for part in prefix.split("/"))
+    ):
+        raise ConfigError(
+            f"route_prefix must be a path like /pods/{{pod}} (no trailing '/', no '.' or '..', "
+            f"at most {MAX_ROUTE_PREFIX_CHARS} characters), got {prefix!r}"
+        )
+    kw["route_prefix"] = prefix
+    proxies = settings.get("trusted_proxies", [])
+    if len(proxies) > MAX_TRUSTED_PROXIES:
+        raise ConfigError(f"trusted_proxies may list at most {MAX_TRUSTED_PROXIES} networks")
+    networks = []
+    for value in proxies:
+        try:
+            if not isinstance(value, str):
+                raise TypeError(value)
+            networks.append(ipaddress.ip_network(value))
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"trusted_proxies entries must be addresses or networks (10.0.0.0/8), got {value!r}"
+            ) from None
+    kw["trusted_proxies"] = tuple(networks)
+    peers = settings.get("fleet_peers", [])
+    if isinstance(peers, str):
+        match = _DNS_PEERS.fullmatch(peers)
+        if len(peers) > MAX_PEER_CHARS or match is None or not 0 < int(match[3]) <= 65535:
+            raise ConfigError(
+                f'[fleet] peers as a string must be "dns:NAME:PORT", got {peers[:300]!r}'
+            )
+        kw["fleet_peers"] = (peers,)
+        return kw
+    if len(peers) > MAX_PEERS:
+        raise ConfigError(f"[fleet] peers may list at most {MAX_PEERS} base URLs")
+    urls = []
+    for value in peers:
+        url = value.rstrip("/") if isinstance(value, str) else ""
+        scheme, sep, rest = url.partition("://")
+        if (
+            len(url) > MAX_PEER_CHARS
+            or scheme not in ("http", "https")
+            or not sep
+            or not rest
+            or "/" in rest
+            or any(c.isspace() for c in rest)
+        ):
+            raise ConfigError(
+                f"[fleet] peers entries must be base URLs like http://10.1.2.3:8765, got {value!r}"
+            )
+        urls.append(url)
+    kw["fleet_peers"] = tuple(urls)
+    return kw
 
 
 def read_token_file(path: str | os.PathLike[str]) -> str:

@@ -44,7 +44,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from parsers.json_depth import MAX_JSON_DEPTH, too_deep
 
-from . import auth, console, conversations, process
+from . import auth, console, conversations, fleet, process
 from .audit import AuditLog
 from .config import Config
 from .connections import ConnectionGuard, GatewayRunner, handler_args
@@ -168,15 +168,15 @@ def _error_response(request: web.Request, exc: Exception) -> web.StreamResponse:
 
 
 def _public(path: str) -> bool:
-    """Served without the token: liveness and the console's page (it holds no data)."""
-    return path in ("/healthz", "/", "/ui") or path.startswith("/ui/")
+    """Served without the token: liveness, readiness and the console's page (it holds no data)."""
+    return path in ("/healthz", "/readyz", "/", "/ui") or path.startswith("/ui/")
 
 
 def _ticket_identity(request: web.Request) -> auth.Identity | None:
     """Whoever asked for the valid one-time ticket on this upgrade of the session it was issued
     for (browser console); the upgrade spends it once it succeeds (``websocket``)."""
     ticket = request.query.get("ticket")
-    if not ticket or request.match_info.route.name != WS_ROUTE:
+    if not ticket or request.match_info.handler is not websocket:  # also under route_prefix
         return None
     session_id = request.match_info["session_id"]
     identity = request.app[TICKETS].valid(ticket, session_id, time.monotonic())
@@ -195,7 +195,7 @@ def ticket_owner(request: web.Request) -> str:
 async def auth_middleware(request: web.Request, handler):
     """Every request but the public ones gets its ``IDENTITY`` (gateway/auth.py), or is refused:
     401 ``UNAUTHORIZED`` for no or a wrong credential, 403 ``FORBIDDEN`` for a user with no role."""
-    if _public(request.path):
+    if _public(fleet.strip_prefix(request.path, request.app[CONFIG].route_prefix)):
         return await handler(request)
     authenticator = request.app[AUTH]
     credential = _bearer(request)
@@ -453,6 +453,7 @@ async def create_session(request: web.Request) -> web.Response:
             )
         )
     # Everything is valid: only now is anything created (the session, its agent).
+    _check_not_draining(app)
     live = sum(1 for s in app[SESSIONS].values() if s.state != "TERMINATED")
     if live >= config.max_sessions:
         raise ApiError(
@@ -608,8 +609,21 @@ def _check_live(session: LiveSession | TerminatedSession) -> None:
 
 
 async def list_sessions(request: web.Request) -> web.Response:
+    """This gateway's sessions with ``?scope=local``, else the fleet's (gateway/fleet.py): each
+    peer asked with the caller's credentials shows what that caller may see there."""
+    scope = request.query.get("scope")
+    if scope is not None and scope != "local":
+        raise ApiError(400, "INVALID_REQUEST", "scope must be 'local' (or left out)")
     visible = [s.to_json() for s in request.app[SESSIONS].values() if _role_on(request, s)]
-    return web.json_response({"sessions": visible})
+    if scope == "local":
+        return web.json_response({"sessions": visible})
+    return web.json_response(await fleet.sessions_answer(request, visible))
+
+
+def _check_not_draining(app: web.Application) -> None:
+    """503 ``SHUTTING_DOWN`` once SIGTERM arrived: nothing new lands on a gateway that stops."""
+    if fleet.draining(app):
+        raise ApiError(503, "SHUTTING_DOWN", "this gateway is shutting down; try another")
 
 
 async def whoami(request: web.Request) -> web.Response:
@@ -683,7 +697,7 @@ async def console_file(request: web.Request) -> web.Response:
 
 
 async def console_redirect(request: web.Request) -> web.Response:
-    raise web.HTTPFound("/ui")
+    raise web.HTTPFound(request.path.removesuffix("/") + "/ui")  # under route_prefix too
 
 
 async def websocket(request: web.Request) -> web.StreamResponse:
@@ -697,6 +711,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
             f"WebSocket upgrades from origin {exc} are not allowed (see [server] allowed_origins)",
         ) from None
     session = _session(request)
+    _check_not_draining(request.app)
     offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
     if SUBPROTOCOL not in offered:
         raise ApiError(
@@ -956,6 +971,7 @@ def create_app(
     app = web.Application(
         middlewares=[
             errors_middleware,
+            fleet.forwarded_middleware(config.trusted_proxies),
             browser_guard_middleware(config),
             auth_middleware,
         ],
@@ -981,10 +997,12 @@ def create_app(
     app[TICKETS] = console.TicketStore()
     app[GUARD] = ConnectionGuard(config.max_pending_connections)
     app[STATIC] = console.load_static()
+    fleet.setup(app, config)
     app.router.add_get("/", console_redirect)
     app.router.add_get("/ui", console_page)
     app.router.add_get("/ui/{name}", console_file)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", fleet.readyz)
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/v1/agents", list_agents)
     app.router.add_get("/v1/agents/{agent}/conversations", list_conversations)
@@ -997,6 +1015,7 @@ def create_app(
     app.router.add_post("/v1/session/{session_id}/ws-ticket", ws_ticket)
     app.router.add_get("/v1/session/{session_id}/ws", websocket, name=WS_ROUTE)
     add_file_routes(app)
+    fleet.add_prefixed_routes(app, config.route_prefix)  # after every route: it copies them all
     app.on_shutdown.append(_shutdown_sessions)
     return app
 
@@ -1176,8 +1195,12 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
     loop.add_signal_handler(signal.SIGHUP, reload_users, app)
     try:
         await stop.wait()
-    finally:
+        # Not ready from now on (docs/fleet.md): the sessions are suspended while the gateway
+        # still answers, so readiness, new sessions and reattaches get 503 SHUTTING_DOWN.
+        fleet.begin_draining(app)
         log.info("stopping")
+        await _shutdown_sessions(app)
+    finally:
         await runner.cleanup()
 
 

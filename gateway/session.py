@@ -53,7 +53,7 @@ from . import auth, nofollow
 from . import config as cfg
 from .audit import cut_input as audit_input
 from .fanout import Connection, Flusher, text_frame
-from .files import FileError, FileStore, store_tool_files
+from .files import FileError, FileStore, files_path, store_tool_files
 from .history import History, Replay
 from .metrics import GatewayMetrics
 from .persistence import COMPACT_SLACK, FORMAT, VERSION, Loaded, SavedSession
@@ -129,6 +129,9 @@ class LiveSession:
             max_upload_bytes=config.max_upload_bytes,
             metrics=metrics,
             directory=(saved.dir_fd, saved.path) if saved is not None else None,
+            url_of=lambda transfer_id, _path: (
+                config.route_prefix + files_path(session_id, transfer_id)
+            ),
         )
         set_workspace = getattr(parser, "set_workspace", None)
         if set_workspace is not None:  # parsers.base.ReadsWorkspace: it reads the agent's files
@@ -220,13 +223,15 @@ class LiveSession:
             "turn_index": self.machine.turn_count,
             "connections": len(self.connections),
             "created_at": self.created_at,
-            "ws_path": f"/v1/session/{self.id}/ws",
+            "ws_path": f"{self.config.route_prefix}/v1/session/{self.id}/ws",
             "workspace_path": str(self.workspace),
             "owner": self.owner,
             "members": dict(self.members),
         }
         if self.machine.agent_session_id:
             obj["agent_session_id"] = self.machine.agent_session_id
+        if self.config.route_prefix:  # a fleet: the gateway that holds it (docs/fleet.md)
+            obj["pod"] = self.config.pod_name
         return obj
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -316,7 +321,7 @@ class LiveSession:
         without telling the machine (the open turn is closed when the session is loaded again),
         write everything down as a clean stop, and close every WebSocket with 1012 (service
         restart) so masters reattach later with their last message id."""
-        if self.machine.phase == "terminated" or self.saved is None:
+        if self.machine.phase == "terminated" or self.saved is None or self._suspended:
             return
         self._suspended = True
         for key in list(self._timers):

@@ -99,6 +99,35 @@ async def test_lean_master_reads_the_stamped_messages_an_aiohttp_master_reads():
     assert all(ns > 0 for ns in lean.latencies_ns)
 
 
+async def test_a_replayed_recording_is_whole_turns_of_the_real_clis_output(monkeypatch):
+    """``RAWP_SYNTH_TRANSCRIPT`` (bench_fleet.py): two copies of a recorded turn with three
+    parallel tool calls reach a master through the real gateway as six calls and six results,
+    each with an invocation id of its own, and no error."""
+    from synth_agent import transcript_template
+
+    recording = Path(__file__).resolve().parent / "fixtures/claude-code/parallel--partial.jsonl"
+    monkeypatch.setenv("RAWP_SYNTH_TRANSCRIPT", str(recording))
+    copy = len(transcript_template(str(recording)))
+    gateway = Gateway()  # the agent inherits the variable through the gateway's environment
+    seen: list[dict] = []
+    try:
+        await gateway.ready()
+        async with aiohttp.ClientSession() as http:
+            session_id = await gateway.new_session(http)
+            master = await gateway.attach(http, session_id)
+            await master.request_burst(2 * copy, 0)
+            async with asyncio.timeout(60):
+                while not seen or seen[-1]["type"] != "session.turn.end":
+                    seen.append(json.loads((await master.ws.receive()).data))
+            await master.ws.close()
+    finally:
+        gateway.stop()
+    calls = [f["payload"]["invocation_id"] for f in seen if f["type"] == "tool.invoke.request"]
+    results = [f for f in seen if f["type"] == "tool.invoke.result"]
+    assert len(calls) == len(set(calls)) == 6 and len(results) == 6
+    assert not [f for f in seen if f["type"] in ("agent.error", "session.error")]
+
+
 @pytest.mark.parametrize("text_size", [10, 300, 70_000])  # 7-bit, 16-bit and 64-bit lengths
 async def test_frames_split_anywhere_across_reads_are_carried_over(text_size):
     master, _ = upgraded_master()

@@ -201,6 +201,34 @@ def test_dashboard_shows_what_the_issue_asks_for():
     assert len(ids) == len(set(ids)), "panel ids must be unique"
 
 
+def test_dashboard_has_a_fleet_view_per_pod_and_in_total():
+    """Sessions, frames/s, latency and agent exits, each per gateway pod (the ``pod`` label the
+    scrape jobs give every target) and summed over the fleet."""
+    dashboard = load_dashboard()
+    (row,) = [p for p in dashboard["panels"] if p["type"] == "row" and "Fleet" in p["title"]]
+    fleet = [
+        p for p in all_panels(dashboard) if p["gridPos"]["y"] > row["gridPos"]["y"]
+        and p["gridPos"]["y"] <= row["gridPos"]["y"] + 17 and p["type"] != "row"
+    ]  # fmt: skip
+    metrics = {
+        "rawp_gateway_sessions{": "sum by (pod) (rawp_gateway_sessions{",
+        "rawp_gateway_frames_total{": "sum by (pod) (rate(rawp_gateway_frames_total{",
+        "rawp_gateway_frame_latency_seconds_bucket{": "sum by (le, pod) (rate(",
+        "rawp_gateway_agent_process_exits_total{": "sum by (pod) (rate(",
+    }
+    for metric, per_pod in metrics.items():
+        (panel,) = [p for p in fleet if any(metric in t["expr"] for t in p["targets"])]
+        exprs = [t["expr"] for t in panel["targets"]]
+        assert any(per_pod in e for e in exprs), panel["title"]
+        totals = [t for t in panel["targets"] if t["legendFormat"] == "total"]
+        assert len(totals) == 1 and "pod" not in totals[0]["expr"], panel["title"]
+    # Every scrape job the deployment ships puts that label on its targets.
+    k8s = (ROOT / "deploy" / "k8s" / "prometheus-scrape.yml").read_text()
+    assert "source_labels: [__meta_kubernetes_pod_name]\n        target_label: pod" in k8s
+    compose = (ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text()
+    assert "pod: gateway" in compose
+
+
 def test_every_dashboard_metric_is_exported_by_the_gateway():
     dashboard = load_dashboard()
     exported = exported_names()

@@ -74,14 +74,21 @@ def manifests() -> list[dict]:
     return docs
 
 
-def by_kind(kind: str) -> dict:
-    (doc,) = [d for d in manifests() if d["kind"] == kind]
+def by_kind(kind: str, name: str | None = None) -> dict:
+    (doc,) = [
+        d
+        for d in manifests()
+        if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
     return doc
 
 
+def gateway_pod() -> dict:
+    return by_kind("StatefulSet")["spec"]["template"]["spec"]
+
+
 def gateway_container() -> dict:
-    pod = by_kind("Deployment")["spec"]["template"]["spec"]
-    (c,) = [c for c in pod["containers"] if c["name"] == "rawp-gateway"]
+    (c,) = [c for c in gateway_pod()["containers"] if c["name"] == "rawp-gateway"]
     return c
 
 
@@ -181,7 +188,7 @@ def test_kubernetes_scrape_job_passes_promtool(tmp_path):
     config = load_yaml(K8S / "prometheus-scrape.yml")
     (job,) = config["scrape_configs"]
     assert job["kubernetes_sd_configs"] == [{"role": "pod"}]
-    annotations = by_kind("Deployment")["spec"]["template"]["metadata"]["annotations"]
+    annotations = by_kind("StatefulSet")["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/port"] == str(
         gateway_container()["ports"][0]["containerPort"]
@@ -198,16 +205,35 @@ def test_kubernetes_scrape_job_passes_promtool(tmp_path):
 # --------------------------------------------------------------------------- kubernetes
 
 
-@pytest.mark.parametrize("name", ["configmap.yaml", "deployment.yaml", "pvc.yaml", "service.yaml"])
+def generated_configmaps() -> list[dict]:
+    """The ConfigMaps kustomize's configMapGenerator makes (name, labels, the files' text)."""
+    kustomization = load_yaml(K8S / "kustomization.yaml")
+    docs = []
+    for gen in kustomization.get("configMapGenerator", []):
+        data = {Path(f).name: (K8S / f).read_text() for f in gen["files"]}
+        labels = gen.get("options", {}).get("labels", {})
+        meta = {"name": gen["name"], "labels": labels}
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
+    return docs
+
+
+@pytest.mark.parametrize(
+    "name", sorted(load_yaml(K8S / "kustomization.yaml")["resources"]) + ["configMapGenerator"]
+)
 def test_kubernetes_manifest_matches_the_api_schema(name):
     validator = kubernetes_validate()
-    for doc in yaml.safe_load_all((K8S / name).read_text()):
+    if name == "configMapGenerator":
+        docs = generated_configmaps()
+    else:
+        docs = [d for d in yaml.safe_load_all((K8S / name).read_text()) if d]
+    assert docs
+    for doc in docs:
         validator.validate(doc, KUBERNETES_VERSION, strict=True)
 
 
 def test_kubernetes_schema_check_rejects_a_broken_manifest():
     validator = kubernetes_validate()
-    doc = by_kind("Deployment")
+    doc = by_kind("StatefulSet")
     doc["spec"]["template"]["spec"]["containers"][0]["livenessProbe"] = {"httpGet": {"pth": "/"}}
     with pytest.raises(validator.ValidationError):
         validator.validate(doc, KUBERNETES_VERSION, strict=True)
@@ -218,42 +244,83 @@ def test_kustomization_lists_every_manifest():
     assert listed == {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
 
 
-def test_pod_has_workspace_and_gateway_sharing_the_workspace_volume():
-    pod = by_kind("Deployment")["spec"]["template"]["spec"]
-    names = [c["name"] for c in pod["containers"]]
-    assert names == ["workspace", "rawp-gateway"]
-    for c in pod["containers"]:
-        mounts = {(m["name"], m["mountPath"]) for m in c["volumeMounts"]}
-        assert ("workspace", "/workspace") in mounts, c["name"]
-    assert pod["securityContext"]["runAsNonRoot"] is True
+def gateway_config() -> dict:
+    return tomllib.loads(by_kind("ConfigMap")["data"]["config.toml"])
 
 
-def test_sessions_and_the_agents_conversations_survive_the_pod():
-    """state_dir and the agent's home are on the workspace claim, which outlives the pod, each in
-    a directory of the claim apart from the working tree (docs/persistence.md: the state is
-    untrusted input all the same, but the agent's tree is not where it belongs)."""
-    pod = by_kind("Deployment")["spec"]["template"]["spec"]
-    volumes = {v["name"]: v for v in pod["volumes"]}
-    claim = volumes["workspace"]["persistentVolumeClaim"]["claimName"]
-    assert by_kind("PersistentVolumeClaim")["metadata"]["name"] == claim
-    config = tomllib.loads(by_kind("ConfigMap")["data"]["config.toml"])
-    state_dir = PurePosixPath(config["server"]["state_dir"])
-    root = PurePosixPath(config["server"]["workspace_root"])
-    assert not state_dir.is_relative_to(root)
-    mounts = {PurePosixPath(m["mountPath"]): m for m in gateway_container()["volumeMounts"]}
-    (state_mount,) = [p for p in mounts if state_dir.is_relative_to(p)]
-    sub_paths = {
-        m["mountPath"]: m.get("subPath") for m in mounts.values() if m["name"] == "workspace"
+def test_the_gateways_are_a_statefulset_named_under_the_headless_service():
+    """Stable pod names, each with a DNS name under the headless Service (the router's way to a
+    session's pod), a route prefix made of that name, and its peers found by the same Service."""
+    fleet = by_kind("StatefulSet")
+    assert fleet["metadata"]["name"] == "rawp-gateway"
+    headless = by_kind("Service", fleet["spec"]["serviceName"])
+    assert headless["spec"]["clusterIP"] == "None"
+    labels = fleet["spec"]["template"]["metadata"]["labels"]
+    assert fleet["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    for service in (headless, by_kind("Service", "rawp-gateway")):
+        assert service["spec"]["selector"].items() <= labels.items()
+        port_names = {p["name"] for p in gateway_container()["ports"]}
+        assert {p["targetPort"] for p in service["spec"]["ports"]} <= port_names
+    (pod_name,) = [e for e in gateway_container()["env"] if e["name"] == "RAWP_GATEWAY_POD_NAME"]
+    assert pod_name["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    config = gateway_config()
+    assert config["server"]["route_prefix"] == "/pods/{pod}"
+    port = config["server"]["port"]
+    assert config["fleet"]["peers"] == f"dns:{headless['metadata']['name']}:{port}"
+    assert [p["port"] for p in headless["spec"]["ports"]] == [port]
+    assert config["server"]["trusted_proxies"]
+
+
+def test_each_pod_keeps_workspaces_state_and_agent_home_apart_on_its_own_claim():
+    """One claim per pod (volumeClaimTemplates): the sessions (state_dir) survive the pod and
+    come back with its name; state_dir is not inside the agents' workspace root."""
+    (claim,) = by_kind("StatefulSet")["spec"]["volumeClaimTemplates"]
+    mounts = {m["mountPath"]: m for m in gateway_container()["volumeMounts"]}
+    config = gateway_config()["server"]
+    on_claim = {
+        p: m["subPath"] for p, m in mounts.items() if m["name"] == claim["metadata"]["name"]
     }
-    assert sub_paths == {
-        "/workspace": "workspace",
-        str(state_mount): "gateway-state",
+    # Three directories of the claim, none inside another; state_dir outside the working tree
+    # (docs/persistence.md, "Untrusted state").
+    assert on_claim == {
+        config["workspace_root"]: "workspace",
+        "/var/lib/rawp-gateway": "gateway-state",
         "/home/rawp": "home",
     }
-    for c in pod["containers"]:  # the workspace container sees the working tree only
-        for m in c["volumeMounts"]:
-            if m["mountPath"] == "/workspace":
-                assert m["subPath"] == "workspace", c["name"]
+    state_dir = PurePosixPath(config["state_dir"])
+    assert state_dir.is_relative_to("/var/lib/rawp-gateway")
+    assert not state_dir.is_relative_to(config["workspace_root"])
+    assert gateway_pod()["securityContext"]["runAsNonRoot"] is True
+
+
+def test_gateway_token_comes_from_a_secret_file_matching_the_config():
+    c = gateway_container()
+    volumes = {v["name"]: v for v in gateway_pod()["volumes"]}
+    (token_mount,) = [m for m in c["volumeMounts"] if m["name"] == "token"]
+    assert volumes["token"]["secret"]["secretName"] == "rawp-gateway-token"
+    assert gateway_config()["server"]["token_file"] == f"{token_mount['mountPath']}/token"
+    # Never in the environment: agents inherit the gateway's environment.
+    assert not any("TOKEN" in e["name"] for e in c.get("env", []))
+    assert volumes["config"]["configMap"]["name"] == by_kind("ConfigMap")["metadata"]["name"]
+
+
+def test_gateway_probes_liveness_on_healthz_readiness_on_readyz():
+    c = gateway_container()
+    port_names = {p["name"] for p in c["ports"]}
+    paths = {"livenessProbe": "/healthz", "startupProbe": "/healthz", "readinessProbe": "/readyz"}
+    for probe, path in paths.items():
+        http = c[probe]["httpGet"]
+        assert http["path"] == path, probe  # neither needs the token
+        assert http["port"] in port_names, probe
+
+
+def test_termination_grace_covers_the_suspend():
+    """SIGTERM suspends every session: the agent's grace (shutdown_grace_sec, SIGKILL after) and
+    up to 5 s for the WebSockets' close, side by side, must end before Kubernetes' SIGKILL."""
+    from gateway.config import Config
+
+    grace = gateway_config()["server"].get("shutdown_grace_sec", Config().shutdown_grace_sec)
+    assert gateway_pod()["terminationGracePeriodSeconds"] >= 2 * (grace + 5)
 
 
 def test_compose_keeps_state_dir_and_the_agent_home_on_volumes():
@@ -266,40 +333,42 @@ def test_compose_keeps_state_dir_and_the_agent_home_on_volumes():
     assert state_dir.is_relative_to(PurePosixPath(volumes["gateway-state"]))
 
 
-def test_gateway_token_comes_from_a_secret_file_matching_the_config():
-    c = gateway_container()
-    pod = by_kind("Deployment")["spec"]["template"]["spec"]
+def router_deployment() -> dict:
+    return by_kind("Deployment", "rawp-router")
+
+
+def test_router_fills_in_exactly_the_templates_variables():
+    """The nginx image renders /etc/nginx/templates/*.template with the environment (only the
+    RAWP_ variables, NGINX_ENVSUBST_FILTER): every variable of the template is given, and the
+    template is the file the generated ConfigMap holds, mounted there."""
+    template = (K8S / "router" / "default.conf.template").read_text()
+    wanted = set(re.findall(r"\$\{(RAWP_[A-Z_]+)\}", template))
+    pod = router_deployment()["spec"]["template"]["spec"]
+    (nginx,) = pod["containers"]
+    env = {e["name"]: e for e in nginx["env"]}
+    assert env["NGINX_ENVSUBST_FILTER"]["value"] == "^RAWP_"
+    assert {n for n in env if n.startswith("RAWP_")} == wanted
+    (generated,) = generated_configmaps()
+    assert generated["data"] == {"default.conf.template": template}
     volumes = {v["name"]: v for v in pod["volumes"]}
-    (token_mount,) = [m for m in c["volumeMounts"] if m["name"] == "token"]
-    secret = volumes["token"]["secret"]["secretName"]
-    assert secret == "rawp-gateway-token"
-    config = tomllib.loads(by_kind("ConfigMap")["data"]["config.toml"])
-    assert config["server"]["token_file"] == f"{token_mount['mountPath']}/token"
-    # Never in the environment: agents inherit the gateway's environment.
-    assert not any("TOKEN" in e["name"] for e in c.get("env", []))
-    assert volumes["config"]["configMap"]["name"] == by_kind("ConfigMap")["metadata"]["name"]
-
-
-def test_gateway_probes_use_healthz_on_the_served_port():
-    c = gateway_container()
-    port_names = {p["name"] for p in c["ports"]}
-    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
-        http = c[probe]["httpGet"]
-        assert http["path"] == "/healthz", probe  # the one path that needs no token
-        assert http["port"] in port_names, probe
-
-
-def test_service_selects_the_pod_and_exposes_the_gateway_port():
-    service = by_kind("Service")
-    labels = by_kind("Deployment")["spec"]["template"]["metadata"]["labels"]
-    assert service["spec"]["selector"].items() <= labels.items()
-    port_names = {p["name"] for p in gateway_container()["ports"]}
-    assert {p["targetPort"] for p in service["spec"]["ports"]} <= port_names
+    (mount,) = nginx["volumeMounts"]
+    assert mount["mountPath"] == "/etc/nginx/templates"
+    assert volumes[mount["name"]]["configMap"]["name"] == generated["metadata"]["name"]
+    # The gateways: the headless Service's name in this namespace, at the gateways' port.
+    headless = by_kind("StatefulSet")["spec"]["serviceName"]
+    assert env["RAWP_GATEWAY_DOMAIN"]["value"].startswith(f"{headless}.$(POD_NAMESPACE).svc.")
+    assert env["RAWP_GATEWAY_PORT"]["value"] == str(gateway_config()["server"]["port"])
+    assert "listen ${RAWP_ROUTER_LISTEN}" in template
+    assert env["RAWP_ROUTER_LISTEN"]["value"] == str(nginx["ports"][0]["containerPort"])
+    service = by_kind("Service", "rawp-router")
+    assert service["spec"]["selector"].items() <= (
+        router_deployment()["spec"]["template"]["metadata"]["labels"].items()
+    )
 
 
 def test_servicemonitor_selects_the_service_and_uses_the_token_secret():
     monitor = load_yaml(K8S / "optional" / "servicemonitor.yaml")
-    service = by_kind("Service")
+    service = by_kind("Service", "rawp-gateway")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["kind"] == "ServiceMonitor"
     assert (
@@ -340,8 +409,7 @@ def test_dockerfile_runs_as_a_non_root_user():
     user = users[-1].split(":")[0]
     assert user not in ("root", "0")
     # Numeric, so Kubernetes' runAsNonRoot can verify it; the same uid the manifests run as.
-    pod = by_kind("Deployment")["spec"]["template"]["spec"]
-    assert user == str(pod["securityContext"]["runAsUser"])
+    assert user == str(gateway_pod()["securityContext"]["runAsUser"])
 
 
 def test_dockerfile_has_a_healthcheck_on_healthz():

@@ -33,14 +33,18 @@ def fake_bin(tmp_path: Path, tools: dict[str, str]) -> Path:
     return bin_dir
 
 
-def missing(tmp_path: Path, chromium: str = "chromium", **tools: str) -> dict[str, str]:
-    """What the script says is missing; ``chromium`` is its RAWP_TEST_CHROMIUM (by default a
-    stand-in on PATH, so that the answer does not depend on this machine's /usr/bin/chromium)."""
+def missing(
+    tmp_path: Path, chromium: str = "chromium", nginx: str = "nginx", **tools: str
+) -> dict[str, str]:
+    """What the script says is missing; ``chromium`` and ``nginx`` are its RAWP_TEST_CHROMIUM and
+    RAWP_TEST_NGINX (by default stand-ins on PATH, so that the answer does not depend on this
+    machine's /usr/bin/chromium or /usr/sbin/nginx)."""
     proc = subprocess.run(
         ["/usr/bin/env", "bash", str(SCRIPT)],
         env={
-            "PATH": str(fake_bin(tmp_path, {"chromium": "", **tools})),
+            "PATH": str(fake_bin(tmp_path, {"chromium": "", "nginx": "", **tools})),
             "RAWP_TEST_CHROMIUM": chromium,
+            "RAWP_TEST_NGINX": nginx,
         },
         capture_output=True,
         text=True,
@@ -59,7 +63,7 @@ ROOT_WITH_APT = os.geteuid() == 0
 
 def test_nothing_installed_says_both_parts_in_one_line_each(tmp_path):
     parts = missing(tmp_path)
-    assert set(parts) == {"realcli", "prometheus"}  # (a Chromium is given: see below)
+    assert set(parts) == {"realcli", "prometheus"}  # (Chromium and nginx are given: see below)
     assert "Node.js 20+ with npm (node not found, npm not found)" in parts["realcli"]
     assert "prometheus and promtool are not on PATH" in parts["prometheus"]
 
@@ -94,6 +98,25 @@ def test_a_chromium_that_is_not_there_is_missing(tmp_path):
 def test_a_chromium_on_path_or_at_a_path_is_enough(tmp_path):
     assert "browser" not in missing(tmp_path / "a")  # the stand-in, found on PATH
     assert "browser" not in missing(tmp_path / "b", chromium=shutil.which("bash") or "/bin/bash")
+
+
+def test_an_nginx_that_is_not_there_is_missing(tmp_path):
+    absent = tmp_path / "no-nginx"
+    bin_dir = fake_bin(tmp_path / "x", {})  # no nginx on PATH either
+    proc = subprocess.run(
+        ["/usr/bin/env", "bash", str(SCRIPT)],
+        env={"PATH": str(bin_dir), "RAWP_TEST_CHROMIUM": "/bin/sh", "RAWP_TEST_NGINX": str(absent)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert f"nginx: RAWP_TEST_NGINX names {absent}, which is not an executable" in proc.stdout
+
+
+def test_an_nginx_on_path_or_at_a_path_is_enough(tmp_path):
+    assert "nginx" not in missing(tmp_path / "a")  # the stand-in, found on PATH
+    assert "nginx" not in missing(tmp_path / "b", nginx=shutil.which("bash") or "/bin/bash")
 
 
 def test_root_with_apt_get_can_install_prometheus(tmp_path):

@@ -67,7 +67,7 @@ function currentRole() {
 }
 
 async function loadWhoami() {
-  state.me = await api("GET", "/v1/whoami");
+  state.me = await api("GET", "v1/whoami");
   renderer.me = state.me.user;
   showWhoami();
 }
@@ -154,6 +154,15 @@ function askToken(error) {
 
 // --- sessions ----------------------------------------------------------------------------------
 
+// Paths: the gateway-wide calls are relative to the page (which may be served under a fleet's
+// route prefix, /pods/<name>/ui); a session's own calls go where its ws_path says, the gateway
+// that holds it (docs/fleet.md).
+function sessionPath(id) {
+  const s = state.sessions.find((x) => x.session_id === id);
+  if (s && typeof s.ws_path === "string" && s.ws_path.endsWith("/ws")) return s.ws_path.slice(0, -3);
+  return `v1/session/${id}`;
+}
+
 function showError(err) {
   banner(err.message || String(err), "error");
 }
@@ -166,7 +175,7 @@ function banner(text, kind = "info") {
 }
 
 async function loadAgents() {
-  const data = await api("GET", "/v1/agents");
+  const data = await api("GET", "v1/agents");
   const select = $("new-agent");
   select.replaceChildren();
   for (const a of data.agents || []) {
@@ -190,7 +199,7 @@ async function listConversations() {
   const agent = $("new-agent").value;
   const workspace = $("new-workspace").value.trim();
   const query = new URLSearchParams(workspace ? { workspace } : {});
-  const data = await api("GET", `/v1/agents/${encodeURIComponent(agent)}/conversations?${query}`);
+  const data = await api("GET", `v1/agents/${encodeURIComponent(agent)}/conversations?${query}`);
   const list = $("conversations");
   list.replaceChildren();
   for (const c of data.conversations || []) {
@@ -222,15 +231,16 @@ async function continueConversation(agent, workspace, id) {
   if (workspace) body.workspace_path = workspace;
   const name = $("new-name").value.trim();
   if (name) body.name = name;
-  const s = await api("POST", "/v1/session", body);
+  const s = await api("POST", "v1/session", body);
   $("new-name").value = "";
   $("conversations").hidden = true;
   await refreshSessions();
+  if (!state.sessions.some((x) => x.session_id === s.session_id)) state.sessions.push(s);
   await attachTo(s.session_id);
 }
 
 async function refreshSessions() {
-  const data = await api("GET", "/v1/sessions");
+  const data = await api("GET", "v1/sessions");
   state.sessions = data.sessions || [];
   const list = $("sessions");
   // Not while a rename is typed or a delete awaits its second click: redrawing would drop it.
@@ -268,7 +278,7 @@ function sessionItem(s) {
     const form = el("form", { class: "rename-form" }, input, save);
     form.onsubmit = (e) => {
       e.preventDefault();
-      api("PATCH", `/v1/session/${s.session_id}`, { name: input.value.trim() })
+      api("PATCH", sessionPath(s.session_id), { name: input.value.trim() })
         .then(() => {
           form.remove();
           return refreshSessions();
@@ -290,7 +300,7 @@ function sessionItem(s) {
       return;
     }
     del.dataset.confirm = "";
-    api("DELETE", `/v1/session/${s.session_id}`)
+    api("DELETE", sessionPath(s.session_id))
       .then(() => {
         if (state.current && state.current.id === s.session_id) detach();
         return refreshSessions();
@@ -312,9 +322,10 @@ async function createSession(event) {
   const name = $("new-name").value.trim();
   if (workspace) body.workspace_path = workspace;
   if (name) body.name = name;
-  const s = await api("POST", "/v1/session", body);
+  const s = await api("POST", "v1/session", body);
   $("new-name").value = "";
   await refreshSessions();
+  if (!state.sessions.some((x) => x.session_id === s.session_id)) state.sessions.push(s);
   await attachTo(s.session_id);
 }
 
@@ -429,9 +440,9 @@ async function connect(cur) {
   setConnection("connecting", cur.view.lastMessageId ? "reattaching…" : "connecting…");
   let ticket = null;
   try {
-    const info = await api("GET", `/v1/session/${cur.id}`);
+    const info = await api("GET", sessionPath(cur.id));
     if (info.state === "TERMINATED") return ended(cur, "This session has ended.");
-    if (state.token) ticket = (await api("POST", `/v1/session/${cur.id}/ws-ticket`)).ticket;
+    if (state.token) ticket = (await api("POST", `${sessionPath(cur.id)}/ws-ticket`)).ticket;
   } catch (err) {
     if (err instanceof ApiError && (err.status === 404 || err.status === 409)) {
       return ended(cur, "This session no longer exists on the gateway.");
@@ -446,10 +457,10 @@ async function connect(cur) {
   if (cur.fresh) params.set("history", "all");
   else params.set("last_message_id", cur.view.lastMessageId);
   if (ticket) params.set("ticket", ticket); // never the token itself
-  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const query = params.toString();
-  const url = `${scheme}//${location.host}/v1/session/${cur.id}/ws${query ? "?" + query : ""}`;
-  const ws = new WebSocket(url, SUBPROTOCOL);
+  const url = new URL(`${sessionPath(cur.id)}/ws`, location.href);
+  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+  url.search = params.toString();
+  const ws = new WebSocket(url.href, SUBPROTOCOL);
   cur.ws = ws;
   cur.historyParts = new HistoryParts();
   ws.onopen = () => {
@@ -667,7 +678,7 @@ async function attachFiles(files) {
   for (const [a, file] of queued) {
     if (cur !== state.current || !state.attachments.includes(a)) continue; // left, or removed
     try {
-      const path = `/v1/session/${cur.id}/files?name=${encodeURIComponent(a.name)}`;
+      const path = `${sessionPath(cur.id)}/files?name=${encodeURIComponent(a.name)}`;
       const stored = await request("PUT", path, file, a.mimeType);
       if (cur !== state.current || !state.attachments.includes(a)) continue;
       a.fileUrl = stored.file_url;
