@@ -134,7 +134,8 @@ class AgentProfile:
             "parser": self.parser,
             "description": self.description,
             # GET /v1/agents/{agent}/conversations answers for it (gateway/conversations.py)
-            "conversations": self.conversations and get_parser(self.parser).saved is not None,
+            "conversations": self.conversations
+            and (self.parser == "acp" or get_parser(self.parser).saved is not None),
         }
 
 
@@ -353,6 +354,8 @@ class Config:
     header_timeout_sec: float = 10.0  # a request's headers must be complete within it
     max_pending_connections: int = 256  # connections not yet authenticated (gateway/connections.py)
     shutdown_grace_sec: float = 5.0
+    # An ACP agent asked for its saved sessions (gateway/acp_conversations.py), spawn to answer
+    conversations_timeout_sec: float = 60.0
     log_format: str = "text"  # or "json"
     state_dir: Path | None = None  # sessions and their replay buffers survive a restart
     # Origins (besides the gateway's own) whose pages may open WebSockets: browser console.
@@ -398,6 +401,7 @@ _SERVER_KEYS: Final = {
     "header_timeout_sec": (int, float),
     "max_pending_connections": int,
     "shutdown_grace_sec": (int, float),
+    "conversations_timeout_sec": (int, float),
     "log_format": str,
     "state_dir": str,
     "allowed_origins": list,
@@ -635,6 +639,7 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: 
         ("header_timeout_sec", float, 0.1),
         ("max_pending_connections", int, 1),
         ("shutdown_grace_sec", float, 0),
+        ("conversations_timeout_sec", float, 0.1),
     ):
         if key in settings:
             kw[key] = number(key, kind, low)

@@ -24,8 +24,9 @@ around it, and where the bounds are kept (docs/limits.md):
   reads); the session machine then turns the translated turns into frames on the loop.
 
 A profile whose parser has no store, or that says ``conversations = false``, answers 501
-``CONVERSATIONS_NOT_SUPPORTED``. ACP agents (``session/list``, ``session/load``) are not file
-stores; they would be another source of the same ``Summary`` and ``Transcript`` beside this one.
+``CONVERSATIONS_NOT_SUPPORTED``. ACP agents are not file stores: the agent itself is asked
+(``session/list``, ``session/load``: gateway/acp_conversations.py), for the same listing and
+``Transcript``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import Any, Final
 from parsers.base import get as get_parser
 from parsers.saved import SavedFile, SavedFormat, Summary, Transcript
 
+from . import acp_conversations
 from .config import AgentProfile
 from .nofollow import READ_FLAGS, open_dir, regular_fd
 
@@ -55,6 +57,9 @@ __all__ = [
 ]
 
 DEFAULT_LIST_LIMIT: Final = 50
+DEFAULT_AGENT_TIMEOUT_SEC: Final = (
+    60.0  # an ACP agent asked (``[server] conversations_timeout_sec``)
+)
 MAX_LIST_LIMIT: Final = 500
 MAX_CONVERSATION_ID_CHARS: Final = 256
 MAX_ENTRIES: Final = 20_000  # directory entries looked at for one listing or lookup
@@ -107,9 +112,19 @@ class _Candidate:
 
 
 async def list_conversations(
-    profile: AgentProfile, workspace: str, limit: int = DEFAULT_LIST_LIMIT
+    profile: AgentProfile,
+    workspace: str,
+    limit: int = DEFAULT_LIST_LIMIT,
+    *,
+    timeout: float = DEFAULT_AGENT_TIMEOUT_SEC,
+    grace: float = 5.0,
 ) -> dict[str, Any]:
-    """``{"conversations": [...], "complete": bool}``, newest first (docs/http-api.md)."""
+    """``{"conversations": [...], "complete": bool}``, newest first (docs/http-api.md).
+    ``timeout``, ``grace``: for an ACP agent, asked in a process of its own."""
+    if acp_conversations.asks_agent(profile):
+        return await acp_conversations.list_sessions(
+            profile, workspace, limit, timeout=timeout, grace=grace
+        )
     fmt = saved_format(profile)
     env = agent_env(profile)
     loop = asyncio.get_running_loop()
@@ -148,7 +163,12 @@ def _list(fmt: SavedFormat, env: Mapping[str, str], workspace: str, limit: int) 
 
 
 async def load_conversation(
-    profile: AgentProfile, workspace: str, conversation_id: Any
+    profile: AgentProfile,
+    workspace: str,
+    conversation_id: Any,
+    *,
+    timeout: float = DEFAULT_AGENT_TIMEOUT_SEC,
+    grace: float = 5.0,
 ) -> Transcript:
     """The conversation ``conversation_id`` of the workspace, translated; 404
     ``CONVERSATION_NOT_FOUND`` when the agent saved none of that id for this workspace."""
@@ -163,6 +183,10 @@ async def load_conversation(
             "INVALID_REQUEST",
             f"resume_conversation must be a conversation id of at most "
             f"{MAX_CONVERSATION_ID_CHARS} printable characters",
+        )
+    if acp_conversations.asks_agent(profile):
+        return await acp_conversations.load_session(
+            profile, workspace, conversation_id, timeout=timeout, grace=grace
         )
     fmt = saved_format(profile)
     env = agent_env(profile)

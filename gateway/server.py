@@ -444,7 +444,13 @@ async def create_session(request: web.Request) -> web.Response:
     transcript = None
     if resume is not None:  # read and translated before anything is created
         transcript = await _conversation_call(
-            conversations.load_conversation(profile, str(workspace), resume)
+            conversations.load_conversation(
+                profile,
+                str(workspace),
+                resume,
+                timeout=config.conversations_timeout_sec,
+                grace=config.shutdown_grace_sec,
+            )
         )
     # Everything is valid: only now is anything created (the session, its agent).
     _check_not_draining(app)
@@ -522,7 +528,13 @@ async def list_conversations(request: web.Request) -> web.Response:
             "INVALID_REQUEST",
             f"limit must be an integer from 1 to {conversations.MAX_LIST_LIMIT}",
         )
-    listing = conversations.list_conversations(profile, str(workspace), int(limit))
+    listing = conversations.list_conversations(
+        profile,
+        str(workspace),
+        int(limit),
+        timeout=config.conversations_timeout_sec,
+        grace=config.shutdown_grace_sec,
+    )
     return web.json_response(await _conversation_call(listing))
 
 

@@ -265,3 +265,18 @@ class PromptResult(msgspec.Struct):
     stopReason: str = ""
     usage: Usage | None = None
     meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+# --- saved sessions (session/list) ---------------------------------------------------------------
+
+
+class SessionInfo(msgspec.Struct):
+    sessionId: str
+    cwd: str
+    title: str | None = None
+    updatedAt: str | None = None
+
+
+class ListSessionsResult(msgspec.Struct):
+    sessions: list[SessionInfo]
+    nextCursor: str | None = None

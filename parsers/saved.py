@@ -20,8 +20,8 @@ large to read whole). A file that is truncated, cut or hostile gives a ``Transcr
 ``partial`` or no summary (``None``), never an exception.
 
 An agent that lists and loads conversations over its own protocol (ACP's ``session/list`` and
-``session/load``) is not a file store: it would plug in beside this interface, in the shell, as
-another source of the same ``Summary`` and ``Transcript``.
+``session/load``) is not a file store: it is asked instead (``parsers.acp.StoreQuery``, run by
+``gateway/acp_conversations.py``), for the same ``Summary`` and ``Transcript``.
 """
 
 from __future__ import annotations

@@ -260,7 +260,7 @@ async def test_bad_requests(gw, store) -> None:
 async def test_agents_whose_store_cannot_be_read_answer_501(gw, store) -> None:
     agents = {a["name"]: a for a in (await (await gw.get("/v1/agents")).json())["agents"]}
     assert agents[AGENT]["conversations"] is True
-    for agent in ("plain", "demo", "claude-acp"):  # ACP's session/list is not used for this yet
+    for agent in ("plain", "demo"):  # ACP agents are asked: tests/test_acp_conversations.py
         assert agents[agent]["conversations"] is False
         resp = await gw.get(f"/v1/agents/{agent}/conversations")
         body = await resp.json()
