@@ -5,18 +5,19 @@ possible, and the turn ends when the CLI has exited, not when the tool would hav
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.gateway_peer import of
 from tests.support import realcli
-from tests.support.procs import session_processes
+from tests.support.procs import session_processes, since_boot, started
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.realcli
 
-SLEEP = "sleep 20"
+# Far longer than the cancel may take (its SIGINT, then the gateway's stop 10 s later and the 5 s
+# grace): that the sleep is gone before it could have ended by itself proves it was stopped.
+SLEEP_SEC = 60
+SLEEP = f"sleep {SLEEP_SEC}"
 
 
 CALLS = {
@@ -45,26 +46,29 @@ async def test_DPS_6_1_2_cancel_during_a_shell_tool_stops_the_tool(agent: str):
         await master.send("control.prompt.request", {"prompt_text": "Wait a while."})
         turn_start = await master.until("session.turn.start")
         await master.until("tool.invoke.request", timeout=60)
-        await eventually(
-            lambda: bool(session_processes(session_id, SLEEP)),
+        sleeps = await eventually(
+            lambda: session_processes(session_id, SLEEP),
             "the tool's sleep to run",
             timeout=20,
         )
-        t0 = time.monotonic()
+        # The sleep (or the shell that runs it, which started first) cannot end by itself before
+        # this moment.
+        starts = [t for pid in sleeps if (t := started(pid)) is not None]
+        assert starts, "the tool's sleep ended at once"
+        natural_end = min(starts) + SLEEP_SEC
         await master.send(
             "control.prompt.cancel", {"target_turn_id": turn_start["payload"]["turn_id"]}
         )
-        end = await master.until("session.turn.end", timeout=30)
-        waited = time.monotonic() - t0
+        end = await master.until("session.turn.end", timeout=natural_end - since_boot())
         assert end["payload"]["stop_reason"] == "cancelled"
-        # The turn did not wait for the tool: it ended before `sleep 20` could have, and the
-        # sleep is gone (killed, not finished).
-        assert waited < 15, waited
+        # The turn did not wait for the tool, and the tool was stopped: the turn ended and the
+        # sleep is gone before the sleep could have finished.
         await eventually(
             lambda: not session_processes(session_id, SLEEP),
             "the tool's sleep to be gone",
-            timeout=5,
+            timeout=natural_end - since_boot(),
         )
+        assert since_boot() < natural_end
         assert not [f for f in master.frames if f["type"] == "agent.error"]
         frames = master.frames
         results = of(frames, "tool.invoke.result")

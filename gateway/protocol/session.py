@@ -26,6 +26,13 @@ has no prompts; Claude Code starts a turn of its own after a background task). A
 either long-lived (prompts on stdin) or single-turn (§18: prompt on the command line, respawned with
 the agent's session id for the next prompt).
 
+A cancel (DPS-6.1.2) interrupts the agent, sends SIGINT ``cancel_sigint_sec`` later and stops the
+process ``cancel_stop_sec`` after the cancel if the turn is still open. An agent that exits while
+its turn is cancelled, or that the gateway stopped for a cancel, ended because of the cancel: the
+turn ends ``cancelled`` (no fatal error) and the session goes on, idle with no process, as after
+any exit between turns; the next prompt starts the agent again, resumed with its session id. A
+prompt that comes while that process is still exiting waits for its exit.
+
 The stall watchdog: a CLI may go silent mid-turn and never finish it. While a turn runs and no
 interaction waits for a master, a "stall" timer ticks (a quarter of the shorter limit); a tick that
 saw no agent output adds to the silence. After ``stall_warning_sec`` of silence the masters get an
@@ -307,8 +314,8 @@ class SessionMachine:
         self._deleting: tuple[str, str] | None = None  # (reason, deleted_by) once delete began
         self._control_seq = 0
         self._pending_controls: dict[str, str] = {}  # request_id → what it was for
-        # A single-turn prompt waiting for the previous process to finish exiting (text,
-        # overrides, images).
+        # A prompt waiting for the previous process to finish exiting (a single-turn agent's, or
+        # one the gateway is stopping for a cancel): text, overrides, images.
         self._waiting_spawn: tuple[str, F.ConfigOverrides | None, list[ev.StoredFile]] | None = None
         # The stall watchdog: agent output counted (one per batch), as of the last tick; silence.
         self._activity = 0
@@ -316,6 +323,8 @@ class SessionMachine:
         self._silent_sec = 0.0
         self._stall_warned = False
         self._stalled = False  # the watchdog stopped the agent: its exit restarts, not ends
+        # The gateway is stopping the agent for a cancel it ignored: its exit is the cancel's.
+        self._stopping_for_cancel = False
         self.capabilities_frame = self._make(
             gateway_capabilities(self.config.features, max_frame_size=self.config.max_frame_size)
         )
@@ -657,24 +666,24 @@ class SessionMachine:
             return []
         waiting, self._waiting_spawn = self._waiting_spawn, None
         stalled, self._stalled = self._stalled, False
+        stopped, self._stopping_for_cancel = self._stopping_for_cancel, False
         if stalled and self._deleting is None:
             return self._restart_after_stall()
-        if waiting is not None and kind == "ok" and self._deleting is None and self.turn:
-            # The previous single-turn process is gone: the waiting prompt's process starts now.
-            self.process_alive = True
-            return [self._spawn(*waiting)]
         out: list[Action] = []
-        deleting = self._deleting is not None
-        if (
-            kind != "ok"
-            and self.config.single_turn_process
-            and self.turn
-            and self.turn.cancel_requested
-        ):
-            # A single-turn agent stops its process when told to cancel (codex exec exits 1 on
-            # SIGINT): that exit is the cancel working, not a failure. The turn ends cancelled and
-            # the next prompt resumes the agent's session (DPS-6.1.2-cancel, DPS-18-respawn).
+        if kind != "ok" and (stopped or (self.turn is not None and self.turn.cancel_requested)):
+            # An agent that exits while its turn is cancelled was ended by the cancel: SIGINT
+            # (codex exec exits 1 on it) or the stop of one that ignored the cancel. That exit is
+            # the cancel working, not a failure: the turn ends cancelled, the session goes on idle
+            # with no process, and the next prompt starts the agent again resumed with its session
+            # id, as after any exit between turns (DPS-6.1.2-cancel, DPS-18-respawn).
+            exit_fields = {"returncode": returncode, "signal": signum}
+            out.append(Log("info", "the agent exited on a cancel", exit_fields))
             kind = "ok"
+        if waiting is not None and kind == "ok" and self._deleting is None and self.turn:
+            # The previous process is gone: the waiting prompt's process starts now.
+            self.process_alive = True
+            return out + self._spawn(*waiting)
+        deleting = self._deleting is not None
         if kind != "ok" and not deleting:
             code = "SIGNAL_EXIT" if kind == "signal" else "AGENT_EXIT"
             how = f"signal {signum}" if kind == "signal" else f"exit code {returncode}"
@@ -964,7 +973,9 @@ class SessionMachine:
         out = self._open_turn(overrides)
         assert self.turn is not None
         self.turn.requested_compaction = compaction
-        if self.process_alive and not self.config.single_turn_process:
+        # A long-lived agent takes the prompt on stdin, unless the gateway is stopping it.
+        takes_it = not (self.config.single_turn_process or self._stopping_for_cancel)
+        if self.process_alive and takes_it:
             if images:
                 return out + [WritePrompt(text, images)]
             data = self.input.prompt(text)
@@ -973,26 +984,28 @@ class SessionMachine:
             return out + [WriteStdin(data)]
         if self.process_alive:
             # The previous turn ended but its process is still exiting (codex exec writes its
-            # thread after turn.completed): a second process must not resume the thread beside
-            # it, so this one starts when that exit is reported.
+            # thread after turn.completed; an agent stopped for a cancel): a second process must
+            # not resume the session beside it, so this one starts when that exit is reported.
             self._waiting_spawn = (text, overrides, images)
             return out
         self.process_alive = True
-        out.append(self._spawn(text, overrides, images))
-        if not self.config.single_turn_process:
-            out += self._opening(self.agent_session_id)  # a restored session's first prompt
-        return out
+        return out + self._spawn(text, overrides, images)
 
     def _spawn(
         self, text: str, overrides: F.ConfigOverrides | None, images: list[ev.StoredFile]
-    ) -> Spawn:
-        return Spawn(
+    ) -> list[Action]:
+        """A process for this prompt, resuming the agent's session; a long-lived agent (a
+        restored session, or one that exited) is told its opening too."""
+        spawn = Spawn(
             prompt=text,
             resume_id=self.agent_session_id,
             mode=self.mode,
             overrides=overrides,
             images=images,
         )
+        if self.config.single_turn_process:
+            return [spawn]
+        return [spawn, *self._opening(self.agent_session_id)]
 
     def _cancel(self, conn_id: str, cancel: F.PromptCancel, mid: str) -> list[Action]:
         if self.turn is None or cancel.target_turn_id != self.turn.turn_id:
@@ -1274,6 +1287,7 @@ class SessionMachine:
         if key == "cancel" and self.turn is not None and self.process_alive:
             return [Signal(_signal.SIGINT)]
         if key == "cancel-kill" and self.turn is not None and self.process_alive:
+            self._stopping_for_cancel = True
             return [Log("warning", "the agent ignored the cancel; stopping it"), Terminate()]
         return []
 

@@ -7,6 +7,7 @@ how the tests find them, whichever gateway (in-process or a ``serve`` process) s
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 DEAD = ("Z", "X")  # a zombie has exited: dead for every test here
@@ -35,6 +36,19 @@ def alive(pid: int) -> bool:
 def gone(pid: int) -> bool:
     """Not even a zombie: exited and reaped."""
     return not os.path.exists(f"/proc/{pid}")
+
+
+def started(pid: int) -> float | None:
+    """When ``pid`` started, in seconds since boot (``since_boot``'s clock), or None if gone."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK")  # stat field 22, starttime, in ticks
+
+
+def since_boot() -> float:
+    """Now, on the clock ``started`` reads."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 def cmdline(pid: int) -> str:
