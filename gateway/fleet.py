@@ -181,9 +181,7 @@ def set_draining(app: web.Application, on: bool, held: int) -> None:
 def refusal(app: web.Application, *, new_session: bool) -> str | None:
     """Why this gateway refuses new work now (answered 503 ``SHUTTING_DOWN``), or None. A new
     session is refused while stopping or draining, an attachment only while stopping."""
-    readiness = app.get(READINESS)
-    if readiness is None:
-        return None
+    readiness = app[READINESS]
     if readiness.stopping:
         return "this gateway is shutting down; try another"
     if readiness.draining and new_session:
