@@ -50,7 +50,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from relay_rig import Gateway, LeanMaster, children_pids, cpu_seconds_of, quantile  # noqa: E402
 
-from tests.fleet_rig import DOMAIN, Dns, Router, nginx_path  # noqa: E402
+from tests.fleet_rig import READY, Dns, Router, nginx_path  # noqa: E402
 
 
 def rss(pid: int) -> int:
@@ -86,7 +86,7 @@ async def main(args: argparse.Namespace) -> None:
         os.environ["RAWP_SYNTH_TRANSCRIPT"] = str(Path(args.transcript).resolve())
     gw = Gateway()
     home = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
-    dns = Dns({DOMAIN: ["127.0.0.1"]})
+    dns = Dns({READY: ["127.0.0.1"]})  # no route prefix: every path goes to "any ready gateway"
     router = Router(home, dns, gw.port)
     try:
         await gw.ready()

@@ -14,8 +14,11 @@ else is shared: no registry, no relay.
 * ``forwarded_middleware``: a request from one of ``[server] trusted_proxies`` is seen with the host,
   scheme and client address its ``X-Forwarded-Host``/``-Proto``/``-For`` give (the Origin and Host
   checks, the loopback-only ``?role=local-ui``); from anyone else those headers are ignored.
-* ``readyz``: 200 while new sessions are taken, 503 ``SHUTTING_DOWN`` from SIGTERM on
-  (``begin_draining``), so Kubernetes stops sending new sessions to a gateway that is stopping.
+* ``readyz``: 200 while new sessions are taken, else 503 ``SHUTTING_DOWN``: from SIGTERM on
+  (``begin_stopping``: nothing new, not even an attachment, while the sessions are suspended), and
+  while an operator drains the gateway (``set_draining``, SIGUSR1 until SIGUSR2: no new session,
+  the sessions held go on, attachments included), so Kubernetes and the router send new sessions
+  elsewhere.
 * ``sessions_answer``: ``GET /v1/sessions`` lists the sessions of this gateway and of every peer
   (``[fleet] peers``, a list or one DNS name resolved at each call), each peer asked
   ``?scope=local`` with the caller's own ``Authorization``, concurrently, within
@@ -29,6 +32,7 @@ import ipaddress
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import aiohttp
@@ -38,12 +42,15 @@ from aiohttp import web
 from .config import MAX_PEERS, Config
 
 __all__ = [
-    "DRAINING",
+    "READINESS",
+    "Readiness",
     "add_prefixed_routes",
-    "begin_draining",
+    "begin_stopping",
     "forwarded_middleware",
     "readyz",
+    "refusal",
     "sessions_answer",
+    "set_draining",
     "strip_prefix",
 ]
 
@@ -52,7 +59,6 @@ log = logging.getLogger("rawp_gateway.fleet")
 PEER_TIMEOUT_S: Final = 2.0  # one peer's whole answer to GET /v1/sessions?scope=local
 MAX_PEER_ANSWER_BYTES: Final = 16 * 1024 * 1024  # a peer's list read at most (docs/limits.md)
 MAX_FORWARDED_CHARS: Final = 1024  # an X-Forwarded-* header longer than this is ignored
-DRAINING: Final = web.AppKey("draining", asyncio.Event)
 _PEER_HTTP: Final = web.AppKey("peer_http", aiohttp.ClientSession)
 _CONFIG: Final = web.AppKey("fleet_config", Config)
 
@@ -135,20 +141,58 @@ def forwarded_middleware(trusted: tuple[Network, ...]):
 # --- readiness ------------------------------------------------------------------------------------
 
 
-def begin_draining(app: web.Application) -> None:
+@dataclass(slots=True)
+class Readiness:
+    """Whether this gateway takes new work (docs/fleet.md, "Readiness, stopping, draining")."""
+
+    stopping: bool = False  # SIGTERM arrived: the sessions are being suspended
+    draining: bool = False  # SIGUSR1 until SIGUSR2: no new session, the held ones go on
+    on_drain: Callable[[bool], None] | None = None  # the rawp_gateway_draining gauge
+
+
+READINESS: Final = web.AppKey("readiness", Readiness)
+
+
+def begin_stopping(app: web.Application) -> None:
     """SIGTERM arrived: no new sessions and no new attachments from now on."""
-    app[DRAINING].set()
+    app[READINESS].stopping = True
 
 
-def draining(app: web.Application) -> bool:
-    event = app.get(DRAINING)
-    return event is not None and event.is_set()
+def set_draining(app: web.Application, on: bool, held: int) -> None:
+    """SIGUSR1 (``on``) or SIGUSR2: an operator drains this gateway before removing it, or ends
+    that. ``held``: the sessions it holds now, for the log line."""
+    readiness = app[READINESS]
+    if readiness.draining == on:
+        return
+    readiness.draining = on
+    if readiness.on_drain is not None:
+        readiness.on_drain(on)
+    if on:
+        log.warning(
+            "draining: not ready, no new sessions (503 SHUTTING_DOWN); the %d held go on; "
+            "SIGUSR2 ends it",
+            held,
+            extra={"sessions": held},
+        )
+    else:
+        log.warning("drain ended: ready, taking new sessions", extra={"sessions": held})
+
+
+def refusal(app: web.Application, *, new_session: bool) -> str | None:
+    """Why this gateway refuses new work now (answered 503 ``SHUTTING_DOWN``), or None. A new
+    session is refused while stopping or draining, an attachment only while stopping."""
+    readiness = app[READINESS]
+    if readiness.stopping:
+        return "this gateway is shutting down; try another"
+    if readiness.draining and new_session:
+        return "this gateway is draining: it takes no new sessions; try another"
+    return None
 
 
 async def readyz(request: web.Request) -> web.Response:
-    if draining(request.app):
-        body = {"error_code": "SHUTTING_DOWN", "message": "the gateway is shutting down"}
-        return web.json_response(body, status=503)
+    why = refusal(request.app, new_session=True)
+    if why is not None:
+        return web.json_response({"error_code": "SHUTTING_DOWN", "message": why}, status=503)
     return web.json_response({"status": "ready"})
 
 
@@ -166,9 +210,12 @@ async def _close_peer_http(app: web.Application) -> None:
     await app[_PEER_HTTP].close()
 
 
-def setup(app: web.Application, config: Config) -> None:
-    """The application state this module needs: the drain flag, and an HTTP client for peers."""
-    app[DRAINING] = asyncio.Event()
+def setup(
+    app: web.Application, config: Config, on_drain: Callable[[bool], None] | None = None
+) -> None:
+    """The application state this module needs: readiness (``on_drain`` is told of each change
+    of the drain), and an HTTP client for peers."""
+    app[READINESS] = Readiness(on_drain=on_drain)
     app[_CONFIG] = config
     if config.fleet_peers:
         app.on_startup.append(_open_peer_http)

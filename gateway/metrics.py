@@ -524,6 +524,11 @@ class GatewayMetrics:
             ("version",),
             registry=r,
         ).labels(version or _package_version()).set(1)
+        self._draining = Gauge(
+            PREFIX + "draining",
+            "1 while an operator drains the gateway (SIGUSR1 until SIGUSR2: no new sessions).",
+            registry=r,
+        )
         self._sessions = Gauge(
             PREFIX + "sessions",
             "Sessions held by the gateway, by state (IDLE, RUNNING, DETACHED, TERMINATED).",
@@ -843,6 +848,10 @@ class GatewayMetrics:
         """A saved session could not be read back (`reason`: unreadable, corrupt, version,
         agent, workspace) and was skipped."""
         self._restored.labels(_bounded(reason, RESTORE_FAILURES)).inc()
+
+    def draining(self, on: bool) -> None:
+        """An operator's drain began (SIGUSR1) or ended (SIGUSR2)."""
+        self._draining.set(1 if on else 0)
 
     def file_bytes(self, delta: int) -> None:
         """The bytes held by a session's file store changed by `delta`."""

@@ -453,9 +453,8 @@ async def create_session(request: web.Request) -> web.Response:
             )
         )
     # Everything is valid: only now is anything created (the session, its agent).
-    _check_not_draining(app)
-    live = sum(1 for s in app[SESSIONS].values() if s.state != "TERMINATED")
-    if live >= config.max_sessions:
+    _check_taking(app, new_session=True)
+    if _held(app) >= config.max_sessions:
         raise ApiError(
             503,
             "TOO_MANY_SESSIONS",
@@ -620,10 +619,21 @@ async def list_sessions(request: web.Request) -> web.Response:
     return web.json_response(await fleet.sessions_answer(request, visible))
 
 
-def _check_not_draining(app: web.Application) -> None:
-    """503 ``SHUTTING_DOWN`` once SIGTERM arrived: nothing new lands on a gateway that stops."""
-    if fleet.draining(app):
-        raise ApiError(503, "SHUTTING_DOWN", "this gateway is shutting down; try another")
+def _check_taking(app: web.Application, *, new_session: bool) -> None:
+    """503 ``SHUTTING_DOWN`` on a gateway that stops (nothing new lands on it) or is drained (no
+    new session; its sessions go on): gateway/fleet.py."""
+    why = fleet.refusal(app, new_session=new_session)
+    if why is not None:
+        raise ApiError(503, "SHUTTING_DOWN", why)
+
+
+def _held(app: web.Application) -> int:
+    """The sessions not yet ended (what ``max_sessions`` bounds)."""
+    return sum(1 for s in app[SESSIONS].values() if s.state != "TERMINATED")
+
+
+def _set_draining(app: web.Application, on: bool) -> None:
+    fleet.set_draining(app, on, _held(app))
 
 
 async def whoami(request: web.Request) -> web.Response:
@@ -711,7 +721,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
             f"WebSocket upgrades from origin {exc} are not allowed (see [server] allowed_origins)",
         ) from None
     session = _session(request)
-    _check_not_draining(request.app)
+    _check_taking(request.app, new_session=False)
     offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
     if SUBPROTOCOL not in offered:
         raise ApiError(
@@ -997,7 +1007,7 @@ def create_app(
     app[TICKETS] = console.TicketStore()
     app[GUARD] = ConnectionGuard(config.max_pending_connections)
     app[STATIC] = console.load_static()
-    fleet.setup(app, config)
+    fleet.setup(app, config, on_drain=app[METRICS].draining)
     app.router.add_get("/", console_redirect)
     app.router.add_get("/ui", console_page)
     app.router.add_get("/ui/{name}", console_file)
@@ -1158,7 +1168,8 @@ def check_bind(config: Config) -> None:
 
 
 async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> None:
-    """Serve until SIGTERM/SIGINT, then shut down gracefully."""
+    """Serve until SIGTERM/SIGINT, then shut down gracefully; SIGHUP reloads the users file,
+    SIGUSR1/SIGUSR2 begin/end a drain."""
     check_bind(config)
     # What the imports made lives as long as the process: out of the collector's sight, a full
     # collection no longer walks its ~40,000 objects (10 ms of the event loop each time). Done
@@ -1193,11 +1204,14 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reload_users, app)
+    # An operator drains the gateway before it is removed (docs/fleet.md): SIGUSR1 on, SIGUSR2 off.
+    loop.add_signal_handler(signal.SIGUSR1, _set_draining, app, True)
+    loop.add_signal_handler(signal.SIGUSR2, _set_draining, app, False)
     try:
         await stop.wait()
         # Not ready from now on (docs/fleet.md): the sessions are suspended while the gateway
         # still answers, so readiness, new sessions and reattaches get 503 SHUTTING_DOWN.
-        fleet.begin_draining(app)
+        fleet.begin_stopping(app)
         log.info("stopping")
         await _shutdown_sessions(app)
     finally:

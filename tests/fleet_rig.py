@@ -27,7 +27,8 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "deploy" / "k8s" / "router" / "default.conf.template"
-DOMAIN = "gw.fleet.test"
+DOMAIN = "gw.fleet.test"  # <pod>.DOMAIN: one pod, as under the StatefulSet's headless Service
+READY = "ready.fleet.test"  # every pod, as the ready pods' headless Service (all stay ready here)
 TOKEN = "fleet-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
@@ -230,6 +231,7 @@ class Router:
             "RAWP_ROUTER_LISTEN": f"127.0.0.1:{self.port}",
             "RAWP_RESOLVER": f"127.0.0.1:{dns.port}",
             "RAWP_GATEWAY_DOMAIN": DOMAIN,
+            "RAWP_GATEWAY_READY": READY,
             "RAWP_GATEWAY_PORT": str(gateway_port),
         }
         self.proc: subprocess.Popen[bytes] | None = None
@@ -250,7 +252,9 @@ class Router:
             "worker_processes 1;\n"
             "events { worker_connections 1024; }\n"
             "http {\n"
-            f"    access_log {self.home / 'access.log'};\n"
+            # Which gateways each request was tried on, in order ("a:p, b:p"), and their answers.
+            "    log_format rawp '$request_method $uri $status|$upstream_addr|$upstream_status';\n"
+            f"    access_log {self.home / 'access.log'} rawp;\n"
             f"    client_body_temp_path {temp / 'body'};\n"
             f"    proxy_temp_path {temp / 'proxy'};\n"
             f"    fastcgi_temp_path {temp / 'fastcgi'};\n"
@@ -287,6 +291,15 @@ class Router:
         )  # fmt: skip
         await wait_ready(self.url, self.proc, "/healthz")
 
+    def tries(self, method: str, uri: str) -> list[list[tuple[str, str]]]:
+        """From the access log: for each such request, the (gateway address, status) tried."""
+        found = []
+        for line in (self.home / "access.log").read_text().splitlines():
+            request, addresses, statuses = line.split("|")
+            if request.split()[:2] == [method, uri]:
+                found.append(list(zip(addresses.split(", "), statuses.split(", "), strict=True)))
+        return found
+
     def error_log(self) -> str:
         with contextlib.suppress(OSError):
             return (self.home / "error.log").read_text()[-4000:]
@@ -318,7 +331,7 @@ class Fleet:
             pod.home.mkdir(exist_ok=True)
             pod.peers = [p.url for p in self.pods]  # its own address too: it is skipped
         records = {f"{p.name}.{DOMAIN}": [p.address] for p in self.pods}
-        records[DOMAIN] = [p.address for p in self.pods]
+        records[READY] = [p.address for p in self.pods]
         self.dns = Dns(records)
         self.router = Router(home / "router", self.dns, port)
 

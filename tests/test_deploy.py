@@ -271,6 +271,23 @@ def test_the_gateways_are_a_statefulset_named_under_the_headless_service():
     assert config["server"]["trusted_proxies"]
 
 
+def test_a_drained_pod_keeps_its_name_and_only_ready_pods_get_new_work():
+    """A drained gateway is not ready (docs/fleet.md): its name under the headless Service must
+    still resolve (publishNotReadyAddresses), or the router could not reach its sessions, while
+    the router's "any gateway" name holds the ready pods only, over the same pods and port."""
+    headless = by_kind("Service", by_kind("StatefulSet")["spec"]["serviceName"])
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    (nginx,) = router_deployment()["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in nginx["env"]}
+    name = env["RAWP_GATEWAY_READY"].split(".")[0]
+    assert env["RAWP_GATEWAY_READY"] == f"{name}.$(POD_NAMESPACE).svc.cluster.local"
+    ready = by_kind("Service", name)
+    assert ready["spec"]["clusterIP"] == "None"
+    assert not ready["spec"].get("publishNotReadyAddresses", False)
+    assert ready["spec"]["selector"] == headless["spec"]["selector"]
+    assert ready["spec"]["ports"] == headless["spec"]["ports"]
+
+
 def test_each_pod_keeps_workspaces_state_and_agent_home_apart_on_its_own_claim():
     """One claim per pod (volumeClaimTemplates): the sessions (state_dir) survive the pod and
     come back with its name; state_dir is not inside the agents' workspace root."""

@@ -1,7 +1,8 @@
 """A gateway as one of a fleet (docs/fleet.md), in-process and as a real ``serve`` process: the
 fleet settings, every URL under ``route_prefix`` and every path answered with and without it,
 forwarded headers believed from ``trusted_proxies`` only, the fleet-wide session list with
-``unreachable``, and ``/readyz`` turning 503 on SIGTERM. The router in front (nginx) is in
+``unreachable``, ``/readyz`` turning 503 on SIGTERM, and an operator's drain (SIGUSR1 until
+SIGUSR2). The router in front (nginx) is in
 tests/test_fleet_router.py."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from gateway import fleet
 from gateway.config import ConfigError, load_config
 from gateway.server import create_app
 from tests.fleet_rig import wait_ready
-from tests.gateway_peer import Master, fast_demo, make_config, start_gateway
+from tests.gateway_peer import Master, fast_demo, make_config, prompt_and_wait, start_gateway
 from tests.test_cli import free_port
 
 TOKEN = "fleet-token"
@@ -332,6 +333,97 @@ async def test_readyz_is_503_from_sigterm_while_the_sessions_are_suspended(tmp_p
             async with http.get(url + "/healthz") as resp:
                 assert resp.status == 200
         assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+class At:
+    """What ``Master.attach`` needs of a client, for a gateway at ``url`` (a ``serve`` process)."""
+
+    def __init__(self, http: aiohttp.ClientSession, url: str) -> None:
+        self.http, self.url = http, url
+
+    def ws_connect(self, path: str, **kw):
+        return self.http.ws_connect(self.url + path, **kw)
+
+
+async def readyz_until(http: aiohttp.ClientSession, url: str, status: int) -> dict:
+    """/readyz polled until it answers ``status`` (a signal is handled when the loop gets to it)."""
+    async with asyncio.timeout(15):
+        while True:
+            async with http.get(url + "/readyz") as resp:
+                if resp.status == status:
+                    return await resp.json()
+            await asyncio.sleep(0.02)
+
+
+async def draining_gauge(http: aiohttp.ClientSession, url: str) -> float:
+    async with http.get(url + "/metrics", headers=AUTH) as resp:
+        text = await resp.text()
+    (line,) = [x for x in text.splitlines() if x.startswith("rawp_gateway_draining ")]
+    return float(line.split()[1])
+
+
+async def test_sigusr1_drains_the_gateway_until_sigusr2_and_its_sessions_go_on(tmp_path):
+    """An operator drains a gateway before removing it (docs/fleet.md): from SIGUSR1 on /readyz
+    and a new session are 503 SHUTTING_DOWN (a router tries the next gateway), while the session
+    it holds goes on: its attached master runs a turn, and another master attaches and runs one.
+    SIGUSR2 makes it ready again. ``rawp_gateway_draining`` and one log line each say so."""
+    port = free_port()
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        "[server]\n"
+        f"port = {port}\n"
+        f"workspace_root = {json.dumps(str(tmp_path))}\n"
+        "[agents.demo]\n"
+        'env = { RAWP_DEMO_DELAY_MS = "1" }\n'
+    )
+    env = dict(os.environ, RAWP_GATEWAY_TOKEN=TOKEN)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--config", str(config)],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await wait_ready(url, proc)
+        async with aiohttp.ClientSession() as http:
+            gateway = At(http, url)
+            async with http.post(url + "/v1/session", json={"agent": "demo"}, headers=AUTH) as r:
+                assert r.status == 201, await r.text()
+                session_id = (await r.json())["session_id"]
+            master = await Master.attach(gateway, session_id, headers=AUTH)
+            assert await draining_gauge(http, url) == 0
+
+            proc.send_signal(signal.SIGUSR1)
+            refused = await readyz_until(http, url, 503)
+            assert refused["error_code"] == "SHUTTING_DOWN"
+            async with http.post(url + "/v1/session", json={"agent": "demo"}, headers=AUTH) as r:
+                assert r.status == 503
+                assert (await r.json())["error_code"] == "SHUTTING_DOWN"
+            assert await draining_gauge(http, url) == 1
+            turn = await prompt_and_wait(master, "still here?")
+            assert any(f["type"] == "agent.text.delta" for f in turn)
+            await master.ws.close()
+            other = await Master.attach(gateway, session_id, headers=AUTH)
+            await prompt_and_wait(other, "and another master?")
+            await other.ws.close()
+            async with http.get(url + "/healthz") as r:
+                assert r.status == 200
+
+            proc.send_signal(signal.SIGUSR2)
+            assert await readyz_until(http, url, 200) == {"status": "ready"}
+            async with http.post(url + "/v1/session", json={"agent": "demo"}, headers=AUTH) as r:
+                assert r.status == 201, await r.text()
+            assert await draining_gauge(http, url) == 0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        log_text = proc.stderr.read().decode()
+        assert log_text.count("draining: not ready, no new sessions") == 1, log_text
+        assert log_text.count("drain ended: ready, taking new sessions") == 1, log_text
     finally:
         if proc.poll() is None:
             proc.kill()

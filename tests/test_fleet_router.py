@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import uuid
 from typing import Any
 
@@ -196,6 +197,48 @@ async def test_a_full_gateway_answers_503_and_the_router_tries_the_next(full_fle
     status, body = await post_session(http, router + "/v1/session")
     assert status == 503 and body["error_code"] == "TOO_MANY_SESSIONS"
     assert len((await list_sessions(http, router))["sessions"]) == 3
+
+
+async def test_a_drained_gateway_gets_no_new_sessions_but_keeps_its_own(fleet, http):
+    """SIGUSR1 drains rawp-gateway-0 before a scale-down (docs/fleet.md): its /readyz is 503, and
+    before Kubernetes has seen that (here the router's "ready" name keeps all three) the router
+    still tries it: its 503 SHUTTING_DOWN sends each new session to another gateway. Its own session stays reachable by its routed path, listed, and runs a turn; after
+    SIGUSR2 it takes new sessions again."""
+    router = fleet.router.url
+    drained = fleet.pods[0]
+    status, held = await post_session(http, f"{router}{drained.prefix}/v1/session")
+    assert status == 201 and held["pod"] == drained.name
+    drained.proc.send_signal(signal.SIGUSR1)
+    async with asyncio.timeout(15):  # the signal is handled when the gateway's loop gets to it
+        while True:
+            async with http.get(f"{router}{drained.prefix}/readyz") as resp:
+                if resp.status == 503:
+                    assert (await resp.json())["error_code"] == "SHUTTING_DOWN"
+                    break
+            await asyncio.sleep(0.02)
+    landed = []
+    for _ in range(6):
+        status, session = await post_session(http, router + "/v1/session")
+        assert status == 201, session
+        landed.append(session["pod"])
+    assert drained.name not in landed
+    tried = [t for ts in fleet.router.tries("POST", "/v1/session") for t in ts]
+    assert (f"{drained.address}:{drained.port}", "503") in tried
+    async with http.get(f"{router}{drained.prefix}/v1/sessions?scope=local", headers=AUTH) as r:
+        assert [s["session_id"] for s in (await r.json())["sessions"]] == [held["session_id"]]
+    listed = {s["session_id"]: s for s in (await list_sessions(http, router))["sessions"]}
+    assert listed[held["session_id"]]["ws_path"] == held["ws_path"]
+    seen = await one_turn(http, router, held, "still here?")
+    assert seen[-1]["type"] == "session.usage" and seen[-1]["session_id"] == held["session_id"]
+    drained.proc.send_signal(signal.SIGUSR2)
+    async with asyncio.timeout(15):
+        while True:
+            async with http.get(f"{router}{drained.prefix}/readyz") as resp:
+                if resp.status == 200:
+                    break
+            await asyncio.sleep(0.02)
+    status, again = await post_session(http, f"{router}{drained.prefix}/v1/session")
+    assert status == 201 and again["pod"] == drained.name
 
 
 async def test_a_killed_gateway_comes_back_with_its_sessions(fleet, http):
