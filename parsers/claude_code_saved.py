@@ -46,9 +46,8 @@ from .saved import (
     agent_home,
     decode_line,
     head_lines,
-    iso_time,
     lines_of,
-    title_of,
+    listed,
 )
 
 __all__ = ["FORMAT", "ClaudeCodeSaved", "slug"]
@@ -169,13 +168,7 @@ class ClaudeCodeSaved:
                     first_prompt = prompt
         if not own:
             return None
-        title = custom or ai or first_prompt
-        return Summary(
-            id=conversation_id,
-            title=title_of(title) if title else None,
-            updated_at=iso_time(saved.mtime),
-            turns=turns if saved.whole else None,
-        )
+        return listed(conversation_id, custom or ai or first_prompt or None, turns, saved)
 
     def transcript(
         self, saved: SavedFile, workspace: str, conversation_id: str

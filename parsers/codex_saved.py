@@ -44,9 +44,8 @@ from .saved import (
     agent_home,
     decode_line,
     head_lines,
-    iso_time,
     lines_of,
-    title_of,
+    listed,
     transcript_of,
 )
 
@@ -149,12 +148,7 @@ class CodexSaved:
                     title = title or _texts(item.get("content"))
         if not own:
             return None
-        return Summary(
-            id=conversation_id,
-            title=title_of(title) if title else None,
-            updated_at=iso_time(saved.mtime),
-            turns=turns if saved.whole else None,
-        )
+        return listed(conversation_id, title or None, turns, saved)
 
     def transcript(
         self, saved: SavedFile, workspace: str, conversation_id: str

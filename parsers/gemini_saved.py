@@ -49,9 +49,8 @@ from .saved import (
     Transcript,
     decode_line,
     head_lines,
-    iso_time,
     lines_of,
-    title_of,
+    listed,
     transcript_of,
 )
 
@@ -171,12 +170,7 @@ class GeminiSaved:
         if not doc.own or doc.foreign or doc.session_id is None:
             return None
         prompts = [p for m in doc.messages.values() if (p := _prompt(m)) is not None]
-        return Summary(
-            id=doc.session_id,
-            title=title_of(prompts[0]) if prompts else None,
-            updated_at=iso_time(saved.mtime),
-            turns=len(prompts) if saved.whole else None,
-        )
+        return listed(doc.session_id, prompts[0] if prompts else None, len(prompts), saved)
 
     def transcript(
         self, saved: SavedFile, workspace: str, conversation_id: str

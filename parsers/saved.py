@@ -50,6 +50,7 @@ __all__ = [
     "head_lines",
     "iso_time",
     "lines_of",
+    "listed",
     "title_of",
     "transcript_of",
 ]
@@ -188,6 +189,17 @@ def iso_time(mtime: float) -> str | None:
     if mtime <= 0:
         return None
     return datetime.fromtimestamp(mtime, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def listed(conversation_id: str, title: str | None, turns: int, saved: SavedFile) -> Summary:
+    """A file's listing entry: its title (a prompt, None when there is none) made one line, the
+    file's time, and its turns, counted only when the whole file was read."""
+    return Summary(
+        id=conversation_id,
+        title=None if title is None else title_of(title),
+        updated_at=iso_time(saved.mtime),
+        turns=turns if saved.whole else None,
+    )
 
 
 def transcript_of(
