@@ -48,6 +48,7 @@ from .saved import (
     head_lines,
     lines_of,
     listed,
+    transcript_of,
 )
 
 __all__ = ["FORMAT", "ClaudeCodeSaved", "slug"]
@@ -219,12 +220,7 @@ class ClaudeCodeSaved:
         close()
         if not own and turns:
             return None
-        problems = []
-        if not saved.whole:
-            problems.append("the file is larger than the gateway reads: only its end is shown")
-        if unreadable:
-            problems.append(f"{unreadable} line(s) could not be read")
-        return Transcript(turns=turns, partial=bool(problems), problem="; ".join(problems) or None)
+        return transcript_of(turns, saved, unreadable)
 
 
 def _stdout_line(line: _Line, raw: bytes) -> bytes:
