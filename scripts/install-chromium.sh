@@ -11,15 +11,8 @@ if [ -x /usr/bin/chromium ]; then
   exit 0
 fi
 
-if [ "$(id -u)" -ne 0 ]; then
-  echo "install-chromium: must run as root (apt-get install chromium)" >&2
-  exit 1
-fi
-
-export DEBIAN_FRONTEND=noninteractive
-echo "install-chromium: apt-get install chromium" >&2
-apt-get update -q >&2
-apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core >&2
+. "$(dirname "$0")/lib/apt.sh"
+apt_install chromium fonts-dejavu-core
 
 [ -x /usr/bin/chromium ] || {
   echo "install-chromium: /usr/bin/chromium still missing after install" >&2
