@@ -36,7 +36,7 @@ import os
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from parsers.base import get as get_parser
 from parsers.saved import SavedFile, SavedFormat, Summary, Transcript
@@ -44,6 +44,8 @@ from parsers.saved import SavedFile, SavedFormat, Summary, Transcript
 from . import acp_conversations
 from .config import AgentProfile
 from .nofollow import READ_FLAGS, open_dir, regular_fd
+
+_T = TypeVar("_T")
 
 __all__ = [
     "DEFAULT_LIST_LIMIT",
@@ -96,6 +98,17 @@ def saved_format(profile: AgentProfile) -> SavedFormat:
     return make()
 
 
+async def _in_worker(
+    profile: AgentProfile, read: Callable[..., _T], workspace: str, *args: Any
+) -> _T:
+    """``read(fmt, env, workspace, *args)`` of the profile's store, in a worker thread: it walks
+    directories and reads files, which would block the event loop."""
+    fmt = saved_format(profile)
+    env = agent_env(profile)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, read, fmt, env, workspace, *args)
+
+
 @dataclass(slots=True)
 class _Candidate:
     directory: str  # resolved, inside the agent's own directory
@@ -125,10 +138,7 @@ async def list_conversations(
         return await acp_conversations.list_sessions(
             profile, workspace, limit, timeout=timeout, grace=grace
         )
-    fmt = saved_format(profile)
-    env = agent_env(profile)
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(None, _list, fmt, env, workspace, limit)
+    return await _in_worker(profile, _list, workspace, limit)
 
 
 def _list(fmt: SavedFormat, env: Mapping[str, str], workspace: str, limit: int) -> dict[str, Any]:
@@ -188,10 +198,7 @@ async def load_conversation(
         return await acp_conversations.load_session(
             profile, workspace, conversation_id, timeout=timeout, grace=grace
         )
-    fmt = saved_format(profile)
-    env = agent_env(profile)
-    loop = asyncio.get_running_loop()
-    transcript = await loop.run_in_executor(None, _load, fmt, env, workspace, conversation_id)
+    transcript = await _in_worker(profile, _load, workspace, conversation_id)
     if transcript is None:
         raise ConversationError(
             404,
