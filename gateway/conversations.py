@@ -42,6 +42,7 @@ from parsers.base import get as get_parser
 from parsers.saved import SavedFile, SavedFormat, Summary, Transcript
 
 from . import acp_conversations
+from .api_error import ApiError
 from .config import AgentProfile
 from .nofollow import READ_FLAGS, open_dir, regular_fd
 
@@ -71,14 +72,8 @@ LIST_TOTAL_BYTES: Final = 32 << 20  # read for one listing, at most
 TRANSCRIPT_BYTES: Final = 16 << 20  # of one conversation loaded to resume (its end, if larger)
 
 
-class ConversationError(Exception):
-    """An answer of docs/http-api.md: status, error code, message."""
-
-    def __init__(self, status: int, error_code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error_code = error_code
-        self.message = message
+class ConversationError(ApiError):
+    """A listing or a resume refused, as docs/http-api.md's error (status, error code, message)."""
 
 
 def agent_env(profile: AgentProfile) -> dict[str, str]:

@@ -55,6 +55,7 @@ import msgspec
 from parsers import events as ev
 
 from . import nofollow
+from .api_error import ApiError
 from .protocol.session import IMAGE_MIME_TYPES, MAX_FILE_NAME_BYTES, valid_file_name
 
 __all__ = [
@@ -105,14 +106,8 @@ class FileMetrics(Protocol):
     def file(self, direction: str, outcome: str) -> None: ...
 
 
-class FileError(Exception):
+class FileError(ApiError):
     """A file operation refused, as docs/files.md's HTTP error (status and ``error_code``)."""
-
-    def __init__(self, status: int, error_code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error_code = error_code
-        self.message = message
 
 
 def files_path(session_id: str, transfer_id: str) -> str:

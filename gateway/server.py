@@ -45,6 +45,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from parsers.json_depth import MAX_JSON_DEPTH, too_deep
 
 from . import auth, console, conversations, fleet, process
+from .api_error import ApiError
 from .audit import AuditLog
 from .config import Config
 from .connections import ConnectionGuard, GatewayRunner, handler_args
@@ -104,20 +105,6 @@ class TerminatedSession:
 
     def to_json(self) -> dict[str, Any]:
         return dict(self._summary)
-
-
-class ApiError(Exception):
-    """An error answered as docs/http-api.md's JSON error object."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error_code = code
-        self.message = message
-
-    def response(self) -> web.Response:
-        body = {"error_code": self.error_code, "message": self.message}
-        return web.json_response(body, status=self.status)
 
 
 def _error_for(exc: web.HTTPException) -> web.Response:
@@ -443,14 +430,12 @@ async def create_session(request: web.Request) -> web.Response:
         raise ApiError(502, "AGENT_START_FAILED", f"the {agent} agent could not start: {missing}")
     transcript = None
     if resume is not None:  # read and translated before anything is created
-        transcript = await _conversation_call(
-            conversations.load_conversation(
-                profile,
-                str(workspace),
-                resume,
-                timeout=config.conversations_timeout_sec,
-                grace=config.shutdown_grace_sec,
-            )
+        transcript = await conversations.load_conversation(
+            profile,
+            str(workspace),
+            resume,
+            timeout=config.conversations_timeout_sec,
+            grace=config.shutdown_grace_sec,
         )
     # Everything is valid: only now is anything created (the session, its agent).
     _check_taking(app, new_session=True)
@@ -534,14 +519,7 @@ async def list_conversations(request: web.Request) -> web.Response:
         timeout=config.conversations_timeout_sec,
         grace=config.shutdown_grace_sec,
     )
-    return web.json_response(await _conversation_call(listing))
-
-
-async def _conversation_call(call: Awaitable[Any]) -> Any:
-    try:
-        return await call
-    except conversations.ConversationError as err:
-        raise ApiError(err.status, err.error_code, err.message) from None
+    return web.json_response(await listing)
 
 
 def _history_from(buffer: Any, config: Config) -> History:
@@ -839,10 +817,6 @@ async def websocket(request: web.Request) -> web.StreamResponse:
 _UPLOAD_CHUNK: Final = 64 * 1024
 
 
-def _file_error(err: FileError) -> ApiError:
-    return ApiError(err.status, err.error_code, err.message)
-
-
 async def put_file(request: web.Request) -> web.Response:
     """``PUT /v1/session/{id}/files?name=<file name>``: the raw body becomes a file of the session,
     streamed to disk and refused (413) as soon as it passes ``max_upload_bytes``."""
@@ -855,9 +829,9 @@ async def put_file(request: web.Request) -> web.Response:
         raise ApiError(400, "INVALID_FILE_NAME", "name=<file name> is required")
     try:
         mime_type = upload_mime_type(request.headers.get("Content-Type"))
-    except FileError as err:
+    except FileError:
         session.metrics.file("upload", "refused")
-        raise _file_error(err) from None
+        raise
     declared = request.content_length
     if declared is not None and declared > store.max_upload_bytes:
         session.metrics.file("upload", "refused")
@@ -870,8 +844,6 @@ async def put_file(request: web.Request) -> web.Response:
             file_name=name,
             mime_type=mime_type,
         )
-    except FileError as err:
-        raise _file_error(err) from None
     except ConnectionError:
         # The master went away mid-upload; the store kept nothing of it.
         raise ApiError(400, "INVALID_REQUEST", "the upload was interrupted") from None
@@ -912,10 +884,7 @@ async def get_file(request: web.Request) -> web.StreamResponse:
         raise ApiError(404, "TRANSFER_NOT_FOUND", f"no file {transfer_id!r}: no such session")
     if isinstance(session, TerminatedSession):  # its files went with it
         raise ApiError(404, "TRANSFER_NOT_FOUND", f"no file {transfer_id!r}: the session has ended")
-    try:
-        stored, fd = session.files.open(transfer_id)
-    except FileError as err:
-        raise _file_error(err) from None
+    stored, fd = session.files.open(transfer_id)
     with open(fd, "rb") as f:
         return await _send_file(request, f, stored.size_bytes, stored.mime_type, stored.checksum)
 
