@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import pytest
@@ -11,26 +10,17 @@ import pytest
 from gateway.auth import AuthSettings
 from tests.browser import Browser
 from tests.gateway_peer import Master, fast_demo, make_config, start_gateway
+from tests.support.auth import bearer, users_toml
 
 pytestmark = pytest.mark.browser
 
 ALICE, BOB = "alice-console-token", "bob-console-token"
 
 
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
 @pytest.fixture
 async def gateway(tmp_path):
     users = tmp_path / "users.toml"
-    users.write_text(
-        "".join(
-            f'[[users]]\nname = "{name}"\nrole = "{role}"\n'
-            f'token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
-            for name, role, token in (("alice", "operator", ALICE), ("bob", "viewer", BOB))
-        )
-    )
+    users.write_text(users_toml({"alice": ("operator", ALICE), "bob": ("viewer", BOB)}))
     config = make_config(
         tmp_path, auth=AuthSettings(users_file=users), agents={"demo": fast_demo(20)}
     )

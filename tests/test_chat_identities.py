@@ -4,7 +4,6 @@ users file and the demo agent."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import io
 
 import pytest
@@ -12,25 +11,16 @@ import pytest
 from gateway.auth import AuthSettings
 from gateway.chat import run_chat
 from tests.gateway_peer import Master, base_url, fast_demo, make_config, start_gateway
+from tests.support.auth import bearer, users_toml
 from tests.support.chat import Pipe, piped_chat, shown
 
 ALICE, BOB = "alice-chat-token", "bob-chat-token"
 
 
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
 @pytest.fixture
 async def gateway(tmp_path):
     users = tmp_path / "users.toml"
-    users.write_text(
-        "".join(
-            f'[[users]]\nname = "{name}"\nrole = "{role}"\n'
-            f'token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
-            for name, role, token in (("alice", "operator", ALICE), ("bob", "viewer", BOB))
-        )
-    )
+    users.write_text(users_toml({"alice": ("operator", ALICE), "bob": ("viewer", BOB)}))
     config = make_config(
         tmp_path, auth=AuthSettings(users_file=users), agents={"demo": fast_demo()}
     )

@@ -28,6 +28,7 @@ from gateway.chat import run_chat
 from gateway.config import builtin_profiles
 from parsers.claude_code_saved import slug
 from tests.gateway_peer import Master, make_config, start_gateway
+from tests.support.auth import users_toml
 
 AGENT = "claude-code-oneshot"  # single-turn: nothing is spawned before a prompt
 
@@ -534,13 +535,7 @@ async def test_listing_a_workspaces_conversations_needs_an_operator(store, tmp_p
     an operator may."""
     tokens = {"vera": ("viewer", "vera-token-vvvv"), "otto": ("operator", "otto-token-oooo")}
     users = tmp_path / "users.toml"
-    users.write_text(
-        "".join(
-            f'[[users]]\nname = "{name}"\nrole = "{role}"\n'
-            f'token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n\n'
-            for name, (role, token) in tokens.items()
-        )
-    )
+    users.write_text(users_toml(tokens))
     base = builtin_profiles(claude="/nonexistent/claude")[AGENT]
     profile = replace(base, env={"HOME": str(store.home)})
     config = make_config(

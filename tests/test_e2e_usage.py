@@ -32,8 +32,8 @@ from tests.gateway_peer import Master, create_session, make_config, start_gatewa
 from tests.rig.env import require_cli
 from tests.rig.run import CliSetup, scripted_cli
 from tests.rig.scenario import parse_scenario
+from tests.support.auth import bearer, users_toml
 from tests.test_dashboard import all_panels, load_dashboard, substitute
-from tests.test_identities import bearer, users_toml
 from tests.test_prometheus_scrape import prometheus_binary, query, run_prometheus, wait_for_value
 
 pytestmark = [pytest.mark.realcli, pytest.mark.prometheus]

@@ -5,7 +5,6 @@ WebSocket masters."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import os
@@ -24,6 +23,7 @@ from gateway.config import ConfigError, load_config
 from gateway.server import AUDIT, AUTH, CONFIG, SESSIONS, reload_users
 from tests.gateway_peer import Master, fast_demo, make_config, start_gateway
 from tests.oidc_issuer import AUDIENCE, Issuer, Key, hs256_with_public_key, unsigned_token
+from tests.support.auth import bearer, users_toml
 from tests.support.servers import CLI, free_port, wait_http
 
 ADMIN_TOKEN = "admin-token-0123456789"
@@ -39,18 +39,6 @@ CONTROL_FRAMES = {
     "control.file.search": {"search_id": "s", "query": "x"},
     "control.file.search.cancel": {"search_id": "s"},
 }
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def users_toml(users: dict[str, tuple[str, str]]) -> str:
-    return "".join(
-        f'[[users]]\nname = "{name}"\nrole = "{role}"\n'
-        f'token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n\n'
-        for name, (role, token) in users.items()
-    )
 
 
 @pytest.fixture
