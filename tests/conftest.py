@@ -12,6 +12,8 @@ import os
 
 import pytest
 
+from tests.support.console import open_page
+
 MISSING_VAR = "RAWP_TEST_MISSING"
 
 
@@ -56,3 +58,10 @@ async def gw(tmp_path):
     client = await start_gateway(demo_config(tmp_path))
     yield client
     await client.close()
+
+
+@pytest.fixture
+async def page():
+    """A tab of a new headless Chromium (the ``browser`` tests; closed after the test)."""
+    async with open_page() as tab:
+        yield tab

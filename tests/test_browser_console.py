@@ -20,14 +20,23 @@ import pytest
 from gateway.demo_agent import THOUGHT_TEXT
 from gateway.server import CONFIG, SESSIONS
 from gateway.translate import translate
-from tests.browser import Browser, Page
+from tests.browser import Page
 from tests.gateway_peer import demo_config, fast_demo, make_config, start_gateway
+from tests.support.console import (
+    log_in_and_create,
+    open_page,
+    prompt,
+    q,
+    shot,
+    sign_in,
+    turns_ended,
+    url_of,
+)
 
 pytestmark = pytest.mark.browser
 
 TOKEN = "browser-console-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "browser-console"
 # The 4x3 red PNG of the rig's image scenarios (what the real CLI read in tool-read-image).
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAQAAAADCAIAAAA7ljmRAAAAEElEQVR4nGP4z8AARww4OQD1MQv1NXv7ggAAAABJRU5ErkJggg=="
@@ -71,25 +80,8 @@ async def gateway(tmp_path):
 
 @pytest.fixture
 async def page():
-    browser = await Browser().start()
-    try:
-        tab = await browser.page()
-        await tab.send("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_PAGE})
+    async with open_page(WATCH_PAGE) as tab:
         yield tab
-    finally:
-        await browser.close()
-
-
-def url_of(gateway) -> str:
-    return f"http://{gateway.host}:{gateway.port}"
-
-
-async def shot(page: Page, name: str) -> None:
-    await page.screenshot(ARTIFACTS / f"{name}.png")
-
-
-def q(selector: str) -> str:
-    return f"document.querySelector({json.dumps(selector)})"
 
 
 async def text_of(page: Page, selector: str) -> str:
@@ -100,22 +92,11 @@ async def count(page: Page, selector: str) -> int:
     return await page.js(f"document.querySelectorAll({json.dumps(selector)}).length")
 
 
-async def prompt(page: Page, text: str) -> None:
-    """Type into the composer and press Enter, as a person would."""
-    await page.js("document.getElementById('prompt').focus()")
-    await page.type_text(text)
-    await page.key("Enter")
-
-
 async def choose_mode(page: Page, mode: str) -> None:
     await page.js(
         "(() => { const m = document.getElementById('mode');"
         f" m.value = {json.dumps(mode)}; m.dispatchEvent(new Event('change')); }})()"
     )
-
-
-async def turns_ended(page: Page, n: int) -> None:
-    await page.wait(f"document.querySelectorAll('.turn[data-state=ended]').length >= {n}", 15)
 
 
 async def turn_over(gateway, session_id: str, timeout: float = 15.0) -> None:
@@ -130,26 +111,8 @@ async def turn_over(gateway, session_id: str, timeout: float = 15.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def log_in_and_create(page: Page, gateway, name: str) -> str:
-    await page.goto(url_of(gateway) + "/")
-    assert await page.js("location.pathname") == "/ui"
-    await page.wait("document.getElementById('token-dialog').open")
-    await page.js("document.getElementById('token').focus()")
-    await page.type_text(TOKEN)
-    await page.key("Enter")
-    await page.wait("document.querySelectorAll('#new-agent option').length > 0")
-    assert await page.js("sessionStorage.getItem('rawp-console.token')") == TOKEN
-    await page.js(
-        "document.getElementById('new-workspace').value = 'ws';"
-        f"document.getElementById('new-name').value = {json.dumps(name)};"
-    )
-    await page.click("#new-session button[type=submit]")
-    await page.wait("document.body.dataset.connection === 'open'")
-    return await page.js("location.hash.slice('#session='.length)")
-
-
 async def test_console_drives_a_demo_session(gateway, page):
-    session_id = await log_in_and_create(page, gateway, "console test")
+    session_id = await log_in_and_create(page, gateway, "console test", TOKEN)
     assert await text_of(page, "#session-title") == "console test"
     assert await page.wait(f"{q('#sessions li.current')}?.dataset.sessionId") == session_id
 
@@ -285,7 +248,7 @@ async def test_console_drives_a_demo_session(gateway, page):
 
 
 async def test_reload_mid_turn_reattaches_and_restores(gateway, page):
-    session_id = await log_in_and_create(page, gateway, "reload")
+    session_id = await log_in_and_create(page, gateway, "reload", TOKEN)
     await prompt(page, "think about it")
     await page.wait(
         "document.querySelector('.turn .text[data-state=streaming]')?.textContent.length > 0"
@@ -316,7 +279,7 @@ async def test_reload_mid_turn_reattaches_and_restores(gateway, page):
 
 
 async def test_lost_connection_mid_turn_reconnects_and_restores(gateway, page):
-    session_id = await log_in_and_create(page, gateway, "network")
+    session_id = await log_in_and_create(page, gateway, "network", TOKEN)
     await prompt(page, "think about it")
     await page.wait(
         "document.querySelector('.turn .text[data-state=streaming]')?.textContent.length > 0"
@@ -344,15 +307,12 @@ async def test_lost_connection_mid_turn_reconnects_and_restores(gateway, page):
 async def test_a_new_tab_shows_the_conversation_so_far(gateway, page):
     """A second tab (no saved transcript) attaches with ?history=all and shows the earlier prompt
     and the whole answer, with no "truncated" notice; a reload of it reattaches as usual."""
-    session_id = await log_in_and_create(page, gateway, "two tabs")
+    session_id = await log_in_and_create(page, gateway, "two tabs", TOKEN)
     await prompt(page, "think about it")
     await turns_ended(page, 1)
     tab = await page.browser.page()
     await tab.goto(url_of(gateway) + f"/ui#session={session_id}")
-    await tab.wait("document.getElementById('token-dialog').open")
-    await tab.js("document.getElementById('token').focus()")
-    await tab.type_text(TOKEN)
-    await tab.key("Enter")
+    await sign_in(tab, TOKEN)
     await tab.wait("document.body.dataset.connection === 'open'")
     await turns_ended(tab, 1)
     (first_url,) = tab.websocket_urls()
@@ -391,10 +351,7 @@ async def test_truncated_history_is_said_and_keeps_the_interruption(gateway, pag
     )
     session_id = (await resp.json())["session_id"]
     await page.goto(url_of(gateway) + "/ui")
-    await page.wait("document.getElementById('token-dialog').open")
-    await page.js("document.getElementById('token').focus()")
-    await page.type_text(TOKEN)
-    await page.key("Enter")
+    await sign_in(page, TOKEN)
     # Attach from the sessions list.
     item = f"#sessions li[data-session-id='{session_id}']"
     await page.wait(q(item))
@@ -586,7 +543,7 @@ async def test_an_image_the_agent_reads_is_shown_in_the_page(gateway, page):
     binary_ref result; the page fetches the real file_url with the token and shows the image."""
     root = gateway.server.app[CONFIG].workspace_root
     (root / "ws" / "dot.png").write_bytes(PNG)
-    session_id = await log_in_and_create(page, gateway, "image")
+    session_id = await log_in_and_create(page, gateway, "image", TOKEN)
     await prompt(page, "read dot.png")
     await turns_ended(page, 1)
     card = ".tool-card[data-tool=Read][data-output-type=binary_ref]"
@@ -663,7 +620,7 @@ async def test_files_attached_in_the_page_reach_the_agent(tmp_path, page):
     )
     gateway = await start_gateway(config)
     try:
-        session_id = await log_in_and_create(page, gateway, "attach")
+        session_id = await log_in_and_create(page, gateway, "attach", TOKEN)
         ready = "#attachments .chip[data-state=ready]"
 
         await page.set_files("#attach-input", [picked / "dot.png", picked / "notes.txt"])
@@ -736,7 +693,7 @@ async def test_files_attached_in_the_page_reach_the_agent(tmp_path, page):
 async def test_a_session_deleted_elsewhere_leaves_nothing_to_send(gateway, page):
     """Another master (or the gateway's shutdown) deletes the attached session: the page says so
     and, once the socket has closed too, every control that would send something is off."""
-    session_id = await log_in_and_create(page, gateway, "deleted elsewhere")
+    session_id = await log_in_and_create(page, gateway, "deleted elsewhere", TOKEN)
     resp = await gateway.delete(f"/v1/session/{session_id}", headers=AUTH)
     assert resp.status == 200
     await page.wait(f"{q('#banner')}.textContent.includes('deleted')")
@@ -760,7 +717,7 @@ async def test_an_agent_that_dies_shows_its_stderr_and_why_the_session_ended(tmp
     )
     client = await start_gateway(make_config(tmp_path, token=TOKEN, agents={"demo": dying}))
     try:
-        await log_in_and_create(page, client, "dies")
+        await log_in_and_create(page, client, "dies", TOKEN)
         await prompt(page, "hello")
         await page.wait(f"{q('.notice pre.error-stderr')} !== null", 15)
         assert await text_of(page, ".notice pre.error-stderr") == "starting\nno model configured"

@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from gateway.auth import AuthSettings
-from tests.browser import Browser
 from tests.gateway_peer import Master, fast_demo, make_config, start_gateway
 from tests.support.auth import bearer, users_toml
+from tests.support.console import q, sign_in, url_of
 
 pytestmark = pytest.mark.browser
 
@@ -27,19 +25,6 @@ async def gateway(tmp_path):
     client = await start_gateway(config)
     yield client
     await client.close()
-
-
-@pytest.fixture
-async def page():
-    browser = await Browser().start()
-    try:
-        yield await browser.page()
-    finally:
-        await browser.close()
-
-
-def q(selector: str) -> str:
-    return f"document.querySelector({json.dumps(selector)})"
 
 
 async def shown(page, selector: str) -> bool:
@@ -60,11 +45,8 @@ async def test_a_viewer_sees_who_did_what_and_is_offered_nothing_it_cannot_do(ga
     await alice.send("control.prompt.request", {"prompt_text": "write from-alice.txt"})
     ask = await alice.until("agent.interaction.request")
 
-    await page.goto(f"http://{gateway.host}:{gateway.port}/ui#session={sid}")
-    await page.wait("document.getElementById('token-dialog').open")
-    await page.js("document.getElementById('token').focus()")
-    await page.type_text(BOB)
-    await page.key("Enter")
+    await page.goto(url_of(gateway) + f"/ui#session={sid}")
+    await sign_in(page, BOB)
     await page.wait("document.body.dataset.connection === 'open'")
     await page.wait("document.querySelector('.notice.ask') !== null")
     assert await page.js("document.getElementById('whoami').textContent") == "bob · viewer"
@@ -92,11 +74,8 @@ async def test_a_viewer_sees_who_did_what_and_is_offered_nothing_it_cannot_do(ga
 
 
 async def test_an_operator_is_offered_the_composer_but_not_rename_or_delete(gateway, page):
-    await page.goto(f"http://{gateway.host}:{gateway.port}/ui")
-    await page.wait("document.getElementById('token-dialog').open")
-    await page.js("document.getElementById('token').focus()")
-    await page.type_text(ALICE)
-    await page.key("Enter")
+    await page.goto(url_of(gateway) + "/ui")
+    await sign_in(page, ALICE)
     await page.wait("document.querySelectorAll('#new-agent option').length > 0")
     assert await page.js("document.getElementById('whoami').textContent") == "alice · operator"
     assert await shown(page, "#new-session")

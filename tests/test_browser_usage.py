@@ -12,21 +12,16 @@ import pytest
 
 from gateway.config import builtin_profiles
 from gateway.server import SESSIONS
-from tests.browser import Browser, Page
+from tests.browser import Page
 from tests.gateway_peer import fast_demo, make_config, start_gateway
 from tests.rig.env import require_cli
 from tests.rig.run import scripted_cli
 from tests.rig.scenario import parse_scenario
-from tests.test_browser_console import (
-    TOKEN,
-    log_in_and_create,
-    prompt,
-    shot,
-    turns_ended,
-    url_of,
-)
+from tests.support.console import log_in_and_create, prompt, shot, sign_in, turns_ended, url_of
 
 pytestmark = pytest.mark.browser
+
+TOKEN = "browser-usage-token"
 
 
 @pytest.fixture
@@ -35,15 +30,6 @@ async def gateway(tmp_path):
     client = await start_gateway(make_config(tmp_path, token=TOKEN, agents={"demo": fast_demo(5)}))
     yield client
     await client.close()
-
-
-@pytest.fixture
-async def page():
-    browser = await Browser().start()
-    try:
-        yield await browser.page()
-    finally:
-        await browser.close()
 
 
 async def pill(page: Page) -> dict:
@@ -65,7 +51,7 @@ def expected_text(tally) -> str:
 
 
 async def test_usage_pill_shows_running_totals_context_and_compaction(gateway, page):
-    session_id = await log_in_and_create(page, gateway, "usage")
+    session_id = await log_in_and_create(page, gateway, "usage", TOKEN)
     assert (await pill(page))["shown"] is False  # nothing reported yet
     tally = gateway.server.app[SESSIONS][session_id].usage
 
@@ -126,10 +112,7 @@ async def test_usage_pill_shows_the_cost_claude_code_reports(page):
         gw = await start_gateway(make_config(cli.cwd, token=TOKEN, agents={"claude-code": profile}))
         try:
             await page.goto(url_of(gw) + "/")
-            await page.wait("document.getElementById('token-dialog').open")
-            await page.js("document.getElementById('token').focus()")
-            await page.type_text(TOKEN)
-            await page.key("Enter")
+            await sign_in(page, TOKEN)
             await page.wait(
                 "[...document.querySelectorAll('#new-agent option')].some(o => o.value === 'claude-code')"
             )

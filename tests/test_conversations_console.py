@@ -7,20 +7,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from gateway.config import builtin_profiles
-from tests.browser import Browser, Page
+from tests.browser import Page
 from tests.gateway_peer import make_config, start_gateway
+from tests.support.console import shot, sign_in, url_of
 from tests.test_conversations import Store, conversation
 
 pytestmark = pytest.mark.browser
 
 TOKEN = "conversations-console-token"
 AGENT = "claude-code-oneshot"
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "browser-console"
 
 
 @pytest.fixture
@@ -34,24 +33,12 @@ async def gateway(tmp_path):
     await client.close()
 
 
-@pytest.fixture
-async def page():
-    browser = await Browser().start()
-    try:
-        yield await browser.page()
-    finally:
-        await browser.close()
-
-
 async def test_console_lists_saved_conversations_and_continues_one(gateway, page: Page) -> None:
     client, store = gateway
     store.put(conversation(store.workspace, "The old one.", "Old answer."), age=100)
     new = store.put(conversation(store.workspace, "Remember 42.", "Noted."))
-    await page.goto(f"http://{client.host}:{client.port}/ui")
-    await page.wait("document.getElementById('token-dialog').open")
-    await page.js("document.getElementById('token').focus()")
-    await page.type_text(TOKEN)
-    await page.key("Enter")
+    await page.goto(url_of(client) + "/ui")
+    await sign_in(page, TOKEN)
     await page.wait("document.querySelectorAll('#new-agent option').length > 0")
     # The demo profile keeps no conversations: its button is off until a profile that does.
     assert await page.js("document.getElementById('list-conversations').disabled")
@@ -69,7 +56,7 @@ async def test_console_lists_saved_conversations_and_continues_one(gateway, page
     )
     assert listed[0] == [new, "Remember 42."]  # newest first
     assert listed[1][1] == "The old one."
-    await page.screenshot(ARTIFACTS / "saved-conversations.png")
+    await shot(page, "saved-conversations")
     await page.click(f"#conversations li[data-conversation-id='{new}'] button")
     await page.wait("document.body.dataset.connection === 'open'")
     await page.wait("document.querySelectorAll('.turn .text').length >= 1")
@@ -80,7 +67,7 @@ async def test_console_lists_saved_conversations_and_continues_one(gateway, page
     # Shown as the past: the replayed prompt and turn are marked.
     assert await page.js("document.querySelector('.prompt').dataset.replayed") == "yes"
     assert await page.js("document.querySelector('.turn').dataset.replayed") == "yes"
-    await page.screenshot(ARTIFACTS / "continued-conversation.png")
+    await shot(page, "continued-conversation")
     sessions = (await (await client.get("/v1/sessions", headers=_auth())).json())["sessions"]
     assert [s.get("agent_session_id") for s in sessions] == [new], sessions
     assert page.errors() == []

@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 
 from tests.fleet_rig import AUTH, TOKEN, Fleet, nginx_path
+from tests.support.console import open_page, prompt, sign_in
 
 pytestmark = pytest.mark.nginx
 SUBPROTOCOL = "rawp-dps-1.0"
@@ -278,29 +279,20 @@ async def test_a_killed_gateway_comes_back_with_its_sessions(fleet, http):
 async def test_the_browser_console_works_through_the_router(fleet, http):
     """Chromium opens the console at the router's /ui (served by any gateway), logs in, sees the
     whole fleet's sessions, creates one and runs a turn over the WebSocket of its routed path."""
-    from tests.browser import Browser
-
     router = fleet.router.url
     for pod in fleet.pods:
         status, _ = await post_session(http, f"{router}{pod.prefix}/v1/session")
         assert status == 201
-    browser = await Browser().start()
-    try:
-        page = await browser.page()
+    async with open_page() as page:
         await page.goto(router + "/")
         assert await page.js("location.pathname") == "/ui"
-        await page.wait("document.getElementById('token-dialog').open")
-        await page.js("document.getElementById('token').focus()")
-        await page.type_text(TOKEN)
-        await page.key("Enter")
+        await sign_in(page, TOKEN)
         await page.wait("document.querySelectorAll('#sessions li').length === 3")
         await page.wait("document.querySelectorAll('#new-agent option').length > 0")
         await page.click("#new-session button[type=submit]")
         await page.wait("document.body.dataset.connection === 'open'", 20)
         sid = await page.js("location.hash.slice('#session='.length)")
-        await page.js("document.getElementById('prompt').focus()")
-        await page.type_text("hello")
-        await page.key("Enter")
+        await prompt(page, "hello")
         await page.wait("document.querySelectorAll('.turn[data-state=ended]').length >= 1", 20)
         body = await list_sessions(http, router)
         (made,) = [s for s in body["sessions"] if s["session_id"] == sid]
@@ -308,8 +300,6 @@ async def test_the_browser_console_works_through_the_router(fleet, http):
         assert f"ws://{host}{made['ws_path']}" in [u.split("?")[0] for u in page.websocket_urls()]
         await page.wait("document.querySelectorAll('#sessions li').length === 4", 15)
         assert page.errors() == []
-    finally:
-        await browser.close()
 
 
 @pytest.mark.prometheus

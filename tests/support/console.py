@@ -1,0 +1,76 @@
+"""The browser console (/ui) driven in Debian's headless Chromium (tests/browser.py): a page, the
+token dialog, the composer, and the DOM queries the console tests share."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from tests.browser import Browser, Page
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts" / "browser-console"
+
+
+@contextlib.asynccontextmanager
+async def open_page(on_new_document: str | None = None) -> AsyncIterator[Page]:
+    """A tab of a new headless Chromium (closed after), running ``on_new_document`` first in
+    every document it loads when given."""
+    browser = await Browser().start()
+    try:
+        tab = await browser.page()
+        if on_new_document is not None:
+            await tab.send("Page.addScriptToEvaluateOnNewDocument", {"source": on_new_document})
+        yield tab
+    finally:
+        await browser.close()
+
+
+def url_of(gateway) -> str:
+    return f"http://{gateway.host}:{gateway.port}"
+
+
+async def shot(page: Page, name: str) -> None:
+    """A screenshot of ``page`` into tests/artifacts/browser-console/``name``.png."""
+    await page.screenshot(ARTIFACTS / f"{name}.png")
+
+
+def q(selector: str) -> str:
+    return f"document.querySelector({json.dumps(selector)})"
+
+
+async def sign_in(page: Page, token: str) -> None:
+    """Answer the token dialog, once it is open, as a person would."""
+    await page.wait("document.getElementById('token-dialog').open")
+    await page.js("document.getElementById('token').focus()")
+    await page.type_text(token)
+    await page.key("Enter")
+
+
+async def prompt(page: Page, text: str) -> None:
+    """Type into the composer and press Enter, as a person would."""
+    await page.js("document.getElementById('prompt').focus()")
+    await page.type_text(text)
+    await page.key("Enter")
+
+
+async def turns_ended(page: Page, n: int) -> None:
+    await page.wait(f"document.querySelectorAll('.turn[data-state=ended]').length >= {n}", 15)
+
+
+async def log_in_and_create(page: Page, gateway, name: str, token: str) -> str:
+    """From the gateway's root: signed in with ``token``, a new session named ``name`` in the
+    workspace ``ws``, attached; its id."""
+    await page.goto(url_of(gateway) + "/")
+    assert await page.js("location.pathname") == "/ui"
+    await sign_in(page, token)
+    await page.wait("document.querySelectorAll('#new-agent option').length > 0")
+    assert await page.js("sessionStorage.getItem('rawp-console.token')") == token
+    await page.js(
+        "document.getElementById('new-workspace').value = 'ws';"
+        f"document.getElementById('new-name').value = {json.dumps(name)};"
+    )
+    await page.click("#new-session button[type=submit]")
+    await page.wait("document.body.dataset.connection === 'open'")
+    return await page.js("location.hash.slice('#session='.length)")
