@@ -12,7 +12,6 @@ import asyncio
 import base64
 import hashlib
 import io
-import json
 import os
 import uuid
 from dataclasses import replace
@@ -26,54 +25,11 @@ from gateway import conversations
 from gateway.auth import AuthSettings
 from gateway.chat import run_chat
 from gateway.config import builtin_profiles
-from parsers.claude_code_saved import slug
 from tests.gateway_peer import Master, make_config, start_gateway
 from tests.support.auth import users_toml
+from tests.support.saved import Store, conversation, line
 
 AGENT = "claude-code-oneshot"  # single-turn: nothing is spawned before a prompt
-
-
-def line(**fields: Any) -> bytes:
-    return json.dumps(fields).encode() + b"\n"
-
-
-def conversation(workspace: Path, prompt: str = "Remember 42.", answer: str = "Noted.") -> bytes:
-    cwd = str(workspace)
-    return b"".join(
-        [
-            line(type="queue-operation", operation="enqueue", content=prompt),
-            line(type="user", cwd=cwd, message={"role": "user", "content": prompt}),
-            line(
-                type="assistant",
-                cwd=cwd,
-                message={
-                    "id": "msg_1",
-                    "role": "assistant",
-                    "content": [{"type": "text", "text": answer}],
-                    "stop_reason": "end_turn",
-                    "usage": {"input_tokens": 10, "output_tokens": 3},
-                },
-            ),
-        ]
-    )
-
-
-class Store:
-    def __init__(self, tmp_path: Path) -> None:
-        self.home = tmp_path / "home"
-        self.workspace = tmp_path / "root" / "work.space"
-        self.workspace.mkdir(parents=True)
-        self.dir = self.home / ".claude" / "projects" / slug(str(self.workspace))
-        self.dir.mkdir(parents=True)
-
-    def put(self, data: bytes, conversation_id: str | None = None, age: float = 0) -> str:
-        conversation_id = conversation_id or str(uuid.uuid4())
-        path = self.dir / f"{conversation_id}.jsonl"
-        path.write_bytes(data)
-        if age:
-            t = path.stat().st_mtime - age
-            os.utime(path, (t, t))
-        return conversation_id
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from gateway.config import builtin_profiles
 from tests.browser import Page
 from tests.gateway_peer import make_config, start_gateway
 from tests.support.console import shot, sign_in, url_of
-from tests.test_conversations import Store, conversation
+from tests.support.saved import Store, conversation
 
 pytestmark = pytest.mark.browser
 
