@@ -23,19 +23,9 @@ from pathlib import Path
 import pytest
 
 from gateway.metrics import GatewayMetrics
+from tests.support.dashboard import all_panels, load_dashboard, substitute
 
 ROOT = Path(__file__).resolve().parent.parent
-DASHBOARD = ROOT / "grafana" / "dashboards" / "rawp-gateway.json"
-
-# Grafana's variables, replaced by values of the same syntactic kind (a duration, a regex).
-GRAFANA_VARIABLES = {
-    "$__rate_interval": "1m",
-    "$__interval": "15s",
-    "$__range": "1h",
-    "${datasource}": "prometheus",
-    "$job": ".*",
-    "$instance": ".*",
-}
 
 PROMQL_KEYWORDS = {
     "by",
@@ -63,18 +53,6 @@ def promtool() -> str:
     return path
 
 
-def load_dashboard() -> dict:
-    return json.loads(DASHBOARD.read_text())
-
-
-def all_panels(dashboard: dict) -> list[dict]:
-    out = []
-    for panel in dashboard["panels"]:
-        out.append(panel)
-        out.extend(panel.get("panels", []))  # panels inside collapsed rows
-    return out
-
-
 def panel_exprs(dashboard: dict) -> list[tuple[str, str]]:
     """(panel title, PromQL expression) of every query target."""
     return [
@@ -96,13 +74,6 @@ def variable_selectors(dashboard: dict) -> list[str]:
         assert m, f"variable {var['name']}: unexpected query {query!r}"
         out.append(m.group(1))
     return out
-
-
-def substitute(expr: str) -> str:
-    for var, value in GRAFANA_VARIABLES.items():
-        expr = expr.replace(var, value)
-    assert "$" not in expr, f"unknown Grafana variable left in {expr!r}"
-    return expr
 
 
 def metric_names(expr: str) -> set[str]:

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, replace
-from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -33,8 +32,8 @@ from tests.rig.env import require_cli
 from tests.rig.run import CliSetup, scripted_cli
 from tests.rig.scenario import parse_scenario
 from tests.support.auth import bearer, users_toml
-from tests.test_dashboard import all_panels, load_dashboard, substitute
-from tests.test_prometheus_scrape import prometheus_binary, query, run_prometheus, wait_for_value
+from tests.support.dashboard import all_panels, load_dashboard, substitute
+from tests.support.prometheus import prometheus_binary, query, run_prometheus, wait_for_value
 
 pytestmark = [pytest.mark.realcli, pytest.mark.prometheus]
 
@@ -111,11 +110,9 @@ async def watched(
             session = await create_session(client, agent)
             master = await Master.attach(client, session["session_id"], headers=auth)
             assert (await master.next())["type"] == "session.capabilities"
-            target = SimpleNamespace(
-                address=f"{client.server.host}:{client.server.port}", token=TOKEN
-            )
+            address = f"{client.server.host}:{client.server.port}"
             async with (
-                run_prometheus(target, tmp_path) as prometheus,  # type: ignore[arg-type]
+                run_prometheus(tmp_path, TOKEN, [{"targets": [address]}]) as prometheus,
                 aiohttp.ClientSession() as http,
             ):
                 w = Watched(agent, cli, client, session["session_id"], master, prometheus, http)

@@ -17,6 +17,8 @@ import pytest
 
 from tests.fleet_rig import AUTH, TOKEN, Fleet, nginx_path
 from tests.support.console import open_page, prompt, sign_in
+from tests.support.dashboard import all_panels, load_dashboard, substitute
+from tests.support.prometheus import query, run_prometheus
 
 pytestmark = pytest.mark.nginx
 SUBPROTOCOL = "rawp-dps-1.0"
@@ -309,47 +311,18 @@ async def test_prometheus_scrapes_every_pod_and_the_dashboards_fleet_row_adds_th
     """A real Prometheus scrapes each gateway of the fleet, labelled with its pod as the
     Kubernetes job labels it; the dashboard's own "Live sessions per pod" queries then give each
     pod's sessions and the fleet's total."""
-    from tests.test_dashboard import all_panels, load_dashboard, substitute
-    from tests.test_prometheus_scrape import free_port, prometheus_binary, query, wait_ready
-
     router = fleet.router.url
     made = {"rawp-gateway-0": 1, "rawp-gateway-1": 0, "rawp-gateway-2": 2}
     for name, count in made.items():
         for _ in range(count):
             status, _ = await post_session(http, f"{router}/pods/{name}/v1/session")
             assert status == 201
-    token = tmp_path / "token"
-    token.write_text(TOKEN)
-    config = {
-        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [
-            {
-                "job_name": "rawp-gateway",
-                "authorization": {"type": "Bearer", "credentials_file": str(token)},
-                "static_configs": [
-                    {"targets": [p.url.removeprefix("http://")], "labels": {"pod": p.name}}
-                    for p in fleet.pods
-                ],
-            }
-        ],
-    }
-    (tmp_path / "prometheus.yml").write_text(json.dumps(config))
-    port = free_port()
-    log = (tmp_path / "prometheus.log").open("wb")
-    proc = await asyncio.create_subprocess_exec(
-        prometheus_binary(),
-        f"--config.file={tmp_path / 'prometheus.yml'}",
-        f"--storage.tsdb.path={tmp_path / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--log.level=warn",
-        stdout=log,
-        stderr=log,
-    )
-    base = f"http://127.0.0.1:{port}"
+    pods = [
+        {"targets": [p.url.removeprefix("http://")], "labels": {"pod": p.name}} for p in fleet.pods
+    ]
     (panel,) = [p for p in all_panels(load_dashboard()) if p["title"] == "Live sessions per pod"]
     per_pod, total = (substitute(t["expr"]) for t in panel["targets"])
-    try:
-        await wait_ready(base, proc, tmp_path / "prometheus.log")
+    async with run_prometheus(tmp_path, TOKEN, pods) as base:
         async with asyncio.timeout(30):
             while True:
                 by_pod = {
@@ -361,10 +334,6 @@ async def test_prometheus_scrapes_every_pod_and_the_dashboards_fleet_row_adds_th
                 await asyncio.sleep(0.25)
         (fleet_total,) = await query(http, base, total)
         assert float(fleet_total["value"][1]) == sum(made.values())
-    finally:
-        proc.terminate()
-        await proc.wait()
-        log.close()
 
 
 async def test_the_client_library_follows_each_session_to_its_pod(fleet):

@@ -23,9 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
-import shutil
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -45,7 +42,7 @@ from tests.gateway_peer import (
     prompt_and_wait,
     start_gateway,
 )
-from tests.support.servers import free_port
+from tests.support.prometheus import prometheus_binary, query, run_prometheus, wait_for_value
 
 TOKEN = "scrape-test-token"
 SCRAPE_DEADLINE_S = 25.0  # an upper bound for a busy machine; typically done in 5-8 s
@@ -97,98 +94,6 @@ async def start_gateway_target(workdir: Path) -> AsyncIterator[GatewayTarget]:
         await client.close()
 
 
-def prometheus_binary() -> str:
-    path = shutil.which("prometheus")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("prometheus is not installed: CI must run scripts/install-prometheus.sh")
-        pytest.skip("prometheus not installed (scripts/install-prometheus.sh)")
-    return path
-
-
-@contextlib.asynccontextmanager
-async def run_prometheus(target: GatewayTarget, workdir: Path) -> AsyncIterator[str]:
-    """A Prometheus on a free loopback port scraping `target` every second; yields its base URL."""
-    token_file = workdir / "token"
-    token_file.write_text(target.token)
-    config = {
-        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [
-            {
-                "job_name": "rawp-gateway",
-                "authorization": {"type": "Bearer", "credentials_file": str(token_file)},
-                "static_configs": [{"targets": [target.address]}],
-            }
-        ],
-    }
-    config_file = workdir / "prometheus.yml"
-    config_file.write_text(json.dumps(config))  # JSON is YAML
-    port = free_port()
-    log = (workdir / "prometheus.log").open("wb")
-    proc = await asyncio.create_subprocess_exec(
-        prometheus_binary(),
-        f"--config.file={config_file}",
-        f"--storage.tsdb.path={workdir / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--log.level=warn",
-        stdout=log,
-        stderr=log,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        await wait_ready(base, proc, workdir / "prometheus.log")
-        yield base
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-        log.close()
-
-
-async def wait_ready(base: str, proc: asyncio.subprocess.Process, log: Path) -> None:
-    """Until Prometheus says it is ready: its query API answers 503 while the TSDB starts."""
-    deadline = time.monotonic() + 20
-    async with aiohttp.ClientSession() as http:
-        while time.monotonic() < deadline:
-            if proc.returncode is not None:
-                pytest.fail(f"prometheus exited {proc.returncode}: {log.read_text()[-2000:]}")
-            with contextlib.suppress(aiohttp.ClientConnectionError):
-                async with http.get(f"{base}/-/ready") as resp:
-                    if resp.status == 200:
-                        return
-            await asyncio.sleep(0.1)
-    pytest.fail(f"prometheus was not ready in 20 s: {log.read_text()[-2000:]}")
-
-
-async def query(http: aiohttp.ClientSession, base: str, promql: str) -> list[dict]:
-    async with http.get(f"{base}/api/v1/query", params={"query": promql}) as resp:
-        body = await resp.json()
-    assert body["status"] == "success", body
-    return body["data"]["result"]
-
-
-async def wait_for_value(
-    http: aiohttp.ClientSession, base: str, promql: str, expected: float, deadline: float
-) -> list[dict]:
-    """Poll `promql` until its single result equals `expected`, or fail at `deadline`."""
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            result = await query(http, base, promql)
-        except aiohttp.ClientConnectionError as e:  # Prometheus still starting
-            last = e
-        else:
-            last = result
-            if len(result) == 1 and float(result[0]["value"][1]) == expected:
-                return result
-        await asyncio.sleep(0.25)
-    pytest.fail(f"{promql} did not reach {expected} in time; last answer: {last}")
-
-
 async def prom_by_type(http: aiohttp.ClientSession, base: str) -> Counter[str]:
     result = await query(http, base, BY_TYPE)
     return +Counter({r["metric"]["type"]: int(float(r["value"][1])) for r in result})
@@ -200,7 +105,7 @@ async def test_prometheus_scrapes_the_frame_count_a_session_produced(tmp_path):
     deadline = time.monotonic() + SCRAPE_DEADLINE_S
     async with (
         start_gateway_target(tmp_path) as target,
-        run_prometheus(target, tmp_path) as base,
+        run_prometheus(tmp_path, target.token, [{"targets": [target.address]}]) as base,
         aiohttp.ClientSession() as http,
     ):
         # 1. Prometheus has scraped the session as it is after the attach.
