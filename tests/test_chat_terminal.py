@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import CLI, free_port
+from tests.support.servers import CLI, free_port
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]")
 UP = "\x1b[A"

@@ -26,7 +26,7 @@ from gateway.config import ConfigError, load_config
 from gateway.server import create_app
 from tests.fleet_rig import wait_ready
 from tests.gateway_peer import Master, fast_demo, make_config, prompt_and_wait, start_gateway
-from tests.test_cli import free_port
+from tests.support.servers import free_port
 
 TOKEN = "fleet-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
