@@ -8,6 +8,7 @@ tests/test_fleet_router.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import os
@@ -15,7 +16,9 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -281,21 +284,15 @@ async def test_the_list_holds_every_peers_sessions_and_names_the_silent_ones(tmp
 # --- readiness ------------------------------------------------------------------------------------
 
 
-async def test_readyz_is_503_from_sigterm_while_the_sessions_are_suspended(tmp_path):
-    """Kubernetes' readiness: a gateway that got SIGTERM takes no new session. Its agent here
-    ignores SIGTERM, so suspending takes ``shutdown_grace_sec``: meanwhile /readyz and a new
-    session are 503 SHUTTING_DOWN, /healthz still 200."""
+@contextlib.asynccontextmanager
+async def serve(tmp_path: Path, toml: str) -> AsyncIterator[tuple[subprocess.Popen, str]]:
+    """``rawp-gateway serve`` with the token, on a free port, workspace root ``tmp_path``, and
+    ``toml`` after those ``[server]`` keys (more keys, agents); the process and its URL once
+    ready. Killed after the test unless it stopped it."""
     port = free_port()
     config = tmp_path / "gateway.toml"
     config.write_text(
-        "[server]\n"
-        f"port = {port}\n"
-        f"workspace_root = {json.dumps(str(tmp_path))}\n"
-        f"state_dir = {json.dumps(str(tmp_path / 'state'))}\n"
-        "shutdown_grace_sec = 3\n"
-        "[agents.stubborn]\n"
-        'parser = "plain"\n'
-        'command = ["sh", "-c", "trap \'\' TERM; while :; do sleep 0.1; done"]\n'
+        f"[server]\nport = {port}\nworkspace_root = {json.dumps(str(tmp_path))}\n" + toml
     )
     env = dict(os.environ, RAWP_GATEWAY_TOKEN=TOKEN)
     proc = subprocess.Popen(
@@ -307,6 +304,25 @@ async def test_readyz_is_503_from_sigterm_while_the_sessions_are_suspended(tmp_p
     url = f"http://127.0.0.1:{port}"
     try:
         await wait_ready(url, proc)
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_readyz_is_503_from_sigterm_while_the_sessions_are_suspended(tmp_path):
+    """Kubernetes' readiness: a gateway that got SIGTERM takes no new session. Its agent here
+    ignores SIGTERM, so suspending takes ``shutdown_grace_sec``: meanwhile /readyz and a new
+    session are 503 SHUTTING_DOWN, /healthz still 200."""
+    toml = (
+        f"state_dir = {json.dumps(str(tmp_path / 'state'))}\n"
+        "shutdown_grace_sec = 3\n"
+        "[agents.stubborn]\n"
+        'parser = "plain"\n'
+        'command = ["sh", "-c", "trap \'\' TERM; while :; do sleep 0.1; done"]\n'
+    )
+    async with serve(tmp_path, toml) as (proc, url):
         async with aiohttp.ClientSession() as http:
             async with http.get(url + "/readyz") as resp:
                 assert resp.status == 200
@@ -333,10 +349,6 @@ async def test_readyz_is_503_from_sigterm_while_the_sessions_are_suspended(tmp_p
             async with http.get(url + "/healthz") as resp:
                 assert resp.status == 200
         assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 class At:
@@ -371,25 +383,8 @@ async def test_sigusr1_drains_the_gateway_until_sigusr2_and_its_sessions_go_on(t
     and a new session are 503 SHUTTING_DOWN (a router tries the next gateway), while the session
     it holds goes on: its attached master runs a turn, and another master attaches and runs one.
     SIGUSR2 makes it ready again. ``rawp_gateway_draining`` and one log line each say so."""
-    port = free_port()
-    config = tmp_path / "gateway.toml"
-    config.write_text(
-        "[server]\n"
-        f"port = {port}\n"
-        f"workspace_root = {json.dumps(str(tmp_path))}\n"
-        "[agents.demo]\n"
-        'env = { RAWP_DEMO_DELAY_MS = "1" }\n'
-    )
-    env = dict(os.environ, RAWP_GATEWAY_TOKEN=TOKEN)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--config", str(config)],
-        stdin=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        await wait_ready(url, proc)
+    toml = '[agents.demo]\nenv = { RAWP_DEMO_DELAY_MS = "1" }\n'
+    async with serve(tmp_path, toml) as (proc, url):
         async with aiohttp.ClientSession() as http:
             gateway = At(http, url)
             async with http.post(url + "/v1/session", json={"agent": "demo"}, headers=AUTH) as r:
@@ -424,10 +419,6 @@ async def test_sigusr1_drains_the_gateway_until_sigusr2_and_its_sessions_go_on(t
         log_text = proc.stderr.read().decode()
         assert log_text.count("draining: not ready, no new sessions") == 1, log_text
         assert log_text.count("drain ended: ready, taking new sessions") == 1, log_text
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 async def test_dns_peers_are_every_address_of_the_name_but_this_gateways_own():
