@@ -184,6 +184,15 @@ async def prompt_and_wait(
     return master.frames[start:]
 
 
+async def history(client: TestClient, session_id: str) -> list[dict[str, Any]]:
+    """The session's whole history (``history=all``) as a master attaching now is sent it."""
+    master = await Master.attach(client, session_id, history="all")
+    await master.next()
+    frames = (await master.until("session.history"))["payload"]["frames"]
+    await master.ws.close()
+    return frames
+
+
 async def create_session(client: TestClient, agent: str = "demo", **body: Any) -> dict[str, Any]:
     resp = await client.post("/v1/session", json={"agent": agent, **body})
     assert resp.status == 201, await resp.text()

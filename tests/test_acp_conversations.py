@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient
 from gateway import process
 from gateway.acp_conversations import MAX_RUNNING
 from gateway.config import AgentProfile, parser_features
-from tests.gateway_peer import Master, make_config, start_gateway
+from tests.gateway_peer import Master, history, make_config, start_gateway
 
 AGENT = str(Path(__file__).parent / "hostile" / "acp_agent.py")
 
@@ -138,14 +138,6 @@ async def test_pages_without_end_are_cut_and_said_incomplete(tmp_path) -> None:
         assert (tmp_path / "acp-starts.log").read_text().splitlines() == ["start"]
     finally:
         await gw.close()
-
-
-async def history(gw: TestClient, session_id: str) -> list[dict[str, Any]]:
-    master = await Master.attach(gw, session_id, history="all")
-    await master.next()
-    frames = (await master.until("session.history"))["payload"]["frames"]
-    await master.ws.close()
-    return frames
 
 
 async def test_resumed_through_session_load_with_the_replay_as_history(tmp_path) -> None:

@@ -25,7 +25,7 @@ from gateway import conversations
 from gateway.auth import AuthSettings
 from gateway.chat import run_chat
 from gateway.config import builtin_profiles
-from tests.gateway_peer import Master, make_config, start_gateway
+from tests.gateway_peer import history, make_config, start_gateway
 from tests.support.auth import users_toml
 from tests.support.saved import Store, conversation, line
 
@@ -60,14 +60,6 @@ async def resume(gw: TestClient, store: Store, conversation_id: str) -> tuple[in
     }
     resp = await gw.post("/v1/session", json=body)
     return resp.status, await resp.json()
-
-
-async def history(gw: TestClient, session_id: str) -> list[dict[str, Any]]:
-    master = await Master.attach(gw, session_id, history="all")
-    await master.next()
-    frames = (await master.until("session.history"))["payload"]["frames"]
-    await master.ws.close()
-    return frames
 
 
 async def test_listed_newest_first_with_title_and_turns(gw, store) -> None:
