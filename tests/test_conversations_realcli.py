@@ -52,10 +52,29 @@ class Rig:
         return self.cli.cwd / WORKSPACE
 
 
+async def in_terminal(cli: CliSetup, cwd: Path, *argv: str) -> bytes:
+    """The user's own terminal run of ``argv`` in ``cwd`` with the rig's environment; what it
+    printed (it must succeed)."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=cwd,
+        env=cli.env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    return out
+
+
 async def run_cli_directly(cli: CliSetup, conversation_id: str) -> None:
     """The user's own terminal run: ``claude -p`` in the workspace, with the rig's HOME."""
     (cli.cwd / WORKSPACE).mkdir()
-    proc = await asyncio.create_subprocess_exec(
+    out = await in_terminal(
+        cli,
+        cli.cwd / WORKSPACE,
         *cli.argv[:1],
         "-p",
         FIRST_PROMPT,
@@ -65,15 +84,7 @@ async def run_cli_directly(cli: CliSetup, conversation_id: str) -> None:
         "--dangerously-skip-permissions",
         "--session-id",
         conversation_id,
-        cwd=cli.cwd / WORKSPACE,
-        env=cli.env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
     )
-    out, err = await proc.communicate()
-    assert proc.returncode == 0, err.decode()[-2000:]
     assert b"I will remember 42." in out
 
 
@@ -102,6 +113,39 @@ async def listing(gw: TestClient, agent: str, workspace: Path, **query: Any) -> 
 
 def replayed(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [f for f in frames if (f.get("metadata") or {}).get("rawp_replayed") is True]
+
+
+async def listed_and_continued(
+    gw: TestClient, agent: str, workspace: Path, conversation_id: str
+) -> tuple[list[str], list[str]]:
+    """The terminal's one-turn conversation (``FIRST_PROMPT``, whose tool printed "forty-two") is
+    listed for ``workspace``, resumed with its turn replayed first, and continued live with
+    a second prompt; the replayed and the live agent texts."""
+    status, body = await listing(gw, agent, workspace)
+    assert status == 200, body
+    (only,) = body["conversations"]
+    assert (only["id"], only["title"], only["turns"]) == (conversation_id, FIRST_PROMPT, 1)
+    resp = await gw.post(
+        "/v1/session", json={"agent": agent, "resume_conversation": conversation_id}
+    )
+    assert resp.status == 201, await resp.text()
+    sid = (await resp.json())["session_id"]
+    master = await Master.attach(gw, sid, history="all")
+    await master.next()
+    old = replayed((await master.until("session.history"))["payload"]["frames"])
+    assert old[0]["payload"]["prompt_text"] == FIRST_PROMPT
+    (result,) = [f for f in old if f["type"] == "tool.invoke.result"]
+    assert "forty-two" in str(result["payload"]["output"])
+    await master.send(
+        "control.prompt.request", {"prompt_text": "Which number did I ask you to remember?"}
+    )
+    await master.until("session.turn.end", timeout=60)
+    live = [
+        f["payload"]["text"]
+        for f in master.frames
+        if f["type"] == "agent.text.delta" and not replayed([f])
+    ]
+    return [f["payload"]["text"] for f in old if f["type"] == "agent.text.delta"], live
 
 
 async def test_conversation_run_in_the_terminal_is_listed() -> None:
@@ -262,21 +306,9 @@ async def test_codex_thread_run_in_the_terminal_is_listed_and_continued() -> Non
     binary = require_cli("codex")
     scenario = parse_scenario({"calls": CODEX_CALLS}, name="conversation", agent="codex")
     async with scripted_cli(scenario) as cli, asyncio.timeout(LIMIT_S):
-        proc = await asyncio.create_subprocess_exec(
-            str(binary),
-            "exec",
-            "--json",
-            "--skip-git-repo-check",
-            FIRST_PROMPT,
-            cwd=cli.cwd,
-            env=cli.env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
+        out = await in_terminal(
+            cli, cli.cwd, str(binary), "exec", "--json", "--skip-git-repo-check", FIRST_PROMPT
         )
-        out, err = await proc.communicate()
-        assert proc.returncode == 0, err.decode()[-2000:]
         thread_id = next(
             json.loads(line)["thread_id"]
             for line in out.splitlines()
@@ -285,32 +317,8 @@ async def test_codex_thread_run_in_the_terminal_is_listed_and_continued() -> Non
         base = builtin_profiles(codex=str(binary))["codex"]
         gw = await start_gateway(make_config(cli.cwd, agents={"codex": replace(base, env=cli.env)}))
         try:
-            status, body = await listing(gw, "codex", cli.cwd)
-            assert status == 200, body
-            (only,) = body["conversations"]
-            assert (only["id"], only["title"], only["turns"]) == (thread_id, FIRST_PROMPT, 1)
-            resp = await gw.post(
-                "/v1/session", json={"agent": "codex", "resume_conversation": thread_id}
-            )
-            assert resp.status == 201, await resp.text()
-            sid = (await resp.json())["session_id"]
-            master = await Master.attach(gw, sid, history="all")
-            await master.next()
-            old = replayed((await master.until("session.history"))["payload"]["frames"])
-            assert old[0]["payload"]["prompt_text"] == FIRST_PROMPT
-            (result,) = [f for f in old if f["type"] == "tool.invoke.result"]
-            assert "forty-two" in str(result["payload"]["output"])
-            texts = [f["payload"]["text"] for f in old if f["type"] == "agent.text.delta"]
-            assert texts == ["I will remember 42."]
-            await master.send(
-                "control.prompt.request", {"prompt_text": "Which number did I ask you to remember?"}
-            )
-            await master.until("session.turn.end", timeout=60)
-            live = [
-                f["payload"]["text"]
-                for f in master.frames
-                if f["type"] == "agent.text.delta" and not replayed([f])
-            ]
+            old, live = await listed_and_continued(gw, "codex", cli.cwd, thread_id)
+            assert old == ["I will remember 42."]
             assert live == ["You asked me to remember 42."]
             # The resumed thread: the model got the earlier turn again (the call's match says so).
             assert not cli.server.unexpected and not cli.server.unused_calls
@@ -346,7 +354,9 @@ async def test_gemini_session_run_in_the_terminal_is_listed_and_continued() -> N
     binary = require_cli("gemini")
     scenario = parse_scenario({"calls": GEMINI_CALLS}, name="conversation", agent="gemini")
     async with scripted_cli(scenario) as cli, asyncio.timeout(LIMIT_S):
-        proc = await asyncio.create_subprocess_exec(
+        out = await in_terminal(
+            cli,
+            cli.cwd,
             str(binary),
             "-p",
             FIRST_PROMPT,
@@ -357,15 +367,7 @@ async def test_gemini_session_run_in_the_terminal_is_listed_and_continued() -> N
             "yolo",
             "-m",
             GEMINI_MODEL,
-            cwd=cli.cwd,
-            env=cli.env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
         )
-        out, err = await proc.communicate()
-        assert proc.returncode == 0, err.decode()[-2000:]
         session_id = next(
             json.loads(line)["session_id"] for line in out.splitlines() if b'"init"' in line
         )
@@ -375,32 +377,8 @@ async def test_gemini_session_run_in_the_terminal_is_listed_and_continued() -> N
         )
         gw = await start_gateway(make_config(cli.cwd, agents={"gemini": profile}))
         try:
-            status, body = await listing(gw, "gemini", cli.cwd)
-            assert status == 200, body
-            (only,) = body["conversations"]
-            assert (only["id"], only["title"], only["turns"]) == (session_id, FIRST_PROMPT, 1)
-            resp = await gw.post(
-                "/v1/session", json={"agent": "gemini", "resume_conversation": session_id}
-            )
-            assert resp.status == 201, await resp.text()
-            sid = (await resp.json())["session_id"]
-            master = await Master.attach(gw, sid, history="all")
-            await master.next()
-            old = replayed((await master.until("session.history"))["payload"]["frames"])
-            assert old[0]["payload"]["prompt_text"] == FIRST_PROMPT
-            (result,) = [f for f in old if f["type"] == "tool.invoke.result"]
-            assert "forty-two" in str(result["payload"]["output"])
-            texts = "".join(f["payload"]["text"] for f in old if f["type"] == "agent.text.delta")
-            assert texts == "I will run a command.I will remember 42."
-            await master.send(
-                "control.prompt.request", {"prompt_text": "Which number did I ask you to remember?"}
-            )
-            await master.until("session.turn.end", timeout=60)
-            live = [
-                f["payload"]["text"]
-                for f in master.frames
-                if f["type"] == "agent.text.delta" and not replayed([f])
-            ]
+            old, live = await listed_and_continued(gw, "gemini", cli.cwd, session_id)
+            assert "".join(old) == "I will run a command.I will remember 42."
             assert "".join(live) == "You asked me to remember 42."
             assert not cli.server.unexpected and not cli.server.unused_calls
         finally:
