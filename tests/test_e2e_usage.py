@@ -125,6 +125,26 @@ async def watched(
             await client.close()
 
 
+def answers(field: str, *usages: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model's answers to "The first prompt." (and "The second prompt."), each "The first
+    answer." ("The second answer.") with its ``usages`` entry; ``field``: where the agent's API
+    puts the text ("content" Anthropic, "output" OpenAI, "parts" Gemini)."""
+    assert 1 <= len(usages) <= 2
+    shapes = {
+        "content": lambda text: [{"type": "text", "text": text}],
+        "output": lambda text: [{"type": "message", "text": text}],
+        "parts": lambda text: [{"text": text}],
+    }
+    return [
+        {
+            "match": {"last_user_contains": word},
+            "usage": usage,
+            field: shapes[field](f"The {word} answer."),
+        }
+        for word, usage in zip(("first", "second"), usages, strict=False)
+    ]
+
+
 def main_usages(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         f["payload"]
@@ -363,18 +383,11 @@ async def test_codex_turn_shares_of_the_thread_total_reach_prometheus(tmp_path):
     prompt): each turn's session.usage is that turn's share, uncached input apart from cached, and
     Prometheus sees exactly the two turns' scripted tokens under model "unknown" (Codex does not
     print its model). No cost is reported, so none is counted."""
-    calls = [
-        {
-            "match": {"last_user_contains": "first"},
-            "usage": {"input_tokens": 1500, "cached_tokens": 300, "output_tokens": 70},
-            "output": [{"type": "message", "text": "The first answer."}],
-        },
-        {
-            "match": {"last_user_contains": "second"},
-            "usage": {"input_tokens": 2600, "cached_tokens": 400, "output_tokens": 81},
-            "output": [{"type": "message", "text": "The second answer."}],
-        },
-    ]
+    calls = answers(
+        "output",
+        {"input_tokens": 1500, "cached_tokens": 300, "output_tokens": 70},
+        {"input_tokens": 2600, "cached_tokens": 400, "output_tokens": 81},
+    )
     async with watched("codex", calls, tmp_path) as w:
         frames = await w.turn("The first prompt.")
         frames += await w.turn("The second prompt.")
@@ -394,18 +407,11 @@ async def test_gemini_run_stats_reach_prometheus(tmp_path):
     """Gemini reports its stats once per run (one run per prompt): each turn's session.usage has
     them, cached apart from uncached input, and Prometheus sees exactly the scripted tokens under
     the model the CLI names in its init line."""
-    calls = [
-        {
-            "match": {"last_user_contains": "first"},
-            "usage": {"prompt": 1700, "candidates": 90, "cached": 200},
-            "parts": [{"text": "The first answer."}],
-        },
-        {
-            "match": {"last_user_contains": "second"},
-            "usage": {"prompt": 2900, "candidates": 61, "cached": 0},
-            "parts": [{"text": "The second answer."}],
-        },
-    ]
+    calls = answers(
+        "parts",
+        {"prompt": 1700, "candidates": 90, "cached": 200},
+        {"prompt": 2900, "candidates": 61, "cached": 0},
+    )
     async with watched("gemini", calls, tmp_path) as w:
         frames = await w.turn("The first prompt.")
         frames += await w.turn("The second prompt.")
@@ -431,18 +437,7 @@ async def test_claude_acp_prompt_usage_and_running_cost_reach_prometheus(tmp_pat
     first = {"input_tokens": 1311, "output_tokens": 217, "cache_read_input_tokens": 4099}
     first["cache_creation_input_tokens"] = 61
     second = {k: 2 * v for k, v in first.items()}
-    calls = [
-        {
-            "match": {"last_user_contains": "first"},
-            "usage": first,
-            "content": [{"type": "text", "text": "The first answer."}],
-        },
-        {
-            "match": {"last_user_contains": "second"},
-            "usage": second,
-            "content": [{"type": "text", "text": "The second answer."}],
-        },
-    ]
+    calls = answers("content", first, second)
     async with watched("claude-acp", calls, tmp_path) as w:
         frames = await w.turn("The first prompt.", timeout=ACP_STARTUP)
         frames += await w.turn("The second prompt.")
@@ -470,18 +465,11 @@ async def test_gemini_acp_quota_token_count_reaches_prometheus(tmp_path):
     Its input is Gemini's prompt token count, which includes the cached tokens, and the answer
     does not say how many were cached: so for gemini-acp the cached tokens are in ``input`` and
     none is counted as ``cache_read`` (docs/usage.md). No cost is reported, so none is counted."""
-    calls = [
-        {
-            "match": {"last_user_contains": "first"},
-            "usage": {"prompt": 1723, "candidates": 93, "cached": 300},
-            "parts": [{"text": "The first answer."}],
-        },
-        {
-            "match": {"last_user_contains": "second"},
-            "usage": {"prompt": 2917, "candidates": 67, "cached": 0},
-            "parts": [{"text": "The second answer."}],
-        },
-    ]
+    calls = answers(
+        "parts",
+        {"prompt": 1723, "candidates": 93, "cached": 300},
+        {"prompt": 2917, "candidates": 67, "cached": 0},
+    )
     async with watched("gemini-acp", calls, tmp_path) as w:
         frames = await w.turn("The first prompt.", timeout=ACP_STARTUP)
         frames += await w.turn("The second prompt.")
@@ -497,13 +485,7 @@ async def test_codex_acp_reports_only_its_context_window(tmp_path):
     context window (used: the last call's input, cached included, plus its output): the
     session.usage has no tokens and no cost, so Prometheus counts none for it, and the session's
     context fill is the window's (docs/usage.md)."""
-    calls = [
-        {
-            "match": {"last_user_contains": "first"},
-            "usage": {"input_tokens": 1500, "cached_tokens": 300, "output_tokens": 70},
-            "output": [{"type": "message", "text": "The first answer."}],
-        },
-    ]
+    calls = answers("output", {"input_tokens": 1500, "cached_tokens": 300, "output_tokens": 70})
     async with watched("codex-acp", calls, tmp_path) as w:
         frames = await w.turn("The first prompt.", timeout=ACP_STARTUP)
         assert not w.cli.server.unexpected
