@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gateway.config import builtin_profiles
-from tests.gateway_peer import Master, create_session, make_config, start_gateway
+from tests.gateway_peer import Master, create_session, make_config, of, start_gateway
 from tests.rig.env import require_cli
 from tests.rig.run import scripted_cli
 from tests.rig.scenario import parse_scenario
@@ -44,15 +44,37 @@ async def gemini_acp(calls: list[dict[str, Any]], files: dict[str, str]) -> Asyn
             await client.close()
 
 
-def of(frames: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
-    return [f for f in frames if f["type"] == type_]
-
-
 async def until_usage(master: Master, timeout: float) -> list[dict[str, Any]]:
     start = len(master.frames)
     await master.until("session.turn.end", timeout=timeout)
     assert (await master.next(timeout=10))["type"] == "session.usage"  # DPS-7.5.2-usage
     return master.frames[start:]
+
+
+async def answer(master: Master, ask: dict[str, Any], value: str) -> None:
+    """Answer the agent's question ``ask`` with the option ``value``."""
+    await master.send(
+        "control.interaction.response",
+        {"interaction_id": ask["payload"]["interaction_id"], "selected_value": value},
+    )
+
+
+async def denied_turn(master: Master, text: str) -> list[dict[str, Any]]:
+    """A prompt whose permission question the master denies; the turn's frames from the answer
+    to its session.usage."""
+    await master.send("control.prompt.request", {"prompt_text": text})
+    await answer(master, await master.until("agent.interaction.request", timeout=60), "deny")
+    return await until_usage(master, 60)
+
+
+async def cancelled_turn(master: Master, text: str) -> tuple[str, list[dict[str, Any]]]:
+    """A prompt cancelled once its text streams; its turn id and the frames from the cancel to
+    the session.usage, which must come within the cancel's bounds (15 s)."""
+    await master.send("control.prompt.request", {"prompt_text": text})
+    start = await master.until("session.turn.start", timeout=30)
+    await master.until("agent.text.delta", timeout=60)
+    await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
+    return start["payload"]["turn_id"], await until_usage(master, 15)
 
 
 WRITE = {
@@ -88,10 +110,7 @@ async def test_gemini_acp_turns_permissions_cancel_and_reattach():
         values = [o["value"] for o in payload["options"]]
         assert "allow" in values and "deny" in values  # the agent's own options, first of each kind
         assert len(values) == 3  # Gemini: proceed_always, proceed_once, cancel
-        await master.send(
-            "control.interaction.response",
-            {"interaction_id": payload["interaction_id"], "selected_value": "allow"},
-        )
+        await answer(master, ask, "allow")
         frames = master.frames[:] + await until_usage(master, 60)
         assert (cli.cwd / "notes.txt").read_text() == "new\n"
         thinking = "".join(f["payload"]["text"] for f in of(frames, "agent.thinking.delta"))
@@ -108,25 +127,14 @@ async def test_gemini_acp_turns_permissions_cancel_and_reattach():
 
         # turn 2: denied ---------------------------------------------------------------------
         (cli.cwd / "notes.txt").write_text("old\n")
-        await master.send("control.prompt.request", {"prompt_text": "Again"})
-        ask = await master.until("agent.interaction.request", timeout=60)
-        await master.send(
-            "control.interaction.response",
-            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "deny"},
-        )
-        frames = await until_usage(master, 60)
+        frames = await denied_turn(master, "Again")
         assert (cli.cwd / "notes.txt").read_text() == "old\n"
         results = of(frames, "tool.invoke.result")
         assert results and results[-1]["payload"]["status"] in ("error", "cancelled")
         assert of(frames, "session.turn.end")[-1]["payload"]["stop_reason"] == "end_turn"
 
         # turn 3: cancelled mid-stream -------------------------------------------------------
-        await master.send("control.prompt.request", {"prompt_text": "Count"})
-        start = await master.until("session.turn.start", timeout=30)
-        await master.until("agent.text.delta", timeout=60)
-        turn_id = start["payload"]["turn_id"]
-        await master.send("control.prompt.cancel", {"target_turn_id": turn_id})
-        frames = await until_usage(master, 15)  # within the cancel's bounds, no process stopped
+        turn_id, frames = await cancelled_turn(master, "Count")  # no process stopped
         assert of(frames, "session.turn.end")[-1]["payload"]["stop_reason"] == "cancelled"
         assert all(d["payload"].get("is_cancelled") for d in of(frames, "agent.text.done"))
         info = await (await gw.get(f"/v1/session/{sid}")).json()
@@ -141,8 +149,8 @@ async def test_gemini_acp_turns_permissions_cancel_and_reattach():
         assert history["type"] == "session.history"
         replayed = [f["message_id"] for f in history["payload"]["frames"]]
         assert seen[5] not in replayed
-        cancelled_turn = [f["message_id"] for f in master.frames if f.get("turn_id") == turn_id]
-        assert [m for m in replayed if m in cancelled_turn] == cancelled_turn
+        of_cancelled = [f["message_id"] for f in master.frames if f.get("turn_id") == turn_id]
+        assert [m for m in replayed if m in of_cancelled] == of_cancelled
 
 
 # --- Claude Code through claude-agent-acp ----------------------------------------------------
@@ -200,10 +208,7 @@ async def test_claude_acp_thinking_permissions_diff_cancel_and_two_turns():
         ask = await master.until("agent.interaction.request", timeout=STARTUP)
         values = [o["value"] for o in ask["payload"]["options"]]
         assert values == ["allow_always", "allow", "deny"]  # Always Allow, Allow, Reject
-        await master.send(
-            "control.interaction.response",
-            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "allow"},
-        )
+        await answer(master, ask, "allow")
         frames = master.frames[:] + await until_usage(master, 60)
         assert (cli.cwd / "a.txt").read_text() == "new\n"
         assert "Think first." in "".join(
@@ -216,21 +221,11 @@ async def test_claude_acp_thinking_permissions_diff_cancel_and_two_turns():
         usage = frames[-1]["payload"]
         assert usage["token_usage"]["input_tokens"] > 0 and usage["cost_usage"]["used"] > 0
 
-        await master.send("control.prompt.request", {"prompt_text": "Write b.txt"})
-        ask = await master.until("agent.interaction.request", timeout=60)
-        await master.send(
-            "control.interaction.response",
-            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "deny"},
-        )
-        frames = await until_usage(master, 60)
+        frames = await denied_turn(master, "Write b.txt")
         assert not (cli.cwd / "b.txt").exists()
         assert of(frames, "tool.invoke.result")[-1]["payload"]["status"] == "error"
 
-        await master.send("control.prompt.request", {"prompt_text": "Count"})
-        start = await master.until("session.turn.start", timeout=30)
-        await master.until("agent.text.delta", timeout=60)
-        await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
-        frames = await until_usage(master, 15)
+        _, frames = await cancelled_turn(master, "Count")
         assert of(frames, "session.turn.end")[-1]["payload"]["stop_reason"] == "cancelled"
 
 
@@ -272,10 +267,7 @@ async def test_codex_acp_permissions_cancel_and_two_turns():
         await master.send("control.prompt.request", {"prompt_text": "Make a file"})
         ask = await master.until("agent.interaction.request", timeout=STARTUP)
         assert "allow" in [o["value"] for o in ask["payload"]["options"]]
-        await master.send(
-            "control.interaction.response",
-            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "allow"},
-        )
+        await answer(master, ask, "allow")
         frames = master.frames[:] + await until_usage(master, 60)
         assert (cli.cwd / "made.txt").read_text() == "hi\n"
         results = of(frames, "tool.invoke.result")
@@ -284,20 +276,10 @@ async def test_codex_acp_permissions_cancel_and_two_turns():
         caps = of(frames, "session.capabilities")[-1]["payload"]["features"]
         assert caps.get("plan_mode") is not True
 
-        await master.send("control.prompt.request", {"prompt_text": "Another"})
-        ask = await master.until("agent.interaction.request", timeout=60)
-        await master.send(
-            "control.interaction.response",
-            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "deny"},
-        )
-        await until_usage(master, 60)
+        await denied_turn(master, "Another")
         assert not (cli.cwd / "denied.txt").exists()
 
-        await master.send("control.prompt.request", {"prompt_text": "Count"})
-        start = await master.until("session.turn.start", timeout=30)
-        await master.until("agent.text.delta", timeout=60)
-        await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
-        frames = await until_usage(master, 15)
+        _, frames = await cancelled_turn(master, "Count")
         assert of(frames, "session.turn.end")[-1]["payload"]["stop_reason"] == "cancelled"
 
 
