@@ -63,6 +63,15 @@ async def started(cfg):
     return await asyncio.wait_for(start_gateway(cfg), 20)
 
 
+async def upload(gw, sid: str, name: str, data: bytes) -> None:
+    """A text file uploaded to the session (it must be taken: 201)."""
+    put = await gw.put(
+        f"/v1/session/{sid}/files", params={"name": name}, data=data,
+        headers={"Content-Type": "text/plain"},
+    )  # fmt: skip
+    assert put.status == 201, await put.text()
+
+
 async def metrics_text(gw) -> str:
     return await (await gw.get("/metrics")).text()
 
@@ -115,11 +124,7 @@ async def test_planted_temporary_file_links_are_never_written_through(tmp_path):
     gw = await started(config(root, state))
     try:
         sid = (await create_session(gw))["session_id"]
-        put = await gw.put(
-            f"/v1/session/{sid}/files", params={"name": "a.txt"}, data=b"one",
-            headers={"Content-Type": "text/plain"},
-        )  # fmt: skip
-        assert put.status == 201
+        await upload(gw, sid, "a.txt", b"one")
         d = session_dir(state, sid)
         for name in ("session.json.tmp", ".session.json.tmp"):
             (d / name).symlink_to(outside / "victim.txt")
@@ -128,11 +133,7 @@ async def test_planted_temporary_file_links_are_never_written_through(tmp_path):
         before = snapshot(outside)
         renamed = await asyncio.wait_for(gw.patch(f"/v1/session/{sid}", json={"name": "new"}), 10)
         assert renamed.status == 200
-        put = await gw.put(
-            f"/v1/session/{sid}/files", params={"name": "b.txt"}, data=b"two",
-            headers={"Content-Type": "text/plain"},
-        )  # fmt: skip
-        assert put.status == 201
+        await upload(gw, sid, "b.txt", b"two")
         assert json.loads((d / RECORD).read_text())["name"] == "new"
         index = json.loads((d / "files" / "index.json").read_text())
         assert sorted(f["file_name"] for f in index) == ["a.txt", "b.txt"]
@@ -177,11 +178,7 @@ async def test_delete_never_removes_through_a_symlinked_session_directory(tmp_pa
     gw = await started(config(root, state))
     try:
         sid = (await create_session(gw))["session_id"]
-        put = await gw.put(
-            f"/v1/session/{sid}/files", params={"name": "a.txt"}, data=b"one",
-            headers={"Content-Type": "text/plain"},
-        )  # fmt: skip
-        assert put.status == 201
+        await upload(gw, sid, "a.txt", b"one")
         d = session_dir(state, sid)
         d.rename(state / "moved")
         d.symlink_to(outside)
@@ -352,11 +349,7 @@ async def test_session_directories_hold_descriptors_only_while_the_session_lives
     gw = await started(config(root, state))
     sids = [(await create_session(gw))["session_id"] for _ in range(4)]
     for sid in sids:
-        put = await gw.put(
-            f"/v1/session/{sid}/files", params={"name": "a.txt"}, data=b"one",
-            headers={"Content-Type": "text/plain"},
-        )  # fmt: skip
-        assert put.status == 201
+        await upload(gw, sid, "a.txt", b"one")
     assert descriptors_under(state / "sessions")
     for sid in sids[:2]:
         assert (await gw.delete(f"/v1/session/{sid}")).status == 200
