@@ -36,8 +36,9 @@ def send(obj: dict) -> None:
     sys.stdout.flush()
 
 
-def chunk(text: str) -> None:
-    update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+def chunk(text: str, kind: str = "agent_message_chunk") -> None:
+    """A ``session/update`` of text: the agent's (or with ``kind`` the user's) message chunk."""
+    update = {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
     send(
         {
             "jsonrpc": "2.0",
@@ -89,28 +90,8 @@ def main() -> None:
             send({"jsonrpc": "2.0", "id": rpc_id, "error": error})
         elif method == "session/load":
             note(f"load {msg['params']['sessionId']}")
-            said = {
-                "sessionUpdate": "user_message_chunk",
-                "content": {"type": "text", "text": "before"},
-            }
-            send(
-                {
-                    "jsonrpc": "2.0",
-                    "method": "session/update",
-                    "params": {"sessionId": SESSION, "update": said},
-                }
-            )
-            update = {
-                "sessionUpdate": "agent_message_chunk",
-                "content": {"type": "text", "text": "replayed"},
-            }
-            send(
-                {
-                    "jsonrpc": "2.0",
-                    "method": "session/update",
-                    "params": {"sessionId": SESSION, "update": update},
-                }
-            )
+            chunk("before", "user_message_chunk")
+            chunk("replayed")
             send({"jsonrpc": "2.0", "id": rpc_id, "result": None})
         elif method == "session/prompt":
             text = msg["params"]["prompt"][0]["text"]
