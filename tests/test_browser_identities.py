@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.auth import AuthSettings
-from tests.gateway_peer import Master, fast_demo, make_config, start_gateway
-from tests.support.auth import bearer, users_toml
+from tests.gateway_peer import Master, fast_demo, start_gateway
+from tests.support.auth import bearer, users_config
 from tests.support.console import q, sign_in, url_of
 
 pytestmark = pytest.mark.browser
@@ -17,11 +16,8 @@ ALICE, BOB = "alice-console-token", "bob-console-token"
 
 @pytest.fixture
 async def gateway(tmp_path):
-    users = tmp_path / "users.toml"
-    users.write_text(users_toml({"alice": ("operator", ALICE), "bob": ("viewer", BOB)}))
-    config = make_config(
-        tmp_path, auth=AuthSettings(users_file=users), agents={"demo": fast_demo(20)}
-    )
+    users = {"alice": ("operator", ALICE), "bob": ("viewer", BOB)}
+    config = users_config(tmp_path, users, agents={"demo": fast_demo(20)})
     client = await start_gateway(config)
     yield client
     await client.close()

@@ -8,10 +8,9 @@ import io
 
 import pytest
 
-from gateway.auth import AuthSettings
 from gateway.chat import run_chat
-from tests.gateway_peer import Master, base_url, fast_demo, make_config, start_gateway
-from tests.support.auth import bearer, users_toml
+from tests.gateway_peer import Master, base_url, fast_demo, start_gateway
+from tests.support.auth import bearer, users_config
 from tests.support.chat import Pipe, piped_chat, shown
 
 ALICE, BOB = "alice-chat-token", "bob-chat-token"
@@ -19,11 +18,8 @@ ALICE, BOB = "alice-chat-token", "bob-chat-token"
 
 @pytest.fixture
 async def gateway(tmp_path):
-    users = tmp_path / "users.toml"
-    users.write_text(users_toml({"alice": ("operator", ALICE), "bob": ("viewer", BOB)}))
-    config = make_config(
-        tmp_path, auth=AuthSettings(users_file=users), agents={"demo": fast_demo()}
-    )
+    users = {"alice": ("operator", ALICE), "bob": ("viewer", BOB)}
+    config = users_config(tmp_path, users, agents={"demo": fast_demo()})
     client = await start_gateway(config)
     yield client
     await client.close()

@@ -22,11 +22,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway import conversations
-from gateway.auth import AuthSettings
 from gateway.chat import run_chat
 from gateway.config import builtin_profiles
 from tests.gateway_peer import history, make_config, start_gateway
-from tests.support.auth import users_toml
+from tests.support.auth import users_config
 from tests.support.saved import Store, conversation, line
 
 AGENT = "claude-code-oneshot"  # single-turn: nothing is spawned before a prompt
@@ -482,15 +481,10 @@ async def test_listing_a_workspaces_conversations_needs_an_operator(store, tmp_p
     """Titles are the user's prompts: a viewer may not list them (403, audited like any refusal),
     an operator may."""
     tokens = {"vera": ("viewer", "vera-token-vvvv"), "otto": ("operator", "otto-token-oooo")}
-    users = tmp_path / "users.toml"
-    users.write_text(users_toml(tokens))
     base = builtin_profiles(claude="/nonexistent/claude")[AGENT]
     profile = replace(base, env={"HOME": str(store.home)})
-    config = make_config(
-        store.workspace.parent,
-        token="admin-token-aaaa",
-        auth=AuthSettings(users_file=users),
-        agents={AGENT: profile},
+    config = users_config(
+        store.workspace.parent, tokens, token="admin-token-aaaa", agents={AGENT: profile}
     )
     gw = await start_gateway(config)
     try:

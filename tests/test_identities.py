@@ -23,7 +23,7 @@ from gateway.config import ConfigError, load_config
 from gateway.server import AUDIT, AUTH, CONFIG, SESSIONS, reload_users
 from tests.gateway_peer import Master, fast_demo, make_config, start_gateway
 from tests.oidc_issuer import AUDIENCE, Issuer, Key, hs256_with_public_key, unsigned_token
-from tests.support.auth import bearer, users_toml
+from tests.support.auth import bearer, users_config, users_toml
 from tests.support.servers import CLI, free_port, wait_http
 
 ADMIN_TOKEN = "admin-token-0123456789"
@@ -511,13 +511,9 @@ def test_audit_input_is_cut_to_1_kib():
 
 
 async def test_owner_and_members_survive_a_restart(tmp_path):
-    users = tmp_path / "users.toml"
-    users.write_text(users_toml({n: (ROLES[n], TOKENS[n]) for n in TOKENS}))
-    config = make_config(
-        tmp_path,
-        auth=AuthSettings(users_file=users),
-        agents={"demo": fast_demo()},
-        state_dir=tmp_path / "state",
+    users = {n: (ROLES[n], TOKENS[n]) for n in TOKENS}
+    config = users_config(
+        tmp_path, users, agents={"demo": fast_demo()}, state_dir=tmp_path / "state"
     )
     gw = await start_gateway(config)
     sid = (await create(gw, TOKENS["alice"]))["session_id"]

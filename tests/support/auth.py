@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
+from typing import Any
+
+from gateway.auth import AuthSettings
+from gateway.config import Config
+from tests.gateway_peer import make_config
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -18,3 +24,11 @@ def users_toml(users: dict[str, tuple[str, str]]) -> str:
         f'token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n\n'
         for name, (role, token) in users.items()
     )
+
+
+def users_config(root: Path, users: dict[str, tuple[str, str]], **kw: Any) -> Config:
+    """The in-process gateway's config (``make_config``: workspace root ``root``, ``kw``) with a
+    users file of ``users`` (as ``users_toml``), written to ``root``/users.toml."""
+    path = root / "users.toml"
+    path.write_text(users_toml(users))
+    return make_config(root, auth=AuthSettings(users_file=path), **kw)
