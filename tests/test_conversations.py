@@ -51,9 +51,11 @@ async def listing(gw: TestClient, store: Store, **query: Any) -> tuple[int, Any]
     return resp.status, await resp.json()
 
 
-async def resume(gw: TestClient, store: Store, conversation_id: str) -> tuple[int, Any]:
+async def resume(
+    gw: TestClient, store: Store, conversation_id: str, agent: str = AGENT
+) -> tuple[int, Any]:
     body = {
-        "agent": AGENT,
+        "agent": agent,
         "workspace_path": str(store.workspace),
         "resume_conversation": conversation_id,
     }
@@ -393,15 +395,8 @@ async def test_codex_threads_of_this_workspace_only_and_no_linked_day(store, tmp
         body = await resp.json()
         assert [(c["id"], c["title"]) for c in body["conversations"]] == [(ours, "Ours.")]
         for other in (theirs, linked):
-            resp = await gw.post(
-                "/v1/session",
-                json={
-                    "agent": "codex",
-                    "workspace_path": "work.space",
-                    "resume_conversation": other,
-                },
-            )
-            assert resp.status == 404
+            status, _ = await resume(gw, store, other, agent="codex")
+            assert status == 404
     finally:
         await gw.close()
 
@@ -439,24 +434,14 @@ async def test_gemini_sessions_are_found_by_slug_and_checked_by_project_hash(sto
         assert [(c["id"], c["title"], c["turns"]) for c in body["conversations"]] == [
             (ours, "Ours.", 1)
         ]
-        resp = await gw.post(
-            "/v1/session",
-            json={"agent": "gemini", "workspace_path": "work.space", "resume_conversation": ours},
-        )
-        assert resp.status == 201, await resp.text()
-        frames = await history(gw, (await resp.json())["session_id"])
+        status, body = await resume(gw, store, ours, agent="gemini")
+        assert status == 201, body
+        frames = await history(gw, body["session_id"])
         assert [f["payload"]["text"] for f in frames if f["type"] == "agent.text.delta"] == [
             "Noted."
         ]
-        resp = await gw.post(
-            "/v1/session",
-            json={
-                "agent": "gemini",
-                "workspace_path": "work.space",
-                "resume_conversation": foreign,
-            },
-        )
-        assert resp.status == 404
+        status, _ = await resume(gw, store, foreign, agent="gemini")
+        assert status == 404
     finally:
         await gw.close()
 
