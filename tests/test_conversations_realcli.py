@@ -46,10 +46,22 @@ class Rig:
     cli: CliSetup
     gw: TestClient
     conversation_id: str
+    profile: str
 
     @property
     def workspace(self) -> Path:
         return self.cli.cwd / WORKSPACE
+
+    async def resume(self) -> dict[str, Any]:
+        """A new session of the rig's profile that continues the terminal's conversation."""
+        body = {
+            "agent": self.profile,
+            "workspace_path": WORKSPACE,
+            "resume_conversation": self.conversation_id,
+        }
+        resp = await self.gw.post("/v1/session", json=body)
+        assert resp.status == 201, await resp.text()
+        return await resp.json()
 
 
 async def in_terminal(cli: CliSetup, cwd: Path, *argv: str) -> bytes:
@@ -99,7 +111,7 @@ async def rig(profile: str = "claude-code") -> AsyncIterator[Rig]:
         prof = replace(base, env=cli.env)
         client = await start_gateway(make_config(cli.cwd, agents={profile: prof}))
         try:
-            yield Rig(cli, client, conversation_id)
+            yield Rig(cli, client, conversation_id, profile)
         finally:
             await client.close()
 
@@ -171,16 +183,7 @@ async def test_conversation_run_in_the_terminal_is_listed() -> None:
 
 async def test_continued_conversation_replays_history_then_goes_on_live() -> None:
     async with rig() as r:
-        resp = await r.gw.post(
-            "/v1/session",
-            json={
-                "agent": "claude-code",
-                "workspace_path": WORKSPACE,
-                "resume_conversation": r.conversation_id,
-            },
-        )
-        assert resp.status == 201, await resp.text()
-        session = await resp.json()
+        session = await r.resume()
         assert session["agent_session_id"] == r.conversation_id
         master = await Master.attach(r.gw, session["session_id"], history="all")
         caps = await master.next()
@@ -231,16 +234,7 @@ async def test_continued_conversation_replays_history_then_goes_on_live() -> Non
 
 async def test_a_second_master_sees_the_earlier_turns_before_the_new_one() -> None:
     async with rig("claude-code-oneshot") as r:
-        resp = await r.gw.post(
-            "/v1/session",
-            json={
-                "agent": "claude-code-oneshot",
-                "workspace_path": WORKSPACE,
-                "resume_conversation": r.conversation_id,
-            },
-        )
-        assert resp.status == 201, await resp.text()
-        sid = (await resp.json())["session_id"]
+        sid = (await r.resume())["session_id"]
         first = await Master.attach(r.gw, sid)
         await first.next()
         await first.send(
