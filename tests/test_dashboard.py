@@ -14,9 +14,7 @@ can never pass as green.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import pytest
 
 from gateway.metrics import GatewayMetrics
 from tests.support.dashboard import all_panels, load_dashboard, substitute
+from tests.support.prometheus import installed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,15 +41,6 @@ PROMQL_KEYWORDS = {
     "inf",
     "nan",
 }
-
-
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("promtool is not installed: CI must run scripts/install-prometheus.sh")
-        pytest.skip("promtool not installed (scripts/install-prometheus.sh)")
-    return path
 
 
 def panel_exprs(dashboard: dict) -> list[tuple[str, str]]:
@@ -215,7 +205,7 @@ def test_every_dashboard_metric_is_exported_by_the_gateway():
 
 @pytest.mark.prometheus
 def test_every_dashboard_query_parses_with_promtool(tmp_path):
-    tool = promtool()
+    tool = installed("promtool")
     dashboard = load_dashboard()
     exprs = [substitute(e) for _, e in panel_exprs(dashboard)]
     exprs += [substitute(s) for s in variable_selectors(dashboard)]
@@ -243,7 +233,7 @@ def test_every_dashboard_query_parses_with_promtool(tmp_path):
 @pytest.mark.prometheus
 def test_promtool_check_rejects_a_broken_query(tmp_path):
     """The check above would prove nothing if promtool accepted anything."""
-    tool = promtool()
+    tool = installed("promtool")
     path = tmp_path / "broken.yml"
     rule = {"record": "x:y", "expr": "sum by (le (rate(x[1m]))"}
     path.write_text(json.dumps({"groups": [{"name": "g", "rules": [rule]}]}))

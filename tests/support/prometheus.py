@@ -20,13 +20,19 @@ import pytest
 from tests.support.servers import free_port
 
 
-def prometheus_binary() -> str:
-    path = shutil.which("prometheus")
+def installed(name: str = "prometheus") -> str:
+    """The path of Debian's ``prometheus`` (or ``promtool``, same package); without it the test
+    is skipped, and fails under CI."""
+    path = shutil.which(name)
     if path is None:
         if os.environ.get("CI") == "true":
-            pytest.fail("prometheus is not installed: CI must run scripts/install-prometheus.sh")
-        pytest.skip("prometheus not installed (scripts/install-prometheus.sh)")
+            pytest.fail(f"{name} is not installed: CI must run scripts/install-prometheus.sh")
+        pytest.skip(f"{name} not installed (scripts/install-prometheus.sh)")
     return path
+
+
+def prometheus_binary() -> str:
+    return installed("prometheus")
 
 
 @contextlib.asynccontextmanager
