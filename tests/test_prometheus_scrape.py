@@ -84,7 +84,9 @@ async def start_gateway_target(workdir: Path) -> AsyncIterator[GatewayTarget]:
         session = await create_session(client)
         master = await Master.attach(client, session["session_id"], headers=auth)
         # Read the greeting (capabilities, catalog, commands, ...) so that what the master reads
-        # after a prompt is that turn's frames only.
+        # after a prompt is that turn's frames only. The demo agent publishes its commands when it
+        # has started, which on a loaded machine can come after the greeting: wait for them.
+        await master.until("agent.commands.publish", timeout=30)
         with contextlib.suppress(TimeoutError):
             while True:
                 await master.next(timeout=0.5)
