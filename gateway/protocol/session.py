@@ -325,9 +325,7 @@ class SessionMachine:
         self._stalled = False  # the watchdog stopped the agent: its exit restarts, not ends
         # The gateway is stopping the agent for a cancel it ignored: its exit is the cancel's.
         self._stopping_for_cancel = False
-        self.capabilities_frame = self._make(
-            gateway_capabilities(self.config.features, max_frame_size=self.config.max_frame_size)
-        )
+        self._capabilities(None)
         if self.config.tools:
             self.mapper.expect_tools(self.config.tools)
 
@@ -411,12 +409,17 @@ class SessionMachine:
     def _know_agent_session(self, agent_session_id: str) -> None:
         """The agent's session id, known before the agent says it: the first spawn resumes it."""
         self.mapper.agent_session_id = agent_session_id
+        self._capabilities(agent_session_id)
+
+    def _capabilities(self, agent_session_id: str | None) -> F.Capabilities:
+        """The gateway's ``session.capabilities`` for the session's features as they are now
+        (with the agent's session id once known), kept as the greeting's ``capabilities_frame``."""
+        extensions = {"agent_session_id": agent_session_id} if agent_session_id else None
         caps = gateway_capabilities(
-            self.config.features,
-            max_frame_size=self.config.max_frame_size,
-            extensions={"agent_session_id": agent_session_id},
+            self.config.features, max_frame_size=self.config.max_frame_size, extensions=extensions
         )
         self.capabilities_frame = self._make(caps)
+        return caps
 
     def replay(
         self, agent_session_id: str, turns: list[ReplayedTurn], problem: str | None = None
@@ -580,11 +583,7 @@ class SessionMachine:
         if features == self.config.features:
             return []
         self.config = replace(self.config, features=features)
-        extensions = {"agent_session_id": self.agent_session_id} if self.agent_session_id else None
-        caps = gateway_capabilities(
-            features, max_frame_size=self.config.max_frame_size, extensions=extensions
-        )
-        self.capabilities_frame = self._make(caps)
+        caps = self._capabilities(self.agent_session_id)
         return [Emit(self._make(caps, turn=True))]
 
     def _opening(self, resume_id: str | None) -> list[Action]:
@@ -606,12 +605,7 @@ class SessionMachine:
         """§18.3: the agent's own session id, kept as ``extensions.agent_session_id`` of the
         gateway's ``session.capabilities``, announced again to every master when it is learnt or
         changes (newly attached masters get it in their greeting)."""
-        caps = gateway_capabilities(
-            self.config.features,
-            max_frame_size=self.config.max_frame_size,
-            extensions={"agent_session_id": agent_session_id},
-        )
-        self.capabilities_frame = self._make(caps)
+        caps = self._capabilities(agent_session_id)
         # Broadcast inside a turn, it carries the turn's id (DPS-2.1-turn-id); the greeting's does not.
         return self._make(caps, turn=True)
 
