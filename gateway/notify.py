@@ -55,7 +55,6 @@ RETRY_FOR_S: Final = 60.0  # from the first attempt, at most
 FIRST_BACKOFF_S: Final = 0.5
 MAX_BACKOFF_S: Final = 15.0
 CLOSE_GRACE_S: Final = 2.0  # at shutdown, for what is still queued
-MAX_INPUT_BYTES: Final = 1024  # of a permission's tool input in a body
 MAX_TEXT_CHARS: Final = 2000  # of a question or an error message in a body
 SIGNATURE_HEADER: Final = "X-Rawp-Signature"
 
