@@ -1,44 +1,50 @@
-"""Capacity of one gateway of a fleet, and what the router adds: N sessions at a paced rate, half of
-their masters through the fleet's nginx router, half straight to the gateway, in the same run.
+"""Capacity of one gateway of a fleet, and what the router adds: N sessions of a recorded working
+session at its recorded pace, half of their masters through the fleet's nginx router, half straight
+to the gateway, in the same run.
 
 Theory of operation
 -------------------
 One gateway process (``relay_rig.Gateway``: the real server on uvloop, ``synth_agent.py`` as its
-agent, replaying a recording of Claude Code 2.1's ``--include-partial-messages`` stream-json in a
-loop, ``--transcript``: by default one turn with three parallel tool calls) and the
-fleet's router: Debian's nginx running ``deploy/k8s/router/default.conf.template`` (rendered by
-``tests/fleet_rig.py`` as the tests do, its DNS answering the gateway's address). ``--sessions``
-sessions are created through the router (``POST /v1/session``); each gets one master
+agent) and the fleet's router: Debian's nginx running ``deploy/k8s/router/default.conf.template``
+(rendered by ``tests/fleet_rig.py`` as the tests do, its DNS answering the gateway's address).
+``--sessions`` sessions are created through the router (``POST /v1/session``); each gets one master
 (``relay_rig.LeanMaster``), the even ones connected to the router, the odd ones to the gateway.
-Every session then streams ``--rate`` lines/s for ``--seconds`` seconds, the sessions' starts spread
-over one second, each text delta stamped with the time the agent wrote it.
 
-Printed:
+The agent replays ``--transcript``, by default ``tests/fixtures/claude-code/working-session.jsonl``:
+the real Claude Code 2.1 with the gateway's flags, recorded by the rig with its timing (three
+prompts, a person's 30 s and 25 s between them; a model paced like a real one, about 25 text deltas
+a second after a second or so to the first token; real tools). Each master sends the recording's
+prompts at the times they were written in it, and the agent answers each with the recorded turn at
+its recorded pace (``synth_agent.py``), each text delta stamped with the time it was written; after
+the last turn a session waits the recording's mean think time and starts again. The sessions start
+at random times over the first cycle (the warm-up), so from then on they are spread evenly over it:
+what one gateway sees from that many people working at once. Measured over ``--seconds`` after
+the warm-up:
 
-* the gateway's CPU over the streaming, in cores, and per session; sessions per core at this rate;
+* the gateway's CPU, in cores, and per session; sessions per core at this pace;
 * the gateway's resident memory per session (RSS after creating the sessions and attaching their
-  masters, less RSS before; the agents are processes of their own and not counted);
+  masters, then after the run, less RSS before; the agents are processes of their own);
 * latency from the agent's write to the master's receive, p50 and p99, straight and through the
-  router, and the difference: what the router adds (lines written ``--settle`` seconds or more
-  after the last session started);
+  router, and the difference: what the router adds;
 * the router's (nginx) and the agents' CPU, in cores.
 
-The recordings carry no timing (their model was the rig's scripted server), so the pace is set:
-the default rate, 2 lines/s a session, is an agent's average over a working session: a streamed
-answer comes at 20 to 60 lines/s (text deltas), but for seconds at a time, between the tools it runs
-and the minutes a person takes to read and answer. ``--rate 40`` is every session streaming at once.
+``--rate N`` replays the recording's messages in a loop at N lines/s a session instead, all sessions
+at once (a stress: at the recorded pace a session streams only while its model answers).
 
-    .venv/bin/python bench/bench_fleet.py [--sessions 500] [--rate 2] [--seconds 20]
+    .venv/bin/python bench/bench_fleet.py [--sessions 500] [--seconds 60] [--rate N]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import random
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -48,16 +54,39 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from relay_rig import Gateway, LeanMaster, children_pids, cpu_seconds_of, quantile  # noqa: E402
+from relay_rig import (  # noqa: E402
+    Gateway,
+    LeanMaster,
+    children_pids,
+    cpu_seconds_of,
+    quantile,
+    rss_bytes,
+)
 
 from tests.fleet_rig import READY, Dns, Router, nginx_path  # noqa: E402
 
+RECORDING = HERE.parent / "tests/fixtures/claude-code/working-session.jsonl"
 
-def rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
+
+@dataclass
+class Pace:
+    """A timed recording's schedule: when each prompt is written in one cycle, and its length."""
+
+    prompts: list[tuple[float, str]]  # (seconds into the cycle, the prompt's text)
+    cycle: float
+    lines: int  # agent lines in one cycle
+
+    @classmethod
+    def of(cls, recording: Path) -> Pace:
+        meta = json.loads(recording.with_name(recording.stem + ".meta.json").read_text())
+        times, written = meta.get("stdout_times"), meta.get("stdin_times")
+        if not times or not written:
+            raise SystemExit(f"{recording.name} has no timing: record a timed scenario, or --rate")
+        texts = [json.loads(line)["message"]["content"] for line in meta["stdin"]]
+        # A person's think time: from the last line before a prompt to the prompt.
+        thinks = [t - max(x for x in times if x < t) for t in written[1:]]
+        cycle = times[-1] + sum(thinks) / len(thinks)
+        return cls(list(zip(written, texts, strict=True)), cycle, len(times))
 
 
 async def create(http: aiohttp.ClientSession, url: str, n: int) -> list[str]:
@@ -75,6 +104,21 @@ async def create(http: aiohttp.ClientSession, url: str, n: int) -> list[str]:
     return ids
 
 
+async def paced(master: LeanMaster, pace: Pace, start: float, stop: float) -> None:
+    """Send the recording's prompts at their times, cycle after cycle from ``start``, until
+    ``stop`` (loop-clock times)."""
+    loop = asyncio.get_running_loop()
+    cycle = 0
+    while True:
+        for at, text in pace.prompts:
+            due = start + cycle * pace.cycle + at
+            if due >= stop:
+                return
+            await asyncio.sleep(due - loop.time())
+            master.prompt(text)
+        cycle += 1
+
+
 def summary(latencies_ns: list[int]) -> tuple[float, float]:
     return quantile(latencies_ns, 0.5) / 1e6, quantile(latencies_ns, 0.99) / 1e6
 
@@ -82,18 +126,21 @@ def summary(latencies_ns: list[int]) -> tuple[float, float]:
 async def main(args: argparse.Namespace) -> None:
     if nginx_path() is None:
         raise SystemExit("nginx is not installed (scripts/install-nginx.sh)")
-    if args.transcript:  # synth_agent.py replays it (inherited through the gateway's environment)
-        os.environ["RAWP_SYNTH_TRANSCRIPT"] = str(Path(args.transcript).resolve())
+    recording = Path(args.transcript).resolve() if args.transcript else None
+    pace = None if args.rate or recording is None else Pace.of(recording)
+    if recording:  # synth_agent.py replays it (inherited through the gateway's environment)
+        os.environ["RAWP_SYNTH_TRANSCRIPT"] = str(recording)
     gw = Gateway()
     home = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     dns = Dns({READY: ["127.0.0.1"]})  # no route prefix: every path goes to "any ready gateway"
     router = Router(home, dns, gw.port)
+    loop = asyncio.get_running_loop()
     try:
         await gw.ready()
         await router.start()
         nginx_pids = [router.proc.pid, *children_pids(router.proc.pid)]
         async with aiohttp.ClientSession() as http:
-            rss0 = rss(gw.proc.pid)
+            rss0 = rss_bytes(gw.proc.pid)
             t0 = time.monotonic()
             ids = await create(http, router.url, args.sessions)
             print(
@@ -105,23 +152,45 @@ async def main(args: argparse.Namespace) -> None:
                 port = router_port if i % 2 == 0 else gw.port
                 masters.append(await LeanMaster.attach(port, sid))
             await asyncio.sleep(1.0)  # the capabilities answered, the agents idle
-            rss1 = rss(gw.proc.pid)
-            lines = int(args.rate * args.seconds)
+            rss1 = rss_bytes(gw.proc.pid)
             agents = children_pids(gw.proc.pid)
+            if pace:
+                warmup = pace.cycle
+                print(
+                    f"replaying {recording.name}: {pace.lines} lines a {pace.cycle:.1f} s cycle "
+                    f"({pace.lines / pace.cycle:.2f} lines/s a session on average); warm-up "
+                    f"{warmup:.0f} s, then {args.seconds:g} s measured"
+                )
+                begin = loop.time()
+                window = (begin + warmup, begin + warmup + args.seconds)
+                rng = random.Random(1)
+                senders = [
+                    asyncio.create_task(
+                        paced(m, pace, begin + rng.random() * pace.cycle, window[1])
+                    )
+                    for m in masters
+                ]
+            else:
+                warmup = args.settle
+                lines = int(args.rate * (args.seconds + warmup))
+                begin = loop.time()
+                for i, m in enumerate(masters):
+                    m.request_burst(lines, args.rate)
+                    if i % 50 == 49:
+                        await asyncio.sleep(1.0 / max(1, len(masters) // 50))
+                window = (loop.time() + warmup, loop.time() + warmup + args.seconds)
+                senders = []
+            await asyncio.sleep(window[0] - loop.time())
             cpu0 = cpu_seconds_of([gw.proc.pid, *nginx_pids, *agents])
-            wall0 = time.monotonic()
-            start_ns = time.monotonic_ns()
-            for i, m in enumerate(masters):
-                m.request_burst(lines, args.rate)
-                if i % 50 == 49:
-                    await asyncio.sleep(1.0 / max(1, len(masters) // 50))
-            last_start_ns = time.monotonic_ns()
-            async with asyncio.timeout(args.seconds * 4 + 120):
-                await asyncio.gather(*(m.ended for m in masters))
-            wall = time.monotonic() - wall0
+            window_ns = (time.monotonic_ns(), 0)
+            await asyncio.sleep(window[1] - loop.time())
             cpu1 = cpu_seconds_of([gw.proc.pid, *nginx_pids, *agents])
-            rss2 = rss(gw.proc.pid)
+            window_ns = (window_ns[0], time.monotonic_ns())
+            wall = (window_ns[1] - window_ns[0]) / 1e9
+            rss2 = rss_bytes(gw.proc.pid)
+            await asyncio.gather(*senders)
             for m in masters:
+                m.ended.cancel()  # no burst to end at the recorded pace: nobody waits for one
                 m.close()
     finally:
         router.stop()
@@ -131,36 +200,41 @@ async def main(args: argparse.Namespace) -> None:
     def cores(pids: list[int]) -> float:
         return sum(cpu1.get(p, 0) - cpu0.get(p, 0) for p in pids) / wall
 
-    settle_ns = last_start_ns + int(args.settle * 1e9)
     via: dict[str, list[int]] = {"router": [], "direct": []}
     for i, m in enumerate(masters):
         key = "router" if i % 2 == 0 else "direct"
         via[key] += [
-            lat for lat, s in zip(m.latencies_ns, m.stamps_ns, strict=True) if s >= settle_ns
+            lat
+            for lat, s in zip(m.latencies_ns, m.stamps_ns, strict=True)
+            if window_ns[0] <= s < window_ns[1]
         ]
     gw_cores = cores([gw.proc.pid])
     n = len(ids)
-    what = Path(args.transcript).name if args.transcript else "synth_agent.py's own lines"
+    if pace:
+        what = f"{recording.name} at its recorded pace"
+        rate = n * pace.lines / pace.cycle
+    else:
+        what = f"{recording.name if recording else 'synth_agent.py lines'} at {args.rate} lines/s"
+        rate = n * args.rate
     print(
-        f"\n{what}: {n} sessions, {args.rate:g} lines/s each for {args.seconds:g} s "
-        f"({n * args.rate:,.0f} lines/s in all); streaming took {wall:.1f} s "
-        f"(started over {(last_start_ns - start_ns) / 1e9:.1f} s)"
+        f"\n{what}: {n} sessions, about {rate:,.0f} agent lines/s in all, "
+        f"measured over {wall:.1f} s after {warmup:.0f} s of warm-up"
     )
     print(
         f"gateway CPU: {gw_cores:.3f} cores, {gw_cores / n * 1000:.2f} millicores a session; "
-        f"{n / gw_cores if gw_cores else float('inf'):,.0f} sessions per core at this rate"
+        f"{n / gw_cores if gw_cores else float('inf'):,.0f} sessions per core at this pace"
     )
     print(
         f"gateway RSS: {rss0 / 2**20:.0f} MiB idle, {rss1 / 2**20:.0f} MiB with the sessions "
-        f"attached, {rss2 / 2**20:.0f} MiB after streaming: "
+        f"attached, {rss2 / 2**20:.0f} MiB after the run: "
         f"{(rss1 - rss0) / n / 1024:.0f} KiB a session ({(rss2 - rss0) / n / 1024:.0f} KiB "
-        "after streaming, history buffers filled)"
+        "after the run, history buffers filled)"
     )
     print(f"router (nginx) CPU: {cores(nginx_pids):.3f} cores; agents: {cores(agents):.2f} cores")
     (d50, d99), (r50, r99) = summary(via["direct"]), summary(via["router"])
     print(
         f"latency agent write → master receive ({len(via['direct']):,} and "
-        f"{len(via['router']):,} stamped lines after {args.settle:g} s of settling):\n"
+        f"{len(via['router']):,} stamped lines in the measured window):\n"
         f"  direct  p50 {d50:.2f} ms  p99 {d99:.2f} ms\n"
         f"  router  p50 {r50:.2f} ms  p99 {r99:.2f} ms\n"
         f"  router adds p50 {r50 - d50:+.2f} ms  p99 {r99 - d99:+.2f} ms"
@@ -170,12 +244,14 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=500)
-    parser.add_argument("--rate", type=int, default=2, help="lines/s a session")
-    parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--settle", type=float, default=1.0)
+    parser.add_argument("--seconds", type=float, default=60.0, help="the measured window")
+    parser.add_argument(
+        "--rate", type=int, default=0, help="lines/s a session instead of the recorded pace"
+    )
+    parser.add_argument("--settle", type=float, default=2.0, help="warm-up with --rate (seconds)")
     parser.add_argument(
         "--transcript",
-        default=str(HERE.parent / "tests/fixtures/claude-code/parallel--partial.jsonl"),
-        help="a recording of Claude Code replayed in a loop ('' for synth_agent's own lines)",
+        default=str(RECORDING),
+        help="a recording of Claude Code (with --rate, '' for synth_agent's own lines)",
     )
     uvloop.run(main(parser.parse_args()))

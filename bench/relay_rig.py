@@ -365,8 +365,11 @@ class LeanMaster(asyncio.Protocol):
         frame = dps_frame(type_, self.session_id, payload).encode()
         self.transport.write(client_frame(0x1, frame))
 
+    def prompt(self, text: str) -> None:
+        self.send_frame("control.prompt.request", {"prompt_text": text})
+
     def request_burst(self, lines: int, rate: int) -> None:
-        self.send_frame("control.prompt.request", {"prompt_text": f"BURST {lines} {rate}"})
+        self.prompt(f"BURST {lines} {rate}")
 
     def close(self) -> None:
         if not self.transport.is_closing():

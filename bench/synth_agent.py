@@ -1,4 +1,5 @@
-"""A synthetic Claude Code for the benches: prints stream-json lines at full speed or at a fixed rate.
+"""A synthetic Claude Code for the benches: prints stream-json lines at full speed, at a fixed rate,
+or at the pace of a timed recording.
 
 Theory of operation
 -------------------
@@ -21,6 +22,13 @@ With ``RAWP_SYNTH_TRANSCRIPT`` naming a recording of the real CLI (a ``tests/fix
 deltas stamped), so that the gateway parses what Claude Code really prints: long ``assistant`` and
 ``user`` lines, tool input streamed as JSON deltas, parallel calls.
 
+A *timed* recording (``tests/fixtures/claude-code/working-session.jsonl``: its meta has when each
+line came, ``stdout_times``, and when each prompt was written, ``stdin_times``) is replayed at its
+recorded pace instead: each user message on stdin that is not a burst replays the recording's next
+turn (the lines between one prompt and the next, ``system`` and ``result`` lines included), each
+line written as long after the prompt's arrival as it came after the prompt in the recording, text
+and thinking deltas stamped; after the last turn it starts again at the first, with ids of its own.
+
 The agent must cost little next to the relay it drives (a hundred of them run beside the gateway in
 ``bench_fanout.py``): one API message is serialised once, at start, with slots for its number, each
 line's uuid and the stamp; a burst fills the slots by bytes replacement (about 1 µs a line, where
@@ -30,6 +38,7 @@ rate what remains is one sleep and one write(2) per line.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import random
@@ -203,15 +212,14 @@ def _end_lines() -> list[bytes]:
     ]  # fmt: skip
 
 
-def transcript_template(path: str) -> list[bytes]:
-    """A recording's lines as a template (see the module docstring): every id of a message or a
-    tool call gets the copy's number, every line a uuid slot, every text delta a stamp slot."""
+def _templated(recorded: list[bytes], keep: tuple[str, ...] | None = None) -> list[bytes]:
+    """Recorded lines (those whose type is in ``keep``; all when None) as a template: every id of a
+    message or a tool call gets the copy's number, every line a uuid slot, every text or thinking
+    delta a stamp slot."""
     lines = []
-    with open(path, "rb") as f:
-        recorded = f.read().splitlines()
     for raw in recorded:
         obj = json.loads(raw)
-        if obj.get("type") not in ("stream_event", "assistant", "user"):
+        if keep is not None and obj.get("type") not in keep:
             continue
         if "uuid" in obj:
             obj["uuid"] = UUID_SLOT
@@ -219,6 +227,8 @@ def transcript_template(path: str) -> list[bytes]:
         delta = obj.get("event", {}).get("delta", {})
         if delta.get("type") == "text_delta":
             delta["text"] = TS_SLOT + delta["text"]
+        elif delta.get("type") == "thinking_delta":
+            delta["thinking"] = TS_SLOT + delta["thinking"]
         lines.append(_line(obj))
     ids = set(re.findall(rb'"((?:msg|toolu|req)_[A-Za-z0-9_]+)"', b"\n".join(lines)))
     out = []
@@ -229,12 +239,41 @@ def transcript_template(path: str) -> list[bytes]:
     return out
 
 
+def transcript_template(path: str) -> list[bytes]:
+    """A recording's API messages and tool results (its ``system`` and ``result`` lines left out)
+    as a template for bursts."""
+    with open(path, "rb") as f:
+        return _templated(f.read().splitlines(), ("stream_event", "assistant", "user"))
+
+
+def recorded_turns(path: str) -> list[list[tuple[int, bytes]]] | None:
+    """A timed recording (its meta has ``stdout_times`` and ``stdin_times``, see
+    ``tests/rig/record.py``) as turns: each prompt's lines, every line of it as a template with the
+    nanoseconds it came after the prompt was written. None when the recording has no timing."""
+    meta_path = path.removesuffix(".jsonl") + ".meta.json"
+    try:
+        with open(meta_path, "rb") as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        return None
+    times, prompts = meta.get("stdout_times"), meta.get("stdin_times")
+    if not times or not prompts:
+        return None
+    with open(path, "rb") as f:
+        lines = _templated(f.read().splitlines())
+    turns: list[list[tuple[int, bytes]]] = [[] for _ in prompts]
+    for t, line in zip(times, lines, strict=True):
+        k = max(0, bisect.bisect_right(prompts, t) - 1)
+        turns[k].append((int((t - prompts[k]) * 1e9), line))
+    return turns
+
+
 def burst(n_lines: int) -> list[bytes | tuple[bytes, bytes]]:
     """``n_lines`` lines of API messages, then the end marker and a ``result``; each line ends with
     its newline, a stamped one is the bytes before and after its stamp."""
     recording = os.environ.get("RAWP_SYNTH_TRANSCRIPT")
     template = transcript_template(recording) if recording else message_template()
-    n_slot, uuid_slot, ts_slot = N_SLOT.encode(), UUID_SLOT.encode(), TS_SLOT.encode()
+    n_slot = N_SLOT.encode()
     lines: list[bytes] = []
     k = 0
     while len(lines) < n_lines:
@@ -245,11 +284,43 @@ def burst(n_lines: int) -> list[bytes | tuple[bytes, bytes]]:
     lines += _end_lines()
     out: list[bytes | tuple[bytes, bytes]] = []
     for serial, line in enumerate(lines):
-        # A distinct uuid per line, shaped as a version 4 one (Claude Code's are random).
-        line = line.replace(uuid_slot, b"00000000-0000-4000-8000-%012x" % serial) + b"\n"
-        before, stamp, after = line.partition(ts_slot)
-        out.append((before, after) if stamp else line)
+        out.append(_filled(line, serial))
     return out
+
+
+def _filled(line: bytes, serial: int) -> bytes | tuple[bytes, bytes]:
+    """A template line with its uuid slot filled and its newline: a stamped one is the bytes
+    before and after its stamp."""
+    # A distinct uuid per line, shaped as a version 4 one (Claude Code's are random).
+    line = line.replace(UUID_SLOT.encode(), b"00000000-0000-4000-8000-%012x" % serial) + b"\n"
+    before, stamp, after = line.partition(TS_SLOT.encode())
+    return (before, after) if stamp else line
+
+
+def _write(fd: int, line: bytes | tuple[bytes, bytes]) -> None:
+    """One write(2) per line, as Node's stdout does for Claude Code; a stamped line gets the time
+    of this write."""
+    if line.__class__ is bytes:
+        os.write(fd, line)  # type: ignore[arg-type]
+    else:
+        os.write(fd, b"%s@T%d;%s" % (line[0], time.monotonic_ns(), line[1]))
+
+
+def replay_turn(turn: list[tuple[int, bytes]], number: int) -> None:
+    """One recorded turn, each line when it came after its prompt in the recording; ``number``
+    (this replay's count) makes its ids and uuids its own."""
+    start = time.monotonic_ns()
+    n = str(number).encode()
+    lines = [
+        (offset, _filled(line.replace(N_SLOT.encode(), n), number << 16 | serial))
+        for serial, (offset, line) in enumerate(turn)
+    ]
+    fd = sys.stdout.fileno()
+    for offset, line in lines:
+        wait = start + offset - time.monotonic_ns()
+        if wait > 0:
+            time.sleep(wait / 1e9)
+        _write(fd, line)
 
 
 def run(n_lines: int, rate: float) -> None:
@@ -262,7 +333,7 @@ def run(n_lines: int, rate: float) -> None:
             out.write(blob[i : i + (1 << 20)])
         out.flush()
         return
-    clock, sleep, write = time.monotonic_ns, time.sleep, os.write
+    clock, sleep = time.monotonic_ns, time.sleep
     step = 1e9 / rate
     # Agents asked at the same moment (bench_fanout's sessions) would otherwise write in lockstep,
     # every line of every session at once; independent sessions have independent phases.
@@ -271,20 +342,23 @@ def run(n_lines: int, rate: float) -> None:
         wait = start + i * step - clock()
         if wait > 0:
             sleep(wait / 1e9)  # late lines (a sleep overshoots) go out at once, one write each
-        # One write(2) per line, as Node's stdout does for Claude Code.
-        if ln.__class__ is bytes:
-            write(fd, ln)
-        else:
-            write(fd, b"%s@T%d;%s" % (ln[0], clock(), ln[1]))
+        _write(fd, ln)
 
 
 def main() -> None:
-    print(_line({"type": "system", "subtype": "init", "session_id": SESSION, "tools": ["Read"],
-        "model": "claude-opus-5-5", "cwd": "/workspace"}).decode(), flush=True)  # fmt: skip
+    recording = os.environ.get("RAWP_SYNTH_TRANSCRIPT")
+    turns = recorded_turns(recording) if recording else None
+    if not turns:  # a timed recording has its own init lines, in its turns
+        print(_line({"type": "system", "subtype": "init", "session_id": SESSION, "tools": ["Read"],
+            "model": "claude-opus-5-5", "cwd": "/workspace"}).decode(), flush=True)  # fmt: skip
+    replayed = 0
     for raw in sys.stdin:
         m = re.search(r"BURST (\d+) (\d+)", raw)
         if m:
             run(int(m.group(1)), float(m.group(2)))
+        elif turns and '"type":"user"' in raw.replace(" ", ""):
+            replay_turn(turns[replayed % len(turns)], replayed)
+            replayed += 1
 
 
 if __name__ == "__main__":

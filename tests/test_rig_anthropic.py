@@ -100,6 +100,40 @@ async def test_thinking_and_tool_use_blocks(aiohttp_client: Any) -> None:
     assert events[-2][1]["usage"] == {"output_tokens": 56}
 
 
+async def test_a_paced_call_streams_words_per_delta_after_its_delay(aiohttp_client: Any) -> None:
+    """``words_per_delta`` with ``delay`` and ``event_delay``: a model's pace for a timed
+    recording. The deltas are that many words each, the first byte comes no sooner than the
+    delay, and the stream takes no less than its events' pauses."""
+    text = "one two three four five six seven eight nine ten eleven"
+    content = [
+        {"type": "thinking", "thinking": "think about it first", "signature": "s"},
+        {"type": "text", "text": text},
+    ]
+    call = {"delay": 0.2, "event_delay": 0.01, "words_per_delta": 2, "content": content}
+    client = await aiohttp_client(AnthropicServer([call]).app)
+    loop = asyncio.get_running_loop()
+    sent = loop.time()
+    resp = await post(client, request())
+    body, first = b"", None
+    async for chunk in resp.content.iter_any():
+        first = first or loop.time()
+        body += chunk
+    done = loop.time()
+    events = [
+        (e, json.loads(d)) for e, d in re.findall(r"event: (\w+)\ndata: (.*)\n", body.decode())
+    ]
+    deltas = [d["delta"] for e, d in events if e == "content_block_delta"]
+    assert [d["text"] for d in deltas if d["type"] == "text_delta"] == [
+        "one two ", "three four ", "five six ", "seven eight ", "nine ten ", "eleven"
+    ]  # fmt: skip
+    assert [d["thinking"] for d in deltas if d["type"] == "thinking_delta"] == [
+        "think about ",
+        "it first",
+    ]
+    assert first is not None and first - sent >= 0.2
+    assert done - sent >= 0.2 + (len(events) - 1) * 0.01
+
+
 @pytest.mark.parametrize(
     ("status", "kind"),
     [
@@ -206,7 +240,7 @@ async def test_start_binds_localhost_on_a_free_port() -> None:
 def test_every_scenario_file_loads_and_its_calls_are_valid() -> None:
     block_types = {"text", "thinking", "tool_use"}
     call_keys = {"content", "stop_reason", "usage", "error", "stream_error", "hang", "delay"}
-    call_keys |= {"event_delay", "match"}
+    call_keys |= {"event_delay", "match", "words_per_delta"}
     checker = AnthropicServer([])
     scenarios = all_scenarios("claude-code")
     assert len(scenarios) >= 30
@@ -304,6 +338,10 @@ async def test_runner_feeds_stdin_reacts_to_stdout_and_collects_the_exit(tmp_pat
     assert [e["type"] for e in r.events] == ["start", "result", "result", "eof"]
     assert r.events[2]["text"] == "2"
     assert r.stdin_lines == ['{"text":"one"}', '{"text":"first answer"}']
+    # When each line came and went (a timed scenario's meta keeps them): one time per line, in
+    # order, and the second prompt written after the result that triggered it arrived.
+    assert len(r.stdout_times) == len(r.events) and r.stdout_times == sorted(r.stdout_times)
+    assert len(r.stdin_times) == 2 and r.stdin_times[1] >= r.stdout_times[1]
     assert not r.unexpected and not r.unused_calls
 
 

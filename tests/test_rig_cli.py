@@ -95,7 +95,8 @@ def test_every_check_is_of_a_recorded_run(agent: str) -> None:
 def test_every_fixture_comes_from_the_pinned_cli_and_its_scenario_as_it_is_now(agent: str) -> None:
     """Fixtures are never edited by hand: each run of each scenario (and variant) has one, from the
     pinned CLI, from its scenario as it is now (sha256), ended the way the scenario expects, every
-    stdout line one JSON object (no CLI needed)."""
+    stdout line one JSON object, and a timed scenario's with the time of each line and prompt (no
+    CLI needed)."""
     root = rigenv.FIXTURE_ROOT / agent
     expected = {
         fixture: (sc, variant)
@@ -118,3 +119,9 @@ def test_every_fixture_comes_from_the_pinned_cli_and_its_scenario_as_it_is_now(a
         lines = (root / f"{fixture}.jsonl").read_text().splitlines()
         assert len(lines) == meta["stdout_lines"], fixture
         assert all(isinstance(json.loads(line), dict) for line in lines), fixture
+        # A timed scenario's meta says when each of those lines came and each prompt went.
+        times = meta.get("stdout_times")
+        assert (times is not None) == sc.run.timed, fixture
+        if sc.run.timed:
+            assert len(times) == len(lines) and times == sorted(times), fixture
+            assert len(meta["stdin_times"]) == len(meta["stdin"]), fixture

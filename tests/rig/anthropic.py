@@ -31,6 +31,10 @@ A call is a table with these keys (all optional):
     open until the client goes away or the server closes (for interrupt and signal tests).
 ``delay``
     Seconds to wait before answering; ``event_delay`` seconds between SSE events.
+``words_per_delta``
+    Stream text and thinking in deltas of this many words, as a real model's stream comes (a few
+    tokens a delta), instead of in about three pieces. With ``delay`` (the time to the first token)
+    and ``event_delay`` it paces a call like a real model, for a ``timed`` recording.
 ``match``
     Answer only a request that fits (see ``matches``).
 
@@ -62,6 +66,13 @@ UNEXPECTED_TEXT = "rig: no scripted answer left"
 
 def sse(event: str, data: dict[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def split_words(text: str, n: int) -> list[str]:
+    """Cut text into pieces of ``n`` words, each piece keeping the spaces after its words."""
+    words = text.split(" ")
+    pieces = [" ".join(words[i : i + n]) for i in range(0, len(words), n)]
+    return [p + " " for p in pieces[:-1]] + pieces[-1:]
 
 
 def split_text(text: str, parts: int = 3) -> list[str]:
@@ -265,8 +276,12 @@ class AnthropicServer(ScriptedServer):
         try:
             await send("message_start", {"type": "message_start", "message": start})
             blocks = message["content"]
+            words = call.get("words_per_delta")
             for i, (block, raw) in enumerate(zip(blocks, call.get("content", []), strict=True)):
-                await self._stream_block(send, i, block, raw.get("chunks"))
+                chunks = raw.get("chunks")
+                if chunks is None and words and block["type"] in ("text", "thinking"):
+                    chunks = split_words(block[block["type"]], int(words))
+                await self._stream_block(send, i, block, chunks)
                 last_open = call.get("hang") and i == len(blocks) - 1
                 if not last_open:
                     await send("content_block_stop", {"type": "content_block_stop", "index": i})

@@ -11,7 +11,9 @@ and every variant of it, run the real CLI against its scripted server (run.py) a
 * ``tests/fixtures/<agent>/<fixture>.meta.json``: how it was made - scenario, variant, CLI
   version, argv and stdin lines (the port and temporary paths replaced by ``{base_url}``,
   ``{workspace}``, ``{home}``), exit code or signal, the workspace path the CLI saw, and which
-  scripted call answered each model request.
+  scripted call answered each model request; for a ``timed`` scenario also when each stdout line
+  arrived and each stdin line was written (``stdout_times``, ``stdin_times``: seconds after the
+  spawn, to the millisecond), the pace ``bench/synth_agent.py`` replays it at.
 
 Runs use a fixed directory per fixture (``/tmp/rawp-rig/<agent>/<fixture>``) so that the paths in
 the recorded stdout stay the same from one recording to the next. Fixtures are never edited by
@@ -63,7 +65,7 @@ def scenario_digest(sc: Scenario) -> str | None:
 
 
 def meta_of(sc: Scenario, fixture: str, r: RunResult) -> dict:
-    return {
+    meta = {
         "agent": sc.agent,
         "scenario": sc.name,
         "variant": r.variant,
@@ -87,6 +89,10 @@ def meta_of(sc: Scenario, fixture: str, r: RunResult) -> dict:
         "stdout_lines": len(r.stdout_lines),
         "recorded_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
+    if sc.run.timed:
+        meta["stdout_times"] = [round(t, 3) for t in r.stdout_times]
+        meta["stdin_times"] = [round(t, 3) for t in r.stdin_times]
+    return meta
 
 
 async def record_one(sc: Scenario, fixture: str, variant: str | None, out_dir: Path) -> list[str]:

@@ -77,6 +77,8 @@ class RunResult:
     stdin_lines: list[str]  # as written (normalised like argv)
     stdout_lines: list[str]  # decoded, without line ends
     stdout_bytes: bytes  # exactly as printed
+    stdout_times: list[float]  # when each stdout line arrived, seconds after the spawn
+    stdin_times: list[float]  # when each stdin line was written, seconds after the spawn
     stderr: str
     exit_code: int | None  # None when the process died of a signal
     signal: str | None  # e.g. "SIGKILL" when it died of one
@@ -239,7 +241,9 @@ async def _drive(cli: CliSetup, spec: RunSpec, timeout: float) -> RunResult:
     t0 = time.monotonic()
     log: list[str] = []
     stdin_lines: list[str] = []
+    stdin_times: list[float] = []
     stdout_lines: list[str] = []
+    stdout_times: list[float] = []
     stdout_raw: list[bytes] = []
     stderr_chunks: list[bytes] = []
     tasks: list[asyncio.Task[Any]] = []
@@ -266,6 +270,7 @@ async def _drive(cli: CliSetup, spec: RunSpec, timeout: float) -> RunResult:
             note(f"stdin already closed, not sent: {text[:80]}")
             return
         stdin_lines.append(cli.normalise(text))
+        stdin_times.append(time.monotonic() - t0)
         try:
             stdin.write(text.encode() + b"\n")
             await stdin.drain()
@@ -311,6 +316,7 @@ async def _drive(cli: CliSetup, spec: RunSpec, timeout: float) -> RunResult:
 
     async def read_stdout() -> None:
         async for raw in proc.stdout:
+            stdout_times.append(time.monotonic() - t0)
             stdout_raw.append(raw)
             line = raw.decode("utf-8", "replace").rstrip("\n")
             stdout_lines.append(line)
@@ -368,6 +374,8 @@ async def _drive(cli: CliSetup, spec: RunSpec, timeout: float) -> RunResult:
         stdin_lines=stdin_lines,
         stdout_lines=stdout_lines,
         stdout_bytes=b"".join(stdout_raw),
+        stdout_times=stdout_times,
+        stdin_times=stdin_times,
         stderr=b"".join(stderr_chunks).decode("utf-8", "replace"),
         exit_code=rc if rc is not None and rc >= 0 else None,
         signal=signal.Signals(-rc).name if rc is not None and rc < 0 else None,

@@ -16,7 +16,10 @@ interprets:
     (seconds, hard limit; the process group is killed after it), ``prior`` (argument lists of
     earlier runs of the CLI in the same HOME and workspace against the same server, each run to
     its end with stdin closed, e.g. to create a session that the recorded run then
-    ``--resume``s; their output is not part of the fixture).
+    ``--resume``s; their output is not part of the fixture), ``timed`` (true: the fixture's meta
+    keeps when each stdout line arrived and each stdin line was written, ``stdout_times`` and
+    ``stdin_times`` in seconds after the spawn, so that a bench can replay the run at its pace;
+    only worth it when the calls are paced like a real model, with ``delay`` and ``event_delay``).
 
 ``[[run.actions]]``
     Reactions: ``on`` is when (``"start"``; ``"call"`` with ``call = N``, when the server starts
@@ -84,6 +87,7 @@ class RunSpec:
     timeout: float = 30.0
     actions: list[Action] = field(default_factory=list)
     prior: list[list[str]] = field(default_factory=list)
+    timed: bool = False
 
 
 @dataclass
@@ -157,6 +161,7 @@ def parse_scenario(data: dict[str, Any], *, name: str, agent: str | None = None)
         "timeout",
         "actions",
         "prior",
+        "timed",
     }
     if unknown:
         raise ScenarioError(f"{name}: unknown [run] keys {sorted(unknown)}")

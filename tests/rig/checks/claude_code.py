@@ -110,9 +110,35 @@ def check_permission_prompt(r: RunResult, cli: CliSetup) -> None:
     assert [d["tool_name"] for d in result["permission_denials"]] == ["Bash"]
 
 
+def check_working_session(r: RunResult, cli: CliSetup) -> None:
+    """The timed recording's pace is the scripted model's and the script's person's: every prompt
+    written at least its delay after the result before it, each call's first delta at least its
+    delay after the request, and a streamed answer no faster than its event_delay a delta."""
+    assert len(r.stdout_times) == len(r.stdout_lines) and r.stdout_times == sorted(r.stdout_times)
+    results = [r.stdout_times[i] for i, e in enumerate(r.events) if e["type"] == "result"]
+    delays = [a.delay for a in cli.scenario.run.actions if a.do == "write"]
+    assert len(r.stdin_times) == 3 and len(results) == 3
+    for written, result, delay in zip(r.stdin_times[1:], results[:-1], delays, strict=True):
+        assert written >= result + delay
+    # The longest answer: every text delta of it, at event_delay or more apart.
+    texts = [
+        (e["event"]["index"], e.get("api_message_id"), t)
+        for e, t in zip(r.events, r.stdout_times, strict=True)
+        if e["type"] == "stream_event" and e["event"].get("delta", {}).get("type") == "text_delta"
+    ]
+    assert len(texts) > 150
+    by_message: dict[Any, list[float]] = {}
+    for index, message, t in texts:
+        by_message.setdefault((message, index), []).append(t)
+    longest = max(by_message.values(), key=len)
+    pace = cli.scenario.calls[2]["event_delay"]
+    assert longest[-1] - longest[0] >= (len(longest) - 1) * pace * 0.9
+
+
 CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
     "text": check_text,
     "tool-bash--partial": check_bash_tool_with_partial_messages,
     "interrupt-stream": check_interrupt_stream,
     "permission-prompt": check_permission_prompt,
+    "working-session": check_working_session,
 }
