@@ -59,6 +59,7 @@ from relay_rig import (  # noqa: E402
     LeanMaster,
     children_pids,
     cpu_seconds_of,
+    cpu_split,
     quantile,
     rss_bytes,
 )
@@ -182,9 +183,11 @@ async def main(args: argparse.Namespace) -> None:
                 senders = []
             await asyncio.sleep(window[0] - loop.time())
             cpu0 = cpu_seconds_of([gw.proc.pid, *nginx_pids, *agents])
+            kernel0 = cpu_split(gw.proc.pid)[1]
             window_ns = (time.monotonic_ns(), 0)
             await asyncio.sleep(window[1] - loop.time())
             cpu1 = cpu_seconds_of([gw.proc.pid, *nginx_pids, *agents])
+            kernel = cpu_split(gw.proc.pid)[1] - kernel0
             window_ns = (window_ns[0], time.monotonic_ns())
             wall = (window_ns[1] - window_ns[0]) / 1e9
             rss2 = rss_bytes(gw.proc.pid)
@@ -222,7 +225,8 @@ async def main(args: argparse.Namespace) -> None:
     )
     print(
         f"gateway CPU: {gw_cores:.3f} cores, {gw_cores / n * 1000:.2f} millicores a session; "
-        f"{n / gw_cores if gw_cores else float('inf'):,.0f} sessions per core at this pace"
+        f"{n / gw_cores if gw_cores else float('inf'):,.0f} sessions per core at this pace; "
+        f"{gw_cores / rate * 1e6:.0f} µs a line, {kernel / wall / gw_cores:.0%} of it in the kernel"
     )
     print(
         f"gateway RSS: {rss0 / 2**20:.0f} MiB idle, {rss1 / 2**20:.0f} MiB with the sessions "

@@ -66,10 +66,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cpu_split(pid: int) -> tuple[float, float]:
+    """User and system (kernel) CPU time of one process (not its children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of one process (not its children)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return sum(cpu_split(pid))
 
 
 def children_pids(pid: int) -> list[int]:
