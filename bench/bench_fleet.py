@@ -191,6 +191,7 @@ async def main(args: argparse.Namespace) -> None:
             window_ns = (window_ns[0], time.monotonic_ns())
             wall = (window_ns[1] - window_ns[0]) / 1e9
             rss2 = rss_bytes(gw.proc.pid)
+            pauses = [ns for _, ns in gw.gc_pauses(*window_ns)]
             await asyncio.gather(*senders)
             for m in masters:
                 m.ended.cancel()  # no burst to end at the recorded pace: nobody waits for one
@@ -235,6 +236,10 @@ async def main(args: argparse.Namespace) -> None:
         "after the run, history buffers filled)"
     )
     print(f"router (nginx) CPU: {cores(nginx_pids):.3f} cores; agents: {cores(agents):.2f} cores")
+    print(
+        f"gateway garbage collections of 1 ms or more: {len(pauses)}"
+        + (f", the longest {max(pauses) / 1e6:.1f} ms" if pauses else "")
+    )
     (d50, d99), (r50, r99) = summary(via["direct"]), summary(via["router"])
     print(
         f"latency agent write → master receive ({len(via['direct']):,} and "
