@@ -232,23 +232,32 @@ def test_kustomize_renders_the_fleet_and_every_object_matches_the_api_schema():
         validator.validate(doc, KUBERNETES_VERSION, strict=True)
 
 
-def test_every_config_map_a_pod_mounts_is_rendered_and_every_secret_is_the_token():
+def test_every_config_map_a_pod_uses_is_rendered_and_every_secret_is_one_the_walkthrough_makes():
     """After kustomize, each configMap volume names a ConfigMap of the rendering (a generated
-    one by its hashed name), and the only Secret is the token the operator creates first
-    (deploy/README.md)."""
+    one by its hashed name), and each Secret a pod mounts or reads a key of is one that
+    deploy/README.md has the operator create before ``kubectl apply -k``."""
     docs = rendered()
     config_maps = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
     secrets = set()
     for doc in docs:
         if doc["kind"] not in ("Deployment", "StatefulSet"):
             continue
-        for volume in doc["spec"]["template"]["spec"].get("volumes", []):
+        pod = doc["spec"]["template"]["spec"]
+        for volume in pod.get("volumes", []):
             if "configMap" in volume:
                 assert volume["configMap"]["name"] in config_maps, (doc["kind"], volume)
             if "secret" in volume:
                 secrets.add(volume["secret"]["secretName"])
-    assert secrets == {"rawp-gateway-token"}
-    assert "kubectl create secret generic rawp-gateway-token" in (DEPLOY / "README.md").read_text()
+        for container in pod["containers"]:
+            for env in container.get("env", []):
+                ref = env.get("valueFrom", {}).get("secretKeyRef")
+                if ref:
+                    secrets.add(ref["name"])
+    created = set(
+        re.findall(r"kubectl create secret generic ([\w-]+)", (DEPLOY / "README.md").read_text())
+    )
+    assert "rawp-gateway-token" in secrets
+    assert secrets <= created, secrets - created
 
 
 def test_kubernetes_schema_check_rejects_a_broken_manifest():
