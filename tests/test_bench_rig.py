@@ -149,6 +149,26 @@ def test_a_timed_recording_is_cut_into_its_turns_with_their_recorded_offsets():
     assert recorded_turns(str(untimed)) is None
 
 
+def test_the_fleet_bench_prompts_as_the_recording_did_and_waits_a_mean_think_time_to_loop():
+    """``bench_fleet.Pace``: the recorded prompts' texts at the times they were written, and a
+    cycle that is the recording plus the mean of its think times (from a turn's last line to the
+    next prompt), so that a session that starts again waits as a person did."""
+    from bench_fleet import Pace
+
+    recording = Path(__file__).resolve().parent / "fixtures/claude-code/working-session.jsonl"
+    meta = json.loads(recording.with_name("working-session.meta.json").read_text())
+    pace = Pace.of(recording)
+    written, times = meta["stdin_times"], meta["stdout_times"]
+    assert [at for at, _ in pace.prompts] == written
+    assert [text for _, text in pace.prompts] == [
+        json.loads(line)["message"]["content"] for line in meta["stdin"]
+    ]
+    thinks = [t - max(x for x in times if x < t) for t in written[1:]]
+    assert all(think >= 25 for think in thinks)  # the scenario's person waits 30 s, then 25 s
+    assert pace.cycle == times[-1] + sum(thinks) / len(thinks)
+    assert pace.lines == meta["stdout_lines"]
+
+
 async def test_a_timed_recording_replays_a_turn_per_prompt_at_its_pace(monkeypatch):
     """Through the real gateway, each prompt gets the recording's next turn: two prompts, the
     first two turns, each ended by the gateway and taking no less than it took in the recording,
