@@ -53,7 +53,11 @@ when the agent has not exited after `grace` seconds. If the agent exits in time 
 linger, they get SIGKILL when the grace period ends (a timer, so `terminate` returns as soon as the
 agent itself is gone), and its output is not read past that deadline.
 
-`readlines()` hands over every queued line per await (one coroutine round trip per burst). At high
+`readlines()` hands over every queued line per await (one coroutine round trip per burst).
+`deliver(consumer)` hands the same batches to a plain function instead, called from the pipe's own
+callback as the lines are read: no task wake-up, coroutine or future per batch, which at a few
+lines a second per session is most of what a line costs apart from its own work (and young objects
+that every collection of the garbage collector would walk). At high
 line rates it also gathers lines: an agent like Claude Code writes each line on its own, and each
 line read alone is a wake-up of the event loop (a pipe read, the consumer's turn, a socket write per
 master) costing several times the line's own work. When lines come faster than one per
@@ -84,7 +88,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple, cast
 
@@ -535,6 +539,10 @@ class AgentProcess:
     _last_batch_ns: int
     _line_gap_ns: float  # between lines, smoothed over the batches handed out
     _line_waiter: asyncio.Future[None] | None
+    _consumer: Callable[[list[StdoutLine]], object] | None  # deliver()'s, while it runs
+    _batch_max: int
+    _delivered: asyncio.Future[None] | None  # done when deliver() has handed out the last line
+    _delivery_scheduled: bool  # the rest of a burst is handed out in the next loop iteration
     _stderr: bytearray
     _stderr_limit: int
     _stderr_eof: bool
@@ -655,6 +663,10 @@ class AgentProcess:
         self._last_batch_ns = 0
         self._line_gap_ns = float(_GAP_CAP_NS)
         self._line_waiter = None
+        self._consumer = None
+        self._batch_max = 0
+        self._delivered = None
+        self._delivery_scheduled = False
         self._stderr = bytearray()
         self._stderr_limit = stderr_limit
         self._stderr_eof = False
@@ -750,6 +762,8 @@ class AgentProcess:
                 self._pause_stdout()
         if tail:
             self._add_partial(tail)
+        if n and self._consumer is not None and not self._delivery_scheduled:
+            self._deliver()
 
     def _add_partial(self, data: bytes) -> None:
         if self._cut_len:
@@ -798,6 +812,8 @@ class AgentProcess:
         waiter = self._line_waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self._consumer is not None and not self._delivery_scheduled:
+            self._deliver()
         self._maybe_close_transport()
 
     def _pause_stdout(self) -> None:
@@ -869,6 +885,49 @@ class AgentProcess:
                 await self._line_waiter
             finally:
                 self._line_waiter = None
+        return self._take_batch(max_lines)
+
+    async def deliver(
+        self, consumer: Callable[[list[StdoutLine]], object], max_lines: int = 1024
+    ) -> None:
+        """Hands every line to ``consumer``, in the batches `readlines(max_lines)` would return,
+        until EOF; returns when the last line has been handed over (or raises what ``consumer``
+        raised, and hands it nothing more). A batch of ``max_lines`` is followed by a turn of
+        the event loop before the next one, as an ``await`` between two `readlines()` would be.
+        Cancelled, nothing more is handed over. Not to be mixed with `readlines()`/`readline()`."""
+        self._consumer, self._batch_max = consumer, max_lines
+        self._delivered = done = self._loop.create_future()
+        if self._lines or self._stdout_eof:  # read before deliver() was called
+            self._delivery_scheduled = True
+            self._loop.call_soon(self._deliver)
+        try:
+            await done
+        finally:
+            self._consumer = self._delivered = None
+
+    def _deliver(self) -> None:
+        self._delivery_scheduled = False
+        consumer, done = self._consumer, self._delivered
+        if consumer is None or done is None or done.done():
+            return
+        if self._lines:
+            batch = self._take_batch(self._batch_max)
+            try:
+                consumer(batch)
+            except BaseException as err:  # to deliver()'s caller, as readlines' caller would
+                self._consumer = None
+                done.set_exception(err)
+                return
+            if len(batch) == self._batch_max and self._lines:
+                self._delivery_scheduled = True
+                self._loop.call_soon(self._deliver)
+                return
+        if self._stdout_eof and not self._lines:
+            done.set_result(None)
+
+    def _take_batch(self, max_lines: int) -> list[StdoutLine]:
+        """Up to ``max_lines`` queued lines (at least one is queued), and the bookkeeping of a batch
+        handed out: backpressure released, the line rate smoothed, a nap when lines come fast."""
         q = self._lines
         if len(q) <= max_lines:
             batch = list(q)

@@ -668,16 +668,11 @@ class LiveSession:
         await self._pump(proc)
 
     async def _pump(self, proc: AgentProcess) -> None:
-        # The lines queued since the last await are handled in one go (up to BATCH_LINES): one
-        # await per burst, and the frames of the whole batch leave in one write per connection.
-        while batch := await proc.readlines(BATCH_LINES):
-            if self._suspended:
-                continue  # the gateway is stopping: what the agent says now is not the session's
-            self.take_lines(batch)
-            if len(batch) == BATCH_LINES:
-                # A long burst: let the loop write, read and drain between batches, so that the
-                # masters get the first frames while the rest is being mapped.
-                await asyncio.sleep(0)
+        # The lines read in one go are handled in one go (up to BATCH_LINES, then the loop turns so
+        # that the masters get the first frames while the rest is mapped), straight from the pipe's
+        # callback: no task wake-up per batch. The frames of a batch leave in one write per
+        # connection.
+        await proc.deliver(self._take_delivered, BATCH_LINES)
         self._line_t_ns = 0
         if self._suspended:
             return
@@ -695,6 +690,10 @@ class LiveSession:
                 status.kind, status.returncode, status.signal, proc.stderr_tail()
             )
         )
+
+    def _take_delivered(self, batch: list[StdoutLine]) -> None:
+        if not self._suspended:  # stopping, what the agent says is no longer the session's
+            self.take_lines(batch)
 
     def take_lines(self, batch: list[StdoutLine]) -> None:
         """The agent's stdout lines of one batch, through parser, session machine and fan-out: the

@@ -29,6 +29,7 @@ from gateway.process import (
     AgentProcessError,
     AgentStartError,
     ExitStatus,
+    StdoutLine,
     classify_exit,
     kill_all_groups,
     live_groups,
@@ -199,6 +200,79 @@ def test_read_times_are_monotonic_and_batches_match_lines(loop_factory: Any) -> 
         assert times == sorted(times) and times[-1] - times[0] >= 30_000_000
         assert proc.at_eof()
         await proc.wait()
+
+    run(loop_factory, scenario())
+
+
+@LOOPS
+def test_deliver_hands_every_line_to_the_consumer_in_batches_and_returns_at_eof(
+    loop_factory: Any,
+) -> None:
+    """``deliver`` calls the consumer with the batches ``readlines`` would return (lines printed
+    before it was called included), turns the loop after a full batch, returns after the last."""
+
+    async def scenario() -> None:
+        proc = await spawn("import sys\nfor i in range(600): print(i)\nsys.stdout.flush()")
+        await asyncio.sleep(0.3)  # every line read before the consumer comes
+        batches: list[list[bytes]] = []
+        turns = 0
+
+        async def count_turns() -> None:
+            nonlocal turns
+            while True:
+                await asyncio.sleep(0)
+                turns += 1
+
+        counter = asyncio.ensure_future(count_turns())
+        seen: list[int] = []
+        await proc.deliver(lambda b: (batches.append([i.line for i in b]), seen.append(turns)), 256)
+        counter.cancel()
+        assert [line for b in batches for line in b] == [str(i).encode() for i in range(600)]
+        assert [len(b) for b in batches] == [256, 256, 88]
+        assert seen[0] < seen[1] < seen[2]  # the loop turned between two full batches
+        assert proc.at_eof()
+        await proc.wait()
+
+    run(loop_factory, scenario())
+
+
+@LOOPS
+def test_deliver_raises_what_the_consumer_raised_and_hands_it_nothing_more(
+    loop_factory: Any,
+) -> None:
+    async def scenario() -> None:
+        proc = await spawn(PACED, "50", "500")
+        calls = 0
+
+        def consumer(batch: list[StdoutLine]) -> None:
+            nonlocal calls
+            calls += 1
+            raise ValueError("consumer broke")
+
+        with pytest.raises(ValueError, match="consumer broke"):
+            await proc.deliver(consumer, 8)
+        await proc.wait()
+        await asyncio.sleep(0.05)
+        assert calls == 1
+        await proc.aclose()
+
+    run(loop_factory, scenario())
+
+
+@LOOPS
+def test_a_cancelled_deliver_hands_nothing_more(loop_factory: Any) -> None:
+    async def scenario() -> None:
+        proc = await spawn(PACED, "100", "200")
+        got: list[bytes] = []
+        task = asyncio.ensure_future(proc.deliver(lambda b: got.extend(i.line for i in b)))
+        await eventually(lambda: len(got) >= 5, "the first lines delivered")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        n = len(got)
+        await proc.wait()
+        assert len(got) == n < 100
+        await proc.aclose()
 
     run(loop_factory, scenario())
 
