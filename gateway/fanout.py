@@ -64,10 +64,11 @@ class Flusher:
     """Writes what the connections of a session have pending: ``flush()`` now, or by itself once
     at the end of the loop iteration; ``hold()`` defers that to the ``flush()`` the caller does."""
 
-    __slots__ = ("_dirty", "_held", "_scheduled")
+    __slots__ = ("_dirty", "_held", "_scheduled", "_spare")
 
     def __init__(self) -> None:
         self._dirty: list[Connection] = []
+        self._spare: list[Connection] = []
         self._scheduled = False
         self._held = False
 
@@ -84,9 +85,13 @@ class Flusher:
         self._held = False
         dirty = self._dirty
         if dirty:
-            self._dirty = []
+            # The same two lists in turn, not a new one per flush: a list made per line lives
+            # until the next line, so the garbage collector's youngest generation always held
+            # one per session (and per connection, below).
+            self._dirty, self._spare = self._spare, dirty
             for conn in dirty:
                 conn._flush()
+            dirty.clear()
 
     def _scheduled_flush(self) -> None:
         self._scheduled = False
@@ -122,6 +127,8 @@ class Connection:
         self._drain = drain
         self._pending: list[bytes] = []  # framed, for the end of this loop iteration
         self._times: list[int] = []  # line read times of the pending frames that have one
+        self._spare_pending: list[bytes] = []  # the two above, next time (see Flusher.flush)
+        self._spare_times: list[int] = []
         self._dirty = False  # marked in the flusher
         self._held: list[bytes] = []  # framed, behind a transport over its high-water mark
         self._held_times: list[int] = []
@@ -171,10 +178,13 @@ class Connection:
         pending, times = self._pending, self._times
         if not pending:
             return
-        self._pending, self._times = [], []
+        self._pending, self._spare_pending = self._spare_pending, pending
+        self._times, self._spare_times = self._spare_times, times
         self.queued_bytes -= self._pending_bytes
         self._pending_bytes = 0
         self._write(pending, times)
+        pending.clear()
+        times.clear()
         if self._closing is not None and self._drainer is None:
             self._finish()
 
