@@ -69,6 +69,18 @@ def test_clock_formats_iso8601_utc_milliseconds_with_z():
     assert clock() == "2026-03-16T09:00:00.123Z"
 
 
+def test_clocks_of_different_sessions_each_get_their_own_second():
+    """The clocks share the formatting of the last second asked for: one in another second (a
+    session whose clock a burst pushed ahead) still gets its own."""
+    ahead, now = Clock(time=lambda: 59.5), Clock(time=lambda: 3599.25)
+    assert [ahead(), now(), ahead(), now()] == [
+        "1970-01-01T00:00:59.500Z",
+        "1970-01-01T00:59:59.250Z",
+        "1970-01-01T00:00:59.501Z",
+        "1970-01-01T00:59:59.251Z",
+    ]
+
+
 def test_DPS_2_3_history_order_timestamps_never_repeat():
     """DPS-2.3-history-order: masters sort history by timestamp then message_id; frames made in one
     millisecond get increasing timestamps, so that sort keeps the order they were sent in."""

@@ -38,6 +38,22 @@ _VARIANT = bytes.maketrans(b"0123456789abcdef", b"89ab89ab89ab89ab")  # RFC 4122
 _MILLIS = tuple(f"{ms:03d}Z" for ms in range(1000))
 
 
+# The last second _second_prefix() was asked for and its prefix, one tuple: read and replaced
+# whole, so a frame made in a worker thread (a conversation replayed) never sees half of it.
+_last_prefix: tuple[int, str] = (-1, "")
+
+
+def _second_prefix(second: int) -> str:
+    """``YYYY-MM-DDTHH:MM:SS.`` of a second since the epoch. The clocks of many sessions at a few
+    frames a second each cross into a new second with nearly every frame: they share one strftime
+    a second instead of one per frame."""
+    global _last_prefix
+    last = _last_prefix
+    if last[0] != second:
+        last = _last_prefix = (second, _time.strftime("%Y-%m-%dT%H:%M:%S.", _time.gmtime(second)))
+    return last[1]
+
+
 def _format_ids(random: bytes) -> list[str]:
     """Version-4 UUID strings made of ``random`` (16 bytes each), in order. Built for a whole batch
     at once with slice assignments over a ``bytearray`` (C loops), so one id costs a list pop rather
@@ -95,7 +111,7 @@ class Clock:
         if frac >= 1000:
             second, frac = divmod(ms, 1000)
             self._second_ms = ms - frac
-            self._prefix = _time.strftime("%Y-%m-%dT%H:%M:%S.", _time.gmtime(second))
+            self._prefix = _second_prefix(second)
         return self._prefix + _MILLIS[frac]
 
     def not_before(self, timestamp: str) -> None:
