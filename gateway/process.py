@@ -743,16 +743,30 @@ class AgentProcess:
                 else:
                     done.append(StdoutLine(ln, now))
             lines = []
+        n = len(done) + len(lines)
+        if (
+            n
+            and self._consumer is not None
+            and not (self._lines or self._delivery_scheduled)
+            and n <= self._batch_max
+        ):
+            # deliver() with nothing queued: the lines go straight to the consumer, as the batch
+            # _deliver() would have taken from the queue.
+            new = tuple.__new__  # directly: a NamedTuple's own __new__ is a Python function
+            batch = [new(StdoutLine, (ln, now, 0)) for ln in lines]
+            self.lines_read += n
+            if tail:
+                self._add_partial(tail)
+            self._hand_over(done + batch if done else batch, now)
+            return
         if done:
             self._lines.extend(done)
             self._queued_bytes += sum(len(item.line) for item in done) + len(done)
         if lines:
-            # tuple.__new__ directly: a NamedTuple's own __new__ is a Python function
             new = tuple.__new__
             self._lines.extend([new(StdoutLine, (ln, now, 0)) for ln in lines])
             # Each line counts its b"\n" too, so that a flood of empty lines is bounded as well.
             self._queued_bytes += sum(map(len, lines)) + len(lines)
-        n = len(done) + len(lines)
         if n:
             self.lines_read += n
             waiter = self._line_waiter
@@ -907,16 +921,12 @@ class AgentProcess:
 
     def _deliver(self) -> None:
         self._delivery_scheduled = False
-        consumer, done = self._consumer, self._delivered
-        if consumer is None or done is None or done.done():
+        done = self._delivered
+        if self._consumer is None or done is None or done.done():
             return
         if self._lines:
             batch = self._take_batch(self._batch_max)
-            try:
-                consumer(batch)
-            except BaseException as err:  # to deliver()'s caller, as readlines' caller would
-                self._consumer = None
-                done.set_exception(err)
+            if not self._hand_over(batch):
                 return
             if len(batch) == self._batch_max and self._lines:
                 self._delivery_scheduled = True
@@ -924,6 +934,22 @@ class AgentProcess:
                 return
         if self._stdout_eof and not self._lines:
             done.set_result(None)
+
+    def _hand_over(self, batch: list[StdoutLine], now: int = 0) -> bool:
+        """``batch`` to deliver()'s consumer (``now``: taken straight from a read, not from the
+        queue, which has done the batch's bookkeeping); False when nothing more is to be handed."""
+        if now:
+            self._batch_taken(len(batch), now)
+        consumer, done = self._consumer, self._delivered
+        if consumer is None or done is None or done.done():
+            return False
+        try:
+            consumer(batch)
+        except BaseException as err:  # to deliver()'s caller, as readlines' caller would
+            self._consumer = None
+            done.set_exception(err)
+            return False
+        return True
 
     def _take_batch(self, max_lines: int) -> list[StdoutLine]:
         """Up to ``max_lines`` queued lines (at least one is queued), and the bookkeeping of a batch
@@ -937,18 +963,20 @@ class AgentProcess:
         self._queued_bytes -= sum(len(item.line) for item in batch) + len(batch)
         if self._stdout_paused and self._queued_bytes <= self._low_water:
             self._resume_stdout()
-        now = time.perf_counter_ns()
-        n = len(batch)
+        self._batch_taken(len(batch), time.perf_counter_ns())
+        return batch
+
+    def _batch_taken(self, n: int, now: int) -> None:
+        """The line rate smoothed over the batches handed out, and a nap when lines come fast."""
         gap = min((now - self._last_batch_ns) / n, _GAP_CAP_NS)
         self._last_batch_ns = now
         self._line_gap_ns = gap = 0.75 * self._line_gap_ns + 0.25 * gap
         if (
             n < NAP_MAX_BATCH
             and gap < NAP_BELOW_GAP_NS
-            and not (q or self._napping or self._stdout_eof)
+            and not (self._lines or self._napping or self._stdout_eof)
         ):
             self._nap()
-        return batch
 
     def at_eof(self) -> bool:
         """True when stdout is closed and every line has been read."""

@@ -417,6 +417,32 @@ def test_a_line_over_max_line_bytes_is_cut_to_its_head_and_counted_not_fatal() -
 
 
 @LOOPS
+def test_deliver_hands_over_lines_split_across_reads_and_cut_lines_as_readline_does(
+    loop_factory: Any,
+) -> None:
+    """The lines a read completes (a partial line's end, an overlong line's cut head) go to
+    ``deliver``'s consumer as ``readline`` would return them, in order."""
+
+    async def scenario() -> None:
+        proc = await spawn(
+            "import sys, time; o = sys.stdout.buffer; o.write(b'ok1\\npar'); o.flush();"
+            " time.sleep(0.05); o.write(b'tial\\n' + b'y' * 300000 + b'\\nok2\\n'); o.flush()",
+            max_line_bytes=100_000,
+        )
+        items: list[StdoutLine] = []
+        await proc.deliver(items.extend)
+        assert [(item.line, item.cut) for item in items] == [
+            (b"ok1", 0),
+            (b"partial", 0),
+            (b"y" * CUT_HEAD_BYTES, 300_000),
+            (b"ok2", 0),
+        ]
+        await proc.wait()
+
+    run(loop_factory, scenario())
+
+
+@LOOPS
 def test_backpressure_pauses_stdout_while_the_consumer_lags(loop_factory: Any) -> None:
     """The pipe is paused when complete lines pile up, so memory stays near high_water."""
     high_water = 64 * 1024
