@@ -31,6 +31,14 @@ the warm-up:
 ``--rate N`` replays the recording's messages in a loop at N lines/s a session instead, all sessions
 at once (a stress: at the recorded pace a session streams only while its model answers).
 
+``--profile PATH`` samples the gateway with py-spy (``pip install py-spy``; sampling another
+process needs root or ptrace rights) over the measured window and writes the samples to PATH:
+speedscope JSON, or py-spy's raw collapsed stacks when PATH ends in ``.txt``. py-spy samples 100
+times a second with ``--nonblocking`` (the gateway is not paused to be read), but its own CPU is
+taken from the same two cores: a profiled run's latencies are not the figures to quote. Time spent
+in uvloop's C code and in the kernel (pipe reads, epoll) has no Python frame of its own and shows
+as ``Runner.run`` itself; ``perf record -g -p <pid>`` sees into it.
+
     .venv/bin/python bench/bench_fleet.py [--sessions 500] [--seconds 60] [--rate N]
 """
 
@@ -41,6 +49,8 @@ import asyncio
 import json
 import os
 import random
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -120,6 +130,17 @@ async def paced(master: LeanMaster, pace: Pace, start: float, stop: float) -> No
         cycle += 1
 
 
+def profile(path: str, pid: int, seconds: float) -> subprocess.Popen:
+    """py-spy sampling ``pid`` for ``seconds`` (see ``--profile``)."""
+    exe = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if exe is None:
+        raise SystemExit("--profile needs py-spy: pip install py-spy")
+    fmt = "raw" if path.endswith(".txt") else "speedscope"
+    argv = [exe, "record", "--pid", str(pid), "--duration", str(max(1, int(seconds)))]
+    argv += ["--rate", "100", "--nonblocking", "--format", fmt, "--output", path]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+
+
 def summary(latencies_ns: list[int]) -> tuple[float, float]:
     return quantile(latencies_ns, 0.5) / 1e6, quantile(latencies_ns, 0.99) / 1e6
 
@@ -185,6 +206,7 @@ async def main(args: argparse.Namespace) -> None:
             cpu0 = cpu_seconds_of([gw.proc.pid, *nginx_pids, *agents])
             kernel0 = cpu_split(gw.proc.pid)[1]
             window_ns = (time.monotonic_ns(), 0)
+            spy = profile(args.profile, gw.proc.pid, args.seconds) if args.profile else None
             await asyncio.sleep(window[1] - loop.time())
             cpu1 = cpu_seconds_of([gw.proc.pid, *nginx_pids, *agents])
             kernel = cpu_split(gw.proc.pid)[1] - kernel0
@@ -193,6 +215,8 @@ async def main(args: argparse.Namespace) -> None:
             rss2 = rss_bytes(gw.proc.pid)
             pauses = [ns for _, ns in gw.gc_pauses(*window_ns)]
             await asyncio.gather(*senders)
+            if spy is not None:
+                spy.wait()
             for m in masters:
                 m.ended.cancel()  # no burst to end at the recorded pace: nobody waits for one
                 m.close()
@@ -262,5 +286,8 @@ if __name__ == "__main__":
         "--transcript",
         default=str(RECORDING),
         help="a recording of Claude Code (with --rate, '' for synth_agent's own lines)",
+    )
+    parser.add_argument(
+        "--profile", metavar="PATH", help="py-spy samples of the gateway over the measured window"
     )
     uvloop.run(main(parser.parse_args()))
