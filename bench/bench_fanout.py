@@ -105,7 +105,7 @@ async def burst(
     results = [json.loads(await proc.stdout.readline()) for proc in procs]
     cpu = gw.cpu() - cpu0
     wall = time.monotonic() - t0
-    pauses = [ns for _, ns in gw.gc_pauses(t0_ns, time.monotonic_ns())]
+    pauses = [ns for _, ns, _, _ in gw.gc_pauses(t0_ns, time.monotonic_ns())]
     agents_cpu = cpu_seconds_of(agents)
     for proc in procs:
         await proc.wait()

@@ -213,7 +213,7 @@ async def main(args: argparse.Namespace) -> None:
             window_ns = (window_ns[0], time.monotonic_ns())
             wall = (window_ns[1] - window_ns[0]) / 1e9
             rss2 = rss_bytes(gw.proc.pid)
-            pauses = [ns for _, ns in gw.gc_pauses(*window_ns)]
+            pauses = gw.gc_pauses(*window_ns)
             await asyncio.gather(*senders)
             if spy is not None:
                 spy.wait()
@@ -260,9 +260,15 @@ async def main(args: argparse.Namespace) -> None:
         "after the run, history buffers filled)"
     )
     print(f"router (nginx) CPU: {cores(nginx_pids):.3f} cores; agents: {cores(agents):.2f} cores")
+    longest = max(pauses, key=lambda p: p[1], default=None)
     print(
         f"gateway garbage collections of 1 ms or more: {len(pauses)}"
-        + (f", the longest {max(pauses) / 1e6:.1f} ms" if pauses else "")
+        + (
+            f", the longest {longest[1] / 1e6:.1f} ms (generation {longest[3]}, "
+            f"{longest[2] / 1e6:.1f} ms of it on the CPU)"
+            if longest
+            else ""
+        )
     )
     (d50, d99), (r50, r99) = summary(via["direct"]), summary(via["router"])
     print(

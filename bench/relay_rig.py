@@ -154,11 +154,12 @@ class Gateway(Relay):
     async def ready(self) -> None:
         await wait_port(self.port)
 
-    def gc_pauses(self, since_ns: int, until_ns: int) -> list[tuple[int, int]]:
-        """The gateway's garbage collections of 1 ms or more that began in the window: (start, ns)."""
+    def gc_pauses(self, since_ns: int, until_ns: int) -> list[tuple[int, int, int, int]]:
+        """The gateway's garbage collections of 1 ms or more that began in the window: (start,
+        ns, CPU ns, generation)."""
         path = Path(self.workspace) / GC_LOG
         rows = [line.split() for line in path.read_text().splitlines()] if path.exists() else []
-        return [(int(r[0]), int(r[1])) for r in rows if since_ns <= int(r[0]) < until_ns]
+        return [tuple(map(int, r)) for r in rows if since_ns <= int(r[0]) < until_ns]  # type: ignore[misc]
 
     @property
     def url(self) -> str:
@@ -470,20 +471,22 @@ def quantile(values: list[int], q: float) -> float:
 
 def log_gc_pauses(path: Path) -> None:
     """Appends each garbage collection of this process that takes 1 ms or more to ``path`` (start
-    in CLOCK_MONOTONIC ns, duration in ns, generation): the event loop stands still meanwhile, and
-    a p99 may be these pauses rather than the machine."""
+    in CLOCK_MONOTONIC ns, duration in ns, the process's CPU time in it in ns, generation): the
+    event loop stands still meanwhile, and a p99 may be these pauses rather than the machine. A
+    duration far over its CPU time is a collection the machine took the core from."""
     import gc
 
     out = path.open("a", buffering=1)
-    started = 0
+    started = cpu = 0
 
     def note(phase: str, info: dict) -> None:
-        nonlocal started
+        nonlocal started, cpu
         now = time.monotonic_ns()
         if phase == "start":
-            started = now
+            started, cpu = now, time.thread_time_ns()
         elif now - started >= 1_000_000:
-            out.write(f"{started} {now - started} {info['generation']}\n")
+            used = time.thread_time_ns() - cpu
+            out.write(f"{started} {now - started} {used} {info['generation']}\n")
 
     gc.callbacks.append(note)
 
