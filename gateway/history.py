@@ -19,6 +19,11 @@ ask for ``everything()``: every buffered frame, truncated (with the exact count)
 produced since the session began are gone. The buffer is sans-IO: the server owns it and metrics
 read its counters.
 
+The frames are kept where the garbage collector does not look (``_Frames``: their bytes in one
+``bytearray``, their ids in another, sequence numbers and lengths in arrays). Kept as a tuple
+each, every buffered frame was an object that each full collection walked: with hundreds of busy
+sessions that walk held the event loop for hundreds of milliseconds, growing with the buffers.
+
 A buffer can be saved and loaded again (``entries``/``load``, see ``gateway/persistence.py``). One
 loaded after a crash of the gateway may lack the last frames it had sent: a reattach from before the
 restart is then ``truncated`` (with no count), and an id it never wrote down (most likely one of
@@ -27,7 +32,10 @@ those last frames) gets only what was produced since the restart, so no frame co
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_right
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -98,6 +106,81 @@ class _IdIndex:
         self._gens = deque([self._current])
 
 
+class _Frames:
+    """The buffered frames, oldest first: ``append``, ``popleft``, ``after(seq)``, iteration as
+    ``(seq, message_id, data)``. Nothing in it is an object the garbage collector tracks (see the
+    module docstring). Frames leave the front by moving a start offset; the space they held is
+    given back once it is a quarter of what is live (one memmove, amortised over the frames that
+    left), so the buffer holds at most a quarter more than its frames."""
+
+    __slots__ = ("_data", "_head", "_id_lens", "_id_start", "_ids", "_lens", "_seqs", "_start")
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+        self._lens = array("q")  # each frame's length in _data
+        self._seqs = array("q")
+        self._ids = bytearray()  # each frame's message id, UTF-8, _id_lens long
+        self._id_lens = array("q")
+        self._head = 0  # the index of the oldest live frame
+        self._start = 0  # its offset in _data
+        self._id_start = 0  # its id's offset in _ids
+
+    def __len__(self) -> int:
+        return len(self._seqs) - self._head
+
+    def append(self, seq: int, message_id: str, data: bytes) -> None:
+        mid = message_id.encode("utf-8", "surrogatepass")  # an id from a saved state is any str
+        self._data += data
+        self._lens.append(len(data))
+        self._seqs.append(seq)
+        self._ids += mid
+        self._id_lens.append(len(mid))
+
+    def popleft(self) -> int:
+        """Drop the oldest frame; returns its length in bytes."""
+        head = self._head
+        size = self._lens[head]
+        self._start += size
+        self._id_start += self._id_lens[head]
+        self._head = head + 1
+        if self._start > 65536 and self._start * 4 > len(self._data) - self._start:
+            self._compact()
+        return size
+
+    def _compact(self) -> None:
+        head = self._head
+        del self._data[: self._start]
+        del self._ids[: self._id_start]
+        del self._lens[:head]
+        del self._seqs[:head]
+        del self._id_lens[:head]
+        self._head = self._start = self._id_start = 0
+
+    def _from(self, index: int) -> Iterator[tuple[int, str, bytes]]:
+        """The frames from ``index`` (of the arrays) on, as ``(seq, message_id, data)``."""
+        lens, id_lens = self._lens, self._id_lens
+        pos, id_pos = self._start, self._id_start
+        for i in range(self._head, index):
+            pos += lens[i]
+            id_pos += id_lens[i]
+        data, ids, seqs = self._data, self._ids, self._seqs
+        for i in range(index, len(seqs)):
+            end, id_end = pos + lens[i], id_pos + id_lens[i]
+            yield seqs[i], ids[id_pos:id_end].decode("utf-8", "surrogatepass"), bytes(data[pos:end])
+            pos, id_pos = end, id_end
+
+    def __iter__(self) -> Iterator[tuple[int, str, bytes]]:
+        return self._from(self._head)
+
+    def after(self, seq: int) -> list[bytes]:
+        """The data of every frame whose seq is over ``seq`` (seqs only grow)."""
+        index = bisect_right(self._seqs, seq, self._head)
+        return [data for _, _, data in self._from(index)]
+
+    def clear(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+
 class History:
     def __init__(
         self, policy: Policy = "RING", max_bytes: int = 8 * 1024 * 1024, id_memory: int = 65536
@@ -108,7 +191,7 @@ class History:
             raise ValueError("max_bytes must be >= 0")
         self.policy: Policy = policy
         self.max_bytes = max_bytes if policy != "NONE" else 0
-        self._frames: deque[tuple[int, str, bytes]] = deque()  # (seq, message_id, data)
+        self._frames = _Frames()
         self._seq_of = _IdIndex(id_memory)
         self._next_seq = 0
         self.bytes = 0
@@ -135,15 +218,15 @@ class History:
         if total > self.max_bytes and (self.policy != "RING" or size > self.max_bytes):
             self.evicted_frames += 1  # NONE (max_bytes 0), DROP when full, or too big to keep
             return False, 0, 0
-        self._frames.append((seq, message_id, data))
+        self._frames.append(seq, message_id, data)
         gone = gone_bytes = 0
         if total > self.max_bytes:
             frames = self._frames
             while total > self.max_bytes:
-                old = frames.popleft()[2]
-                total -= len(old)
+                size = frames.popleft()
+                total -= size
                 gone += 1
-                gone_bytes += len(old)
+                gone_bytes += size
             self.evicted_frames += gone
         self.bytes = total
         if total > self.high_watermark:
@@ -172,9 +255,9 @@ class History:
         restart = self._restart_seq
         if seq is None:
             after = -1 if restart is None else restart - 1
-            frames = [data for s, _, data in self._frames if s > after]
+            frames = self._frames.after(after)
             return Replay(frames, True, None, self.last_message_id, self.last_timestamp)
-        frames = [data for s, _, data in self._frames if s > seq]
+        frames = self._frames.after(seq)
         produced_after = self._next_seq - seq - 1
         lost = produced_after - len(frames)
         if restart is not None and seq < restart - 1:
@@ -197,7 +280,7 @@ class History:
         remembered id whose frame is gone (``None``)."""
         buffered = {mid for _, mid, _ in self._frames}
         ids = [(seq, mid, None) for mid, seq in self._seq_of.items() if mid not in buffered]
-        out: list[tuple[int, str, bytes | None]] = [*ids, *self._frames]  # type: ignore[list-item]
+        out: list[tuple[int, str, bytes | None]] = [*ids, *self._frames]
         out.sort(key=lambda entry: entry[0])
         return out
 
@@ -216,13 +299,12 @@ class History:
         for seq, mid, data in entries:
             self._seq_of.add(mid, seq)  # in seq order: the oldest are forgotten past id_memory
             if data is not None and self.policy != "NONE" and len(data) <= self.max_bytes:
-                self._frames.append((seq, mid, data))
+                self._frames.append(seq, mid, data)
                 self.bytes += len(data)
             self._next_seq = max(self._next_seq, seq + 1)
             self.last_message_id = mid
         while self.bytes > self.max_bytes:
-            _, _, old = self._frames.popleft()
-            self.bytes -= len(old)
+            self.bytes -= self._frames.popleft()
         self.high_watermark = self.bytes
         self.last_timestamp = last_timestamp
         self._restart_seq = crash_boundary
