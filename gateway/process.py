@@ -744,6 +744,9 @@ class AgentProcess:
                     done.append(StdoutLine(ln, now))
             lines = []
         n = len(done) + len(lines)
+        # tuple.__new__ directly: a NamedTuple's own __new__ is a Python function
+        new = tuple.__new__
+        read = [new(StdoutLine, (ln, now, 0)) for ln in lines]
         if (
             n
             and self._consumer is not None
@@ -752,19 +755,17 @@ class AgentProcess:
         ):
             # deliver() with nothing queued: the lines go straight to the consumer, as the batch
             # _deliver() would have taken from the queue.
-            new = tuple.__new__  # directly: a NamedTuple's own __new__ is a Python function
-            batch = [new(StdoutLine, (ln, now, 0)) for ln in lines]
             self.lines_read += n
             if tail:
                 self._add_partial(tail)
-            self._hand_over(done + batch if done else batch, now)
+            self._batch_taken(n, now)
+            self._hand_over(done + read if done else read)
             return
         if done:
             self._lines.extend(done)
             self._queued_bytes += sum(len(item.line) for item in done) + len(done)
-        if lines:
-            new = tuple.__new__
-            self._lines.extend([new(StdoutLine, (ln, now, 0)) for ln in lines])
+        if read:
+            self._lines.extend(read)
             # Each line counts its b"\n" too, so that a flood of empty lines is bounded as well.
             self._queued_bytes += sum(map(len, lines)) + len(lines)
         if n:
@@ -935,11 +936,8 @@ class AgentProcess:
         if self._stdout_eof and not self._lines:
             done.set_result(None)
 
-    def _hand_over(self, batch: list[StdoutLine], now: int = 0) -> bool:
-        """``batch`` to deliver()'s consumer (``now``: taken straight from a read, not from the
-        queue, which has done the batch's bookkeeping); False when nothing more is to be handed."""
-        if now:
-            self._batch_taken(len(batch), now)
+    def _hand_over(self, batch: list[StdoutLine]) -> bool:
+        """``batch`` to deliver()'s consumer; False when nothing more is to be handed."""
         consumer, done = self._consumer, self._delivered
         if consumer is None or done is None or done.done():
             return False
