@@ -34,6 +34,7 @@ pytestmark = pytest.mark.realcli
 SCENARIO = Path(__file__).resolve().parent / "rig" / "scenarios" / "claude-code-e2e"
 LIMIT_S = 90.0
 FIRST_PROMPT = "Remember the number 42."
+SECOND_PROMPT = "Which number did I ask you to remember?"
 
 
 # The conversation is had in a workspace whose name has characters the CLI's directory name (its
@@ -127,6 +128,18 @@ def replayed(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [f for f in frames if (f.get("metadata") or {}).get("rawp_replayed") is True]
 
 
+async def ask_what_was_remembered(master: Master) -> list[str]:
+    """``SECOND_PROMPT`` as a live turn, read to its end; the live (not replayed) agent texts the
+    master has."""
+    await master.send("control.prompt.request", {"prompt_text": SECOND_PROMPT})
+    await master.until("session.turn.end", timeout=60)
+    return [
+        f["payload"]["text"]
+        for f in master.frames
+        if f["type"] == "agent.text.delta" and not replayed([f])
+    ]
+
+
 async def listed_and_continued(
     gw: TestClient, agent: str, workspace: Path, conversation_id: str
 ) -> tuple[list[str], list[str]]:
@@ -148,15 +161,7 @@ async def listed_and_continued(
     assert old[0]["payload"]["prompt_text"] == FIRST_PROMPT
     (result,) = [f for f in old if f["type"] == "tool.invoke.result"]
     assert "forty-two" in str(result["payload"]["output"])
-    await master.send(
-        "control.prompt.request", {"prompt_text": "Which number did I ask you to remember?"}
-    )
-    await master.until("session.turn.end", timeout=60)
-    live = [
-        f["payload"]["text"]
-        for f in master.frames
-        if f["type"] == "agent.text.delta" and not replayed([f])
-    ]
+    live = await ask_what_was_remembered(master)
     return [f["payload"]["text"] for f in old if f["type"] == "agent.text.delta"], live
 
 
@@ -207,15 +212,7 @@ async def test_continued_conversation_replays_history_then_goes_on_live() -> Non
         usage = next(f for f in old if f["type"] == "session.usage")
         assert usage["payload"]["token_usage"]["output_tokens"] > 0
         # Then the live turn: the CLI resumed the conversation, so the model sees it again.
-        await master.send(
-            "control.prompt.request", {"prompt_text": "Which number did I ask you to remember?"}
-        )
-        await master.until("session.turn.end", timeout=60)
-        live_texts = [
-            f["payload"]["text"]
-            for f in master.frames
-            if f["type"] == "agent.text.delta" and not replayed([f])
-        ]
+        live_texts = await ask_what_was_remembered(master)
         assert "".join(live_texts) == "You asked me to remember 42."
         # Claude Code's cost runs on over the resumed conversation: the session counts only the
         # live turn's share of it (docs/usage.md).
@@ -237,10 +234,7 @@ async def test_a_second_master_sees_the_earlier_turns_before_the_new_one() -> No
         sid = (await r.resume())["session_id"]
         first = await Master.attach(r.gw, sid)
         await first.next()
-        await first.send(
-            "control.prompt.request", {"prompt_text": "Which number did I ask you to remember?"}
-        )
-        await first.until("session.turn.end", timeout=60)
+        await ask_what_was_remembered(first)
         second = await Master.attach(r.gw, sid, history="all")
         await second.next()
         frames = (await second.until("session.history"))["payload"]["frames"]
@@ -250,7 +244,7 @@ async def test_a_second_master_sees_the_earlier_turns_before_the_new_one() -> No
         prompts = [
             f["payload"]["prompt_text"] for f in frames if f["type"] == "control.prompt.request"
         ]
-        assert prompts == [FIRST_PROMPT, "Which number did I ask you to remember?"]
+        assert prompts == [FIRST_PROMPT, SECOND_PROMPT]
         assert "Remember the number 42" in str(r.cli.server.requests[-1].body["messages"])
 
 
