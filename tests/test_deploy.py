@@ -394,11 +394,12 @@ def test_router_fills_in_exactly_the_templates_variables():
     env = {e["name"]: e for e in nginx["env"]}
     assert env["NGINX_ENVSUBST_FILTER"]["value"] == "^RAWP_"
     assert {n for n in env if n.startswith("RAWP_")} == wanted
+    docs = rendered()
     (generated,) = [
-        d for d in rendered() if d["metadata"]["name"].startswith("rawp-router-")
+        d for d in docs if d["metadata"]["name"].startswith("rawp-router-")
     ]  # kustomize's configMapGenerator, its name with the hash of its content
     assert generated["data"] == {"default.conf.template": template}
-    (deployment,) = [d for d in rendered() if d["kind"] == "Deployment"]
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     (mount,) = nginx["volumeMounts"]
     assert mount["mountPath"] == "/etc/nginx/templates"
