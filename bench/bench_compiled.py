@@ -129,6 +129,23 @@ PATCHES = (
         "\nfrom mypy_extensions import mypyc_attr\n\n\n"
         "@mypyc_attr(native_class=False)\nclass GatewayMetrics:",
     ),
+    # LiveSession's frame observers: a dict of its own methods in its class body, which a native
+    # class body cannot name. The dict moves after the class, to the end of the module.
+    (
+        "gateway/session.py",
+        r"(?s)\n    # One dict lookup per broadcast frame[^\n]*\n    _OBSERVERS: [^\n]*\n"
+        r"(?P<entries>.*?\n)    }\n(?P<rest>.*)\Z",
+        lambda m: (
+            "\n"
+            + m["rest"]
+            + "\n\n_OBSERVERS: dict[type, Callable[[LiveSession, F.Frame], None]] = {\n"
+            + re.sub(r": (_\w+),", r": LiveSession.\1,", m["entries"])
+            + "}\n"
+        ),
+    ),
+    ("gateway/session.py", r"self\._OBSERVERS\.get", "_OBSERVERS.get"),
+    # A Final tuple of floats that the compiled module finds unset when a function reads it.
+    ("gateway/metrics.py", r"CONTEXT_BANDS: Final = ", "CONTEXT_BANDS: tuple[float, ...] = "),
 )
 
 
