@@ -12,6 +12,10 @@ rounds and timed in CPU time; the best round of each is compared. The difference
 instrumentation costs the hot path.
 
     .venv/bin/python bench/bench_session_path.py [--lines 20000] [--rounds 7] [--fanout 1]
+
+``--pause-us N`` waits N µs (asleep, as the event loop waits for the next line) before each line:
+the same path as it runs at an agent's real pace, where a line seldom follows another at once. The
+CPU of the pauses alone is measured too and taken off.
 """
 
 from __future__ import annotations
@@ -117,18 +121,24 @@ def start_session(session: LiveSession, fanout: int) -> None:
     session.machine.agent_events([ev.SessionStarted()])
 
 
-async def feed_lines(session: LiveSession, lines: list[bytes], per_iteration: int = 1) -> None:
+async def feed_lines(
+    session: LiveSession, lines: list[bytes], per_iteration: int = 1, pause_s: float = 0.0
+) -> None:
     """``LiveSession.take_lines`` (what ``_pump`` does with each batch the reader hands out) with
     batches of ``per_iteration`` lines; the event loop turns between batches, letting the
-    connections' writers drain as they would."""
+    connections' writers drain as they would. ``pause_s``: asleep that long before each batch."""
     clock = time.perf_counter_ns
     for i in range(0, len(lines), per_iteration):
+        if pause_s:
+            time.sleep(pause_s)
         now = clock()
         session.take_lines([StdoutLine(line, now) for line in lines[i : i + per_iteration]])
         await asyncio.sleep(0)
 
 
-async def one_pass(lines: list[bytes], metrics, fanout: int, root: Path) -> float:
+async def one_pass(
+    lines: list[bytes], metrics, fanout: int, root: Path, pause_s: float = 0.0
+) -> float:
     config = Config(workspace_root=root)
     session = LiveSession(
         "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a", builtin_profiles()["demo"], root,
@@ -136,7 +146,7 @@ async def one_pass(lines: list[bytes], metrics, fanout: int, root: Path) -> floa
     )  # fmt: skip
     start_session(session, fanout)
     start = time.process_time()
-    await feed_lines(session, lines)
+    await feed_lines(session, lines, pause_s=pause_s)
     elapsed = time.process_time() - start
     for conn in list(session.connections.values()):
         await conn.aclose()
@@ -150,13 +160,30 @@ async def main_async(args: argparse.Namespace) -> None:
     for i in range(args.rounds):
         order = [(plain, NullMetrics), (instrumented, GatewayMetrics)]
         for bucket, make in order if i % 2 == 0 else order[::-1]:
-            bucket.append(await one_pass(lines, make(), args.fanout, root))
+            bucket.append(await one_pass(lines, make(), args.fanout, root, args.pause_us / 1e6))
     best_plain, best_instr = min(plain), min(instrumented)
     n = len(lines)
-    print(f"{n} lines, fan-out {args.fanout}, best of {args.rounds} rounds (CPU time)")
+    pause = f", {args.pause_us} µs asleep before each" if args.pause_us else ""
+    print(f"{n} lines{pause}, fan-out {args.fanout}, best of {args.rounds} rounds (CPU time)")
     print(f"without metrics: {n / best_plain:12,.0f} lines/s")
-    print(f"with metrics:    {n / best_instr:12,.0f} lines/s")
+    print(
+        f"with metrics:    {n / best_instr:12,.0f} lines/s ({1e6 * best_instr / n:.1f} µs a line)"
+    )
     print(f"instrumentation costs {100 * (best_instr / best_plain - 1):+.1f}% of the hot path")
+    if args.pause_us:
+        asleep = min(sleeping_cpu(n, args.pause_us / 1e6) for _ in range(args.rounds))
+        print(
+            f"the pauses alone (the system calls of sleeping): {1e6 * asleep / n:.1f} µs of CPU "
+            f"each; the path after a pause: {1e6 * (best_instr - asleep) / n:.1f} µs a line"
+        )
+
+
+def sleeping_cpu(n: int, pause_s: float) -> float:
+    """CPU time of ``n`` pauses with nothing between them: what the pauses add to a pass."""
+    start = time.process_time()
+    for _ in range(n):
+        time.sleep(pause_s)
+    return time.process_time() - start
 
 
 def main() -> None:
@@ -165,6 +192,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--fanout", type=int, default=1)
     parser.add_argument("--fixture", default="thinking--partial")
+    parser.add_argument("--pause-us", type=int, default=0, help="asleep before each line (µs)")
     asyncio.run(main_async(parser.parse_args()))
 
 
