@@ -39,7 +39,12 @@ taken from the same two cores: a profiled run's latencies are not the figures to
 in uvloop's C code and in the kernel (pipe reads, epoll) has no Python frame of its own and shows
 as ``Runner.run`` itself; ``perf record -g -p <pid>`` sees into it.
 
-    .venv/bin/python bench/bench_fleet.py [--sessions 500] [--seconds 60] [--rate N]
+``--compiled [DIR]`` runs the gateway of a copy of this checkout whose per-line modules are compiled
+with mypyc (``bench_compiled.build``, in DIR, reused while current, or in a temporary directory)
+instead of this checkout's: what compiling would take off the gateway's CPU at this pace. Compare
+with a run without it; two gateways in one run would share the cores.
+
+    .venv/bin/python bench/bench_fleet.py [--sessions 500] [--seconds 60] [--rate N] [--compiled [DIR]]
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+from bench_compiled import build, runs_compiled  # noqa: E402  (after relay_rig: same sys.path)
 from relay_rig import (  # noqa: E402
     Gateway,
     LeanMaster,
@@ -152,7 +158,12 @@ async def main(args: argparse.Namespace) -> None:
     pace = None if args.rate or recording is None else Pace.of(recording)
     if recording:  # synth_agent.py replays it (inherited through the gateway's environment)
         os.environ["RAWP_SYNTH_TRANSCRIPT"] = str(recording)
-    gw = Gateway()
+    compiled = None
+    if args.compiled is not None:  # built before the gateway starts: the build takes the cores
+        compiled = Path(args.compiled or tempfile.mkdtemp(prefix="rawp-compiled-")).resolve()
+        compiled.mkdir(parents=True, exist_ok=True)
+        build(compiled)
+    gw = Gateway(compiled, name="compiled") if compiled else Gateway()
     home = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     dns = Dns({READY: ["127.0.0.1"]})  # no route prefix: every path goes to "any ready gateway"
     router = Router(home, dns, gw.port)
@@ -202,6 +213,8 @@ async def main(args: argparse.Namespace) -> None:
                         await asyncio.sleep(1.0 / max(1, len(masters) // 50))
                 window = (loop.time() + warmup, loop.time() + warmup + args.seconds)
                 senders = []
+            if compiled is not None and not runs_compiled(gw.proc.pid, compiled):
+                raise SystemExit("the compiled copy's gateway did not load its compiled modules")
             await asyncio.sleep(window[0] - loop.time())
             cpu0 = cpu_seconds_of([gw.proc.pid, *nginx_pids, *agents])
             kernel0 = cpu_split(gw.proc.pid)[1]
@@ -224,6 +237,8 @@ async def main(args: argparse.Namespace) -> None:
         router.stop()
         dns.close()
         gw.stop()
+        if compiled is not None and not args.compiled:
+            shutil.rmtree(compiled, ignore_errors=True)
 
     def cores(pids: list[int]) -> float:
         return sum(cpu1.get(p, 0) - cpu0.get(p, 0) for p in pids) / wall
@@ -249,7 +264,7 @@ async def main(args: argparse.Namespace) -> None:
         f"measured over {wall:.1f} s after {warmup:.0f} s of warm-up"
     )
     print(
-        f"gateway CPU: {gw_cores:.3f} cores, {gw_cores / n * 1000:.2f} millicores a session; "
+        f"gateway{' (compiled with mypyc)' if compiled else ''} CPU: {gw_cores:.3f} cores, {gw_cores / n * 1000:.2f} millicores a session; "
         f"{n / gw_cores if gw_cores else float('inf'):,.0f} sessions per core at this pace; "
         f"{gw_cores / rate * 1e6:.0f} µs a line, {kernel / wall / gw_cores:.0%} of it in the kernel"
     )
@@ -295,5 +310,12 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--profile", metavar="PATH", help="py-spy samples of the gateway over the measured window"
+    )
+    parser.add_argument(
+        "--compiled",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="the gateway of a copy with its per-line modules compiled by mypyc (kept in DIR)",
     )
     uvloop.run(main(parser.parse_args()))
