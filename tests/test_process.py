@@ -457,8 +457,11 @@ def test_backpressure_pauses_stdout_while_the_consumer_lags(loop_factory: Any) -
         )  # we read nothing meanwhile
         await asyncio.sleep(0.05)  # a paused pipe must stay paused: the queue does not grow
         assert proc.stdout_pauses == 1
-        # One read chunk may land on top of the mark before the pause takes effect.
-        assert proc.queued_bytes <= high_water + 256 * 1024
+        # One read chunk may land on top of the mark before the pause takes effect; two when the
+        # agent writes before uvloop has finished setting up the process's transport: it holds what
+        # it reads until then and hands both chunks over back to back, the pause coming after the
+        # first. Either way the overshoot is bounded by the reads, not by what the agent writes.
+        assert proc.queued_bytes <= high_water + 2 * 256 * 1024
         lines = await all_lines(proc)
         assert len(lines) == 50_000 and lines[-1] == b"0049999"
         assert proc.queued_bytes == 0
