@@ -156,26 +156,28 @@ class _Frames:
         del self._id_lens[:head]
         self._head = self._start = self._id_start = 0
 
-    def _from(self, index: int) -> Iterator[tuple[int, str, bytes]]:
-        """The frames from ``index`` (of the arrays) on, as ``(seq, message_id, data)``."""
-        lens, id_lens = self._lens, self._id_lens
+    def __iter__(self) -> Iterator[tuple[int, str, bytes]]:
+        data, ids, lens, id_lens = self._data, self._ids, self._lens, self._id_lens
         pos, id_pos = self._start, self._id_start
-        for i in range(self._head, index):
-            pos += lens[i]
-            id_pos += id_lens[i]
-        data, ids, seqs = self._data, self._ids, self._seqs
-        for i in range(index, len(seqs)):
+        for i in range(self._head, len(self._seqs)):
             end, id_end = pos + lens[i], id_pos + id_lens[i]
-            yield seqs[i], ids[id_pos:id_end].decode("utf-8", "surrogatepass"), bytes(data[pos:end])
+            yield (
+                self._seqs[i],
+                ids[id_pos:id_end].decode("utf-8", "surrogatepass"),
+                bytes(data[pos:end]),
+            )
             pos, id_pos = end, id_end
 
-    def __iter__(self) -> Iterator[tuple[int, str, bytes]]:
-        return self._from(self._head)
-
-    def after(self, seq: int) -> list[bytes]:
-        """The data of every frame whose seq is over ``seq`` (seqs only grow)."""
-        index = bisect_right(self._seqs, seq, self._head)
-        return [data for _, _, data in self._from(index)]
+    def after(self, seq: int | None) -> list[bytes]:
+        """The data of every frame whose seq is over ``seq`` (seqs only grow; ``None``: every
+        frame): a replay, which needs no ids."""
+        index = self._head if seq is None else bisect_right(self._seqs, seq, self._head)
+        pos = self._start + sum(self._lens[self._head : index])
+        data, out = self._data, []
+        for size in self._lens[index:]:
+            out.append(bytes(data[pos : pos + size]))
+            pos += size
+        return out
 
     def clear(self) -> None:
         self.__init__()  # type: ignore[misc]
@@ -268,7 +270,7 @@ class History:
     def everything(self) -> Replay:
         """Every buffered frame, for a master that has seen none (``?history=all``), and how many
         of the frames produced since the session began are gone."""
-        frames = [data for _, _, data in self._frames]
+        frames = self._frames.after(None)
         if self._restart_seq is not None:
             # Frames the gateway sent before its crash may never have reached the disk.
             return Replay(frames, True, None, self.last_message_id, self.last_timestamp)
@@ -278,9 +280,10 @@ class History:
     def entries(self) -> list[tuple[int, str, bytes | None]]:
         """What a reattach can still get, in order, for saving: every buffered frame, and every
         remembered id whose frame is gone (``None``)."""
-        buffered = {mid for _, mid, _ in self._frames}
+        frames = list(self._frames)
+        buffered = {mid for _, mid, _ in frames}
         ids = [(seq, mid, None) for mid, seq in self._seq_of.items() if mid not in buffered]
-        out: list[tuple[int, str, bytes | None]] = [*ids, *self._frames]
+        out: list[tuple[int, str, bytes | None]] = [*ids, *frames]
         out.sort(key=lambda entry: entry[0])
         return out
 
