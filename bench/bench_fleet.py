@@ -69,7 +69,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from bench_compiled import build, runs_compiled  # noqa: E402  (after relay_rig: same sys.path)
+from bench_compiled import build, runs_compiled  # noqa: E402
 from relay_rig import (  # noqa: E402
     Gateway,
     LeanMaster,
@@ -264,7 +264,8 @@ async def main(args: argparse.Namespace) -> None:
         f"measured over {wall:.1f} s after {warmup:.0f} s of warm-up"
     )
     print(
-        f"gateway{' (compiled with mypyc)' if compiled else ''} CPU: {gw_cores:.3f} cores, {gw_cores / n * 1000:.2f} millicores a session; "
+        f"gateway{' (compiled with mypyc)' if compiled else ''} CPU: {gw_cores:.3f} cores, "
+        f"{gw_cores / n * 1000:.2f} millicores a session; "
         f"{n / gw_cores if gw_cores else float('inf'):,.0f} sessions per core at this pace; "
         f"{gw_cores / rate * 1e6:.0f} µs a line, {kernel / wall / gw_cores:.0%} of it in the kernel"
     )
