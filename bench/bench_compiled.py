@@ -81,13 +81,13 @@ COMPILED = (
     "gateway/protocol/factory.py",
     "gateway/protocol/mapper.py",
     "gateway/protocol/recovery.py",
-    "gateway/protocol/session.py",
+    "gateway/protocol/machine.py",
     "gateway/protocol/tools.py",
-    "gateway/fanout.py",
-    "gateway/files.py",
-    "gateway/history.py",
-    "gateway/metrics.py",
-    "gateway/session.py",
+    "gateway/session/fanout.py",
+    "gateway/storage/files.py",
+    "gateway/protocol/history.py",
+    "gateway/metrics/",
+    "gateway/session/",
 )
 
 # The sans-IO core alone (``--core``): what compiling it without the shell's modules gains.
@@ -124,7 +124,7 @@ PATCHES = (
     # call); a native class's methods are read-only, so it stays a Python class with compiled
     # methods.
     (
-        "gateway/metrics.py",
+        "gateway/metrics/",
         r"\nclass GatewayMetrics:",
         "\nfrom mypy_extensions import mypyc_attr\n\n\n"
         "@mypyc_attr(native_class=False)\nclass GatewayMetrics:",
@@ -132,7 +132,7 @@ PATCHES = (
     # LiveSession's frame observers: a dict of its own methods in its class body, which a native
     # class body cannot name. The dict moves after the class, to the end of the module.
     (
-        "gateway/session.py",
+        "gateway/session/",
         r"(?s)\n    # One dict lookup per broadcast frame[^\n]*\n    _OBSERVERS: [^\n]*\n"
         r"(?P<entries>.*?\n)    }\n(?P<rest>.*)\Z",
         lambda m: (
@@ -143,9 +143,9 @@ PATCHES = (
             + "}\n"
         ),
     ),
-    ("gateway/session.py", r"self\._OBSERVERS\.get", "_OBSERVERS.get"),
+    ("gateway/session/", r"self\._OBSERVERS\.get", "_OBSERVERS.get"),
     # A Final tuple of floats that the compiled module finds unset when a function reads it.
-    ("gateway/metrics.py", r"CONTEXT_BANDS: Final = ", "CONTEXT_BANDS: tuple[float, ...] = "),
+    ("gateway/metrics/", r"CONTEXT_BANDS: Final = ", "CONTEXT_BANDS: tuple[float, ...] = "),
 )
 
 

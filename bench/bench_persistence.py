@@ -34,8 +34,8 @@ from bench_session_path import feed_lines, start_session  # noqa: E402
 
 from gateway.config import Config, builtin_profiles  # noqa: E402
 from gateway.metrics import GatewayMetrics  # noqa: E402
-from gateway.persistence import StateDir  # noqa: E402
 from gateway.session import LiveSession  # noqa: E402
+from gateway.storage.state_dir import StateDir  # noqa: E402
 
 SESSION_ID = "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a"
 

@@ -1,4 +1,4 @@
-"""Benchmark: stdout line reading of `gateway.process.AgentProcess` against asyncio.StreamReader.
+"""Benchmark: stdout line reading of `gateway.agent.process.AgentProcess` against asyncio.StreamReader.
 
 Not a test. Run: `.venv/bin/python bench/bench_process_lines.py [--lines N] [--size BYTES]`.
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import uvloop
 
-from gateway.process import AgentProcess
+from gateway.agent.process import AgentProcess
 
 WRITER = """
 import sys

@@ -7,7 +7,7 @@ returns a list of these events. They say *what the agent did* in agent-neutral t
 agent's own identifiers (block keys, tool call ids); turning them into DPS frames (UUIDs, content
 indexes, invocation ids, ``output_type``, subagent context, turn frames) is the mapper's job
 (``gateway/protocol/mapper.py``), and owning turns, modes and interactions is the session machine's
-(``gateway/protocol/session.py``). So the next agent's parser only has to say what it saw.
+(``gateway/protocol/machine.py``). So the next agent's parser only has to say what it saw.
 
 Conventions:
 
@@ -93,7 +93,7 @@ class BinaryData(_Value):
 
 
 class StoredFile(_Value):
-    """A file kept in the session's file store (``gateway/files.py``): what ``agent.file.transfer``
+    """A file kept in the session's file store (``gateway/storage/files.py``): what ``agent.file.transfer``
     and a ``binary_ref`` result say about it. The shell fills these in; parsers never do."""
 
     transfer_id: str
@@ -209,7 +209,7 @@ class ToolResult(AgentEvent):
     # its real end is a later SubagentEnded, and the mapper holds this result until then.
     background: bool = False
     # Binary content the tool returned (base64, from the parser). It never reaches a master as
-    # is: the shell stores it (gateway/files.py) and replaces it with ``files`` before the session
+    # is: the shell stores it (gateway/storage/files.py) and replaces it with ``files`` before the session
     # machine sees the event; the mapper then sends agent.file.transfer and a binary_ref result.
     binary: list[BinaryData] = []
     files: list[StoredFile] = []

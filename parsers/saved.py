@@ -14,14 +14,14 @@ concern, beside the agent's stdout format: a ``SavedFormat`` (``ParserSpec.saved
   turns as the same normalised agent events (``parsers/events.py``) its stdout parser produces, so
   the mapper makes the frames a master would have seen live.
 
-It never opens a file: the shell (``gateway/conversations.py``) walks the directories and reads the
+It never opens a file: the shell (``gateway/agent/conversations/``) walks the directories and reads the
 files, safely and within bounds, and hands the bytes here (``head`` and ``tail`` when a file was too
 large to read whole). A file that is truncated, cut or hostile gives a ``Transcript`` marked
 ``partial`` or no summary (``None``), never an exception.
 
 An agent that lists and loads conversations over its own protocol (ACP's ``session/list`` and
 ``session/load``) is not a file store: it is asked instead (``parsers.acp.StoreQuery``, run by
-``gateway/acp_conversations.py``), for the same ``Summary`` and ``Transcript``.
+``gateway/agent/conversations/ask_acp.py``), for the same ``Summary`` and ``Transcript``.
 """
 
 from __future__ import annotations

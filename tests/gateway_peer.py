@@ -18,9 +18,9 @@ import msgspec
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.config import Config, builtin_profiles
-from gateway.http_refusals import JsonErrorRunner
 from gateway.protocol.capabilities import ALL_FEATURES
 from gateway.server import create_app
+from gateway.server.refusals import JsonErrorRunner
 
 SUBPROTOCOL = "rawp-dps-1.0"
 

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from gateway.protocol import codec
-from gateway.protocol import session as sm
+from gateway.protocol import machine as sm
 from gateway.protocol.capabilities import ALL_FEATURES
 from parsers import acp
 from parsers.base import get

@@ -14,8 +14,8 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from gateway import process
-from gateway.acp_conversations import MAX_RUNNING
+from gateway.agent import process
+from gateway.agent.conversations.ask_acp import MAX_RUNNING
 from gateway.config import AgentProfile, parser_features
 from tests.gateway_peer import Master, history, make_config, start_gateway
 

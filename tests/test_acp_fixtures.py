@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from gateway.cli.translate import translate
 from gateway.protocol import codec
-from gateway.translate import translate
 from tests import frame_checks
 
 FIXTURES = Path(__file__).parent / "fixtures" / "acp"

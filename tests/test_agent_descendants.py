@@ -1,4 +1,4 @@
-"""An agent's exit is its own, whatever its descendants do (gateway.process, real processes).
+"""An agent's exit is its own, whatever its descendants do (gateway.agent.process, real processes).
 
 The hostile agent (``tests/hostile/leaves_descendant.py``) leaves a descendant behind that ignores
 SIGTERM and sleeps 120 s: in its process group holding stdout, in a session of its own holding
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gateway.process import EXIT_DRAIN_S, AgentProcess, kill_all_groups, live_groups
+from gateway.agent.process import EXIT_DRAIN_S, AgentProcess, kill_all_groups, live_groups
 from tests.support.loops import HOSTILE, HOWS, LOOPS, PY, run
 from tests.support.procs import alive, gone
 from tests.support.waiting import eventually
@@ -130,7 +130,7 @@ def test_no_descendant_outlives_a_gateway_that_exits(tmp_path: Path) -> None:
     gateway = f"""
 import asyncio, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
-from gateway.process import AgentProcess
+from gateway.agent.process import AgentProcess
 async def main():
     p = await AgentProcess.start([sys.executable, {HOSTILE!r}, "daemon", "--ignore-term", "--stay"],
                                  env=None, session_id="s", workspace={str(tmp_path)!r})

@@ -17,9 +17,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.demo_agent import THOUGHT_TEXT
+from gateway.agent.demo import THOUGHT_TEXT
+from gateway.cli.translate import translate
 from gateway.server import CONFIG, SESSIONS
-from gateway.translate import translate
 from tests.browser import Page
 from tests.gateway_peer import demo_config, fast_demo, make_config, start_gateway
 from tests.support.console import (

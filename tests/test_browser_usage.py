@@ -1,4 +1,4 @@
-"""The console's usage pill (gateway/ui/usage.js) in a real headless Chromium against a real gateway:
+"""The console's usage pill (gateway/console/ui/usage.js) in a real headless Chromium against a real gateway:
 with the demo agent, the session's running totals and context gauge are the gateway's own
 (``LiveSession.usage``, the same rules in Python) after turns, a compaction and a reload; with the
 real Claude Code CLI against the scripted Messages API, the cost it reports is shown."""

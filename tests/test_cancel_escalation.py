@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gateway.config import builtin_profiles
-from gateway.protocol import session as sm
+from gateway.protocol import machine as sm
 from gateway.server import SESSIONS
 from parsers.base import get as get_parser
 from tests.gateway_peer import (

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from gateway.protocol import codec
 from gateway.protocol import frames as F
 from gateway.protocol.factory import FrameFactory
+from gateway.protocol.machine import Emit, SessionMachine
 from gateway.protocol.mapper import Mapper
-from gateway.protocol.session import Emit, SessionMachine
 from parsers import events as ev
 from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
 from tests.frame_checks import (

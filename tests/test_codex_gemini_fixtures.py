@@ -24,12 +24,12 @@ from typing import Any
 
 import pytest
 
+from gateway.agent.process import classify_exit
+from gateway.cli.translate import translate
 from gateway.config import builtin_profiles
-from gateway.process import classify_exit
 from gateway.protocol import codec
 from gateway.protocol import frames as F
-from gateway.protocol.session import Emit, SessionConfig, SessionMachine
-from gateway.translate import translate
+from gateway.protocol.machine import Emit, SessionConfig, SessionMachine
 from parsers.base import NoInput
 from parsers.codex import CodexParser
 from parsers.gemini import GeminiParser

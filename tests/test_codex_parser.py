@@ -14,7 +14,7 @@ import pytest
 
 from gateway.config import ConfigError, builtin_profiles, command_for, load_config
 from gateway.protocol import frames as F
-from gateway.protocol.session import Emit, SessionMachine, Signal, Spawn
+from gateway.protocol.machine import Emit, SessionMachine, Signal, Spawn
 from parsers import events as ev
 from parsers.base import NoInput
 from parsers.base import get as get_parser

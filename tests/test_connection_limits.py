@@ -11,8 +11,8 @@ import contextlib
 
 import aiohttp
 
-from gateway.connections import ConnectionGuard
 from gateway.server import SESSIONS
+from gateway.server.limits import ConnectionGuard
 from tests.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
 from tests.support.servers import serving
 from tests.support.waiting import eventually

@@ -83,7 +83,7 @@ async def test_static_files(gw, name, content_type):
     assert resp.status == 200
     assert resp.headers["Content-Type"].startswith(content_type)
     assert resp.headers["X-Content-Type-Options"] == "nosniff"
-    assert (REPO / "gateway" / "ui" / name).read_bytes() == await resp.read()
+    assert (REPO / "gateway" / "console" / "ui" / name).read_bytes() == await resp.read()
 
 
 @pytest.mark.parametrize("path", ["/ui/nope.js", "/ui/..%2Fserver.py", "/ui/%2e%2e%2fconfig.py"])
@@ -94,7 +94,7 @@ async def test_only_the_console_files_are_served(gw, path):
 
 
 def test_the_wheel_ships_the_console(tmp_path):
-    """A non-editable install has the page: the wheel holds gateway/ui, and load_static reads it
+    """A non-editable install has the page: the wheel holds gateway/console/ui, and load_static reads it
     from the installed copy. Built from a copy of the sources, so the build leaves nothing in the
     repository."""
     src = tmp_path / "src"
@@ -111,8 +111,10 @@ def test_the_wheel_ships_the_console(tmp_path):
     )  # fmt: skip
     wheel = next((tmp_path / "dist").glob("rawp_gateway-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    expected = {f"gateway/ui/{p.name}" for p in (REPO / "gateway" / "ui").iterdir()}
-    assert expected <= names and "gateway/ui/index.html" in names
+    expected = {
+        f"gateway/console/ui/{p.name}" for p in (REPO / "gateway" / "console" / "ui").iterdir()
+    }
+    assert expected <= names and "gateway/console/ui/index.html" in names
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q",
@@ -129,7 +131,7 @@ def test_the_wheel_ships_the_console(tmp_path):
         env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
     ).stdout.splitlines()
     assert out[0].startswith(str(target))
-    assert out[1] == str(sorted(p.name for p in (REPO / "gateway" / "ui").iterdir()))
+    assert out[1] == str(sorted(p.name for p in (REPO / "gateway" / "console" / "ui").iterdir()))
 
 
 # --- tickets -------------------------------------------------------------------------------------

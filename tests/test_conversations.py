@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from gateway import conversations
+from gateway.agent import conversations
 from gateway.chat import run_chat
 from gateway.config import builtin_profiles
 from tests.gateway_peer import history, make_config, start_gateway

@@ -1,4 +1,4 @@
-"""Tests of gateway.demo_agent: run it as a subprocess (through gateway.process), feed stdin, check lines.
+"""Tests of gateway.demo_agent: run it as a subprocess (through gateway.agent.process), feed stdin, check lines.
 
 The shapes are also compared with the real Claude Code recordings in tests/fixtures/claude-code, so
 that the demo cannot drift into field names the real CLI does not print.
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gateway.demo_agent import (
+from gateway.agent.demo import (
     HELP_TEXT,
     MAX_IMAGE_BYTES,
     THOUGHT_TEXT,
@@ -26,7 +26,7 @@ from gateway.demo_agent import (
     choose_action,
     image_info,
 )
-from gateway.process import AgentProcess
+from gateway.agent.process import AgentProcess
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "claude-code"
 STREAM_ARGS = [

@@ -23,6 +23,12 @@ def doc(name: str) -> str:
     return (DOCS / name).read_text()
 
 
+def package_source(*parts: str) -> str:
+    """The text of every module of a gateway package, wherever in it a rule's code now lives."""
+    folder = ROOT.joinpath("gateway", *parts)
+    return "\n".join(p.read_text() for p in sorted(folder.rglob("*.py")))
+
+
 def code_cell(text: str, value: str) -> bool:
     """``value`` appears as inline code, alone or as the start of a table cell's code."""
     return f"`{value}`" in text or f"`{value} " in text or f"`{value}=" in text
@@ -42,7 +48,7 @@ def test_every_route_of_the_server_is_documented(tmp_path):
 
 
 def test_every_error_code_of_the_server_is_documented():
-    source = (ROOT / "gateway" / "server.py").read_text()
+    source = package_source("server")
     app_keys = set(re.findall(r'web\.AppKey\("(\w+)"', source))
     literals = set(re.findall(r'"([A-Z][A-Z0-9_]*[A-Z0-9])"', source))
     # Not error codes: the application's keys, the session state and the HTTP methods compared in
@@ -126,10 +132,10 @@ def test_every_flag_of_every_command_is_documented():
 
 
 def test_every_session_error_code_is_documented():
-    source = (ROOT / "gateway" / "protocol" / "session.py").read_text()
+    source = package_source("protocol")
     codes = set(re.findall(r'_error\(\s*"([A-Z_]+)"', source))
     # The shell answers some refusals itself (the agent's stdin is full).
-    shell = (ROOT / "gateway" / "session.py").read_text()
+    shell = package_source("session")
     codes |= set(re.findall(r'SessionError\(\s*error_code="([A-Z_]+)"', shell))
     codes |= {codec.INVALID_FRAME, codec.UNSUPPORTED_VERSION, "AGENT_EXIT", "SIGNAL_EXIT"}
     codes.add("AGENT_START_FAILED")
@@ -240,8 +246,8 @@ def test_tools_allowed_without_asking_are_the_profiles(page):
 def test_readme_demo_commands_are_the_demo_agents():
     """What the README tells a newcomer to type in the demo is what the demo answers: each
     slash command it names is the chat's own or one the demo agent publishes."""
+    from gateway.agent.demo import SLASH_COMMANDS
     from gateway.chat import _CLIENT_COMMANDS
-    from gateway.demo_agent import SLASH_COMMANDS
 
     text = (ROOT / "README.md").read_text()
     try_it = text.split("## Try it", 1)[1].split("\n## ", 1)[0]

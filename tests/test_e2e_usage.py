@@ -24,9 +24,9 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 
-from gateway.auth import AuthSettings
 from gateway.config import builtin_profiles
 from gateway.server import SESSIONS
+from gateway.team.auth import AuthSettings
 from tests.gateway_peer import Master, create_session, make_config, start_gateway
 from tests.rig.env import require_cli
 from tests.rig.run import CliSetup, scripted_cli

@@ -23,13 +23,13 @@ import pytest
 from aiohttp import WSMsgType
 from aiohttp._websocket.writer import WebSocketWriter
 
+from gateway.cli.translate import SENT_PREFIX
 from gateway.config import Config, builtin_profiles
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import codec
-from gateway.protocol import session as sm
+from gateway.protocol import machine as sm
 from gateway.protocol.capabilities import ALL_FEATURES, strip_subagent_context
 from gateway.session import LiveSession
-from gateway.translate import SENT_PREFIX
 from parsers import events as ev
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway import files as gf
 from gateway.protocol import codec
-from gateway.protocol import session as sm
+from gateway.protocol import machine as sm
 from gateway.server import SESSIONS
+from gateway.storage import files as gf
 from parsers import events as ev
 from parsers.base import PromptImage
 from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
@@ -580,7 +580,7 @@ def test_translate_shows_the_transfer(tmp_path):
     """``rawp-gateway translate`` writes the file and its transfer frame carries a file:// URL."""
     import io
 
-    from gateway.translate import translate
+    from gateway.cli.translate import translate
 
     out, err = io.BytesIO(), io.StringIO()
     translate(_fixture_lines("claude-code", "tool-read-image"), out, err=err)

@@ -1,4 +1,4 @@
-"""FineTimer: a one-shot timer below uvloop's millisecond resolution (gateway/fine_timer.py)."""
+"""FineTimer: a one-shot timer below uvloop's millisecond resolution (gateway/agent/fine_timer.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import uvloop
 
-from gateway.fine_timer import FineTimer
+from gateway.agent.fine_timer import FineTimer
 
 
 def run(coro):

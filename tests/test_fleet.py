@@ -24,9 +24,9 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway import fleet
 from gateway.config import ConfigError, load_config
 from gateway.server import create_app
+from gateway.team import fleet
 from tests.fleet_rig import wait_ready
 from tests.gateway_peer import Master, fast_demo, make_config, prompt_and_wait, start_gateway
 from tests.support.servers import free_port

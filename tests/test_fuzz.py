@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from gateway.config import builtin_profiles
 from gateway.protocol import codec
-from gateway.protocol import session as sm
+from gateway.protocol import machine as sm
 from gateway.protocol.factory import FrameFactory
 from parsers.base import get as get_parser
 from parsers.json_depth import MAX_JSON_DEPTH, too_deep

@@ -1,10 +1,10 @@
-"""The reattach buffer (gateway/history.py): policies, byte bound, exact lost counts (DPS-7.1-history)."""
+"""The reattach buffer (gateway/protocol/history.py): policies, byte bound, exact lost counts (DPS-7.1-history)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.history import History
+from gateway.protocol.history import History
 
 
 def fill(history: History, n: int, size: int = 10) -> list[str]:
@@ -175,7 +175,7 @@ def test_the_frame_store_keeps_order_ids_and_bytes_through_evictions_and_compact
     import random
     from collections import deque
 
-    from gateway.history import _Frames
+    from gateway.protocol.history import _Frames
 
     frames, model = _Frames(), deque()
     rng = random.Random(7)

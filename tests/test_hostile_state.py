@@ -19,8 +19,8 @@ from pathlib import Path
 
 import aiohttp
 
-from gateway.persistence import FRAMES, RECORD, StateDir
 from gateway.server import SESSIONS
+from gateway.storage.state_dir import FRAMES, RECORD, StateDir
 from tests.gateway_peer import create_session, fast_demo, make_config, start_gateway
 from tests.support.servers import free_port, wait_http
 

@@ -16,11 +16,11 @@ import aiohttp
 import jwt
 import pytest
 
-from gateway import auth
-from gateway.audit import AuditLog
-from gateway.auth import AuthSettings, OidcSettings
 from gateway.config import ConfigError, load_config
 from gateway.server import AUDIT, AUTH, CONFIG, SESSIONS, reload_users
+from gateway.team import auth
+from gateway.team.audit import AuditLog
+from gateway.team.auth import AuthSettings, OidcSettings
 from tests.gateway_peer import Master, fast_demo, make_config, start_gateway
 from tests.oidc_issuer import AUDIENCE, Issuer, Key, hs256_with_public_key, unsigned_token
 from tests.support.auth import bearer, users_config, users_toml
@@ -503,7 +503,7 @@ async def test_audit_log_rotates_keeping_n_files(tmp_path):
 
 
 def test_audit_input_is_cut_to_1_kib():
-    from gateway.audit import MAX_INPUT_BYTES, cut_input
+    from gateway.team.audit import MAX_INPUT_BYTES, cut_input
 
     text = cut_input({"content": "é" * 5000})
     assert len(text.encode()) <= MAX_INPUT_BYTES + len("…".encode())

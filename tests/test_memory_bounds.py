@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from gateway import server
+from gateway.agent.process import AgentProcess, AgentStdinFull
 from gateway.config import ConfigError, builtin_profiles, load_config
-from gateway.process import AgentProcess, AgentStdinFull
 from gateway.server import SESSIONS, TerminatedSession
 from tests.gateway_peer import (
     Master,

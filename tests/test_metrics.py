@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.agent.process import classify_exit
 from gateway.metrics import (
     AGENT_LINE_KIND_LIMIT,
     FRAME_TYPES,
@@ -16,7 +17,6 @@ from gateway.metrics import (
     frame_type_label,
     tool_label,
 )
-from gateway.process import classify_exit
 from tests.support.waiting import eventually
 
 

@@ -17,10 +17,17 @@ import aiohttp
 import pytest
 
 from gateway.config import Config, builtin_profiles
-from gateway.history import History
-from gateway.persistence import COMPACT_SLACK, FRAMES, RECORD, LoadError, StateDir, StateDirError
 from gateway.protocol import recovery
+from gateway.protocol.history import History
 from gateway.server import SESSIONS, create_app
+from gateway.storage.state_dir import (
+    COMPACT_SLACK,
+    FRAMES,
+    RECORD,
+    LoadError,
+    StateDir,
+    StateDirError,
+)
 from tests.gateway_peer import (
     Master,
     create_session,

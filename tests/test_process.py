@@ -1,4 +1,4 @@
-"""Tests of gateway.process with real child processes (python -c scripts), on asyncio and uvloop.
+"""Tests of gateway.agent.process with real child processes (python -c scripts), on asyncio and uvloop.
 
 Each test runs its scenario under both event loops through `asyncio.Runner(loop_factory=...)`,
 because the gateway runs on uvloop in production and on the stdlib loop in most tests, and the two
@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import uvloop
 
-import gateway.process as process_module
-from gateway.process import (
+import gateway.agent.process as process_module
+from gateway.agent.process import (
     CUT_HEAD_BYTES,
     DEFAULT_MAX_LINE_BYTES,
     RAWP_DPS_VERSION,
@@ -741,7 +741,7 @@ def test_no_agent_outlives_a_gateway_that_exits(tmp_path: Path) -> None:
     gateway = f"""
 import asyncio, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
-from gateway.process import AgentProcess
+from gateway.agent.process import AgentProcess
 async def main():
     p = await AgentProcess.start([sys.executable, "-c", {STUBBORN!r}], env=None, session_id="s",
                                  workspace=".")

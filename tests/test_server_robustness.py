@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.process import DEFAULT_MAX_LINE_BYTES
+from gateway.agent.process import DEFAULT_MAX_LINE_BYTES
 from gateway.server import SESSIONS
 from tests.gateway_peer import (
     Master,

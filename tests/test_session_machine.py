@@ -1,11 +1,11 @@
-"""The session machine (gateway/protocol/session.py) on its own: events and frames in, actions out."""
+"""The session machine (gateway/protocol/machine.py) on its own: events and frames in, actions out."""
 
 from __future__ import annotations
 
 import msgspec
 
 from gateway.protocol import frames as F
-from gateway.protocol import session as sm
+from gateway.protocol import machine as sm
 from parsers import events as ev
 from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
 

@@ -12,7 +12,7 @@ import pytest
 
 from gateway.config import ConfigError, builtin_profiles, load_config
 from gateway.protocol import frames as F
-from gateway.protocol import session as sm
+from gateway.protocol import machine as sm
 from parsers.base import get as get_parser
 from tests.gateway_peer import Master, create_session, envelope, make_config, start_gateway
 

@@ -1,5 +1,5 @@
-"""What a session.usage adds (gateway/usage.py) and how the usage metrics label it
-(gateway/metrics.py): tokens once, cost as the increase of the agent's running total, label caps."""
+"""What a session.usage adds (gateway/protocol/usage.py) and how the usage metrics label it
+(gateway/metrics/): tokens once, cost as the increase of the agent's running total, label caps."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.metrics import LABEL_VALUE_MAX, MODEL_LABEL_LIMIT, USER_LABEL_LIMIT, GatewayMetrics
 from gateway.protocol import frames as F
+from gateway.protocol.usage import Counted, UsageTally, context_fill
 from gateway.server import SESSIONS
-from gateway.usage import Counted, UsageTally, context_fill
 from parsers import events as ev
 from parsers.claude_code import ClaudeCodeParser
 from tests.gateway_peer import Master, create_session, demo_config, prompt_and_wait, start_gateway

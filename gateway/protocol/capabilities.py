@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import msgspec
 
-from .frames import PROTOCOL_VERSION, Capabilities, Features, Frame
+from gateway.protocol.frames import PROTOCOL_VERSION, Capabilities, Features, Frame
 
 __all__ = [
     "FEATURE_OF_TYPE",

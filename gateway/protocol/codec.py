@@ -30,9 +30,8 @@ from typing import Any, Final, Union
 
 import msgspec
 
+from gateway.protocol.frames import ENVELOPE_VERSION, FRAME_CLASSES, Frame, SessionError
 from parsers.json_depth import MAX_JSON_DEPTH, too_deep
-
-from .frames import ENVELOPE_VERSION, FRAME_CLASSES, Frame, SessionError
 
 __all__ = [
     "Accepted",

@@ -26,7 +26,7 @@ import time as _time
 from collections.abc import Callable
 from typing import Any, Final
 
-from .frames import ENVELOPE_VERSION, Frame, Payload, frame_class
+from gateway.protocol.frames import ENVELOPE_VERSION, Frame, Payload, frame_class
 
 __all__ = ["Clock", "FrameFactory", "UuidSource"]
 

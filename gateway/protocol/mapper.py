@@ -5,7 +5,7 @@ Theory of operation
 A parser says what the agent did in the agent's own terms (block keys, tool call ids); the mapper
 gives those things their DPS identities and puts the frames in the order the spec requires. It is
 sans-IO: ``map(event)`` returns the frames for one event; the session machine
-(``gateway/protocol/session.py``) owns turns, interactions and control acks and calls
+(``gateway/protocol/machine.py``) owns turns, interactions and control acks and calls
 ``begin_turn`` / ``end_turn`` around them.
 
 What it keeps, per turn unless said otherwise:
@@ -48,13 +48,12 @@ from typing import Any, Final
 
 import msgspec
 
+from gateway.protocol import frames as F
+from gateway.protocol.codec import encode
+from gateway.protocol.factory import FrameFactory
+from gateway.protocol.tools import ToolSpec, catalog_entry, decide_output_type, lookup
 from parsers import events as ev
 from parsers.api_errors import about_credentials, credentials_hint
-
-from . import frames as F
-from .codec import encode
-from .factory import FrameFactory
-from .tools import ToolSpec, catalog_entry, decide_output_type, lookup
 
 __all__ = ["BLOCKED_OUTPUT", "Mapper"]
 

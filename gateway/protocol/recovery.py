@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import msgspec
 
-from . import frames as F
+from gateway.protocol import frames as F
 
 __all__ = ["RESTARTED", "OpenItems", "closing_payloads", "last_frames_of", "open_items"]
 

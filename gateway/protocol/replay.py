@@ -26,9 +26,9 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from . import codec
-from . import frames as F
-from .factory import FrameFactory
+from gateway.protocol import codec
+from gateway.protocol import frames as F
+from gateway.protocol.factory import FrameFactory
 
 __all__ = ["history_frames"]
 

@@ -20,7 +20,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from .frames import CatalogTool, OutputType, ToolCategory
+from gateway.protocol.frames import CatalogTool, OutputType, ToolCategory
 
 __all__ = ["BUILTIN_TOOLS", "ToolSpec", "catalog_entry", "decide_output_type", "lookup"]
 

@@ -6,8 +6,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from gateway.auth import AuthSettings
 from gateway.config import Config
+from gateway.team.auth import AuthSettings
 from tests.gateway_peer import make_config
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from gateway.agent.demo import main
+
+sys.exit(main())

@@ -1,0 +1,183 @@
+"""The ``rawp-gateway`` command: ``serve``, ``translate``, ``demo`` and ``chat``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from gateway import __version__
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rawp-gateway",
+        description="Make command-line coding agents speak RAWP-DPS 1.0.1 over WebSocket.",
+    )
+    parser.add_argument("--version", action="version", version=f"rawp-gateway {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str) -> argparse.ArgumentParser:
+        # The summary is both the line in the top-level list and the subcommand's own --help.
+        return sub.add_parser(
+            name, help=summary, description=summary[0].upper() + summary[1:] + "."
+        )
+
+    serve = command("serve", "run the gateway server")
+    serve.add_argument("--config", type=Path, help="TOML configuration file (default: none)")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default 8765; 0 picks one)")
+    serve.add_argument(
+        "--token-file", help="file holding the bearer token masters must send (default: none)"
+    )
+    serve.add_argument(
+        "--workspace-root",
+        help="directory every session workspace must be in (default: the current directory; "
+        "required with a token)",
+    )
+    serve.add_argument("--log-format", choices=("text", "json"), help="log format (default text)")
+    serve.add_argument(
+        "--state-dir", help="keep sessions here so they survive a restart (default: in memory)"
+    )
+
+    tr = command("translate", "turn an agent's recorded stdout into DPS frames (one JSON per line)")
+    tr.add_argument(
+        "--agent",
+        default="claude-code",
+        help="agent profile or parser name (default claude-code)",
+    )
+    tr.add_argument("--session-id", help="session_id for the frames (default: a new UUID v4)")
+    tr.add_argument(
+        "--exit-code",
+        type=int,
+        default=0,
+        help="the agent's exit code at the end of the input (default 0)",
+    )
+    tr.add_argument(
+        "--forward-unknown",
+        action="store_true",
+        help="forward unknown agent lines as x-rawp-gateway.agent.raw frames (default: dropped)",
+    )
+    tr.add_argument("file", nargs="?", default="-", help="agent stdout (default: standard input)")
+
+    demo = command("demo", "run the gateway with the embedded demo agent and a terminal client")
+    demo.add_argument("--workspace-root", help="workspace for the demo (default: a temp dir)")
+    demo.add_argument(
+        "--ui",
+        action="store_true",
+        help="no terminal client: serve the browser console only, until Ctrl-C",
+    )
+    _chat_arguments(demo, with_url=False)
+
+    chat = command("chat", "a terminal client for any rawp-gateway server")
+    chat.add_argument(
+        "--url", required=True, help="the gateway's base URL, http://host:port (required)"
+    )
+    _chat_arguments(chat, with_url=True)
+    parser.set_defaults(subparsers=sub.choices)
+    return parser
+
+
+def _chat_arguments(parser: argparse.ArgumentParser, *, with_url: bool) -> None:
+    try:
+        from gateway.chat import add_chat_arguments
+    except ImportError:  # the client is optional at import time for serve/translate
+        return
+    add_chat_arguments(parser, with_url=with_url)
+
+
+def _setup_logging(fmt: str) -> None:
+    from gateway.logs import configure
+
+    configure(fmt)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # Said by the subcommand's parser, so the usage shown is the subcommand's (exit 2).
+        args.subparsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "translate":
+        return _translate(args)
+    if args.command == "demo":
+        from gateway.chat import run_demo
+
+        return run_demo(args)
+    if args.command == "chat":
+        from gateway.chat import run_chat_command
+
+        return run_chat_command(args)
+    return 2  # pragma: no cover
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from gateway.config import ConfigError, load_config
+    from gateway.server import StartError, serve
+    from gateway.storage.state_dir import StateDirError
+
+    flags = {
+        "host": args.host,
+        "port": args.port,
+        "token_file": args.token_file,
+        "workspace_root": args.workspace_root,
+        "log_format": args.log_format,
+        "state_dir": args.state_dir,
+    }
+    try:
+        config = load_config(args.config, flags)
+    except ConfigError as err:
+        print(f"rawp-gateway: {err}", file=sys.stderr)
+        return 2
+    _setup_logging(config.log_format)
+    for warning in config.warnings:
+        logging.getLogger("rawp_gateway").warning(warning)
+    try:
+        serve(config)
+    except (StateDirError, StartError) as err:
+        print(f"rawp-gateway: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _translate(args: argparse.Namespace) -> int:
+    from gateway.cli.translate import translate
+
+    try:
+        stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+    except OSError as err:
+        print(f"rawp-gateway translate: cannot read {args.file}: {err.strerror}", file=sys.stderr)
+        return 2
+    try:
+        translate(
+            stream,
+            sys.stdout.buffer,
+            agent=args.agent,
+            session_id=args.session_id,
+            exit_code=args.exit_code,
+            forward_unknown=args.forward_unknown,
+        )
+        sys.stdout.flush()
+    except KeyError as err:
+        print(f"rawp-gateway translate: {err.args[0]}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader went away (`translate FILE | head -1`): stop quietly, as a tool killed by
+        # SIGPIPE would (exit 128 + 13). stdout is pointed at /dev/null so that the interpreter's
+        # own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1499 @@
+"""The session state machine: turns, modes, pending interactions and the §6 controls, sans-IO.
+
+Theory of operation
+-------------------
+One ``SessionMachine`` per Agent Session. It is fed four kinds of input and answers each with an
+ordered list of *actions* for the shell (``gateway/session/``) to carry out:
+
+* ``agent_line(line)``: a line of the agent's stdout (parsed here by the session's agent parser and
+  mapped to frames by ``Mapper``);
+* ``receive(conn_id, data)``: a frame a master sent (decoded here by ``codec.decode``);
+* ``agent_exited(...)``: the agent process ended (DPS-17.2.2, §18.2);
+* ``timer_fired(key)``, ``delete(...)``, ``attached(conn_id)``: time passing and the control plane.
+
+Actions: ``Emit`` (a frame: broadcast, or to/away from one connection), ``WriteStdin``,
+``WritePrompt`` (a prompt with images, whose bytes only the shell's file store has), ``PlaceFile``
+(copy an uploaded file into the workspace), ``Spawn``, ``Signal``, ``Terminate`` (SIGTERM then
+SIGKILL), ``StartTimer``/``CancelTimer``, ``SetFeatures`` (a master's announced capabilities),
+``CloseAll`` (end every WebSocket of the session) and ``Log``.
+Because the list is ordered, "cleanup frames, then ``session.deleted``, then close" (DPS-7.5.3,
+DPS-7.7) is simply the order of the list.
+
+Every transition lives in this file: ``phase`` is ``idle`` (no turn), ``running`` (a turn is open),
+``terminating`` (the agent was told to stop) or ``terminated``. A turn opens when a prompt is
+accepted, or implicitly when the agent produces output outside a turn (``rawp-gateway translate``
+has no prompts; Claude Code starts a turn of its own after a background task). Agent processes are
+either long-lived (prompts on stdin) or single-turn (§18: prompt on the command line, respawned with
+the agent's session id for the next prompt).
+
+A cancel (DPS-6.1.2) interrupts the agent, sends SIGINT ``cancel_sigint_sec`` later and stops the
+process ``cancel_stop_sec`` after the cancel if the turn is still open. An agent that exits while
+its turn is cancelled, or that the gateway stopped for a cancel, ended because of the cancel: the
+turn ends ``cancelled`` (no fatal error) and the session goes on, idle with no process, as after
+any exit between turns; the next prompt starts the agent again, resumed with its session id. A
+prompt that comes while that process is still exiting waits for its exit.
+
+The stall watchdog: a CLI may go silent mid-turn and never finish it. While a turn runs and no
+interaction waits for a master, a "stall" timer ticks (a quarter of the shorter limit); a tick that
+saw no agent output adds to the silence. After ``stall_warning_sec`` of silence the masters get an
+``agent.error`` (``AGENT_STALLED``, severity warning, recoverable); after ``stall_timeout_sec`` the
+agent is stopped, and when its exit is reported the turn ends with ``error`` and a long-lived agent
+is started again (resumed with its session id where the profile can), instead of the exit ending
+the session. 0 turns a limit off. Counting output per line is one integer; no timer is touched per
+line.
+"""
+
+from __future__ import annotations
+
+import re
+import signal as _signal
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Literal
+
+import msgspec
+
+from gateway.protocol import codec, recovery
+from gateway.protocol import frames as F
+from gateway.protocol.capabilities import agreed_features, gateway_capabilities
+from gateway.protocol.factory import FrameFactory
+from gateway.protocol.mapper import BLOCKED_OUTPUT, Mapper
+from gateway.protocol.tools import lookup
+from parsers import events as ev
+from parsers.base import AgentInput, AgentParser, ExitDescription
+from parsers.saved import ReplayedTurn
+
+__all__ = [
+    "Action",
+    "CancelTimer",
+    "CloseAll",
+    "Emit",
+    "Log",
+    "PlaceFile",
+    "PromptRefused",
+    "SessionConfig",
+    "SessionMachine",
+    "SetFeatures",
+    "Settled",
+    "Signal",
+    "Spawn",
+    "StartTimer",
+    "Terminate",
+    "WritePrompt",
+    "WriteStdin",
+    "valid_file_name",
+]
+
+# A prompt's file_references (each a token replaced in the text): far more than a person attaches.
+MAX_FILE_REFERENCES: Final = 64
+# Characters of a session.error message: even quoting a master's id it fits the smallest frame.
+MAX_ERROR_MESSAGE: Final = 512
+# Characters of an earlier prompt a replayed turn shows (and at most a quarter of a frame).
+MAX_REPLAYED_PROMPT_CHARS: Final = 64 * 1024
+CANCEL_GRACE_S: Final = 2.0  # interrupt, then SIGINT if the turn has not ended
+CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
+STALL_TIMER: Final = "stall"
+USER_KEY: Final = "rawp_user"  # metadata: the user who sent a relayed control frame
+ALLOW, DENY = "allow", "deny"
+# docs/files.md: uploads reach an agent that takes images as images when they are one of
+# these; every other upload is written here in the workspace and named in the prompt.
+IMAGE_MIME_TYPES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+UPLOADS_DIR: Final = ".rawp/uploads"
+UPLOAD_NOT_PLACED: Final = "UPLOAD_NOT_PLACED"  # agent.error warning: see file_not_placed
+MAX_CONTEXT_FILES: Final = 20  # files attached to one prompt
+MAX_FILE_NAME_BYTES: Final = 255  # a file name, in UTF-8 bytes (most file systems' limit)
+
+
+_DELTAS: Final = frozenset({ev.TextDelta, ev.ThinkingDelta})
+
+
+class _NoOption:
+    """The answer goes to an agent that offers no options of its own (allow or deny)."""
+
+
+NO_OPTION: Final = _NoOption()
+
+# --- actions ------------------------------------------------------------------------------------
+
+
+class Emit(msgspec.Struct):
+    """Send a frame. ``to``: only that connection (not buffered); ``exclude``: all but that one.
+    (A Struct, not a dataclass: one is made per frame, and a Struct's ``__init__`` is C.)"""
+
+    frame: F.Frame
+    to: str | None = None
+    exclude: str | None = None
+
+
+@dataclass(slots=True)
+class WriteStdin:
+    data: bytes
+
+
+@dataclass(slots=True)
+class WritePrompt:
+    """Write a prompt that carries images on the agent's stdin: the shell encodes it with the
+    agent's input, reading the images' bytes from its file store."""
+
+    text: str
+    images: list[ev.StoredFile]
+
+
+@dataclass(slots=True)
+class PlaceFile:
+    """Copy the stored file ``transfer_id`` into the workspace as ``UPLOADS_DIR/name``."""
+
+    transfer_id: str
+    name: str
+
+
+@dataclass(slots=True)
+class Spawn:
+    """Start the agent. ``prompt`` for single-turn agents (``{prompt}`` in argv), ``resume_id`` to
+    fill ``resume_flag``, ``mode`` for the agent's own permission mode, ``overrides`` per turn,
+    ``images`` attached to the prompt (``image_flag`` or the stdin prompt)."""
+
+    prompt: str | None = None
+    resume_id: str | None = None
+    mode: str = "default"
+    overrides: F.ConfigOverrides | None = None
+    images: list[ev.StoredFile] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Signal:
+    signum: int
+
+
+@dataclass(slots=True)
+class Terminate:
+    """SIGTERM, then SIGKILL after the grace period (DPS-17.2.3); ``agent_exited`` follows."""
+
+
+@dataclass(slots=True)
+class StartTimer:
+    key: str
+    seconds: float
+
+
+@dataclass(slots=True)
+class CancelTimer:
+    key: str
+
+
+@dataclass(slots=True)
+class SetFeatures:
+    conn_id: str
+    features: F.Features
+
+
+@dataclass(slots=True)
+class CloseAll:
+    reason: str
+
+
+@dataclass(slots=True)
+class Log:
+    level: Literal["debug", "info", "warning", "error"]
+    message: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Settled:
+    """An interaction asked of masters was resolved (for metrics): allowed, denied, timed_out,
+    cancelled."""
+
+    interaction_type: str
+    outcome: str
+
+
+Action = (
+    Emit | WriteStdin | Spawn | Signal | Terminate | StartTimer | CancelTimer | SetFeatures
+) | (CloseAll | Log | Settled | WritePrompt | PlaceFile)
+
+
+# --- configuration ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """What the machine needs to know of the agent profile."""
+
+    agent: str = "claude-code"
+    features: F.Features = field(default_factory=F.Features)
+    single_turn_process: bool = False
+    auto_allow: frozenset[str] = frozenset()
+    permission_timeout_sec: float = 60.0
+    max_frame_size: int = 1 << 20
+    forward_unknown: bool = False
+    # The agent takes images with a prompt (its stdin input or the profile's image_flag).
+    accepts_images: bool = False
+    # The longest prompt (UTF-8 bytes) the agent can take, for a profile whose prompt goes in argv
+    # and that has no other way; None: no such limit.
+    prompt_argv_max: int | None = None
+    stall_warning_sec: float = 0.0  # 0: off
+    stall_timeout_sec: float = 0.0  # 0: off
+    # A cancel's escalation (docs/protocol-notes.md): the interrupt, SIGINT this long after it if
+    # the turn has not ended, the process stopped this long after the cancel.
+    cancel_sigint_sec: float = CANCEL_GRACE_S
+    cancel_stop_sec: float = CANCEL_KILL_S
+    tools: tuple[str, ...] = ()  # the agent's tools before it reports them (the first catalog)
+    credentials: str = ""  # where the agent reads them (ParserSpec.credentials), for error hints
+
+    @property
+    def stall_tick_sec(self) -> float:
+        """How often the watchdog looks (0: never): silence is measured to within one tick."""
+        limits = [x for x in (self.stall_warning_sec, self.stall_timeout_sec) if x > 0]
+        return min(limits) / 4 if limits else 0.0
+
+
+@dataclass(slots=True)
+class _Interaction:
+    interaction_id: str
+    request_id: str
+    tool_name: str
+    input: dict[str, Any]
+    frame: F.Frame  # sent again to a master that attaches while it is pending
+    # The agent's own options (ACP): DPS option value → (the agent's option id, it allows).
+    choices: dict[str, tuple[str, bool]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Turn:
+    turn_id: str
+    index: int
+    cancel_requested: bool = False
+    requested_compaction: bool = False
+    allowed: frozenset[str] = frozenset()
+    denied: frozenset[str] = frozenset()
+
+
+# --- the machine --------------------------------------------------------------------------------
+
+
+class SessionMachine:
+    def __init__(
+        self,
+        session_id: str,
+        parser: AgentParser,
+        agent_input: AgentInput,
+        config: SessionConfig | None = None,
+        *,
+        factory: FrameFactory | None = None,
+        seen_window: int = 4096,
+        files: Mapping[str, ev.StoredFile] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.config = config or SessionConfig()
+        self.factory = factory or FrameFactory(session_id)
+        self.parser = parser
+        self.input = agent_input
+        # The session's stored files by transfer_id (the shell's FileStore index, read only).
+        self.files: Mapping[str, ev.StoredFile] = files if files is not None else {}
+        self.mapper = Mapper(
+            self.factory,
+            max_frame_size=self.config.max_frame_size,
+            forward_unknown=self.config.forward_unknown,
+            agent=self.config.agent,
+            credentials=self.config.credentials,
+        )
+        self.phase: Literal["idle", "running", "terminating", "terminated"] = "idle"
+        self.mode: F.Mode = "default"
+        self.turn: _Turn | None = None
+        self.turn_count = 0
+        self.process_alive = False
+        self.name: str | None = None
+        self.model: str | None = None  # the agent's own name for its model, when it says it
+        self.interactions: dict[str, _Interaction] = {}
+        self.last_decision: str | None = None  # of the permission settled last (allow or deny)
+        self._sender: str | None = None  # the user of the master frame being handled
+        self._seen = codec.SeenWindow(seen_window)
+        self._deleting: tuple[str, str] | None = None  # (reason, deleted_by) once delete began
+        self._control_seq = 0
+        self._pending_controls: dict[str, str] = {}  # request_id → what it was for
+        # A prompt waiting for the previous process to finish exiting (a single-turn agent's, or
+        # one the gateway is stopping for a cancel): text, overrides, images.
+        self._waiting_spawn: tuple[str, F.ConfigOverrides | None, list[ev.StoredFile]] | None = None
+        # The stall watchdog: agent output counted (one per batch), as of the last tick; silence.
+        self._activity = 0
+        self._activity_seen = 0
+        self._silent_sec = 0.0
+        self._stall_warned = False
+        self._stalled = False  # the watchdog stopped the agent: its exit restarts, not ends
+        # The gateway is stopping the agent for a cancel it ignored: its exit is the cancel's.
+        self._stopping_for_cancel = False
+        self._capabilities(None)
+        if self.config.tools:
+            self.mapper.expect_tools(self.config.tools)
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    @property
+    def agent_session_id(self) -> str | None:
+        return self.mapper.agent_session_id
+
+    def _make(
+        self,
+        payload: F.Payload,
+        *,
+        turn: bool = False,
+        parent_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ):
+        turn_id = self.turn.turn_id if (turn and self.turn) else None
+        return self.factory.frame(payload, turn_id=turn_id, parent_id=parent_id, metadata=metadata)
+
+    def _error(self, code: str, message: str, to: str | None, parent_id: str | None) -> Emit:
+        if len(message) > MAX_ERROR_MESSAGE:  # it may quote what a master sent (an id, a v)
+            message = message[: MAX_ERROR_MESSAGE - 1] + "…"
+        frame = self._make(
+            F.SessionError(error_code=code, message=message, fatal=False), parent_id=parent_id
+        )
+        return Emit(frame, to=to)
+
+    def _next_request_id(self, what: str) -> str:
+        self._control_seq += 1
+        request_id = f"rawp-{self._control_seq}"
+        self._pending_controls[request_id] = what
+        return request_id
+
+    @staticmethod
+    def _emit_all(frames: list[F.Frame]) -> list[Action]:
+        return [Emit(f) for f in frames]
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> list[Action]:
+        """Session created: a long-lived agent starts now; a single-turn one at the first prompt."""
+        if self.config.single_turn_process:
+            return []
+        self.process_alive = True
+        # A session that continues a saved conversation (``replay``) resumes it at once.
+        resume_id = self.agent_session_id
+        out: list[Action] = [Spawn(resume_id=resume_id, mode=self.mode), *self._opening(resume_id)]
+        # docs/http-api.md promises the commands right after session.capabilities: an agent that
+        # lists them only when a prompt starts a run (Claude Code) is asked at once.
+        initialize = getattr(self.input, "initialize", None)
+        if initialize is not None:
+            data = initialize(self._next_request_id("initialize"))
+            if data is not None:
+                out.append(WriteStdin(data))
+        return out
+
+    def restore(
+        self,
+        *,
+        name: str | None,
+        mode: str,
+        turn_count: int,
+        agent_session_id: str | None,
+        catalog: F.Frame | None = None,
+        commands: F.Frame | None = None,
+    ) -> None:
+        """A session read back after the gateway restarted. No process runs (``start`` is not
+        called): the next prompt spawns the agent resumed with ``agent_session_id``, long-lived
+        profiles too, so the model sees the earlier conversation (DPS-18-respawn)."""
+        self.name = name
+        self.mode = mode if mode in ("default", "plan", "review") else "default"  # type: ignore[assignment]
+        self.turn_count = turn_count
+        if catalog is not None:  # else the catalog the profile expects (``SessionConfig.tools``)
+            self.mapper.catalog = catalog
+        self.mapper.commands = commands
+        if agent_session_id:
+            self._know_agent_session(agent_session_id)
+        self.process_alive = False
+
+    def _know_agent_session(self, agent_session_id: str) -> None:
+        """The agent's session id, known before the agent says it: the first spawn resumes it."""
+        self.mapper.agent_session_id = agent_session_id
+        self._capabilities(agent_session_id)
+
+    def _capabilities(self, agent_session_id: str | None) -> F.Capabilities:
+        """The gateway's ``session.capabilities`` for the session's features as they are now
+        (with the agent's session id once known), kept as the greeting's ``capabilities_frame``."""
+        extensions = {"agent_session_id": agent_session_id} if agent_session_id else None
+        caps = gateway_capabilities(
+            self.config.features, max_frame_size=self.config.max_frame_size, extensions=extensions
+        )
+        self.capabilities_frame = self._make(caps)
+        return caps
+
+    def replay(
+        self, agent_session_id: str, turns: list[ReplayedTurn], problem: str | None = None
+    ) -> list[F.Frame]:
+        """A new session that continues the agent's saved conversation ``agent_session_id``
+        (called before ``start``, whose spawn then resumes it): its earlier ``turns``, translated
+        by the agent's parser, as the frames they gave live, each marked
+        ``metadata.rawp_replayed: true``. Each turn's prompt comes first as the
+        ``control.prompt.request`` a master's prompt is relayed as (cut to a quarter of a frame,
+        then ``metadata.rawp_prompt_truncated``). ``problem``: the transcript is partial, said
+        by an ``agent.error`` warning ``CONVERSATION_PARTIAL`` in the first turn. The frames are
+        for the history alone (no master is attached yet)."""
+        self._know_agent_session(agent_session_id)
+        replayed = {"rawp_replayed": True}
+        frames: list[F.Frame] = []
+        for n, turn in enumerate(turns):
+            if turn.prompt is not None:
+                limit = min(MAX_REPLAYED_PROMPT_CHARS, self.config.max_frame_size // 4)
+                text = turn.prompt[:limit]
+                meta = (
+                    replayed if text == turn.prompt else {**replayed, "rawp_prompt_truncated": True}
+                )
+                frames.append(self._make(F.PromptRequest(prompt_text=text), metadata=meta))
+            actions = self._open_turn()
+            events = list(turn.events)
+            if problem is not None and n == 0:
+                partial = ev.Notice(
+                    severity="warning", code="CONVERSATION_PARTIAL", message=problem
+                )
+                events.insert(0, partial)
+            ended: ev.TurnEnded | None = None
+            for event in events:
+                if isinstance(event, ev.TurnEnded):
+                    ended = event
+                else:
+                    actions += self._agent_event(event)
+            actions += self._end_turn(ended.stop_reason if ended else "end_turn", ended)
+            frames += [
+                msgspec.structs.replace(a.frame, metadata={**(a.frame.metadata or {}), **replayed})
+                for a in actions
+                if isinstance(a, Emit) and a.to is None  # not the timers of a running turn
+            ]
+        return frames
+
+    def close_interrupted_turn(self, items: recovery.OpenItems) -> list[Action]:
+        """Close a turn that was open when the gateway stopped, in the §7.5.3 order (see
+        ``recovery``); every frame carries the turn's id."""
+        return [
+            Emit(self.factory.frame(payload, turn_id=items.turn_id, metadata=metadata))
+            for payload, metadata in recovery.closing_payloads(items)
+        ]
+
+    def greeting(self) -> list[F.Frame]:
+        """What a newly attached connection gets first (docs/http-api.md): capabilities, the latest
+        catalog and commands, then any interaction still waiting for an answer."""
+        frames = [self.capabilities_frame]
+        frames += [f for f in (self.mapper.catalog, self.mapper.commands) if f is not None]
+        frames += [i.frame for i in self.interactions.values()]
+        return frames
+
+    # --- the agent's side ----------------------------------------------------------------------
+
+    def agent_line(self, line: bytes) -> list[Action]:
+        return self.agent_events(self.parser.feed(line))
+
+    def agent_stdout_closed(self) -> list[Action]:
+        return self.agent_events(self.parser.end())
+
+    def agent_events(self, events: list[ev.AgentEvent]) -> list[Action]:
+        self._activity += 1
+        if len(events) == 1 and type(events[0]) in _DELTAS and self.turn is not None:
+            # Most lines: a text or thinking delta inside a turn, which none of the checks of
+            # _agent_event concern.
+            return [Emit(frame) for frame in self.mapper.map(events[0])]
+        out: list[Action] = []
+        for event in events:
+            out += self._agent_event(event)
+        return out
+
+    def _agent_event(self, event: ev.AgentEvent) -> list[Action]:
+        if (
+            self.phase == "terminating"
+            and isinstance(event, ev.ToolResult)
+            and event.is_error
+            and not event.cancelled
+        ):
+            # DPS-7.5.3-cleanup: the session is ending and the gateway stopped the agent, so a call
+            # it now reports failed was cut short by that (Claude Code: "Exit code 137").
+            event = msgspec.structs.replace(event, cancelled=True)
+        if isinstance(event, ev.TurnEnded):
+            if self.turn is None:
+                # e.g. Claude Code's second result line after a background task's own turn
+                return [Emit(self.mapper.usage_frame(event))]
+            return self._end_turn(event.stop_reason, event)
+        if isinstance(event, ev.ControlAck):
+            return self._control_ack(event)
+        if isinstance(event, ev.ParseError):
+            return [Log("warning", "agent line is not valid", {"error": event.message})]
+        if isinstance(event, ev.StdinWrite):
+            # The parser's answer to the agent (ACP): for the process that asked, if it still runs.
+            return [WriteStdin(event.data)] if self.process_alive else []
+        if isinstance(event, ev.ModeChanged):
+            return self._agent_mode(event)
+        if isinstance(event, ev.PermissionAnswered):
+            return self._answered_in_transcript(event)
+        if isinstance(event, ev.FeaturesDeclared):
+            return self._features_declared(event)
+        out: list[Action] = []
+        if self.turn is None and not (
+            isinstance(event, ev.SessionStarted | ev.CommandsListed | ev.Unknown)
+            or (isinstance(event, ev.Notice) and event.turnless)
+        ):
+            out += self._open_turn()
+        if isinstance(event, ev.PermissionRequest):
+            return out + self._permission_request(event)
+        if isinstance(event, ev.Unknown):
+            out.append(Log("info", "agent line of unknown kind", {"kind": event.kind}))
+        if (
+            isinstance(event, ev.Notice)
+            and event.code == "PERMISSION_DENIED"
+            and event.call_id
+            and self.mode in ("plan", "review")
+            and lookup(event.tool_name or "").writes
+        ):
+            # DPS-6.3.2-block: the agent refused the call itself in its own plan mode (a single-turn
+            # Claude Code has no permission prompt tool to ask the gateway): the DPS block result.
+            self.mapper.block_call(event.call_id)
+        if isinstance(event, ev.Compacted) and self.turn and self.turn.requested_compaction:
+            self.mapper.compaction_trigger_override = "requested"
+        if isinstance(event, ev.SessionStarted) and event.model:
+            self.model = event.model
+        if (
+            isinstance(event, ev.SessionStarted)
+            and event.agent_session_id
+            and event.agent_session_id != self.mapper.agent_session_id
+        ):
+            out.append(Emit(self._announce_agent_session(event.agent_session_id)))
+        out += self._emit_all(self.mapper.map(event))
+        return out
+
+    def _agent_mode(self, event: ev.ModeChanged) -> list[Action]:
+        """The agent changed its own mode (ACP ``current_mode_update``): the masters see it as a
+        mode switch does (the agent's own mode id in ``metadata.agent_mode``)."""
+        previous, self.mode = self.mode, event.mode
+        state = self.mapper.state
+        change = F.StateChanged(previous_state=state, current_state=state, reason="mode_switch")
+        metadata = {"mode": event.mode, "previous_mode": previous, "agent_mode": event.agent_mode}
+        turn_id = self.turn.turn_id if self.turn is not None else None
+        return [Emit(self.factory.frame(change, turn_id=turn_id, metadata=metadata))]
+
+    def _features_declared(self, event: ev.FeaturesDeclared) -> list[Action]:
+        """What the agent itself declared narrows (or widens) the profile's features; masters get
+        ``session.capabilities`` again when that changes anything."""
+        # Off is absent, as in every announcement of features.
+        known = {
+            k: (True if v else None)
+            for k, v in event.features.items()
+            if k in F.Features.__struct_fields__ and k != "adapter_type"
+        }
+        features = msgspec.structs.replace(self.config.features, **known)
+        if features == self.config.features:
+            return []
+        self.config = replace(self.config, features=features)
+        caps = self._capabilities(self.agent_session_id)
+        return [Emit(self._make(caps, turn=True))]
+
+    def _opening(self, resume_id: str | None) -> list[Action]:
+        """What a conversing agent (ACP) is told each time its process starts: the handshake,
+        resuming ``resume_id`` where the agent can."""
+        opening = getattr(self.input, "opening", None)
+        if opening is None:
+            return []
+        data = opening(resume_id)
+        out: list[Action] = [WriteStdin(data)] if data else []
+        if self.mode == "plan":
+            # The session's mode outlives the process (a restart, a restored session): the agent
+            # is told again once its session exists.
+            again = self.input.set_mode(self._next_request_id("set_mode"), "plan")
+            out += [WriteStdin(again)] if again else []
+        return out
+
+    def _announce_agent_session(self, agent_session_id: str) -> F.Frame:
+        """§18.3: the agent's own session id, kept as ``extensions.agent_session_id`` of the
+        gateway's ``session.capabilities``, announced again to every master when it is learnt or
+        changes (newly attached masters get it in their greeting)."""
+        caps = self._capabilities(agent_session_id)
+        # Broadcast inside a turn, it carries the turn's id (DPS-2.1-turn-id); the greeting's does not.
+        return self._make(caps, turn=True)
+
+    def _open_turn(self, overrides: F.ConfigOverrides | None = None) -> list[Action]:
+        turn_id = self.factory.new_id()
+        self.turn = _Turn(turn_id=turn_id, index=self.turn_count)
+        if overrides is not None:
+            self.turn.allowed = frozenset(overrides.allowed_tools or ())
+            self.turn.denied = frozenset(overrides.denied_tools or ())
+        self.turn_count += 1
+        self.phase = "running"
+        self.mapper.begin_turn(turn_id)
+        start = F.TurnStart(turn_id=turn_id, turn_index=self.turn.index, mode=self.mode)
+        out: list[Action] = [Emit(self.factory.frame(start, turn_id=turn_id))]
+        tick = self.config.stall_tick_sec
+        if tick > 0:
+            self._activity_seen, self._silent_sec, self._stall_warned = self._activity, 0.0, False
+            out.append(StartTimer(STALL_TIMER, tick))
+        return out
+
+    def _end_turn(self, stop_reason: str, ended: ev.TurnEnded | None = None) -> list[Action]:
+        turn = self.turn
+        assert turn is not None
+        if turn.cancel_requested and stop_reason != "error":
+            stop_reason = "cancelled"
+        out: list[Action] = [CancelTimer("cancel"), CancelTimer("cancel-kill")]
+        if self.config.stall_tick_sec > 0:
+            out.append(CancelTimer(STALL_TIMER))
+        out += self._deny_all_interactions("the turn ended")
+        out += self._emit_all(self.mapper.end_turn(stop_reason, ended))
+        self.mapper.compaction_trigger_override = None
+        self.turn = None
+        if self.phase == "running":
+            self.phase = "idle"
+        return out
+
+    def agent_exited(
+        self,
+        kind: Literal["ok", "error", "signal"],
+        returncode: int | None,
+        signum: int | None = None,
+        stderr_tail: str = "",
+        *,
+        start_error: str | None = None,
+    ) -> list[Action]:
+        """The agent process ended: DPS-17.2.2 (and §18.2 for single-turn agents). A parser that
+        names its agent's exit codes (``describe_exit``) gives the fatal ``agent.error`` its code.
+        ``start_error``: there was no process, it could not start (exit 127 as a shell says it):
+        ``AGENT_START_FAILED``, the same code ``POST /v1/session`` answers with, and the reason."""
+        self.process_alive = False
+        if self.phase == "terminated":
+            return []
+        waiting, self._waiting_spawn = self._waiting_spawn, None
+        stalled, self._stalled = self._stalled, False
+        stopped, self._stopping_for_cancel = self._stopping_for_cancel, False
+        if stalled and self._deleting is None:
+            return self._restart_after_stall()
+        out: list[Action] = []
+        if kind != "ok" and (stopped or (self.turn is not None and self.turn.cancel_requested)):
+            # An agent that exits while its turn is cancelled was ended by the cancel: SIGINT
+            # (codex exec exits 1 on it) or the stop of one that ignored the cancel. That exit is
+            # the cancel working, not a failure: the turn ends cancelled, the session goes on idle
+            # with no process, and the next prompt starts the agent again resumed with its session
+            # id, as after any exit between turns (DPS-6.1.2-cancel, DPS-18-respawn).
+            exit_fields = {"returncode": returncode, "signal": signum}
+            out.append(Log("info", "the agent exited on a cancel", exit_fields))
+            kind = "ok"
+        if waiting is not None and kind == "ok" and self._deleting is None and self.turn:
+            # The previous process is gone: the waiting prompt's process starts now.
+            self.process_alive = True
+            return out + self._spawn(*waiting)
+        deleting = self._deleting is not None
+        if kind != "ok" and not deleting:
+            code = "SIGNAL_EXIT" if kind == "signal" else "AGENT_EXIT"
+            how = f"signal {signum}" if kind == "signal" else f"exit code {returncode}"
+            message = f"the agent process ended with {how}"
+            named = self._describe_exit(returncode) if start_error is None else None
+            if start_error is not None:
+                code = "AGENT_START_FAILED"
+                message = f"the {self.config.agent} agent could not start: {start_error}"
+                returncode, stderr_tail = None, start_error
+            elif named is not None:
+                # The agent's own meaning of the code wins over 128+N: Gemini's 144 is HTTP 400,
+                # not signal 16. The exit code stays in details; the guessed signal does not.
+                code, message = named
+                signum = None
+            details = F.ErrorDetails(
+                module="process",
+                exit_code=returncode,
+                signal=signum,
+                stderr=stderr_tail or None,
+                hint=self.mapper.hint(code, message, stderr_tail),
+            )
+            error = F.AgentError(
+                error_code=code,
+                message=message,
+                severity="fatal",
+                recoverable=False,
+                details=details,
+            )
+            out.append(Emit(self._make(error, turn=True)))
+        if self.turn is not None:
+            if kind == "ok" and not deleting:
+                out += self._end_turn("end_turn")
+            else:
+                out += self._end_turn("error")
+        if deleting:
+            return out + self._finish_delete()
+        if kind != "ok":
+            # A fatal agent error ends the session (DPS-4.4-error, §18.2: TERMINATED).
+            self._deleting = ("error", "client")
+            return out + self._finish_delete()
+        return out  # exit 0: idle with no process; the next prompt respawns (DPS-18-respawn)
+
+    def _restart_after_stall(self) -> list[Action]:
+        """The agent the watchdog stopped has exited: its turn ends with error; a long-lived agent
+        starts again, resuming its session where the profile can (a single-turn one starts at the
+        next prompt, as after any turn)."""
+        out: list[Action] = []
+        if self.turn is not None:
+            out += self._end_turn("error")
+        if not self.config.single_turn_process:
+            self.process_alive = True
+            out.append(Spawn(resume_id=self.agent_session_id, mode=self.mode))
+            out += self._opening(self.agent_session_id)
+        return out
+
+    def _stall_tick(self) -> list[Action]:
+        turn = self.turn
+        if turn is None or self._stalled or not self.process_alive or self._deleting is not None:
+            return []  # nothing to watch, or the agent is being stopped already
+        tick = self.config.stall_tick_sec
+        out: list[Action] = [StartTimer(STALL_TIMER, tick)]
+        if self._activity != self._activity_seen or self.interactions or turn.cancel_requested:
+            # Output came, or the silence is a master's (a pending question) or the cancel's own
+            # timers' business.
+            self._activity_seen, self._silent_sec, self._stall_warned = self._activity, 0.0, False
+            return out
+        self._silent_sec += tick
+        silent = self._silent_sec
+        timeout, warning = self.config.stall_timeout_sec, self.config.stall_warning_sec
+        if timeout > 0 and silent >= timeout:
+            self._stalled = True
+            message = (
+                f"the agent printed nothing for {silent:g} s (stall_timeout_sec); "
+                "the turn ends and the agent is restarted"
+            )
+            return [
+                self._stall_error(message, "error"),
+                Log("warning", "agent stalled; restarting it", {"silent_sec": silent}),
+                Terminate(),
+            ]
+        if warning > 0 and silent >= warning and not self._stall_warned:
+            self._stall_warned = True
+            message = f"the agent has printed nothing for {silent:g} s (stall_warning_sec)"
+            out.append(self._stall_error(message, "warning"))
+        return out
+
+    def _stall_error(self, message: str, severity: str) -> Emit:
+        """``agent.error`` ``AGENT_STALLED`` in the turn: a warning, or the error that ends it."""
+        error = F.AgentError(
+            error_code="AGENT_STALLED",
+            message=message,
+            severity=severity,  # type: ignore[arg-type]
+            recoverable=True,
+            details=F.ErrorDetails(module="process"),
+        )
+        return Emit(self._make(error, turn=True))
+
+    def file_not_placed(self, name: str, reason: str) -> list[Action]:
+        """An attached file the shell could not write into the workspace (``PlaceFile``):
+        ``agent.error`` warning ``UPLOAD_NOT_PLACED`` in the turn, so the master knows the agent
+        will not find it where the prompt says."""
+        error = F.AgentError(
+            error_code=UPLOAD_NOT_PLACED,
+            message=f"{UPLOADS_DIR}/{name[:200]} was not written into the workspace: {reason}",
+            severity="warning",
+            recoverable=True,
+            details=F.ErrorDetails(module="files"),
+        )
+        return [Emit(self._make(error, turn=True))]
+
+    def _describe_exit(self, returncode: int | None) -> ExitDescription | None:
+        """The parser's name for a positive exit code (``parsers.base.DescribesExit``), if any."""
+        describe = getattr(self.parser, "describe_exit", None)
+        if describe is None or returncode is None or returncode <= 0:
+            return None  # no code to explain: killed by a signal, or no parser opinion
+        return describe(returncode)
+
+    # --- the masters' side ---------------------------------------------------------------------
+
+    def attached(self, conn_id: str) -> list[Action]:
+        return [Emit(f, to=conn_id) for f in self.greeting()]
+
+    def receive(self, conn_id: str, data: bytes | str, user: str | None = None) -> list[Action]:
+        """A frame from a master's connection. Never raises. ``user``: who sent it; a relayed
+        ``control.*`` frame then carries it as ``metadata.rawp_user`` (whatever the master put
+        there), and so does the state change that records a permission it answered."""
+        got = codec.decode(data)
+        if isinstance(got, codec.Rejected):
+            return [
+                self._error(got.error.error_code, got.error.message, conn_id, got.message_id),
+                Log("info", "frame rejected", {"conn": conn_id, "error": got.error.message}),
+            ]
+        if isinstance(got, codec.Ignored):
+            return [Log("info", "frame of unknown type ignored", {"type": got.frame_type})]
+        frame = got.frame
+        if not self._seen.first_time(frame.message_id):
+            return [Log("debug", "duplicate frame ignored", {"message_id": frame.message_id})]
+        if frame.session_id != self.session_id:
+            return [
+                self._error(
+                    "INVALID_FRAME",
+                    f"session_id {frame.session_id!r} is not this session's",
+                    conn_id,
+                    frame.message_id,
+                )
+            ]
+        out: list[Action] = []
+        if user is not None and frame.TYPE.startswith("control."):
+            frame = msgspec.structs.replace(
+                frame, metadata={**(frame.metadata or {}), USER_KEY: user}
+            )
+        if frame.TYPE.startswith("control."):
+            if len(codec.encode(frame)) <= self.config.max_frame_size:
+                out.append(Emit(frame, exclude=conn_id))  # DPS-2.4-relay, never echoed
+            else:
+                # Re-encoding can grow a frame that arrived within the limit (1e9 becomes
+                # 1000000000.0): no frame the gateway sends exceeds the size it announced.
+                out.append(Log("warning", "control frame too large to relay", {"type": frame.TYPE}))
+        self._sender = user
+        try:
+            return out + self._control(conn_id, frame)
+        finally:
+            self._sender = None
+
+    def _control(self, conn_id: str, frame: F.Frame) -> list[Action]:
+        payload = frame.payload  # type: ignore[attr-defined]
+        mid = frame.message_id
+        if self.phase in ("terminating", "terminated"):
+            if frame.TYPE.startswith("control."):
+                return [self._error("SESSION_TERMINATED", "the session is ending", conn_id, mid)]
+            return []
+        match payload:
+            case F.PromptRequest():
+                return self._prompt(conn_id, payload, mid)
+            case F.PromptCancel():
+                return self._cancel(conn_id, payload, mid)
+            case F.InteractionResponse():
+                return self._interaction_response(conn_id, payload, mid)
+            case F.InteractionTimeout():
+                return self._interaction_timeout(conn_id, payload.interaction_id, mid)
+            case F.ModeSwitch():
+                return self._mode_switch(conn_id, payload, mid)
+            case F.SessionCompact():
+                return self._compact(conn_id, payload, mid)
+            case F.Capabilities():
+                return self._master_capabilities(conn_id, payload, mid)
+            case F.Renamed():
+                return self.rename(payload.name, renamed_by=payload.renamed_by)
+            case F.FileSearch() | F.FileSearchCancel():
+                return [
+                    self._error(
+                        "FILE_SEARCH_NOT_SUPPORTED",
+                        "this gateway does not announce file_search_fuzzy",
+                        conn_id,
+                        mid,
+                    )
+                ]
+        return [Log("info", "frame not acted on", {"type": frame.TYPE})]
+
+    def _master_capabilities(self, conn_id: str, caps: F.Capabilities, mid: str) -> list[Action]:
+        if caps.protocol_version != F.PROTOCOL_VERSION:
+            # DPS-1.3-legacy: only rawp-dps-1.0 is spoken.
+            return [
+                self._error(
+                    "UNSUPPORTED_PROTOCOL",
+                    f"protocol_version {caps.protocol_version!r} is not supported; "
+                    f"this gateway speaks {F.PROTOCOL_VERSION} only",
+                    conn_id,
+                    mid,
+                )
+            ]
+        return [SetFeatures(conn_id, agreed_features(caps.features, self.config.features))]
+
+    # prompts ---------------------------------------------------------------------------------
+
+    def _prompt(self, conn_id: str, prompt: F.PromptRequest, mid: str) -> list[Action]:
+        if self.turn is not None:
+            # DPS-17.3.2-one-prompt: refused, not delivered.
+            return [
+                self._error(
+                    "PROMPT_IN_PROGRESS",
+                    "a turn is already running; cancel it or wait for session.turn.end",
+                    conn_id,
+                    mid,
+                )
+            ]
+        files = self._context_files(prompt.context_files or [])
+        if isinstance(files, str):
+            return [self._error("INVALID_FRAME", files, conn_id, mid)]
+        images, uploads = files
+        try:
+            text = prompt_text_for_agent(
+                prompt, self.config.max_frame_size, attached=attachments_text(images, uploads)
+            )
+        except PromptRefused as refused:
+            return [self._error(refused.code, str(refused), conn_id, mid)]
+        limit = self.config.prompt_argv_max
+        if limit is not None and len(text.encode()) > limit:
+            # Refused before anything starts: exec would fail (E2BIG) and end the session.
+            return [
+                self._error(
+                    "PROMPT_TOO_LONG",
+                    f"the prompt is {len(text.encode())} bytes; the {self.config.agent} agent "
+                    f"takes its prompt on the command line, which holds at most {limit}",
+                    conn_id,
+                    mid,
+                )
+            ]
+        out: list[Action] = [PlaceFile(f.transfer_id, name) for f, name in uploads]
+        return out + self._start_prompt(text, prompt.config_overrides, images=images)
+
+    def _context_files(
+        self, context_files: list[F.ContextFile]
+    ) -> tuple[list[ev.StoredFile], list[tuple[ev.StoredFile, str]]] | str:
+        """A prompt's ``context_files`` as (images for the agent, (file, name) to write into the
+        workspace), or why they are refused. Only files stored in this session count: the gateway
+        never fetches a URL that came in a frame (docs/files.md)."""
+        if len(context_files) > MAX_CONTEXT_FILES:
+            return f"a prompt may attach at most {MAX_CONTEXT_FILES} context_files"
+        images: list[ev.StoredFile] = []
+        uploads: list[tuple[ev.StoredFile, str]] = []
+        for attached in context_files:
+            stored = self.files.get(attached.file_url.rpartition("/")[2])
+            if stored is None or stored.file_url != attached.file_url:
+                return (
+                    f"context_files: {attached.file_url[:200]!r} is not a file of this session: "
+                    f"upload it with PUT /v1/session/{self.session_id}/files?name=... and use the "
+                    "file_url it returns (the gateway fetches no URL)"
+                )
+            if not valid_file_name(attached.file_name):
+                return f"context_files: {attached.file_name[:200]!r} is not a base file name"
+            if self.config.accepts_images and stored.mime_type in IMAGE_MIME_TYPES:
+                images.append(stored)
+            else:
+                uploads.append((stored, attached.file_name))
+        return images, uploads
+
+    def _start_prompt(
+        self,
+        text: str,
+        overrides: F.ConfigOverrides | None,
+        *,
+        compaction: bool = False,
+        images: list[ev.StoredFile] | None = None,
+    ) -> list[Action]:
+        images = images or []
+        out = self._open_turn(overrides)
+        assert self.turn is not None
+        self.turn.requested_compaction = compaction
+        # A long-lived agent takes the prompt on stdin, unless the gateway is stopping it.
+        takes_it = not (self.config.single_turn_process or self._stopping_for_cancel)
+        if self.process_alive and takes_it:
+            if images:
+                return out + [WritePrompt(text, images)]
+            data = self.input.prompt(text)
+            if data is None:  # cannot happen for a long-lived profile with stdin prompts
+                return out + [Log("error", "agent cannot take prompts on stdin")]
+            return out + [WriteStdin(data)]
+        if self.process_alive:
+            # The previous turn ended but its process is still exiting (codex exec writes its
+            # thread after turn.completed; an agent stopped for a cancel): a second process must
+            # not resume the session beside it, so this one starts when that exit is reported.
+            self._waiting_spawn = (text, overrides, images)
+            return out
+        self.process_alive = True
+        return out + self._spawn(text, overrides, images)
+
+    def _spawn(
+        self, text: str, overrides: F.ConfigOverrides | None, images: list[ev.StoredFile]
+    ) -> list[Action]:
+        """A process for this prompt, resuming the agent's session; a long-lived agent (a
+        restored session, or one that exited) is told its opening too."""
+        spawn = Spawn(
+            prompt=text,
+            resume_id=self.agent_session_id,
+            mode=self.mode,
+            overrides=overrides,
+            images=images,
+        )
+        if self.config.single_turn_process:
+            return [spawn]
+        return [spawn, *self._opening(self.agent_session_id)]
+
+    def _cancel(self, conn_id: str, cancel: F.PromptCancel, mid: str) -> list[Action]:
+        if self.turn is None or cancel.target_turn_id != self.turn.turn_id:
+            return [
+                self._error(
+                    "TURN_NOT_FOUND",
+                    f"no running turn {cancel.target_turn_id!r} to cancel",
+                    conn_id,
+                    mid,
+                )
+            ]
+        if self.turn.cancel_requested:
+            return []
+        self.turn.cancel_requested = True
+        self.mapper.cancel_open_blocks()
+        out = self._deny_all_interactions("the turn was cancelled")
+        if self._waiting_spawn is not None:
+            # Its process never started: nothing to interrupt, the turn ends here.
+            self._waiting_spawn = None
+            return out + self._end_turn("cancelled")
+        # A single-turn process has no stdin stream to take an interrupt on (its prompt came in
+        # argv and stdin is closed): interrupt it as a terminal would, at once, not after the grace.
+        data = None
+        if not self.config.single_turn_process:
+            data = self.input.interrupt(self._next_request_id("interrupt"))
+        if data is not None:
+            out.append(WriteStdin(data))
+            if getattr(self.input, "sigint_on_cancel", True):
+                out.append(StartTimer("cancel", self.config.cancel_sigint_sec))
+        else:
+            out.append(Signal(_signal.SIGINT))
+        out.append(StartTimer("cancel-kill", self.config.cancel_stop_sec))
+        return out
+
+    # permissions -------------------------------------------------------------------------------
+
+    def _permission_request(self, req: ev.PermissionRequest) -> list[Action]:
+        spec = lookup(req.tool_name)
+        turn = self.turn
+        options, choices = interaction_options(req, spec)
+        if self.mode in ("plan", "review") and spec.writes:
+            # DPS-6.3.2-block: the gateway enforces the mode; the CLI does not when it asks us.
+            if req.call_id:
+                self.mapper.block_call(req.call_id)
+            return self._answer_permission(
+                req.request_id, False, BLOCKED_OUTPUT, option=_chosen(choices, False)
+            )
+        if turn is not None and req.tool_name in turn.denied:
+            return self._answer_permission(
+                req.request_id,
+                False,
+                f"{req.tool_name} is denied for this prompt",
+                option=_chosen(choices, False),
+            )
+        if req.tool_name in self.config.auto_allow or (
+            turn is not None and req.tool_name in turn.allowed
+        ):
+            return self._answer_permission(
+                req.request_id, True, updated_input=req.input, option=_chosen(choices, True)
+            )
+        interaction_id = self.factory.new_id()
+        context = F.InteractionContext(
+            tool_name=req.tool_name,
+            tool_input=req.input,
+            affected_paths=list(req.affected_paths) or None,
+        )
+        payload = F.InteractionRequest(
+            interaction_id=interaction_id,
+            interaction_type="PERMISSION",
+            question_text=permission_question(req),
+            timeout_sec=self.config.permission_timeout_sec,
+            options=options,
+            context=context,
+            default_value=DENY,
+        )
+        metadata: dict[str, Any] = {}
+        if req.call_id and (invocation_id := self.mapper.invocation_id(req.call_id)):
+            metadata["invocation_id"] = invocation_id
+        if (context := self.mapper.subagent_context(req.parent)) is not None:
+            metadata["subagent_context"] = context  # DPS-10.2-context: asked from a subagent
+        frame = self.factory.frame(
+            payload, turn_id=self.turn.turn_id if self.turn else None, metadata=metadata or None
+        )
+        self.interactions[interaction_id] = _Interaction(
+            interaction_id, req.request_id, req.tool_name, req.input, frame, choices
+        )
+        out: list[Action] = [Emit(frame)]
+        out += self._emit_all(self.mapper.set_state("awaiting_input", "permission_request"))
+        out.append(StartTimer(f"interaction:{interaction_id}", self.config.permission_timeout_sec))
+        return out
+
+    def _answer_permission(
+        self,
+        request_id: str,
+        allow: bool,
+        message: str = "",
+        updated_input: dict[str, Any] | None = None,
+        option: str | _NoOption | None = NO_OPTION,
+    ) -> list[Action]:
+        # ``option``: the agent's own option chosen (None: no choice, ACP's "cancelled"); only
+        # for an agent that offered options.
+        extra: dict[str, Any] = {} if isinstance(option, _NoOption) else {"option": option}
+        data = self.input.permission(
+            request_id, allow=allow, message=message, updated_input=updated_input, **extra
+        )
+        return [WriteStdin(data)] if data is not None and self.process_alive else []
+
+    def _settle(
+        self,
+        interaction: _Interaction,
+        allow: bool,
+        message: str,
+        outcome: str,
+        value: str | None = None,
+    ) -> list[Action]:
+        self.last_decision = ALLOW if allow else DENY
+        out: list[Action] = [
+            CancelTimer(f"interaction:{interaction.interaction_id}"),
+            Settled("PERMISSION", outcome),
+        ]
+        option: str | _NoOption | None = NO_OPTION
+        if interaction.choices:
+            # The master's choice; a timeout or a cancel chooses nothing (ACP: "cancelled").
+            chosen = interaction.choices.get(value) if value is not None else None
+            option = chosen[0] if chosen is not None else None
+        out += self._answer_permission(
+            interaction.request_id,
+            allow,
+            message,
+            updated_input=interaction.input if allow else None,
+            option=option,
+        )
+        if not self.interactions and self.turn is not None:
+            frames = self.mapper.set_state("tool_calling", "permission_answered")
+            if self._sender is not None:  # who answered, for every master (and the history)
+                by = {USER_KEY: self._sender, "interaction_id": interaction.interaction_id}
+                frames = [
+                    msgspec.structs.replace(f, metadata={**(f.metadata or {}), **by})
+                    for f in frames
+                ]
+            out += self._emit_all(frames)
+        return out
+
+    def _interaction_response(
+        self, conn_id: str, resp: F.InteractionResponse, mid: str
+    ) -> list[Action]:
+        interaction = self.interactions.pop(resp.interaction_id, None)
+        if interaction is None:
+            return [
+                self._error(
+                    "INTERACTION_NOT_FOUND",
+                    f"no pending interaction {resp.interaction_id!r}",
+                    conn_id,
+                    mid,
+                )
+            ]
+        selected = resp.selected_value
+        values = selected if isinstance(selected, list) else [selected]
+        value: str | None = None
+        if interaction.choices:
+            # The agent's own options: the first value that is one of them decides.
+            value = next((v for v in values if v in interaction.choices), None)
+            if value is None:
+                value = next(
+                    (v for v, (_, allows) in interaction.choices.items() if not allows), None
+                )
+            allow = value is not None and interaction.choices[value][1]
+        else:
+            allow = ALLOW in values
+        message = resp.text_input or ("" if allow else "The user denied this tool use.")
+        return self._settle(interaction, allow, message, "allowed" if allow else "denied", value)
+
+    def _interaction_timeout(self, conn_id: str | None, interaction_id: str, mid: str | None):
+        interaction = self.interactions.pop(interaction_id, None)
+        if interaction is None:
+            if conn_id is None:
+                return []
+            return [
+                self._error(
+                    "INTERACTION_NOT_FOUND",
+                    f"no pending interaction {interaction_id!r}",
+                    conn_id,
+                    mid,
+                )
+            ]
+        # DPS-6.2-interaction: a timeout denies a PERMISSION.
+        return self._settle(interaction, False, "The permission request timed out.", "timed_out")
+
+    def _answered_in_transcript(self, event: ev.PermissionAnswered) -> list[Action]:
+        """A replayed transcript says how a permission was answered: the interaction ends there,
+        as a master's answer would have ended it (nothing is written: no process runs)."""
+        found = next(
+            (i for i in self.interactions.values() if i.request_id == event.request_id), None
+        )
+        if found is None:
+            return []
+        del self.interactions[found.interaction_id]
+        outcome = "allowed" if event.allow else "denied"
+        return self._settle(found, event.allow, "", outcome)
+
+    def _deny_all_interactions(self, why: str) -> list[Action]:
+        out: list[Action] = []
+        while self.interactions:
+            _, interaction = self.interactions.popitem()
+            out += self._settle(interaction, False, f"Denied: {why}.", "cancelled")
+        return out
+
+    # modes and compaction ----------------------------------------------------------------------
+
+    def _mode_switch(self, conn_id: str, switch: F.ModeSwitch, mid: str) -> list[Action]:
+        if not self.config.features.plan_mode:
+            return [
+                self._error(
+                    "MODE_NOT_SUPPORTED",
+                    f"the {self.config.agent} agent does not support mode switching",
+                    conn_id,
+                    mid,
+                )
+            ]
+        if self.turn is not None:
+            return [
+                self._error(
+                    "MODE_SWITCH_DURING_TURN",
+                    "the mode cannot change while a turn is running",
+                    conn_id,
+                    mid,
+                )
+            ]
+        previous, self.mode = self.mode, switch.mode
+        out: list[Action] = []
+        if self.process_alive and not self.config.single_turn_process:
+            # review is enforced by the gateway; the CLI itself runs in default mode then.
+            cli_mode = "plan" if switch.mode == "plan" else "default"
+            data = self.input.set_mode(self._next_request_id("set_mode"), cli_mode)
+            if data is not None:
+                out.append(WriteStdin(data))
+        state = self.mapper.state
+        change = F.StateChanged(previous_state=state, current_state=state, reason="mode_switch")
+        frame = self.factory.frame(
+            change, metadata={"mode": switch.mode, "previous_mode": previous}
+        )
+        out.append(Emit(frame))
+        return out
+
+    def _compact(self, conn_id: str, compact: F.SessionCompact, mid: str) -> list[Action]:
+        if not self.config.features.context_compaction:
+            return [
+                self._error(
+                    "COMPACTION_NOT_SUPPORTED",
+                    f"the {self.config.agent} agent does not support context compaction",
+                    conn_id,
+                    mid,
+                )
+            ]
+        if self.turn is not None:
+            return [
+                self._error(
+                    "PROMPT_IN_PROGRESS", "compaction must wait for the running turn", conn_id, mid
+                )
+            ]
+        text = "/compact" + (f" {compact.instruction}" if compact.instruction else "")
+        if "\0" in text:
+            return [self._error(_nul().code, str(_nul()), conn_id, mid)]
+        return self._start_prompt(text, None, compaction=True)
+
+    def _control_ack(self, ack: ev.ControlAck) -> list[Action]:
+        what = self._pending_controls.pop(ack.request_id, None)
+        if ack.ok or what is None:
+            return []
+        return [Log("warning", f"agent refused the {what} request", {"error": ack.error})]
+
+    # timers and the control plane ----------------------------------------------------------------
+
+    def timer_fired(self, key: str) -> list[Action]:
+        if key == STALL_TIMER:
+            return self._stall_tick()
+        if key.startswith("interaction:"):
+            return self._interaction_timeout(None, key.partition(":")[2], None)
+        if key == "cancel" and self.turn is not None and self.process_alive:
+            return [Signal(_signal.SIGINT)]
+        if key == "cancel-kill" and self.turn is not None and self.process_alive:
+            self._stopping_for_cancel = True
+            return [Log("warning", "the agent ignored the cancel; stopping it"), Terminate()]
+        return []
+
+    def rename(self, name: str, *, renamed_by: str = "master") -> list[Action]:
+        previous, self.name = self.name, name
+        payload = F.Renamed(
+            session_id=self.session_id, name=name, renamed_by=renamed_by, previous_name=previous
+        )
+        return [Emit(self._make(payload))]  # DPS-7.6-renamed: to every connection
+
+    def delete(self, reason: str = "master_request", deleted_by: str = "master") -> list[Action]:
+        """End the session: deny what waits, stop the agent, then the cleanup frames (DPS-7.5.3),
+        ``session.deleted`` (DPS-7.7) and close. With no process the cleanup happens at once."""
+        if self._deleting is not None:
+            return []
+        self._deleting = (reason, deleted_by)
+        out = self._deny_all_interactions("the session is ending")
+        if self.process_alive:
+            self.phase = "terminating"
+            return out + [Terminate()]
+        return out + self._finish_delete()
+
+    def _finish_delete(self) -> list[Action]:
+        assert self._deleting is not None
+        reason, deleted_by = self._deleting
+        out: list[Action] = []
+        if self.turn is not None:
+            out += self._end_turn("error")
+        self.phase = "terminated"
+        deleted = F.Deleted(session_id=self.session_id, reason=reason, deleted_by=deleted_by)
+        out.append(Emit(self._make(deleted)))
+        # Said in the log too: with no master attached (a reattach window that ran out) the
+        # frame reaches nobody, and the log is where an operator learns why a session ended.
+        out.append(Log("info", "session deleted", {"reason": reason, "deleted_by": deleted_by}))
+        out.append(CloseAll(f"session deleted ({reason})"))
+        return out
+
+
+# --- pure helpers ---------------------------------------------------------------------------------
+
+
+class PromptRefused(ValueError):
+    """A prompt the agent must not get; answered with a non-fatal ``session.error`` ``code``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def prompt_text_for_agent(
+    prompt: F.PromptRequest, max_bytes: int = 1 << 20, *, attached: str = ""
+) -> str:
+    """The text the agent gets: slash commands as ``/name args``; each file reference token (its
+    ``ref_id``) replaced by its ``display_path`` (DPS-6.1.1-prompt); attached files listed after
+    the prompt (``attached``: what the session says of them; their URLs are never listed). At most ``MAX_FILE_REFERENCES``
+    references and ``max_bytes`` of UTF-8 text, and no NUL, else ``PromptRefused``."""
+    text = prompt.prompt_text
+    if prompt.input_type == "slash_command" and not text.startswith("/"):
+        text = "/" + text
+    refs = prompt.file_references or ()
+    if len(refs) > MAX_FILE_REFERENCES:
+        raise PromptRefused(
+            "TOO_MANY_FILE_REFERENCES",
+            f"a prompt may carry at most {MAX_FILE_REFERENCES} file_references, got {len(refs)}",
+        )
+    text = _replace_tokens(text, refs, max_bytes) + attached
+    if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise _too_large(max_bytes)
+    overrides = prompt.config_overrides
+    tools = [*(overrides.allowed_tools or ()), *(overrides.denied_tools or ())] if overrides else []
+    if "\0" in text or any("\0" in tool for tool in tools):
+        raise _nul()
+    return text
+
+
+def _nul() -> PromptRefused:
+    # No argv can carry a NUL: a single-turn agent's start would fail and end the session.
+    return PromptRefused("INVALID_FRAME", "the prompt or a tool name contains a NUL character")
+
+
+def valid_file_name(name: str) -> bool:
+    """A base name: 1 to ``MAX_FILE_NAME_BYTES`` UTF-8 bytes, not ``.`` or ``..``, without ``/``
+    or a character that looks like one, and without a control, format or line/paragraph
+    separator character (Unicode categories Cc, Cf, Zl, Zp: C1 controls, bidi overrides, zero
+    widths), which would show a master or the agent another name than the one stored
+    (docs/files.md)."""
+    return (
+        name not in ("", ".", "..")
+        and not any(c in _SLASHES or unicodedata.category(c) in _HIDDEN for c in name)
+        and len(name.encode("utf-8", "surrogatepass")) <= MAX_FILE_NAME_BYTES
+    )
+
+
+# What a file name may not hold besides "/": characters drawn as a slash (a name must not read as
+# a path), and the Unicode categories that are invisible or move text around.
+_SLASHES: Final = frozenset(
+    "/\u0337\u0338\u2044\u2215\u2571\u27cb\u29f8\u2afb\u2afd\uff0f\U0001f67c"
+)
+_HIDDEN: Final = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def attachments_text(images: list[ev.StoredFile], uploads: list[tuple[ev.StoredFile, str]]) -> str:
+    """What the prompt says about its attached files: images given to the agent as images by
+    name, other files by their path in the workspace."""
+    if not images and not uploads:
+        return ""
+    lines = [f"- {f.file_name} ({f.mime_type}, attached as an image)" for f in images]
+    lines += [
+        f"- {UPLOADS_DIR}/{name} ({f.mime_type}, {f.size_bytes} bytes)" for f, name in uploads
+    ]
+    return "\n\nAttached files:\n" + "\n".join(lines)
+
+
+def _too_large(max_bytes: int) -> PromptRefused:
+    return PromptRefused(
+        "PROMPT_TOO_LARGE",
+        f"the prompt for the agent (file references replaced) would exceed {max_bytes} bytes",
+    )
+
+
+def _replace_tokens(text: str, refs: Any, max_bytes: int) -> str:
+    """Every token replaced in one pass over the original text: a ``display_path`` that contains a
+    ``ref_id`` (its own or another's) is never scanned again, and the longest ``ref_id`` wins where
+    two start at the same place. A reference with an empty ``ref_id`` names no token. The result is
+    measured as it grows, so a short token repeated many times cannot build more than
+    ``max_bytes`` before it is refused."""
+    paths: dict[str, str] = {}
+    for ref in refs:
+        if ref.ref_id and ref.display_path and ref.ref_id not in paths:
+            paths[ref.ref_id] = ref.display_path
+    if not paths:
+        return text
+    tokens = re.compile("|".join(re.escape(r) for r in sorted(paths, key=len, reverse=True)))
+    parts: list[str] = []
+    size = pos = 0
+    for match in tokens.finditer(text):
+        path = paths[match.group()]
+        size += match.start() - pos + len(path)
+        if size > max_bytes:  # characters: a lower bound of the UTF-8 size
+            raise _too_large(max_bytes)
+        parts += (text[pos : match.start()], path)
+        pos = match.end()
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+_REJECT_FIRST: Final = ("reject_once", "reject_always")
+_ALLOW_FIRST: Final = ("allow_once", "allow_always")
+
+
+def interaction_options(
+    req: ev.PermissionRequest, spec: Any
+) -> tuple[list[F.InteractionOption], dict[str, tuple[str, bool]]]:
+    """The options of the PERMISSION question, and what each value means to the agent.
+
+    Allow and Deny for an agent that offers no options. An agent's own options (ACP) are offered
+    as they are, in its order and with its labels; the first allowing one has the value ``allow``
+    and the first rejecting one ``deny`` (so a master that answers allow/deny works with any agent),
+    the others their kind (``allow_always``, ``reject_always``)."""
+    if not req.options:
+        return [
+            F.InteractionOption(value=ALLOW, label="Allow", risk_level=risk_of(spec)),
+            F.InteractionOption(value=DENY, label="Deny", risk_level="safe"),
+        ], {}
+    first: dict[bool, str] = {}
+    for kinds, allows in ((_ALLOW_FIRST, True), (_REJECT_FIRST, False)):
+        for kind in kinds:
+            found = next((o.option_id for o in req.options if o.kind == kind), None)
+            if found is not None:
+                first[allows] = found
+                break
+    options: list[F.InteractionOption] = []
+    choices: dict[str, tuple[str, bool]] = {}
+    for option in req.options:
+        allows = option.kind.startswith("allow")
+        if first.get(allows) == option.option_id:
+            value = ALLOW if allows else DENY
+        else:
+            value = option.kind or option.option_id
+        if value in choices:
+            value = option.option_id
+        if value in choices:
+            continue  # the same option twice
+        choices[value] = (option.option_id, allows)
+        risk = risk_of(spec) if allows else "safe"
+        options.append(
+            F.InteractionOption(value=value, label=option.name or value, risk_level=risk)
+        )
+    return options, choices
+
+
+def _chosen(choices: dict[str, tuple[str, bool]], allow: bool) -> str | _NoOption | None:
+    """The agent's option the gateway picks itself (auto_allow, a mode's block, a denied tool)."""
+    if not choices:
+        return NO_OPTION
+    found = choices.get(ALLOW if allow else DENY)
+    return found[0] if found is not None else None
+
+
+def permission_question(req: ev.PermissionRequest) -> str:
+    inp = req.input
+    for key in ("command", "file_path", "path", "url"):
+        detail = inp.get(key)
+        if isinstance(detail, str) and detail:
+            return f"Allow {req.tool_name}: {detail}?"
+    if req.title:  # the agent's own words for the call (ACP)
+        return f"Allow {req.tool_name}: {req.title[:200]}?"
+    return f"Allow the agent to use {req.tool_name}?"
+
+
+def risk_of(spec: Any) -> Literal["safe", "moderate", "dangerous"]:
+    if spec.category == "shell":
+        return "dangerous"
+    if spec.writes or spec.category in ("web", "mcp", "custom"):
+        return "moderate"
+    return "safe"
