@@ -95,13 +95,13 @@ CORE = tuple(m for m in COMPILED if m.startswith(("parsers/", "gateway/protocol/
 
 # The test files of the compiled modules: ``--tests`` runs them against the copy.
 TESTS = (
-    "tests/test_claude_code_parser.py", "tests/test_claude_code_fixtures.py",
-    "tests/test_codex_parser.py", "tests/test_gemini_parser.py", "tests/test_plain_parser.py",
-    "tests/test_codex_gemini_fixtures.py", "tests/test_mapper.py", "tests/test_codec.py",
-    "tests/test_factory.py", "tests/test_session_machine.py", "tests/test_history.py",
-    "tests/test_fanout_bytes.py", "tests/test_metrics.py", "tests/test_capabilities.py",
-    "tests/test_tools.py", "tests/test_files.py", "tests/test_server.py",
-    "tests/test_hostile_input.py", "tests/test_persistence.py", "tests/test_memory_bounds.py",
+    "tests/parsers/test_claude_code_parser.py", "tests/parsers/test_claude_code_fixtures.py",
+    "tests/parsers/test_codex_parser.py", "tests/parsers/test_gemini_parser.py", "tests/parsers/test_plain_parser.py",
+    "tests/parsers/test_codex_gemini_fixtures.py", "tests/protocol/test_mapper.py", "tests/protocol/test_codec.py",
+    "tests/protocol/test_factory.py", "tests/protocol/test_machine.py", "tests/protocol/test_history.py",
+    "tests/session/test_fanout_bytes.py", "tests/metrics/test_metrics.py", "tests/protocol/test_capabilities.py",
+    "tests/protocol/test_tools.py", "tests/storage/test_files.py", "tests/server/test_server.py",
+    "tests/server/test_hostile_input.py", "tests/storage/test_persistence.py", "tests/session/test_memory_bounds.py",
 )  # fmt: skip
 
 # mypy error codes the sources raise (see above); mypyc stops on any other.

@@ -6,7 +6,7 @@ Theory of operation
 -------------------
 One gateway process (``relay_rig.Gateway``: the real server on uvloop, ``synth_agent.py`` as its
 agent) and the fleet's router: Debian's nginx running ``deploy/k8s/router/default.conf.template``
-(rendered by ``tests/fleet_rig.py`` as the tests do, its DNS answering the gateway's address).
+(rendered by ``tests/support/fleet_rig.py`` as the tests do, its DNS answering the gateway's address).
 ``--sessions`` sessions are created through the router (``POST /v1/session``); each gets one master
 (``relay_rig.LeanMaster``), the even ones connected to the router, the odd ones to the gateway.
 
@@ -80,7 +80,7 @@ from relay_rig import (  # noqa: E402
     rss_bytes,
 )
 
-from tests.fleet_rig import READY, Dns, Router, nginx_path  # noqa: E402
+from tests.support.fleet_rig import READY, Dns, Router, nginx_path  # noqa: E402
 
 RECORDING = HERE.parent / "tests/fixtures/claude-code/working-session.jsonl"
 

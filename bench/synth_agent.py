@@ -248,7 +248,7 @@ def transcript_template(path: str) -> list[bytes]:
 
 def recorded_turns(path: str) -> list[list[tuple[int, bytes]]] | None:
     """A timed recording (its meta has ``stdout_times`` and ``stdin_times``, see
-    ``tests/rig/record.py``) as turns: each prompt's lines, every line of it as a template with the
+    ``tests/support/rig/record.py``) as turns: each prompt's lines, every line of it as a template with the
     nanoseconds it came after the prompt was written. None when the recording has no timing."""
     meta_path = path.removesuffix(".jsonl") + ".meta.json"
     try:

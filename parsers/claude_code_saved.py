@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Found with the real CLI (``tests/test_conversations_realcli.py``):
+Found with the real CLI (``tests/e2e/test_conversations_realcli.py``):
 
 * The config dir is ``$CLAUDE_CONFIG_DIR``, else ``$HOME/.claude``. A workspace's conversations are
   in ``projects/<slug>/``, the slug being the workspace's absolute path with every character that is

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Found with the real CLI (``tests/test_conversations_realcli.py``):
+Found with the real CLI (``tests/e2e/test_conversations_realcli.py``):
 
 * The Codex home is ``$CODEX_HOME``, else ``$HOME/.codex``. Every thread (conversation) is one file
   ``sessions/<year>/<month>/<day>/rollout-<local time>-<thread id>.jsonl``, under the day it began,

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Found with the real CLI (``tests/test_conversations_realcli.py``) and its source:
+Found with the real CLI (``tests/e2e/test_conversations_realcli.py``) and its source:
 
 * The home is ``$GEMINI_CLI_HOME``, else ``$HOME``; the CLI's directory ``.gemini`` in it. A
   project's files are in ``tmp/<short id>/``, the short id being the workspace's base name made a

@@ -4,7 +4,7 @@
 
 The same every time: a gateway with the embedded demo agent (no model, no network) on a loopback
 port, its workspace root /tmp/rawp-demo (emptied, then main.py and notes.txt), Debian's Chromium
-(scripts/install-chromium.sh) driven by tests/browser.py at 1100x720. In the page, as a person
+(scripts/install-chromium.sh) driven by tests/support/browser.py at 1100x720. In the page, as a person
 would: create the session "refactor notes", ask "think about it and list files", then
 "write notes.txt" and allow it in the dialog; the shot is taken once both turns have ended, with
 the thinking block unfolded. Look at the result before committing it.
@@ -24,7 +24,7 @@ from aiohttp import web  # noqa: E402
 
 from gateway.config import Config, builtin_profiles  # noqa: E402
 from gateway.server import create_app  # noqa: E402
-from tests.browser import Browser  # noqa: E402
+from tests.support.browser import Browser  # noqa: E402
 
 WORKSPACE = Path("/tmp/rawp-demo")  # shown in the picture: the same on every machine
 WIDTH, HEIGHT = 1100, 720

@@ -2,7 +2,7 @@
 # Installs the pinned agent CLIs that the real-agent rig and the end-to-end tests drive, into the
 # git-ignored folder .agents/ of the repo (one npm prefix per CLI, so their dependency trees never
 # mix). A CLI whose pinned version is already there is reused, so a second run is a fast no-op.
-# The pins here must match tests/rig/env.py (PINNED); a rig test checks that they do.
+# The pins here must match tests/support/rig/env.py (PINNED); a rig test checks that they do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD/.agents"

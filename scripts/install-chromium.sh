@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs Debian's `chromium` package for the browser console's tests (tests/test_browser_console.py,
+# Installs Debian's `chromium` package for the browser console's tests (tests/console/test_browser_console.py,
 # marker `browser`), which drive it headless over the DevTools protocol. Browser builds downloaded
 # at install time are not used: the system Chromium is the one the tests launch.
 #

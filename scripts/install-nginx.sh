@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs Debian's `nginx` package for the fleet tests (tests/test_fleet.py), which run the router
+# Installs Debian's `nginx` package for the fleet tests (tests/team/test_fleet.py), which run the router
 # of deploy/k8s (its configuration generated from deploy/k8s/router/nginx.conf.template) in front of
 # three gateways on loopback.
 #

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs Debian's `prometheus` package, which brings both `prometheus` and `promtool`, for the
-# tests that run a real Prometheus against the gateway (tests/test_prometheus_scrape.py) and check
-# the dashboard's queries and the scrape config (tests/test_dashboard.py, tests/test_deploy.py).
+# tests that run a real Prometheus against the gateway (tests/metrics/test_prometheus_scrape.py) and check
+# the dashboard's queries and the scrape config (tests/metrics/test_dashboard.py, tests/repo/test_deploy.py).
 #
 # - A no-op when both binaries are already on PATH, so re-running the test command costs nothing.
 # - Never starts the packaged system service (scripts/lib/apt.sh, apt_install_no_service): the

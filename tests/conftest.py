@@ -51,9 +51,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 async def gw(tmp_path):
-    """The real gateway in-process (``tests.gateway_peer.start_gateway``) with the demo agent
+    """The real gateway in-process (``tests.support.gateway_peer.start_gateway``) with the demo agent
     answering at once, workspace root ``tmp_path``. A module may define its own ``gw``."""
-    from tests.gateway_peer import demo_config, start_gateway
+    from tests.support.gateway_peer import demo_config, start_gateway
 
     client = await start_gateway(demo_config(tmp_path))
     yield client

@@ -1,4 +1,4 @@
-"""What the tests share: one of each helper, imported from here (or from ``tests.gateway_peer``,
+"""What the tests share: one of each helper, imported from here (or from ``tests.support.gateway_peer``,
 the in-process gateway and its masters, ``prompt_and_wait`` and ``demo_config``; the ``gw``
 fixture is in ``tests/conftest.py``) and never from another test module.
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.config import Config
 from gateway.team.auth import AuthSettings
-from tests.gateway_peer import make_config
+from tests.support.gateway_peer import make_config
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The browser console (/ui) driven in Debian's headless Chromium (tests/browser.py): a page, the
+"""The browser console (/ui) driven in Debian's headless Chromium (tests/support/browser.py): a page, the
 token dialog, the composer, and the DOM queries the console tests share."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 
-from tests.browser import Browser, Page
+from tests.support.browser import Browser, Page
+from tests.support.paths import TESTS
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts" / "browser-console"
+ARTIFACTS = TESTS / "artifacts" / "browser-console"
 
 
 @contextlib.asynccontextmanager

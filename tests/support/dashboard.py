@@ -4,11 +4,10 @@ their queries with Grafana's variables replaced, ready for Prometheus."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-DASHBOARD = (
-    Path(__file__).resolve().parent.parent.parent / "grafana" / "dashboards" / "rawp-gateway.json"
-)
+from tests.support.paths import REPO
+
+DASHBOARD = REPO / "grafana" / "dashboards" / "rawp-gateway.json"
 
 # Grafana's variables, replaced by values of the same syntactic kind (a duration, a regex).
 GRAFANA_VARIABLES = {

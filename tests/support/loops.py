@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any
 
 import pytest
 import uvloop
+
+from tests.support.paths import HOSTILE
 
 PY = sys.executable
 LOOPS = pytest.mark.parametrize(
@@ -20,7 +21,7 @@ LOOPS = pytest.mark.parametrize(
 )
 
 # The hostile agent that leaves a descendant behind, and the ways it can hide it (see the script).
-HOSTILE = str(Path(__file__).resolve().parent.parent / "hostile" / "leaves_descendant.py")
+HOSTILE = str(HOSTILE / "leaves_descendant.py")
 HOWS = ["group", "setsid", "devnull", "daemon"]
 
 

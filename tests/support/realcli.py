@@ -21,10 +21,10 @@ from aiohttp.test_utils import TestClient
 from gateway.config import builtin_profiles
 from gateway.server import SESSIONS
 from gateway.session import LiveSession
-from tests.gateway_peer import Master, create_session, make_config, start_gateway
-from tests.rig.env import require_cli
-from tests.rig.run import CliSetup, scripted_cli
-from tests.rig.scenario import Scenario, parse_scenario
+from tests.support.gateway_peer import Master, create_session, make_config, start_gateway
+from tests.support.rig.env import require_cli
+from tests.support.rig.run import CliSetup, scripted_cli
+from tests.support.rig.scenario import Scenario, parse_scenario
 
 GEMINI_MODEL = "gemini-2.5-flash"  # without -m the CLI first makes a routing call ("auto")
 TEST_LIMIT_S = 120.0  # one test's body, and separately the gateway's shutdown after it
