@@ -32,11 +32,12 @@ class _Itimerspec(ctypes.Structure):
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_create: Callable[..., int] | None
 try:
     _create = _libc.timerfd_create
     _settime = _libc.timerfd_settime
 except AttributeError:  # not Linux: FineTimer() raises OSError, and callers do without
-    _create = _settime = None
+    _create = None  # no FineTimer is made, so nothing calls _settime
 else:
     _create.argtypes = (ctypes.c_int, ctypes.c_int)
     _create.restype = ctypes.c_int

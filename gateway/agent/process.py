@@ -90,7 +90,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, NamedTuple, cast
+from typing import Any, Final, Literal, NamedTuple, cast
 
 from gateway.agent.fine_timer import FineTimer
 
@@ -614,7 +614,10 @@ class AgentProcess:
         # The stdlib loop spawns with close_fds=True. uvloop leaves the child the original numbers
         # of its stdio socket pairs (and whatever the gateway holds without O_CLOEXEC) besides
         # 0-2: a descendant that puts 0-2 on /dev/null would still hold the agent's stdout.
-        extra = {} if isinstance(loop, asyncio.BaseEventLoop) else {"preexec_fn": _cloexec_above_2}
+        # Passed on to Popen's keywords, which subprocess_exec's stub types one by one.
+        extra: dict[str, Any] = (
+            {} if isinstance(loop, asyncio.BaseEventLoop) else {"preexec_fn": _cloexec_above_2}
+        )
         try:
             transport, _ = await loop.subprocess_exec(
                 lambda: _Protocol(self),

@@ -87,7 +87,7 @@ def translate(
         for action in actions:
             if isinstance(action, sm.Emit) and action.to is None:
                 out.write(codec.encode(action.frame) + b"\n")
-                payload = action.frame.payload  # type: ignore[attr-defined]
+                payload = action.frame.payload
                 if isinstance(payload, FileTransfer):
                     what = f"{payload.file_name} ({payload.mime_type}, {payload.size_bytes} bytes)"
                     print(f"translate: {what} written to {payload.file_url}", file=err)

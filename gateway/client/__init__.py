@@ -522,7 +522,7 @@ class Connection:
 
 def payload_of(frame: F.Frame) -> F.Payload:
     """A frame's payload: every concrete frame class has one, the ``Frame`` base declares none."""
-    return frame.payload  # type: ignore[attr-defined,no-any-return]
+    return frame.payload
 
 
 def is_synthetic(frame: F.Frame) -> bool:

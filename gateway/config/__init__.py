@@ -148,7 +148,10 @@ def parser_features(parser: str) -> Features:
     unknown = sorted(set(declared) - _FEATURE_NAMES)
     if unknown:
         raise ValueError(f"parser {parser!r} declares unknown features {', '.join(unknown)}")
-    return Features(**dict.fromkeys(declared, True))
+    # Any, not bool: mypy cannot see that adapter_type (not a bool) is not among the names, which
+    # were checked against _FEATURE_NAMES above.
+    on: dict[str, Any] = dict.fromkeys(declared, True)
+    return Features(**on)
 
 
 _READ_ONLY_TOOLS = frozenset({"Read", "Glob", "Grep", "LS", "NotebookRead", "TodoWrite"})

@@ -46,7 +46,7 @@ import contextlib
 import time
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Final
 
@@ -478,6 +478,10 @@ class GatewayMetrics:
 
     clock_ns: Final = staticmethod(clock_ns)
 
+    #: Nanoseconds from reading the agent's stdout line (`StdoutLine.t_ns`) to writing a frame made
+    #: from it on one WebSocket: `observe_latency_ns(clock_ns() - line.t_ns)`. Set per instance.
+    observe_latency_ns: Callable[[int], None]
+
     def __init__(
         self,
         *,
@@ -740,11 +744,6 @@ class GatewayMetrics:
         t = self._in.get(type_) or self._in_other
         t.frames += 1
         t.nbytes += nbytes
-
-    def observe_latency_ns(self, ns: int) -> None:  # replaced per instance in __init__
-        """Nanoseconds from reading the agent's stdout line (`StdoutLine.t_ns`) to writing a frame
-        made from it on one WebSocket: `observe_latency_ns(clock_ns() - line.t_ns)`."""
-        self._latency.observe(ns)
 
     # --- folding ----------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ therefore permissive (every field optional) and the README's protocol notes say 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 import msgspec
 
@@ -64,6 +64,9 @@ StopReason = Literal["end_turn", "max_tokens", "cancelled", "error", "tool_use",
 Mode = Literal["default", "plan", "review"]
 InteractionType = Literal["YN", "SELECT", "MULTI_SELECT", "TEXT_INPUT", "PERMISSION"]
 Severity = Literal["fatal", "error", "warning"]
+RenamedBy = Literal["edge", "client", "master"]
+DeleteReason = Literal["user_request", "master_request", "timeout", "error"]
+DeletedBy = Literal["edge", "client", "master", "system"]
 AgentState = str  # reserved: idle, thinking, tool_calling, awaiting_input, error; or x-{vendor}.*
 
 
@@ -489,15 +492,15 @@ class Renamed(Payload):
     TYPE: ClassVar[str] = "session.renamed"
     session_id: str
     name: str
-    renamed_by: Literal["edge", "client", "master"]
+    renamed_by: RenamedBy
     previous_name: str | None = None
 
 
 class Deleted(Payload):
     TYPE: ClassVar[str] = "session.deleted"
     session_id: str
-    reason: Literal["user_request", "master_request", "timeout", "error"]
-    deleted_by: Literal["edge", "client", "master", "system"]
+    reason: DeleteReason
+    deleted_by: DeletedBy
 
 
 # --- the gateway's own events (§3.1.1: x-rawp-gateway.*) --------------------------------------
@@ -526,6 +529,10 @@ class Frame(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type"):
     turn_id: str | None = None
     parent_id: str | None = None
     metadata: dict[str, Any] | None = None
+    if TYPE_CHECKING:
+        # For the type checker only: a field declared here would be a field of the envelope
+        # itself, and every concrete frame class declares its own (``_make_frame_class``).
+        payload: Payload
 
 
 PAYLOAD_CLASSES: dict[str, type[Payload]] = {
@@ -574,13 +581,17 @@ SPEC_TYPES: frozenset[str] = frozenset(t for t in PAYLOAD_CLASSES if not t.start
 
 def _make_frame_class(payload_cls: type[Payload]) -> type[Frame]:
     name = payload_cls.__name__ + "Frame"
-    cls = msgspec.defstruct(
-        name,
-        [("payload", payload_cls)],
-        bases=(Frame,),
-        tag=payload_cls.TYPE,
-        kw_only=True,
-        module=__name__,
+    # defstruct is typed as returning any Struct class; with Frame as its base it is a Frame one.
+    cls = cast(
+        type[Frame],
+        msgspec.defstruct(
+            name,
+            [("payload", payload_cls)],
+            bases=(Frame,),
+            tag=payload_cls.TYPE,
+            kw_only=True,
+            module=__name__,
+        ),
     )
     cls.TYPE = payload_cls.TYPE
     return cls

@@ -310,7 +310,8 @@ class SessionMachine:
         self.last_decision: str | None = None  # of the permission settled last (allow or deny)
         self._sender: str | None = None  # the user of the master frame being handled
         self._seen = codec.SeenWindow(seen_window)
-        self._deleting: tuple[str, str] | None = None  # (reason, deleted_by) once delete began
+        # (reason, deleted_by) once delete began
+        self._deleting: tuple[F.DeleteReason, F.DeletedBy] | None = None
         self._control_seq = 0
         self._pending_controls: dict[str, str] = {}  # request_id → what it was for
         # A prompt waiting for the previous process to finish exiting (a single-turn agent's, or
@@ -842,7 +843,7 @@ class SessionMachine:
             self._sender = None
 
     def _control(self, conn_id: str, frame: F.Frame) -> list[Action]:
-        payload = frame.payload  # type: ignore[attr-defined]
+        payload = frame.payload
         mid = frame.message_id
         if self.phase in ("terminating", "terminated"):
             if frame.TYPE.startswith("control."):
@@ -1077,8 +1078,8 @@ class SessionMachine:
         metadata: dict[str, Any] = {}
         if req.call_id and (invocation_id := self.mapper.invocation_id(req.call_id)):
             metadata["invocation_id"] = invocation_id
-        if (context := self.mapper.subagent_context(req.parent)) is not None:
-            metadata["subagent_context"] = context  # DPS-10.2-context: asked from a subagent
+        if (subagent := self.mapper.subagent_context(req.parent)) is not None:
+            metadata["subagent_context"] = subagent  # DPS-10.2-context: asked from a subagent
         frame = self.factory.frame(
             payload, turn_id=self.turn.turn_id if self.turn else None, metadata=metadata or None
         )
@@ -1284,14 +1285,16 @@ class SessionMachine:
             return [Log("warning", "the agent ignored the cancel; stopping it"), Terminate()]
         return []
 
-    def rename(self, name: str, *, renamed_by: str = "master") -> list[Action]:
+    def rename(self, name: str, *, renamed_by: F.RenamedBy = "master") -> list[Action]:
         previous, self.name = self.name, name
         payload = F.Renamed(
             session_id=self.session_id, name=name, renamed_by=renamed_by, previous_name=previous
         )
         return [Emit(self._make(payload))]  # DPS-7.6-renamed: to every connection
 
-    def delete(self, reason: str = "master_request", deleted_by: str = "master") -> list[Action]:
+    def delete(
+        self, reason: F.DeleteReason = "master_request", deleted_by: F.DeletedBy = "master"
+    ) -> list[Action]:
         """End the session: deny what waits, stop the agent, then the cleanup frames (DPS-7.5.3),
         ``session.deleted`` (DPS-7.7) and close. With no process the cleanup happens at once."""
         if self._deleting is not None:

@@ -44,7 +44,7 @@ What it keeps, per turn unless said otherwise:
 from __future__ import annotations
 
 import io
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -581,8 +581,9 @@ class Mapper:
         if call.held is not None:
             # A background subagent outlives the turn: it is ended here for the master, its held
             # result released; its later frames keep their subagent_context.
-            status = "cancelled" if cancelled else "completed"
-            ended = ev.SubagentEnded(call_id=call_id, status=status)
+            ended = ev.SubagentEnded(
+                call_id=call_id, status="cancelled" if cancelled else "completed"
+            )
             held = call.held
             if cancelled:
                 held = msgspec.structs.replace(held, cancelled=True)
@@ -665,7 +666,7 @@ class Mapper:
             self.agent_session_id = event.agent_session_id
         out: list[F.Frame] = []
         catalog = build_catalog(event.tools, event.mcp_servers)
-        if self.catalog is None or self.catalog.payload != catalog:  # type: ignore[attr-defined]
+        if self.catalog is None or self.catalog.payload != catalog:
             self.catalog = self._frame(catalog)
             out.append(self.catalog)
         return out + self._commands_listed(event)
@@ -677,7 +678,7 @@ class Mapper:
                 for c in event.commands
             ]
         )
-        if self.commands is None or self.commands.payload != commands:  # type: ignore[attr-defined]
+        if self.commands is None or self.commands.payload != commands:
             self.commands = self._frame(commands)
             return [self.commands]
         return []
@@ -855,7 +856,7 @@ def _binary_refs(files: list[ev.StoredFile], text: Any) -> Any:
     return refs[0] if len(refs) == 1 else refs
 
 
-def _subagent_status(result: ev.ToolResult) -> str:
+def _subagent_status(result: ev.ToolResult) -> Literal["completed", "failed", "cancelled"]:
     if result.cancelled:
         return "cancelled"
     return "failed" if result.is_error else "completed"

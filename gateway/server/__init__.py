@@ -37,7 +37,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, cast
 
 import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -466,7 +466,8 @@ async def create_session(request: web.Request) -> web.Response:
     _wire(app, session)
     try:
         if transcript is not None:  # before it is listed: nobody may attach during the replay
-            await session.continue_conversation(resume, transcript)
+            # A transcript means load_conversation took resume as a conversation id (a str).
+            await session.continue_conversation(cast(str, resume), transcript)
         app[SESSIONS][session_id] = session
         await session.start()
     except BaseException:
@@ -580,10 +581,12 @@ def _require_on(
         _forbidden(request, action, session.id, role, has)
 
 
-def _check_live(session: LiveSession | TerminatedSession) -> None:
-    """409 ``SESSION_TERMINATED`` for a session that has ended (nothing can be done with it)."""
-    if session.state == "TERMINATED":
+def _live(session: LiveSession | TerminatedSession) -> LiveSession:
+    """The session if it is still live; 409 ``SESSION_TERMINATED`` for one that has ended, whether
+    replaced by its summary yet or not (nothing can be done with it)."""
+    if isinstance(session, TerminatedSession) or session.state == "TERMINATED":
         raise ApiError(409, "SESSION_TERMINATED", "the session has ended")
+    return session
 
 
 async def list_sessions(request: web.Request) -> web.Response:
@@ -643,8 +646,7 @@ async def patch_session(request: web.Request) -> web.Response:
     if "name" in body:
         _require_on(request, session, "admin", "session.rename")
         _check_name(name, required=True)
-    _check_live(session)
-    assert isinstance(session, LiveSession)
+    session = _live(session)
     if members is not None:
         session.share(members)
         _audit(request, "session.share", session.id, detail={"members": members})
@@ -657,7 +659,7 @@ async def patch_session(request: web.Request) -> web.Response:
 async def delete_session(request: web.Request) -> web.Response:
     session = _session(request)
     _require_on(request, session, "admin", "session.delete")
-    if session.state != "TERMINATED":
+    if not isinstance(session, TerminatedSession) and session.state != "TERMINATED":
         await session.delete("master_request", "master")
         _audit(request, "session.delete", session.id)
     return web.json_response(session.to_json())
@@ -665,7 +667,7 @@ async def delete_session(request: web.Request) -> web.Response:
 
 async def ws_ticket(request: web.Request) -> web.Response:
     session = _session(request)
-    _check_live(session)
+    session = _live(session)
     ticket = request.app[TICKETS].issue(
         session.id, time.monotonic(), ticket_owner(request), _caller(request)
     )
@@ -708,7 +710,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
             "SUBPROTOCOL_REQUIRED",
             f"offer the WebSocket subprotocol {SUBPROTOCOL} (RAWP-1.0-Legacy is not supported)",
         )
-    _check_live(session)
+    session = _live(session)
     role = "local_ui" if request.query.get("role") == "local-ui" else "master"
     if role == "local_ui" and not is_loopback(request.remote):
         # A local UI runs on the gateway's own machine: the role (the only way into a local
@@ -823,7 +825,7 @@ async def put_file(request: web.Request) -> web.Response:
     streamed to disk and refused (413) as soon as it passes ``max_upload_bytes``."""
     session = _session(request)
     _require_on(request, session, "operator", "upload")
-    _check_live(session)
+    session = _live(session)
     store = session.files
     name = request.query.get("name")
     if name is None:

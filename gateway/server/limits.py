@@ -28,7 +28,7 @@ import contextlib
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -103,7 +103,10 @@ class _Counted(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if not self._guard.admit(self._inner):
-            transport.abort()  # the inner protocol never saw it: nothing of aiohttp to undo
+            # The inner protocol never saw it: nothing of aiohttp to undo. A listening socket gives
+            # its protocols stream transports, which have abort() (a cast, not isinstance: uvloop's
+            # do not derive from asyncio.Transport).
+            cast(asyncio.Transport, transport).abort()
             self._inner = None  # type: ignore[assignment]
             return
         self._inner.connection_made(transport)

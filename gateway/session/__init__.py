@@ -40,7 +40,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, cast
 
 import msgspec
 
@@ -375,7 +375,9 @@ class LiveSession:
         except OSError as err:
             log.error("cannot write the session record", extra={"session": self.id, "error": err})
 
-    async def delete(self, reason: str = "master_request", deleted_by: str = "master") -> None:
+    async def delete(
+        self, reason: F.DeleteReason = "master_request", deleted_by: F.DeletedBy = "master"
+    ) -> None:
         self.perform(self.machine.delete(reason, deleted_by))
         await self.terminated.wait()
 
@@ -904,7 +906,7 @@ class LiveSession:
         type_ = frame.TYPE
         self.metrics.frame_out(type_, len(data))
         self._keep(frame, data)
-        observe = self._OBSERVERS.get(type(frame.payload))  # type: ignore[attr-defined]
+        observe = self._OBSERVERS.get(type(frame.payload))
         if observe is not None:
             observe(self, frame)
         route = self._routes.get(type_)
@@ -949,7 +951,7 @@ class LiveSession:
         replayed = await loop.run_in_executor(None, self._replayed, conversation_id, transcript)
         for frame, data in replayed:
             self._keep(frame, data)
-            payload = frame.payload  # type: ignore[attr-defined]
+            payload = frame.payload
             if isinstance(payload, F.Usage) and not (frame.metadata or {}).get("subagent_context"):
                 self.usage.seen(payload)
 
@@ -971,13 +973,14 @@ class LiveSession:
         return route
 
     # --- what the shell does with some of the frames it broadcasts ---------------------------------
+    # Each is called from _OBSERVERS for the payload type it is listed under, so its casts hold.
 
     def _turn_began(self, frame: F.Frame) -> None:
         self._turn_started = time.monotonic()
         self._save_record()
 
     def _turn_ended(self, frame: F.Frame) -> None:
-        payload = frame.payload  # type: ignore[attr-defined]
+        payload = cast(F.TurnEnd, frame.payload)
         self.metrics.turn_ended(payload.stop_reason, time.monotonic() - self._turn_started)
         self._tell(frame)
 
@@ -987,18 +990,18 @@ class LiveSession:
             self.notifier.frame(self, frame)
 
     def _tool_ended(self, frame: F.Frame) -> None:
-        payload = frame.payload  # type: ignore[attr-defined]
+        payload = cast(F.InvokeResult, frame.payload)
         self.metrics.tool_result(payload.tool_name, payload.status)
 
     def _usage_sent(self, frame: F.Frame) -> None:
         if not (frame.metadata and "subagent_context" in frame.metadata):
-            self._add_usage(frame.payload)  # type: ignore[attr-defined]
+            self._add_usage(cast(F.Usage, frame.payload))
             self._tell(frame)
 
     def _compacted(self, frame: F.Frame) -> None:
         if frame.metadata and "subagent_context" in frame.metadata:
             return
-        payload: F.Compacted = frame.payload  # type: ignore[assignment]
+        payload = cast(F.Compacted, frame.payload)
         self.metrics.compacted(self.profile.name, payload.trigger)
         before = self.usage.fill
         fill = self.usage.compacted(payload)

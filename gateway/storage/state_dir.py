@@ -271,7 +271,7 @@ def _load_from(dir_fd: int, parent_fd: int, path: Path, max_buffer: int) -> Load
     return Loaded(record, entries, torn, saved)
 
 
-_FIELDS: Final = {
+_FIELDS: Final[dict[str, type | tuple[type, ...]]] = {
     "session_id": str,
     "agent": str,
     "workspace_path": str,

@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import jwt
 from jwt import PyJWKClient
@@ -176,7 +176,7 @@ def check_members(value: Any) -> dict[str, str]:
     return dict(value)
 
 
-def _valid_name(name: Any) -> bool:
+def _valid_name(name: Any) -> TypeGuard[str]:
     return isinstance(name, str) and 0 < len(name) <= MAX_USER_NAME_CHARS and name.isprintable()
 
 

@@ -258,9 +258,9 @@ class Notifier:
                 self._turns[session.id] = turn
                 asyncio.get_running_loop().call_soon(self._turn_ended, session)
         elif kind is F.Usage:
-            turn = self._turns.get(session.id)
-            if turn is not None and payload.turn_id in (None, turn["turn_id"]):
-                turn["usage"] = msgspec.to_builtins(payload.token_usage)
+            ended = self._turns.get(session.id)
+            if ended is not None and payload.turn_id in (None, ended["turn_id"]):
+                ended["usage"] = msgspec.to_builtins(payload.token_usage)
         elif kind is F.AgentError:
             stalled = payload.error_code == "AGENT_STALLED"
             if not stalled and payload.severity == "warning":

@@ -233,9 +233,9 @@ def choose_action(prompt: str, tools: tuple[str, ...] = ALL_TOOLS) -> Action:
         content = quoted.group(1) + "\n" if quoted else DEFAULT_FILE_CONTENT
         return Action(think, "Write", path, content)
     if "Read" in tools and re.search(r"\bread\b", low):
-        path = _file_after(prompt, "read")
-        if path:
-            return Action(think, "Read", path)
+        target = _file_after(prompt, "read")
+        if target:
+            return Action(think, "Read", target)
     if "Glob" in tools and ("list" in low or "files" in low):
         return Action(think, "Glob")
     return Action(think, None)
@@ -439,7 +439,7 @@ def run_write(workspace: str, file_path: str, content: str) -> tuple[str, dict[s
         raise ToolError(str(exc)) from None
     if original is None:
         text = f"File created successfully at: {full}"
-        result = {
+        result: dict[str, Any] = {
             "type": "create",
             "filePath": full,
             "content": content,
@@ -675,7 +675,7 @@ class DemoAgent:
         turn.message_id = f"msg_demo_{uuid.uuid4().hex[:24]}"
         turn.usage_in = self.context_tokens + 1
         out_tokens = 0
-        message = {
+        message: dict[str, Any] = {
             "id": turn.message_id,
             "type": "message",
             "role": "assistant",
@@ -895,11 +895,11 @@ class DemoAgent:
                 return "The workspace has no files yet."
             shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
             return f"The workspace has {len(names)} file{'s' if len(names) != 1 else ''}: {shown}."
-        if action.tool == "Read" and isinstance(output, list):
-            # run_read_image measured the image already: no second decode of its base64
-            file, size = result["file"], result["file"]["dimensions"]
-            return f"{action.path} is a {size['originalWidth']}x{size['originalHeight']} {file['type']} image."
         if action.tool == "Read":
+            if isinstance(output, list):
+                # run_read_image measured the image already: no second decode of its base64
+                file, size = result["file"], result["file"]["dimensions"]
+                return f"{action.path} is a {size['originalWidth']}x{size['originalHeight']} {file['type']} image."
             lines = output.split("\n")
             if lines[-1].partition("\t")[2] == "":  # "2\t": the file's final newline, no line
                 lines.pop()
@@ -997,7 +997,9 @@ class DemoAgent:
             self._control_request(msg)
         elif kind == "control_response":
             response = msg.get("response") or {}
-            waiter = self.permission_waiters.get(response.get("request_id"))
+            # Whatever JSON value came: one that is no request id of ours finds no waiter.
+            request_id: Any = response.get("request_id")
+            waiter = self.permission_waiters.get(request_id)
             if waiter is None or waiter.done():
                 return  # an answer to a request that was cancelled or never made
             if response.get("subtype") == "success":
