@@ -53,7 +53,6 @@ they were.
 from __future__ import annotations
 
 import base64
-import difflib
 from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -64,7 +63,7 @@ import msgspec
 from . import acp_schema as S
 from . import events as ev
 from .base import MAX_LINE_IN_EVENT, JsonLinesParser, ParserSpec, PromptImage
-from .file_changes import too_costly
+from .file_changes import text_diff
 from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 from .saved import ReplayedTurn, Summary, Transcript, iso_time, title_of
 
@@ -1274,22 +1273,8 @@ def _raw_text(raw: Any) -> str:
 
 
 def _diff(item: S.ToolCallContent) -> str:
-    """A ``diff`` item as a unified diff of ``path`` (``oldText`` null: a new file). A change
-    too costly to diff (``file_changes.MAX_DIFF_WORK``) is one hunk replacing every line."""
-    path = item.path or "file"
-    old, new = item.oldText, item.newText or ""
-    a = (old or "").splitlines(keepends=True)
-    b = new.splitlines(keepends=True)
-    source = "/dev/null" if old is None else path
-    if old is not None and too_costly(old, new):
-        lines = [f"--- {source}\n", f"+++ {path}\n", f"@@ -1,{len(a)} +1,{len(b)} @@\n"]
-        lines += ["-" + x for x in a] + ["+" + x for x in b]
-    else:
-        lines = list(difflib.unified_diff(a, b, fromfile=source, tofile=path))
-    out = []
-    for line in lines:
-        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-    return "".join(out)
+    """A ``diff`` item as a unified diff of ``path`` (``oldText`` null: a new file)."""
+    return text_diff(item.path or "file", item.oldText, item.newText or "")
 
 
 SPEC: Final = ParserSpec(

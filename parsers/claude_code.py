@@ -54,6 +54,7 @@ import msgspec
 
 from . import events as ev
 from .base import JsonLinesParser, ParserSpec, PromptImage, elapsed_ms
+from .file_changes import new_file_diff, unified_diff
 from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 from .saved import SavedFormat
 
@@ -1002,29 +1003,6 @@ def _paths_of(tool_input: dict[str, Any]) -> list[str]:
         if isinstance(edit, dict) and isinstance(edit.get("file_path"), str):
             paths.append(edit["file_path"])
     return paths
-
-
-def unified_diff(path: str, hunks: list[dict[str, Any]]) -> str:
-    """A unified diff from Claude Code's ``structuredPatch`` (difflib's hunk shape)."""
-    out = [f"--- {path}", f"+++ {path}"]
-    for h in hunks:
-        old_start, old_lines = h.get("oldStart", 0), h.get("oldLines", 0)
-        new_start, new_lines = h.get("newStart", 0), h.get("newLines", 0)
-        out.append(f"@@ -{old_start},{old_lines} +{new_start},{new_lines} @@")
-        out.extend(str(line) for line in h.get("lines") or ())
-    return "\n".join(out) + "\n"
-
-
-def new_file_diff(path: str, content: str) -> str:
-    """A unified diff that creates ``path`` with ``content``."""
-    lines = content.splitlines()
-    out = ["--- /dev/null", f"+++ {path}"]
-    if lines:
-        out.append(f"@@ -0,0 +1,{len(lines)} @@")
-        out.extend("+" + line for line in lines)
-        if not content.endswith("\n"):
-            out.append("\\ No newline at end of file")
-    return "\n".join(out) + "\n"
 
 
 def _shape_output(result: ev.ToolResult, call: _Call, rich: dict[str, Any]) -> None:

@@ -33,8 +33,8 @@ from typing import Any, Final
 import msgspec
 
 from . import events as ev
-from .claude_code import new_file_diff
 from .codex import CodexParser
+from .file_changes import new_file_diff
 from .saved import (
     Location,
     ReplayedTurn,

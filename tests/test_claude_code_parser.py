@@ -20,10 +20,9 @@ from parsers.claude_code import (
     SPEC,
     ClaudeCodeInput,
     ClaudeCodeParser,
-    new_file_diff,
     preserved_elements,
-    unified_diff,
 )
+from parsers.file_changes import new_file_diff, unified_diff
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude-code"
 
