@@ -72,7 +72,9 @@ PACKAGES = ("gateway", "parsers")
 COMPILED = (
     "parsers/base.py",
     "parsers/json_depth.py",
-    "parsers/claude_code.py",
+    "parsers/claude_code/stdout.py",
+    "parsers/claude_code/content.py",
+    "parsers/claude_code/stdin.py",
     "parsers/codex.py",
     "parsers/gemini.py",
     "parsers/plain.py",

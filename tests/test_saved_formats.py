@@ -9,7 +9,7 @@ import json
 
 from parsers import events as ev
 from parsers.base import get
-from parsers.claude_code_saved import slug
+from parsers.claude_code.saved import slug
 from parsers.gemini_saved import project_slug
 from parsers.saved import MAX_TITLE_CHARS, SavedFile, head_lines, lines_of, title_of
 
