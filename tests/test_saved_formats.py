@@ -10,7 +10,7 @@ import json
 from parsers import events as ev
 from parsers.base import get
 from parsers.claude_code.saved import slug
-from parsers.gemini_saved import project_slug
+from parsers.gemini.saved import project_slug
 from parsers.saved import MAX_TITLE_CHARS, SavedFile, head_lines, lines_of, title_of
 
 
