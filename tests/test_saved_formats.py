@@ -1,4 +1,4 @@
-"""The saved-conversation readers on their own (``parsers/*_saved.py``, sans-IO: bytes in, a
+"""The saved-conversation readers on their own (``parsers/*/saved.py``, sans-IO: bytes in, a
 summary or events out), for the rules their docstrings state. The shapes themselves come from the
 real CLIs: ``test_conversations_realcli.py``."""
 

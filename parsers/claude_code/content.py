@@ -1,5 +1,5 @@
-"""What the parts of a Claude Code line become: pure functions from the CLI's free-form JSON to event
-fields, for ``stdout.py``.
+"""What the parts of a Claude Code line become: pure functions from the CLI's free-form JSON to
+event fields, for ``stdout.py``.
 
 A tool's ``tool_use_result`` shaped into the output its ``output_type`` promises (Edit/Write
 ``structuredPatch`` → unified diff, Read → file text, Glob → paths, ...), base64 blocks, a

@@ -1,5 +1,6 @@
 """Gemini CLI (``gemini -p ... --output-format stream-json``): ``stdout.py`` the parser of what it
-prints, with its theory of operation and its line structs; ``saved.py`` the conversations it saves."""
+prints, with its theory of operation and its line structs; ``saved.py`` the conversations it
+saves."""
 
 from __future__ import annotations
 
