@@ -72,9 +72,11 @@ PACKAGES = ("gateway", "parsers")
 COMPILED = (
     "parsers/base.py",
     "parsers/json_depth.py",
-    "parsers/claude_code.py",
-    "parsers/codex.py",
-    "parsers/gemini.py",
+    "parsers/claude_code/stdout.py",
+    "parsers/claude_code/content.py",
+    "parsers/claude_code/stdin.py",
+    "parsers/codex/stdout.py",
+    "parsers/gemini/stdout.py",
     "parsers/plain.py",
     "gateway/protocol/capabilities.py",
     "gateway/protocol/codec.py",
@@ -113,13 +115,7 @@ IGNORED_ERRORS = (
 # (module, pattern, replacement): applied to the copy of a compiled module; each must match.
 PATCHES = (
     # mypyc names the C field of attribute ``_thread`` ``__thread``, a C keyword: the build fails.
-    ("parsers/codex.py", r"\b_thread\b", "_thread_id"),
-    # The same list declared twice in one function (mypy refuses a second annotation of a name).
-    (
-        "parsers/codex.py",
-        r"\n        out: list\[ev.AgentEvent\] = \[\]\n",
-        "\n        out = []\n",
-    ),
+    ("parsers/codex/stdout.py", r"\b_thread\b", "_thread_id"),
     # GatewayMetrics puts a C method in an attribute named like a method (no Python frame per
     # call); a native class's methods are read-only, so it stays a Python class with compiled
     # methods.

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A parser (``parsers/claude_code.py``, ``parsers/codex.py``, ...) is fed one stdout line at a time and
+A parser (``parsers/claude_code/``, ``parsers/codex/``, ...) is fed one stdout line at a time and
 returns a list of these events. They say *what the agent did* in agent-neutral terms and carry the
 agent's own identifiers (block keys, tool call ids); turning them into DPS frames (UUIDs, content
 indexes, invocation ids, ``output_type``, subagent context, turn frames) is the mapper's job

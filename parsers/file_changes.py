@@ -42,6 +42,15 @@ linear time first.
 What waits for a report is bounded (``MAX_PENDING`` changes, ``MAX_PENDING_CHARS`` of their text):
 past that, the oldest announcement is forgotten and its change is reported without a diff. A parser
 calls ``clear()`` when its agent's stdout closes: the next process reports its own changes.
+
+Making diffs
+------------
+Every unified diff a parser reports is made here, so they all look alike (diff(1)'s
+``\\ No newline at end of file``): ``text_diff`` from two texts (ACP's ``diff`` items; a
+``FileChanges`` diff is made the same way, and is None where ``text_diff`` would replace every
+line), ``new_file_diff`` for a file created with a given text (Claude Code's
+``Write``, Codex's saved ``add``), ``unified_diff`` from hunks already made (Claude Code's
+``structuredPatch``).
 """
 
 from __future__ import annotations
@@ -52,9 +61,18 @@ import os
 import stat
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import Any, Final
 
-__all__ = ["FileChanges", "no_files", "read_text_file", "too_costly", "workspace_reader"]
+__all__ = [
+    "FileChanges",
+    "new_file_diff",
+    "no_files",
+    "read_text_file",
+    "text_diff",
+    "too_costly",
+    "unified_diff",
+    "workspace_reader",
+]
 
 MAX_FILE_BYTES: Final = 1 << 20  # larger files are not diffed (nor kept)
 MAX_PENDING: Final = 256  # announced changes waiting for their report
@@ -238,16 +256,54 @@ def too_costly(old: str, new: str) -> bool:
     return (len(a) + len(b)) * differing > MAX_DIFF_WORK
 
 
+def text_diff(path: str, old: str | None, new: str) -> str:
+    """A unified diff of ``path`` from ``old`` to ``new`` (``old`` None: a new file). A change too
+    costly to diff (``MAX_DIFF_WORK``) is one hunk replacing every line."""
+    if old is None or not too_costly(old, new):
+        return _unified(path, old, new)
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    lines = [f"--- {path}\n", f"+++ {path}\n", f"@@ -1,{len(a)} +1,{len(b)} @@\n"]
+    return _terminated([*lines, *("-" + x for x in a), *("+" + x for x in b)])
+
+
 def _unified(path: str, old: str | None, new: str | None) -> str:
     """``old`` None: the file is created; ``new`` None: it is deleted."""
-    lines = difflib.unified_diff(
-        (old or "").splitlines(keepends=True),
-        (new or "").splitlines(keepends=True),
-        fromfile="/dev/null" if old is None else path,
-        tofile="/dev/null" if new is None else path,
+    return _terminated(
+        difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            (new or "").splitlines(keepends=True),
+            fromfile="/dev/null" if old is None else path,
+            tofile="/dev/null" if new is None else path,
+        )
     )
+
+
+def _terminated(lines: Iterable[str]) -> str:
+    # difflib leaves a last line without newline unterminated; say so as diff(1) does.
     out = []
     for line in lines:
-        # difflib leaves a last line without newline unterminated; say so as diff(1) does.
         out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return "".join(out)
+
+
+def unified_diff(path: str, hunks: list[dict[str, Any]]) -> str:
+    """A unified diff from Claude Code's ``structuredPatch`` (difflib's hunk shape)."""
+    out = [f"--- {path}", f"+++ {path}"]
+    for h in hunks:
+        old_start, old_lines = h.get("oldStart", 0), h.get("oldLines", 0)
+        new_start, new_lines = h.get("newStart", 0), h.get("newLines", 0)
+        out.append(f"@@ -{old_start},{old_lines} +{new_start},{new_lines} @@")
+        out.extend(str(line) for line in h.get("lines") or ())
+    return "\n".join(out) + "\n"
+
+
+def new_file_diff(path: str, content: str) -> str:
+    """A unified diff that creates ``path`` with ``content``."""
+    lines = content.splitlines()
+    out = ["--- /dev/null", f"+++ {path}"]
+    if lines:
+        out.append(f"@@ -0,0 +1,{len(lines)} @@")
+        out.extend("+" + line for line in lines)
+        if not content.endswith("\n"):
+            out.append("\\ No newline at end of file")
+    return "\n".join(out) + "\n"

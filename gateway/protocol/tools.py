@@ -129,7 +129,7 @@ _SPECS: Final = (
     _t("save_memory", "Save a fact to memory", "custom"),
     _t("write_todos", "Write the todo list", "task_management", "other", "structured"),
     # ACP tool kinds: the name of an ACP agent's call when it gives none of its own
-    # (parsers/acp.py); its output_type is decided from its kind and content.
+    # (parsers/acp/adapter.py); its output_type is decided from its kind and content.
     _t("read", "Read files or data", "filesystem", "read", None),
     _t("edit", "Modify files", "filesystem", "write", None, True),
     _t("delete", "Remove files", "filesystem", "write", None, True),

@@ -1,6 +1,6 @@
 """Saved conversations read from a hostile store (no CLI needed): the listing endpoint and
 ``resume_conversation`` against files on disk in the shapes Claude Code 2.1.328 writes
-(``parsers/claude_code_saved.py``; the real CLI's own files: ``test_conversations_realcli.py``).
+(``parsers/claude_code/saved.py``; the real CLI's own files: ``test_conversations_realcli.py``).
 
 Nothing outside the workspace's store is read: links are not followed, only regular files are
 opened (a FIFO never blocks), size bounds cut a listing or a history and say so, and a truncated

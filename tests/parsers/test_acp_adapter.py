@@ -1,4 +1,4 @@
-"""The ACP adapter (``parsers/acp.py``) in the real session machine, sans-IO: JSON-RPC lines in the
+"""The ACP adapter (``parsers/acp/adapter.py``) in the real session machine, sans-IO: JSON-RPC lines in the
 shapes of the protocol's schema go in as the agent's stdout, frames and stdin writes come out.
 What real agents print is covered by ``tests/e2e/test_e2e_acp.py``; here each rule of the mapping page
 is checked on its own, including the agent misbehaving."""
@@ -16,6 +16,9 @@ from gateway.protocol import codec
 from gateway.protocol import machine as sm
 from gateway.protocol.capabilities import ALL_FEATURES
 from parsers import acp
+from parsers import events as ev
+from parsers.acp import schema
+from parsers.acp.adapter import MAX_PENDING
 from parsers.base import get
 
 SID = "sess-1"
@@ -538,7 +541,7 @@ def test_the_adapter_never_raises_on_odd_shapes():
 
 def test_msgspec_structs_keep_the_schemas_names():
     msg = msgspec.json.decode(
-        update("usage_update", used=1, size=2, _meta={"k": 1}), type=acp.S.Message
+        update("usage_update", used=1, size=2, _meta={"k": 1}), type=schema.Message
     )
     assert msg.params is not None and msg.params.update is not None
     assert msg.params.update.meta == {"k": 1} and msg.params.update.size == 2
@@ -589,10 +592,10 @@ def test_image_prompts_only_to_an_agent_that_declares_them():
 def test_requests_never_answered_are_forgotten_past_the_bound():
     rig = Rig()
     rig.start(modes=["default", "plan"])
-    for _ in range(3 * acp.MAX_PENDING):
+    for _ in range(3 * MAX_PENDING):
         rig.master("control.mode.switch", {"mode": "plan"})
         rig.master("control.mode.switch", {"mode": "default"})
-    assert len(rig.adapter._sent) <= acp.MAX_PENDING
+    assert len(rig.adapter._sent) <= MAX_PENDING
 
 
 def test_DPS_6_1_2_cancel_sends_no_sigint_but_keeps_the_kill_bound():
@@ -669,7 +672,7 @@ def test_DPS_5_3_3_fetch_is_web_content_and_an_image_is_binary():
     (result,) = adapter.feed(
         update("tool_call_update", toolCallId="f", status="completed", content=[page])
     )
-    assert isinstance(result, acp.ev.ToolResult)
+    assert isinstance(result, ev.ToolResult)
     assert (result.output, result.output_type) == ("<h1>Hi</h1>", "web_content")
     shot = {
         "type": "content",
@@ -681,4 +684,4 @@ def test_DPS_5_3_3_fetch_is_web_content_and_an_image_is_binary():
     (result,) = adapter.feed(
         update("tool_call_update", toolCallId="i", status="completed", content=[shot])
     )
-    assert result.binary == [acp.ev.BinaryData(data="iVBORw==", mime_type="image/png")]
+    assert result.binary == [ev.BinaryData(data="iVBORw==", mime_type="image/png")]

@@ -8,7 +8,8 @@ import json
 from typing import Any
 
 from parsers import events as ev
-from parsers.acp import REPLAY_BYTES, StoreQuery
+from parsers.acp import StoreQuery
+from parsers.acp.store_query import REPLAY_BYTES
 
 WORKSPACE = "/tmp/rig/workspace"
 

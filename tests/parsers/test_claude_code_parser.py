@@ -19,10 +19,9 @@ from parsers.claude_code import (
     SPEC,
     ClaudeCodeInput,
     ClaudeCodeParser,
-    new_file_diff,
     preserved_elements,
-    unified_diff,
 )
+from parsers.file_changes import new_file_diff, unified_diff
 from tests.support.paths import FIXTURES
 
 FIXTURES = FIXTURES / "claude-code"

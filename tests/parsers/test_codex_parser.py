@@ -17,7 +17,8 @@ from gateway.protocol.machine import Emit, SessionMachine, Signal, Spawn
 from parsers import events as ev
 from parsers.base import NoInput
 from parsers.base import get as get_parser
-from parsers.codex import _MAX_OPEN_CALLS, CodexParser
+from parsers.codex import CodexParser
+from parsers.codex.stdout import _MAX_OPEN_CALLS
 from tests.support.gateway_peer import Master, create_session, make_config, start_gateway
 from tests.support.paths import HOSTILE
 

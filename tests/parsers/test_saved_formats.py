@@ -1,4 +1,4 @@
-"""The saved-conversation readers on their own (``parsers/*_saved.py``, sans-IO: bytes in, a
+"""The saved-conversation readers on their own (``parsers/*/saved.py``, sans-IO: bytes in, a
 summary or events out), for the rules their docstrings state. The shapes themselves come from the
 real CLIs: ``test_conversations_realcli.py``."""
 
@@ -9,8 +9,8 @@ import json
 
 from parsers import events as ev
 from parsers.base import get
-from parsers.claude_code_saved import slug
-from parsers.gemini_saved import project_slug
+from parsers.claude_code.saved import slug
+from parsers.gemini.saved import project_slug
 from parsers.saved import MAX_TITLE_CHARS, SavedFile, head_lines, lines_of, title_of
 
 

@@ -1,5 +1,5 @@
 """A store of saved Claude Code conversations written by a test, in the shapes Claude Code 2.1.328
-writes (``parsers/claude_code_saved.py``): a throwaway HOME, a workspace, and one file per
+writes (``parsers/claude_code/saved.py``): a throwaway HOME, a workspace, and one file per
 conversation."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from parsers.claude_code_saved import slug
+from parsers.claude_code.saved import slug
 
 
 def line(**fields: Any) -> bytes:

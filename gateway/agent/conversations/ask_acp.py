@@ -10,7 +10,7 @@ process of the profile (its command and env, the workspace as cwd), in its own p
 
 * it is given ``timeout`` seconds in all (``[server] conversations_timeout_sec``), from the spawn to
   the answer; an agent that has not answered by then is a 504 ``CONVERSATIONS_TIMEOUT``;
-* what it writes is bounded (``parsers.acp``: ``LIST_ANSWER_BYTES`` for a listing, a replay kept up
+* what it writes is bounded (``parsers.acp.store_query``: ``LIST_ANSWER_BYTES`` for a listing, a replay kept up
   to ``REPLAY_BYTES``, then marked partial; a line longer than ``MAX_LINE_BYTES`` is not read);
 * a session's replay is what the agent sends from ``session/load`` until it falls silent for
   ``REPLAY_SETTLE_SEC`` after its answer (Gemini CLI replays after it answers);
@@ -18,7 +18,7 @@ process of the profile (its command and env, the workspace as cwd), in its own p
 * it is ended (SIGTERM to its group, SIGKILL after ``[server] shutdown_grace_sec``) as soon as the
   answer is known, whatever it was.
 
-A resumed session's own agent process then loads the session again (``parsers/acp.py``: the
+A resumed session's own agent process then loads the session again (``parsers/acp/adapter.py``: the
 adapter drops that second replay): the history comes from this first one, read before anything
 is created, so an unknown id is a 404 and not a session that starts empty.
 """

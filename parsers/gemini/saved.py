@@ -39,9 +39,8 @@ from typing import Any, Final
 
 import msgspec
 
-from . import events as ev
-from .gemini import GeminiParser
-from .saved import (
+from .. import events as ev
+from ..saved import (
     Location,
     ReplayedTurn,
     SavedFile,
@@ -53,6 +52,7 @@ from .saved import (
     listed,
     transcript_of,
 )
+from .stdout import GeminiParser
 
 __all__ = ["FORMAT", "GeminiSaved", "project_slug"]
 

@@ -35,9 +35,8 @@ from typing import Any, Final
 
 import msgspec
 
-from . import events as ev
-from .claude_code import ClaudeCodeParser
-from .saved import (
+from .. import events as ev
+from ..saved import (
     Location,
     ReplayedTurn,
     SavedFile,
@@ -50,6 +49,7 @@ from .saved import (
     listed,
     transcript_of,
 )
+from .stdout import ClaudeCodeParser
 
 __all__ = ["FORMAT", "ClaudeCodeSaved", "slug"]
 

@@ -32,10 +32,9 @@ from typing import Any, Final
 
 import msgspec
 
-from . import events as ev
-from .claude_code import new_file_diff
-from .codex import CodexParser
-from .saved import (
+from .. import events as ev
+from ..file_changes import new_file_diff
+from ..saved import (
     Location,
     ReplayedTurn,
     SavedFile,
@@ -48,6 +47,7 @@ from .saved import (
     listed,
     transcript_of,
 )
+from .stdout import CodexParser
 
 __all__ = ["FORMAT", "CodexSaved"]
 

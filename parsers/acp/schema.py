@@ -4,9 +4,10 @@ Theory of operation
 -------------------
 ACP (protocol version 1) is JSON-RPC 2.0 over stdio, one message per line. These structs are the
 parts of its schema (``schema/v1/schema.json`` of agentclientprotocol/agent-client-protocol) that the
-adapter (``parsers/acp.py``) reads, with the schema's own field names. They are not the protocol's
-full model: every field has a default, unknown fields are skipped by the decoder without building
-objects, and free-form values (``rawInput``, ``rawOutput``, ``_meta``) stay plain JSON values.
+adapter (``parsers/acp/adapter.py``) reads, with the schema's own field names. They are not the
+protocol's full model: every field has a default, unknown fields are skipped by the decoder without
+building objects, and free-form values (``rawInput``, ``rawOutput``, ``_meta``) stay plain JSON
+values.
 
 Why not the SDK on PyPI (``agent-client-protocol``): its models are pydantic and its connection
 is an asyncio reader/writer pair, while the gateway's parsers are sans-IO and decode each agent

@@ -64,14 +64,13 @@ from typing import Any, Final
 
 import msgspec
 
-from . import events as ev
-from .api_errors import http_error_code
-from .base import ExitDescription, JsonLinesParser, NoInput, ParserSpec
-from .file_changes import FileChanges, Reader, no_files, workspace_reader
-from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
-from .saved import SavedFormat
+from .. import events as ev
+from ..api_errors import http_error_code
+from ..base import ExitDescription, JsonLinesParser
+from ..file_changes import FileChanges, Reader, no_files, workspace_reader
+from ..json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 
-__all__ = ["SPEC", "CodexParser"]
+__all__ = ["CodexParser"]
 
 _MAX_OPEN_CALLS: Final = 4096  # tool items (and todo lists) remembered until their completion
 
@@ -381,9 +380,9 @@ class CodexParser(JsonLinesParser):
                 return []
             return [ev.ThinkingDelta(block=item.id, text=item.text), ev.ThinkingEnd(block=item.id)]
         if kind == "todo_list":
-            out = self._plan(item)
+            plan = self._plan(item)
             self._plans.pop(item.id, None)
-            return out
+            return plan
         if kind == "error":
             return [
                 ev.Notice(
@@ -578,23 +577,3 @@ def _readable(message: str) -> str:
     if body is not None and isinstance(body.get("message"), str):
         return body["message"]
     return message
-
-
-def _saved() -> SavedFormat:
-    from .codex_saved import FORMAT  # it builds on this module's parser
-
-    return FORMAT
-
-
-SPEC: Final = ParserSpec(
-    name="codex",
-    parser=CodexParser,
-    input=NoInput,
-    saved=_saved,
-    description="Codex CLI (codex exec --json, tested with 0.171.0)",
-    credentials="OPENAI_API_KEY, or the sign-in `codex login` keeps in ~/.codex/auth.json "
-    "($CODEX_HOME) of the user running the gateway",
-    # Reasoning summaries arrive whole, as thinking. No tool output chunks, subagents, compaction
-    # or modes the gateway could relay or drive through `exec`.
-    features=frozenset({"thinking_stream"}),
-)

@@ -43,14 +43,13 @@ from typing import Any, Final
 
 import msgspec
 
-from . import events as ev
-from .api_errors import HTTP_ERROR_CODES, http_error_code
-from .base import ExitDescription, JsonLinesParser, NoInput, ParserSpec, elapsed_ms
-from .file_changes import FileChanges, Reader, no_files, workspace_reader
-from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
-from .saved import SavedFormat
+from .. import events as ev
+from ..api_errors import HTTP_ERROR_CODES, http_error_code
+from ..base import ExitDescription, JsonLinesParser, elapsed_ms
+from ..file_changes import FileChanges, Reader, no_files, workspace_reader
+from ..json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 
-__all__ = ["EXIT_CODES", "SPEC", "GeminiParser"]
+__all__ = ["EXIT_CODES", "GeminiParser"]
 
 _MAX_OPEN_CALLS: Final = 4096
 
@@ -412,23 +411,3 @@ def _usage_of(stats: _Stats | None) -> ev.UsageInfo | None:
         cache_read_tokens=stats.cached,
         thinking_tokens=max(0, beyond),
     )
-
-
-def _saved() -> SavedFormat:
-    from .gemini_saved import FORMAT  # it builds on this module's parser
-
-    return FORMAT
-
-
-SPEC: Final = ParserSpec(
-    name="gemini",
-    parser=GeminiParser,
-    saved=_saved,
-    input=NoInput,
-    description="Gemini CLI (gemini -p --output-format stream-json, tested with 0.61.0)",
-    credentials="GEMINI_API_KEY, with ~/.gemini/settings.json choosing that way to sign in "
-    '({"security": {"auth": {"selectedType": "gemini-api-key"}}})',
-    # stream-json prints no thinking, tool output chunks, subagents, compaction or modes: no
-    # features (masters get the *_NOT_SUPPORTED errors).
-    features=frozenset(),
-)
