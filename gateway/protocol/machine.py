@@ -19,7 +19,8 @@ SIGKILL), ``StartTimer``/``CancelTimer``, ``SetFeatures`` (a master's announced 
 Because the list is ordered, "cleanup frames, then ``session.deleted``, then close" (DPS-7.5.3,
 DPS-7.7) is simply the order of the list.
 
-Every transition lives in this file: ``phase`` is ``idle`` (no turn), ``running`` (a turn is open),
+Every transition lives in this file, kept whole on purpose: a state machine is read, and its rules
+checked, in one place. ``phase`` is ``idle`` (no turn), ``running`` (a turn is open),
 ``terminating`` (the agent was told to stop) or ``terminated``. A turn opens when a prompt is
 accepted, or implicitly when the agent produces output outside a turn (``rawp-gateway translate``
 has no prompts; Claude Code starts a turn of its own after a background task). Agent processes are
