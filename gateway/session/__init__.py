@@ -61,7 +61,7 @@ from gateway.protocol.capabilities import ConnectionFilter, strip_subagent_conte
 from gateway.protocol.history import History, Replay
 from gateway.protocol.replay import history_frames
 from gateway.protocol.usage import CONTEXT_FULL, UsageTally
-from gateway.session.fanout import Connection, Flusher, text_frame
+from gateway.session.fanout import Flusher, MasterConnection, text_frame
 from gateway.storage import nofollow
 from gateway.storage.files import FileError, FileStore, files_path, store_tool_files
 from gateway.storage.state_dir import COMPACT_SLACK, FORMAT, VERSION, Loaded, SavedSession
@@ -74,7 +74,9 @@ from parsers.saved import Transcript
 
 __all__ = ["LiveSession"]
 
-_Route = tuple[tuple[Connection, ...], tuple[Connection, ...], tuple[Connection, ...]]
+_Route = tuple[
+    tuple[MasterConnection, ...], tuple[MasterConnection, ...], tuple[MasterConnection, ...]
+]
 
 log = logging.getLogger("rawp_gateway.session")
 
@@ -165,7 +167,7 @@ class LiveSession:
             files=self.files.files,
         )
         self.machine.name = name
-        self.connections: dict[str, Connection] = {}
+        self.connections: dict[str, MasterConnection] = {}
         self._routes: dict[str, _Route] = {}
         self._flusher = Flusher()
         self.process: AgentProcess | None = None
@@ -417,11 +419,11 @@ class LiveSession:
         drain: Callable[[], Awaitable[None]],
         abort: Callable[[], None] | None = None,
         sender: auth.Sender | None = None,
-    ) -> Connection:
+    ) -> MasterConnection:
         """A new connection; with ``last_message_id`` a reattach, with ``full_history`` a master
         that has nothing yet and asks for everything buffered (``?history=all``). ``sender``: who
         is on it, whose role on the session decides what it may send (None: no checks)."""
-        conn = Connection(
+        conn = MasterConnection(
             conn_id,
             ws,
             transport=transport,
@@ -465,14 +467,16 @@ class LiveSession:
         self._track_state()
         return conn
 
-    def _send_to(self, conn: Connection, frame: F.Frame, framed: bytes) -> None:
+    def _send_to(self, conn: MasterConnection, frame: F.Frame, framed: bytes) -> None:
         """A frame (``text_frame``) for one connection alone: queued for it and marked in the
         history, so that a reattach naming it replays what came after it."""
         conn.send(framed)
         if self.history.mark(frame.message_id) and self.saved is not None:
             self.saved.append(self.history.last_seq, frame.message_id, None)
 
-    def _send_history(self, conn: Connection, replay: Replay, since: str, reserve: int) -> int:
+    def _send_history(
+        self, conn: MasterConnection, replay: Replay, since: str, reserve: int
+    ) -> int:
         """``session.history`` in frames that fit ``max_frame_size`` (``protocol/replay.py``), no
         more in all than the connection's send queue takes beside the ``reserve`` still to come.
         ``since`` is the id the history is in sync with when the session has produced nothing.

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A session encodes each frame once and frames it once (``text_frame``: the WebSocket header and the
 JSON, RFC 6455, unmasked, uncompressed), then hands the same bytes to every admitted
-``Connection`` (``send``). Sending never waits and never awaits:
+``MasterConnection`` (``send``). Sending never waits and never awaits:
 
 * While the connection's transport is under its high-water mark, the bytes join a list that is
   written with one ``transport.write`` when the session's ``Flusher`` runs: at the end of a
@@ -41,7 +41,7 @@ from aiohttp import WSCloseCode
 
 from gateway.protocol.capabilities import ConnectionFilter
 
-__all__ = ["Connection", "Flusher", "text_frame"]
+__all__ = ["Flusher", "MasterConnection", "text_frame"]
 
 OVERFLOW_CODE: Final = WSCloseCode.TRY_AGAIN_LATER
 _LEN7: Final = struct.Struct("!BB").pack
@@ -67,12 +67,12 @@ class Flusher:
     __slots__ = ("_dirty", "_held", "_scheduled", "_spare")
 
     def __init__(self) -> None:
-        self._dirty: list[Connection] = []
-        self._spare: list[Connection] = []
+        self._dirty: list[MasterConnection] = []
+        self._spare: list[MasterConnection] = []
         self._scheduled = False
         self._held = False
 
-    def mark(self, conn: Connection) -> None:
+    def mark(self, conn: MasterConnection) -> None:
         self._dirty.append(conn)
         if not self._scheduled and not self._held:
             self._scheduled = True
@@ -99,7 +99,7 @@ class Flusher:
             self.flush()
 
 
-class Connection:
+class MasterConnection:
     """A WebSocket bound to a session; ``send()`` framed bytes, they are written in order."""
 
     def __init__(
