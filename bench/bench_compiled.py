@@ -89,7 +89,9 @@ COMPILED = (
     "gateway/storage/files.py",
     "gateway/protocol/history.py",
     "gateway/metrics/",
-    "gateway/session/",
+    "gateway/session/live.py",
+    "gateway/session/agent_link.py",
+    "gateway/session/masters.py",
 )
 
 # The sans-IO core alone (``--core``): what compiling it without the shell's modules gains.
@@ -128,7 +130,7 @@ PATCHES = (
     # LiveSession's frame observers: a dict of its own methods in its class body, which a native
     # class body cannot name. The dict moves after the class, to the end of the module.
     (
-        "gateway/session/",
+        "gateway/session/live.py",
         r"(?s)\n    # One dict lookup per broadcast frame[^\n]*\n    _OBSERVERS: [^\n]*\n"
         r"(?P<entries>.*?\n)    }\n(?P<rest>.*)\Z",
         lambda m: (
@@ -139,7 +141,19 @@ PATCHES = (
             + "}\n"
         ),
     ),
-    ("gateway/session/", r"self\._OBSERVERS\.get", "_OBSERVERS.get"),
+    ("gateway/session/live.py", r"self\._OBSERVERS\.get", "_OBSERVERS.get"),
+    # LiveSession's agent and masters sides are mixins: a native class has one native base, and
+    # takes others only as traits.
+    (
+        "gateway/session/agent_link.py",
+        r"\nclass AgentLink:",
+        "\nfrom mypy_extensions import trait\n\n\n@trait\nclass AgentLink:",
+    ),
+    (
+        "gateway/session/masters.py",
+        r"\nclass Masters:",
+        "\nfrom mypy_extensions import trait\n\n\n@trait\nclass Masters:",
+    ),
     # A Final tuple of floats that the compiled module finds unset when a function reads it.
     ("gateway/metrics/", r"CONTEXT_BANDS: Final = ", "CONTEXT_BANDS: tuple[float, ...] = "),
 )

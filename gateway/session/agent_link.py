@@ -1,0 +1,336 @@
+"""The agent's side of a live session: its process started from the profile (``_spawn``), its
+stdout lines carried through parser, session machine and fan-out (``take_lines``, the per-line
+path), and what is written to its stdin: prompts with their images, uploads placed in the
+workspace, and the bound on input the agent has not read (``max_stdin_bytes``).
+
+``AgentLink`` is a part of ``LiveSession`` (``gateway/session/live.py``), not an object of its
+own: the per-line path stays on the one instance, with no hop between objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gateway import config as cfg
+from gateway.agent.process import (
+    DEFAULT_MAX_LINE_BYTES,
+    AgentProcess,
+    AgentProcessError,
+    AgentStartError,
+    AgentStdinFull,
+    StdoutLine,
+)
+from gateway.protocol import frames as F
+from gateway.protocol import machine as sm
+from gateway.storage import nofollow
+from gateway.storage.files import FileError, store_tool_files
+from parsers import events as ev
+from parsers.base import PromptImage
+
+if TYPE_CHECKING:
+    from gateway.metrics import AgentLineMetrics, GatewayMetrics
+    from gateway.session.fanout import Flusher
+    from gateway.storage.files import FileStore
+    from parsers.base import AgentInput
+
+__all__ = ["BATCH_LINES", "LINE_TOO_LONG", "AgentLink"]
+
+log = logging.getLogger("rawp_gateway.session")
+
+BATCH_LINES = 256  # agent lines handled between two turns of the event loop, at most
+
+# agent.error code of a warning: the agent printed a line over the reader's limit (it was dropped)
+LINE_TOO_LONG = "AGENT_LINE_TOO_LONG"
+
+
+class AgentLink:
+    """The agent's side of ``LiveSession`` (see the module's docstring)."""
+
+    if TYPE_CHECKING:
+        # The session's, set in LiveSession.__init__ (gateway/session/live.py).
+        id: str
+        profile: cfg.AgentProfile
+        workspace: Path
+        config: cfg.Config
+        metrics: GatewayMetrics
+        machine: sm.SessionMachine
+        agent_input: AgentInput
+        files: FileStore
+        process: AgentProcess | None
+        start_error: str | None
+        _spawning: bool
+        _spawned: asyncio.Event
+        _stdin_pending: list[bytes]
+        _unplaced: list[tuple[str, str]]
+        _line_t_ns: int
+        _lines: AgentLineMetrics
+        _suspended: bool
+        _flusher: Flusher
+
+        def perform(self, actions: list[sm.Action]) -> None: ...
+        def _emit(self, action: sm.Emit) -> None: ...
+        def _act_other(self, action: sm.Action) -> None: ...
+        def _track_state(self) -> None: ...
+        def _task(self, coro: Any) -> None: ...
+
+    def _spawn(self, action: sm.Spawn) -> None:
+        profile = self.profile
+        resume_id = action.resume_id or None
+        on_stdin = cfg.prompt_on_stdin(profile, action.prompt)
+        argv = cfg.command_for(
+            profile,
+            prompt=action.prompt,
+            workspace=str(self.workspace),
+            resume_id=resume_id,
+            on_stdin=on_stdin,
+        )
+        flags: list[str] = []
+        if resume_id and profile.resume_flag and not profile.resume_command:
+            flags += cfg.template_args(profile.resume_flag, session_id=resume_id)
+        cli_mode = "plan" if action.mode == "plan" else None
+        if cli_mode and profile.mode_flag:
+            flags += cfg.template_args(profile.mode_flag, mode=cli_mode)
+        if profile.prompt_in_argv and profile.image_flag:
+            for image in action.images:
+                path = str(self.files.get(image.transfer_id)[1])
+                flags += cfg.template_args(profile.image_flag, path=path)
+        overrides = action.overrides
+        if overrides is not None:
+            for key, flag in profile.override_flags.items():
+                value = getattr(overrides, key, None)
+                if value:
+                    flags += [flag, ",".join(value) if isinstance(value, list) else str(value)]
+        # Flags go before the template's end of options ("--" ahead of "{prompt}") if it has one;
+        # found in the template, since a prompt may itself be "--". Templates map one to one.
+        template = (
+            profile.resume_command if resume_id and profile.resume_command else profile.command
+        )
+        end = template.index("--") if "--" in template else len(argv)
+        argv[end:end] = flags
+        # A single-turn agent with its prompt in argv has nothing to read on stdin, and some CLIs
+        # read a piped stdin to EOF before starting (codex exec appends it to the prompt): it is
+        # closed once the process runs, as a terminal's /dev/null would be.
+        close_stdin = profile.single_turn_process and profile.prompt_in_argv
+        if on_stdin:
+            # Too long for argv (E2BIG): the CLI reads it from stdin, which then closes (EOF).
+            self._stdin_pending.append(action.prompt.encode())  # type: ignore[union-attr]
+        elif action.prompt is not None and not profile.prompt_in_argv:
+            data = self._prompt_bytes(action.prompt, action.images)
+            if data is not None:
+                self._stdin_pending.append(data)
+        self._spawning = True
+        self._task(self._run_process(argv, close_stdin=close_stdin))
+
+    async def _run_process(self, argv: list[str], *, close_stdin: bool = False) -> None:
+        env = dict(os.environ)
+        env.update(self.profile.env)
+        try:
+            proc = await AgentProcess.start(
+                argv,
+                env=env,
+                session_id=self.id,
+                workspace=self.workspace,
+                grace=self.config.shutdown_grace_sec,
+            )
+        except (AgentStartError, OSError, ValueError) as err:
+            self._spawning = False
+            self.start_error = str(err)
+            self._spawned.set()
+            log.error("agent did not start", extra={"session": self.id, "error": str(err)})
+            self.metrics.process_started(self.profile.name)
+            self.metrics.process_exited(self.profile.name, "error")
+            self.perform(self.machine.agent_exited("error", 127, start_error=str(err)))
+            return
+        self.process = proc
+        self._spawning = False
+        self._spawned.set()
+        self.metrics.process_started(self.profile.name)
+        log.info("agent started", extra={"session": self.id, "pid": proc.pid, "argv": argv})
+        try:
+            for data in self._stdin_pending:
+                proc.write(data)
+        except AgentProcessError as err:  # it exited before reading: the exit will be reported
+            log.warning("stdin write failed", extra={"session": self.id, "error": str(err)})
+        self._stdin_pending.clear()
+        if close_stdin:
+            proc.close_stdin()
+        await self._pump(proc)
+
+    async def _pump(self, proc: AgentProcess) -> None:
+        # The lines read in one go are handled in one go (up to BATCH_LINES, then the loop turns so
+        # that the masters get the first frames while the rest is mapped), straight from the pipe's
+        # callback: no task wake-up per batch. The frames of a batch leave in one write per
+        # connection.
+        await proc.deliver(self._take_delivered, BATCH_LINES)
+        self._line_t_ns = 0
+        if self._suspended:
+            return
+        self.perform(self.machine.agent_stdout_closed())
+        status = await proc.wait()
+        self.metrics.process_exited(self.profile.name, status.kind)
+        log.info(
+            "agent exited",
+            extra={"session": self.id, "returncode": status.returncode, "kind": status.kind},
+        )
+        self.process = None
+        proc.close()
+        self.perform(
+            self.machine.agent_exited(
+                status.kind, status.returncode, status.signal, proc.stderr_tail()
+            )
+        )
+
+    def _take_delivered(self, batch: list[StdoutLine]) -> None:
+        if not self._suspended:  # stopping, what the agent says is no longer the session's
+            self.take_lines(batch)
+
+    def take_lines(self, batch: list[StdoutLine]) -> None:
+        """The agent's stdout lines of one batch, through parser, session machine and fan-out: the
+        per-line hot path (``bench/bench_session_path.py`` times this very method)."""
+        lines = self._lines
+        machine = self.machine
+        parser = machine.parser
+        files, workspace = self.files, self.workspace
+        clock = time.perf_counter_ns
+        emit, act_other = self._emit, self._act_other
+        flusher = self._flusher
+        flusher.hold()
+        try:
+            for item in batch:
+                self._line_t_ns = item.t_ns
+                t0 = clock()
+                if item.cut:
+                    events = self._cut_line(item)
+                else:
+                    events = store_tool_files(parser.feed(item.line), files, workspace)
+                actions = machine.agent_events(events)
+                elapsed = clock() - t0
+                if events:
+                    kind = type(events[0])
+                    if kind is ev.ParseError:
+                        lines.parse_error()
+                    elif kind is ev.Unknown:
+                        lines.unknown_kind()
+                    else:
+                        lines.line(kind.__name__, elapsed)
+                else:
+                    lines.line("none", elapsed)  # e.g. a stream event with nothing to say
+                for action in actions:
+                    if type(action) is sm.Emit:
+                        emit(action)
+                    else:
+                        act_other(action)
+        finally:
+            flusher.flush()
+        self._track_state()
+
+    def _cut_line(self, item: StdoutLine) -> list[ev.AgentEvent]:
+        """A line over the reader's limit: only its head was kept, so it cannot be parsed. It is
+        counted as a parse error and the masters are told that something of the agent's was lost."""
+        message = (
+            f"the agent printed a line of {item.cut} bytes, over the gateway's limit of "
+            f"{DEFAULT_MAX_LINE_BYTES} bytes per line; it was dropped"
+        )
+        return [
+            ev.ParseError(message=message, line=item.line),
+            ev.Notice(severity="warning", code=LINE_TOO_LONG, message=message),
+        ]
+
+    def _prompt_bytes(self, text: str, images: list[ev.StoredFile]) -> bytes | None:
+        """The prompt for the agent's stdin, its images read from the file store."""
+        if not images:
+            return self.agent_input.prompt(text)
+        attached = [PromptImage(f.mime_type, self.files.read(f.transfer_id)) for f in images]
+        return self.agent_input.prompt(text, images=attached)  # type: ignore[call-arg]
+
+    def _place_file(self, action: sm.PlaceFile) -> None:
+        """An uploaded file into the workspace (``.rawp/uploads/<name>``), never through a link:
+        each directory is opened without following one (``gateway/storage/nofollow.py``) and the file is
+        renamed into place. A file that cannot be placed is said to the masters once the prompt's
+        turn is open (``perform``)."""
+        fds: list[int] = []
+        try:
+            fds.append(os.open(self.workspace, nofollow.DIR_FLAGS))
+            for part in sm.UPLOADS_DIR.split("/"):
+                # The workspace's own directories: as the agent would make them (the umask's).
+                fds.append(nofollow.open_dir(part, dir_fd=fds[-1], create=True, mode=0o777))
+            self.files.copy_to(action.transfer_id, fds[-1], action.name)
+        except (OSError, FileError) as err:
+            linked = isinstance(err, OSError) and err.errno in (errno.ELOOP, errno.ENOTDIR)
+            reason = (
+                f"{sm.UPLOADS_DIR} is a link or not a directory"
+                if linked
+                else getattr(err, "message", None) or getattr(err, "strerror", None) or str(err)
+            )
+            log.warning(
+                "upload not placed in the workspace",
+                extra={"session": self.id, "file": action.name, "error": str(err)},
+            )
+            self._unplaced.append((action.name, reason))
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _write_stdin(self, data: bytes) -> None:
+        proc = self.process
+        if proc is not None and proc.returncode is None:
+            try:
+                proc.write(data, limit=self.config.max_stdin_bytes)
+            except AgentStdinFull:
+                self._stdin_full_error(None)
+            except Exception as err:  # the pipe closed under us: the exit will be reported
+                log.warning("stdin write failed", extra={"session": self.id, "error": str(err)})
+        elif self._spawning:
+            if self._stdin_full(len(data)):
+                self._stdin_full_error(None)
+            else:
+                self._stdin_pending.append(data)
+
+    def _stdin_backlog(self) -> int:
+        """Input the agent has not read: queued while it starts, or waiting in the pipe."""
+        proc = self.process
+        pending = sum(map(len, self._stdin_pending))
+        return pending + (proc.stdin_backlog if proc is not None else 0)
+
+    def _stdin_full(self, size: int) -> bool:
+        backlog = self._stdin_backlog()
+        return backlog > 0 and backlog + size > self.config.max_stdin_bytes
+
+    def _stdin_full_error(self, parent_id: str | None, to: str | None = None) -> None:
+        """``session.error`` ``AGENT_STDIN_FULL`` (non-fatal): to the sender of a refused prompt,
+        or to every master when other input (an interrupt, a permission answer) was dropped."""
+        backlog, limit = self._stdin_backlog(), self.config.max_stdin_bytes
+        log.warning(
+            "agent stdin full", extra={"session": self.id, "backlog": backlog, "limit": limit}
+        )
+        what = "this prompt was not sent" if to is not None else "input for it was dropped"
+        payload = F.SessionError(
+            error_code="AGENT_STDIN_FULL",
+            message=f"the agent has not read {backlog} bytes of earlier input (limit "
+            f"max_stdin_bytes = {limit}); {what}",
+            fatal=False,
+        )
+        frame = self.machine.factory.frame(payload, parent_id=parent_id)
+        self.perform([sm.Emit(frame, to=to)])
+
+    async def _terminate(self) -> None:
+        if not await self._stop_agent():
+            # Nothing runs: report the end ourselves so the cleanup frames follow.
+            self.perform(self.machine.agent_exited("signal", None, 15))
+
+    async def _stop_agent(self) -> bool:
+        """Stop the agent process, after the start of one in progress (it must not escape);
+        False when none runs."""
+        while self._spawning:
+            await asyncio.sleep(0.01)
+        proc = self.process
+        if proc is None:
+            return False
+        await proc.terminate(self.config.shutdown_grace_sec)
+        return True
