@@ -82,6 +82,7 @@ COMPILED = (
     "gateway/protocol/codec.py",
     "gateway/protocol/factory.py",
     "gateway/protocol/mapper.py",
+    "gateway/protocol/results.py",
     "gateway/protocol/recovery.py",
     "gateway/protocol/machine.py",
     "gateway/protocol/actions.py",
