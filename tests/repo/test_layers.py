@@ -250,7 +250,6 @@ MAX_LINES = 650
 STATE_MACHINES = frozenset({"gateway.protocol.machine", "parsers.acp.adapter"})
 PENDING_LARGE = frozenset(
     {
-        "gateway.client",
         "gateway.config",
         "gateway.protocol.mapper",
         "gateway.metrics",
