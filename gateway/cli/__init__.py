@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "translate":
         return _translate(args)
     if args.command == "demo":
-        from gateway.chat import run_demo
+        from gateway.cli.demo import run_demo
 
         return run_demo(args)
     if args.command == "chat":
