@@ -17,6 +17,8 @@ meant (docs/acp-mapping.md).
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 import uuid
 from collections.abc import Iterable
@@ -140,3 +142,36 @@ def guess_parser(lines: list[bytes], *, exclude: str) -> str | None:
         except Exception:  # a third-party parser that cannot take these lines at all
             continue
     return None
+
+
+def translate_command(args: argparse.Namespace) -> int:
+    """``rawp-gateway translate [FILE]``: ``translate`` from the file (or stdin) to stdout; 2 when
+    the file cannot be read or the agent is unknown, 141 when the reader goes away."""
+    try:
+        stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+    except OSError as err:
+        print(f"rawp-gateway translate: cannot read {args.file}: {err.strerror}", file=sys.stderr)
+        return 2
+    try:
+        translate(
+            stream,
+            sys.stdout.buffer,
+            agent=args.agent,
+            session_id=args.session_id,
+            exit_code=args.exit_code,
+            forward_unknown=args.forward_unknown,
+        )
+        sys.stdout.flush()
+    except KeyError as err:
+        print(f"rawp-gateway translate: {err.args[0]}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader went away (`translate FILE | head -1`): stop quietly, as a tool killed by
+        # SIGPIPE would (exit 128 + 13). stdout is pointed at /dev/null so that the interpreter's
+        # own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    return 0

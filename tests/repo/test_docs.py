@@ -248,7 +248,7 @@ def test_readme_demo_commands_are_the_demo_agents():
     """What the README tells a newcomer to type in the demo is what the demo answers: each
     slash command it names is the chat's own or one the demo agent publishes."""
     from gateway.agent.demo import SLASH_COMMANDS
-    from gateway.chat import _CLIENT_COMMANDS
+    from gateway.chat.app import _CLIENT_COMMANDS
 
     text = (ROOT / "README.md").read_text()
     try_it = text.split("## Try it", 1)[1].split("\n## ", 1)[0]

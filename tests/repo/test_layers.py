@@ -42,9 +42,6 @@ PENDING = {
     ("gateway.agent.conversations.ask_acp", "gateway.config"),
     ("gateway.agent.conversations", "gateway.agent.conversations.ask_acp"),
     ("gateway.agent.conversations.ask_acp", "gateway.agent.conversations"),
-    ("gateway.chat", "gateway.config"),
-    ("gateway.chat", "gateway.server"),
-    ("gateway.chat", "gateway.server.refusals"),
     ("gateway.config", "gateway.team.auth"),
     ("gateway.config", "gateway.team.notify"),
 }
@@ -252,14 +249,12 @@ STATE_MACHINES = frozenset(
 )
 PENDING_LARGE = frozenset(
     {
-        "gateway.client",
         "gateway.config",
         "gateway.metrics",
         "gateway.session",
         "gateway.agent.demo",
         "gateway.server",
         "gateway.agent.process",
-        "gateway.chat",
     }
 )
 
