@@ -25,7 +25,6 @@ from tests.support.paths import FIXTURES
 from tests.support.strategies import deep_json, hostile_values, mutated, payloads
 
 SESSION = "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a"
-FIXTURES = FIXTURES
 MAX_FRAME_SIZE = 64 * 1024
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -33,7 +33,6 @@ from gateway.session import LiveSession
 from parsers import events as ev
 from tests.support.paths import FIXTURES
 
-FIXTURES = FIXTURES
 ALL = sorted(FIXTURES.glob("*/*.jsonl"))
 FEATURE_SETS = {
     "everything": ALL_FEATURES,

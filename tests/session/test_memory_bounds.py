@@ -28,8 +28,6 @@ from tests.support.gateway_peer import (
 from tests.support.paths import HOSTILE
 from tests.support.waiting import eventually
 
-HOSTILE = HOSTILE
-
 
 async def test_a_deleted_session_is_freed_whole_and_only_its_summary_stays(tmp_path):
     """After DELETE the session's machine, mapper, history and connections are garbage: nothing

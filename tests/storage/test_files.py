@@ -30,7 +30,6 @@ from tests.support.gateway_peer import (
 from tests.support.paths import FIXTURES
 from tests.support.waiting import eventually
 
-FIXTURES = FIXTURES
 SESSION = "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a"
 # The 4x3 red PNG the rig's image scenarios put in the workspace.
 PNG = base64.b64decode(
