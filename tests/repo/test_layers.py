@@ -256,7 +256,6 @@ PENDING_LARGE = frozenset(
         "gateway.metrics",
         "gateway.session",
         "gateway.agent.demo",
-        "gateway.server",
         "gateway.agent.process",
         "gateway.chat",
     }
