@@ -6,9 +6,10 @@ as usual) for a ticket and puts that in the upgrade's URL instead: random, good 
 session only, for ``TICKET_TTL_S`` seconds, spent only by an upgrade that succeeds (one refused
 for another reason, or a plain GET, leaves it usable). ``TicketStore`` keeps at most
 ``MAX_TICKETS`` unused ones, and at most ``MAX_TICKETS_PER_OWNER`` of one user (the server's
-``ticket_owner``), so one client cannot take them all; each carries the identity (user, role) of
-whoever asked for it, which the upgrade it opens is; past either a new one is refused (429
-``TOO_MANY_TICKETS``) rather than an older one dropped. It is sans-IO: the caller passes the clock.
+``ticket_owner``, gateway/server/routes/console.py), so one client cannot take them all; each
+carries the identity (user, role) of whoever asked for it, which the upgrade it opens is; past
+either a new one is refused (429 ``TOO_MANY_TICKETS``) rather than an older one dropped. It is
+sans-IO: the caller passes the clock.
 """
 
 from __future__ import annotations
