@@ -253,7 +253,6 @@ PENDING_LARGE = frozenset(
         "gateway.metrics",
         "gateway.session",
         "gateway.agent.demo",
-        "gateway.server",
         "gateway.agent.process",
     }
 )

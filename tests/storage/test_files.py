@@ -17,6 +17,7 @@ from gateway.protocol import actions as act
 from gateway.protocol import codec, prompts
 from gateway.protocol import machine as sm
 from gateway.server import SESSIONS
+from gateway.server.routes.files import byte_range
 from gateway.storage import files as gf
 from parsers import events as ev
 from parsers.base import PromptImage
@@ -760,7 +761,7 @@ async def test_client_uploads_and_downloads(gw):
     ],
 )
 def test_byte_range(header, size, expected):
-    assert gf.byte_range(header, size) == expected
+    assert byte_range(header, size) == expected
 
 
 async def test_range_edge_cases_and_conditional_requests(gw):
