@@ -43,7 +43,8 @@ import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from gateway import console
-from gateway.agent import conversations, process
+from gateway.agent import conversations, descendants
+from gateway.agent.exit import missing_executable
 from gateway.api_error import ApiError
 from gateway.config import Config
 from gateway.metrics import GatewayMetrics
@@ -426,7 +427,7 @@ async def create_session(request: web.Request) -> web.Response:
     # A CLI that is not installed fails here for every profile, the same way: a single-turn one
     # would otherwise start (and fail) only at the first prompt. A continued conversation is shown
     # without its agent, which starts (or fails, with AGENT_START_FAILED) at the next prompt.
-    missing = process.missing_executable(profile.command[0], {**os.environ, **profile.env})
+    missing = missing_executable(profile.command[0], {**os.environ, **profile.env})
     if missing is not None and resume is None:
         raise ApiError(502, "AGENT_START_FAILED", f"the {agent} agent could not start: {missing}")
     transcript = None
@@ -1084,7 +1085,7 @@ async def _restore_sessions(app: web.Application) -> None:
         )
     # The gateway before this one was killed: what its agents left running would go on beside
     # the agents the next prompts start, in the same workspaces.
-    killed = process.kill_left_behind(crashed)
+    killed = descendants.kill_left_behind(crashed)
     if killed:
         log.warning("agent processes left by the previous gateway killed", extra={"count": killed})
 
@@ -1111,7 +1112,7 @@ async def _shutdown_sessions(app: web.Application) -> None:
         else:
             ending = (s.delete("error", "client") for s in live)
         await asyncio.gather(*ending, return_exceptions=True)
-    await process.terminate_all()
+    await descendants.terminate_all()
 
 
 def is_loopback(address: str | None) -> bool:

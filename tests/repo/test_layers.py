@@ -257,7 +257,6 @@ PENDING_LARGE = frozenset(
         "gateway.session",
         "gateway.agent.demo",
         "gateway.server",
-        "gateway.agent.process",
         "gateway.chat",
     }
 )
