@@ -255,7 +255,6 @@ PENDING_LARGE = frozenset(
         "gateway.protocol.mapper",
         "gateway.metrics",
         "gateway.session",
-        "gateway.agent.demo",
         "gateway.server",
         "gateway.chat",
     }
