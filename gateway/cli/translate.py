@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Iterable
 from typing import BinaryIO, Final, TextIO
 
-from gateway.agent.process import classify_exit
+from gateway.agent.exit import classify_exit
 from gateway.config import Config, builtin_profiles
 from gateway.protocol import actions as act
 from gateway.protocol import codec

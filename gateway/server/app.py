@@ -15,7 +15,7 @@ import logging
 
 from aiohttp import web
 
-from gateway.agent import process
+from gateway.agent import descendants
 from gateway.api_error import ApiError
 from gateway.config import Config
 from gateway.console.static import load_static
@@ -201,7 +201,7 @@ async def _restore_sessions(app: web.Application) -> None:
         )
     # The gateway before this one was killed: what its agents left running would go on beside
     # the agents the next prompts start, in the same workspaces.
-    killed = process.kill_left_behind(crashed)
+    killed = descendants.kill_left_behind(crashed)
     if killed:
         log.warning("agent processes left by the previous gateway killed", extra={"count": killed})
 
@@ -228,4 +228,4 @@ async def _shutdown_sessions(app: web.Application) -> None:
         else:
             ending = (s.delete("error", "client") for s in live)
         await asyncio.gather(*ending, return_exceptions=True)
-    await process.terminate_all()
+    await descendants.terminate_all()

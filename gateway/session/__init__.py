@@ -45,14 +45,9 @@ from typing import Any, ClassVar, Final, cast
 import msgspec
 
 from gateway import config as cfg
-from gateway.agent.process import (
-    DEFAULT_MAX_LINE_BYTES,
-    AgentProcess,
-    AgentProcessError,
-    AgentStartError,
-    AgentStdinFull,
-    StdoutLine,
-)
+from gateway.agent.exit import AgentProcessError, AgentStartError, AgentStdinFull
+from gateway.agent.process import AgentProcess
+from gateway.agent.stdout import DEFAULT_MAX_LINE_BYTES, StdoutLine
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import actions as act
 from gateway.protocol import codec, prompts, recovery

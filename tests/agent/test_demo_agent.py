@@ -18,14 +18,9 @@ from typing import Any
 
 import pytest
 
-from gateway.agent.demo import (
-    HELP_TEXT,
-    MAX_IMAGE_BYTES,
-    THOUGHT_TEXT,
-    Action,
-    choose_action,
-    image_info,
-)
+from gateway.agent.demo import HELP_TEXT, MAX_IMAGE_BYTES, THOUGHT_TEXT
+from gateway.agent.demo.script import Action, choose_action
+from gateway.agent.demo.tools import image_info
 from gateway.agent.process import AgentProcess
 from tests.support.paths import FIXTURES, REPO
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from gateway.agent.process import classify_exit
+from gateway.agent.exit import classify_exit
 from gateway.cli.translate import translate
 from gateway.config import builtin_profiles
 from gateway.protocol import codec

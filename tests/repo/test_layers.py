@@ -252,8 +252,6 @@ PENDING_LARGE = frozenset(
         "gateway.config",
         "gateway.metrics",
         "gateway.session",
-        "gateway.agent.demo",
-        "gateway.agent.process",
     }
 )
 

@@ -13,7 +13,8 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.agent.process import AgentProcess, AgentStdinFull
+from gateway.agent.exit import AgentStdinFull
+from gateway.agent.process import AgentProcess
 from gateway.config import ConfigError, builtin_profiles, load_config
 from gateway.server import SESSIONS, TerminatedSession
 from gateway.server.routes import sessions as session_routes
