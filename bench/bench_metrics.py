@@ -6,7 +6,7 @@ The hot path of the gateway, per agent stdout line: decode the JSON line (msgspe
 DPS frame (a dict envelope with a fresh message_id and a timestamp, as every frame needs), encode
 it, append it to the history buffer, write it to each attached WebSocket. The instrumented variant
 adds exactly the calls the server makes (see `gateway.metrics.GatewayMetrics`): a clock read after
-parse+map (the read-time stamp itself is taken by gateway.agent.process whether metrics are on or not),
+parse+map (the read-time stamp itself is taken by gateway.agent.stdout whether metrics are on or not),
 `AgentLineMetrics.line(kind, parse_ns)`, `frame_out(type, nbytes)`,
 `history_appended(nbytes)`, and per connection a clock read and `observe_latency_ns(ns)`.
 
@@ -128,7 +128,7 @@ def run_plain(lines: list[bytes], fanout: int) -> int:
     history: list[bytes] = []
     written = 0
     for raw in lines:
-        # gateway.agent.process stamps every stdout line with the clock whether or not metrics are on
+        # gateway.agent.stdout stamps every stdout line with the clock whether or not metrics are on
         # (StdoutLine.t_ns), so that read belongs to the uninstrumented path too.
         _t0 = clock_ns()
         _kind, type_, payload = _map(decode(raw))

@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE))
 
 from bench_claude_parser import transcript  # noqa: E402
 
-from gateway.agent.process import StdoutLine  # noqa: E402
+from gateway.agent.stdout import StdoutLine  # noqa: E402
 from gateway.config import Config, builtin_profiles  # noqa: E402
 from gateway.metrics import GatewayMetrics  # noqa: E402
 from gateway.session import LiveSession  # noqa: E402

@@ -4,6 +4,6 @@ lives in ``gateway.agent.demo``."""
 if __name__ == "__main__":
     import sys
 
-    from gateway.agent.demo import main
+    from gateway.agent.demo.__main__ import main
 
     sys.exit(main())

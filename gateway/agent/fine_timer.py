@@ -2,7 +2,7 @@
 
 uvloop's timers (libuv's) count whole milliseconds: ``call_later(0.0004)`` fires in the next loop
 iteration and ``call_later(0.0006)`` after about 1.1 ms. Letting an agent's lines gather for half a
-millisecond (``gateway/agent/process.py``) needs better, so this arms a ``timerfd`` that the loop watches
+millisecond (``gateway/agent/stdout.py``) needs better, so this arms a ``timerfd`` that the loop watches
 as a reader. Python 3.11 has no ``os.timerfd_*`` (3.13 does): libc is called through ctypes, with the
 ``itimerspec`` built again only when the delay changes. (Arming costs a few microseconds here, most of it the system
 call itself in a virtual machine: worth it once per gathered batch, not once per line.)

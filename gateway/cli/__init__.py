@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 from pathlib import Path
 
@@ -90,12 +88,6 @@ def _chat_arguments(parser: argparse.ArgumentParser, *, with_url: bool) -> None:
     add_chat_arguments(parser, with_url=with_url)
 
 
-def _setup_logging(fmt: str) -> None:
-    from gateway.logs import configure
-
-    configure(fmt)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
@@ -103,11 +95,15 @@ def main(argv: list[str] | None = None) -> int:
         # Said by the subcommand's parser, so the usage shown is the subcommand's (exit 2).
         args.subparsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "serve":
-        return _serve(args)
+        from gateway.cli.serve import serve_command
+
+        return serve_command(args)
     if args.command == "translate":
-        return _translate(args)
+        from gateway.cli.translate import translate_command
+
+        return translate_command(args)
     if args.command == "demo":
-        from gateway.chat import run_demo
+        from gateway.cli.demo import run_demo
 
         return run_demo(args)
     if args.command == "chat":
@@ -115,68 +111,6 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_chat_command(args)
     return 2  # pragma: no cover
-
-
-def _serve(args: argparse.Namespace) -> int:
-    from gateway.config import ConfigError, load_config
-    from gateway.server import StartError, serve
-    from gateway.storage.state_dir import StateDirError
-
-    flags = {
-        "host": args.host,
-        "port": args.port,
-        "token_file": args.token_file,
-        "workspace_root": args.workspace_root,
-        "log_format": args.log_format,
-        "state_dir": args.state_dir,
-    }
-    try:
-        config = load_config(args.config, flags)
-    except ConfigError as err:
-        print(f"rawp-gateway: {err}", file=sys.stderr)
-        return 2
-    _setup_logging(config.log_format)
-    for warning in config.warnings:
-        logging.getLogger("rawp_gateway").warning(warning)
-    try:
-        serve(config)
-    except (StateDirError, StartError) as err:
-        print(f"rawp-gateway: {err}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def _translate(args: argparse.Namespace) -> int:
-    from gateway.cli.translate import translate
-
-    try:
-        stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
-    except OSError as err:
-        print(f"rawp-gateway translate: cannot read {args.file}: {err.strerror}", file=sys.stderr)
-        return 2
-    try:
-        translate(
-            stream,
-            sys.stdout.buffer,
-            agent=args.agent,
-            session_id=args.session_id,
-            exit_code=args.exit_code,
-            forward_unknown=args.forward_unknown,
-        )
-        sys.stdout.flush()
-    except KeyError as err:
-        print(f"rawp-gateway translate: {err.args[0]}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        # The reader went away (`translate FILE | head -1`): stop quietly, as a tool killed by
-        # SIGPIPE would (exit 128 + 13). stdout is pointed at /dev/null so that the interpreter's
-        # own flush at exit does not fail again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
-    finally:
-        if stream is not sys.stdin.buffer:
-            stream.close()
-    return 0
 
 
 if __name__ == "__main__":

@@ -17,13 +17,16 @@ meant (docs/acp-mapping.md).
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 import uuid
 from collections.abc import Iterable
 from typing import BinaryIO, Final, TextIO
 
-from gateway.agent.process import classify_exit
+from gateway.agent.exit import classify_exit
 from gateway.config import Config, builtin_profiles
+from gateway.protocol import actions as act
 from gateway.protocol import codec
 from gateway.protocol import machine as sm
 from gateway.protocol.capabilities import ALL_FEATURES
@@ -82,16 +85,16 @@ def translate(
     )
     bad = 0
 
-    def emit(actions: list[sm.Action]) -> None:
+    def emit(actions: list[act.Action]) -> None:
         nonlocal bad
         for action in actions:
-            if isinstance(action, sm.Emit) and action.to is None:
+            if isinstance(action, act.Emit) and action.to is None:
                 out.write(codec.encode(action.frame) + b"\n")
                 payload = action.frame.payload
                 if isinstance(payload, FileTransfer):
                     what = f"{payload.file_name} ({payload.mime_type}, {payload.size_bytes} bytes)"
                     print(f"translate: {what} written to {payload.file_url}", file=err)
-            elif isinstance(action, sm.Log):
+            elif isinstance(action, act.Log):
                 if action.level in ("warning", "error"):
                     bad += 1
                 fields = " ".join(f"{k}={v}" for k, v in action.fields.items())
@@ -139,3 +142,36 @@ def guess_parser(lines: list[bytes], *, exclude: str) -> str | None:
         except Exception:  # a third-party parser that cannot take these lines at all
             continue
     return None
+
+
+def translate_command(args: argparse.Namespace) -> int:
+    """``rawp-gateway translate [FILE]``: ``translate`` from the file (or stdin) to stdout; 2 when
+    the file cannot be read or the agent is unknown, 141 when the reader goes away."""
+    try:
+        stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+    except OSError as err:
+        print(f"rawp-gateway translate: cannot read {args.file}: {err.strerror}", file=sys.stderr)
+        return 2
+    try:
+        translate(
+            stream,
+            sys.stdout.buffer,
+            agent=args.agent,
+            session_id=args.session_id,
+            exit_code=args.exit_code,
+            forward_unknown=args.forward_unknown,
+        )
+        sys.stdout.flush()
+    except KeyError as err:
+        print(f"rawp-gateway translate: {err.args[0]}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader went away (`translate FILE | head -1`): stop quietly, as a tool killed by
+        # SIGPIPE would (exit 128 + 13). stdout is pointed at /dev/null so that the interpreter's
+        # own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    return 0

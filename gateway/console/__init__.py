@@ -1,42 +1,16 @@
-"""The server side of the browser console (docs/browser-console.md): its static files, the one-time
-WebSocket tickets and the Origin check on WebSocket upgrades.
+"""The server side of the browser console (docs/browser-console.md); the page itself is in
+``ui/``.
 
-Theory of operation
--------------------
-The console is a single page of plain JavaScript modules in ``gateway/console/ui/``, shipped as package
-data and read once when the application is built; ``GET /ui`` serves ``index.html`` and
-``GET /ui/{name}`` the files beside it (a fixed set: no path from a request reaches the file
-system). The page holds no data, so it is served without the token, with a Content-Security-Policy
-that allows nothing but the gateway itself.
-
-A browser cannot put ``Authorization`` on a WebSocket upgrade, and a token in a URL ends up in logs
-and history. So a page that holds the token asks ``POST /v1/session/{id}/ws-ticket`` (authenticated
-as usual) for a ticket and puts that in the upgrade's URL instead: random, good once, for that
-session only, for ``TICKET_TTL_S`` seconds, spent only by an upgrade that succeeds (one refused
-for another reason, or a plain GET, leaves it usable). ``TicketStore`` keeps at most
-``MAX_TICKETS`` unused ones, and at most ``MAX_TICKETS_PER_OWNER`` of one user (the server's
-``ticket_owner``), so one client cannot take them all; each carries the identity (user, role) of
-whoever asked for it, which the upgrade it opens is; past either a new one is refused (429
-``TOO_MANY_TICKETS``) rather than an older one dropped. It is sans-IO: the caller passes the clock.
-
-Any web page can open a WebSocket to a loopback gateway, so an upgrade whose ``Origin`` header
-names another origin than the gateway's own is refused (403 ``ORIGIN_FORBIDDEN``) unless
-``[server] allowed_origins`` lists it. Non-browser masters send no ``Origin`` and are unaffected.
+* ``static.py``: the page's files, read once from the package and served with a strict
+  Content-Security-Policy, without the token (they hold no data);
+* ``tickets.py``: the one-time tickets a page that holds the token puts in a WebSocket upgrade's
+  URL, since a browser cannot give the upgrade an ``Authorization`` header;
+* ``origin.py``: the ``Origin`` check that keeps other web pages off a gateway they can reach.
 """
 
-from __future__ import annotations
-
-import secrets
-from collections import Counter, OrderedDict
-from collections.abc import Iterable
-from dataclasses import dataclass
-from importlib import resources
-from typing import Final
-
-from aiohttp import web
-
-from gateway.config import normalize_origin
-from gateway.team.auth import LOCAL, Identity
+from gateway.console.origin import OriginForbidden, check_origin
+from gateway.console.static import CSP, load_static, static_response
+from gateway.console.tickets import MAX_TICKETS, MAX_TICKETS_PER_OWNER, TICKET_TTL_S, TicketStore
 
 __all__ = [
     "CSP",
@@ -47,160 +21,5 @@ __all__ = [
     "TicketStore",
     "check_origin",
     "load_static",
+    "static_response",
 ]
-
-TICKET_TTL_S: Final = 30
-MAX_TICKETS: Final = 1024  # unused tickets held at once, across all sessions
-MAX_TICKETS_PER_OWNER: Final = 64  # unused tickets of one user
-MAX_STATIC_BYTES: Final = 2 * 1024 * 1024  # the console's files, all together
-
-# Everything the page loads or calls is the gateway itself; images from tool results are fetched
-# with the token and shown as blob: URLs.
-CSP: Final = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
-    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-)
-_TYPES: Final = {
-    ".html": "text/html; charset=utf-8",
-    ".js": "text/javascript; charset=utf-8",
-    ".css": "text/css; charset=utf-8",
-    ".svg": "image/svg+xml",
-    ".png": "image/png",
-}
-
-
-# --- tickets -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Ticket:
-    session_id: str
-    expires_at: float
-    owner: str  # the user it counts against (MAX_TICKETS_PER_OWNER)
-    identity: Identity  # who asked for it: the upgrade it opens is theirs
-
-
-class TicketStore:
-    """One-time WebSocket tickets: ``issue`` for a session, ``valid`` until they expire, ``spend``
-    once (by the upgrade that succeeds)."""
-
-    def __init__(
-        self,
-        *,
-        ttl_s: float = TICKET_TTL_S,
-        capacity: int = MAX_TICKETS,
-        per_owner: int = MAX_TICKETS_PER_OWNER,
-    ) -> None:
-        self.ttl_s = ttl_s
-        self.capacity = capacity
-        self.per_owner = per_owner
-        self._tickets: OrderedDict[str, _Ticket] = OrderedDict()  # oldest first
-        self._owners: Counter[str] = Counter()  # unused tickets per owner
-
-    def __len__(self) -> int:
-        return len(self._tickets)
-
-    def _drop(self, ticket: str) -> _Ticket | None:
-        entry = self._tickets.pop(ticket, None)
-        if entry is not None:
-            self._owners[entry.owner] -= 1
-            if not self._owners[entry.owner]:
-                del self._owners[entry.owner]
-        return entry
-
-    def _expire(self, now: float) -> None:
-        while self._tickets:
-            ticket, entry = next(iter(self._tickets.items()))
-            if entry.expires_at > now:
-                break
-            self._drop(ticket)
-
-    def issue(
-        self, session_id: str, now: float, owner: str = "", identity: Identity = LOCAL
-    ) -> str | None:
-        """A new ticket for ``session_id`` carrying ``identity``, or ``None`` when ``capacity``
-        unused ones exist, or ``per_owner`` of ``owner``'s."""
-        self._expire(now)
-        if len(self._tickets) >= self.capacity or self._owners[owner] >= self.per_owner:
-            return None
-        ticket = secrets.token_urlsafe(32)
-        self._tickets[ticket] = _Ticket(session_id, now + self.ttl_s, owner, identity)
-        self._owners[owner] += 1
-        return ticket
-
-    def valid(self, ticket: str, session_id: str, now: float) -> Identity | None:
-        """The identity of ``ticket`` if it was issued for ``session_id``, is not expired and not
-        spent (None otherwise).
-
-        A ticket presented for another session is dropped: it was shown where it does not belong,
-        so it must not work anywhere afterwards.
-        """
-        self._expire(now)
-        entry = self._tickets.get(ticket)
-        if entry is not None and entry.session_id != session_id:
-            self._drop(ticket)
-            return None
-        return entry.identity if entry is not None else None
-
-    def spend(self, ticket: str) -> bool:
-        """Use ``ticket`` up; False if it was spent (or dropped) already."""
-        return self._drop(ticket) is not None
-
-
-# --- Origin ----------------------------------------------------------------------------------------
-
-
-class OriginForbidden(Exception):
-    """An upgrade from a page of another origin."""
-
-
-def check_origin(request: web.Request, allowed: Iterable[str]) -> None:
-    """Raise ``OriginForbidden`` if the request carries an ``Origin`` that is neither the
-    gateway's own (same scheme and ``Host``) nor one of ``allowed`` (normalised)."""
-    origin = request.headers.get("Origin")
-    if origin is None:
-        return
-    given = normalize_origin(origin)
-    own = normalize_origin(f"{request.scheme}://{request.host}")
-    if given == own or given in allowed:
-        return
-    raise OriginForbidden(given)
-
-
-# --- static files ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class StaticFile:
-    body: bytes
-    content_type: str
-
-
-def load_static() -> dict[str, StaticFile]:
-    """The console's files by name (``index.html``, ``app.js``, ...), read from the package."""
-    files: dict[str, StaticFile] = {}
-    total = 0
-    for entry in resources.files("gateway.console").joinpath("ui").iterdir():
-        suffix = "." + entry.name.rpartition(".")[2]
-        if not entry.is_file() or suffix not in _TYPES:
-            continue
-        body = entry.read_bytes()
-        total += len(body)
-        if total > MAX_STATIC_BYTES:
-            raise RuntimeError("the console's static files exceed their size limit")
-        files[entry.name] = StaticFile(body, _TYPES[suffix])
-    if "index.html" not in files:
-        raise RuntimeError(
-            "the console's index.html is missing from the package (gateway/console/ui)"
-        )
-    return files
-
-
-def static_response(file: StaticFile) -> web.Response:
-    response = web.Response(body=file.body)
-    response.headers["Content-Type"] = file.content_type
-    response.headers["Content-Security-Policy"] = CSP
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["Referrer-Policy"] = "no-referrer"
-    response.headers["Cache-Control"] = "no-cache"
-    return response

@@ -18,16 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway import config as cfg
-from gateway.agent.process import (
-    DEFAULT_MAX_LINE_BYTES,
-    AgentProcess,
-    AgentProcessError,
-    AgentStartError,
-    AgentStdinFull,
-    StdoutLine,
-)
+from gateway.agent.exit import AgentProcessError, AgentStartError, AgentStdinFull
+from gateway.agent.process import AgentProcess
+from gateway.agent.stdout import DEFAULT_MAX_LINE_BYTES, StdoutLine
+from gateway.protocol import actions as act
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
+from gateway.protocol import prompts
 from gateway.storage import nofollow
 from gateway.storage.files import FileError, store_tool_files
 from parsers import events as ev
@@ -73,13 +70,13 @@ class AgentLink:
         _suspended: bool
         _flusher: Flusher
 
-        def perform(self, actions: list[sm.Action]) -> None: ...
-        def _emit(self, action: sm.Emit) -> None: ...
-        def _act_other(self, action: sm.Action) -> None: ...
+        def perform(self, actions: list[act.Action]) -> None: ...
+        def _emit(self, action: act.Emit) -> None: ...
+        def _act_other(self, action: act.Action) -> None: ...
         def _track_state(self) -> None: ...
         def _task(self, coro: Any) -> None: ...
 
-    def _spawn(self, action: sm.Spawn) -> None:
+    def _spawn(self, action: act.Spawn) -> None:
         profile = self.profile
         resume_id = action.resume_id or None
         on_stdin = cfg.prompt_on_stdin(profile, action.prompt)
@@ -222,7 +219,7 @@ class AgentLink:
                 else:
                     lines.line("none", elapsed)  # e.g. a stream event with nothing to say
                 for action in actions:
-                    if type(action) is sm.Emit:
+                    if type(action) is act.Emit:
                         emit(action)
                     else:
                         act_other(action)
@@ -249,7 +246,7 @@ class AgentLink:
         attached = [PromptImage(f.mime_type, self.files.read(f.transfer_id)) for f in images]
         return self.agent_input.prompt(text, images=attached)  # type: ignore[call-arg]
 
-    def _place_file(self, action: sm.PlaceFile) -> None:
+    def _place_file(self, action: act.PlaceFile) -> None:
         """An uploaded file into the workspace (``.rawp/uploads/<name>``), never through a link:
         each directory is opened without following one (``gateway/storage/nofollow.py``) and the file is
         renamed into place. A file that cannot be placed is said to the masters once the prompt's
@@ -257,14 +254,14 @@ class AgentLink:
         fds: list[int] = []
         try:
             fds.append(os.open(self.workspace, nofollow.DIR_FLAGS))
-            for part in sm.UPLOADS_DIR.split("/"):
+            for part in prompts.UPLOADS_DIR.split("/"):
                 # The workspace's own directories: as the agent would make them (the umask's).
                 fds.append(nofollow.open_dir(part, dir_fd=fds[-1], create=True, mode=0o777))
             self.files.copy_to(action.transfer_id, fds[-1], action.name)
         except (OSError, FileError) as err:
             linked = isinstance(err, OSError) and err.errno in (errno.ELOOP, errno.ENOTDIR)
             reason = (
-                f"{sm.UPLOADS_DIR} is a link or not a directory"
+                f"{prompts.UPLOADS_DIR} is a link or not a directory"
                 if linked
                 else getattr(err, "message", None) or getattr(err, "strerror", None) or str(err)
             )
@@ -317,7 +314,7 @@ class AgentLink:
             fatal=False,
         )
         frame = self.machine.factory.frame(payload, parent_id=parent_id)
-        self.perform([sm.Emit(frame, to=to)])
+        self.perform([act.Emit(frame, to=to)])
 
     async def _terminate(self) -> None:
         if not await self._stop_agent():

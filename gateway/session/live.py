@@ -18,6 +18,7 @@ from typing import Any, ClassVar, cast
 from gateway import config as cfg
 from gateway.agent.process import AgentProcess
 from gateway.metrics import GatewayMetrics
+from gateway.protocol import actions as act
 from gateway.protocol import codec, recovery
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
@@ -340,7 +341,7 @@ class LiveSession(AgentLink, Masters):
 
     # --- actions ----------------------------------------------------------------------------------
 
-    def perform(self, actions: list[sm.Action]) -> None:
+    def perform(self, actions: list[act.Action]) -> None:
         for action in actions:
             self._act(action)
         while self._unplaced:  # after the prompt's actions: its turn is open now
@@ -348,49 +349,49 @@ class LiveSession(AgentLink, Masters):
             self.perform(self.machine.file_not_placed(name, reason))
         self._track_state()
 
-    def _act(self, action: sm.Action) -> None:
-        if type(action) is sm.Emit:
+    def _act(self, action: act.Action) -> None:
+        if type(action) is act.Emit:
             self._emit(action)
         else:
             self._act_other(action)
 
-    def _act_other(self, action: sm.Action) -> None:
-        if isinstance(action, sm.WriteStdin):
+    def _act_other(self, action: act.Action) -> None:
+        if isinstance(action, act.WriteStdin):
             self._write_stdin(action.data)
-        elif isinstance(action, sm.WritePrompt):
+        elif isinstance(action, act.WritePrompt):
             data = self._prompt_bytes(action.text, action.images)
             if data is not None:
                 self._write_stdin(data)
-        elif isinstance(action, sm.PlaceFile):
+        elif isinstance(action, act.PlaceFile):
             self._place_file(action)
-        elif isinstance(action, sm.Spawn):
+        elif isinstance(action, act.Spawn):
             self._spawn(action)
-        elif isinstance(action, sm.Signal):
+        elif isinstance(action, act.Signal):
             if self.process is not None:
                 self.process.send_signal(action.signum)
-        elif isinstance(action, sm.Terminate):
+        elif isinstance(action, act.Terminate):
             self._task(self._terminate())
-        elif isinstance(action, sm.StartTimer):
+        elif isinstance(action, act.StartTimer):
             self._set_timer(action.key, action.seconds)
-        elif isinstance(action, sm.CancelTimer):
+        elif isinstance(action, act.CancelTimer):
             self._cancel_timer(action.key)
-        elif isinstance(action, sm.SetFeatures):
+        elif isinstance(action, act.SetFeatures):
             conn = self.connections.get(action.conn_id)
             if conn is not None:
                 conn.filter = ConnectionFilter(action.features)
                 self._routes.clear()
-        elif isinstance(action, sm.CloseAll):
+        elif isinstance(action, act.CloseAll):
             self._close_all(action.reason)
-        elif isinstance(action, sm.Settled):
+        elif isinstance(action, act.Settled):
             self.metrics.interaction(action.interaction_type, action.outcome)
-        elif isinstance(action, sm.Log):
+        elif isinstance(action, act.Log):
             log.log(
                 logging.getLevelName(action.level.upper()),
                 action.message,
                 extra={"session": self.id, **action.fields},
             )
 
-    def _emit(self, action: sm.Emit) -> None:
+    def _emit(self, action: act.Emit) -> None:
         frame = action.frame
         data = codec.encode(frame)
         if action.to is not None:

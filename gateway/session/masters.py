@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from gateway.protocol import actions as act
 from gateway.protocol import codec
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
@@ -61,7 +62,7 @@ class Masters:
         _line_t_ns: int
         _suspended: bool
 
-        def perform(self, actions: list[sm.Action]) -> None: ...
+        def perform(self, actions: list[act.Action]) -> None: ...
         def _track_state(self) -> None: ...
         def _save_record(self, *, clean: bool = False) -> None: ...
         def _cancel_timer(self, key: str) -> None: ...
@@ -130,7 +131,7 @@ class Masters:
         greeting = [
             (a.frame, text_frame(codec.encode(a.frame)))
             for a in self.machine.attached(conn_id)
-            if isinstance(a, sm.Emit)
+            if isinstance(a, act.Emit)
         ]
         first, rest = greeting[0], greeting[1:]
         self._send_to(conn, *first)
@@ -228,7 +229,7 @@ class Masters:
             f"{sender.identity.user} has {role or 'none'}",
             fatal=False,
         )
-        self.perform([sm.Emit(self.machine.factory.frame(payload, parent_id=mid), to=conn_id)])
+        self.perform([act.Emit(self.machine.factory.frame(payload, parent_id=mid), to=conn_id)])
         if self.audit is not None:
             self.audit.record(
                 auth.AUDITED.get(peek.type, peek.type),

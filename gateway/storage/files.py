@@ -53,7 +53,7 @@ from typing import Final, Protocol
 import msgspec
 
 from gateway.api_error import ApiError
-from gateway.protocol.machine import IMAGE_MIME_TYPES, MAX_FILE_NAME_BYTES, valid_file_name
+from gateway.protocol.prompts import IMAGE_MIME_TYPES, MAX_FILE_NAME_BYTES, valid_file_name
 from gateway.storage import nofollow
 from parsers import events as ev
 
@@ -61,13 +61,10 @@ __all__ = [
     "IMAGE_TYPES",
     "FileError",
     "FileStore",
-    "byte_range",
     "check_file_name",
     "check_mime_type",
     "files_path",
     "store_tool_files",
-    "strong_etag",
-    "upload_mime_type",
 ]
 
 log = logging.getLogger("rawp_gateway.files")
@@ -129,57 +126,12 @@ def check_file_name(name: object) -> str:
     return name
 
 
-_RANGE: Final = re.compile(r"bytes=(\d{0,19})-(\d{0,19})", re.IGNORECASE)
-
-
-def byte_range(header: str | None, size: int) -> tuple[int, int] | bool:
-    """The part of a file of ``size`` bytes that a ``Range`` header asks for (RFC 9110 §14):
-    ``(start, end)``, end exclusive, for one satisfiable range; ``False`` when it cannot be
-    satisfied (416: a start past the end, ``bytes=-0``, any range of an empty file); ``True``
-    for the whole file: no header, or one the gateway ignores as RFC 9110 allows (several
-    ranges, another unit, a malformed or backwards range)."""
-    if header is None:
-        return True
-    match = _RANGE.fullmatch(header.strip())
-    if match is None:
-        return True
-    first, last = match.groups()
-    if first:
-        start = int(first)
-        if last and int(last) < start:
-            return True
-        if start >= size:
-            return False
-        return start, min(int(last) + 1, size) if last else size
-    if not last:
-        return True  # "bytes=-"
-    suffix = int(last)
-    if suffix == 0 or size == 0:
-        return False
-    return max(0, size - suffix), size
-
-
-def strong_etag(checksum: str) -> str:
-    """The ``ETag`` of a stored file: its SHA-256, a strong entity tag."""
-    return f'"{checksum.removeprefix("sha256:")}"'
-
-
 def check_mime_type(value: str) -> str:
     """A MIME type ``type/subtype`` (lower case, no parameters); ``FileError`` 400 otherwise."""
     mime = value.strip().lower()
     if not _MIME.fullmatch(mime):
         raise FileError(400, "INVALID_REQUEST", f"{value!r} is not a MIME type (type/subtype)")
     return mime
-
-
-def upload_mime_type(header: str | None) -> str:
-    """The MIME type of an upload from its ``Content-Type`` header: the type without parameters,
-    ``application/octet-stream`` when there is none; ``FileError`` 400 when it is not
-    ``type/subtype`` (aiohttp's own parsing would quietly turn a malformed one into
-    ``application/octet-stream``)."""
-    if header is None or not header.strip():
-        return "application/octet-stream"
-    return check_mime_type(header.partition(";")[0])
 
 
 def _ended() -> FileError:

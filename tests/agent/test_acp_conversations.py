@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from gateway.agent import process
+from gateway.agent import descendants
 from gateway.agent.conversations.ask_acp import MAX_RUNNING
 from gateway.config import AgentProfile, parser_features
 from tests.support.gateway_peer import Master, history, make_config, start_gateway
@@ -75,7 +75,7 @@ async def test_listed_from_session_list_newest_first_of_the_workspace_only(tmp_p
             ["hostile-1"],
             False,
         )
-        assert process.live_groups() == []  # each asked agent was ended
+        assert descendants.live_groups() == []  # each asked agent was ended
         agents = {a["name"]: a for a in (await (await gw.get("/v1/agents")).json())["agents"]}
         assert agents["scripted-acp"]["conversations"] is True
     finally:
@@ -109,7 +109,7 @@ async def test_a_hanging_agent_is_a_timeout_and_is_ended(tmp_path) -> None:
         status, body = await listing(gw)
         assert (status, body["error_code"]) == (504, "CONVERSATIONS_TIMEOUT")
         assert "session/list" in body["message"] and "1 s" in body["message"]
-        assert process.live_groups() == []
+        assert descendants.live_groups() == []
     finally:
         await gw.close()
 
@@ -125,7 +125,7 @@ async def test_garbage_a_huge_answer_and_an_early_end_are_agent_errors(tmp_path)
             status, body = await listing(gw)
             assert (status, body["error_code"]) == (502, "CONVERSATIONS_AGENT_ERROR"), lists
             assert said in body["message"], (lists, body)
-            assert process.live_groups() == []
+            assert descendants.live_groups() == []
         finally:
             await gw.close()
 
@@ -190,7 +190,7 @@ async def test_a_session_the_agent_does_not_know_is_404_and_nothing_is_created(t
         assert (resp.status, body["error_code"]) == (404, "CONVERSATION_NOT_FOUND")
         assert "Resource not found" in body["message"]  # the agent's own words
         assert (await (await gw.get("/v1/sessions")).json())["sessions"] == []
-        assert process.live_groups() == []
+        assert descendants.live_groups() == []
     finally:
         await gw.close()
 
@@ -205,7 +205,7 @@ async def test_a_load_never_answered_is_a_timeout_and_nothing_is_created(tmp_pat
         assert (resp.status, body["error_code"]) == (504, "CONVERSATIONS_TIMEOUT")
         assert "session/load" in body["message"]
         assert (await (await gw.get("/v1/sessions")).json())["sessions"] == []
-        assert process.live_groups() == []
+        assert descendants.live_groups() == []
     finally:
         await gw.close()
 
@@ -223,6 +223,6 @@ async def test_more_agents_asked_at_once_than_the_bound_is_503(tmp_path) -> None
         for status, body in await asyncio.gather(*hanging):
             assert (status, body["error_code"]) == (504, "CONVERSATIONS_TIMEOUT")
         assert len(log.read_text().splitlines()) == MAX_RUNNING  # the refused one started none
-        assert process.live_groups() == []
+        assert descendants.live_groups() == []
     finally:
         await gw.close()

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from gateway.agent.process import EXIT_DRAIN_S, AgentProcess, kill_all_groups, live_groups
+from gateway.agent.descendants import kill_all_groups, live_groups
+from gateway.agent.process import EXIT_DRAIN_S, AgentProcess
 from tests.support.loops import HOSTILE, HOWS, LOOPS, PY, run
 from tests.support.paths import REPO
 from tests.support.procs import alive, gone

@@ -18,18 +18,13 @@ from typing import Any
 
 import pytest
 
-from gateway.agent.demo import (
-    HELP_TEXT,
-    MAX_IMAGE_BYTES,
-    THOUGHT_TEXT,
-    Action,
-    choose_action,
-    image_info,
-)
+from gateway.agent.demo import HELP_TEXT, MAX_IMAGE_BYTES, THOUGHT_TEXT
+from gateway.agent.demo.script import Action, choose_action
+from gateway.agent.demo.tools import image_info
 from gateway.agent.process import AgentProcess
 from tests.support.paths import FIXTURES, REPO
 
-FIXTURES = FIXTURES / "claude-code"
+CLAUDE_CODE = FIXTURES / "claude-code"
 STREAM_ARGS = [
     "-p",
     "--input-format",
@@ -312,7 +307,7 @@ async def test_read_a_file(tmp_path: Path) -> None:
 
 def _fixture_read_image() -> tuple[Line, Any]:
     """The real CLI's tool_result block and tool_use_result for a Read of the rig's 4x3 PNG."""
-    for raw in (FIXTURES / "tool-read-image.jsonl").read_text().splitlines():
+    for raw in (CLAUDE_CODE / "tool-read-image.jsonl").read_text().splitlines():
         line = json.loads(raw)
         if line["type"] == "user" and "tool_use_result" in line:
             return line["message"]["content"][0], line["tool_use_result"]
@@ -727,7 +722,7 @@ async def test_text_input_mode_answers_one_prompt_and_exits(tmp_path: Path) -> N
 
 def _fixture_lines() -> list[Line]:
     out = []
-    for path in sorted(FIXTURES.glob("*.jsonl")):
+    for path in sorted(CLAUDE_CODE.glob("*.jsonl")):
         out += [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     return out
 
@@ -787,7 +782,9 @@ async def _demo_session_lines(tmp_path: Path) -> list[Line]:
     return demo.lines + quiet.lines
 
 
-@pytest.mark.skipif(not list(FIXTURES.glob("*.jsonl")), reason="no recorded Claude Code fixtures")
+@pytest.mark.skipif(
+    not list(CLAUDE_CODE.glob("*.jsonl")), reason="no recorded Claude Code fixtures"
+)
 async def test_field_names_match_the_recorded_cli(tmp_path: Path) -> None:
     """Every key the demo prints on a kind of line also appears on that kind in the real recordings."""
     real: dict[str, set[str]] = {}

@@ -1,4 +1,5 @@
-"""Tests of gateway.agent.process with real child processes (python -c scripts), on asyncio and uvloop.
+"""Tests of gateway.agent.process (and its stdout, exit and descendants) with real child processes
+(python -c scripts), on asyncio and uvloop.
 
 Each test runs its scenario under both event loops through `asyncio.Runner(loop_factory=...)`,
 because the gateway runs on uvloop in production and on the stdlib loop in most tests, and the two
@@ -19,22 +20,17 @@ from typing import Any
 import pytest
 import uvloop
 
-import gateway.agent.process as process_module
-from gateway.agent.process import (
-    CUT_HEAD_BYTES,
-    DEFAULT_MAX_LINE_BYTES,
-    RAWP_DPS_VERSION,
+import gateway.agent.stdout as stdout_module
+from gateway.agent.descendants import kill_all_groups, live_groups, terminate_all
+from gateway.agent.exit import (
     AgentExecutableNotFound,
-    AgentProcess,
     AgentProcessError,
     AgentStartError,
     ExitStatus,
-    StdoutLine,
     classify_exit,
-    kill_all_groups,
-    live_groups,
-    terminate_all,
 )
+from gateway.agent.process import RAWP_DPS_VERSION, AgentProcess
+from gateway.agent.stdout import CUT_HEAD_BYTES, DEFAULT_MAX_LINE_BYTES, StdoutLine
 from tests.support.loops import LOOPS, PY, run
 from tests.support.paths import REPO
 from tests.support.procs import alive
@@ -330,7 +326,7 @@ def test_without_a_timerfd_lines_are_read_as_they_come(monkeypatch: pytest.Monke
     def no_timer(*args: object) -> None:
         raise OSError("timerfd is not available on this system")
 
-    monkeypatch.setattr(process_module, "FineTimer", no_timer)
+    monkeypatch.setattr(stdout_module, "FineTimer", no_timer)
 
     async def scenario() -> None:
         proc = await spawn(PACED, "2000", "20000")

@@ -33,16 +33,9 @@ import pytest
 from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.chat import (
-    add_chat_arguments,
-    answer_value,
-    describe_call,
-    permission_question,
-    run_chat,
-    run_chat_from_args,
-    run_demo_async,
-    summarize_result,
-)
+from gateway.chat import add_chat_arguments, run_chat, run_chat_from_args
+from gateway.chat.render import answer_value, describe_call, permission_question, summarize_result
+from gateway.cli.demo import run_demo_async
 from gateway.client import GatewayClient, GatewayError, MasterView, is_synthetic
 from gateway.protocol import codec
 from gateway.protocol import frames as F
@@ -637,7 +630,7 @@ async def test_a_long_diff_keeps_its_first_and_last_changes(gw: Gateway):
 
 
 def test_diff_colours_and_files():
-    from gateway.chat import diff_preview
+    from gateway.chat.render import diff_preview
 
     two_files = ["--- a/x", "+++ b/x", "@@ -1 +1 @@", "-a", "+b", "--- a/y", "+++ b/y", "+c"]
     assert diff_preview(two_files) == (2, 1, ["x:", "-a", "+b", "y:", "+c"])

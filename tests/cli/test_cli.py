@@ -21,7 +21,7 @@ from tests.support.procs import alive, session_processes
 from tests.support.servers import CLI, free_port, wait_http
 from tests.support.waiting import eventually
 
-FIXTURES = FIXTURES / "claude-code"
+CLAUDE_CODE = FIXTURES / "claude-code"
 
 
 async def test_serve_sigterm_ends_sessions_the_DPS_way_and_leaves_no_agent(tmp_path):
@@ -162,7 +162,7 @@ def test_serve_config_errors_are_one_clear_line(tmp_path):
 
 def test_translate_a_recorded_fixture():
     """translate writes only frames on stdout: capabilities, catalog, commands, then turns."""
-    fixture = FIXTURES / "tool-bash--partial.jsonl"
+    fixture = CLAUDE_CODE / "tool-bash--partial.jsonl"
     sid = "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a"
     done = subprocess.run(
         [*CLI, "translate", "--agent", "claude-code", "--session-id", sid, str(fixture)],
@@ -190,7 +190,7 @@ def test_translate_a_recorded_fixture():
 
 
 def test_translate_reports_bad_lines_on_stderr_only():
-    lines = (FIXTURES / "text.jsonl").read_bytes() + b"this is not json\n"
+    lines = (CLAUDE_CODE / "text.jsonl").read_bytes() + b"this is not json\n"
     done = subprocess.run([*CLI, "translate"], input=lines, capture_output=True, timeout=60)
     assert done.returncode == 0
     for line in done.stdout.splitlines():

@@ -741,7 +741,8 @@ async def test_the_demo_console_url_opens_on_the_terminals_session(tmp_path, pag
     import argparse
     import os
 
-    from gateway.chat import add_chat_arguments, run_demo_async
+    from gateway.chat import add_chat_arguments
+    from gateway.cli.demo import run_demo_async
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--workspace-root")

@@ -27,7 +27,6 @@ from tests.support.paths import REPO
 
 TOKEN = "console-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-REPO = REPO
 
 
 @pytest.fixture

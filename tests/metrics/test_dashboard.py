@@ -24,8 +24,6 @@ from tests.support.dashboard import all_panels, load_dashboard, substitute
 from tests.support.paths import REPO
 from tests.support.prometheus import installed
 
-ROOT = REPO
-
 PROMQL_KEYWORDS = {
     "by",
     "without",
@@ -184,9 +182,9 @@ def test_dashboard_has_a_fleet_view_per_pod_and_in_total():
         totals = [t for t in panel["targets"] if t["legendFormat"] == "total"]
         assert len(totals) == 1 and "pod" not in totals[0]["expr"], panel["title"]
     # Every scrape job the deployment ships puts that label on its targets.
-    k8s = (ROOT / "deploy" / "k8s" / "prometheus-scrape.yml").read_text()
+    k8s = (REPO / "deploy" / "k8s" / "prometheus-scrape.yml").read_text()
     assert "source_labels: [__meta_kubernetes_pod_name]\n        target_label: pod" in k8s
-    compose = (ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text()
+    compose = (REPO / "deploy" / "prometheus" / "prometheus.yml").read_text()
     assert "pod: gateway" in compose
 
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.agent.process import classify_exit
+from gateway.agent.exit import classify_exit
 from gateway.metrics import (
     AGENT_LINE_KIND_LIMIT,
     FRAME_TYPES,

@@ -16,8 +16,8 @@ from gateway.protocol import codec
 from tests.support import frame_checks
 from tests.support.paths import FIXTURES
 
-FIXTURES = FIXTURES / "acp"
-TRANSCRIPTS = sorted(FIXTURES.glob("*.jsonl"))
+ACP = FIXTURES / "acp"
+TRANSCRIPTS = sorted(ACP.glob("*.jsonl"))
 
 
 def replay(path: Path) -> tuple[list[Any], list[dict[str, Any]], int]:
@@ -50,7 +50,7 @@ def test_gemini_write_replays_both_turns_with_the_diff_and_usage():
     """DPS-7.5.2-usage, DPS-5.3.3-output-type: Gemini CLI --acp: a thought, a write_file asked
     with its own options and allowed once, its diff, two turns each followed by its usage (from
     Gemini's ``_meta.quota``)."""
-    _, frames, _ = replay(FIXTURES / "gemini-write.jsonl")
+    _, frames, _ = replay(ACP / "gemini-write.jsonl")
     types = [f["type"] for f in frames]
     assert types.count("session.turn.start") == 2 and types.count("session.turn.end") == 2
     ends = [i for i, t in enumerate(types) if t == "session.turn.end"]
@@ -74,7 +74,7 @@ def test_claude_write_replays_the_diff_reported_with_the_input():
     """claude-agent-acp: a Write announced pending with an empty input, then its input and diff,
     then completed with no content: one request with the input, a diff result from /dev/null,
     the adapter's usage and cost (DPS-7.5.2-usage)."""
-    _, frames, _ = replay(FIXTURES / "claude-write.jsonl")
+    _, frames, _ = replay(ACP / "claude-write.jsonl")
     (request,) = [f["payload"] for f in frames if f["type"] == "tool.invoke.request"]
     assert request["tool_name"] == "Write" and request["input"]["content"] == "new\n"
     (result,) = [f["payload"] for f in frames if f["type"] == "tool.invoke.result"]
@@ -89,7 +89,7 @@ def test_claude_write_replays_the_diff_reported_with_the_input():
 def test_codex_exec_replays_the_command_asked_and_its_output():
     """codex-acp: a command asked with Codex's own options (approved, approved for the prefix,
     abort), its empty output from rawOutput, the reasoning as thinking."""
-    _, frames, _ = replay(FIXTURES / "codex-exec.jsonl")
+    _, frames, _ = replay(ACP / "codex-exec.jsonl")
     (ask,) = [f["payload"] for f in frames if f["type"] == "agent.interaction.request"]
     assert ask["question_text"] == "Allow execute: echo hi > made.txt?"
     assert [o["value"] for o in ask["options"]] == ["allow", "allow_always", "deny"]
@@ -103,7 +103,7 @@ def test_codex_exec_replays_the_command_asked_and_its_output():
 def test_codex_edit_replays_apply_patch_as_a_diff():
     """codex-acp: apply_patch is an ``edit`` call whose diff content becomes the unified diff
     (DPS-5.3.3-output-type), asked first with the diff in the question's tool call."""
-    _, frames, _ = replay(FIXTURES / "codex-edit.jsonl")
+    _, frames, _ = replay(ACP / "codex-edit.jsonl")
     (ask,) = [f["payload"] for f in frames if f["type"] == "agent.interaction.request"]
     assert ask["question_text"].startswith("Allow edit: Edit ")
     (result,) = [f["payload"] for f in frames if f["type"] == "tool.invoke.result"]
@@ -113,7 +113,7 @@ def test_codex_edit_replays_apply_patch_as_a_diff():
 def test_a_transcripts_permission_answer_settles_its_question():
     """The client's answer in the transcript ends the interaction where it was given (before the
     tool's result), as a master's answer would."""
-    _, frames, _ = replay(FIXTURES / "gemini-write.jsonl")
+    _, frames, _ = replay(ACP / "gemini-write.jsonl")
     reasons = [f["payload"].get("reason") for f in frames if f["type"] == "agent.state.changed"]
     answered = reasons.index("permission_answered")
     assert reasons[answered - 1] == "permission_request" and reasons[answered + 1] == "tool_result"

@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 
 from gateway.protocol import codec
 from gateway.protocol import frames as F
+from gateway.protocol.actions import Emit
 from gateway.protocol.factory import FrameFactory
-from gateway.protocol.machine import Emit, SessionMachine
+from gateway.protocol.machine import SessionMachine
 from gateway.protocol.mapper import Mapper
 from parsers import events as ev
 from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
@@ -36,8 +37,8 @@ from tests.support.frame_checks import (
 )
 from tests.support.paths import FIXTURES
 
-FIXTURES = FIXTURES / "claude-code"
-ALL = sorted(FIXTURES.glob("*.jsonl"))
+CLAUDE_CODE = FIXTURES / "claude-code"
+ALL = sorted(CLAUDE_CODE.glob("*.jsonl"))
 SESSION_ID = "0b7f3c1e-5d2a-4e8f-9a6b-1c2d3e4f5a6b"
 
 
@@ -91,7 +92,7 @@ def run_of(path: Path) -> Run:
 
 
 def fixture(name: str) -> Run:
-    return run_of(FIXTURES / f"{name}.jsonl")
+    return run_of(CLAUDE_CODE / f"{name}.jsonl")
 
 
 every_fixture = pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
@@ -574,7 +575,7 @@ def test_subagent_progress_becomes_tool_invoke_stream():
 def test_partial_and_whole_transcripts_give_the_same_frames():
     """With and without --include-partial-messages the same things are said, in the same order:
     only the number of deltas differs."""
-    for partial in sorted(FIXTURES.glob("*--partial.jsonl")):
+    for partial in sorted(CLAUDE_CODE.glob("*--partial.jsonl")):
         whole = partial.with_name(partial.name.replace("--partial", ""))
         if not whole.exists():
             continue
@@ -586,7 +587,7 @@ def test_partial_and_whole_transcripts_give_the_same_frames():
 
 def test_agent_session_id_is_kept():
     """§18.3: the CLI's session_id is kept for --resume."""
-    run_fixture = FIXTURES / "resume.jsonl"
+    run_fixture = CLAUDE_CODE / "resume.jsonl"
     machine = SessionMachine(SESSION_ID, ClaudeCodeParser(), ClaudeCodeInput())
     machine.start()
     for line in run_fixture.read_bytes().splitlines():

@@ -24,7 +24,7 @@ from parsers.claude_code import (
 from parsers.file_changes import new_file_diff, unified_diff
 from tests.support.paths import FIXTURES
 
-FIXTURES = FIXTURES / "claude-code"
+CLAUDE_CODE = FIXTURES / "claude-code"
 
 
 def line(obj: dict[str, Any]) -> bytes:
@@ -915,17 +915,17 @@ def test_initialize_answer_lists_the_commands_and_init_names_them_alike():
 def test_builtin_tools_are_what_the_real_cli_lists():
     """SPEC.tools (the first catalog of the long-lived profile) is the init tool list of a fixture
     recorded with --input-format stream-json and --permission-prompt-tool stdio."""
-    meta = json.loads((FIXTURES / "permission-prompt.meta.json").read_text())
+    meta = json.loads((CLAUDE_CODE / "permission-prompt.meta.json").read_text())
     assert "--input-format" in meta["argv"] and "--permission-prompt-tool" in meta["argv"]
-    init = json.loads((FIXTURES / "permission-prompt.jsonl").read_bytes().splitlines()[0])
+    init = json.loads((CLAUDE_CODE / "permission-prompt.jsonl").read_bytes().splitlines()[0])
     assert init["subtype"] == "init"
     assert list(SPEC.tools) == init["tools"]
     # the one-shot profile (prompt in argv, no permission prompt tool) expects fewer
     from gateway.config import builtin_profiles
 
-    meta = json.loads((FIXTURES / "text.meta.json").read_text())
+    meta = json.loads((CLAUDE_CODE / "text.meta.json").read_text())
     assert "--input-format" not in meta["argv"] and "--permission-prompt-tool" not in meta["argv"]
-    init = json.loads((FIXTURES / "text.jsonl").read_bytes().splitlines()[0])
+    init = json.loads((CLAUDE_CODE / "text.jsonl").read_bytes().splitlines()[0])
     assert list(builtin_profiles()["claude-code-oneshot"].tools) == init["tools"]
 
 
@@ -933,7 +933,7 @@ def test_builtin_tools_are_what_the_real_cli_lists():
 
 
 def _recorded_stdin(name: str) -> list[dict[str, Any]]:
-    meta = json.loads((FIXTURES / f"{name}.meta.json").read_text())
+    meta = json.loads((CLAUDE_CODE / f"{name}.meta.json").read_text())
     return [json.loads(s) for s in meta["stdin"]]
 
 

@@ -24,12 +24,13 @@ from typing import Any
 
 import pytest
 
-from gateway.agent.process import classify_exit
+from gateway.agent.exit import classify_exit
 from gateway.cli.translate import translate
 from gateway.config import builtin_profiles
 from gateway.protocol import codec
 from gateway.protocol import frames as F
-from gateway.protocol.machine import Emit, SessionConfig, SessionMachine
+from gateway.protocol.actions import Emit
+from gateway.protocol.machine import SessionConfig, SessionMachine
 from parsers.base import NoInput
 from parsers.codex import CodexParser
 from parsers.gemini import GeminiParser
@@ -42,9 +43,8 @@ from tests.support.frame_checks import (
 from tests.support.gateway_peer import envelope
 from tests.support.paths import FIXTURES
 
-ROOT = FIXTURES
-CODEX = sorted((ROOT / "codex").glob("*.jsonl"))
-GEMINI = sorted((ROOT / "gemini").glob("*.jsonl"))
+CODEX = sorted((FIXTURES / "codex").glob("*.jsonl"))
+GEMINI = sorted((FIXTURES / "gemini").glob("*.jsonl"))
 ALL = CODEX + GEMINI
 SESSION_ID = "7c0de3a1-5d2a-4e8f-9a6b-1c2d3e4f5a6b"
 CODEX_TOOL_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search"}
@@ -107,7 +107,7 @@ def run_of(path: Path) -> Run:
 
 
 def fixture(agent: str, name: str) -> Run:
-    return run_of(ROOT / agent / f"{name}.jsonl")
+    return run_of(FIXTURES / agent / f"{name}.jsonl")
 
 
 every_fixture = pytest.mark.parametrize("path", ALL, ids=[f"{p.parent.name}/{p.stem}" for p in ALL])
@@ -173,7 +173,7 @@ def test_DPS_5_3_1_result_each_request_gets_exactly_one_result_after_it(path: Pa
 def _first_item_id(run: Run, item_id: str) -> str:
     if run.agent != "codex":
         return item_id
-    path = ROOT / run.agent / f"{run.name}.jsonl"
+    path = FIXTURES / run.agent / f"{run.name}.jsonl"
     for line in path.read_text().splitlines():
         m = re.search(r'"item":\{"id":"([^"]+)"', line)
         if m and f'"{item_id}"' in line:
@@ -510,7 +510,7 @@ def test_gemini_thinking_is_not_streamed_but_counted():
 @pytest.mark.parametrize("agent", ["codex", "gemini"])
 def test_SessionStarted_gives_the_resume_id(agent: str):
     """thread.started / init carry the id the next prompt resumes with (DPS-18-respawn)."""
-    path = ROOT / agent / "resume.jsonl"
+    path = FIXTURES / agent / "resume.jsonl"
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     expected = lines[0].get("thread_id") or lines[0].get("session_id")
     parser = CodexParser(_no_files) if agent == "codex" else GeminiParser(_no_files)

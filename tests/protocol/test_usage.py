@@ -20,7 +20,7 @@ from tests.support.gateway_peer import (
 )
 from tests.support.paths import FIXTURES
 
-FIXTURES = FIXTURES / "claude-code"
+CLAUDE_CODE = FIXTURES / "claude-code"
 
 
 def usage(
@@ -205,7 +205,7 @@ def test_claude_code_compaction_turn_reports_the_compacted_context():
     last message before it used."""
     parser = ClaudeCodeParser()
     events = []
-    for line in (FIXTURES / "compact-manual.jsonl").read_bytes().splitlines():
+    for line in (CLAUDE_CODE / "compact-manual.jsonl").read_bytes().splitlines():
         events += parser.feed(line)
     ends = [e for e in events if isinstance(e, ev.TurnEnded)]
     [compacted] = [e for e in events if isinstance(e, ev.Compacted)]

@@ -31,8 +31,7 @@ import yaml
 
 from tests.support.paths import REPO
 
-ROOT = REPO
-DEPLOY = ROOT / "deploy"
+DEPLOY = REPO / "deploy"
 K8S = DEPLOY / "k8s"
 KUBERNETES_VERSION = "1.34.0"  # the oldest Kubernetes the manifests promise to work on
 CLAUDE_CODE_VERSION = "2.1.328"
@@ -143,9 +142,9 @@ def test_compose_wires_gateway_prometheus_and_grafana_together():
     }
     assert grafana_mounts["../grafana/provisioning"] == "/etc/grafana/provisioning"
     dashboards_dir = grafana_mounts["../grafana/dashboards"]
-    provider = load_yaml(ROOT / "grafana/provisioning/dashboards/rawp-gateway.yml")
+    provider = load_yaml(REPO / "grafana/provisioning/dashboards/rawp-gateway.yml")
     assert provider["providers"][0]["options"]["path"] == dashboards_dir
-    datasource = load_yaml(ROOT / "grafana/provisioning/datasources/prometheus.yml")
+    datasource = load_yaml(REPO / "grafana/provisioning/datasources/prometheus.yml")
     assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
     home = services["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert home == f"{dashboards_dir}/rawp-gateway.json"
@@ -475,7 +474,7 @@ def test_dockerfile_pins_the_claude_code_cli_to_the_tested_version():
     assert f"ARG CLAUDE_CODE_VERSION={CLAUDE_CODE_VERSION}" in text
     assert '"@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}"' in text
     # The same version the parsers are tested against.
-    agents = (ROOT / "scripts" / "install-agents.sh").read_text()
+    agents = (REPO / "scripts" / "install-agents.sh").read_text()
     assert f"@anthropic-ai/claude-code {CLAUDE_CODE_VERSION}" in agents
 
 
@@ -491,7 +490,7 @@ def test_dockerignore_keeps_what_the_build_copies():
     for needed in ("pyproject.toml", "constraints.txt", "README.md", "gateway/", "parsers/"):
         assert f"!{needed}" in ignore
     for src in re.findall(r"(?m)^COPY\s+(?!--from)(\S+)", dockerfile()):
-        assert (ROOT / src).exists(), src
+        assert (REPO / src).exists(), src
 
 
 # --------------------------------------------------------------------------- gateway config

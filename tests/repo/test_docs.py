@@ -16,8 +16,7 @@ from gateway.server import create_app
 from parsers.base import _BUILTIN
 from tests.support.paths import REPO
 
-ROOT = REPO
-DOCS = ROOT / "docs"
+DOCS = REPO / "docs"
 
 
 def doc(name: str) -> str:
@@ -26,7 +25,7 @@ def doc(name: str) -> str:
 
 def package_source(*parts: str) -> str:
     """The text of every module of a gateway package, wherever in it a rule's code now lives."""
-    folder = ROOT.joinpath("gateway", *parts)
+    folder = REPO.joinpath("gateway", *parts)
     return "\n".join(p.read_text() for p in sorted(folder.rglob("*.py")))
 
 
@@ -163,7 +162,7 @@ def placeholders(text: str) -> set[str]:
 def test_profile_tables_use_the_placeholders_the_profiles_have(page):
     """What the README says a profile runs and what GET /v1/agents shows agree: a placeholder in
     a profile's row is one its templates really have (Codex resumes with {session_id})."""
-    text = (ROOT / page).read_text()
+    text = (REPO / page).read_text()
     for name, profile in config.builtin_profiles().items():
         public = profile.public()
         real = placeholders(" ".join(profile.command))
@@ -183,7 +182,7 @@ def test_profile_tables_use_the_placeholders_the_profiles_have(page):
 def readme_code_lines() -> list[str]:
     """The lines of the README's shell code blocks (```sh or a bare ```)."""
     lines, fence = [], None
-    for line in (ROOT / "README.md").read_text().splitlines():
+    for line in (REPO / "README.md").read_text().splitlines():
         if line.startswith("```"):
             fence = None if fence is not None else line[3:].strip()
         elif fence in ("sh", "bash", ""):
@@ -236,7 +235,7 @@ def _profile_rows(text: str) -> dict[str, str]:
 def test_tools_allowed_without_asking_are_the_profiles(page):
     """Each built-in profile row names exactly the tools its profile allows without asking
     (``auto_allow``), and a row names none when the profile allows none."""
-    rows = _profile_rows((ROOT / page).read_text())
+    rows = _profile_rows((REPO / page).read_text())
     assert set(rows) == set(config.builtin_profiles()), sorted(rows)
     for name, profile in config.builtin_profiles().items():
         said = re.search(r";\s*((?:`\w+`,?\s*)+) allowed without asking", rows[name])
@@ -248,9 +247,9 @@ def test_readme_demo_commands_are_the_demo_agents():
     """What the README tells a newcomer to type in the demo is what the demo answers: each
     slash command it names is the chat's own or one the demo agent publishes."""
     from gateway.agent.demo import SLASH_COMMANDS
-    from gateway.chat import _CLIENT_COMMANDS
+    from gateway.chat.app import _CLIENT_COMMANDS
 
-    text = (ROOT / "README.md").read_text()
+    text = (REPO / "README.md").read_text()
     try_it = text.split("## Try it", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"`/(\w+)", try_it))
     assert named, try_it

@@ -27,8 +27,6 @@ import pytest
 
 from tests.support.paths import REPO
 
-ROOT = REPO
-
 MACHINE_PATH = re.compile(
     r"(?<![\w.~/$-])"  # the start of a path, not the middle of one (/tmp/x/home/y is fine)
     r"(/wor[k]/|/root(?![\w.-])|/home/(?!rawp(?![\w.-]))[\w.-]+|/Users/[\w.-]+)"
@@ -54,11 +52,11 @@ REFERENCE_LINK = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s.*)?$", re.MU
 def tracked_files() -> list[Path]:
     out = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
+        cwd=REPO,
         capture_output=True,
         check=True,
     ).stdout
-    paths = [ROOT / p for p in out.decode().split("\0") if p]
+    paths = [REPO / p for p in out.decode().split("\0") if p]
     return [p for p in paths if p.is_file() and not p.is_symlink()]
 
 
@@ -76,7 +74,7 @@ def texts() -> dict[Path, str]:
 
 
 def rel(path: Path) -> str:
-    return path.relative_to(ROOT).as_posix()
+    return path.relative_to(REPO).as_posix()
 
 
 def hits(pattern: re.Pattern[str], text: str) -> list[str]:
@@ -132,7 +130,7 @@ def anchors(markdown: str) -> set[str]:
     return result
 
 
-def broken_links(path: Path, markdown: str, root: Path = ROOT) -> list[str]:
+def broken_links(path: Path, markdown: str, root: Path = REPO) -> list[str]:
     """Each link of ``path`` that leaves the repository or names no file (or no heading)."""
     prose = without_code(markdown)
     targets = [m.group(1) for m in INLINE_LINK.finditer(prose)]
@@ -195,13 +193,13 @@ def test_every_markdown_file_named_in_code_or_docs_exists():
     found = {
         rel(p): missing
         for p, t in texts().items()
-        if (missing := sorted({m for m in MD_PATH.findall(t) if not (ROOT / m).is_file()}))
+        if (missing := sorted({m for m in MD_PATH.findall(t) if not (REPO / m).is_file()}))
     }
     assert found == {}
 
 
 def test_the_readme_links_the_reference_docs():
-    readme = (ROOT / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     for doc in ("docs/README.md", "docs/http-api.md", "docs/configuration.md"):
         assert f"]({doc}" in readme, doc
 

@@ -15,8 +15,7 @@ import pytest
 
 from tests.support.paths import REPO
 
-ROOT = REPO
-SCRIPT = ROOT / "scripts" / "missing-test-parts"
+SCRIPT = REPO / "scripts" / "missing-test-parts"
 
 
 def fake_bin(tmp_path: Path, tools: dict[str, str]) -> Path:
@@ -138,7 +137,7 @@ def test_install_agents_refuses_without_npm_or_with_an_old_node(tmp_path, versio
     node.write_text(f'#!/bin/sh\n[ "$1" = --version ] && echo {version} && exit 0\nexit 1\n')
     node.chmod(0o755)
     proc = subprocess.run(
-        ["/usr/bin/env", "bash", str(ROOT / "scripts" / "install-agents.sh")],
+        ["/usr/bin/env", "bash", str(REPO / "scripts" / "install-agents.sh")],
         env={"PATH": str(bin_dir)},
         capture_output=True,
         text=True,
@@ -161,7 +160,7 @@ def pytest_run(tmp_path: Path, *args: str, missing: str, ci: bool, path: str | N
         env["PATH"] = path
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", *args],
-        cwd=ROOT,
+        cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
@@ -300,7 +299,7 @@ def test_a_current_venv_is_used_offline_and_a_changed_pin_reinstalls(tmp_path):
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
     for name in ("pyproject.toml", "constraints.txt", "scripts/install-venv.sh"):
-        shutil.copy(ROOT / name, repo / name)
+        shutil.copy(REPO / name, repo / name)
     first = _install_venv(repo)
     assert any("-m venv .venv" in c for c in first)
     assert any("pip install -qq -c constraints.txt -e .[test]" in c for c in first), first
@@ -309,5 +308,5 @@ def test_a_current_venv_is_used_offline_and_a_changed_pin_reinstalls(tmp_path):
         f.write("example-pin==1.0\n")
     assert any("pip install" in c for c in _install_venv(repo))
     for script in ("demo", "test"):  # both go through it, and install nothing else by pip
-        text = (ROOT / "scripts" / script).read_text()
+        text = (REPO / "scripts" / script).read_text()
         assert "scripts/install-venv.sh" in text and "pip install" not in text, script

@@ -14,7 +14,7 @@ from dataclasses import replace
 import aiohttp
 import pytest
 
-from gateway.agent.process import DEFAULT_MAX_LINE_BYTES
+from gateway.agent.stdout import DEFAULT_MAX_LINE_BYTES
 from gateway.server import SESSIONS
 from tests.support.gateway_peer import (
     Master,

@@ -13,10 +13,11 @@ from dataclasses import replace
 
 import pytest
 
-from gateway import server
-from gateway.agent.process import AgentProcess, AgentStdinFull
+from gateway.agent.exit import AgentStdinFull
+from gateway.agent.process import AgentProcess
 from gateway.config import ConfigError, builtin_profiles, load_config
 from gateway.server import SESSIONS, TerminatedSession
+from gateway.server.routes import sessions as session_routes
 from tests.support.gateway_peer import (
     Master,
     create_session,
@@ -27,8 +28,6 @@ from tests.support.gateway_peer import (
 )
 from tests.support.paths import HOSTILE
 from tests.support.waiting import eventually
-
-HOSTILE = HOSTILE
 
 
 async def test_a_deleted_session_is_freed_whole_and_only_its_summary_stays(tmp_path):
@@ -179,7 +178,7 @@ def test_max_stdin_bytes_has_a_default_a_toml_key_and_a_lower_bound(tmp_path):
 
 async def test_only_the_newest_summaries_are_kept_and_the_gauge_follows(tmp_path, monkeypatch):
     """Past KEEP_TERMINATED the oldest summary is forgotten (404) and leaves the sessions gauge."""
-    monkeypatch.setattr(server, "KEEP_TERMINATED", 2)
+    monkeypatch.setattr(session_routes, "KEEP_TERMINATED", 2)
     client = await start_gateway(demo_config(tmp_path))
     try:
         ids = []

@@ -27,8 +27,7 @@ import aiohttp
 
 from tests.support.paths import REPO
 
-ROOT = REPO
-TEMPLATE = ROOT / "deploy" / "k8s" / "router" / "default.conf.template"
+TEMPLATE = REPO / "deploy" / "k8s" / "router" / "default.conf.template"
 DOMAIN = "gw.fleet.test"  # <pod>.DOMAIN: one pod, as under the StatefulSet's headless Service
 READY = "ready.fleet.test"  # every pod, as the ready pods' headless Service (all stay ready here)
 TOKEN = "fleet-test-token"

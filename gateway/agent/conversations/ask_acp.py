@@ -30,7 +30,8 @@ import uuid
 from typing import Any, Final
 
 from gateway.agent import conversations
-from gateway.agent.process import AgentProcess, AgentProcessError, AgentStartError
+from gateway.agent.exit import AgentProcessError, AgentStartError
+from gateway.agent.process import AgentProcess
 from gateway.config import AgentProfile
 from parsers.acp import StoreQuery
 from parsers.saved import Transcript

@@ -1,8 +1,9 @@
 // The master's state of one session and the §7.8 rules, with no DOM and no I/O (the same rules
-// as gateway/client/'s MasterView). apply() takes every frame received or sent; finalize() runs
-// when the socket is lost and closes what is open with synthetic frames (metadata.synthetic);
-// history() after a reattach removes them, reopens what they closed and replays the history in
-// timestamp, then message_id order, unless the buffer was truncated or the session was deleted.
+// as MasterView in gateway/client/view.py). apply() takes every frame received or sent;
+// finalize() runs when the socket is lost and closes what is open with synthetic frames
+// (metadata.synthetic); history() after a reattach removes them, reopens what they closed and
+// replays the history in timestamp, then message_id order, unless the buffer was truncated or the
+// session was deleted.
 
 export const SYNTHETIC_OUTPUT = "Connection lost";
 export const DISCONNECTED = "disconnected";
@@ -55,9 +56,10 @@ export function historyOrder(frames) {
 }
 
 // A history the gateway split to fit its max_frame_size (metadata.history_part of
-// history_parts, docs/protocol-notes.md) is applied as one session.history, as gateway/client/'s
-// Connection does: the parts' frames in order, the last part's ids and status. One per connection;
-// the gateway bounds what the parts hold (its send queue), so nothing here needs a limit of its own.
+// history_parts, docs/protocol-notes.md) is applied as one session.history, as Connection in
+// gateway/client/websocket.py does: the parts' frames in order, the last part's ids and status.
+// One per connection; the gateway bounds what the parts hold (its send queue), so nothing here
+// needs a limit of its own.
 export class HistoryParts {
   constructor() {
     this.frames = null;
@@ -134,8 +136,8 @@ export class SessionView {
     return [...this.open.interactions.values()];
   }
 
-  // The reattach mark (gateway/client/ Connection._advance): frames sent to this connection
-  // only, and frames older than the mark, do not move it.
+  // The reattach mark (Connection._advance in gateway/client/websocket.py): frames sent to this
+  // connection only, and frames older than the mark, do not move it.
   received(frame) {
     if (frame.type === "session.history") {
       if (frame.payload.last_message_id) {

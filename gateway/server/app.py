@@ -1,0 +1,231 @@
+"""The application: ``create_app(config)`` builds it (its state, middlewares and route table),
+``reload_users`` is what SIGHUP does, and the start and shutdown hooks.
+
+On shutdown every live session is deleted the DPS way (SIGTERM, SIGKILL after the grace period,
+cleanup frames, ``session.deleted``, close), so no agent process outlives the gateway. With a state
+directory (``[server] state_dir``) sessions outlive the gateway instead: each is suspended (its agent
+stopped, its files written as a clean stop, its WebSockets closed with 1012) and read back when the
+gateway starts again (``gateway/storage/state_dir.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+
+from gateway.agent import descendants
+from gateway.api_error import ApiError
+from gateway.config import Config
+from gateway.console.static import load_static
+from gateway.console.tickets import TicketStore
+from gateway.metrics import GatewayMetrics
+from gateway.server.keys import (
+    AUDIT,
+    AUTH,
+    CONFIG,
+    GUARD,
+    HEARTBEAT,
+    HEARTBEAT_SEC,
+    METRICS,
+    NOTIFIER,
+    SESSIONS,
+    STATE,
+    STATIC,
+    TICKETS,
+    WS_ROUTE,
+)
+from gateway.server.limits import ConnectionGuard, handler_args
+from gateway.server.middleware import auth_middleware, browser_guard_middleware, errors_middleware
+from gateway.server.routes.agents import list_agents, list_conversations
+from gateway.server.routes.console import console_file, console_page, console_redirect, ws_ticket
+from gateway.server.routes.files import get_file, put_file
+from gateway.server.routes.ops import healthz, metrics_handler
+from gateway.server.routes.sessions import (
+    _resolve_workspace,
+    _terminated,
+    _wire,
+    create_session,
+    delete_session,
+    get_session,
+    list_sessions,
+    patch_session,
+    whoami,
+)
+from gateway.server.websocket import websocket
+from gateway.session import LiveSession
+from gateway.storage.state_dir import LoadError, StateDir
+from gateway.team import auth, fleet
+from gateway.team.audit import AuditLog
+from gateway.team.notify import Notifier
+
+log = logging.getLogger("rawp_gateway.server")
+
+
+def create_app(
+    config: Config, *, metrics: GatewayMetrics | None = None, heartbeat_sec: float = HEARTBEAT_SEC
+) -> web.Application:
+    app = web.Application(
+        middlewares=[
+            errors_middleware,
+            fleet.forwarded_middleware(config.trusted_proxies),
+            browser_guard_middleware(config),
+            auth_middleware(websocket),
+        ],
+        client_max_size=config.max_request_bytes,
+        handler_args=handler_args(config.header_timeout_sec),
+    )
+    app[CONFIG] = config
+    app[HEARTBEAT] = heartbeat_sec
+    app[METRICS] = metrics or GatewayMetrics(agents=config.agents.keys())
+    app[SESSIONS] = {}
+    if config.state_dir is not None:
+        app[STATE] = StateDir(config.state_dir)
+        app.on_startup.append(_restore_sessions)
+        app.on_cleanup.append(_release_state_dir)
+    # A users file that cannot be read stops the start (ValueError); later, SIGHUP reloads it.
+    app[AUTH] = auth.Authenticator(config.token, config.auth)
+    app[AUDIT] = AuditLog(
+        config.auth.audit_log, max_bytes=config.auth.audit_max_bytes, keep=config.auth.audit_keep
+    )
+    app[NOTIFIER] = Notifier(config.webhooks, app[METRICS], public_url=config.public_url)
+    app.on_startup.append(_start_reporting)
+    app.on_cleanup.append(_stop_reporting)
+    app[TICKETS] = TicketStore()
+    app[GUARD] = ConnectionGuard(config.max_pending_connections)
+    app[STATIC] = load_static()
+    fleet.setup(app, config, on_drain=app[METRICS].draining)
+    app.router.add_get("/", console_redirect)
+    app.router.add_get("/ui", console_page)
+    app.router.add_get("/ui/{name}", console_file)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", fleet.readyz)
+    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/v1/agents", list_agents)
+    app.router.add_get("/v1/agents/{agent}/conversations", list_conversations)
+    app.router.add_post("/v1/session", create_session)
+    app.router.add_get("/v1/sessions", list_sessions)
+    app.router.add_get("/v1/whoami", whoami)
+    app.router.add_get("/v1/session/{session_id}", get_session)
+    app.router.add_patch("/v1/session/{session_id}", patch_session)
+    app.router.add_delete("/v1/session/{session_id}", delete_session)
+    app.router.add_post("/v1/session/{session_id}/ws-ticket", ws_ticket)
+    app.router.add_get("/v1/session/{session_id}/ws", websocket, name=WS_ROUTE)
+    app.router.add_put("/v1/session/{session_id}/files", put_file)
+    app.router.add_get("/v1/session/{session_id}/files/{transfer_id}", get_file)
+    fleet.add_prefixed_routes(app, config.route_prefix)  # after every route: it copies them all
+    app.on_shutdown.append(_shutdown_sessions)
+    return app
+
+
+def reload_users(app: web.Application) -> None:
+    """SIGHUP: read the users file again. A WebSocket of a user the new file removed or gave
+    another role is closed (1008): it was opened under the old one, and reconnecting takes the
+    new one."""
+    authenticator = app[AUTH]
+    before = authenticator.users()
+    if not authenticator.reload_users():
+        return
+    after = authenticator.users()
+    changed = {name for name, identity in before.items() if after.get(name) != identity}
+    if not changed:
+        return
+    for session in app[SESSIONS].values():
+        if isinstance(session, LiveSession):
+            session.close_users(changed, "your access to this gateway changed; reconnect")
+
+
+async def _start_reporting(app: web.Application) -> None:
+    app[AUDIT].start()
+    await app[NOTIFIER].start()
+
+
+async def _stop_reporting(app: web.Application) -> None:
+    await app[NOTIFIER].close()
+    await app[AUDIT].close()
+
+
+async def _restore_sessions(app: web.Application) -> None:
+    """Read back the sessions of the state directory; one that cannot be used is skipped with a
+    log line and a metric, never a failed start."""
+    config, metrics = app[CONFIG], app[METRICS]
+    crashed: list[str] = []
+    # One session at a time: only the one being restored has its log in memory.
+    for got in app[STATE].load(max_buffer_bytes=config.max_buffer_bytes):
+        if isinstance(got, LoadError):
+            _restore_failed(metrics, got.session_id, got.reason, got.message)
+            continue
+        record = got.record
+        if not record["clean"]:
+            crashed.append(record["session_id"])
+        profile = config.agents.get(record["agent"])
+        if profile is None:
+            got.saved.release()
+            _restore_failed(
+                metrics, record["session_id"], "agent", f"no agent profile {record['agent']!r}"
+            )
+            continue
+        try:
+            # The record is input like a request body (the agent can write the state directory):
+            # the very check of POST /v1/session, symlinks followed.
+            workspace = _resolve_workspace(config, record["workspace_path"])
+        except ApiError as err:
+            got.saved.release()
+            _restore_failed(metrics, record["session_id"], "workspace", err.message)
+            continue
+        try:
+            session = LiveSession.restore(
+                got,
+                profile,
+                workspace,
+                config=config,
+                metrics=metrics,
+                on_terminated=lambda s: _terminated(app, s),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            got.saved.release()
+            _restore_failed(metrics, record["session_id"], "corrupt", f"unusable record: {err}")
+            continue
+        _wire(app, session)
+        app[SESSIONS][session.id] = session
+        await session.start()
+        metrics.session_restored()
+        log.info(
+            "session restored",
+            extra={
+                "session": session.id,
+                "agent": profile.name,
+                "turn_index": record["turn_index"],
+            },
+        )
+    # The gateway before this one was killed: what its agents left running would go on beside
+    # the agents the next prompts start, in the same workspaces.
+    killed = descendants.kill_left_behind(crashed)
+    if killed:
+        log.warning("agent processes left by the previous gateway killed", extra={"count": killed})
+
+
+async def _release_state_dir(app: web.Application) -> None:
+    app[STATE].close()
+
+
+def _restore_failed(metrics: GatewayMetrics, session_id: str, reason: str, message: str) -> None:
+    metrics.session_restore_failed(reason)
+    log.error(
+        "saved session skipped: %s",
+        message,
+        extra={"session": session_id, "reason": reason},
+    )
+
+
+async def _shutdown_sessions(app: web.Application) -> None:
+    live = [s for s in app[SESSIONS].values() if s.state != "TERMINATED"]
+    if live:
+        log.info("shutting down", extra={"sessions": len(live)})
+        if STATE in app:  # they live on: suspended, read back at the next start
+            ending = (s.suspend() for s in live)
+        else:
+            ending = (s.delete("error", "client") for s in live)
+        await asyncio.gather(*ending, return_exceptions=True)
+    await descendants.terminate_all()

@@ -1,0 +1,381 @@
+"""The sessions resource: ``POST /v1/session``, ``GET /v1/sessions``, ``GET``, ``PATCH`` and
+``DELETE /v1/session/{id}``, and ``GET /v1/whoami`` (docs/http-api.md).
+
+Sessions live in ``app[SESSIONS]`` as ``LiveSession`` objects; the handlers only translate HTTP
+into calls on them. A request is validated whole before anything is created for it; the bounds
+are in docs/limits.md. A session that ended is replaced by a ``TerminatedSession``, the JSON the
+API shows of it and nothing else (its process, parser, machine, history and connections are
+freed); the newest ``KEEP_TERMINATED`` of them stay listed. The handlers check the caller's role
+on the session (its owner and members) and audit what was done or refused; the helpers that find
+the session of a path and check that role (``_session``, ``_require_on``, ``_live``) serve the
+other resources of a session too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Final, cast
+
+import msgspec
+from aiohttp import web
+
+from gateway.agent import conversations
+from gateway.agent.exit import missing_executable
+from gateway.api_error import ApiError
+from gateway.config import Config
+from gateway.protocol.history import POLICIES, History
+from gateway.server.keys import (
+    AUDIT,
+    CONFIG,
+    MAX_NAME_CHARS,
+    MAX_PATH_COMPONENT_BYTES,
+    MAX_REATTACH_WINDOW_SEC,
+    MAX_WORKSPACE_DEPTH,
+    MAX_WORKSPACE_PATH_CHARS,
+    METRICS,
+    NOTIFIER,
+    SESSIONS,
+    STATE,
+)
+from gateway.server.middleware import _audit, _caller, _forbidden, _require
+from gateway.session import LiveSession
+from gateway.team import auth, fleet
+from parsers.json_depth import MAX_JSON_DEPTH, too_deep
+
+log = logging.getLogger("rawp_gateway.server")
+
+KEEP_TERMINATED: Final = 100  # terminated sessions still listed (summaries only), oldest forgotten
+
+
+class TerminatedSession:
+    """What is kept of a session that ended: its last ``to_json()``, a few hundred bytes."""
+
+    __slots__ = ("_summary", "id", "members", "owner")
+    state: Final = "TERMINATED"
+
+    def __init__(self, session: LiveSession) -> None:
+        self.id = session.id
+        self.owner = session.owner  # who may still see it (gateway/team/auth.py)
+        self.members = dict(session.members)
+        self._summary = {**session.to_json(), "state": "TERMINATED", "connections": 0}
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self._summary)
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    """The body as a JSON object. Strict JSON (no NaN or Infinity, no number beyond a double),
+    nested at most ``MAX_JSON_DEPTH`` levels: anything else is 400 ``INVALID_JSON``."""
+    if not request.can_read_body:
+        return {}
+    data = await request.read()
+    if too_deep(data):
+        raise ApiError(
+            400, "INVALID_JSON", f"the request body nests deeper than {MAX_JSON_DEPTH} levels"
+        )
+    try:
+        body = msgspec.json.decode(data)
+    except msgspec.DecodeError as err:  # ValidationError ("Number out of range") included
+        raise ApiError(400, "INVALID_JSON", f"the request body is not valid JSON: {err}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "INVALID_REQUEST", "the request body must be a JSON object")
+    return body
+
+
+def _resolve_workspace(config: Config, requested: Any) -> Path:
+    """The session's workspace directory: an existing directory inside the root, named by a
+    bounded path (checked before anything is touched)."""
+    root = config.workspace_root
+    if requested is None:
+        return root
+    if not isinstance(requested, str) or not requested:
+        raise ApiError(400, "INVALID_REQUEST", "workspace_path must be a non-empty string")
+    parts = [p for p in requested.split("/") if p]
+    if (
+        "\0" in requested
+        or len(requested) > MAX_WORKSPACE_PATH_CHARS
+        or len(parts) > MAX_WORKSPACE_DEPTH
+        or any(len(p.encode()) > MAX_PATH_COMPONENT_BYTES for p in parts)
+    ):
+        raise ApiError(
+            400,
+            "INVALID_REQUEST",
+            f"workspace_path must be at most {MAX_WORKSPACE_PATH_CHARS} characters and "
+            f"{MAX_WORKSPACE_DEPTH} levels, each name at most {MAX_PATH_COMPONENT_BYTES} bytes, "
+            "no NUL",
+        )
+    try:
+        path = (root / requested).resolve()  # an absolute requested path replaces root
+        is_dir = path.is_dir()
+        is_other = not is_dir and path.exists()
+    except (OSError, RuntimeError) as err:  # a symlink loop, a name the filesystem refuses
+        raise ApiError(400, "INVALID_REQUEST", f"workspace_path cannot be used: {err}") from None
+    if path != root and root not in path.parents:
+        raise ApiError(
+            403, "WORKSPACE_FORBIDDEN", f"workspace_path must be inside the workspace root {root}"
+        )
+    if is_other:
+        raise ApiError(400, "INVALID_REQUEST", "workspace_path is not a directory")
+    if not is_dir:
+        # Not created: a mistyped path would otherwise give the agent an empty directory to work
+        # in, as `cd` into a missing directory would not.
+        raise ApiError(
+            404, "WORKSPACE_NOT_FOUND", f"workspace_path {requested!r} does not exist under {root}"
+        )
+    return path
+
+
+def _check_name(name: Any, *, required: bool) -> None:
+    """A session name: optional when creating (then it may also be empty), required to rename."""
+    if name is None and not required:
+        return
+    if not isinstance(name, str) or len(name) > MAX_NAME_CHARS or (required and not name):
+        what = "a non-empty string" if required else "a string"
+        raise ApiError(
+            400, "INVALID_REQUEST", f"name must be {what} of at most {MAX_NAME_CHARS} characters"
+        )
+
+
+async def create_session(request: web.Request) -> web.Response:
+    app = request.app
+    config = app[CONFIG]
+    _require(request, "operator", "session.create")
+    body = await _json_body(request)
+    agent = body.get("agent")
+    if not isinstance(agent, str) or not agent:
+        raise ApiError(400, "INVALID_REQUEST", "agent is required (see GET /v1/agents)")
+    profile = config.agents.get(agent)
+    if profile is None:
+        names = ", ".join(sorted(config.agents))
+        raise ApiError(404, "AGENT_NOT_FOUND", f"no agent profile {agent!r}; known: {names}")
+    name = body.get("name")
+    _check_name(name, required=False)
+    origin = body.get("origin", "remote")
+    if origin not in ("remote", "local"):
+        raise ApiError(400, "INVALID_REQUEST", "origin must be remote or local")
+    window = body.get("reattach_window_sec", config.reattach_window_sec)
+    if (
+        isinstance(window, bool)
+        or not isinstance(window, int | float)
+        or not 0 <= window <= MAX_REATTACH_WINDOW_SEC  # False for NaN
+    ):
+        raise ApiError(
+            400,
+            "INVALID_REQUEST",
+            f"reattach_window_sec must be a number from 0 to {MAX_REATTACH_WINDOW_SEC}",
+        )
+    history = _history_from(body.get("buffer"), config)
+    workspace = _resolve_workspace(config, body.get("workspace_path"))
+    resume = body.get("resume_conversation")
+    # A CLI that is not installed fails here for every profile, the same way: a single-turn one
+    # would otherwise start (and fail) only at the first prompt. A continued conversation is shown
+    # without its agent, which starts (or fails, with AGENT_START_FAILED) at the next prompt.
+    missing = missing_executable(profile.command[0], {**os.environ, **profile.env})
+    if missing is not None and resume is None:
+        raise ApiError(502, "AGENT_START_FAILED", f"the {agent} agent could not start: {missing}")
+    transcript = None
+    if resume is not None:  # read and translated before anything is created
+        transcript = await conversations.load_conversation(
+            profile,
+            str(workspace),
+            resume,
+            timeout=config.conversations_timeout_sec,
+            grace=config.shutdown_grace_sec,
+        )
+    # Everything is valid: only now is anything created (the session, its agent).
+    _check_taking(app, new_session=True)
+    if _held(app) >= config.max_sessions:
+        raise ApiError(
+            503,
+            "TOO_MANY_SESSIONS",
+            f"this gateway runs at most {config.max_sessions} sessions (max_sessions); "
+            "delete one first",
+        )
+    session_id = str(uuid.uuid4())
+    state = app.get(STATE)
+    session = LiveSession(
+        session_id,
+        profile,
+        workspace,
+        config=config,
+        metrics=app[METRICS],
+        name=name,
+        origin=origin,
+        reattach_window_sec=float(window),
+        history=history,
+        on_terminated=lambda s: _terminated(app, s),
+        saved=state.create(session_id) if state is not None else None,
+    )
+    session.owner = _caller(request).user
+    _wire(app, session)
+    try:
+        if transcript is not None:  # before it is listed: nobody may attach during the replay
+            # A transcript means load_conversation took resume as a conversation id (a str).
+            await session.continue_conversation(cast(str, resume), transcript)
+        app[SESSIONS][session_id] = session
+        await session.start()
+    except BaseException:
+        # Never a registered session (or a running agent) behind an error answer.
+        app[SESSIONS].pop(session_id, None)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(
+                asyncio.shield(session.delete("error", "client")), config.shutdown_grace_sec + 5
+            )
+        raise
+    if session.start_error is not None:
+        app[SESSIONS].pop(session_id, None)
+        raise ApiError(
+            502, "AGENT_START_FAILED", f"the {agent} agent could not start: {session.start_error}"
+        )
+    log.info("session created", extra={"session": session_id, "agent": agent})
+    detail = {"agent": agent} if resume is None else {"agent": agent, "resume_conversation": resume}
+    _audit(request, "session.create", session_id, detail=detail)
+    return web.json_response(session.to_json(), status=201)
+
+
+def _wire(app: web.Application, session: LiveSession) -> None:
+    """The gateway's audit log and notifier, for what the session's masters and agent do."""
+    session.audit = app[AUDIT] if app[AUDIT].enabled else None
+    session.notifier = app[NOTIFIER] if app[NOTIFIER].enabled else None
+
+
+def _history_from(buffer: Any, config: Config) -> History:
+    if buffer is None:
+        return History(config.buffer_policy, config.buffer_max_bytes)  # type: ignore[arg-type]
+    if not isinstance(buffer, dict):
+        raise ApiError(400, "INVALID_REQUEST", "buffer must be an object {policy, max_bytes}")
+    policy = buffer.get("policy", config.buffer_policy)
+    if policy not in POLICIES:
+        raise ApiError(
+            400, "INVALID_REQUEST", f"buffer.policy must be one of {', '.join(POLICIES)}"
+        )
+    max_bytes = buffer.get("max_bytes", config.buffer_max_bytes)
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        raise ApiError(400, "INVALID_REQUEST", "buffer.max_bytes must be an integer >= 0")
+    if max_bytes > config.max_buffer_bytes:
+        raise ApiError(
+            400,
+            "INVALID_REQUEST",
+            f"buffer.max_bytes may be at most {config.max_buffer_bytes} on this gateway",
+        )
+    return History(policy, max_bytes)
+
+
+def _terminated(app: web.Application, session: LiveSession) -> None:
+    """A session ended: its summary replaces it (freeing everything else), and the oldest
+    summaries past ``KEEP_TERMINATED`` are forgotten."""
+    sessions: dict[str, LiveSession | TerminatedSession] = app[SESSIONS]
+    if sessions.get(session.id) is not session:
+        return  # never listed (its agent could not start) or already replaced
+    sessions[session.id] = TerminatedSession(session)
+    terminated = [s for s in sessions.values() if s.state == "TERMINATED"]
+    for old in terminated[:-KEEP_TERMINATED]:
+        del sessions[old.id]
+        app[METRICS].session_state("TERMINATED", None)
+
+
+def _session(request: web.Request) -> LiveSession | TerminatedSession:
+    """The session of the path, if the caller may see it (one they may not is not there)."""
+    session_id = request.match_info["session_id"]
+    session = request.app[SESSIONS].get(session_id)
+    if session is None or _role_on(request, session) is None:
+        raise ApiError(404, "SESSION_NOT_FOUND", f"no session {session_id}")
+    return session
+
+
+def _role_on(request: web.Request, session: LiveSession | TerminatedSession) -> str | None:
+    return auth.session_role(_caller(request), session.owner, session.members)
+
+
+def _require_on(
+    request: web.Request, session: LiveSession | TerminatedSession, role: str, action: str
+) -> None:
+    """403 ``FORBIDDEN`` (audited) unless the caller's role on ``session`` is at least ``role``."""
+    has = _role_on(request, session)
+    if not auth.at_least(has, role):
+        _forbidden(request, action, session.id, role, has)
+
+
+def _live(session: LiveSession | TerminatedSession) -> LiveSession:
+    """The session if it is still live; 409 ``SESSION_TERMINATED`` for one that has ended, whether
+    replaced by its summary yet or not (nothing can be done with it)."""
+    if isinstance(session, TerminatedSession) or session.state == "TERMINATED":
+        raise ApiError(409, "SESSION_TERMINATED", "the session has ended")
+    return session
+
+
+async def list_sessions(request: web.Request) -> web.Response:
+    """This gateway's sessions with ``?scope=local``, else the fleet's (gateway/team/fleet.py): each
+    peer asked with the caller's credentials shows what that caller may see there."""
+    scope = request.query.get("scope")
+    if scope is not None and scope != "local":
+        raise ApiError(400, "INVALID_REQUEST", "scope must be 'local' (or left out)")
+    visible = [s.to_json() for s in request.app[SESSIONS].values() if _role_on(request, s)]
+    if scope == "local":
+        return web.json_response({"sessions": visible})
+    return web.json_response(await fleet.sessions_answer(request, visible))
+
+
+def _check_taking(app: web.Application, *, new_session: bool) -> None:
+    """503 ``SHUTTING_DOWN`` on a gateway that stops (nothing new lands on it) or is drained (no
+    new session; its sessions go on): gateway/team/fleet.py."""
+    why = fleet.refusal(app, new_session=new_session)
+    if why is not None:
+        raise ApiError(503, "SHUTTING_DOWN", why)
+
+
+def _held(app: web.Application) -> int:
+    """The sessions not yet ended (what ``max_sessions`` bounds)."""
+    return sum(1 for s in app[SESSIONS].values() if s.state != "TERMINATED")
+
+
+async def whoami(request: web.Request) -> web.Response:
+    identity = _caller(request)
+    return web.json_response({"user": identity.user, "role": identity.role})
+
+
+async def get_session(request: web.Request) -> web.Response:
+    return web.json_response(_session(request).to_json())
+
+
+async def patch_session(request: web.Request) -> web.Response:
+    """``{"name"}`` renames (admin), ``{"members"}`` replaces who it is shared with (the owner or
+    an admin); both are checked before either changes."""
+    session = _session(request)
+    body = await _json_body(request)
+    if "name" not in body and "members" not in body:
+        raise ApiError(400, "INVALID_REQUEST", "give name (rename) or members (share)")
+    members = None
+    if "members" in body:
+        if _caller(request).user != session.owner:
+            _require_on(request, session, "admin", "session.share")
+        try:
+            members = auth.check_members(body["members"])
+        except ValueError as err:
+            raise ApiError(400, "INVALID_REQUEST", str(err)) from None
+    name = body.get("name")
+    if "name" in body:
+        _require_on(request, session, "admin", "session.rename")
+        _check_name(name, required=True)
+    session = _live(session)
+    if members is not None:
+        session.share(members)
+        _audit(request, "session.share", session.id, detail={"members": members})
+    if name is not None:
+        session.rename(name)
+        _audit(request, "session.rename", session.id, detail={"name": name})
+    return web.json_response(session.to_json())
+
+
+async def delete_session(request: web.Request) -> web.Response:
+    session = _session(request)
+    _require_on(request, session, "admin", "session.delete")
+    if not isinstance(session, TerminatedSession) and session.state != "TERMINATED":
+        await session.delete("master_request", "master")
+        _audit(request, "session.delete", session.id)
+    return web.json_response(session.to_json())
