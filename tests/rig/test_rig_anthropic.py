@@ -17,11 +17,11 @@ from tests.support.rig.anthropic import COMPACTION_PROMPT, AnthropicServer
 from tests.support.rig.run import scripted_cli
 from tests.support.rig.scenario import (
     ScenarioError,
-    all_scenarios,
     contains,
     fill_from,
     parse_scenario,
 )
+from tests.support.rig.selftest import rest_after_hang, valid_scenarios
 
 
 def request(text: str = "hi", *, stream: bool = True, **extra: Any) -> dict[str, Any]:
@@ -175,13 +175,8 @@ async def test_hang_holds_the_stream_open_until_released(aiohttp_client: Any) ->
     resp = await post(client, request())
     first = await resp.content.readuntil(b"\n\n")
     assert first.startswith(b"event: message_start")
-    await asyncio.wait_for(server.wait_hang(1), 2)
     await asyncio.wait_for(server.wait_call(1), 2)
-    reading = asyncio.ensure_future(resp.content.read())
-    await asyncio.sleep(0.1)
-    assert not reading.done()  # still hanging
-    server.release_hangs()
-    rest = (await asyncio.wait_for(reading, 2)).decode()
+    rest = await rest_after_hang(server, resp, 2)
     assert "content_block_delta" in rest
     assert "content_block_stop" not in rest and "message_stop" not in rest
 
@@ -241,16 +236,10 @@ def test_every_scenario_file_loads_and_its_calls_are_valid() -> None:
     block_types = {"text", "thinking", "tool_use"}
     call_keys = {"content", "stop_reason", "usage", "error", "stream_error", "hang", "delay"}
     call_keys |= {"event_delay", "match", "words_per_delta"}
-    checker = AnthropicServer([])
-    scenarios = all_scenarios("claude-code")
-    assert len(scenarios) >= 30
-    for sc in scenarios:
-        assert sc.agent == "claude-code" and sc.description, sc.name
+    for sc in valid_scenarios(AnthropicServer([]), call_keys, 30, request()):
         assert "exit_code" in sc.expect, sc.name
         for call in sc.calls:
-            assert set(call) <= call_keys, (sc.name, call)
             assert {b["type"] for b in call.get("content", [])} <= block_types, sc.name
-            checker.matches(call.get("match", {}), request())  # raises on unknown keys
 
 
 def test_scenario_errors_are_reported() -> None:

@@ -109,6 +109,7 @@ def error_body(status: int, message: str) -> dict[str, Any]:
 
 class GeminiServer(ScriptedServer):
     agent = "gemini"
+    api = "Gemini"
 
     def setup_routes(self, app: web.Application) -> None:
         # aiohttp cannot route on the ":method" suffix; one route takes "<model>:<method>".
@@ -128,13 +129,8 @@ class GeminiServer(ScriptedServer):
             "function_response": lambda v: ends_with_function_response(body) == v,
             "last_user_contains": lambda v: v in last_user_text(body),
             "contents_contain": lambda v: v in json.dumps(body.get("contents", [])),
-            "tools_include": lambda v: set(v) <= set(tool_names(body)),
-            "tools_exclude": lambda v: not set(v) & set(tool_names(body)),
         }
-        unknown = set(match) - set(checks)
-        if unknown:
-            raise ValueError(f"unknown match keys for the Gemini server: {sorted(unknown)}")
-        return all(checks[k](v) for k, v in match.items())
+        return self.fits(match, checks, lambda: tool_names(body))
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         model, _, method = request.match_info["target"].partition(":")

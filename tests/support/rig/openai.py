@@ -119,6 +119,7 @@ def ends_with_tool_output(body: dict[str, Any]) -> bool:
 
 class ResponsesServer(ScriptedServer):
     agent = "codex"
+    api = "Responses"
 
     def setup_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self.responses)
@@ -134,13 +135,8 @@ class ResponsesServer(ScriptedServer):
             "last_user_contains": lambda v: v in last_user_text(body),
             "input_contains": lambda v: v in input_text(body),
             "model_contains": lambda v: v in body.get("model", ""),
-            "tools_include": lambda v: set(v) <= set(tool_names(body)),
-            "tools_exclude": lambda v: not set(v) & set(tool_names(body)),
         }
-        unknown = set(match) - set(checks)
-        if unknown:
-            raise ValueError(f"unknown match keys for the Responses server: {sorted(unknown)}")
-        return all(checks[k](v) for k, v in match.items())
+        return self.fits(match, checks, lambda: tool_names(body))
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
         rec = await self.log_request(request)
@@ -342,41 +338,29 @@ def item_stream(
                 events.append({"type": "response.reasoning_text.delta", **cref, "delta": d})
             events.append({"type": "response.reasoning_text.done", **cref, "text": content})
             item["content"] = [{"type": "reasoning_text", "text": content}]
-    elif kind == "function_call":
-        args = spec.get("arguments", {})
-        args_text = args if isinstance(args, str) else json.dumps(args, separators=(",", ":"))
-        iid = f"fc_rig_{tag}"
+    elif kind in ("function_call", "custom_tool_call"):
+        # The two kinds of tool call stream their input alike, under different names.
+        if kind == "function_call":
+            args = spec.get("arguments", {})
+            text = args if isinstance(args, str) else json.dumps(args, separators=(",", ":"))
+            iid, field, stream = f"fc_rig_{tag}", "arguments", "function_call_arguments"
+        else:
+            text = str(spec.get("input", ""))
+            iid, field, stream = f"ctc_rig_{tag}", "input", "custom_tool_call_input"
         head = {
             "id": iid,
-            "type": "function_call",
+            "type": kind,
             "call_id": spec.get("call_id", f"call_rig_{tag}"),
             "name": spec["name"],
         }
         if "namespace" in spec:
             head["namespace"] = spec["namespace"]
-        added({**head, "status": "in_progress", "arguments": ""})
-        ref = {"item_id": iid, **at}
-        for d in chunks or split_text(args_text, 3):
-            events.append({"type": "response.function_call_arguments.delta", **ref, "delta": d})
-        events.append(
-            {"type": "response.function_call_arguments.done", **ref, "arguments": args_text}
-        )
-        item = {**head, "status": "completed", "arguments": args_text}
-    elif kind == "custom_tool_call":
-        text = str(spec.get("input", ""))
-        iid = f"ctc_rig_{tag}"
-        head = {
-            "id": iid,
-            "type": "custom_tool_call",
-            "call_id": spec.get("call_id", f"call_rig_{tag}"),
-            "name": spec["name"],
-        }
-        added({**head, "status": "in_progress", "input": ""})
+        added({**head, "status": "in_progress", field: ""})
         ref = {"item_id": iid, **at}
         for d in chunks or split_text(text, 3):
-            events.append({"type": "response.custom_tool_call_input.delta", **ref, "delta": d})
-        events.append({"type": "response.custom_tool_call_input.done", **ref, "input": text})
-        item = {**head, "status": "completed", "input": text}
+            events.append({"type": f"response.{stream}.delta", **ref, "delta": d})
+        events.append({"type": f"response.{stream}.done", **ref, field: text})
+        item = {**head, "status": "completed", field: text}
     elif kind == "tool_search_call":
         item = {
             "id": f"ts_rig_{tag}",

@@ -50,6 +50,7 @@ class ScriptedServer:
     (placeholders already expanded)."""
 
     agent = ""
+    api = ""  # the API's name, in errors
 
     def __init__(self, calls: list[dict[str, Any]] | None = None) -> None:
         self.calls: list[dict[str, Any]] = list(calls or [])
@@ -76,6 +77,25 @@ class ScriptedServer:
     def matches(self, match: dict[str, Any], body: Any) -> bool:
         """Does a request body fit a call's ``match`` table? Subclasses define the keys."""
         raise NotImplementedError
+
+    def fits(
+        self,
+        match: dict[str, Any],
+        checks: dict[str, Callable[[Any], bool]],
+        tools: Callable[[], list[str]],
+    ) -> bool:
+        """For ``matches``: every key of ``match`` holds by its check; ``tools`` (the request's
+        tool names) serves the tools_include / tools_exclude keys every server takes. A key no
+        check knows is a mistake in the scenario, not a request that does not fit."""
+        checks = {
+            **checks,
+            "tools_include": lambda v: set(v) <= set(tools()),
+            "tools_exclude": lambda v: not set(v) & set(tools()),
+        }
+        unknown = set(match) - set(checks)
+        if unknown:
+            raise ValueError(f"unknown match keys for the {self.api} server: {sorted(unknown)}")
+        return all(checks[k](v) for k, v in match.items())
 
     def is_special(self, body: Any) -> str | None:
         """A kind of request (e.g. "compaction") that only calls matching it explicitly may
