@@ -21,19 +21,8 @@ from parsers.base import get as get_parser
 from parsers.codex import CodexParser
 from parsers.codex.stdout import _MAX_OPEN_CALLS
 from tests.support.gateway_peer import Master, create_session, make_config, start_gateway
-from tests.support.memory_files import Files
+from tests.support.parsing import Files, feed, line
 from tests.support.paths import HOSTILE
-
-
-def line(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
-
-
-def feed(parser: CodexParser, *objs: dict[str, Any]) -> list[ev.AgentEvent]:
-    out: list[ev.AgentEvent] = []
-    for obj in objs:
-        out += parser.feed(line(obj))
-    return out
 
 
 def started(item: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from parsers.file_changes import (
     read_text_file,
     workspace_reader,
 )
-from tests.support.memory_files import Files
+from tests.support.parsing import Files
 
 
 def test_a_change_read_before_and_after_is_a_diff_and_is_then_forgotten():

@@ -4,7 +4,6 @@ session machine takes from a parser (``describe_exit``)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -18,21 +17,10 @@ from parsers.base import NoInput
 from parsers.base import get as get_parser
 from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
 from parsers.gemini import GeminiParser
-from tests.support.memory_files import Files
+from tests.support.parsing import Files, feed, line
 
 TS0 = "2026-11-29T21:20:54.185Z"
 TS1 = "2026-11-29T21:20:54.624Z"
-
-
-def line(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
-
-
-def feed(parser: GeminiParser, *objs: dict[str, Any]) -> list[ev.AgentEvent]:
-    out: list[ev.AgentEvent] = []
-    for obj in objs:
-        out += parser.feed(line(obj))
-    return out
 
 
 def say(text: str, *, delta: bool | None = True, role: str = "assistant") -> dict[str, Any]:

@@ -136,7 +136,6 @@ def is_compaction(body: Any) -> bool:
 
 class AnthropicServer(ScriptedServer):
     agent = "claude-code"
-    api = "Anthropic"
 
     def setup_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/messages", self.messages)

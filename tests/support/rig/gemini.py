@@ -109,7 +109,6 @@ def error_body(status: int, message: str) -> dict[str, Any]:
 
 class GeminiServer(ScriptedServer):
     agent = "gemini"
-    api = "Gemini"
 
     def setup_routes(self, app: web.Application) -> None:
         # aiohttp cannot route on the ":method" suffix; one route takes "<model>:<method>".

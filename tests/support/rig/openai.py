@@ -119,7 +119,6 @@ def ends_with_tool_output(body: dict[str, Any]) -> bool:
 
 class ResponsesServer(ScriptedServer):
     agent = "codex"
-    api = "Responses"
 
     def setup_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self.responses)

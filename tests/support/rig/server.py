@@ -50,7 +50,6 @@ class ScriptedServer:
     (placeholders already expanded)."""
 
     agent = ""
-    api = ""  # the API's name, in errors
 
     def __init__(self, calls: list[dict[str, Any]] | None = None) -> None:
         self.calls: list[dict[str, Any]] = list(calls or [])
@@ -94,7 +93,7 @@ class ScriptedServer:
         }
         unknown = set(match) - set(checks)
         if unknown:
-            raise ValueError(f"unknown match keys for the {self.api} server: {sorted(unknown)}")
+            raise ValueError(f"unknown match keys for {type(self).__name__}: {sorted(unknown)}")
         return all(checks[k](v) for k, v in match.items())
 
     def is_special(self, body: Any) -> str | None:
