@@ -31,13 +31,8 @@ A call is a table with these keys (all optional):
     Stream the parts, then a ``data:`` event holding that error body instead of the last chunk.
 ``truncate = true``
     Stream the parts, then end the stream without ``finishReason`` and usage.
-``hang = true``
-    Stream the parts, then hold the stream open until the client goes away or the server
-    closes (for interrupt and signal tests).
-``delay``, ``event_delay``
-    Seconds to wait before answering, and between SSE events.
-``match``
-    Answer only a request that fits (see ``GeminiServer.matches``).
+``hang``, ``delay``, ``event_delay``, ``match``
+    As every scripted server takes them (``server.py``); ``match`` keys: ``GeminiServer.matches``.
 
 A request for which no call is left is answered with the text "rig: no scripted answer left" and
 is listed in ``server.unexpected``.

@@ -41,13 +41,8 @@ A call is a table with these keys (all optional):
     Stream the output, then ``response.failed`` instead of ``response.completed``.
 ``truncate = true``
     Stream the output, then end the stream without a final event (a dropped connection).
-``hang = true``
-    Stream the output, then hold the stream open until the client goes away or the server
-    closes (for interrupt and signal tests).
-``delay``, ``event_delay``
-    Seconds to wait before answering, and between SSE events.
-``match``
-    Answer only a request that fits (see ``ResponsesServer.matches``).
+``hang``, ``delay``, ``event_delay``, ``match``
+    As every scripted server takes them (``server.py``); ``match`` keys: ``ResponsesServer.matches``.
 
 A request for which no call is left is answered with the text "rig: no scripted answer left" (so
 the CLI ends normally) and is listed in ``server.unexpected``.

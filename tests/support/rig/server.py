@@ -17,6 +17,11 @@ A scripted server is an aiohttp app that answers a CLI's model requests from a s
   open) and ``release_hangs()``.
 * ``start()`` binds 127.0.0.1 on a free port and returns the base URL; ``close()`` stops it.
 
+Besides its own, a call may have the keys every server takes: ``hang = true`` (stream the
+answer, then hold the stream open until the client goes away or the server closes: for interrupt
+and signal tests), ``delay`` and ``event_delay`` (seconds to wait before answering, and between SSE
+events) and ``match`` (answer only a request that fits; the keys are the subclass's).
+
 A subclass (``anthropic.AnthropicServer``; the Codex and Gemini servers likewise) adds its routes
 in ``setup_routes`` and implements ``matches``. Every server is usable directly in an
 aiohttp test client (``aiohttp_client(server.app)``) without starting a CLI.
