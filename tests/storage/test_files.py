@@ -678,20 +678,27 @@ async def test_an_upload_replaces_a_hard_link_planted_under_its_name(gw, tmp_pat
     await master.ws.close()
 
 
-async def test_an_upload_that_finishes_after_delete_is_404_and_releases_its_bytes(gw):
-    """The session is deleted while a body streams in: the rest is refused with 404
-    SESSION_NOT_FOUND (no transfer_id), and rawp_gateway_session_file_bytes is back to what is
-    really stored (nothing)."""
+async def upload_begun(gw, name: str, sent: int):
+    """A new session, and an upload of a 4000-byte body to it of which ``sent`` bytes have
+    reached its file store: the session's id, its store, and the connection still open."""
     sid = (await create_session(gw))["session_id"]
     store = gw.server.app[SESSIONS][sid].files
     reader, writer = await asyncio.open_connection(gw.host, gw.port)
     writer.write(
-        f"PUT /v1/session/{sid}/files?name=late.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"PUT /v1/session/{sid}/files?name={name} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         "Content-Type: text/plain\r\nContent-Length: 4000\r\n\r\n".encode()
-        + b"x" * 2000
+        + b"x" * sent
     )
     await writer.drain()
     await eventually(lambda: store.used_bytes, "the server to read what was sent")
+    return sid, store, reader, writer
+
+
+async def test_an_upload_that_finishes_after_delete_is_404_and_releases_its_bytes(gw):
+    """The session is deleted while a body streams in: the rest is refused with 404
+    SESSION_NOT_FOUND (no transfer_id), and rawp_gateway_session_file_bytes is back to what is
+    really stored (nothing)."""
+    sid, store, reader, writer = await upload_begun(gw, "late.bin", 2000)
     assert (await gw.delete(f"/v1/session/{sid}")).status == 200
     writer.write(b"y" * 2000)
     await writer.drain()
@@ -805,16 +812,7 @@ async def test_head_gives_the_headers_only_and_several_ranges_give_the_whole_fil
 async def test_an_upload_cut_off_midway_keeps_nothing(gw):
     """The master's connection drops in the middle of the body: nothing stays stored or
     counted, and the session takes the next upload."""
-    sid = (await create_session(gw))["session_id"]
-    store = gw.server.app[SESSIONS][sid].files
-    _reader, writer = await asyncio.open_connection(gw.host, gw.port)
-    writer.write(
-        f"PUT /v1/session/{sid}/files?name=cut.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-        "Content-Type: text/plain\r\nContent-Length: 4000\r\n\r\n".encode()
-        + b"x" * 1000
-    )
-    await writer.drain()
-    await eventually(lambda: store.used_bytes, "the server to read what was sent")
+    sid, store, _reader, writer = await upload_begun(gw, "cut.bin", 1000)
     writer.close()
     await eventually(lambda: store.used_bytes == 0, "the cut upload to be freed")
     assert not store.files
