@@ -21,6 +21,7 @@ from tests.support.gateway_peer import (
     fast_demo,
     make_config,
     prompt_and_wait,
+    prompted,
     start_gateway,
 )
 from tests.support.logs import deletions, watch_sessions
@@ -151,9 +152,7 @@ async def test_greeting_prompt_turn_and_usage(gw):
 
 async def test_DPS_17_3_2_one_prompt_at_a_time(gw):
     """DPS-17.3.2-one-prompt: PROMPT_IN_PROGRESS, fatal false, and the prompt is not delivered."""
-    session = await create_session(gw)
-    master = await Master.attach(gw, session["session_id"])
-    await master.send("control.prompt.request", {"prompt_text": "tell me a long story " * 5})
+    master = await prompted(gw, "tell me a long story " * 5)
     await master.until("session.turn.start")
     second = await master.send("control.prompt.request", {"prompt_text": "second"})
     err = await master.until("session.error")
@@ -231,9 +230,7 @@ async def test_DPS_12_2_filter_a_profile_without_thinking_sends_none(tmp_path):
     demo = fast_demo(features=features)
     gw = await start_gateway(make_config(tmp_path, agents={"demo": demo}))
     try:
-        session = await create_session(gw)
-        full = await Master.attach(gw, session["session_id"])
-        await full.send("control.prompt.request", {"prompt_text": "think about it"})
+        full = await prompted(gw, "think about it")
         await full.until("session.usage")
         caps = next(f for f in full.frames if f["type"] == "session.capabilities")
         assert caps["payload"]["features"]["thinking_stream"] is False
@@ -411,9 +408,7 @@ async def test_history_all_is_refused_with_a_last_message_id_or_another_value(gw
 async def test_DPS_6_2_permission_allow_and_deny(gw, tmp_path):
     """DPS-4.3-interaction + DPS-6.2-interaction: PERMISSION asked, answered, the tool runs or not."""
     (tmp_path / "perm").mkdir()
-    session = await create_session(gw, workspace_path="perm")
-    master = await Master.attach(gw, session["session_id"])
-    await master.send("control.prompt.request", {"prompt_text": "write hello.txt"})
+    master = await prompted(gw, "write hello.txt", workspace_path="perm")
     ask = await master.until("agent.interaction.request")
     p = ask["payload"]
     assert p["interaction_type"] == "PERMISSION"
@@ -446,9 +441,7 @@ async def test_DPS_6_2_permission_timeout_denies(tmp_path):
     demo = fast_demo(permission_timeout_sec=0.3)
     client = await start_gateway(make_config(tmp_path, agents={"demo": demo}))
     try:
-        session = await create_session(client)
-        master = await Master.attach(client, session["session_id"])
-        await master.send("control.prompt.request", {"prompt_text": "write late.txt"})
+        master = await prompted(client, "write late.txt")
         await master.until("agent.interaction.request")
         result = await master.until("tool.invoke.result")
         assert result["payload"]["status"] == "error"
@@ -459,11 +452,9 @@ async def test_DPS_6_2_permission_timeout_denies(tmp_path):
 
 
 async def test_pending_interaction_is_sent_again_on_attach(gw):
-    session = await create_session(gw)
-    first = await Master.attach(gw, session["session_id"])
-    await first.send("control.prompt.request", {"prompt_text": "write again.txt"})
+    first = await prompted(gw, "write again.txt")
     ask = await first.until("agent.interaction.request")
-    late = await Master.attach(gw, session["session_id"])
+    late = await Master.attach(gw, first.session_id)
     again = await late.until("agent.interaction.request")
     assert again["payload"]["interaction_id"] == ask["payload"]["interaction_id"]
 
@@ -472,9 +463,7 @@ async def test_DPS_6_1_2_cancel_mid_stream(tmp_path):
     """DPS-6.1.2-cancel: text.done is_cancelled, then turn.end cancelled."""
     client = await start_gateway(demo_config(tmp_path, delay_ms=50))
     try:
-        session = await create_session(client)
-        master = await Master.attach(client, session["session_id"])
-        await master.send("control.prompt.request", {"prompt_text": "a long answer " * 20})
+        master = await prompted(client, "a long answer " * 20)
         start = await master.until("session.turn.start")
         await master.until("agent.text.delta")
         await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
@@ -595,10 +584,8 @@ async def test_DPS_7_7_delete_during_turn(tmp_path):
     then session.deleted, then close; the agent process is gone."""
     client = await start_gateway(demo_config(tmp_path, delay_ms=50))
     try:
-        session = await create_session(client)
-        sid = session["session_id"]
-        master = await Master.attach(client, sid)
-        await master.send("control.prompt.request", {"prompt_text": "a long answer " * 20})
+        master = await prompted(client, "a long answer " * 20)
+        sid = master.session_id
         await master.until("agent.text.delta")
         resp = await client.delete(f"/v1/session/{sid}")
         assert resp.status == 200

@@ -197,3 +197,12 @@ async def create_session(client: TestClient, agent: str = "demo", **body: Any) -
     resp = await client.post("/v1/session", json={"agent": agent, **body})
     assert resp.status == 201, await resp.text()
     return await resp.json()
+
+
+async def prompted(client: TestClient, text: str, **session: Any) -> Master:
+    """A new session (``session``: ``create_session``'s keywords) and a master attached to it
+    that has sent ``text`` as its first prompt."""
+    created = await create_session(client, **session)
+    master = await Master.attach(client, created["session_id"])
+    await master.send("control.prompt.request", {"prompt_text": text})
+    return master
