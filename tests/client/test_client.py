@@ -50,6 +50,17 @@ def call_result(tool: str, status: str, output: str = "") -> F.InvokeResult:
     )
 
 
+def asked(kind: str, timeout_sec: int) -> F.InteractionRequest:
+    """The question ``ASK``, with no options to choose from."""
+    return F.InteractionRequest(
+        interaction_id=ASK,
+        interaction_type=kind,
+        question_text="?",
+        timeout_sec=timeout_sec,
+        options=[],
+    )
+
+
 def open_session(view: MasterView, gw: FrameFactory) -> list[F.Frame]:
     """A turn caught mid-flight: text and thinking streaming, a tool call and a question open."""
     frames = [
@@ -340,15 +351,7 @@ def test_DPS_2_3_history_order_ties_never_leave_closed_things_open():
         at(F.TextDelta(content_index=1, text="hi")),
         at(F.TextDone(content_index=1, full_text="hi")),
         at(F.InvokeRequest(invocation_id=CALL, tool_name="Glob", input={})),
-        at(
-            F.InteractionRequest(
-                interaction_id=ASK,
-                interaction_type="YN",
-                question_text="?",
-                timeout_sec=1,
-                options=[],
-            )
-        ),
+        at(asked("YN", timeout_sec=1)),
         at(F.InteractionTimeout(interaction_id=ASK)),
         at(call_result("Glob", "success")),
         at(F.TurnEnd(turn_id=TURN, stop_reason="end_turn")),
@@ -464,13 +467,7 @@ async def test_last_message_id_only_names_frames_the_buffer_holds():
 async def test_last_message_id_after_a_history_ignores_the_greeting_re_sent_after_it():
     gw = make_factory()
     question = gw.frame(
-        F.InteractionRequest(
-            interaction_id=ASK,
-            interaction_type="PERMISSION",
-            question_text="?",
-            timeout_sec=60,
-            options=[],
-        ),
+        asked("PERMISSION", timeout_sec=60),
         turn_id=TURN,
     )
     missed = [gw.frame(F.TextDelta(content_index=0, text="b"), turn_id=TURN)]

@@ -15,6 +15,8 @@ from gateway.config import builtin_profiles
 from gateway.protocol.frames import Features
 from gateway.server import SESSIONS
 from tests.support.gateway_peer import (
+    SUBPROTOCOL,
+    UPGRADE,
     Master,
     create_session,
     demo_config,
@@ -91,9 +93,8 @@ async def test_websocket_needs_the_subprotocol(gw):
     session = await create_session(gw)
     resp = await gw.get(
         session["ws_path"],
-        headers={"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
-                 "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="},
-    )  # fmt: skip
+        headers=UPGRADE,
+    )
     assert resp.status == 400
     assert (await resp.json())["error_code"] == "SUBPROTOCOL_REQUIRED"
 
@@ -240,15 +241,22 @@ async def test_DPS_12_2_filter_a_profile_without_thinking_sends_none(tmp_path):
         await gw.close()
 
 
-async def test_DPS_7_1_history_reattach_gets_exactly_the_missed_frames(gw):
-    """DPS-7.1-history: session.history first (after capabilities) with the missed frames."""
-    session = await create_session(gw)
-    sid = session["session_id"]
-    watcher = await Master.attach(gw, sid)
+async def one_leaves_after_a_turn(gw, sid: str) -> tuple[Master, str]:
+    """Two masters on the session; one prompts, sees its turn through to idle, and leaves: the
+    master that stays, and the message_id of the last frame the one that left got."""
+    stays = await Master.attach(gw, sid)
     leaver = await Master.attach(gw, sid)
     await prompt_and_wait(leaver, "first", idle=True)
     last_seen = leaver.frames[-1]["message_id"]
     await leaver.ws.close()
+    return stays, last_seen
+
+
+async def test_DPS_7_1_history_reattach_gets_exactly_the_missed_frames(gw):
+    """DPS-7.1-history: session.history first (after capabilities) with the missed frames."""
+    session = await create_session(gw)
+    sid = session["session_id"]
+    watcher, last_seen = await one_leaves_after_a_turn(gw, sid)
     await watcher.until("agent.state.changed", current_state="idle")  # the first turn's end
     await prompt_and_wait(watcher, "second while the other is away", idle=True)
     idx = next(i for i, f in enumerate(watcher.frames) if f["message_id"] == last_seen)
@@ -274,11 +282,7 @@ async def test_DPS_7_1_history_counts_evicted_frames(gw):
     """A small RING buffer: truncated true with the exact lost_frame_count."""
     session = await create_session(gw, buffer={"policy": "RING", "max_bytes": 1000})
     sid = session["session_id"]
-    stay = await Master.attach(gw, sid)
-    leaver = await Master.attach(gw, sid)
-    await prompt_and_wait(leaver, "first", idle=True)
-    last_seen = leaver.frames[-1]["message_id"]
-    await leaver.ws.close()
+    stay, last_seen = await one_leaves_after_a_turn(gw, sid)
     await stay.until("agent.state.changed", current_state="idle")
     await prompt_and_wait(
         stay, "a reply long enough to push earlier frames out of the buffer", idle=True
@@ -621,10 +625,8 @@ async def test_DPS_2_4_local_session_only_to_local_ui(gw):
     session = await create_session(gw, origin="local")
     refused = await gw.get(
         f"/v1/session/{session['session_id']}/ws",
-        headers={"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
-                 "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
-                 "Sec-WebSocket-Protocol": "rawp-dps-1.0"},
-    )  # fmt: skip
+        headers={**UPGRADE, "Sec-WebSocket-Protocol": SUBPROTOCOL},
+    )
     assert refused.status == 403
     assert (await refused.json())["error_code"] == "LOCAL_SESSION"
     ui = await Master.attach(gw, session["session_id"], role="local-ui")

@@ -155,15 +155,22 @@ async def test_put_refuses_invisible_and_slash_like_names_and_keeps_nothing(gw):
     assert store.used_bytes == 0 and not store.files and store.directory is None
 
 
+async def prompted_with_a_log(gw, sid: str, file_name: str) -> Master:
+    """A log uploaded to the session, and a master that has sent a prompt naming it in
+    ``context_files`` as ``file_name``."""
+    stored = await (await put(gw, sid, "app.log", b"boom\n", "text/plain")).json()
+    master = await Master.attach(gw, sid)
+    files = [{"file_url": stored["file_url"], "file_name": file_name}]
+    await master.send("control.prompt.request", {"prompt_text": "hi", "context_files": files})
+    return master
+
+
 async def test_a_context_file_name_with_a_bidi_override_never_reaches_the_agent(gw, tmp_path):
     """The name a prompt gives an attached file is checked as ?name= is: refused, the prompt is
     not run, nothing is written into the workspace."""
     (tmp_path / "ws").mkdir()
     sid = (await create_session(gw, workspace_path="ws"))["session_id"]
-    stored = await (await put(gw, sid, "app.log", b"boom\n", "text/plain")).json()
-    master = await Master.attach(gw, sid)
-    files = [{"file_url": stored["file_url"], "file_name": "gol.\u202eexe"}]
-    await master.send("control.prompt.request", {"prompt_text": "hi", "context_files": files})
+    master = await prompted_with_a_log(gw, sid, "gol.\u202eexe")
     error = await master.until("session.error")
     assert error["payload"]["error_code"] == "INVALID_FRAME"
     assert "\u202e" not in json.dumps(error, ensure_ascii=False).replace("gol.\u202eexe", "")
@@ -642,10 +649,7 @@ async def test_an_upload_never_lands_outside_the_workspace(gw, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     (tmp_path / "ws2" / ".rawp").symlink_to(outside)
-    stored = await (await put(gw, sid, "app.log", b"boom\n", "text/plain")).json()
-    master = await Master.attach(gw, sid)
-    files = [{"file_url": stored["file_url"], "file_name": "app.log"}]
-    await master.send("control.prompt.request", {"prompt_text": "hi", "context_files": files})
+    master = await prompted_with_a_log(gw, sid, "app.log")
     warning = await master.until("agent.error")
     assert warning["payload"]["error_code"] == "UPLOAD_NOT_PLACED"
     assert (
@@ -666,10 +670,7 @@ async def test_an_upload_replaces_a_hard_link_planted_under_its_name(gw, tmp_pat
     outside.write_bytes(b"precious\n")
     os.link(outside, ws / ".rawp" / "uploads" / "app.log")
     sid = (await create_session(gw, workspace_path="ws3"))["session_id"]
-    stored = await (await put(gw, sid, "app.log", b"boom\n", "text/plain")).json()
-    master = await Master.attach(gw, sid)
-    files = [{"file_url": stored["file_url"], "file_name": "app.log"}]
-    await master.send("control.prompt.request", {"prompt_text": "hi", "context_files": files})
+    master = await prompted_with_a_log(gw, sid, "app.log")
     await asyncio.wait_for(master.until("session.turn.end"), 20)
     assert outside.read_bytes() == b"precious\n" and outside.stat().st_nlink == 1
     assert (ws / ".rawp" / "uploads" / "app.log").read_bytes() == b"boom\n"

@@ -23,6 +23,14 @@ from gateway.server import create_app
 from gateway.server.refusals import JsonErrorRunner
 
 SUBPROTOCOL = "rawp-dps-1.0"
+# A WebSocket upgrade sent by hand, without a subprotocol: for what the server answers an upgrade
+# it refuses before the handshake.
+UPGRADE = {
+    "Connection": "Upgrade",
+    "Upgrade": "websocket",
+    "Sec-WebSocket-Version": "13",
+    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+}
 
 
 def make_config(root: Path, **kw: Any) -> Config:
