@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
@@ -154,7 +155,7 @@ class GeminiServer(ScriptedServer):
         chunks = self.chunks(call, model)
         if method == "generateContent":
             return web.json_response(merge(chunks))
-        return await self._stream(request, call, chunks)
+        return await self.stream(request, call, self._events(call, chunks), "text/event-stream")
 
     _target: tuple[str, str] = ("", "")
 
@@ -186,32 +187,16 @@ class GeminiServer(ScriptedServer):
             last["usageMetadata"] = usage_of(call.get("usage", {}))
         return out
 
-    async def _stream(
-        self, request: web.Request, call: dict[str, Any], chunks: list[dict[str, Any]]
-    ) -> web.StreamResponse:
-        resp = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
-        await resp.prepare(request)
-        pause = float(call.get("event_delay", 0))
-        try:
-            for chunk in chunks:
-                # The real API ends each event with CRLF CRLF.
-                await resp.write(f"data: {json.dumps(chunk)}\r\n\r\n".encode())
-                if pause:
-                    await asyncio.sleep(pause)
-            if "stream_error" in call:
-                err = call["stream_error"]
-                status = int(err.get("status", 500))
-                payload = error_body(status, err.get("message", "rig: scripted stream failure"))
-                await resp.write(f"data: {json.dumps(payload)}\r\n\r\n".encode())
-            if call.get("hang"):
-                await self.hold_open()
-                return resp
-            await resp.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
-        return resp
+    def _events(self, call: dict[str, Any], chunks: list[dict[str, Any]]) -> Iterator[bytes]:
+        """The chunks as server-sent events (the real API ends each with CRLF CRLF), then a
+        ``stream_error``'s error body."""
+        bodies = list(chunks)
+        if "stream_error" in call:
+            err = call["stream_error"]
+            status = int(err.get("status", 500))
+            bodies.append(error_body(status, err.get("message", "rig: scripted stream failure")))
+        for body in bodies:
+            yield f"data: {json.dumps(body)}\r\n\r\n".encode()
 
 
 def usage_of(spec: dict[str, Any]) -> dict[str, Any]:

@@ -142,7 +142,8 @@ class ResponsesServer(ScriptedServer):
             await asyncio.sleep(float(call["delay"]))
         if "error" in call:
             return self._error(call["error"])
-        return await self._stream(request, call, self.events(call, rec, body))
+        events = (sse(e) for e in self.events(call, rec, body))
+        return await self.stream(request, call, events, "text/event-stream; charset=utf-8")
 
     def events(
         self, call: dict[str, Any], rec: RecordedRequest, body: dict[str, Any]
@@ -210,31 +211,6 @@ class ResponsesServer(ScriptedServer):
             }
         }
         return web.json_response(payload, status=status, headers=err.get("headers", {}))
-
-    async def _stream(
-        self, request: web.Request, call: dict[str, Any], events: list[dict[str, Any]]
-    ) -> web.StreamResponse:
-        resp = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream; charset=utf-8",
-                "Cache-Control": "no-cache",
-            }
-        )
-        await resp.prepare(request)
-        pause = float(call.get("event_delay", 0))
-        try:
-            for e in events:
-                await resp.write(sse(e))
-                if pause:
-                    await asyncio.sleep(pause)
-            if call.get("hang"):
-                await self.hold_open()
-                return resp
-            await resp.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
-            # The CLI went away mid-stream (interrupt, signal): nothing left to answer.
-            pass
-        return resp
 
 
 def captured_arguments(spec: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,6 +139,34 @@ class ScriptedServer:
             return call
         rec.answer = f"builtin:{special}" if special else "unexpected"
         return None
+
+    async def stream(
+        self,
+        request: web.Request,
+        call: dict[str, Any],
+        events: Iterable[bytes],
+        content_type: str,
+    ) -> web.StreamResponse:
+        """Answer with ``events`` (each a whole server-sent event, the call's ``event_delay``
+        after each), then end the stream, or with ``hang`` hold it open. A client that goes away
+        mid-stream (interrupt, signal) leaves nothing to answer."""
+        resp = web.StreamResponse(
+            headers={"Content-Type": content_type, "Cache-Control": "no-cache"}
+        )
+        await resp.prepare(request)
+        pause = float(call.get("event_delay", 0))
+        try:
+            for event in events:
+                await resp.write(event)
+                if pause:
+                    await asyncio.sleep(pause)
+            if call.get("hang"):
+                await self.hold_open()
+                return resp
+            await resp.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        return resp
 
     async def hold_open(self) -> None:
         """A hang step: count it, then wait until released or the client goes away."""
