@@ -21,7 +21,7 @@ from tests.support.rig.scenario import (
     fill_from,
     parse_scenario,
 )
-from tests.support.rig.selftest import rest_after_hang, valid_scenarios
+from tests.support.rig.selftest import assert_event_stream, rest_after_hang, valid_scenarios
 
 
 def request(text: str = "hi", *, stream: bool = True, **extra: Any) -> dict[str, Any]:
@@ -37,6 +37,7 @@ def request(text: str = "hi", *, stream: bool = True, **extra: Any) -> dict[str,
 
 async def sse_events(resp: Any) -> list[tuple[str, dict[str, Any]]]:
     """Parse a whole SSE body into (event, data) pairs."""
+    assert_event_stream(resp)
     body = await resp.text()
     out = []
     for chunk in body.strip().split("\n\n"):
@@ -46,16 +47,14 @@ async def sse_events(resp: Any) -> list[tuple[str, dict[str, Any]]]:
 
 
 async def post(client: Any, body: dict[str, Any]) -> Any:
+    """As Claude Code posts, with ``?beta=true``."""
     return await client.post("/v1/messages?beta=true", json=body)
 
 
 async def test_text_stream_has_the_api_event_sequence(aiohttp_client: Any) -> None:
     server = AnthropicServer([{"content": [{"type": "text", "text": "Hello there, how are you?"}]}])
     client = await aiohttp_client(server.app)
-    resp = await post(client, request())
-    assert resp.status == 200
-    assert resp.headers["Content-Type"].startswith("text/event-stream")
-    events = await sse_events(resp)
+    events = await sse_events(await post(client, request()))
     names = [e for e, _ in events]
     assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
     assert names[1] == "content_block_start" and names[-3] == "content_block_stop"

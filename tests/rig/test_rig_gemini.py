@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.rig import env as rigenv
 from tests.support.rig.gemini import UNEXPECTED_TEXT, GeminiServer
-from tests.support.rig.selftest import rest_after_hang, valid_scenarios
+from tests.support.rig.selftest import assert_event_stream, rest_after_hang, valid_scenarios
 
 STREAM = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
 GENERATE = "/v1beta/models/gemini-2.5-flash-lite:generateContent"
@@ -47,6 +47,7 @@ def request(text: str = "hi", *, function_response: bool = False) -> dict[str, A
 
 
 async def sse_chunks(resp: Any) -> list[dict[str, Any]]:
+    assert_event_stream(resp)
     body = await resp.text()
     # The real API (and so the server) separates events with CRLF CRLF.
     assert "\r\n\r\n" in body
@@ -60,9 +61,7 @@ def parts_of(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 async def test_text_stream_is_several_chunks_with_usage_on_the_last(aiohttp_client: Any) -> None:
     server = GeminiServer([{"parts": [{"text": "Hello there, friend."}]}])
     client = await aiohttp_client(server.app)
-    resp = await client.post(STREAM, json=request())
-    assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
-    chunks = await sse_chunks(resp)
+    chunks = await sse_chunks(await client.post(STREAM, json=request()))
     assert len(chunks) > 1
     assert "".join(p["text"] for p in parts_of(chunks)) == "Hello there, friend."
     assert all(c["candidates"][0]["content"]["role"] == "model" for c in chunks)

@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.rig import env as rigenv
 from tests.support.rig.openai import UNEXPECTED_TEXT, ResponsesServer
-from tests.support.rig.selftest import rest_after_hang, valid_scenarios
+from tests.support.rig.selftest import assert_event_stream, rest_after_hang, valid_scenarios
 
 
 def request(text: str = "hi", *, tool_output: str | None = None) -> dict[str, Any]:
@@ -43,6 +43,7 @@ def request(text: str = "hi", *, tool_output: str | None = None) -> dict[str, An
 
 async def sse_events(resp: Any) -> list[dict[str, Any]]:
     """Parse a whole SSE body; checks that each event's name matches its data's type."""
+    assert_event_stream(resp)
     out = []
     for chunk in (await resp.text()).strip().split("\n\n"):
         fields = dict(line.split(": ", 1) for line in chunk.splitlines())
@@ -59,10 +60,7 @@ async def post(client: Any, body: dict[str, Any]) -> Any:
 async def test_message_stream_has_the_api_event_sequence(aiohttp_client: Any) -> None:
     server = ResponsesServer([{"output": [{"type": "message", "text": "Hello there, friend."}]}])
     client = await aiohttp_client(server.app)
-    resp = await post(client, request())
-    assert resp.status == 200
-    assert resp.headers["Content-Type"].startswith("text/event-stream")
-    events = await sse_events(resp)
+    events = await sse_events(await post(client, request()))
     types = [e["type"] for e in events]
     assert types[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
     assert types[-2:] == ["response.output_item.done", "response.completed"]

@@ -1,5 +1,6 @@
-"""What the rig's own tests (tests/rig/test_rig_*.py) ask of every scripted server alike: a
-``hang`` call holds its stream until released, and every scenario file of an agent is valid."""
+"""What the rig's own tests (tests/rig/test_rig_*.py) ask of every scripted server alike: it
+answers with an event stream, a ``hang`` call holds its stream until released, and every
+scenario file of an agent is valid."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ async def rest_after_hang(server: ScriptedServer, resp: Any, timeout: float) -> 
     assert not reading.done()  # still hanging
     server.release_hangs()
     return (await asyncio.wait_for(reading, timeout)).decode()
+
+
+def assert_event_stream(resp: Any) -> None:
+    """The answer is a stream of server-sent events."""
+    assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
 
 
 def valid_scenarios(
