@@ -21,6 +21,7 @@ from tests.support.gateway_peer import (
     create_session,
     demo_config,
     fast_demo,
+    greeting,
     make_config,
     prompt_and_wait,
     prompted,
@@ -124,16 +125,9 @@ async def test_greeting_prompt_turn_and_usage(gw):
     -usage; the agent's own init, naming the same tools and commands, publishes nothing again."""
     session = await create_session(gw)
     master = await Master.attach(gw, session["session_id"])
-    first = await master.next()
-    assert first["type"] == "session.capabilities"
-    assert first["payload"]["protocol_version"] == "rawp-dps-1.0"
-    assert first["payload"]["features"]["adapter_type"] == "process"
-    catalog = await master.next()
-    assert catalog["type"] == "tool.catalog.publish"
-    assert [t["name"] for t in catalog["payload"]["tools"]] == ["Glob", "Read", "Write"]
-    commands = await master.next()  # the demo agent's answer to initialize
-    assert commands["type"] == "agent.commands.publish"
-    assert "compact" in [c["name"] for c in commands["payload"]["commands"]]
+    tools, commands = await greeting(master)  # the commands: the demo agent's answer to initialize
+    assert tools == ["Glob", "Read", "Write"]
+    assert "compact" in [c["name"] for c in commands]
     frames = await prompt_and_wait(master, "hello there", idle=True)
     types = [f["type"] for f in frames]
     assert types[0] == "session.turn.start"

@@ -214,3 +214,19 @@ async def prompted(client: TestClient, text: str, **session: Any) -> Master:
     master = await Master.attach(client, created["session_id"])
     await master.send("control.prompt.request", {"prompt_text": text})
     return master
+
+
+async def greeting(master: Master, timeout: float = 10.0) -> tuple[list[str], list[dict[str, Any]]]:
+    """What a master gets on attaching, before any prompt (docs/http-api.md), checked:
+    session.capabilities of this protocol from a process adapter, the tool catalog, then the
+    commands the agent lists (``timeout``: how long that may take). The catalog's tool names, and
+    the commands."""
+    caps = await master.next()
+    assert caps["type"] == "session.capabilities"
+    assert caps["payload"]["protocol_version"] == SUBPROTOCOL
+    assert caps["payload"]["features"]["adapter_type"] == "process"
+    catalog = await master.next()
+    assert catalog["type"] == "tool.catalog.publish"
+    commands = await master.next(timeout=timeout)
+    assert commands["type"] == "agent.commands.publish"
+    return [t["name"] for t in catalog["payload"]["tools"]], commands["payload"]["commands"]
