@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,8 @@ import pytest
 
 from gateway.agent.descendants import kill_all_groups, live_groups
 from gateway.agent.process import EXIT_DRAIN_S, AgentProcess
+from tests.support.gateway_exit import none_outlive_the_gateway
 from tests.support.loops import HOSTILE, HOWS, LOOPS, PY, run
-from tests.support.paths import REPO
 from tests.support.procs import alive, gone
 from tests.support.waiting import eventually
 
@@ -129,28 +128,16 @@ def test_the_drain_after_exit_is_bounded(tmp_path: Path) -> None:
 def test_no_descendant_outlives_a_gateway_that_exits(tmp_path: Path) -> None:
     """The atexit fallback reaches a daemon that left the agent's group and session."""
     pidfile = tmp_path / "pids"
-    gateway = f"""
-import asyncio, sys
-sys.path.insert(0, {str(REPO)!r})
-from gateway.agent.process import AgentProcess
-async def main():
-    p = await AgentProcess.start([sys.executable, {HOSTILE!r}, "daemon", "--ignore-term", "--stay"],
-                                 env=None, session_id="s", workspace={str(tmp_path)!r})
-    await p.readline(); await p.readline()
-    daemon = open({str(tmp_path / "descendant.pid")!r}).read()
-    open({str(pidfile)!r}, "w").write(f"{{p.pid}} {{daemon}}")
-asyncio.run(main())
-"""
-
-    async def scenario() -> None:
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", gateway)
-        assert await proc.wait() == 0
-        pids = [int(x) for x in pidfile.read_text().split()]
-        await eventually(
-            lambda: not any(alive(p) for p in pids), "every process to be gone", timeout=10
-        )
-
-    run(asyncio.new_event_loop, scenario())
+    none_outlive_the_gateway(
+        f'[sys.executable, {HOSTILE!r}, "daemon", "--ignore-term", "--stay"], '
+        f'env=None, session_id="s", workspace={str(tmp_path)!r}',
+        f"""
+        await p.readline(); await p.readline()
+        daemon = open({str(tmp_path / "descendant.pid")!r}).read()
+        open({str(pidfile)!r}, "w").write(f"{{p.pid}} {{daemon}}")
+        """,
+        pidfile,
+    )
 
 
 def test_kill_all_groups_reaches_escaped_descendants(tmp_path: Path) -> None:

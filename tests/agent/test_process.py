@@ -31,8 +31,8 @@ from gateway.agent.exit import (
 )
 from gateway.agent.process import RAWP_DPS_VERSION, AgentProcess
 from gateway.agent.stdout import CUT_HEAD_BYTES, DEFAULT_MAX_LINE_BYTES, StdoutLine
+from tests.support.gateway_exit import none_outlive_the_gateway
 from tests.support.loops import LOOPS, PY, run
-from tests.support.paths import REPO
 from tests.support.procs import alive
 from tests.support.waiting import eventually
 
@@ -735,25 +735,14 @@ def test_registry_terminate_all_and_kill_all_groups() -> None:
 def test_no_agent_outlives_a_gateway_that_exits(tmp_path: Path) -> None:
     """A gateway process that exits without cleaning up still takes its agents along (atexit)."""
     pidfile = tmp_path / "pid"
-    gateway = f"""
-import asyncio, sys
-sys.path.insert(0, {str(REPO)!r})
-from gateway.agent.process import AgentProcess
-async def main():
-    p = await AgentProcess.start([sys.executable, "-c", {STUBBORN!r}], env=None, session_id="s",
-                                 workspace=".")
-    line = await p.readline()
-    open({str(pidfile)!r}, "w").write(f"{{p.pid}} {{int(line.line)}}")
-asyncio.run(main())
-"""
-
-    async def scenario() -> None:
-        proc = await asyncio.create_subprocess_exec(PY, "-c", gateway)
-        assert await proc.wait() == 0
-        pids = [int(x) for x in pidfile.read_text().split()]
-        await eventually(lambda: not any(alive(p) for p in pids), "every process to be gone")
-
-    run(asyncio.new_event_loop, scenario())
+    none_outlive_the_gateway(
+        f'[sys.executable, "-c", {STUBBORN!r}], env=None, session_id="s", workspace="."',
+        f"""
+        line = await p.readline()
+        open({str(pidfile)!r}, "w").write(f"{{p.pid}} {{int(line.line)}}")
+        """,
+        pidfile,
+    )
 
 
 def test_aclose_kills_a_running_group_and_releases_the_pipes() -> None:

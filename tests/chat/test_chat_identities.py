@@ -9,7 +9,7 @@ import io
 import pytest
 
 from gateway.chat import run_chat
-from tests.support.auth import bearer, users_config
+from tests.support.auth import bearer, shared_with_viewer, users_config
 from tests.support.chat import Pipe, piped_chat, shown
 from tests.support.gateway_peer import Master, base_url, fast_demo, start_gateway
 
@@ -30,11 +30,7 @@ async def chat(gateway, stdin: str, **kw) -> tuple[int, str]:
 
 
 async def test_a_viewer_watches_and_sees_who_prompted_and_answered(gateway):
-    resp = await gateway.post("/v1/session", json={"agent": "demo"}, headers=bearer(ALICE))
-    sid = (await resp.json())["session_id"]
-    await gateway.patch(
-        f"/v1/session/{sid}", json={"members": {"bob": "viewer"}}, headers=bearer(ALICE)
-    )
+    sid = await shared_with_viewer(gateway, ALICE, "bob")
     alice = await Master.attach(gateway, sid, headers=bearer(ALICE))
     await alice.send("control.prompt.request", {"prompt_text": "write by-alice.txt"})
     ask = await alice.until("agent.interaction.request")
@@ -63,11 +59,7 @@ async def test_an_operator_is_told_who_they_are(gateway):
 async def test_a_viewer_at_the_keyboard_is_shown_the_question_not_asked(gateway):
     """Live: the question appears for the viewer without a [y/N] to answer; the operator's answer
     then shows who gave it."""
-    resp = await gateway.post("/v1/session", json={"agent": "demo"}, headers=bearer(ALICE))
-    sid = (await resp.json())["session_id"]
-    await gateway.patch(
-        f"/v1/session/{sid}", json={"members": {"bob": "viewer"}}, headers=bearer(ALICE)
-    )
+    sid = await shared_with_viewer(gateway, ALICE, "bob")
     pipe, out = Pipe(), io.StringIO()
     url = str(gateway.make_url("")).rstrip("/")
     task = asyncio.create_task(

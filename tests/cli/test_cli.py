@@ -18,6 +18,7 @@ import aiohttp
 from tests.support.gateway_peer import Master
 from tests.support.paths import FIXTURES
 from tests.support.procs import alive, session_processes
+from tests.support.serve_process import attached, serve
 from tests.support.servers import CLI, free_port, wait_http
 from tests.support.waiting import eventually
 
@@ -26,32 +27,12 @@ CLAUDE_CODE = FIXTURES / "claude-code"
 
 async def test_serve_sigterm_ends_sessions_the_DPS_way_and_leaves_no_agent(tmp_path):
     """DPS-17.2.3-signals, DPS-7.5.3-cleanup, DPS-7.7-deleted on gateway shutdown."""
-    port = free_port()
     env = dict(os.environ, RAWP_DEMO_DELAY_MS="200")
-    proc = subprocess.Popen(
-        [
-            *CLI,
-            "serve",
-            "--port",
-            str(port),
-            "--workspace-root",
-            str(tmp_path),
-            "--log-format",
-            "json",
-        ],
-        env=env,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        await wait_http(url, proc)
+    args = ("--workspace-root", str(tmp_path), "--log-format", "json")
+    async with serve(*args, env=env) as (proc, url):
         async with aiohttp.ClientSession() as http:
-            async with http.post(url + "/v1/session", json={"agent": "demo"}) as resp:
-                assert resp.status == 201
-                session = await resp.json()
-            sid = session["session_id"]
-            ws = await http.ws_connect(url + session["ws_path"], protocols=("rawp-dps-1.0",))
-            master = Master(ws, sid)
+            master = await attached(http, url, "demo")
+            sid = master.session_id
             await master.send(
                 "control.prompt.request", {"prompt_text": "tell me a long story " * 10}
             )
@@ -78,10 +59,6 @@ async def test_serve_sigterm_ends_sessions_the_DPS_way_and_leaves_no_agent(tmp_p
         ]
         listening = next(r for r in logs if r["msg"] == "listening")
         assert listening["workspace_root"] == str(tmp_path.resolve())
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_serve_refuses_a_public_address_without_a_token(tmp_path):

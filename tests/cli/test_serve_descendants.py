@@ -9,15 +9,14 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 
 import aiohttp
 
-from tests.support.gateway_peer import Master, of, prompt_and_wait
+from tests.support.gateway_peer import of, prompt_and_wait
 from tests.support.loops import HOSTILE
 from tests.support.procs import gone
-from tests.support.servers import CLI, free_port, wait_http
+from tests.support.serve_process import attached, serve
 from tests.support.waiting import eventually
 
 
@@ -31,22 +30,10 @@ async def test_serve_ends_turns_at_the_agents_exit_and_leaves_no_descendant(tmp_
     )
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    port = free_port()
-    proc = subprocess.Popen(
-        [*CLI, "serve", "--config", str(config), "--port", str(port)]
-        + ["--workspace-root", str(workspace)],
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        await wait_http(url, proc)
+    args = ("--config", str(config), "--workspace-root", str(workspace))
+    async with serve(*args) as (proc, url):
         async with aiohttp.ClientSession() as http:
-            async with http.post(url + "/v1/session", json={"agent": "hostile"}) as resp:
-                assert resp.status == 201, await resp.text()
-                session = await resp.json()
-            sid = session["session_id"]
-            ws = await http.ws_connect(url + session["ws_path"], protocols=("rawp-dps-1.0",))
-            master = Master(ws, sid)
+            master = await attached(http, url, "hostile")
             for text in ("first", "second"):
                 frames = await prompt_and_wait(master, text, timeout=15)
                 assert not of(frames, "session.error"), frames
@@ -56,11 +43,7 @@ async def test_serve_ends_turns_at_the_agents_exit_and_leaves_no_descendant(tmp_
                 await eventually(
                     lambda d=descendant: gone(d), "the descendant to be reaped", timeout=10
                 )
-            await ws.close()
+            await master.ws.close()
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(proc.wait, 20) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert not os.path.exists(f"/proc/{proc.pid}")

@@ -43,6 +43,24 @@ def make_factory(start_ms: int = 0) -> FrameFactory:
     )
 
 
+def call_result(tool: str, status: str, output: str = "") -> F.InvokeResult:
+    """The result of the open call (``CALL``), as text."""
+    return F.InvokeResult(
+        invocation_id=CALL, tool_name=tool, status=status, output=output, output_type="text"
+    )
+
+
+def asked(kind: str, timeout_sec: int) -> F.InteractionRequest:
+    """The question ``ASK``, with no options to choose from."""
+    return F.InteractionRequest(
+        interaction_id=ASK,
+        interaction_type=kind,
+        question_text="?",
+        timeout_sec=timeout_sec,
+        options=[],
+    )
+
+
 def open_session(view: MasterView, gw: FrameFactory) -> list[F.Frame]:
     """A turn caught mid-flight: text and thinking streaming, a tool call and a question open."""
     frames = [
@@ -162,9 +180,7 @@ def test_DPS_7_8_finalize_with_nothing_open_makes_nothing():
         F.TextDelta(content_index=0, text="hi"),
         F.TextDone(content_index=0, full_text="hi"),
         F.InvokeRequest(invocation_id=CALL, tool_name="Glob", input={}),
-        F.InvokeResult(
-            invocation_id=CALL, tool_name="Glob", status="success", output="a", output_type="text"
-        ),
+        call_result("Glob", "success", output="a"),
         F.TurnEnd(turn_id=TURN, stop_reason="end_turn"),
     ):
         view.apply(gw.frame(payload, turn_id=TURN))
@@ -203,13 +219,7 @@ def test_DPS_7_8_unfinalize_removes_synthetic_frames_and_replays_history():
         gw.frame(F.TextDelta(content_index=1, text="ld"), turn_id=TURN),
         gw.frame(F.TextDone(content_index=1, full_text="Hello, world"), turn_id=TURN),
         gw.frame(
-            F.InvokeResult(
-                invocation_id=CALL,
-                tool_name="Bash",
-                status="success",
-                output="",
-                output_type="text",
-            ),
+            call_result("Bash", "success"),
             turn_id=TURN,
         ),
     ]
@@ -263,13 +273,7 @@ def test_DPS_7_8_unfinalize_not_when_history_holds_session_deleted():
     deleted = F.Deleted(session_id=SESSION, reason="timeout", deleted_by="system")
     missed = [
         gw.frame(
-            F.InvokeResult(
-                invocation_id=CALL,
-                tool_name="Bash",
-                status="cancelled",
-                output="",
-                output_type="text",
-            ),
+            call_result("Bash", "cancelled"),
             turn_id=TURN,
         ),
         gw.frame(F.TurnEnd(turn_id=TURN, stop_reason="error"), turn_id=TURN),
@@ -347,25 +351,9 @@ def test_DPS_2_3_history_order_ties_never_leave_closed_things_open():
         at(F.TextDelta(content_index=1, text="hi")),
         at(F.TextDone(content_index=1, full_text="hi")),
         at(F.InvokeRequest(invocation_id=CALL, tool_name="Glob", input={})),
-        at(
-            F.InteractionRequest(
-                interaction_id=ASK,
-                interaction_type="YN",
-                question_text="?",
-                timeout_sec=1,
-                options=[],
-            )
-        ),
+        at(asked("YN", timeout_sec=1)),
         at(F.InteractionTimeout(interaction_id=ASK)),
-        at(
-            F.InvokeResult(
-                invocation_id=CALL,
-                tool_name="Glob",
-                status="success",
-                output="",
-                output_type="text",
-            )
-        ),
+        at(call_result("Glob", "success")),
         at(F.TurnEnd(turn_id=TURN, stop_reason="end_turn")),
     ]
     replayed = history_order(produced)
@@ -479,13 +467,7 @@ async def test_last_message_id_only_names_frames_the_buffer_holds():
 async def test_last_message_id_after_a_history_ignores_the_greeting_re_sent_after_it():
     gw = make_factory()
     question = gw.frame(
-        F.InteractionRequest(
-            interaction_id=ASK,
-            interaction_type="PERMISSION",
-            question_text="?",
-            timeout_sec=60,
-            options=[],
-        ),
+        asked("PERMISSION", timeout_sec=60),
         turn_id=TURN,
     )
     missed = [gw.frame(F.TextDelta(content_index=0, text="b"), turn_id=TURN)]

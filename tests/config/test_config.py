@@ -88,6 +88,9 @@ features = {{ plan_mode = false, thinking_stream = true }}
         ("[agents.claude-code]\nfeatures = { plan_mode = 'yes' }", "features"),
         ("[server]\nbuffer_policy = 'LOSSY'", "buffer_policy must be one of"),
         ("[agents.claude-code]\noverride_flags = '--x'", "override_flags must be a table"),
+        ("[agents.x]\nparser = 'nope'\ncommand = ['a']", "no agent parser named 'nope'"),
+        ("[agents.claude-code]\nfeatures = { plan_mod = false }", "unknown plan_mod"),
+        ("[agents.claude-code]\nfeatures = 'all'", "features must be a table"),
     ],
 )
 def test_errors_name_the_key(tmp_path, text, needle):
@@ -193,20 +196,6 @@ def test_builtin_profiles_announce_their_parsers_features():
     # the demo agent narrows: it speaks Claude Code's stream-json but runs no subagents
     demo = profiles["demo"].features
     assert demo.plan_mode is True and demo.subagent is None
-
-
-@pytest.mark.parametrize(
-    ("text", "needle"),
-    [
-        ("[agents.x]\nparser = 'nope'\ncommand = ['a']", "no agent parser named 'nope'"),
-        ("[agents.claude-code]\nfeatures = { plan_mod = false }", "unknown plan_mod"),
-        ("[agents.claude-code]\nfeatures = 'all'", "features must be a table"),
-    ],
-)
-def test_feature_errors_name_the_key(tmp_path, text, needle):
-    path = write(tmp_path, text)
-    with pytest.raises(ConfigError, match=needle):
-        load_config(path, {"workspace_root": str(tmp_path)}, environ={})
 
 
 def test_a_token_needs_an_explicit_workspace_root(tmp_path):

@@ -338,18 +338,17 @@ async def test_a_new_tab_shows_the_conversation_so_far(gateway, page):
     assert await tab.js("document.getElementById('banner').hidden")
 
 
+async def buffered_session(gateway, buffer: dict, **request) -> str:
+    """A demo session in the workspace ``ws`` whose gateway keeps ``buffer`` for reattach (the
+    session's ``buffer`` setting; ``request``: more of the request): its id."""
+    body = {"agent": "demo", "workspace_path": "ws", "buffer": buffer}
+    resp = await gateway.post("/v1/session", json=body, **request)
+    return (await resp.json())["session_id"]
+
+
 async def test_truncated_history_is_said_and_keeps_the_interruption(gateway, page):
     # A session whose gateway keeps no frames for reattach: anything missed is lost.
-    resp = await gateway.post(
-        "/v1/session",
-        json={
-            "agent": "demo",
-            "workspace_path": "ws",
-            "buffer": {"policy": "NONE", "max_bytes": 0},
-        },
-        headers=AUTH,
-    )
-    session_id = (await resp.json())["session_id"]
+    session_id = await buffered_session(gateway, {"policy": "NONE", "max_bytes": 0}, headers=AUTH)
     await page.goto(url_of(gateway) + "/ui")
     await sign_in(page, TOKEN)
     # Attach from the sessions list.
@@ -395,15 +394,7 @@ async def test_a_history_in_parts_is_applied_once(tmp_path, page):
     gateway = await start_gateway(config)
     try:
         # A ring that holds about three of the six turns: the first fall out, the rest take 3+ parts.
-        resp = await gateway.post(
-            "/v1/session",
-            json={
-                "agent": "demo",
-                "workspace_path": "ws",
-                "buffer": {"policy": "RING", "max_bytes": 40000},
-            },
-        )
-        session_id = (await resp.json())["session_id"]
+        session_id = await buffered_session(gateway, {"policy": "RING", "max_bytes": 40000})
         session_url = url_of(gateway) + f"/ui#session={session_id}"
         await page.goto(session_url)
         await page.wait("document.body.dataset.connection === 'open'")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.auth import bearer, users_config
+from tests.support.auth import bearer, shared_with_viewer, users_config
 from tests.support.console import q, sign_in, url_of
 from tests.support.gateway_peer import Master, fast_demo, start_gateway
 
@@ -31,12 +31,7 @@ async def shown(page, selector: str) -> bool:
 
 
 async def test_a_viewer_sees_who_did_what_and_is_offered_nothing_it_cannot_do(gateway, page):
-    resp = await gateway.post("/v1/session", json={"agent": "demo", "name": "shared"},
-                              headers=bearer(ALICE))  # fmt: skip
-    sid = (await resp.json())["session_id"]
-    await gateway.patch(
-        f"/v1/session/{sid}", json={"members": {"bob": "viewer"}}, headers=bearer(ALICE)
-    )
+    sid = await shared_with_viewer(gateway, ALICE, "bob", name="shared")
     alice = await Master.attach(gateway, sid, headers=bearer(ALICE))
     await alice.send("control.prompt.request", {"prompt_text": "write from-alice.txt"})
     ask = await alice.until("agent.interaction.request")

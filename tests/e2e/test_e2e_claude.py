@@ -26,7 +26,7 @@ import pytest
 from gateway.protocol.frames import Features
 from gateway.server import CONFIG, SESSIONS
 from tests.support import realcli
-from tests.support.gateway_peer import Master, of, prompt_and_wait
+from tests.support.gateway_peer import Master, greeting, of, prompt_and_wait
 from tests.support.logs import deletions, watch_sessions
 from tests.support.paths import RIG
 from tests.support.procs import cmdline, descendants, group_alive
@@ -133,18 +133,10 @@ async def test_prompt_turn_and_usage():
         session = await rig.create()
         sid = session["session_id"]
         master = await rig.attach(sid)
-        caps = await master.next()
-        assert caps["type"] == "session.capabilities"
-        assert caps["payload"]["protocol_version"] == "rawp-dps-1.0"
-        assert caps["payload"]["features"]["adapter_type"] == "process"
         # the catalog the profile expects, then the commands the CLI lists when asked at spawn
-        catalog = await master.next()
-        assert catalog["type"] == "tool.catalog.publish"
-        tools = [t["name"] for t in catalog["payload"]["tools"]]
+        tools, commands = await greeting(master, timeout=30)
         assert {"Bash", "Read", "Write", "Edit"} <= set(tools)
-        commands = await master.next(timeout=30)
-        assert commands["type"] == "agent.commands.publish"
-        listed = {c["name"]: c["description"] for c in commands["payload"]["commands"]}
+        listed = {c["name"]: c["description"] for c in commands}
         assert "compact" in listed and all(listed.values())
         assert not rig.requests  # no prompt, no model call: nothing of this came from a turn
         frames = await turn(master, "Say hello.")

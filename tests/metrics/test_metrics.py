@@ -214,25 +214,37 @@ def test_tool_names_are_bounded():
     assert tool_label("mcp__github__create_issue") == "mcp"
     assert tool_label("mcp_github_create_issue") == "mcp"
     assert tool_label("SomeUserPlugin") == "other"
-    m = GatewayMetrics()
-    m.tool_result("Read", "success")
-    m.tool_result("mcp__x__y", "error")
-    m.tool_result("rm -rf /", "exploded")
-    assert value(m, "rawp_gateway_tool_invocations_total", tool="Read", status="success") == 1
-    assert value(m, "rawp_gateway_tool_invocations_total", tool="mcp", status="error") == 1
-    assert value(m, "rawp_gateway_tool_invocations_total", tool="other", status="other") == 1
 
 
-def test_interactions_by_type_and_outcome():
+@pytest.mark.parametrize(
+    ("count", "metric", "calls", "labels"),
+    [
+        (
+            "tool_result",
+            "rawp_gateway_tool_invocations_total",
+            [("Read", "success"), ("mcp__x__y", "error"), ("rm -rf /", "exploded")],
+            [("Read", "success"), ("mcp", "error"), ("other", "other")],
+        ),
+        (
+            "interaction",
+            "rawp_gateway_interactions_total",
+            [("PERMISSION", "allowed"), ("PERMISSION", "denied"), ("YN", "timed_out")]
+            + [("WHATEVER", "maybe")],
+            [("PERMISSION", "allowed"), ("PERMISSION", "denied"), ("YN", "timed_out")]
+            + [("other", "other")],
+        ),
+    ],
+    ids=["tools", "interactions"],
+)
+def test_counted_under_bounded_labels(count, metric, calls, labels):
+    """Tools by name (MCP ones as one) and status, interactions by type and outcome: a value
+    outside the known ones is counted as "other", so the label sets stay bounded."""
     m = GatewayMetrics()
-    m.interaction("PERMISSION", "allowed")
-    m.interaction("PERMISSION", "denied")
-    m.interaction("YN", "timed_out")
-    m.interaction("WHATEVER", "maybe")
-    assert value(m, "rawp_gateway_interactions_total", type="PERMISSION", outcome="allowed") == 1
-    assert value(m, "rawp_gateway_interactions_total", type="PERMISSION", outcome="denied") == 1
-    assert value(m, "rawp_gateway_interactions_total", type="YN", outcome="timed_out") == 1
-    assert value(m, "rawp_gateway_interactions_total", type="other", outcome="other") == 1
+    for call in calls:
+        getattr(m, count)(*call)
+    names = {"tool_result": ("tool", "status"), "interaction": ("type", "outcome")}[count]
+    for label in labels:
+        assert value(m, metric, **dict(zip(names, label, strict=True))) == 1
 
 
 def test_process_starts_and_exits():

@@ -9,10 +9,10 @@ lines themselves, never copied by hand.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from gateway.protocol import codec
 from gateway.protocol import frames as F
-from gateway.protocol.actions import Emit
+from gateway.protocol.actions import Action
 from gateway.protocol.factory import FrameFactory
 from gateway.protocol.machine import SessionMachine
 from gateway.protocol.mapper import Mapper
@@ -36,59 +36,26 @@ from tests.support.frame_checks import (
     assert_valid_envelopes,
 )
 from tests.support.paths import FIXTURES
+from tests.support.replay import Run, play
 
 CLAUDE_CODE = FIXTURES / "claude-code"
 ALL = sorted(CLAUDE_CODE.glob("*.jsonl"))
 SESSION_ID = "0b7f3c1e-5d2a-4e8f-9a6b-1c2d3e4f5a6b"
 
 
-@dataclass
-class Run:
-    name: str
-    lines: list[dict[str, Any]]
-    meta: dict[str, Any]
-    frames: list[F.Frame] = field(default_factory=list)
-
-    def of(self, *types: str) -> list[F.Frame]:
-        return [f for f in self.frames if f.TYPE in types]
-
-    def payloads(self, *types: str) -> list[Any]:
-        return [f.payload for f in self.of(*types)]  # type: ignore[attr-defined]
-
-    def line_kinds(self, kind: str, subtype: str | None = None) -> list[dict[str, Any]]:
-        return [
-            o
-            for o in self.lines
-            if o.get("type") == kind and (subtype is None or o.get("subtype") == subtype)
-        ]
-
-
-def play(path: Path) -> Run:
-    """Drive a session machine with the fixture as the shell would and collect what it emits."""
-    raw = path.read_bytes().splitlines()
-    meta = json.loads(path.with_suffix(".meta.json").read_text())
-    run = Run(path.stem, [json.loads(line) for line in raw if line.strip()], meta)
-    machine = SessionMachine(SESSION_ID, ClaudeCodeParser(), ClaudeCodeInput())
-    actions = machine.start()
-    for line in raw:
-        actions += machine.agent_line(line)
-    actions += machine.agent_stdout_closed()
-    code = meta["exit_code"]
-    if meta.get("signal") or (code is not None and code > 128):
-        actions += machine.agent_exited("signal", code, meta.get("signal") or code - 128)
-    else:
-        actions += machine.agent_exited("ok" if code == 0 else "error", code)
-    run.frames = [a.frame for a in actions if isinstance(a, Emit)]
-    return run
-
-
-_RUNS: dict[Path, Run] = {}
-
-
+@functools.cache
 def run_of(path: Path) -> Run:
-    if path not in _RUNS:
-        _RUNS[path] = play(path)
-    return _RUNS[path]
+    """The fixture played as the shell would: a recorded exit over 128, or with a signal, is
+    that signal."""
+    machine = SessionMachine(SESSION_ID, ClaudeCodeParser(), ClaudeCodeInput())
+
+    def exited(meta: dict[str, Any]) -> list[Action]:
+        code = meta["exit_code"]
+        if meta.get("signal") or (code is not None and code > 128):
+            return machine.agent_exited("signal", code, meta.get("signal") or code - 128)
+        return machine.agent_exited("ok" if code == 0 else "error", code)
+
+    return play(path, machine, machine.start(), exited)
 
 
 def fixture(name: str) -> Run:
@@ -134,7 +101,7 @@ def test_DPS_5_3_1_result_each_request_gets_exactly_one_result_after_it(path: Pa
     # One request per tool_use block the CLI printed.
     tool_uses = [
         b["id"]
-        for o in run.line_kinds("assistant")
+        for o in run.kinds("assistant")
         for b in o["message"]["content"]
         if b.get("type") == "tool_use"
     ]
@@ -167,7 +134,7 @@ def test_DPS_4_1_text_is_said_once_with_or_without_partial_messages(path: Path):
     assert got == expected
     thinking = [
         b["thinking"]
-        for o in run.line_kinds("assistant")
+        for o in run.kinds("assistant")
         for b in o["message"]["content"]
         if b.get("type") == "thinking"
     ]
@@ -196,7 +163,7 @@ def test_DPS_7_5_2_end_counts_and_usage_come_from_the_result_lines(path: Path):
     """session.turn.end counts the turn's requests; session.usage carries the result line's tokens
     (cache and thinking included), cost and num_turns, and the model's context window."""
     run = run_of(path)
-    results = run.line_kinds("result")
+    results = run.kinds("result")
     usages = run.payloads("session.usage")
     main_usages = [
         u
@@ -267,7 +234,7 @@ def test_DPS_10_2_context_exactly_on_frames_from_inside_a_subagent(path: Path):
     run = run_of(path)
     parent_of = {
         b["id"]: o.get("parent_tool_use_id")
-        for o in run.line_kinds("assistant")
+        for o in run.kinds("assistant")
         for b in o["message"]["content"]
         if b.get("type") == "tool_use"
     }
@@ -289,7 +256,7 @@ def test_DPS_10_2_context_exactly_on_frames_from_inside_a_subagent(path: Path):
     # Text: each block is from inside a subagent exactly when its assistant line was.
     expected = [
         o.get("parent_tool_use_id") is not None
-        for o in run.line_kinds("assistant")
+        for o in run.kinds("assistant")
         if not o.get("is_api_error_message")
         for b in o["message"]["content"]
         if b.get("type") == "text"
@@ -334,7 +301,7 @@ def test_DPS_5_4_catalog_and_DPS_12_1_commands_from_init(path: Path):
     """DPS-5.4-catalog, DPS-12.1-commands: the first init's tools and slash commands are published,
     each tool with a description; published again only when an init changes them."""
     run = run_of(path)
-    inits = run.line_kinds("system", "init")
+    inits = run.kinds("system", "init")
     if not inits:
         assert not run.of("tool.catalog.publish")
         return
@@ -374,7 +341,7 @@ def test_DPS_5_2_request_parallel_calls_share_one_group(name: str):
     """DPS-5.2-request: the calls of one API message (same message.id) share a parallel_group_id."""
     run = fixture(name)
     by_message: dict[str, list[str]] = {}
-    for o in run.line_kinds("assistant"):
+    for o in run.kinds("assistant"):
         for b in o["message"]["content"]:
             if b.get("type") == "tool_use":
                 by_message.setdefault(o["message"]["id"], []).append(b["id"])
@@ -399,7 +366,7 @@ def test_edit_result_is_a_real_unified_diff(name: str):
     assert lines[2].startswith("@@ -")
     patch = next(
         o["tool_use_result"]["structuredPatch"]
-        for o in run.line_kinds("user")
+        for o in run.kinds("user")
         if isinstance(o.get("tool_use_result"), dict) and "structuredPatch" in o["tool_use_result"]
     )
     assert lines[3:] == patch[0]["lines"]
@@ -410,7 +377,7 @@ def test_edit_result_is_a_real_unified_diff(name: str):
 def test_write_of_a_new_file_is_a_creation_diff():
     run = fixture("tool-write")
     (write,) = run.payloads("tool.invoke.result")
-    content = run.line_kinds("user")[0]["tool_use_result"]["content"]
+    content = run.kinds("user")[0]["tool_use_result"]["content"]
     assert write.output_type == "diff"
     assert write.output.startswith("--- /dev/null\n+++ ")
     assert [line[1:] for line in write.output.splitlines()[3:]] == content.splitlines()
@@ -419,7 +386,7 @@ def test_write_of_a_new_file_is_a_creation_diff():
 def test_glob_result_lists_paths_and_its_duration():
     run = fixture("tool-glob-grep")
     glob_line = next(
-        o for o in run.line_kinds("user") if "filenames" in (o.get("tool_use_result") or {})
+        o for o in run.kinds("user") if "filenames" in (o.get("tool_use_result") or {})
     )
     glob = next(p for p in run.payloads("tool.invoke.result") if p.tool_name == "Glob")
     assert glob.output == glob_line["tool_use_result"]["filenames"]
@@ -433,13 +400,13 @@ def test_DPS_7_2_compacted_once_with_the_recorded_token_counts(name: str):
     """DPS-7.2-compacted, DPS-6.3.1-auto: one session.compacted with the boundary's trigger and
     token counts and the summary's text."""
     run = fixture(name)
-    (boundary,) = run.line_kinds("system", "compact_boundary")
+    (boundary,) = run.kinds("system", "compact_boundary")
     (compacted,) = run.payloads("session.compacted")
     meta = boundary["compact_metadata"]
     assert compacted.previous_token_count == meta["pre_tokens"]
     assert compacted.current_token_count == meta["post_tokens"]
     assert compacted.trigger == meta["trigger"]
-    summary_line = next(o for o in run.line_kinds("user") if o.get("isSynthetic"))
+    summary_line = next(o for o in run.kinds("user") if o.get("isSynthetic"))
     if name == "compact-manual":
         (output,) = [f for f in run.of("agent.text.done") if f.metadata]
         assert output.metadata == {"content_role": "command_output"}
@@ -465,7 +432,7 @@ def test_DPS_6_1_2_cancel_interrupted_turns_end_cancelled(name: str):
     run = fixture(name)
     first_end = run.payloads("session.turn.end")[0]
     assert first_end.stop_reason == "cancelled"
-    aborted = [o for o in run.line_kinds("assistant") if o.get("aborted")]
+    aborted = [o for o in run.kinds("assistant") if o.get("aborted")]
     dones = run.payloads("agent.text.done")
     if aborted:
         assert dones[0].is_cancelled is True
@@ -481,7 +448,7 @@ def test_DPS_4_4_error_api_errors_become_agent_error(name: str):
     """DPS-4.4-error: the synthetic API error message → agent.error severity error with the HTTP
     status; the turn ends with ``error``."""
     run = fixture(name)
-    (result,) = run.line_kinds("result")
+    (result,) = run.kinds("result")
     errors = [p for p in run.payloads("agent.error") if p.error_code == "API_ERROR"]
     assert len(errors) == 1
     assert errors[0].severity == "error" and errors[0].recoverable is False
@@ -494,7 +461,7 @@ def test_DPS_4_4_error_api_errors_become_agent_error(name: str):
 @pytest.mark.parametrize("name", ["api-retry-success", "api-error-401", "api-error-529"])
 def test_api_retry_is_a_recoverable_warning(name: str):
     run = fixture(name)
-    retries = run.line_kinds("system", "api_retry")
+    retries = run.kinds("system", "api_retry")
     warnings = [p for p in run.payloads("agent.error") if p.error_code == "API_RETRY"]
     assert len(warnings) == len(retries)
     for line, warning in zip(retries, warnings, strict=True):
@@ -505,7 +472,7 @@ def test_api_retry_is_a_recoverable_warning(name: str):
 @pytest.mark.parametrize("name", ["permission-denied", "plan-mode"])
 def test_permission_denied_is_visible_and_the_tool_gets_one_error_result(name: str):
     run = fixture(name)
-    (denied,) = run.line_kinds("system", "permission_denied")
+    (denied,) = run.kinds("system", "permission_denied")
     (notice,) = [p for p in run.payloads("agent.error") if p.error_code == "PERMISSION_DENIED"]
     (result,) = run.payloads("tool.invoke.result")
     assert notice.details.related_tool == denied["tool_name"]
@@ -517,7 +484,7 @@ def test_DPS_4_3_interaction_permission_request_from_can_use_tool():
     """DPS-4.3-interaction: can_use_tool → agent.interaction.request PERMISSION with the tool's
     name, input and affected paths, after the tool's request."""
     run = fixture("permission-prompt")
-    asked = [o["request"] for o in run.line_kinds("control_request")]
+    asked = [o["request"] for o in run.kinds("control_request")]
     interactions = run.payloads("agent.interaction.request")
     assert len(interactions) == len(asked)
     for req, interaction in zip(asked, interactions, strict=True):
@@ -534,7 +501,7 @@ def test_DPS_10_5_usage_background_subagent_reported_with_its_context(name: str)
     """DPS-10.5-usage: the background subagent's task_notification usage is its own session.usage
     with subagent_context, before ended; the held Agent result carries the subagent's summary."""
     run = fixture(name)
-    (note,) = run.line_kinds("system", "task_notification")
+    (note,) = run.kinds("system", "task_notification")
     sub_usage = [f for f in run.of("session.usage") if "subagent_context" in (f.metadata or {})]
     assert len(sub_usage) == 1
     assert sub_usage[0].metadata["total_tokens"] == note["usage"]["total_tokens"]
@@ -545,14 +512,14 @@ def test_DPS_10_5_usage_background_subagent_reported_with_its_context(name: str)
     assert ended.duration_ms == note["usage"]["duration_ms"]
     assert result.output["text"] == note["summary"]
     # The CLI's second result line (its own turn after the notification) is reported as usage.
-    assert len(run.line_kinds("result")) == 2
+    assert len(run.kinds("result")) == 2
 
 
 def test_DPS_10_5_usage_foreground_subagent_from_its_result():
     run = fixture("subagent")
     agent_result = next(
         o["tool_use_result"]
-        for o in run.line_kinds("user")
+        for o in run.kinds("user")
         if isinstance(o.get("tool_use_result"), dict) and "agentId" in o["tool_use_result"]
     )
     (usage,) = [f for f in run.of("session.usage") if "subagent_context" in (f.metadata or {})]
@@ -565,7 +532,7 @@ def test_DPS_10_5_usage_foreground_subagent_from_its_result():
 def test_subagent_progress_becomes_tool_invoke_stream():
     """DPS-5.3.2-stream: task_progress → tool.invoke.stream progress on the Agent call, 0-based."""
     run = fixture("subagent")
-    progress = run.line_kinds("system", "task_progress")
+    progress = run.kinds("system", "task_progress")
     streams = run.payloads("tool.invoke.stream")
     assert [s.chunk for s in streams] == [p["description"] for p in progress]
     assert [s.sequence for s in streams] == list(range(len(streams)))
@@ -592,9 +559,7 @@ def test_agent_session_id_is_kept():
     machine.start()
     for line in run_fixture.read_bytes().splitlines():
         machine.agent_line(line)
-    assert (
-        machine.agent_session_id == fixture("resume").line_kinds("system", "init")[0]["session_id"]
-    )
+    assert machine.agent_session_id == fixture("resume").kinds("system", "init")[0]["session_id"]
 
 
 # --- any order of real lines ------------------------------------------------------------------------

@@ -15,10 +15,10 @@ reported without a diff, deterministically. Diffs are tested in the parser tests
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,7 @@ from gateway.agent.exit import classify_exit
 from gateway.cli.translate import translate
 from gateway.config import builtin_profiles
 from gateway.protocol import codec
-from gateway.protocol import frames as F
-from gateway.protocol.actions import Emit
+from gateway.protocol.actions import Action, Emit
 from gateway.protocol.machine import SessionConfig, SessionMachine
 from parsers.base import NoInput
 from parsers.codex import CodexParser
@@ -42,6 +41,7 @@ from tests.support.frame_checks import (
 )
 from tests.support.gateway_peer import envelope
 from tests.support.paths import FIXTURES
+from tests.support.replay import Run, play
 
 CODEX = sorted((FIXTURES / "codex").glob("*.jsonl"))
 GEMINI = sorted((FIXTURES / "gemini").glob("*.jsonl"))
@@ -54,56 +54,25 @@ def _no_files(path: str) -> str | None:
     raise FileNotFoundError(path)
 
 
-@dataclass
-class Run:
-    agent: str
-    name: str
-    lines: list[dict[str, Any]]
-    meta: dict[str, Any]
-    frames: list[F.Frame] = field(default_factory=list)
-
-    def of(self, *types: str) -> list[F.Frame]:
-        return [f for f in self.frames if f.TYPE in types]
-
-    def payloads(self, *types: str) -> list[Any]:
-        return [f.payload for f in self.of(*types)]  # type: ignore[attr-defined]
-
-    def kinds(self, kind: str) -> list[dict[str, Any]]:
-        return [o for o in self.lines if o.get("type") == kind]
-
-
-def play(path: Path) -> Run:
-    """Drive a session machine with the fixture as the shell would and collect what it emits."""
+@functools.cache
+def run_of(path: Path) -> Run:
+    """The fixture played as the shell would, with the agent's parser and its built-in profile's
+    features; the recorded exit classified as the process adapter does."""
     agent = path.parent.name
-    raw = path.read_bytes().splitlines()
-    meta = json.loads(path.with_suffix(".meta.json").read_text())
-    run = Run(agent, path.stem, [json.loads(line) for line in raw if line.strip()], meta)
     parser = CodexParser(_no_files) if agent == "codex" else GeminiParser(_no_files)
     profile = builtin_profiles()[agent]
     config = SessionConfig(
         agent=agent, features=profile.features, single_turn_process=profile.single_turn_process
     )
     machine = SessionMachine(SESSION_ID, parser, NoInput(), config)
-    actions = [Emit(machine.capabilities_frame), *machine.start()]
-    for line in raw:
-        actions += machine.agent_line(line)
-    actions += machine.agent_stdout_closed()
-    if meta.get("signal"):
-        actions += machine.agent_exited("signal", None, 15 if meta["signal"] == "SIGTERM" else 2)
-    else:
+
+    def exited(meta: dict[str, Any]) -> list[Action]:
+        if meta.get("signal"):
+            return machine.agent_exited("signal", None, 15 if meta["signal"] == "SIGTERM" else 2)
         status = classify_exit(meta["exit_code"])
-        actions += machine.agent_exited(status.kind, status.returncode, status.signal)
-    run.frames = [a.frame for a in actions if isinstance(a, Emit)]
-    return run
+        return machine.agent_exited(status.kind, status.returncode, status.signal)
 
-
-_RUNS: dict[Path, Run] = {}
-
-
-def run_of(path: Path) -> Run:
-    if path not in _RUNS:
-        _RUNS[path] = play(path)
-    return _RUNS[path]
+    return play(path, machine, [Emit(machine.capabilities_frame), *machine.start()], exited)
 
 
 def fixture(agent: str, name: str) -> Run:
@@ -240,40 +209,46 @@ def test_DPS_7_5_2_usage_follows_every_turn_end(path: Path):
         assert end.payload.tool_invocation_count == len(run.of("tool.invoke.request"))  # type: ignore[attr-defined]
 
 
+def usage_and_report(path: Path, kind: str) -> tuple[Any, dict[str, Any] | None]:
+    """The token usage the fixture's one turn reported, and the first line of ``kind`` the CLI
+    reported it in; a turn without that line (failed or cut) reports zero tokens, checked here."""
+    run = run_of(path)
+    (usage,) = run.payloads("session.usage")
+    reports = run.kinds(kind)
+    if not reports:
+        assert usage.token_usage.input_tokens == usage.token_usage.output_tokens == 0
+        return usage.token_usage, None
+    return usage.token_usage, reports[0]
+
+
 @every_codex
 def test_DPS_7_3_usage_codex_tokens_come_from_turn_completed(path: Path):
     """DPS-7.3-usage: the usage after the turn is turn.completed's (the first turn a parser sees
     of a thread: its share is all of it), with cached input reported as cache reads and not again
     as input; a failed or cut turn reports zero tokens."""
-    run = run_of(path)
-    (usage,) = run.payloads("session.usage")
-    completed = run.kinds("turn.completed")
-    if not completed:
-        assert usage.token_usage.input_tokens == usage.token_usage.output_tokens == 0
+    usage, completed = usage_and_report(path, "turn.completed")
+    if completed is None:
         return
-    tokens = completed[0]["usage"]
-    assert usage.token_usage.input_tokens == tokens["input_tokens"] - tokens["cached_input_tokens"]
-    assert usage.token_usage.output_tokens == tokens["output_tokens"]
-    assert usage.token_usage.cache_read_tokens == tokens["cached_input_tokens"]
-    assert usage.token_usage.cache_write_tokens == tokens["cache_write_input_tokens"]
-    assert usage.token_usage.thinking_tokens == tokens["reasoning_output_tokens"]
+    tokens = completed["usage"]
+    assert usage.input_tokens == tokens["input_tokens"] - tokens["cached_input_tokens"]
+    assert usage.output_tokens == tokens["output_tokens"]
+    assert usage.cache_read_tokens == tokens["cached_input_tokens"]
+    assert usage.cache_write_tokens == tokens["cache_write_input_tokens"]
+    assert usage.thinking_tokens == tokens["reasoning_output_tokens"]
 
 
 @every_gemini
 def test_DPS_7_3_usage_gemini_tokens_come_from_result_stats(path: Path):
     """DPS-7.3-usage: result.stats → usage (uncached input, output, cache reads, and the tokens
     total_tokens counts beyond input and output as thinking)."""
-    run = run_of(path)
-    (usage,) = run.payloads("session.usage")
-    results = run.kinds("result")
-    if not results:
-        assert usage.token_usage.input_tokens == usage.token_usage.output_tokens == 0
+    usage, result = usage_and_report(path, "result")
+    if result is None:
         return
-    stats = results[0]["stats"]
-    assert usage.token_usage.input_tokens == stats["input"]
-    assert usage.token_usage.output_tokens == stats["output_tokens"]
-    assert usage.token_usage.cache_read_tokens == stats["cached"]
-    assert usage.token_usage.thinking_tokens == (
+    stats = result["stats"]
+    assert usage.input_tokens == stats["input"]
+    assert usage.output_tokens == stats["output_tokens"]
+    assert usage.cache_read_tokens == stats["cached"]
+    assert usage.thinking_tokens == (
         stats["total_tokens"] - stats["input_tokens"] - stats["output_tokens"]
     )
 

@@ -21,30 +21,8 @@ from parsers.base import get as get_parser
 from parsers.codex import CodexParser
 from parsers.codex.stdout import _MAX_OPEN_CALLS
 from tests.support.gateway_peer import Master, create_session, make_config, start_gateway
+from tests.support.parsing import Files, feed, line
 from tests.support.paths import HOSTILE
-
-
-def line(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
-
-
-class Files:
-    """An in-memory workspace for the parser's file reads."""
-
-    def __init__(self, **files: str) -> None:
-        self.files = {f"/w/{k}": v for k, v in files.items()}
-
-    def read(self, path: str) -> str | None:
-        if path not in self.files:
-            raise FileNotFoundError(path)
-        return self.files[path]
-
-
-def feed(parser: CodexParser, *objs: dict[str, Any]) -> list[ev.AgentEvent]:
-    out: list[ev.AgentEvent] = []
-    for obj in objs:
-        out += parser.feed(line(obj))
-    return out
 
 
 def started(item: dict[str, Any]) -> dict[str, Any]:
@@ -208,7 +186,7 @@ def change(item_id: str, status: str, *changes: tuple[str, str]) -> dict[str, An
 
 
 def test_DPS_5_3_3_output_type_file_change_is_a_diff_read_from_the_workspace():
-    files = Files(**{"notes.txt": "alpha\nbeta\n", "old.txt": "bye\n"})
+    files = Files("/w/", **{"notes.txt": "alpha\nbeta\n", "old.txt": "bye\n"})
     parser = CodexParser(files.read)
     (call,) = feed(
         parser,
@@ -239,7 +217,7 @@ def test_DPS_5_3_3_output_type_file_change_is_a_diff_read_from_the_workspace():
 def test_file_change_without_a_readable_before_says_what_changed_instead_of_a_diff():
     """The patch was already applied when item.started was read (the CLI writes right after
     printing it): no diff can be told for sure, so none is claimed."""
-    files = Files(**{"notes.txt": "already new\n"})
+    files = Files("/w/", **{"notes.txt": "already new\n"})
     parser = CodexParser(files.read)
     feed(parser, started(change("item_1", "in_progress", ("notes.txt", "update"))))
     (result,) = feed(parser, completed(change("item_1", "completed", ("notes.txt", "update"))))

@@ -22,18 +22,7 @@ from parsers.file_changes import (
     read_text_file,
     workspace_reader,
 )
-
-
-class Files:
-    """A workspace in memory (paths to texts) that counts its reads."""
-
-    def __init__(self, **files: str) -> None:
-        self.files = dict(files)
-
-    def read(self, path: str) -> str | None:
-        if path not in self.files:
-            raise FileNotFoundError(path)
-        return self.files[path]
+from tests.support.parsing import Files
 
 
 def test_a_change_read_before_and_after_is_a_diff_and_is_then_forgotten():

@@ -4,7 +4,6 @@ session machine takes from a parser (``describe_exit``)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -18,20 +17,10 @@ from parsers.base import NoInput
 from parsers.base import get as get_parser
 from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
 from parsers.gemini import GeminiParser
+from tests.support.parsing import Files, feed, line
 
 TS0 = "2026-11-29T21:20:54.185Z"
 TS1 = "2026-11-29T21:20:54.624Z"
-
-
-def line(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
-
-
-def feed(parser: GeminiParser, *objs: dict[str, Any]) -> list[ev.AgentEvent]:
-    out: list[ev.AgentEvent] = []
-    for obj in objs:
-        out += parser.feed(line(obj))
-    return out
 
 
 def say(text: str, *, delta: bool | None = True, role: str = "assistant") -> dict[str, Any]:
@@ -65,16 +54,6 @@ def stats(total: int, i: int, o: int, cached: int = 0) -> dict[str, Any]:
         "duration_ms": 10,
         "tool_calls": 0,
     }
-
-
-class Files:
-    def __init__(self, **files: str) -> None:
-        self.files = {f"/w/{k}": v for k, v in files.items()}
-
-    def read(self, path: str) -> str | None:
-        if path not in self.files:
-            raise FileNotFoundError(path)
-        return self.files[path]
 
 
 def test_spec_is_registered_as_gemini():
@@ -152,7 +131,7 @@ def test_DPS_5_3_1_result_pairs_by_tool_id_with_the_duration_between_the_lines()
 
 
 def test_timestamps_with_and_without_a_time_zone_give_no_duration():
-    parser = GeminiParser(read_file=Files().read)
+    parser = GeminiParser(read_file=Files("/w/").read)
     feed(parser, {**tool_use("t1", "list_directory"), "timestamp": "2026-01-01T00:00:00Z"})
     (result,) = feed(parser, {**tool_result("t1"), "timestamp": "2026-01-01T00:00:01"})
     assert isinstance(result, ev.ToolResult) and result.duration_ms is None
@@ -171,7 +150,7 @@ def test_a_failing_shell_command_stays_a_success_as_the_cli_reports_it():
 
 
 def test_DPS_5_3_3_output_type_writes_are_diffs_read_from_the_workspace():
-    files = Files(**{"notes.txt": "alpha\nbeta\n"})
+    files = Files("/w/", **{"notes.txt": "alpha\nbeta\n"})
     parser = GeminiParser(files.read)
     feed(
         parser,

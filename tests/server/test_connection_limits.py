@@ -13,7 +13,15 @@ import aiohttp
 
 from gateway.server import SESSIONS
 from gateway.server.limits import ConnectionGuard
-from tests.support.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+from tests.support.gateway_peer import (
+    SUBPROTOCOL,
+    UPGRADE,
+    Master,
+    create_session,
+    fast_demo,
+    make_config,
+    start_gateway,
+)
 from tests.support.servers import serving
 from tests.support.waiting import eventually
 
@@ -104,13 +112,7 @@ async def test_a_session_takes_at_most_max_connections_per_session(tmp_path):
         masters = [await Master.attach(gw, sid) for _ in range(3)]
         refused = await gw.get(
             f"/v1/session/{sid}/ws",
-            headers={
-                "Connection": "Upgrade",
-                "Upgrade": "websocket",
-                "Sec-WebSocket-Version": "13",
-                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
-                "Sec-WebSocket-Protocol": "rawp-dps-1.0",
-            },
+            headers={**UPGRADE, "Sec-WebSocket-Protocol": SUBPROTOCOL},
         )
         assert refused.status == 503
         assert (await refused.json())["error_code"] == "TOO_MANY_CONNECTIONS"

@@ -29,6 +29,7 @@ from tests.support.gateway_peer import (
     demo_config,
     make_config,
     prompt_and_wait,
+    prompted,
     start_gateway,
 )
 from tests.support.procs import session_processes
@@ -314,10 +315,8 @@ async def test_DPS_7_1_a_long_history_comes_in_parts_that_each_fit_max_frame_siz
     config = make_config(tmp_path, agents={"printer": printer()})
     client = await start_gateway(config)
     try:
-        session = await create_session(client, agent="printer")
-        sid = session["session_id"]
-        first = await Master.attach(client, sid)
-        await first.send("control.prompt.request", {"prompt_text": "20000"})
+        first = await prompted(client, "20000", agent="printer")
+        sid = first.session_id
         start = await first.until("session.turn.start", timeout=30)
         await first.until("session.turn.end", timeout=120)
         await first.until("agent.state.changed", current_state="idle")  # what end_turn sends last

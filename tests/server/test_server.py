@@ -15,12 +15,16 @@ from gateway.config import builtin_profiles
 from gateway.protocol.frames import Features
 from gateway.server import SESSIONS
 from tests.support.gateway_peer import (
+    SUBPROTOCOL,
+    UPGRADE,
     Master,
     create_session,
     demo_config,
     fast_demo,
+    greeting,
     make_config,
     prompt_and_wait,
+    prompted,
     start_gateway,
 )
 from tests.support.logs import deletions, watch_sessions
@@ -90,9 +94,8 @@ async def test_websocket_needs_the_subprotocol(gw):
     session = await create_session(gw)
     resp = await gw.get(
         session["ws_path"],
-        headers={"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
-                 "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="},
-    )  # fmt: skip
+        headers=UPGRADE,
+    )
     assert resp.status == 400
     assert (await resp.json())["error_code"] == "SUBPROTOCOL_REQUIRED"
 
@@ -122,16 +125,9 @@ async def test_greeting_prompt_turn_and_usage(gw):
     -usage; the agent's own init, naming the same tools and commands, publishes nothing again."""
     session = await create_session(gw)
     master = await Master.attach(gw, session["session_id"])
-    first = await master.next()
-    assert first["type"] == "session.capabilities"
-    assert first["payload"]["protocol_version"] == "rawp-dps-1.0"
-    assert first["payload"]["features"]["adapter_type"] == "process"
-    catalog = await master.next()
-    assert catalog["type"] == "tool.catalog.publish"
-    assert [t["name"] for t in catalog["payload"]["tools"]] == ["Glob", "Read", "Write"]
-    commands = await master.next()  # the demo agent's answer to initialize
-    assert commands["type"] == "agent.commands.publish"
-    assert "compact" in [c["name"] for c in commands["payload"]["commands"]]
+    tools, commands = await greeting(master)  # the commands: the demo agent's answer to initialize
+    assert tools == ["Glob", "Read", "Write"]
+    assert "compact" in [c["name"] for c in commands]
     frames = await prompt_and_wait(master, "hello there", idle=True)
     types = [f["type"] for f in frames]
     assert types[0] == "session.turn.start"
@@ -151,9 +147,7 @@ async def test_greeting_prompt_turn_and_usage(gw):
 
 async def test_DPS_17_3_2_one_prompt_at_a_time(gw):
     """DPS-17.3.2-one-prompt: PROMPT_IN_PROGRESS, fatal false, and the prompt is not delivered."""
-    session = await create_session(gw)
-    master = await Master.attach(gw, session["session_id"])
-    await master.send("control.prompt.request", {"prompt_text": "tell me a long story " * 5})
+    master = await prompted(gw, "tell me a long story " * 5)
     await master.until("session.turn.start")
     second = await master.send("control.prompt.request", {"prompt_text": "second"})
     err = await master.until("session.error")
@@ -231,9 +225,7 @@ async def test_DPS_12_2_filter_a_profile_without_thinking_sends_none(tmp_path):
     demo = fast_demo(features=features)
     gw = await start_gateway(make_config(tmp_path, agents={"demo": demo}))
     try:
-        session = await create_session(gw)
-        full = await Master.attach(gw, session["session_id"])
-        await full.send("control.prompt.request", {"prompt_text": "think about it"})
+        full = await prompted(gw, "think about it")
         await full.until("session.usage")
         caps = next(f for f in full.frames if f["type"] == "session.capabilities")
         assert caps["payload"]["features"]["thinking_stream"] is False
@@ -243,15 +235,22 @@ async def test_DPS_12_2_filter_a_profile_without_thinking_sends_none(tmp_path):
         await gw.close()
 
 
-async def test_DPS_7_1_history_reattach_gets_exactly_the_missed_frames(gw):
-    """DPS-7.1-history: session.history first (after capabilities) with the missed frames."""
-    session = await create_session(gw)
-    sid = session["session_id"]
-    watcher = await Master.attach(gw, sid)
+async def one_leaves_after_a_turn(gw, sid: str) -> tuple[Master, str]:
+    """Two masters on the session; one prompts, sees its turn through to idle, and leaves: the
+    master that stays, and the message_id of the last frame the one that left got."""
+    stays = await Master.attach(gw, sid)
     leaver = await Master.attach(gw, sid)
     await prompt_and_wait(leaver, "first", idle=True)
     last_seen = leaver.frames[-1]["message_id"]
     await leaver.ws.close()
+    return stays, last_seen
+
+
+async def test_DPS_7_1_history_reattach_gets_exactly_the_missed_frames(gw):
+    """DPS-7.1-history: session.history first (after capabilities) with the missed frames."""
+    session = await create_session(gw)
+    sid = session["session_id"]
+    watcher, last_seen = await one_leaves_after_a_turn(gw, sid)
     await watcher.until("agent.state.changed", current_state="idle")  # the first turn's end
     await prompt_and_wait(watcher, "second while the other is away", idle=True)
     idx = next(i for i, f in enumerate(watcher.frames) if f["message_id"] == last_seen)
@@ -277,11 +276,7 @@ async def test_DPS_7_1_history_counts_evicted_frames(gw):
     """A small RING buffer: truncated true with the exact lost_frame_count."""
     session = await create_session(gw, buffer={"policy": "RING", "max_bytes": 1000})
     sid = session["session_id"]
-    stay = await Master.attach(gw, sid)
-    leaver = await Master.attach(gw, sid)
-    await prompt_and_wait(leaver, "first", idle=True)
-    last_seen = leaver.frames[-1]["message_id"]
-    await leaver.ws.close()
+    stay, last_seen = await one_leaves_after_a_turn(gw, sid)
     await stay.until("agent.state.changed", current_state="idle")
     await prompt_and_wait(
         stay, "a reply long enough to push earlier frames out of the buffer", idle=True
@@ -411,9 +406,7 @@ async def test_history_all_is_refused_with_a_last_message_id_or_another_value(gw
 async def test_DPS_6_2_permission_allow_and_deny(gw, tmp_path):
     """DPS-4.3-interaction + DPS-6.2-interaction: PERMISSION asked, answered, the tool runs or not."""
     (tmp_path / "perm").mkdir()
-    session = await create_session(gw, workspace_path="perm")
-    master = await Master.attach(gw, session["session_id"])
-    await master.send("control.prompt.request", {"prompt_text": "write hello.txt"})
+    master = await prompted(gw, "write hello.txt", workspace_path="perm")
     ask = await master.until("agent.interaction.request")
     p = ask["payload"]
     assert p["interaction_type"] == "PERMISSION"
@@ -446,9 +439,7 @@ async def test_DPS_6_2_permission_timeout_denies(tmp_path):
     demo = fast_demo(permission_timeout_sec=0.3)
     client = await start_gateway(make_config(tmp_path, agents={"demo": demo}))
     try:
-        session = await create_session(client)
-        master = await Master.attach(client, session["session_id"])
-        await master.send("control.prompt.request", {"prompt_text": "write late.txt"})
+        master = await prompted(client, "write late.txt")
         await master.until("agent.interaction.request")
         result = await master.until("tool.invoke.result")
         assert result["payload"]["status"] == "error"
@@ -459,11 +450,9 @@ async def test_DPS_6_2_permission_timeout_denies(tmp_path):
 
 
 async def test_pending_interaction_is_sent_again_on_attach(gw):
-    session = await create_session(gw)
-    first = await Master.attach(gw, session["session_id"])
-    await first.send("control.prompt.request", {"prompt_text": "write again.txt"})
+    first = await prompted(gw, "write again.txt")
     ask = await first.until("agent.interaction.request")
-    late = await Master.attach(gw, session["session_id"])
+    late = await Master.attach(gw, first.session_id)
     again = await late.until("agent.interaction.request")
     assert again["payload"]["interaction_id"] == ask["payload"]["interaction_id"]
 
@@ -472,9 +461,7 @@ async def test_DPS_6_1_2_cancel_mid_stream(tmp_path):
     """DPS-6.1.2-cancel: text.done is_cancelled, then turn.end cancelled."""
     client = await start_gateway(demo_config(tmp_path, delay_ms=50))
     try:
-        session = await create_session(client)
-        master = await Master.attach(client, session["session_id"])
-        await master.send("control.prompt.request", {"prompt_text": "a long answer " * 20})
+        master = await prompted(client, "a long answer " * 20)
         start = await master.until("session.turn.start")
         await master.until("agent.text.delta")
         await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
@@ -595,10 +582,8 @@ async def test_DPS_7_7_delete_during_turn(tmp_path):
     then session.deleted, then close; the agent process is gone."""
     client = await start_gateway(demo_config(tmp_path, delay_ms=50))
     try:
-        session = await create_session(client)
-        sid = session["session_id"]
-        master = await Master.attach(client, sid)
-        await master.send("control.prompt.request", {"prompt_text": "a long answer " * 20})
+        master = await prompted(client, "a long answer " * 20)
+        sid = master.session_id
         await master.until("agent.text.delta")
         resp = await client.delete(f"/v1/session/{sid}")
         assert resp.status == 200
@@ -634,10 +619,8 @@ async def test_DPS_2_4_local_session_only_to_local_ui(gw):
     session = await create_session(gw, origin="local")
     refused = await gw.get(
         f"/v1/session/{session['session_id']}/ws",
-        headers={"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
-                 "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
-                 "Sec-WebSocket-Protocol": "rawp-dps-1.0"},
-    )  # fmt: skip
+        headers={**UPGRADE, "Sec-WebSocket-Protocol": SUBPROTOCOL},
+    )
     assert refused.status == 403
     assert (await refused.json())["error_code"] == "LOCAL_SESSION"
     ui = await Master.attach(gw, session["session_id"], role="local-ui")

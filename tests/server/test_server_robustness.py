@@ -23,6 +23,7 @@ from tests.support.gateway_peer import (
     fast_demo,
     make_config,
     prompt_and_wait,
+    prompted,
     start_gateway,
 )
 from tests.support.paths import HOSTILE
@@ -120,10 +121,8 @@ async def test_a_dead_agent_is_a_fatal_error_and_ends_the_session(tmp_path):
     then session.turn.end error, then session.deleted (reason error), then close."""
     client = await start_gateway(demo_config(tmp_path, delay_ms=100))
     try:
-        session = await create_session(client)
-        sid = session["session_id"]
-        master = await Master.attach(client, sid)
-        await master.send("control.prompt.request", {"prompt_text": "a long answer " * 20})
+        master = await prompted(client, "a long answer " * 20)
+        sid = master.session_id
         await master.until("agent.text.delta")
         live = client.server.app[SESSIONS][sid]
         live.process.send_signal(signal.SIGKILL)
@@ -203,10 +202,8 @@ async def test_a_dropped_master_loses_nothing(tmp_path):
     """A master that drops mid-turn reattaches and gets every frame it missed, the turn goes on."""
     client = await start_gateway(demo_config(tmp_path, delay_ms=30))
     try:
-        session = await create_session(client)
-        sid = session["session_id"]
-        master = await Master.attach(client, sid)
-        await master.send("control.prompt.request", {"prompt_text": "a long answer " * 10})
+        master = await prompted(client, "a long answer " * 10)
+        sid = master.session_id
         await master.until("agent.text.delta")
         last = master.frames[-1]["message_id"]
         await master.ws.close()

@@ -155,15 +155,22 @@ async def test_put_refuses_invisible_and_slash_like_names_and_keeps_nothing(gw):
     assert store.used_bytes == 0 and not store.files and store.directory is None
 
 
+async def prompted_with_a_log(gw, sid: str, file_name: str) -> Master:
+    """A log uploaded to the session, and a master that has sent a prompt naming it in
+    ``context_files`` as ``file_name``."""
+    stored = await (await put(gw, sid, "app.log", b"boom\n", "text/plain")).json()
+    master = await Master.attach(gw, sid)
+    files = [{"file_url": stored["file_url"], "file_name": file_name}]
+    await master.send("control.prompt.request", {"prompt_text": "hi", "context_files": files})
+    return master
+
+
 async def test_a_context_file_name_with_a_bidi_override_never_reaches_the_agent(gw, tmp_path):
     """The name a prompt gives an attached file is checked as ?name= is: refused, the prompt is
     not run, nothing is written into the workspace."""
     (tmp_path / "ws").mkdir()
     sid = (await create_session(gw, workspace_path="ws"))["session_id"]
-    stored = await (await put(gw, sid, "app.log", b"boom\n", "text/plain")).json()
-    master = await Master.attach(gw, sid)
-    files = [{"file_url": stored["file_url"], "file_name": "gol.\u202eexe"}]
-    await master.send("control.prompt.request", {"prompt_text": "hi", "context_files": files})
+    master = await prompted_with_a_log(gw, sid, "gol.\u202eexe")
     error = await master.until("session.error")
     assert error["payload"]["error_code"] == "INVALID_FRAME"
     assert "\u202e" not in json.dumps(error, ensure_ascii=False).replace("gol.\u202eexe", "")
@@ -642,10 +649,7 @@ async def test_an_upload_never_lands_outside_the_workspace(gw, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     (tmp_path / "ws2" / ".rawp").symlink_to(outside)
-    stored = await (await put(gw, sid, "app.log", b"boom\n", "text/plain")).json()
-    master = await Master.attach(gw, sid)
-    files = [{"file_url": stored["file_url"], "file_name": "app.log"}]
-    await master.send("control.prompt.request", {"prompt_text": "hi", "context_files": files})
+    master = await prompted_with_a_log(gw, sid, "app.log")
     warning = await master.until("agent.error")
     assert warning["payload"]["error_code"] == "UPLOAD_NOT_PLACED"
     assert (
@@ -666,10 +670,7 @@ async def test_an_upload_replaces_a_hard_link_planted_under_its_name(gw, tmp_pat
     outside.write_bytes(b"precious\n")
     os.link(outside, ws / ".rawp" / "uploads" / "app.log")
     sid = (await create_session(gw, workspace_path="ws3"))["session_id"]
-    stored = await (await put(gw, sid, "app.log", b"boom\n", "text/plain")).json()
-    master = await Master.attach(gw, sid)
-    files = [{"file_url": stored["file_url"], "file_name": "app.log"}]
-    await master.send("control.prompt.request", {"prompt_text": "hi", "context_files": files})
+    master = await prompted_with_a_log(gw, sid, "app.log")
     await asyncio.wait_for(master.until("session.turn.end"), 20)
     assert outside.read_bytes() == b"precious\n" and outside.stat().st_nlink == 1
     assert (ws / ".rawp" / "uploads" / "app.log").read_bytes() == b"boom\n"
@@ -678,20 +679,27 @@ async def test_an_upload_replaces_a_hard_link_planted_under_its_name(gw, tmp_pat
     await master.ws.close()
 
 
-async def test_an_upload_that_finishes_after_delete_is_404_and_releases_its_bytes(gw):
-    """The session is deleted while a body streams in: the rest is refused with 404
-    SESSION_NOT_FOUND (no transfer_id), and rawp_gateway_session_file_bytes is back to what is
-    really stored (nothing)."""
+async def upload_begun(gw, name: str, sent: int):
+    """A new session, and an upload of a 4000-byte body to it of which ``sent`` bytes have
+    reached its file store: the session's id, its store, and the connection still open."""
     sid = (await create_session(gw))["session_id"]
     store = gw.server.app[SESSIONS][sid].files
     reader, writer = await asyncio.open_connection(gw.host, gw.port)
     writer.write(
-        f"PUT /v1/session/{sid}/files?name=late.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"PUT /v1/session/{sid}/files?name={name} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         "Content-Type: text/plain\r\nContent-Length: 4000\r\n\r\n".encode()
-        + b"x" * 2000
+        + b"x" * sent
     )
     await writer.drain()
     await eventually(lambda: store.used_bytes, "the server to read what was sent")
+    return sid, store, reader, writer
+
+
+async def test_an_upload_that_finishes_after_delete_is_404_and_releases_its_bytes(gw):
+    """The session is deleted while a body streams in: the rest is refused with 404
+    SESSION_NOT_FOUND (no transfer_id), and rawp_gateway_session_file_bytes is back to what is
+    really stored (nothing)."""
+    sid, store, reader, writer = await upload_begun(gw, "late.bin", 2000)
     assert (await gw.delete(f"/v1/session/{sid}")).status == 200
     writer.write(b"y" * 2000)
     await writer.drain()
@@ -805,16 +813,7 @@ async def test_head_gives_the_headers_only_and_several_ranges_give_the_whole_fil
 async def test_an_upload_cut_off_midway_keeps_nothing(gw):
     """The master's connection drops in the middle of the body: nothing stays stored or
     counted, and the session takes the next upload."""
-    sid = (await create_session(gw))["session_id"]
-    store = gw.server.app[SESSIONS][sid].files
-    _reader, writer = await asyncio.open_connection(gw.host, gw.port)
-    writer.write(
-        f"PUT /v1/session/{sid}/files?name=cut.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-        "Content-Type: text/plain\r\nContent-Length: 4000\r\n\r\n".encode()
-        + b"x" * 1000
-    )
-    await writer.drain()
-    await eventually(lambda: store.used_bytes, "the server to read what was sent")
+    sid, store, _reader, writer = await upload_begun(gw, "cut.bin", 1000)
     writer.close()
     await eventually(lambda: store.used_bytes == 0, "the cut upload to be freed")
     assert not store.files

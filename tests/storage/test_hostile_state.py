@@ -12,7 +12,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import tracemalloc
 import uuid
 from pathlib import Path
@@ -22,7 +21,7 @@ import aiohttp
 from gateway.server import SESSIONS
 from gateway.storage.state_dir import FRAMES, RECORD, StateDir
 from tests.support.gateway_peer import create_session, fast_demo, make_config, start_gateway
-from tests.support.servers import free_port, wait_http
+from tests.support.serve_process import serve
 
 
 def config(root: Path, state: Path, **kw):
@@ -269,17 +268,9 @@ async def test_a_fifo_in_the_state_directory_neither_hangs_the_start_nor_sigterm
     os.mkfifo(session_dir(state, fifo_record) / RECORD)
     (session_dir(state, fifo_log) / FRAMES).unlink(missing_ok=True)
     os.mkfifo(session_dir(state, fifo_log) / FRAMES)
-    port = free_port()
     toml = tmp_path / "gateway.toml"
     toml.write_text(f'[server]\nworkspace_root = "{root}"\nstate_dir = "{state}"\n')
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--config", str(toml), "--port", str(port)],
-        stdin=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        await wait_http(url, proc, timeout=20)
+    async with serve("--config", str(toml), stdin=subprocess.DEVNULL) as (proc, url):
         async with aiohttp.ClientSession() as http:
             async with http.get(url + "/v1/sessions") as resp:
                 assert (await resp.json())["sessions"] == []
@@ -288,12 +279,8 @@ async def test_a_fifo_in_the_state_directory_neither_hangs_the_start_nor_sigterm
         assert 'rawp_gateway_sessions_restored_total{result="unreadable"} 2.0' in text
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stderr is not None
-        proc.stderr.close()
+    assert proc.stderr is not None
+    proc.stderr.close()
     assert (session_dir(state, fifo_log) / FRAMES).is_fifo()
 
 

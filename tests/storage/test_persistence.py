@@ -281,6 +281,13 @@ async def test_delete_removes_the_state_files_and_the_session_stays_gone(tmp_pat
         await gw.close()
 
 
+async def restored(gw: aiohttp.test_utils.TestClient) -> tuple[list[str], str]:
+    """What a gateway started on a state dir restored: the sessions it lists, and its metrics
+    (which count what was restored and what was skipped, and why)."""
+    listed = (await (await gw.get("/v1/sessions")).json())["sessions"]
+    return [s["session_id"] for s in listed], await (await gw.get("/metrics")).text()
+
+
 async def test_corrupt_and_unknown_version_sessions_are_skipped_with_a_metric(tmp_path, caplog):
     state = tmp_path / "state"
     gw = await start_gateway(config(tmp_path, state))
@@ -295,9 +302,8 @@ async def test_corrupt_and_unknown_version_sessions_are_skipped_with_a_metric(tm
 
     gw = await start_gateway(config(tmp_path, state))
     try:
-        listed = (await (await gw.get("/v1/sessions")).json())["sessions"]
-        assert [s["session_id"] for s in listed] == [good]
-        metrics = await (await gw.get("/metrics")).text()
+        listed, metrics = await restored(gw)
+        assert listed == [good]
         assert 'rawp_gateway_sessions_restored_total{result="corrupt"} 1.0' in metrics
         assert 'rawp_gateway_sessions_restored_total{result="version"} 1.0' in metrics
         assert 'rawp_gateway_sessions_restored_total{result="restored"} 1.0' in metrics
@@ -322,16 +328,15 @@ async def test_a_session_whose_profile_or_workspace_is_gone_is_skipped(tmp_path,
         Config(workspace_root=tmp_path.resolve(), agents=no_demo, state_dir=state)
     )
     try:
-        assert (await (await gw.get("/v1/sessions")).json())["sessions"] == []
-        metrics = await (await gw.get("/metrics")).text()
+        listed, metrics = await restored(gw)
+        assert listed == []
         assert 'rawp_gateway_sessions_restored_total{result="agent"} 2.0' in metrics
     finally:
         await gw.close()
     gw = await start_gateway(config(tmp_path, state))
     try:
-        listed = (await (await gw.get("/v1/sessions")).json())["sessions"]
-        assert [s["session_id"] for s in listed] == [kept]
-        metrics = await (await gw.get("/metrics")).text()
+        listed, metrics = await restored(gw)
+        assert listed == [kept]
         assert 'rawp_gateway_sessions_restored_total{result="workspace"} 1.0' in metrics
         assert (session_dir(state, moved) / RECORD).exists()
     finally:

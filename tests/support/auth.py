@@ -32,3 +32,13 @@ def users_config(root: Path, users: dict[str, tuple[str, str]], **kw: Any) -> Co
     path = root / "users.toml"
     path.write_text(users_toml(users))
     return make_config(root, auth=AuthSettings(users_file=path), **kw)
+
+
+async def shared_with_viewer(gateway: Any, owner: str, viewer: str, **body: Any) -> str:
+    """A demo session the user with token ``owner`` creates (``body``: more of the request), the
+    user named ``viewer`` made one of its viewers: its id."""
+    resp = await gateway.post("/v1/session", json={"agent": "demo", **body}, headers=bearer(owner))
+    sid = (await resp.json())["session_id"]
+    members = {"members": {viewer: "viewer"}}
+    await gateway.patch(f"/v1/session/{sid}", json=members, headers=bearer(owner))
+    return sid

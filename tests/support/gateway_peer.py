@@ -23,6 +23,14 @@ from gateway.server import create_app
 from gateway.server.refusals import JsonErrorRunner
 
 SUBPROTOCOL = "rawp-dps-1.0"
+# A WebSocket upgrade sent by hand, without a subprotocol: for what the server answers an upgrade
+# it refuses before the handshake.
+UPGRADE = {
+    "Connection": "Upgrade",
+    "Upgrade": "websocket",
+    "Sec-WebSocket-Version": "13",
+    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+}
 
 
 def make_config(root: Path, **kw: Any) -> Config:
@@ -197,3 +205,28 @@ async def create_session(client: TestClient, agent: str = "demo", **body: Any) -
     resp = await client.post("/v1/session", json={"agent": agent, **body})
     assert resp.status == 201, await resp.text()
     return await resp.json()
+
+
+async def prompted(client: TestClient, text: str, **session: Any) -> Master:
+    """A new session (``session``: ``create_session``'s keywords) and a master attached to it
+    that has sent ``text`` as its first prompt."""
+    created = await create_session(client, **session)
+    master = await Master.attach(client, created["session_id"])
+    await master.send("control.prompt.request", {"prompt_text": text})
+    return master
+
+
+async def greeting(master: Master, timeout: float = 10.0) -> tuple[list[str], list[dict[str, Any]]]:
+    """What a master gets on attaching, before any prompt (docs/http-api.md), checked:
+    session.capabilities of this protocol from a process adapter, the tool catalog, then the
+    commands the agent lists (``timeout``: how long that may take). The catalog's tool names, and
+    the commands."""
+    caps = await master.next()
+    assert caps["type"] == "session.capabilities"
+    assert caps["payload"]["protocol_version"] == SUBPROTOCOL
+    assert caps["payload"]["features"]["adapter_type"] == "process"
+    catalog = await master.next()
+    assert catalog["type"] == "tool.catalog.publish"
+    commands = await master.next(timeout=timeout)
+    assert commands["type"] == "agent.commands.publish"
+    return [t["name"] for t in catalog["payload"]["tools"]], commands["payload"]["commands"]

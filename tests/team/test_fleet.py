@@ -15,7 +15,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from gateway.config import ConfigError, load_config
 from gateway.server import create_app
 from gateway.team import fleet
+from tests.support import serve_process
 from tests.support.fleet_rig import wait_ready
 from tests.support.gateway_peer import (
     Master,
@@ -295,26 +295,13 @@ async def serve(tmp_path: Path, toml: str) -> AsyncIterator[tuple[subprocess.Pop
     """``rawp-gateway serve`` with the token, on a free port, workspace root ``tmp_path``, and
     ``toml`` after those ``[server]`` keys (more keys, agents); the process and its URL once
     ready. Killed after the test unless it stopped it."""
-    port = free_port()
     config = tmp_path / "gateway.toml"
-    config.write_text(
-        f"[server]\nport = {port}\nworkspace_root = {json.dumps(str(tmp_path))}\n" + toml
-    )
+    config.write_text(f"[server]\nworkspace_root = {json.dumps(str(tmp_path))}\n" + toml)
     env = dict(os.environ, RAWP_GATEWAY_TOKEN=TOKEN)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--config", str(config)],
-        stdin=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
+    args = ("--config", str(config))
+    async with serve_process.serve(*args, stdin=subprocess.DEVNULL, env=env) as (proc, url):
         await wait_ready(url, proc)
         yield proc, url
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 async def test_readyz_is_503_from_sigterm_while_the_sessions_are_suspended(tmp_path):

@@ -24,7 +24,8 @@ from gateway.team.auth import AuthSettings, OidcSettings
 from tests.support.auth import bearer, users_config, users_toml
 from tests.support.gateway_peer import Master, fast_demo, make_config, start_gateway
 from tests.support.oidc_issuer import AUDIENCE, Issuer, Key, hs256_with_public_key, unsigned_token
-from tests.support.servers import CLI, free_port, wait_http
+from tests.support.serve_process import serve
+from tests.support.servers import CLI
 
 ADMIN_TOKEN = "admin-token-0123456789"
 TOKENS = {"alice": "alice-token-aaaa", "bob": "bob-token-bbbb", "olga": "olga-token-oooo"}
@@ -538,13 +539,7 @@ async def test_serve_reloads_the_users_file_on_sighup(tmp_path):
     users.write_text(users_toml({"alice": ("operator", "first-token")}))
     cfg = tmp_path / "gw.toml"
     cfg.write_text(f'[server]\nworkspace_root = "{tmp_path}"\n[auth]\nusers_file = "{users}"\n')
-    port = free_port()
-    proc = subprocess.Popen(
-        [*CLI, "serve", "--config", str(cfg), "--port", str(port), "--log-format", "json"],
-        stderr=subprocess.PIPE,
-        env={k: v for k, v in os.environ.items() if not k.startswith("RAWP_GATEWAY_")},
-    )
-    url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAWP_GATEWAY_")}
 
     async def status(http, token: str) -> int:
         async with http.get(url + "/v1/whoami", headers=bearer(token)) as resp:
@@ -555,22 +550,17 @@ async def test_serve_reloads_the_users_file_on_sighup(tmp_path):
             while await status(http, token) != wanted:
                 await asyncio.sleep(0.05)
 
-    try:
-        await wait_http(url, proc)
-        async with aiohttp.ClientSession() as http:
-            assert await status(http, "first-token") == 200
-            users.write_text(users_toml({"zoe": ("viewer", "second-token")}))
-            proc.send_signal(signal.SIGHUP)
-            await until_status(http, "second-token", 200)
-            assert await status(http, "first-token") == 401
-            users.write_text("[[users]]\nname = 'zoe'\n")  # no role, no token: unusable
-            proc.send_signal(signal.SIGHUP)
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=20) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    args = ("--config", str(cfg), "--log-format", "json")
+    async with serve(*args, env=env) as (proc, url), aiohttp.ClientSession() as http:
+        assert await status(http, "first-token") == 200
+        users.write_text(users_toml({"zoe": ("viewer", "second-token")}))
+        proc.send_signal(signal.SIGHUP)
+        await until_status(http, "second-token", 200)
+        assert await status(http, "first-token") == 401
+        users.write_text("[[users]]\nname = 'zoe'\n")  # no role, no token: unusable
+        proc.send_signal(signal.SIGHUP)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
     assert proc.stderr is not None
     logs = [json.loads(line) for line in proc.stderr.read().splitlines() if line.startswith(b"{")]
     reloads = [r["msg"] for r in logs if "users file" in r["msg"]]

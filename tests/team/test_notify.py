@@ -16,7 +16,14 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from gateway.team.notify import Webhook
-from tests.support.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
+from tests.support.gateway_peer import (
+    Master,
+    create_session,
+    fast_demo,
+    make_config,
+    prompted,
+    start_gateway,
+)
 
 SECRET = b"hook-secret-1234"
 
@@ -106,10 +113,8 @@ async def test_signed_json_bodies_for_a_permission_a_turn_and_the_end(tmp_path, 
     )
     client = await start_gateway(config)
     try:
-        session = await create_session(client, name="docs")
-        sid = session["session_id"]
-        master = await Master.attach(client, sid)
-        await master.send("control.prompt.request", {"prompt_text": "write notified.txt"})
+        master = await prompted(client, "write notified.txt", name="docs")
+        sid = master.session_id
         ask = await master.until("agent.interaction.request")
 
         headers, raw = await receiver.next("permission.pending")

@@ -164,16 +164,11 @@ class AnthropicServer(ScriptedServer):
             # Claude Code marks a subagent's requests in the system prompt's billing header.
             "subagent": lambda v: ("cc_is_subagent=true" in system_text(body)) == v,
             "model_contains": lambda v: v in body.get("model", ""),
-            "tools_include": lambda v: set(v) <= set(tool_names(body)),
-            "tools_exclude": lambda v: not set(v) & set(tool_names(body)),
             "tool_result": lambda v: (
                 v == any(b.get("type") == "tool_result" for b in last_user_blocks(body))
             ),
         }
-        unknown = set(match) - set(checks)
-        if unknown:
-            raise ValueError(f"unknown match keys for the Anthropic server: {sorted(unknown)}")
-        return all(checks[k](v) for k, v in match.items())
+        return self.fits(match, checks, lambda: tool_names(body))
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         rec = await self.log_request(request)

@@ -31,13 +31,8 @@ A call is a table with these keys (all optional):
     Stream the parts, then a ``data:`` event holding that error body instead of the last chunk.
 ``truncate = true``
     Stream the parts, then end the stream without ``finishReason`` and usage.
-``hang = true``
-    Stream the parts, then hold the stream open until the client goes away or the server
-    closes (for interrupt and signal tests).
-``delay``, ``event_delay``
-    Seconds to wait before answering, and between SSE events.
-``match``
-    Answer only a request that fits (see ``GeminiServer.matches``).
+``hang``, ``delay``, ``event_delay``, ``match``
+    As every scripted server takes them (``server.py``); ``match`` keys: ``GeminiServer.matches``.
 
 A request for which no call is left is answered with the text "rig: no scripted answer left" and
 is listed in ``server.unexpected``.
@@ -47,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
@@ -128,13 +124,8 @@ class GeminiServer(ScriptedServer):
             "function_response": lambda v: ends_with_function_response(body) == v,
             "last_user_contains": lambda v: v in last_user_text(body),
             "contents_contain": lambda v: v in json.dumps(body.get("contents", [])),
-            "tools_include": lambda v: set(v) <= set(tool_names(body)),
-            "tools_exclude": lambda v: not set(v) & set(tool_names(body)),
         }
-        unknown = set(match) - set(checks)
-        if unknown:
-            raise ValueError(f"unknown match keys for the Gemini server: {sorted(unknown)}")
-        return all(checks[k](v) for k, v in match.items())
+        return self.fits(match, checks, lambda: tool_names(body))
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         model, _, method = request.match_info["target"].partition(":")
@@ -164,7 +155,7 @@ class GeminiServer(ScriptedServer):
         chunks = self.chunks(call, model)
         if method == "generateContent":
             return web.json_response(merge(chunks))
-        return await self._stream(request, call, chunks)
+        return await self.stream(request, call, self._events(call, chunks), "text/event-stream")
 
     _target: tuple[str, str] = ("", "")
 
@@ -196,32 +187,16 @@ class GeminiServer(ScriptedServer):
             last["usageMetadata"] = usage_of(call.get("usage", {}))
         return out
 
-    async def _stream(
-        self, request: web.Request, call: dict[str, Any], chunks: list[dict[str, Any]]
-    ) -> web.StreamResponse:
-        resp = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
-        await resp.prepare(request)
-        pause = float(call.get("event_delay", 0))
-        try:
-            for chunk in chunks:
-                # The real API ends each event with CRLF CRLF.
-                await resp.write(f"data: {json.dumps(chunk)}\r\n\r\n".encode())
-                if pause:
-                    await asyncio.sleep(pause)
-            if "stream_error" in call:
-                err = call["stream_error"]
-                status = int(err.get("status", 500))
-                payload = error_body(status, err.get("message", "rig: scripted stream failure"))
-                await resp.write(f"data: {json.dumps(payload)}\r\n\r\n".encode())
-            if call.get("hang"):
-                await self.hold_open()
-                return resp
-            await resp.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
-        return resp
+    def _events(self, call: dict[str, Any], chunks: list[dict[str, Any]]) -> Iterator[bytes]:
+        """The chunks as server-sent events (the real API ends each with CRLF CRLF), then a
+        ``stream_error``'s error body."""
+        bodies = list(chunks)
+        if "stream_error" in call:
+            err = call["stream_error"]
+            status = int(err.get("status", 500))
+            bodies.append(error_body(status, err.get("message", "rig: scripted stream failure")))
+        for body in bodies:
+            yield f"data: {json.dumps(body)}\r\n\r\n".encode()
 
 
 def usage_of(spec: dict[str, Any]) -> dict[str, Any]:

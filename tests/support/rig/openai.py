@@ -41,13 +41,8 @@ A call is a table with these keys (all optional):
     Stream the output, then ``response.failed`` instead of ``response.completed``.
 ``truncate = true``
     Stream the output, then end the stream without a final event (a dropped connection).
-``hang = true``
-    Stream the output, then hold the stream open until the client goes away or the server
-    closes (for interrupt and signal tests).
-``delay``, ``event_delay``
-    Seconds to wait before answering, and between SSE events.
-``match``
-    Answer only a request that fits (see ``ResponsesServer.matches``).
+``hang``, ``delay``, ``event_delay``, ``match``
+    As every scripted server takes them (``server.py``); ``match`` keys: ``ResponsesServer.matches``.
 
 A request for which no call is left is answered with the text "rig: no scripted answer left" (so
 the CLI ends normally) and is listed in ``server.unexpected``.
@@ -134,13 +129,8 @@ class ResponsesServer(ScriptedServer):
             "last_user_contains": lambda v: v in last_user_text(body),
             "input_contains": lambda v: v in input_text(body),
             "model_contains": lambda v: v in body.get("model", ""),
-            "tools_include": lambda v: set(v) <= set(tool_names(body)),
-            "tools_exclude": lambda v: not set(v) & set(tool_names(body)),
         }
-        unknown = set(match) - set(checks)
-        if unknown:
-            raise ValueError(f"unknown match keys for the Responses server: {sorted(unknown)}")
-        return all(checks[k](v) for k, v in match.items())
+        return self.fits(match, checks, lambda: tool_names(body))
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
         rec = await self.log_request(request)
@@ -152,7 +142,8 @@ class ResponsesServer(ScriptedServer):
             await asyncio.sleep(float(call["delay"]))
         if "error" in call:
             return self._error(call["error"])
-        return await self._stream(request, call, self.events(call, rec, body))
+        events = (sse(e) for e in self.events(call, rec, body))
+        return await self.stream(request, call, events, "text/event-stream; charset=utf-8")
 
     def events(
         self, call: dict[str, Any], rec: RecordedRequest, body: dict[str, Any]
@@ -220,31 +211,6 @@ class ResponsesServer(ScriptedServer):
             }
         }
         return web.json_response(payload, status=status, headers=err.get("headers", {}))
-
-    async def _stream(
-        self, request: web.Request, call: dict[str, Any], events: list[dict[str, Any]]
-    ) -> web.StreamResponse:
-        resp = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream; charset=utf-8",
-                "Cache-Control": "no-cache",
-            }
-        )
-        await resp.prepare(request)
-        pause = float(call.get("event_delay", 0))
-        try:
-            for e in events:
-                await resp.write(sse(e))
-                if pause:
-                    await asyncio.sleep(pause)
-            if call.get("hang"):
-                await self.hold_open()
-                return resp
-            await resp.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
-            # The CLI went away mid-stream (interrupt, signal): nothing left to answer.
-            pass
-        return resp
 
 
 def captured_arguments(spec: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
@@ -342,41 +308,29 @@ def item_stream(
                 events.append({"type": "response.reasoning_text.delta", **cref, "delta": d})
             events.append({"type": "response.reasoning_text.done", **cref, "text": content})
             item["content"] = [{"type": "reasoning_text", "text": content}]
-    elif kind == "function_call":
-        args = spec.get("arguments", {})
-        args_text = args if isinstance(args, str) else json.dumps(args, separators=(",", ":"))
-        iid = f"fc_rig_{tag}"
+    elif kind in ("function_call", "custom_tool_call"):
+        # The two kinds of tool call stream their input alike, under different names.
+        if kind == "function_call":
+            args = spec.get("arguments", {})
+            text = args if isinstance(args, str) else json.dumps(args, separators=(",", ":"))
+            iid, field, stream = f"fc_rig_{tag}", "arguments", "function_call_arguments"
+        else:
+            text = str(spec.get("input", ""))
+            iid, field, stream = f"ctc_rig_{tag}", "input", "custom_tool_call_input"
         head = {
             "id": iid,
-            "type": "function_call",
+            "type": kind,
             "call_id": spec.get("call_id", f"call_rig_{tag}"),
             "name": spec["name"],
         }
         if "namespace" in spec:
             head["namespace"] = spec["namespace"]
-        added({**head, "status": "in_progress", "arguments": ""})
-        ref = {"item_id": iid, **at}
-        for d in chunks or split_text(args_text, 3):
-            events.append({"type": "response.function_call_arguments.delta", **ref, "delta": d})
-        events.append(
-            {"type": "response.function_call_arguments.done", **ref, "arguments": args_text}
-        )
-        item = {**head, "status": "completed", "arguments": args_text}
-    elif kind == "custom_tool_call":
-        text = str(spec.get("input", ""))
-        iid = f"ctc_rig_{tag}"
-        head = {
-            "id": iid,
-            "type": "custom_tool_call",
-            "call_id": spec.get("call_id", f"call_rig_{tag}"),
-            "name": spec["name"],
-        }
-        added({**head, "status": "in_progress", "input": ""})
+        added({**head, "status": "in_progress", field: ""})
         ref = {"item_id": iid, **at}
         for d in chunks or split_text(text, 3):
-            events.append({"type": "response.custom_tool_call_input.delta", **ref, "delta": d})
-        events.append({"type": "response.custom_tool_call_input.done", **ref, "input": text})
-        item = {**head, "status": "completed", "input": text}
+            events.append({"type": f"response.{stream}.delta", **ref, "delta": d})
+        events.append({"type": f"response.{stream}.done", **ref, field: text})
+        item = {**head, "status": "completed", field: text}
     elif kind == "tool_search_call":
         item = {
             "id": f"ts_rig_{tag}",

@@ -213,18 +213,11 @@ async def scripted_cli(
 
 
 async def run_scenario(
-    scenario: Scenario | str | Path,
-    *,
-    agent: str | None = None,
-    variant: str | None = None,
-    workdir: Path | None = None,
-    extra_args: list[str] | tuple[str, ...] = (),
-    timeout: float | None = None,
+    scenario: Scenario | str | Path, *, timeout: float | None = None, **setup: Any
 ) -> RunResult:
-    """Run the CLI for a scenario against its scripted server; see the module doc."""
-    async with scripted_cli(
-        scenario, agent=agent, variant=variant, workdir=workdir, extra_args=extra_args
-    ) as cli:
+    """Run the CLI for a scenario against its scripted server; see the module doc. ``setup``:
+    ``scripted_cli``'s keywords (agent, variant, workdir, extra_args)."""
+    async with scripted_cli(scenario, **setup) as cli:
         return await cli.run(timeout)
 
 

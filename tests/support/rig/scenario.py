@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import copy
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,17 +206,26 @@ def all_scenarios(agent: str) -> list[Scenario]:
     return [load_scenario(p) for p in sorted((SCENARIO_ROOT / agent).glob("*.toml"))]
 
 
+def _strings(value: Any, change: Callable[[str], Any]) -> Any:
+    """``value`` with every string inside it (in lists and tables, at any depth) changed."""
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, list):
+        return [_strings(v, change) for v in value]
+    if isinstance(value, dict):
+        return {k: _strings(v, change) for k, v in value.items()}
+    return value
+
+
 def expand(value: Any, names: dict[str, str]) -> Any:
     """Replace ``{workspace}``-style placeholders in every string inside value."""
-    if isinstance(value, str):
+
+    def placed(text: str) -> str:
         for k, v in names.items():
-            value = value.replace("{" + k + "}", v)
-        return value
-    if isinstance(value, list):
-        return [expand(v, names) for v in value]
-    if isinstance(value, dict):
-        return {k: expand(v, names) for k, v in value.items()}
-    return value
+            text = text.replace("{" + k + "}", v)
+        return text
+
+    return _strings(value, placed)
 
 
 def _lookup(obj: Any, path: str) -> Any:
@@ -226,13 +236,13 @@ def _lookup(obj: Any, path: str) -> Any:
 
 def fill_from(value: Any, source: Any) -> Any:
     """Replace every string that is exactly ``{{a.b}}`` with the value at a.b in source."""
-    if isinstance(value, str) and value.startswith("{{") and value.endswith("}}"):
-        return _lookup(source, value[2:-2].strip())
-    if isinstance(value, list):
-        return [fill_from(v, source) for v in value]
-    if isinstance(value, dict):
-        return {k: fill_from(v, source) for k, v in value.items()}
-    return value
+
+    def filled(text: str) -> Any:
+        if text.startswith("{{") and text.endswith("}}"):
+            return _lookup(source, text[2:-2].strip())
+        return text
+
+    return _strings(value, filled)
 
 
 def contains(actual: Any, pattern: Any) -> bool:

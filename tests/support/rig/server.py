@@ -17,6 +17,11 @@ A scripted server is an aiohttp app that answers a CLI's model requests from a s
   open) and ``release_hangs()``.
 * ``start()`` binds 127.0.0.1 on a free port and returns the base URL; ``close()`` stops it.
 
+Besides its own, a call may have the keys every server takes: ``hang = true`` (stream the
+answer, then hold the stream open until the client goes away or the server closes: for interrupt
+and signal tests), ``delay`` and ``event_delay`` (seconds to wait before answering, and between SSE
+events) and ``match`` (answer only a request that fits; the keys are the subclass's).
+
 A subclass (``anthropic.AnthropicServer``; the Codex and Gemini servers likewise) adds its routes
 in ``setup_routes`` and implements ``matches``. Every server is usable directly in an
 aiohttp test client (``aiohttp_client(server.app)``) without starting a CLI.
@@ -26,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +82,25 @@ class ScriptedServer:
         """Does a request body fit a call's ``match`` table? Subclasses define the keys."""
         raise NotImplementedError
 
+    def fits(
+        self,
+        match: dict[str, Any],
+        checks: dict[str, Callable[[Any], bool]],
+        tools: Callable[[], list[str]],
+    ) -> bool:
+        """For ``matches``: every key of ``match`` holds by its check; ``tools`` (the request's
+        tool names) serves the tools_include / tools_exclude keys every server takes. A key no
+        check knows is a mistake in the scenario, not a request that does not fit."""
+        checks = {
+            **checks,
+            "tools_include": lambda v: set(v) <= set(tools()),
+            "tools_exclude": lambda v: not set(v) & set(tools()),
+        }
+        unknown = set(match) - set(checks)
+        if unknown:
+            raise ValueError(f"unknown match keys for {type(self).__name__}: {sorted(unknown)}")
+        return all(checks[k](v) for k, v in match.items())
+
     def is_special(self, body: Any) -> str | None:
         """A kind of request (e.g. "compaction") that only calls matching it explicitly may
         answer; others are served by the subclass's built-in answer. None: an ordinary request."""
@@ -115,6 +139,34 @@ class ScriptedServer:
             return call
         rec.answer = f"builtin:{special}" if special else "unexpected"
         return None
+
+    async def stream(
+        self,
+        request: web.Request,
+        call: dict[str, Any],
+        events: Iterable[bytes],
+        content_type: str,
+    ) -> web.StreamResponse:
+        """Answer with ``events`` (each a whole server-sent event, the call's ``event_delay``
+        after each), then end the stream, or with ``hang`` hold it open. A client that goes away
+        mid-stream (interrupt, signal) leaves nothing to answer."""
+        resp = web.StreamResponse(
+            headers={"Content-Type": content_type, "Cache-Control": "no-cache"}
+        )
+        await resp.prepare(request)
+        pause = float(call.get("event_delay", 0))
+        try:
+            for event in events:
+                await resp.write(event)
+                if pause:
+                    await asyncio.sleep(pause)
+            if call.get("hang"):
+                await self.hold_open()
+                return resp
+            await resp.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        return resp
 
     async def hold_open(self) -> None:
         """A hang step: count it, then wait until released or the client goes away."""

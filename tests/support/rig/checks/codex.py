@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from tests.support.rig.checks import by_fixture
 from tests.support.rig.run import CliSetup, RunResult
 
 PARALLEL = 6  # scenario runs side by side
@@ -219,28 +220,4 @@ def check_view_image(r: RunResult, cli: CliSetup) -> None:
     assert "data:image/png;base64," in json.dumps(r.requests[1].body["input"])
 
 
-CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = {
-    "text": check_text,
-    "reasoning": check_reasoning,
-    "shell": check_shell,
-    "shell-fail": check_shell_fail,
-    "edit": check_edit,
-    "multi-step": check_multi_step,
-    "mcp": check_mcp,
-    "http-400": check_http_400,
-    "http-500": check_http_500,
-    "stream-failed": check_stream_failed,
-    "resume": check_resume,
-    "sigint": check_sigint,
-    "sigterm": check_sigterm,
-    "sandbox-denied": check_sandbox_denied,
-    "patch-fail": check_patch_fail,
-    "http-401": check_http_401,
-    "web-search": check_web_search,
-    "long-command": check_long_command,
-    "command-left-running": check_command_left_running,
-    "reasoning-raw": check_reasoning_raw,
-    "mcp-error": check_mcp_error,
-    "full-access": check_full_access,
-    "view-image": check_view_image,
-}
+CHECKS: dict[str, Callable[[RunResult, CliSetup], None]] = by_fixture(globals())

@@ -1,0 +1,36 @@
+"""What parser tests share: JSON lines fed to a parser as the CLI prints them, and a workspace in
+memory for what a parser reads from the workspace (file changes, diffs)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from parsers import events as ev
+from parsers.base import AgentParser
+
+
+def line(obj: dict[str, Any]) -> bytes:
+    """One stdout line, compact as the CLIs print it."""
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def feed(parser: AgentParser, *objs: dict[str, Any]) -> list[ev.AgentEvent]:
+    """What the parser makes of these lines, one after another."""
+    out: list[ev.AgentEvent] = []
+    for obj in objs:
+        out += parser.feed(line(obj))
+    return out
+
+
+class Files:
+    """Paths to texts; ``root`` goes before each name given. A path it does not hold is not
+    found, as on disk; tests change ``files`` between a parser's reads."""
+
+    def __init__(self, root: str = "", /, **files: str) -> None:
+        self.files = {f"{root}{k}": v for k, v in files.items()}
+
+    def read(self, path: str) -> str | None:
+        if path not in self.files:
+            raise FileNotFoundError(path)
+        return self.files[path]
