@@ -22,8 +22,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.agent import conversations
+from gateway.agent.profiles import builtin_profiles
 from gateway.chat import run_chat
-from gateway.config import builtin_profiles
 from tests.support.auth import users_config
 from tests.support.gateway_peer import history, make_config, start_gateway
 from tests.support.saved import Store, conversation, line

@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 
-from gateway.config import builtin_profiles
+from gateway.agent.profiles import builtin_profiles
 from gateway.server import SESSIONS
 from gateway.team.auth import AuthSettings
 from tests.support.auth import bearer, users_toml

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from gateway.agent.process import classify_exit
+from gateway.agent.profiles import builtin_profiles
 from gateway.cli.translate import translate
-from gateway.config import builtin_profiles
 from gateway.protocol import codec
 from gateway.protocol import frames as F
 from gateway.protocol.machine import Emit, SessionConfig, SessionMachine

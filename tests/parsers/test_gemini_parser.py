@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gateway.agent.process import classify_exit
-from gateway.config import builtin_profiles, command_for, template_args
+from gateway.agent.profiles import builtin_profiles, command_for, template_args
 from gateway.protocol.machine import Emit, SessionMachine
 from parsers import events as ev
 from parsers.base import NoInput
