@@ -9,10 +9,8 @@ the file; RAWP_GATEWAY_* environment variables override both"). Every error name
 and what was expected; nothing is silently ignored except unknown keys, which are reported back so
 the CLI can warn about typos.
 
-Features: a parser declares what its agent supports (``ParserSpec.features``); a profile announces
-exactly that unless its ``features`` table says otherwise, key by key (``plan_mode = false``
-narrows, ``file_reference = true`` widens, the other keys keep the parser's). A profile that
-replaces a built-in without changing the parser keeps the built-in's features as the base.
+The sections have rooms of their own: ``[agents.NAME]`` in agents.py, ``[auth]`` in auth.py,
+``[notify]`` in notify.py; this module holds ``Config``, ``[server]``, ``[fleet]`` and the layering.
 """
 
 from __future__ import annotations
@@ -28,10 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
-import msgspec
-
 from gateway.agent.profiles import (
-    FEATURE_NAMES,
     MAX_ARGV_PROMPT_BYTES,
     AgentProfile,
     builtin_profiles,
@@ -40,11 +35,11 @@ from gateway.agent.profiles import (
     prompt_on_stdin,
     template_args,
 )
-from gateway.protocol.frames import Features
+from gateway.config.agents import parse_profile
+from gateway.config.auth import AuthConfigError, AuthSettings, parse_auth
+from gateway.config.checks import ConfigError, check_type
+from gateway.config.notify import NotifyConfigError, Webhook, parse_webhooks
 from gateway.protocol.history import POLICIES
-from gateway.team.auth import AuthConfigError, AuthSettings, parse_auth
-from gateway.team.notify import NotifyConfigError, Webhook, parse_webhooks
-from parsers.base import get as get_parser
 
 # The profile names are gateway/agent/profiles.py's, re-exported: a Config holds profiles, and
 # whoever builds one names them with it.
@@ -74,11 +69,6 @@ MAX_PEER_CHARS: Final = 256
 _POD_NAME: Final = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _ROUTE_PREFIX: Final = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 _DNS_PEERS: Final = re.compile(r"dns:([A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):([0-9]{1,5})")
-MAX_STALL_SEC: Final = 86400.0
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing or wrong; the message says where and what."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +110,7 @@ class Config:
     trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     fleet_peers: tuple[str, ...] = ()
     agents: Mapping[str, AgentProfile] = field(default_factory=builtin_profiles)
-    # Identities, the audit log (gateway/team/auth.py, gateway/team/audit.py) and webhooks (gateway/team/notify.py).
+    # Identities, the audit log (gateway/config/auth.py) and webhooks (gateway/config/notify.py).
     auth: AuthSettings = field(default_factory=AuthSettings)
     webhooks: tuple[Webhook, ...] = ()
     # Where people reach the gateway (https://host[:port][/prefix]): links in notifications.
@@ -178,123 +168,6 @@ _ENV: Final = {
 }
 
 
-def _check(where: str, key: str, value: Any, expected: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, expected):
-        names = (
-            expected.__name__
-            if isinstance(expected, type)
-            else " or ".join(t.__name__ for t in expected)
-        )
-        raise ConfigError(f"{where}: {key} must be {names}, got {value!r}")
-    return value
-
-
-def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, where: str):
-    known = {
-        "parser", "command", "resume_command", "env", "single_turn_process", "resume_flag",
-        "mode_flag", "image_flag",
-        "override_flags", "features", "auto_allow", "permission_timeout_sec", "description",
-        "stall_warning_sec", "stall_timeout_sec", "stdin_prompt_arg", "conversations",
-    }  # fmt: skip
-    unknown = sorted(set(table) - known)
-    where = f"{where} [agents.{name}]"
-    changes: dict[str, Any] = {}
-    if "parser" in table:
-        changes["parser"] = _check(where, "parser", table["parser"], str)
-    for key in ("command", "resume_command"):
-        if key in table:
-            command = table[key]
-            if (
-                not isinstance(command, list)
-                or not command
-                or not all(isinstance(a, str) for a in command)
-            ):
-                raise ConfigError(f"{where}: {key} must be a non-empty list of strings (no shell)")
-            changes[key] = tuple(command)
-    if "env" in table:
-        env = table["env"]
-        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-            raise ConfigError(f"{where}: env must be a table of strings")
-        changes["env"] = dict(env)
-    for key in ("single_turn_process", "conversations"):
-        if key in table:
-            if not isinstance(table[key], bool):
-                raise ConfigError(f"{where}: {key} must be true or false")
-            changes[key] = table[key]
-    for key in ("resume_flag", "mode_flag", "image_flag", "description", "stdin_prompt_arg"):
-        if key in table:
-            changes[key] = _check(where, key, table[key], str)
-    if "override_flags" in table:
-        flags = table["override_flags"]
-        if not isinstance(flags, dict) or not all(isinstance(v, str) for v in flags.values()):
-            raise ConfigError(f"{where}: override_flags must be a table of strings")
-        changes["override_flags"] = dict(flags)
-    parser = changes.get("parser", base.parser if base is not None else None)
-    features = base.features if base is not None else Features()
-    if parser is not None and (base is None or parser != base.parser):
-        try:  # a new parser: the features and tools of its agent
-            features = parser_features(parser)
-            changes["tools"] = get_parser(parser).tools
-        except (KeyError, ValueError) as err:
-            raise ConfigError(f"{where}: {err.args[0]}") from None
-    if "features" in table:
-        features = _override_features(features, table["features"], where)
-    changes["features"] = features
-    if "auto_allow" in table:
-        allow = table["auto_allow"]
-        if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
-            raise ConfigError(f"{where}: auto_allow must be a list of tool names")
-        changes["auto_allow"] = frozenset(allow)
-    if "permission_timeout_sec" in table:
-        timeout = float(
-            _check(where, "permission_timeout_sec", table["permission_timeout_sec"], (int, float))
-        )
-        if not 0 < timeout < math.inf:  # TOML has nan and inf
-            raise ConfigError(f"{where}: permission_timeout_sec must be a finite number > 0")
-        changes["permission_timeout_sec"] = timeout
-    for key in ("stall_warning_sec", "stall_timeout_sec"):
-        if key in table:
-            value = float(_check(where, key, table[key], (int, float)))
-            if not 0 <= value <= MAX_STALL_SEC:
-                raise ConfigError(
-                    f"{where}: {key} must be 0 (off) to {MAX_STALL_SEC:g}, got {value}"
-                )
-            changes[key] = value
-    if base is not None:
-        return _conversing_checked(replace(base, **changes), where), unknown
-    for required in ("parser", "command"):
-        if required not in changes:
-            raise ConfigError(f"{where}: a new profile needs {required}")
-    return _conversing_checked(AgentProfile(name=name, **changes), where), unknown
-
-
-def _conversing_checked(profile: AgentProfile, where: str) -> AgentProfile:
-    """An agent the gateway converses with (ACP) is one long-lived process that takes its
-    prompts in the conversation: a ``{prompt}`` or a process per prompt cannot work."""
-    if get_parser(profile.parser).converses and (
-        profile.prompt_in_argv or profile.single_turn_process
-    ):
-        raise ConfigError(
-            f"{where}: parser {profile.parser!r} sends prompts as session/prompt: its command "
-            "takes no {prompt} and single_turn_process must be false"
-        )
-    return profile
-
-
-def _override_features(base: Features, table: Any, where: str) -> Features:
-    """``base`` with the keys ``table`` names set as it says (true, false); the rest kept."""
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where}: features must be a table of true/false")
-    unknown = sorted(set(table) - FEATURE_NAMES)
-    if unknown:
-        known = ", ".join(sorted(FEATURE_NAMES))
-        raise ConfigError(f"{where}: features: unknown {', '.join(unknown)} (known: {known})")
-    for key, value in table.items():
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: features: {key} must be true or false, got {value!r}")
-    return msgspec.structs.replace(base, **table)
-
-
 def load_config(
     path: str | os.PathLike[str] | None = None,
     flags: Mapping[str, Any] | None = None,
@@ -324,16 +197,16 @@ def load_config(
             if key not in _SERVER_KEYS:
                 warnings.append(f"{where}: unknown key [server] {key}")
                 continue
-            settings[key] = _check(f"{where} [server]", key, value, _SERVER_KEYS[key])
+            settings[key] = check_type(f"{where} [server]", key, value, _SERVER_KEYS[key])
         for key, value in fleet.items():
             if key not in _FLEET_KEYS:
                 warnings.append(f"{where}: unknown key [fleet] {key}")
                 continue
-            settings[f"fleet_{key}"] = _check(f"{where} [fleet]", key, value, _FLEET_KEYS[key])
+            settings[f"fleet_{key}"] = check_type(f"{where} [fleet]", key, value, _FLEET_KEYS[key])
         for name, table in agent_tables.items():
             if not isinstance(table, dict):
                 raise ConfigError(f"{where}: [agents.{name}] must be a table")
-            profile, unknown = _profile(name, table, agents.get(name), where)
+            profile, unknown = parse_profile(name, table, agents.get(name), where)
             agents[name] = profile
             warnings += [f"{where}: unknown key [agents.{name}] {k}" for k in unknown]
         try:

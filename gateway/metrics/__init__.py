@@ -68,6 +68,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.utils import floatToGoString
 
+from gateway.config.notify import EVENTS as WEBHOOK_EVENTS
 from gateway.protocol.frames import PAYLOAD_CLASSES, VENDOR_PREFIX
 from gateway.protocol.tools import BUILTIN_TOOLS
 from gateway.protocol.usage import Counted
@@ -192,13 +193,7 @@ INTERACTION_TYPES: Final = ("YN", "SELECT", "MULTI_SELECT", "TEXT_INPUT", "PERMI
 INTERACTION_OUTCOMES: Final = ("allowed", "denied", "answered", "timed_out", "cancelled")
 EXIT_CLASSES: Final = ("ok", "error", "signal")
 RESTORE_FAILURES: Final = ("unreadable", "corrupt", "version", "agent", "workspace")
-NOTIFY_EVENTS: Final = (
-    "permission.pending",
-    "turn.ended",
-    "agent.error",
-    "session.stalled",
-    "session.ended",
-)
+NOTIFY_EVENTS: Final = WEBHOOK_EVENTS
 DEFAULT_AGENTS: Final = ("claude-code", "codex", "gemini")
 
 # Usage and cost: `model` is the agent's own name for it and `user` the session's owner, both free

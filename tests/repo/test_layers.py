@@ -45,8 +45,6 @@ PENDING = {
     ("gateway.chat", "gateway.config"),
     ("gateway.chat", "gateway.server"),
     ("gateway.chat", "gateway.server.refusals"),
-    ("gateway.config", "gateway.team.auth"),
-    ("gateway.config", "gateway.team.notify"),
 }
 
 # What the sans-IO core never imports: event loops, sockets, processes, files, threads.
@@ -251,7 +249,6 @@ STATE_MACHINES = frozenset({"gateway.protocol.machine", "parsers.acp.adapter"})
 PENDING_LARGE = frozenset(
     {
         "gateway.client",
-        "gateway.config",
         "gateway.protocol.mapper",
         "gateway.metrics",
         "gateway.session",
