@@ -36,7 +36,7 @@ from typing import Final
 from aiohttp import web
 
 from gateway.config import normalize_origin
-from gateway.team.auth import LOCAL, Identity
+from gateway.team.roles import LOCAL, Identity
 
 __all__ = [
     "CSP",

@@ -52,7 +52,7 @@ from gateway.server.limits import ConnectionGuard, GatewayRunner, handler_args
 from gateway.session import LiveSession
 from gateway.storage.files import FileError, byte_range, strong_etag, upload_mime_type
 from gateway.storage.state_dir import LoadError, StateDir
-from gateway.team import auth, fleet
+from gateway.team import auth, fleet, roles
 from gateway.team.audit import AuditLog
 from gateway.team.notify import Notifier
 from parsers.json_depth import MAX_JSON_DEPTH, too_deep
@@ -73,7 +73,7 @@ AUTH: Final = web.AppKey("auth", auth.Authenticator)
 AUDIT: Final = web.AppKey("audit", AuditLog)
 NOTIFIER: Final = web.AppKey("notifier", Notifier)
 # Who made the request (auth_middleware): an Identity, for every request but the public ones.
-IDENTITY: Final = web.RequestKey("identity", auth.Identity)
+IDENTITY: Final = web.RequestKey("identity", roles.Identity)
 HEARTBEAT: Final = web.AppKey("heartbeat", float)
 HEARTBEAT_SEC: Final = 30.0  # docs/http-api.md: pings, and a peer that stops answering is closed
 WS_ROUTE: Final = "session-ws"
@@ -100,7 +100,7 @@ class TerminatedSession:
 
     def __init__(self, session: LiveSession) -> None:
         self.id = session.id
-        self.owner = session.owner  # who may still see it (gateway/team/auth.py)
+        self.owner = session.owner  # who may still see it (gateway/team/roles.py)
         self.members = dict(session.members)
         self._summary = {**session.to_json(), "state": "TERMINATED", "connections": 0}
 
@@ -160,7 +160,7 @@ def _public(path: str) -> bool:
     return path in ("/healthz", "/readyz", "/", "/ui") or path.startswith("/ui/")
 
 
-def _ticket_identity(request: web.Request) -> auth.Identity | None:
+def _ticket_identity(request: web.Request) -> roles.Identity | None:
     """Whoever asked for the valid one-time ticket on this upgrade of the session it was issued
     for (browser console); the upgrade spends it once it succeeds (``websocket``)."""
     ticket = request.query.get("ticket")
@@ -187,7 +187,7 @@ async def auth_middleware(request: web.Request, handler):
         return await handler(request)
     authenticator = request.app[AUTH]
     credential = _bearer(request)
-    found: auth.Identity | auth.AuthFailure
+    found: roles.Identity | auth.AuthFailure
     if not credential and authenticator.enabled and "ticket" in request.query:
         found = _ticket_identity(request) or auth.AuthFailure("unknown or spent ticket")
     else:
@@ -209,7 +209,7 @@ def _audit(
     request: web.Request,
     action: str,
     session_id: str | None,
-    identity: auth.Identity | None = None,
+    identity: roles.Identity | None = None,
     result: str = "ok",
     detail: dict[str, Any] | None = None,
 ) -> None:
@@ -223,14 +223,14 @@ def _audit(
     )
 
 
-def _caller(request: web.Request) -> auth.Identity:
-    return request.get(IDENTITY) or auth.LOCAL
+def _caller(request: web.Request) -> roles.Identity:
+    return request.get(IDENTITY) or roles.LOCAL
 
 
 def _require(request: web.Request, role: str, action: str, session_id: str | None = None) -> None:
     """403 ``FORBIDDEN`` (audited) unless the caller's own role is at least ``role``."""
     identity = _caller(request)
-    if not auth.at_least(identity.role, role):
+    if not roles.at_least(identity.role, role):
         _forbidden(request, action, session_id, role, identity.role)
 
 
@@ -569,7 +569,7 @@ def _session(request: web.Request) -> LiveSession | TerminatedSession:
 
 
 def _role_on(request: web.Request, session: LiveSession | TerminatedSession) -> str | None:
-    return auth.session_role(_caller(request), session.owner, session.members)
+    return roles.session_role(_caller(request), session.owner, session.members)
 
 
 def _require_on(
@@ -577,7 +577,7 @@ def _require_on(
 ) -> None:
     """403 ``FORBIDDEN`` (audited) unless the caller's role on ``session`` is at least ``role``."""
     has = _role_on(request, session)
-    if not auth.at_least(has, role):
+    if not roles.at_least(has, role):
         _forbidden(request, action, session.id, role, has)
 
 
@@ -639,7 +639,7 @@ async def patch_session(request: web.Request) -> web.Response:
         if _caller(request).user != session.owner:
             _require_on(request, session, "admin", "session.share")
         try:
-            members = auth.check_members(body["members"])
+            members = roles.check_members(body["members"])
         except ValueError as err:
             raise ApiError(400, "INVALID_REQUEST", str(err)) from None
     name = body.get("name")
@@ -782,7 +782,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
             transport=transport,
             drain=request.writer.drain,
             abort=transport.abort,
-            sender=auth.Sender(_caller(request), request.remote),
+            sender=roles.Sender(_caller(request), request.remote),
         )
     close_ready = asyncio.ensure_future(conn.close_ready.wait())
     try:

@@ -65,7 +65,7 @@ from gateway.session.fanout import Connection, Flusher, text_frame
 from gateway.storage import nofollow
 from gateway.storage.files import FileError, FileStore, files_path, store_tool_files
 from gateway.storage.state_dir import COMPACT_SLACK, FORMAT, VERSION, Loaded, SavedSession
-from gateway.team import auth
+from gateway.team import roles
 from gateway.team.audit import cut_input as audit_input
 from parsers import events as ev
 from parsers.base import PromptImage
@@ -106,11 +106,11 @@ class LiveSession:
         self.config = config
         self.metrics = metrics
         self.origin = origin
-        # Who may see and drive the session (gateway/team/auth.py): set by the server when it is created
+        # Who may see and drive the session (gateway/team/roles.py): set by the server when it is created
         # or restored. "local" when the gateway has no credentials configured.
-        self.owner = auth.LOCAL.user
+        self.owner = roles.LOCAL.user
         self.members: dict[str, str] = {}
-        self.senders: dict[str, auth.Sender] = {}  # who is on each connection
+        self.senders: dict[str, roles.Sender] = {}  # who is on each connection
         # The gateway's audit log and webhook notifier (gateway/team/audit.py, gateway/team/notify.py).
         self.audit: Any = None
         self.notifier: Any = None
@@ -292,9 +292,9 @@ class LiveSession:
         session.created_at = record["created_at"]
         # A record written before sessions had owners was the token holder's: user admin.
         owner = record.get("owner")
-        session.owner = owner if isinstance(owner, str) and owner else auth.ADMIN.user
+        session.owner = owner if isinstance(owner, str) and owner else roles.ADMIN.user
         try:
-            session.members = auth.check_members(record.get("members", {}))
+            session.members = roles.check_members(record.get("members", {}))
         except ValueError:
             session.members = {}
         session.files.restore()
@@ -392,7 +392,7 @@ class LiveSession:
         gone = {
             sender.identity.user
             for sender in self.senders.values()
-            if auth.session_role(sender.identity, self.owner, self.members) is None
+            if roles.session_role(sender.identity, self.owner, self.members) is None
         }
         self.close_users(gone, "the session is no longer shared with you")
 
@@ -416,7 +416,7 @@ class LiveSession:
         transport: asyncio.WriteTransport,
         drain: Callable[[], Awaitable[None]],
         abort: Callable[[], None] | None = None,
-        sender: auth.Sender | None = None,
+        sender: roles.Sender | None = None,
     ) -> Connection:
         """A new connection; with ``last_message_id`` a reattach, with ``full_history`` a master
         that has nothing yet and asks for everything buffered (``?history=all``). ``sender``: who
@@ -528,27 +528,27 @@ class LiveSession:
         if sender is None:
             self.perform(self.machine.receive(conn_id, data))
             return
-        audited = self.audit is not None and peek.type in auth.AUDITED
+        audited = self.audit is not None and peek.type in roles.AUDITED
         asked = self._permission_asked(data) if audited else None
         self.perform(self.machine.receive(conn_id, data, user=sender.identity.user))
         if audited:
             self._audit_control(peek.type, sender, asked)
 
-    def _permitted(self, conn_id: str, peek: _Peek, sender: auth.Sender) -> bool:
-        role = auth.session_role(sender.identity, self.owner, self.members)
-        if auth.may_send(role, peek.type):
+    def _permitted(self, conn_id: str, peek: _Peek, sender: roles.Sender) -> bool:
+        role = roles.session_role(sender.identity, self.owner, self.members)
+        if roles.may_send(role, peek.type):
             return True
         mid = peek.message_id if isinstance(peek.message_id, str) else None
         payload = F.SessionError(
             error_code="FORBIDDEN",
-            message=f"{peek.type} needs role {auth.needed(peek.type)} on this session; "
+            message=f"{peek.type} needs role {roles.needed(peek.type)} on this session; "
             f"{sender.identity.user} has {role or 'none'}",
             fatal=False,
         )
         self.perform([sm.Emit(self.machine.factory.frame(payload, parent_id=mid), to=conn_id)])
         if self.audit is not None:
             self.audit.record(
-                auth.AUDITED.get(peek.type, peek.type),
+                roles.AUDITED.get(peek.type, peek.type),
                 sender.identity,
                 peer=sender.peer,
                 session_id=self.id,
@@ -566,7 +566,7 @@ class LiveSession:
         return interaction_id, self.machine.interactions.get(interaction_id)
 
     def _audit_control(
-        self, type_: str, sender: auth.Sender, asked: tuple[str, Any] | None
+        self, type_: str, sender: roles.Sender, asked: tuple[str, Any] | None
     ) -> None:
         detail: dict[str, Any] = {}
         if asked is not None:
@@ -577,7 +577,7 @@ class LiveSession:
                 detail["decision"] = self.machine.last_decision
                 detail["input"] = audit_input(pending.input)
         self.audit.record(
-            auth.AUDITED[type_],
+            roles.AUDITED[type_],
             sender.identity,
             peer=sender.peer,
             session_id=self.id,
