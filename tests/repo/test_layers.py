@@ -246,7 +246,6 @@ PENDING_LARGE = frozenset(
     {
         "gateway.client",
         "gateway.protocol.mapper",
-        "gateway.metrics",
         "gateway.session",
         "gateway.agent.demo",
         "gateway.server",
