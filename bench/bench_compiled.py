@@ -92,7 +92,9 @@ COMPILED = (
     "gateway/session/fanout.py",
     "gateway/storage/files.py",
     "gateway/protocol/history.py",
-    "gateway/metrics/",
+    "gateway/metrics/__init__.py",
+    "gateway/metrics/hot_path.py",
+    "gateway/metrics/labels.py",
     "gateway/session/live.py",
     "gateway/session/agent_link.py",
     "gateway/session/masters.py",
@@ -126,7 +128,7 @@ PATCHES = (
     # call); a native class's methods are read-only, so it stays a Python class with compiled
     # methods.
     (
-        "gateway/metrics/",
+        "gateway/metrics/__init__.py",
         r"\nclass GatewayMetrics:",
         "\nfrom mypy_extensions import mypyc_attr\n\n\n"
         "@mypyc_attr(native_class=False)\nclass GatewayMetrics:",
@@ -159,7 +161,11 @@ PATCHES = (
         "\nfrom mypy_extensions import trait\n\n\n@trait\nclass Masters:",
     ),
     # A Final tuple of floats that the compiled module finds unset when a function reads it.
-    ("gateway/metrics/", r"CONTEXT_BANDS: Final = ", "CONTEXT_BANDS: tuple[float, ...] = "),
+    (
+        "gateway/metrics/labels.py",
+        r"CONTEXT_BANDS: Final = ",
+        "CONTEXT_BANDS: tuple[float, ...] = ",
+    ),
 )
 
 

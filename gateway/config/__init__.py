@@ -1,5 +1,5 @@
 """Configuration: the TOML file of docs/configuration.md, command-line flags, ``RAWP_GATEWAY_*`` variables,
-and the agent profiles (built-in and configured).
+and the agent profiles they configure (built-in ones: gateway/agent/profiles.py).
 
 Theory of operation
 -------------------
@@ -9,18 +9,8 @@ the file; RAWP_GATEWAY_* environment variables override both"). Every error name
 and what was expected; nothing is silently ignored except unknown keys, which are reported back so
 the CLI can warn about typos.
 
-An ``AgentProfile`` says how to run one agent: its parser, argv template (a list, never a shell
-string), extra environment, whether it is a single-turn process and how to resume it, the DPS
-features it supports, and which tools are allowed without asking a master.
-
-Features: a parser declares what its agent supports (``ParserSpec.features``); a profile announces
-exactly that unless its ``features`` table says otherwise, key by key (``plan_mode = false``
-narrows, ``file_reference = true`` widens, the other keys keep the parser's). A profile that
-replaces a built-in without changing the parser keeps the built-in's features as the base.
-
-Resuming (a single-turn agent's next prompt, with the session id the agent reported): either
-``resume_flag`` (``--resume {session_id}``) is appended to ``command``, or, when the CLI resumes
-through a subcommand that must come before the prompt, ``resume_command`` replaces ``command``.
+The sections have rooms of their own: ``[agents.NAME]`` in agents.py, ``[auth]`` in auth.py,
+``[notify]`` in notify.py; this module holds ``Config``, ``[server]``, ``[fleet]`` and the layering.
 """
 
 from __future__ import annotations
@@ -29,25 +19,42 @@ import ipaddress
 import math
 import os
 import re
-import shlex
 import socket
-import sys
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
-import msgspec
-
-from gateway.agent.demo import ALL_TOOLS as DEMO_TOOLS
-from gateway.protocol.frames import Features
+from gateway.agent.profiles import (
+    MAX_ARGV_PROMPT_BYTES,
+    AgentProfile,
+    builtin_profiles,
+    command_for,
+    parser_features,
+    prompt_on_stdin,
+    template_args,
+)
+from gateway.config.agents import parse_profile
+from gateway.config.auth import AuthConfigError, AuthSettings, parse_auth
+from gateway.config.checks import ConfigError, check_type
+from gateway.config.notify import NotifyConfigError, Webhook, parse_webhooks
 from gateway.protocol.history import POLICIES
-from gateway.team.auth import AuthConfigError, AuthSettings, parse_auth
-from gateway.team.notify import NotifyConfigError, Webhook, parse_webhooks
-from parsers.base import get as get_parser
 
-__all__ = ["AgentProfile", "Config", "ConfigError", "builtin_profiles", "load_config"]
+# The profile names are gateway/agent/profiles.py's, re-exported: a Config holds profiles, and
+# whoever builds one names them with it.
+__all__ = [
+    "MAX_ARGV_PROMPT_BYTES",
+    "AgentProfile",
+    "Config",
+    "ConfigError",
+    "builtin_profiles",
+    "command_for",
+    "load_config",
+    "parser_features",
+    "prompt_on_stdin",
+    "template_args",
+]
 
 DEFAULT_PORT: Final = 8765
 DEFAULT_MAX_FRAME_SIZE: Final = 1024 * 1024
@@ -62,277 +69,6 @@ MAX_PEER_CHARS: Final = 256
 _POD_NAME: Final = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _ROUTE_PREFIX: Final = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 _DNS_PEERS: Final = re.compile(r"dns:([A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):([0-9]{1,5})")
-DEFAULT_STALL_WARNING_SEC: Final = 300.0
-DEFAULT_STALL_TIMEOUT_SEC: Final = 1800.0
-MAX_STALL_SEC: Final = 86400.0
-# A prompt longer than this (UTF-8 bytes) never goes in argv: Linux refuses one argument over
-# 128 KiB (E2BIG) and all of argv and the environment over ARG_MAX. It goes to the CLI's stdin where
-# the profile says how (``stdin_prompt_arg``); elsewhere it is refused.
-MAX_ARGV_PROMPT_BYTES: Final = 100 * 1024
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing or wrong; the message says where and what."""
-
-
-@dataclass(frozen=True)
-class AgentProfile:
-    name: str
-    parser: str
-    command: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
-    single_turn_process: bool = False
-    resume_flag: str | None = None
-    # Replaces ``command`` when resuming, for CLIs whose resume is a subcommand before the prompt
-    # (``codex exec resume <id> <prompt>``): ``{session_id}`` is the agent's session id.
-    resume_command: tuple[str, ...] | None = None
-    mode_flag: str | None = None  # e.g. "--permission-mode {mode}", used when (re)spawning
-    # How a single-turn CLI is given an image with its prompt: "--image {path}", once per image
-    # (Codex). Without it (and without a stdin input that takes images), images are uploads like
-    # any other file: written into the workspace and named in the prompt.
-    image_flag: str | None = None
-    override_flags: Mapping[str, str] = field(
-        default_factory=dict
-    )  # allowed_tools → "--allowedTools"
-    features: Features = field(default_factory=Features)
-    # The agent's tools before it reports them: the first tool.catalog.publish (the parser's
-    # ``ParserSpec.tools`` unless a built-in profile knows its flags change them).
-    tools: tuple[str, ...] = ()
-    auto_allow: frozenset[str] = frozenset()
-    permission_timeout_sec: float = 60.0
-    # For a prompt too long for argv (MAX_ARGV_PROMPT_BYTES): what replaces the argument holding
-    # ``{prompt}`` ("" drops it) while the prompt is written to stdin. None: refused.
-    stdin_prompt_arg: str | None = None
-    # The stall watchdog (0: off): silence in a turn after which masters are warned, and after
-    # which the turn ends with error and the agent is restarted. Long enough for a silent tool.
-    stall_warning_sec: float = DEFAULT_STALL_WARNING_SEC
-    stall_timeout_sec: float = DEFAULT_STALL_TIMEOUT_SEC
-    description: str = ""
-    # Whether the agent's own saved conversations are listed and resumed (gateway/agent/conversations/),
-    # where its parser can read them: off for a program that speaks another agent's format.
-    conversations: bool = True
-
-    @property
-    def prompt_in_argv(self) -> bool:
-        """The prompt goes on the command line (``{prompt}`` in ``command``), not on stdin."""
-        return any("{prompt}" in arg for arg in self.command)
-
-    def public(self, features: Features | None = None) -> dict[str, Any]:
-        """What ``GET /v1/agents`` shows (docs/http-api.md); ``features``: what the agent
-        itself declared, when it did (ACP), instead of the profile's."""
-        shown = msgspec.to_builtins(
-            msgspec.structs.replace(features or self.features, adapter_type="process")
-        )
-        return {
-            "name": self.name,
-            "adapter_type": "process",
-            "single_turn_process": self.single_turn_process,
-            "resume_flag": self.resume_flag,
-            "resume_command": list(self.resume_command) if self.resume_command else None,
-            "features": shown,
-            "parser": self.parser,
-            "description": self.description,
-            # GET /v1/agents/{agent}/conversations answers for it (gateway/agent/conversations/)
-            "conversations": self.conversations
-            and (self.parser == "acp" or get_parser(self.parser).saved is not None),
-        }
-
-
-_FEATURE_NAMES: Final = frozenset(Features.__struct_fields__) - {"adapter_type"}
-
-
-def parser_features(parser: str) -> Features:
-    """The DPS features the agent behind ``parser`` supports (its ``ParserSpec.features``), on;
-    KeyError when no parser has that name, ValueError when it declares a name DPS does not have."""
-    declared = get_parser(parser).features
-    unknown = sorted(set(declared) - _FEATURE_NAMES)
-    if unknown:
-        raise ValueError(f"parser {parser!r} declares unknown features {', '.join(unknown)}")
-    # Any, not bool: mypy cannot see that adapter_type (not a bool) is not among the names, which
-    # were checked against _FEATURE_NAMES above.
-    on: dict[str, Any] = dict.fromkeys(declared, True)
-    return Features(**on)
-
-
-_READ_ONLY_TOOLS = frozenset({"Read", "Glob", "Grep", "LS", "NotebookRead", "TodoWrite"})
-_CLAUDE_OVERRIDES = {
-    "allowed_tools": "--allowedTools",
-    "denied_tools": "--disallowedTools",
-    "max_turns": "--max-turns",
-}
-
-
-# The workspace-write sandbox lets the agent edit the workspace it runs in (the default read-only one
-# refuses every write); `exec` never asks for approval. `exec resume` has no --sandbox option, so
-# the config override, which both take, says it.
-_CODEX_FLAGS = ("--json", "--skip-git-repo-check", "-c", "sandbox_mode=workspace-write")
-
-
-def builtin_profiles(
-    claude: str = "claude",
-    *,
-    codex: str = "codex",
-    gemini: str = "gemini",
-    claude_acp: str = "claude-agent-acp",
-    codex_acp: str = "codex-acp",
-) -> dict[str, AgentProfile]:
-    """The profiles every gateway has; a configured profile of the same name replaces one."""
-    stream = ("--output-format", "stream-json", "--verbose")
-    claude_features = parser_features("claude-code")
-    claude_tools = get_parser("claude-code").tools
-    # With the prompt in argv and no permission prompt tool, 2.1.328 offers no AskUserQuestion,
-    # EnterPlanMode or ExitPlanMode.
-    oneshot_tools = tuple(
-        t for t in claude_tools if t not in {"AskUserQuestion", "EnterPlanMode", "ExitPlanMode"}
-    )
-    return {
-        "claude-code": AgentProfile(
-            name="claude-code",
-            parser="claude-code",
-            command=(
-                claude,
-                "-p",
-                "--input-format",
-                "stream-json",
-                *stream,
-                "--include-partial-messages",
-                "--permission-prompt-tool",
-                "stdio",
-            ),
-            resume_flag="--resume {session_id}",
-            mode_flag="--permission-mode {mode}",
-            features=claude_features,
-            tools=claude_tools,
-            auto_allow=_READ_ONLY_TOOLS,
-            description="Claude Code, one long-lived process per session, prompts on stdin",
-        ),
-        "claude-code-oneshot": AgentProfile(
-            name="claude-code-oneshot",
-            parser="claude-code",
-            # "--": a prompt that starts with "-" (a Markdown list) is still the prompt.
-            command=(claude, "-p", *stream, "--", "{prompt}"),
-            single_turn_process=True,
-            stdin_prompt_arg="",  # -p without a prompt reads it from stdin
-            resume_flag="--resume {session_id}",
-            mode_flag="--permission-mode {mode}",
-            override_flags=_CLAUDE_OVERRIDES,
-            # No permission prompts without a stdin stream: tools needing approval are refused
-            # by the CLI itself, and seen by masters as error results.
-            features=claude_features,
-            tools=oneshot_tools,
-            description="Claude Code, one process per prompt, resumed with --resume",
-        ),
-        "demo": AgentProfile(
-            name="demo",
-            parser="claude-code",
-            command=(
-                sys.executable,
-                "-m",
-                "gateway.demo_agent",
-                "--permission-prompt-tool",
-                "stdio",
-                "--include-partial-messages",
-            ),
-            # Resumed as Claude Code is, so a session restored after a restart keeps its agent's
-            # session id (docs/persistence.md).
-            resume_flag="--resume {session_id}",
-            # The demo agent speaks Claude Code's stream-json but runs no subagents.
-            features=msgspec.structs.replace(claude_features, subagent=None, subagent_context=None),
-            tools=DEMO_TOOLS,
-            auto_allow=frozenset({"Read", "Glob", "Grep"}),
-            conversations=False,  # it keeps none: Claude Code's store is not its own
-            description="The embedded demo agent (speaks Claude Code's stream-json; no network)",
-        ),
-        "codex": AgentProfile(
-            name="codex",
-            parser="codex",
-            # "--": a prompt that starts with "-" is still the prompt, not an option.
-            command=(codex, "exec", *_CODEX_FLAGS, "--", "{prompt}"),
-            single_turn_process=True,
-            stdin_prompt_arg="-",  # exec (and exec resume) read the prompt from stdin
-            # `resume` is a subcommand taking the thread id before the prompt: a flag appended
-            # after the prompt cannot say it, so the whole argv is replaced when resuming.
-            resume_command=(
-                codex,
-                "exec",
-                "resume",
-                *_CODEX_FLAGS,
-                "--",
-                "{session_id}",
-                "{prompt}",
-            ),
-            image_flag="--image {path}",  # exec and exec resume both take it
-            features=parser_features("codex"),
-            description="Codex CLI (codex exec --json), one process per prompt, resumed by thread",
-        ),
-        "gemini": AgentProfile(
-            name="gemini",
-            parser="gemini",
-            # yolo: headless mode cannot ask for approval, and without it the shell and write
-            # tools are not even offered to the model. --skip-trust: the workspace is the one the
-            # gateway was told to use (without it an untrusted folder exits 55 with no output).
-            command=(
-                gemini,
-                "--output-format",
-                "stream-json",
-                "--approval-mode",
-                "yolo",
-                "--skip-trust",
-                # One argument: "-p VALUE" would read a prompt starting with "-" as an option.
-                "--prompt={prompt}",
-            ),
-            single_turn_process=True,
-            resume_flag="--resume {session_id}",
-            stdin_prompt_arg="",  # without --prompt, a piped stdin is the prompt
-            features=parser_features("gemini"),
-            description="Gemini CLI (gemini --prompt, stream-json), one process per prompt, --resume",
-        ),
-        **acp_profiles(gemini=gemini, claude_acp=claude_acp, codex_acp=codex_acp),
-        "plain": AgentProfile(
-            name="plain",
-            parser="plain",
-            # An example of wrapping any line-oriented program: each stdout line becomes text.
-            # Python prints the prompt back, so the profile works wherever the gateway runs;
-            # replace the command with the program to wrap ({prompt} is one argument, no shell).
-            command=(sys.executable, "-c", "import sys; print(sys.argv[1])", "{prompt}"),
-            single_turn_process=True,
-            features=parser_features("plain"),
-            description="Any line-oriented program: stdout lines become text (example: echo)",
-        ),
-    }
-
-
-def acp_profiles(*, gemini: str, claude_acp: str, codex_acp: str) -> dict[str, AgentProfile]:
-    """The built-in Agent Client Protocol agents (parser ``acp``): one long-lived process per
-    session, prompts as ``session/prompt``. What each agent declares when it starts (its modes,
-    image prompts, loadSession) narrows these features at run time."""
-    acp = parser_features("acp")
-    no_plan = msgspec.structs.replace(acp, plan_mode=None)
-    return {
-        "gemini-acp": AgentProfile(
-            name="gemini-acp",
-            parser="acp",
-            # Tested with @google/gemini-cli 0.61.0. --skip-trust: the workspace is the one the
-            # gateway was told to use; in a folder it does not trust, "allow always" fails the tool.
-            command=(gemini, "--acp", "--skip-trust"),
-            features=acp,  # modes default, autoEdit, yolo, plan
-            description="Gemini CLI through ACP (gemini --acp, tested with 0.61.0)",
-        ),
-        "claude-acp": AgentProfile(
-            name="claude-acp",
-            parser="acp",
-            command=(claude_acp,),
-            features=acp,  # modes default, acceptEdits, plan, ...
-            description="Claude Code through ACP (@zed-industries/claude-agent-acp 0.23.1)",
-        ),
-        "codex-acp": AgentProfile(
-            name="codex-acp",
-            parser="acp",
-            command=(codex_acp,),
-            features=no_plan,  # modes read-only, auto, full-access: none plans
-            description="Codex through ACP (@zed-industries/codex-acp 0.16.0)",
-        ),
-    }
 
 
 @dataclass(frozen=True)
@@ -374,7 +110,7 @@ class Config:
     trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     fleet_peers: tuple[str, ...] = ()
     agents: Mapping[str, AgentProfile] = field(default_factory=builtin_profiles)
-    # Identities, the audit log (gateway/team/auth.py, gateway/team/audit.py) and webhooks (gateway/team/notify.py).
+    # Identities, the audit log (gateway/config/auth.py) and webhooks (gateway/config/notify.py).
     auth: AuthSettings = field(default_factory=AuthSettings)
     webhooks: tuple[Webhook, ...] = ()
     # Where people reach the gateway (https://host[:port][/prefix]): links in notifications.
@@ -432,123 +168,6 @@ _ENV: Final = {
 }
 
 
-def _check(where: str, key: str, value: Any, expected: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, expected):
-        names = (
-            expected.__name__
-            if isinstance(expected, type)
-            else " or ".join(t.__name__ for t in expected)
-        )
-        raise ConfigError(f"{where}: {key} must be {names}, got {value!r}")
-    return value
-
-
-def _profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, where: str):
-    known = {
-        "parser", "command", "resume_command", "env", "single_turn_process", "resume_flag",
-        "mode_flag", "image_flag",
-        "override_flags", "features", "auto_allow", "permission_timeout_sec", "description",
-        "stall_warning_sec", "stall_timeout_sec", "stdin_prompt_arg", "conversations",
-    }  # fmt: skip
-    unknown = sorted(set(table) - known)
-    where = f"{where} [agents.{name}]"
-    changes: dict[str, Any] = {}
-    if "parser" in table:
-        changes["parser"] = _check(where, "parser", table["parser"], str)
-    for key in ("command", "resume_command"):
-        if key in table:
-            command = table[key]
-            if (
-                not isinstance(command, list)
-                or not command
-                or not all(isinstance(a, str) for a in command)
-            ):
-                raise ConfigError(f"{where}: {key} must be a non-empty list of strings (no shell)")
-            changes[key] = tuple(command)
-    if "env" in table:
-        env = table["env"]
-        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-            raise ConfigError(f"{where}: env must be a table of strings")
-        changes["env"] = dict(env)
-    for key in ("single_turn_process", "conversations"):
-        if key in table:
-            if not isinstance(table[key], bool):
-                raise ConfigError(f"{where}: {key} must be true or false")
-            changes[key] = table[key]
-    for key in ("resume_flag", "mode_flag", "image_flag", "description", "stdin_prompt_arg"):
-        if key in table:
-            changes[key] = _check(where, key, table[key], str)
-    if "override_flags" in table:
-        flags = table["override_flags"]
-        if not isinstance(flags, dict) or not all(isinstance(v, str) for v in flags.values()):
-            raise ConfigError(f"{where}: override_flags must be a table of strings")
-        changes["override_flags"] = dict(flags)
-    parser = changes.get("parser", base.parser if base is not None else None)
-    features = base.features if base is not None else Features()
-    if parser is not None and (base is None or parser != base.parser):
-        try:  # a new parser: the features and tools of its agent
-            features = parser_features(parser)
-            changes["tools"] = get_parser(parser).tools
-        except (KeyError, ValueError) as err:
-            raise ConfigError(f"{where}: {err.args[0]}") from None
-    if "features" in table:
-        features = _override_features(features, table["features"], where)
-    changes["features"] = features
-    if "auto_allow" in table:
-        allow = table["auto_allow"]
-        if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
-            raise ConfigError(f"{where}: auto_allow must be a list of tool names")
-        changes["auto_allow"] = frozenset(allow)
-    if "permission_timeout_sec" in table:
-        timeout = float(
-            _check(where, "permission_timeout_sec", table["permission_timeout_sec"], (int, float))
-        )
-        if not 0 < timeout < math.inf:  # TOML has nan and inf
-            raise ConfigError(f"{where}: permission_timeout_sec must be a finite number > 0")
-        changes["permission_timeout_sec"] = timeout
-    for key in ("stall_warning_sec", "stall_timeout_sec"):
-        if key in table:
-            value = float(_check(where, key, table[key], (int, float)))
-            if not 0 <= value <= MAX_STALL_SEC:
-                raise ConfigError(
-                    f"{where}: {key} must be 0 (off) to {MAX_STALL_SEC:g}, got {value}"
-                )
-            changes[key] = value
-    if base is not None:
-        return _conversing_checked(replace(base, **changes), where), unknown
-    for required in ("parser", "command"):
-        if required not in changes:
-            raise ConfigError(f"{where}: a new profile needs {required}")
-    return _conversing_checked(AgentProfile(name=name, **changes), where), unknown
-
-
-def _conversing_checked(profile: AgentProfile, where: str) -> AgentProfile:
-    """An agent the gateway converses with (ACP) is one long-lived process that takes its
-    prompts in the conversation: a ``{prompt}`` or a process per prompt cannot work."""
-    if get_parser(profile.parser).converses and (
-        profile.prompt_in_argv or profile.single_turn_process
-    ):
-        raise ConfigError(
-            f"{where}: parser {profile.parser!r} sends prompts as session/prompt: its command "
-            "takes no {prompt} and single_turn_process must be false"
-        )
-    return profile
-
-
-def _override_features(base: Features, table: Any, where: str) -> Features:
-    """``base`` with the keys ``table`` names set as it says (true, false); the rest kept."""
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where}: features must be a table of true/false")
-    unknown = sorted(set(table) - _FEATURE_NAMES)
-    if unknown:
-        known = ", ".join(sorted(_FEATURE_NAMES))
-        raise ConfigError(f"{where}: features: unknown {', '.join(unknown)} (known: {known})")
-    for key, value in table.items():
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: features: {key} must be true or false, got {value!r}")
-    return msgspec.structs.replace(base, **table)
-
-
 def load_config(
     path: str | os.PathLike[str] | None = None,
     flags: Mapping[str, Any] | None = None,
@@ -578,16 +197,16 @@ def load_config(
             if key not in _SERVER_KEYS:
                 warnings.append(f"{where}: unknown key [server] {key}")
                 continue
-            settings[key] = _check(f"{where} [server]", key, value, _SERVER_KEYS[key])
+            settings[key] = check_type(f"{where} [server]", key, value, _SERVER_KEYS[key])
         for key, value in fleet.items():
             if key not in _FLEET_KEYS:
                 warnings.append(f"{where}: unknown key [fleet] {key}")
                 continue
-            settings[f"fleet_{key}"] = _check(f"{where} [fleet]", key, value, _FLEET_KEYS[key])
+            settings[f"fleet_{key}"] = check_type(f"{where} [fleet]", key, value, _FLEET_KEYS[key])
         for name, table in agent_tables.items():
             if not isinstance(table, dict):
                 raise ConfigError(f"{where}: [agents.{name}] must be a table")
-            profile, unknown = _profile(name, table, agents.get(name), where)
+            profile, unknown = parse_profile(name, table, agents.get(name), where)
             agents[name] = profile
             warnings += [f"{where}: unknown key [agents.{name}] {k}" for k in unknown]
         try:
@@ -807,55 +426,3 @@ def read_token_file(path: str | os.PathLike[str]) -> str:
     if not token:
         raise ConfigError(f"token file {path} is empty")
     return token
-
-
-def prompt_on_stdin(profile: AgentProfile, prompt: str | None) -> bool:
-    """True when this prompt of an argv profile is too long for argv and the profile can give it
-    to the CLI on stdin instead."""
-    return (
-        prompt is not None
-        and profile.prompt_in_argv
-        and profile.stdin_prompt_arg is not None
-        and len(prompt.encode()) > MAX_ARGV_PROMPT_BYTES
-    )
-
-
-def command_for(
-    profile: AgentProfile,
-    *,
-    prompt: str | None,
-    workspace: str,
-    resume_id: str | None = None,
-    on_stdin: bool = False,
-) -> list[str]:
-    """argv from the profile's template: ``{prompt}`` as one argument (or inside one, as in
-    ``--prompt={prompt}``), ``{workspace}`` replaced.
-
-    With ``resume_id`` and a ``resume_command``, that template is used instead, its
-    ``{session_id}`` argument being the id (``resume_flag`` is the caller's to append otherwise).
-    ``on_stdin``: the prompt goes to stdin; the argument holding it becomes ``stdin_prompt_arg``
-    (none when that is empty).
-    """
-    template = profile.command
-    if resume_id is not None and profile.resume_command:
-        template = profile.resume_command
-    argv: list[str] = []
-    for arg in template:
-        if on_stdin and "{prompt}" in arg:
-            if profile.stdin_prompt_arg:
-                argv.append(profile.stdin_prompt_arg)
-        elif arg == "{prompt}":
-            argv.append(prompt or "")
-        elif "{prompt}" in arg:  # e.g. "--prompt={prompt}": still exactly one argument
-            argv.append(arg.replace("{prompt}", prompt or ""))
-        elif arg == "{session_id}" and resume_id is not None:
-            argv.append(resume_id)  # whole arguments only, like {prompt}: never split or joined
-        else:
-            argv.append(arg.replace("{workspace}", workspace))
-    return argv
-
-
-def template_args(template: str, **values: str) -> list[str]:
-    """A flag template such as ``--resume {session_id}``, split on spaces, then filled: a value
-    never becomes more than one argument."""
-    return [part.format(**values) for part in shlex.split(template)]

@@ -19,7 +19,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Final
 
-from gateway.team.auth import LOCAL, Identity
+from gateway.team.roles import LOCAL, Identity
 
 __all__ = ["MAX_TICKETS", "MAX_TICKETS_PER_OWNER", "TICKET_TTL_S", "TicketStore"]
 

@@ -36,18 +36,17 @@ each keeps at most 32 values (then `other`): the model as the agent names it, an
 owner. No session id, invocation id or other free text ever becomes a label value.
 
 Every metric is listed, with its labels and meaning, in `deploy/README.md` ("Metrics").
+
+The rooms: `GatewayMetrics` here (every instrument, the hot-path methods kept on it so a call is
+one attribute hop), the hot path's plain-int instruments and their collector in `hot_path.py`,
+the buckets and label value sets in `labels.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import time
-from array import array
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Iterator
-from functools import partial
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from prometheus_client import (
@@ -60,394 +59,61 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.utils import floatToGoString
 
-from gateway.protocol.frames import PAYLOAD_CLASSES, VENDOR_PREFIX
-from gateway.protocol.tools import BUILTIN_TOOLS
+from gateway.metrics.hot_path import (
+    AgentLineMetrics,
+    HotPathCollector,
+    NsHistogram,
+    Tally,
+    clock_ns,
+)
+from gateway.metrics.labels import (
+    AGENT_LINE_KIND_LIMIT,
+    COMPACTION_TRIGGERS,
+    CONNECTION_ROLES,
+    CONTEXT_BANDS,
+    DEFAULT_AGENTS,
+    EXIT_CLASSES,
+    FRAME_TYPES,
+    FROM_MASTER,
+    INTERACTION_OUTCOMES,
+    INTERACTION_TYPES,
+    LABEL_VALUE_MAX,
+    LATENCY_BUCKETS,
+    MODEL_LABEL_LIMIT,
+    NOTIFY_EVENTS,
+    OTHER,
+    PREFIX,
+    RESTORE_FAILURES,
+    SESSION_STATES,
+    STOP_REASONS,
+    TO_MASTER,
+    TOKEN_KINDS,
+    TOOL_STATUSES,
+    TURN_BUCKETS,
+    USER_LABEL_LIMIT,
+    CappedLabel,
+    bounded,
+    context_band,
+    frame_type_label,
+    tool_label,
+)
 from gateway.protocol.usage import Counted
 
+# The names tests, benches and docs name through the package.
 __all__ = [
     "AGENT_LINE_KIND_LIMIT",
     "FRAME_TYPES",
+    "LABEL_VALUE_MAX",
     "LATENCY_BUCKETS",
+    "MODEL_LABEL_LIMIT",
+    "USER_LABEL_LIMIT",
     "AgentLineMetrics",
     "GatewayMetrics",
+    "clock_ns",
     "frame_type_label",
     "tool_label",
 ]
-
-PREFIX: Final = "rawp_gateway_"
-
-# The clock every hot-path duration is measured with, in integer nanoseconds: the one
-# gateway.agent.process stamps each stdout line with (`StdoutLine.t_ns`), so the server subtracts that
-# stamp from a fresh reading when the frame is written. Integers all the way: no float conversion on
-# the hot path; the histograms convert to seconds at scrape time.
-clock_ns: Final = time.perf_counter_ns
-
-# 50 µs to 5 s, roughly 1-2.5-5 per decade: fine enough to tell a healthy sub-millisecond hop from a
-# slow consumer, and only 16 buckets so the exposition stays small.
-LATENCY_BUCKETS: Final[tuple[float, ...]] = (
-    0.00005,
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-)
-
-# A turn lasts from a second (a short answer) to tens of minutes (a long refactor).
-TURN_BUCKETS: Final[tuple[float, ...]] = (
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    120.0,
-    300.0,
-    600.0,
-    1800.0,
-    3600.0,
-)
-
-TO_MASTER: Final = "to_master"
-FROM_MASTER: Final = "from_master"
-
-# DPS 1.0.1 appendix B: every frame type. Any of them may travel either way as far as counting
-# goes: masters' control.* frames are relayed to the other masters (DPS 2.4), and a master may send
-# a type meant for the other direction (counted, then refused), so each type is counted under
-# both directions.
-FRAME_TYPES: Final[tuple[str, ...]] = (
-    "agent.text.delta",
-    "agent.text.done",
-    "agent.thinking.delta",
-    "agent.thinking.done",
-    "agent.interaction.request",
-    "agent.error",
-    "agent.file.transfer",
-    "agent.state.changed",
-    "agent.commands.publish",
-    "agent.subagent.started",
-    "agent.subagent.ended",
-    "tool.invoke.request",
-    "tool.invoke.result",
-    "tool.invoke.stream",
-    "tool.catalog.publish",
-    "control.prompt.request",
-    "control.prompt.cancel",
-    "control.interaction.response",
-    "control.interaction.timeout",
-    "control.session.compact",
-    "control.mode.switch",
-    "control.file.search",
-    "control.file.search.cancel",
-    "session.history",
-    "session.compacted",
-    "session.usage",
-    "session.error",
-    "session.turn.start",
-    "session.turn.end",
-    "session.capabilities",
-    "session.file.candidates",
-    "session.renamed",
-    "session.deleted",
-    # The gateway's own extension events (DPS 3.1.1, `x-rawp-gateway.*`, e.g. an agent line
-    # passed through raw): a fixed set defined in code, so they get their own label values.
-    *sorted(t for t in PAYLOAD_CLASSES if t.startswith(VENDOR_PREFIX)),
-)
-OTHER: Final = "other"
-
-SESSION_STATES: Final = ("IDLE", "RUNNING", "DETACHED", "TERMINATED")
-CONNECTION_ROLES: Final = ("master", "local_ui")
-STOP_REASONS: Final = (
-    "end_turn",
-    "max_tokens",
-    "cancelled",
-    "error",
-    "tool_use",
-    "awaiting_input",
-    "disconnected",
-)
-TOOL_STATUSES: Final = ("success", "error", "timeout", "cancelled")
-INTERACTION_TYPES: Final = ("YN", "SELECT", "MULTI_SELECT", "TEXT_INPUT", "PERMISSION")
-# allowed/denied answer a PERMISSION; answered is any other type's reply; timed_out when nobody
-# answered in time; cancelled when the turn or session ended with the question still open.
-INTERACTION_OUTCOMES: Final = ("allowed", "denied", "answered", "timed_out", "cancelled")
-EXIT_CLASSES: Final = ("ok", "error", "signal")
-RESTORE_FAILURES: Final = ("unreadable", "corrupt", "version", "agent", "workspace")
-NOTIFY_EVENTS: Final = (
-    "permission.pending",
-    "turn.ended",
-    "agent.error",
-    "session.stalled",
-    "session.ended",
-)
-DEFAULT_AGENTS: Final = ("claude-code", "codex", "gemini")
-
-# Usage and cost: `model` is the agent's own name for it and `user` the session's owner, both free
-# text, so each takes at most this many distinct values per gateway (then `other`), none longer
-# than LABEL_VALUE_MAX characters (a longer one is `other` too); UNKNOWN when not told.
-MODEL_LABEL_LIMIT: Final = 32
-USER_LABEL_LIMIT: Final = 32
-LABEL_VALUE_MAX: Final = 128
-UNKNOWN: Final = "unknown"
-TOKEN_KINDS: Final = ("input", "output", "cache_read", "cache_write")
-COMPACTION_TRIGGERS: Final = ("auto", "manual", "requested")
-# The latest context fill of live sessions, in bands (a label value each): the lower bound of the
-# band, so a session at 0.83 is in band "0.8". 0.8 and 0.95 are DPS §7.3's "should" and "must"
-# compact thresholds.
-CONTEXT_BANDS: Final = (0.0, 0.5, 0.8, 0.95)
-
-# Tool names of the three agents' built-in catalogs (one catalog: gateway/protocol/tools.py). Anything
-# else is a user's MCP server or plug-in and must not mint a new label value.
-KNOWN_TOOLS: Final = frozenset(BUILTIN_TOOLS)
-
-# A parser reports a kind per line (e.g. "stream_event", "system/init"); a misbehaving parser or
-# agent must not be able to grow the series count without bound.
-AGENT_LINE_KIND_LIMIT: Final = 64
-KIND_INVALID: Final = "invalid"  # the line was not valid JSON
-KIND_UNKNOWN: Final = "unknown"  # valid JSON of a kind the parser does not know
-
-
-def frame_type_label(type_: str) -> str:
-    """The `type` label value for a frame type: the DPS type itself, or `other`."""
-    return type_ if type_ in FRAME_TYPES else OTHER
-
-
-def tool_label(name: str) -> str:
-    """The `tool` label value: a known catalog name, `mcp` for any MCP tool, else `other`."""
-    if name in KNOWN_TOOLS:
-        return name
-    # Claude Code and Codex name MCP tools mcp__<server>__<tool>, Gemini mcp_<server>_<tool>.
-    if name.startswith("mcp_"):
-        return "mcp"
-    return OTHER
-
-
-def _bounded(value: str, allowed: Iterable[str]) -> str:
-    return value if value in allowed else OTHER
-
-
-def _context_band(fill: float) -> float:
-    """The band of a context fill (0.0-1.0): its lower bound, the `band` label value."""
-    return CONTEXT_BANDS[max(bisect_right(CONTEXT_BANDS, fill) - 1, 0)]
-
-
-class _CappedLabel:
-    """Free-text label values (a model name, a user name), at most `limit` distinct ones, then
-    `other`; UNKNOWN for a missing value."""
-
-    __slots__ = ("limit", "seen")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.seen: set[str] = set()
-
-    def __call__(self, value: str | None) -> str:
-        if not value:
-            return UNKNOWN
-        if value in self.seen:
-            return value
-        if len(self.seen) >= self.limit or len(value) > LABEL_VALUE_MAX or value == OTHER:
-            return OTHER
-        self.seen.add(value)
-        return value
-
-
-class _Tally:
-    """A frame count and byte count for one (type, direction)."""
-
-    __slots__ = ("frames", "nbytes")
-
-    def __init__(self) -> None:
-        self.frames = 0
-        self.nbytes = 0
-
-
-class _Histogram:
-    """A histogram for the event-loop thread, in integer nanoseconds, exported in seconds.
-
-    `observe` is the bound `append` of an `array('q')`: a call into C, with no Python frame, which
-    is the whole of its hot-path cost. `fold()` later sorts the pending observations into bucket
-    counts and the sum, also in C (`Counter(map(partial(bisect_left, bounds), pending))`).
-    """
-
-    __slots__ = ("_bucket_of", "bounds", "counts", "le", "observe", "pending", "sum")
-
-    def __init__(self, bounds_seconds: tuple[float, ...]) -> None:
-        self.bounds = tuple(round(b * 1e9) for b in bounds_seconds)
-        self.le = [floatToGoString(b) for b in bounds_seconds]
-        self.counts = [0] * (len(bounds_seconds) + 1)  # the last one is +Inf
-        self.sum = 0
-        self.pending = array("q")
-        self.observe = self.pending.append
-        # bisect_left finds the first bound >= ns, i.e. the smallest `le` bucket ns falls in.
-        self._bucket_of = partial(bisect_left, self.bounds)
-
-    def fold(self) -> None:
-        pending = self.pending
-        if not pending:
-            return
-        counts = self.counts
-        for i, n in collections.Counter(map(self._bucket_of, pending)).items():
-            counts[i] += n
-        self.sum += sum(pending)
-        del pending[:]  # in place: `observe` stays bound to this array
-
-    def buckets(self) -> list[tuple[str, float]]:
-        out: list[tuple[str, float]] = []
-        total = 0
-        for le, count in zip(self.le, self.counts, strict=False):
-            total += count
-            out.append((le, total))
-        total += self.counts[-1]
-        out.append(("+Inf", total))
-        return out
-
-    def sum_seconds(self) -> float:
-        return self.sum / 1e9
-
-
-class AgentLineMetrics:
-    """Hot-path counters for one agent's stdout: get one from `GatewayMetrics.agent_lines(agent)`
-    when a session starts, then call `line(kind, parse_ns)` for every line that session's process
-    prints (or `parse_error()` / `unknown_kind()` for a line that was not JSON / of an unknown
-    kind). `line` only appends to a list and an array, in C; the kind limit is applied when
-    folding.
-    """
-
-    __slots__ = ("_append_kind", "_append_parse", "_pending_kinds", "agent", "kinds", "parse")
-
-    def __init__(self, agent: str) -> None:
-        self.agent = agent
-        self.kinds: dict[str, int] = {KIND_INVALID: 0, KIND_UNKNOWN: 0}
-        self._pending_kinds: list[str] = []
-        self._append_kind = self._pending_kinds.append
-        self.parse = _Histogram(LATENCY_BUCKETS)
-        self._append_parse = self.parse.observe
-
-    def line(self, kind: str, parse_ns: int) -> None:
-        """A line the parser understood: its `kind` (e.g. "stream_event", "system/init") and the
-        nanoseconds parse + map took for it."""
-        self._append_kind(kind)
-        self._append_parse(parse_ns)
-
-    def parse_error(self) -> None:
-        """A line that was not valid JSON (counted as kind `invalid`)."""
-        self.kinds[KIND_INVALID] += 1
-
-    def unknown_kind(self) -> None:
-        """A JSON line of a kind the parser does not know, skipped (counted as kind `unknown`)."""
-        self.kinds[KIND_UNKNOWN] += 1
-
-    def fold(self) -> None:
-        pending = self._pending_kinds
-        if pending:
-            kinds = self.kinds
-            for kind, n in collections.Counter(pending).items():
-                if kind not in kinds and len(kinds) >= AGENT_LINE_KIND_LIMIT:
-                    kind = OTHER
-                kinds[kind] = kinds.get(kind, 0) + n
-            del pending[:]  # in place: `kind` stays bound to this list
-        self.parse.fold()
-
-
-class _HotPathCollector:
-    """Turns the plain ints of the hot path into metric families at scrape time."""
-
-    def __init__(self, owner: GatewayMetrics) -> None:
-        self._owner = owner
-
-    def describe(self) -> Iterator[Metric]:
-        # Families without samples: enough for the registry to see the names (and refuse a clash).
-        yield from self._families(with_samples=False)
-
-    def collect(self) -> Iterator[Metric]:
-        self._owner.fold()
-        yield from self._families(with_samples=True)
-
-    def _families(self, *, with_samples: bool) -> Iterator[Metric]:
-        o = self._owner
-        frames = CounterMetricFamily(
-            PREFIX + "frames",
-            "DPS frames by type and direction: to_master counts each frame the gateway produced "
-            "for masters once (before fan-out; relayed control frames included), from_master "
-            "each frame a master sent.",
-            labels=("type", "direction"),
-        )
-        nbytes = CounterMetricFamily(
-            PREFIX + "frame_bytes",
-            "Encoded size of the frames in rawp_gateway_frames_total, in bytes.",
-            labels=("type", "direction"),
-        )
-        latency = HistogramMetricFamily(
-            PREFIX + "frame_latency_seconds",
-            "From reading the agent's stdout line to writing the frame made from it to a WebSocket; "
-            "one observation per frame and connection, so _count is the number of such writes "
-            "(fan-out included).",
-        )
-        lines = CounterMetricFamily(
-            PREFIX + "agent_lines",
-            "Lines read from agents' stdout, by agent and kind as the parser saw it "
-            "(invalid: not JSON; unknown: a kind the parser does not know; other: past the "
-            "per-agent kind limit).",
-            labels=("agent", "kind"),
-        )
-        errors = CounterMetricFamily(
-            PREFIX + "agent_parse_errors",
-            "Agent stdout lines that were not valid JSON.",
-            labels=("agent",),
-        )
-        unknown = CounterMetricFamily(
-            PREFIX + "agent_unknown_kinds",
-            "Agent stdout lines of a kind the parser does not know; they are counted and skipped.",
-            labels=("agent",),
-        )
-        parse = HistogramMetricFamily(
-            PREFIX + "parse_seconds",
-            "Time to parse one agent stdout line and map it to DPS frames.",
-            labels=("agent",),
-        )
-        history = GaugeMetricFamily(
-            PREFIX + "history_buffer_bytes",
-            "Bytes of frames held in the sessions' reattach history buffers, all sessions together.",
-        )
-        evicted = CounterMetricFamily(
-            PREFIX + "history_evicted_frames",
-            "Frames dropped from history buffers to stay within their size limit.",
-        )
-        if with_samples:
-            for (type_, direction), tally in o._tallies.items():
-                frames.add_metric((type_, direction), tally.frames)
-                nbytes.add_metric((type_, direction), tally.nbytes)
-            latency.add_metric((), o._latency.buckets(), o._latency.sum_seconds())
-            for agent, am in o._agents.items():
-                for kind, n in am.kinds.items():
-                    lines.add_metric((agent, kind), n)
-                errors.add_metric((agent,), am.kinds[KIND_INVALID])
-                unknown.add_metric((agent,), am.kinds[KIND_UNKNOWN])
-                parse.add_metric((agent,), am.parse.buckets(), am.parse.sum_seconds())
-            history.add_metric((), o._history_bytes)
-            evicted.add_metric((), o._history_evicted)
-        yield from (frames, nbytes, latency, lines, errors, unknown, parse)
-        yield from (history, evicted)
 
 
 class GatewayMetrics:
@@ -499,17 +165,17 @@ class GatewayMetrics:
             ProcessCollector(registry=r)
             PlatformCollector(registry=r)
 
-        # --- hot path: plain ints, exported by _HotPathCollector -------------------------------
-        self._tallies: dict[tuple[str, str], _Tally] = {}
-        self._out: dict[str, _Tally] = {}
-        self._in: dict[str, _Tally] = {}
+        # --- hot path: plain ints, exported by HotPathCollector -------------------------------
+        self._tallies: dict[tuple[str, str], Tally] = {}
+        self._out: dict[str, Tally] = {}
+        self._in: dict[str, Tally] = {}
         for type_ in FRAME_TYPES:
-            self._out[type_] = self._tallies[(type_, TO_MASTER)] = _Tally()
-            self._in[type_] = self._tallies[(type_, FROM_MASTER)] = _Tally()
-        self._out_other = self._tallies[(OTHER, TO_MASTER)] = _Tally()
-        self._in_other = self._tallies[(OTHER, FROM_MASTER)] = _Tally()
-        self._latency = _Histogram(LATENCY_BUCKETS)
-        # The array's own bound append: a call into C, no Python frame (see _Histogram).
+            self._out[type_] = self._tallies[(type_, TO_MASTER)] = Tally()
+            self._in[type_] = self._tallies[(type_, FROM_MASTER)] = Tally()
+        self._out_other = self._tallies[(OTHER, TO_MASTER)] = Tally()
+        self._in_other = self._tallies[(OTHER, FROM_MASTER)] = Tally()
+        self._latency = NsHistogram(LATENCY_BUCKETS)
+        # The array's own bound append: a call into C, no Python frame (see NsHistogram).
         self.observe_latency_ns = self._latency.observe
         self._fold_timer: asyncio.TimerHandle | None = None
         self._agent_names = tuple(dict.fromkeys(agents))
@@ -518,7 +184,7 @@ class GatewayMetrics:
         }
         self._history_bytes = 0
         self._history_evicted = 0
-        r.register(_HotPathCollector(self))
+        r.register(HotPathCollector(self))
 
         # --- cold path: ordinary instruments ---------------------------------------------------
         Gauge(
@@ -691,8 +357,8 @@ class GatewayMetrics:
             registry=r,
         )
         self._fill_bands = {b: self._context_fill.labels(str(b)) for b in CONTEXT_BANDS}
-        self._model_label = _CappedLabel(MODEL_LABEL_LIMIT)
-        self._user_label = _CappedLabel(USER_LABEL_LIMIT)
+        self._model_label = CappedLabel(MODEL_LABEL_LIMIT)
+        self._user_label = CappedLabel(USER_LABEL_LIMIT)
 
         # Pre-resolve and pre-create the small fixed label sets, so every series exists (at 0)
         # from the first scrape: rate() and absent() then behave, and dashboards show zeros.
@@ -826,7 +492,7 @@ class GatewayMetrics:
 
     def tool_result(self, tool_name: str, status: str) -> None:
         """A tool invocation finished (tool.invoke.result) with `status`."""
-        key = (tool_label(tool_name), _bounded(status, TOOL_STATUSES))
+        key = (tool_label(tool_name), bounded(status, TOOL_STATUSES))
         child = self._tool_children.get(key)
         if child is None:
             child = self._tool_children[key] = self._tools.labels(*key)
@@ -835,7 +501,7 @@ class GatewayMetrics:
     def interaction(self, type_: str, outcome: str) -> None:
         """An interaction was resolved: `type_` is its interaction_type, `outcome` one of
         allowed, denied, answered, timed_out, cancelled."""
-        key = (_bounded(type_, INTERACTION_TYPES), _bounded(outcome, INTERACTION_OUTCOMES))
+        key = (bounded(type_, INTERACTION_TYPES), bounded(outcome, INTERACTION_OUTCOMES))
         self._interaction_children[key].inc()
 
     def session_restored(self) -> None:
@@ -845,7 +511,7 @@ class GatewayMetrics:
     def session_restore_failed(self, reason: str) -> None:
         """A saved session could not be read back (`reason`: unreadable, corrupt, version,
         agent, workspace) and was skipped."""
-        self._restored.labels(_bounded(reason, RESTORE_FAILURES)).inc()
+        self._restored.labels(bounded(reason, RESTORE_FAILURES)).inc()
 
     def draining(self, on: bool) -> None:
         """An operator's drain began (SIGUSR1) or ended (SIGUSR2)."""
@@ -859,7 +525,7 @@ class GatewayMetrics:
         """A file was offered to a session's store: `direction` download or upload, `outcome`
         stored or refused."""
         self._files.labels(
-            _bounded(direction, ("download", "upload")), _bounded(outcome, ("stored", "refused"))
+            bounded(direction, ("download", "upload")), bounded(outcome, ("stored", "refused"))
         ).inc()
 
     def process_started(self, agent: str) -> None:
@@ -869,9 +535,7 @@ class GatewayMetrics:
     def process_exited(self, agent: str, exit_kind: str) -> None:
         """An agent process exited; `exit_kind` is `gateway.agent.process.classify_exit(rc).kind`
         (ok, error, signal), so the metric and the DPS frames classify exits the same way."""
-        self._process_exits.labels(
-            self._agent_label(agent), _bounded(exit_kind, EXIT_CLASSES)
-        ).inc()
+        self._process_exits.labels(self._agent_label(agent), bounded(exit_kind, EXIT_CLASSES)).inc()
 
     def usage(self, agent: str, model: str | None, user: str | None, counted: Counted) -> None:
         """A main-agent session.usage of a session of `agent` (profile), whose agent names its
@@ -896,21 +560,21 @@ class GatewayMetrics:
     def compacted(self, agent: str, trigger: str) -> None:
         """The main agent's context was compacted (session.compacted) with `trigger`."""
         self._compactions.labels(
-            self._agent_label(agent), _bounded(trigger, COMPACTION_TRIGGERS)
+            self._agent_label(agent), bounded(trigger, COMPACTION_TRIGGERS)
         ).inc()
 
     def context_fill(self, old: float | None, new: float | None) -> None:
         """A live session's latest context fill went from `old` to `new` (None: unknown, e.g. a
         new session, or a session that ended)."""
         if old is not None:
-            self._fill_bands[_context_band(old)].dec()
+            self._fill_bands[context_band(old)].dec()
         if new is not None:
-            self._fill_bands[_context_band(new)].inc()
+            self._fill_bands[context_band(new)].inc()
 
     def notification(self, event: str, result: str) -> None:
         """A webhook delivery of `event` (one of NOTIFY_EVENTS) was sent, retried or dropped."""
         self._notifications.labels(
-            _bounded(event, NOTIFY_EVENTS), _bounded(result, ("sent", "retried", "dropped"))
+            bounded(event, NOTIFY_EVENTS), bounded(result, ("sent", "retried", "dropped"))
         ).inc()
 
     # --- exposition -------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from gateway.console.tickets import TicketStore
 from gateway.metrics import GatewayMetrics
 from gateway.server.limits import ConnectionGuard
 from gateway.storage.state_dir import StateDir
-from gateway.team import auth
+from gateway.team import auth, roles
 from gateway.team.audit import AuditLog
 from gateway.team.notify import Notifier
 
@@ -28,7 +28,7 @@ AUTH: Final = web.AppKey("auth", auth.Authenticator)
 AUDIT: Final = web.AppKey("audit", AuditLog)
 NOTIFIER: Final = web.AppKey("notifier", Notifier)
 # Who made the request (auth_middleware): an Identity, for every request but the public ones.
-IDENTITY: Final = web.RequestKey("identity", auth.Identity)
+IDENTITY: Final = web.RequestKey("identity", roles.Identity)
 HEARTBEAT: Final = web.AppKey("heartbeat", float)
 HEARTBEAT_SEC: Final = 30.0  # docs/http-api.md: pings, and a peer that stops answering is closed
 WS_ROUTE: Final = "session-ws"

@@ -23,7 +23,7 @@ from gateway.api_error import ApiError
 from gateway.config import Config
 from gateway.console.origin import OriginForbidden, check_origin
 from gateway.server.keys import AUDIT, AUTH, CONFIG, GUARD, IDENTITY, STREAMING, TICKET, TICKETS
-from gateway.team import auth, fleet
+from gateway.team import auth, fleet, roles
 
 log = logging.getLogger("rawp_gateway.server")
 
@@ -80,7 +80,7 @@ def _public(path: str) -> bool:
     return path in ("/healthz", "/readyz", "/", "/ui") or path.startswith("/ui/")
 
 
-def _ticket_identity(request: web.Request, upgrade: Handler) -> auth.Identity | None:
+def _ticket_identity(request: web.Request, upgrade: Handler) -> roles.Identity | None:
     """Whoever asked for the valid one-time ticket on this upgrade of the session it was issued
     for (browser console); the upgrade spends it once it succeeds (``upgrade``)."""
     ticket = request.query.get("ticket")
@@ -94,7 +94,7 @@ def _ticket_identity(request: web.Request, upgrade: Handler) -> auth.Identity | 
 
 
 def auth_middleware(upgrade: Handler):
-    """Every request but the public ones gets its ``IDENTITY`` (gateway/team/auth.py), or is refused:
+    """Every request but the public ones gets its ``IDENTITY`` (gateway/team/roles.py), or is refused:
     401 ``UNAUTHORIZED`` for no or a wrong credential, 403 ``FORBIDDEN`` for a user with no role.
     ``upgrade`` is the WebSocket handler, the one route a ticket opens: it is handed in because
     it uses this module's helpers, so this module cannot import it."""
@@ -105,7 +105,7 @@ def auth_middleware(upgrade: Handler):
             return await handler(request)
         authenticator = request.app[AUTH]
         credential = _bearer(request)
-        found: auth.Identity | auth.AuthFailure
+        found: roles.Identity | auth.AuthFailure
         if not credential and authenticator.enabled and "ticket" in request.query:
             found = _ticket_identity(request, upgrade) or auth.AuthFailure(
                 "unknown or spent ticket"
@@ -131,7 +131,7 @@ def _audit(
     request: web.Request,
     action: str,
     session_id: str | None,
-    identity: auth.Identity | None = None,
+    identity: roles.Identity | None = None,
     result: str = "ok",
     detail: dict[str, Any] | None = None,
 ) -> None:
@@ -145,14 +145,14 @@ def _audit(
     )
 
 
-def _caller(request: web.Request) -> auth.Identity:
-    return request.get(IDENTITY) or auth.LOCAL
+def _caller(request: web.Request) -> roles.Identity:
+    return request.get(IDENTITY) or roles.LOCAL
 
 
 def _require(request: web.Request, role: str, action: str, session_id: str | None = None) -> None:
     """403 ``FORBIDDEN`` (audited) unless the caller's own role is at least ``role``."""
     identity = _caller(request)
-    if not auth.at_least(identity.role, role):
+    if not roles.at_least(identity.role, role):
         _forbidden(request, action, session_id, role, identity.role)
 
 

@@ -29,7 +29,7 @@ from gateway.server.keys import (
 )
 from gateway.server.middleware import _caller, is_loopback
 from gateway.server.routes.sessions import _check_taking, _live, _session
-from gateway.team import auth
+from gateway.team import roles
 
 
 async def websocket(request: web.Request) -> web.StreamResponse:
@@ -123,7 +123,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
             transport=transport,
             drain=request.writer.drain,
             abort=transport.abort,
-            sender=auth.Sender(_caller(request), request.remote),
+            sender=roles.Sender(_caller(request), request.remote),
         )
     close_ready = asyncio.ensure_future(conn.close_ready.wait())
     try:

@@ -30,7 +30,7 @@ from gateway.session.fanout import Flusher, MasterConnection, text_frame
 from gateway.session.masters import Masters, Route
 from gateway.storage.files import FileStore, files_path, store_tool_files
 from gateway.storage.state_dir import COMPACT_SLACK, FORMAT, VERSION, Loaded, SavedSession
-from gateway.team import auth
+from gateway.team import roles
 from parsers.base import get as get_parser
 from parsers.saved import Transcript
 
@@ -61,11 +61,11 @@ class LiveSession(AgentLink, Masters):
         self.config = config
         self.metrics = metrics
         self.origin = origin
-        # Who may see and drive the session (gateway/team/auth.py): set by the server when it is created
+        # Who may see and drive the session (gateway/team/roles.py): set by the server when it is created
         # or restored. "local" when the gateway has no credentials configured.
-        self.owner = auth.LOCAL.user
+        self.owner = roles.LOCAL.user
         self.members: dict[str, str] = {}
-        self.senders: dict[str, auth.Sender] = {}  # who is on each connection
+        self.senders: dict[str, roles.Sender] = {}  # who is on each connection
         # The gateway's audit log and webhook notifier (gateway/team/audit.py, gateway/team/notify.py).
         self.audit: Any = None
         self.notifier: Any = None
@@ -247,9 +247,9 @@ class LiveSession(AgentLink, Masters):
         session.created_at = record["created_at"]
         # A record written before sessions had owners was the token holder's: user admin.
         owner = record.get("owner")
-        session.owner = owner if isinstance(owner, str) and owner else auth.ADMIN.user
+        session.owner = owner if isinstance(owner, str) and owner else roles.ADMIN.user
         try:
-            session.members = auth.check_members(record.get("members", {}))
+            session.members = roles.check_members(record.get("members", {}))
         except ValueError:
             session.members = {}
         session.files.restore()

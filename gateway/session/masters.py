@@ -1,6 +1,6 @@
 """The masters' side of a live session: a WebSocket connection attached (its greeting, and on
 reattach the history it missed) and detached, a frame received from it, who may send what
-(``_permitted``: the rule is ``gateway/team/auth.py``'s, checked here against the sender's role on
+(``_permitted``: the rule is ``gateway/team/roles.py``'s, checked here against the sender's role on
 this session; the machine settles what is answered), the audit of control frames, and which
 connections a broadcast frame type goes to (``_route``).
 
@@ -24,7 +24,7 @@ from gateway.protocol import machine as sm
 from gateway.protocol.history import History, Replay
 from gateway.protocol.replay import history_frames
 from gateway.session.fanout import Flusher, MasterConnection, text_frame
-from gateway.team import auth
+from gateway.team import roles
 from gateway.team.audit import cut_input as audit_input
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class Masters:
         saved: SavedSession | None
         owner: str
         members: dict[str, str]
-        senders: dict[str, auth.Sender]
+        senders: dict[str, roles.Sender]
         audit: Any
         connections: dict[str, MasterConnection]
         _routes: dict[str, Route]
@@ -78,7 +78,7 @@ class Masters:
         gone = {
             sender.identity.user
             for sender in self.senders.values()
-            if auth.session_role(sender.identity, self.owner, self.members) is None
+            if roles.session_role(sender.identity, self.owner, self.members) is None
         }
         self.close_users(gone, "the session is no longer shared with you")
 
@@ -102,7 +102,7 @@ class Masters:
         transport: asyncio.WriteTransport,
         drain: Callable[[], Awaitable[None]],
         abort: Callable[[], None] | None = None,
-        sender: auth.Sender | None = None,
+        sender: roles.Sender | None = None,
     ) -> MasterConnection:
         """A new connection; with ``last_message_id`` a reattach, with ``full_history`` a master
         that has nothing yet and asks for everything buffered (``?history=all``). ``sender``: who
@@ -212,27 +212,27 @@ class Masters:
         if sender is None:
             self.perform(self.machine.receive(conn_id, data))
             return
-        audited = self.audit is not None and peek.type in auth.AUDITED
+        audited = self.audit is not None and peek.type in roles.AUDITED
         asked = self._permission_asked(data) if audited else None
         self.perform(self.machine.receive(conn_id, data, user=sender.identity.user))
         if audited:
             self._audit_control(peek.type, sender, asked)
 
-    def _permitted(self, conn_id: str, peek: _Peek, sender: auth.Sender) -> bool:
-        role = auth.session_role(sender.identity, self.owner, self.members)
-        if auth.may_send(role, peek.type):
+    def _permitted(self, conn_id: str, peek: _Peek, sender: roles.Sender) -> bool:
+        role = roles.session_role(sender.identity, self.owner, self.members)
+        if roles.may_send(role, peek.type):
             return True
         mid = peek.message_id if isinstance(peek.message_id, str) else None
         payload = F.SessionError(
             error_code="FORBIDDEN",
-            message=f"{peek.type} needs role {auth.needed(peek.type)} on this session; "
+            message=f"{peek.type} needs role {roles.needed(peek.type)} on this session; "
             f"{sender.identity.user} has {role or 'none'}",
             fatal=False,
         )
         self.perform([act.Emit(self.machine.factory.frame(payload, parent_id=mid), to=conn_id)])
         if self.audit is not None:
             self.audit.record(
-                auth.AUDITED.get(peek.type, peek.type),
+                roles.AUDITED.get(peek.type, peek.type),
                 sender.identity,
                 peer=sender.peer,
                 session_id=self.id,
@@ -250,7 +250,7 @@ class Masters:
         return interaction_id, self.machine.interactions.get(interaction_id)
 
     def _audit_control(
-        self, type_: str, sender: auth.Sender, asked: tuple[str, Any] | None
+        self, type_: str, sender: roles.Sender, asked: tuple[str, Any] | None
     ) -> None:
         detail: dict[str, Any] = {}
         if asked is not None:
@@ -261,7 +261,7 @@ class Masters:
                 detail["decision"] = self.machine.last_decision
                 detail["input"] = audit_input(pending.input)
         self.audit.record(
-            auth.AUDITED[type_],
+            roles.AUDITED[type_],
             sender.identity,
             peer=sender.peer,
             session_id=self.id,

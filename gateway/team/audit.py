@@ -27,7 +27,7 @@ from typing import Any, Final
 
 import msgspec
 
-from gateway.team.auth import Identity
+from gateway.team.roles import Identity
 
 __all__ = ["MAX_INPUT_BYTES", "AuditLog", "cut_input"]
 

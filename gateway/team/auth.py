@@ -1,5 +1,5 @@
-"""Who is asking: the credentials of docs/identities.md made into an ``Identity`` (user, role), and
-what each role may do.
+"""Who is asking: the credentials of docs/identities.md made into an ``Identity`` (user, role).
+What each role may do is roles.py's.
 
 Theory of operation
 -------------------
@@ -26,9 +26,7 @@ knows it, in this order:
 With no credential configured at all, every request is user ``local`` with role ``admin`` (the
 gateway then listens on loopback only).
 
-Roles are ranked ``viewer`` < ``operator`` < ``admin``. A user's role on a session is the lower of
-their own role and the one the session gives them (``members``); the owner has their own role, an
-admin has ``admin`` on every session, anyone else does not see the session at all.
+The settings (``AuthSettings``, read from ``[auth]`` and ``[auth.oidc]``) are gateway/config/auth.py's.
 """
 
 from __future__ import annotations
@@ -43,59 +41,34 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeGuard
+from typing import Any, Final
 
 import jwt
 from jwt import PyJWKClient
 from jwt.api_jwk import PyJWK, PyJWKSet
 
-__all__ = [
-    "ADMIN",
-    "LOCAL",
-    "ROLES",
-    "AuthFailure",
-    "AuthSettings",
-    "Authenticator",
-    "Identity",
-    "OidcSettings",
-    "Sender",
-    "at_least",
-    "lower",
-    "may_send",
-    "parse_auth",
-    "session_role",
-]
+from gateway.config.auth import AuthSettings, OidcSettings
+from gateway.team.roles import (
+    ADMIN,
+    LOCAL,
+    MAX_USER_NAME_CHARS,
+    RANK,
+    ROLES,
+    Identity,
+    valid_user_name,
+)
+
+__all__ = ["AuthFailure", "Authenticator", "OidcVerifier", "highest_role", "load_users"]
 
 log = logging.getLogger("rawp_gateway.auth")
 
-ROLES: Final = ("viewer", "operator", "admin")
-_RANK: Final = {role: rank for rank, role in enumerate(ROLES)}
 MAX_USERS: Final = 1000  # entries of a users file (each request compares against all of them)
 MAX_USERS_FILE_BYTES: Final = 1024 * 1024
-MAX_USER_NAME_CHARS: Final = 128
 MAX_BEARER_BYTES: Final = 16 * 1024  # a longer credential is refused unread (JWTs are ~1 KiB)
-MAX_MEMBERS: Final = 256  # users a session is shared with
-MAX_LEEWAY_SEC: Final = 300
 JWKS_LIFESPAN_S: Final = 300.0  # a fetched key set is used this long, then fetched again
 JWKS_TIMEOUT_S: Final = 5.0
 MAX_KID_REFETCHES: Final = 5  # forced refetches for unknown kids, per minute
 RETRY_AFTER_S: Final = 5.0  # after a failed fetch, the issuer is not asked again before this
-# Asymmetric algorithms only: "none" and HS* are never accepted, whatever the config says.
-ASYMMETRIC: Final = frozenset(
-    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Identity:
-    """A signed-in user. ``role`` is None for a user whose token named no known role."""
-
-    user: str
-    role: str | None
-
-
-ADMIN: Final = Identity("admin", "admin")  # the holder of token_file's token
-LOCAL: Final = Identity("local", "admin")  # everyone, when no credential is configured
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,186 +76,6 @@ class AuthFailure:
     """Why a credential was refused (for the audit log; never the credential itself)."""
 
     reason: str
-
-
-def at_least(role: str | None, wanted: str) -> bool:
-    return role is not None and _RANK[role] >= _RANK[wanted]
-
-
-def lower(a: str, b: str) -> str:
-    return a if _RANK[a] <= _RANK[b] else b
-
-
-def session_role(identity: Identity, owner: str, members: Mapping[str, str]) -> str | None:
-    """The identity's role on a session of ``owner`` shared with ``members``; None: not visible."""
-    role = identity.role
-    if role is None:
-        return None
-    if role == "admin" or identity.user == owner:
-        return role
-    given = members.get(identity.user)
-    return lower(role, given) if given is not None else None
-
-
-# What a master may send on a WebSocket: every control.* frame needs operator, a rename admin;
-# the rest (capabilities) anyone attached.
-_NEEDS: Final = {"session.renamed": "admin"}
-
-
-def needed(frame_type: str) -> str | None:
-    """The role a master needs on a session to send a frame of this type (None: any)."""
-    if frame_type.startswith("control."):
-        return "operator"
-    return _NEEDS.get(frame_type)
-
-
-def may_send(role: str | None, frame_type: str) -> bool:
-    wanted = needed(frame_type)
-    return wanted is None or at_least(role, wanted)
-
-
-# The audit log's action for each master frame it records.
-AUDITED: Final = {
-    "control.prompt.request": "prompt",
-    "control.prompt.cancel": "cancel",
-    "control.interaction.response": "permission",
-    "control.interaction.timeout": "permission",
-    "control.mode.switch": "mode",
-    "control.session.compact": "compact",
-    "session.renamed": "session.rename",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Sender:
-    """Who sent a frame on a WebSocket: the identity the upgrade carried, and its peer address."""
-
-    identity: Identity
-    peer: str | None
-
-
-def check_members(value: Any) -> dict[str, str]:
-    """``members`` of a PATCH: ``{"user": "viewer"|"operator"}``; ValueError says what is wrong."""
-    if not isinstance(value, dict) or len(value) > MAX_MEMBERS:
-        raise ValueError(f"members must be an object of at most {MAX_MEMBERS} users")
-    for user, role in value.items():
-        if not _valid_name(user):
-            raise ValueError(
-                f"members: {str(user)[:64]!r} is not a user name (1 to {MAX_USER_NAME_CHARS} "
-                "printable characters)"
-            )
-        if role not in ("viewer", "operator"):
-            raise ValueError(f"members: the role of {user!r} must be viewer or operator")
-    return dict(value)
-
-
-def _valid_name(name: Any) -> TypeGuard[str]:
-    return isinstance(name, str) and 0 < len(name) <= MAX_USER_NAME_CHARS and name.isprintable()
-
-
-# --- settings ([auth], [auth.oidc]) ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class OidcSettings:
-    issuer: str
-    audience: str
-    jwks_url: str = ""
-    user_claim: str = "sub"
-    role_claim: str = "rawp_role"
-    leeway_sec: float = 60.0
-    algorithms: tuple[str, ...] = ("RS256", "ES256")
-
-
-@dataclass(frozen=True)
-class AuthSettings:
-    users_file: Path | None = None
-    audit_log: Path | None = None
-    audit_max_bytes: int = 64 * 1024 * 1024
-    audit_keep: int = 5
-    oidc: OidcSettings | None = None
-
-    @property
-    def configured(self) -> bool:
-        """Credentials besides the token: users file or OIDC."""
-        return self.users_file is not None or self.oidc is not None
-
-
-class AuthConfigError(ValueError):
-    pass
-
-
-def parse_auth(table: Any, where: str) -> tuple[AuthSettings, list[str]]:
-    """``[auth]`` (and ``[auth.oidc]``) of the config file; unknown keys come back as warnings."""
-    if not isinstance(table, dict):
-        raise AuthConfigError(f"{where}: [auth] must be a table")
-    warnings = [
-        f"{where}: unknown key [auth] {k}"
-        for k in table
-        if k not in ("users_file", "audit_log", "audit_max_bytes", "audit_keep", "oidc")
-    ]
-    kw: dict[str, Any] = {}
-    for key in ("users_file", "audit_log"):
-        value = table.get(key)
-        if value is not None:
-            if not isinstance(value, str):
-                raise AuthConfigError(f"{where} [auth]: {key} must be a path string")
-            if value:
-                kw[key] = Path(value).expanduser().absolute()
-    for key, low in (("audit_max_bytes", 4096), ("audit_keep", 1)):
-        if key in table:
-            value = table[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise AuthConfigError(f"{where} [auth]: {key} must be an integer >= {low}")
-            kw[key] = value
-    if "oidc" in table:
-        oidc, more = _parse_oidc(table["oidc"], where)
-        kw["oidc"] = oidc
-        warnings += more
-    return AuthSettings(**kw), warnings
-
-
-def _parse_oidc(table: Any, where: str) -> tuple[OidcSettings, list[str]]:
-    where = f"{where} [auth.oidc]"
-    if not isinstance(table, dict):
-        raise AuthConfigError(f"{where} must be a table")
-    known = set(OidcSettings.__dataclass_fields__)
-    warnings = [f"{where}: unknown key {k}" for k in table if k not in known]
-    kw: dict[str, Any] = {}
-    for key in ("issuer", "audience", "jwks_url", "user_claim", "role_claim"):
-        if key in table:
-            if not isinstance(table[key], str):
-                raise AuthConfigError(f"{where}: {key} must be a string")
-            kw[key] = table[key]
-    for key in ("issuer", "audience"):
-        if not kw.get(key):
-            raise AuthConfigError(f"{where}: {key} is required")
-    for key in ("issuer", "jwks_url"):
-        url = kw.get(key, "")
-        if url and not url.startswith(("https://", "http://")):
-            raise AuthConfigError(f"{where}: {key} must be an http(s) URL, got {url!r}")
-    for key in ("user_claim", "role_claim"):
-        if key in kw and not kw[key]:
-            raise AuthConfigError(f"{where}: {key} must not be empty")
-    if "leeway_sec" in table:
-        leeway = table["leeway_sec"]
-        if isinstance(leeway, bool) or not isinstance(leeway, int | float):
-            raise AuthConfigError(f"{where}: leeway_sec must be a number")
-        if not 0 <= leeway <= MAX_LEEWAY_SEC:
-            raise AuthConfigError(f"{where}: leeway_sec must be 0 to {MAX_LEEWAY_SEC}")
-        kw["leeway_sec"] = float(leeway)
-    if "algorithms" in table:
-        algs = table["algorithms"]
-        if not isinstance(algs, list) or not algs or not all(isinstance(a, str) for a in algs):
-            raise AuthConfigError(f"{where}: algorithms must be a non-empty list of names")
-        bad = [a for a in algs if a not in ASYMMETRIC]
-        if bad:
-            raise AuthConfigError(
-                f"{where}: algorithms {', '.join(bad)} not allowed (never none or HS*); "
-                f"choose from {', '.join(sorted(ASYMMETRIC))}"
-            )
-        kw["algorithms"] = tuple(algs)
-    return OidcSettings(**kw), warnings
 
 
 # --- the users file -------------------------------------------------------------------------------
@@ -318,7 +111,7 @@ def load_users(path: Path) -> list[_User]:
         if not isinstance(entry, dict):
             raise ValueError(f"{where} is not a table")
         name, role, digest = entry.get("name"), entry.get("role"), entry.get("token_sha256")
-        if not _valid_name(name):
+        if not valid_user_name(name):
             raise ValueError(f"{where}: name must be 1 to {MAX_USER_NAME_CHARS} characters")
         if role not in ROLES:
             raise ValueError(f"{where} ({name}): role must be one of {', '.join(ROLES)}")
@@ -387,7 +180,7 @@ class OidcVerifier:
         except jwt.PyJWTError as err:
             return AuthFailure(f"invalid token: {type(err).__name__}")
         user = _claim(claims, s.user_claim)
-        if not _valid_name(user):
+        if not valid_user_name(user):
             return AuthFailure(f"no user in claim {s.user_claim}")
         return Identity(user, highest_role(_claim(claims, s.role_claim)))
 
@@ -470,8 +263,8 @@ def _claim(claims: Mapping[str, Any], name: str) -> Any:
 def highest_role(value: Any) -> str | None:
     """The highest known role in a claim that is a string or a list of them."""
     values = value if isinstance(value, list) else [value]
-    known = [v for v in values if isinstance(v, str) and v in _RANK]
-    return max(known, key=_RANK.__getitem__) if known else None
+    known = [v for v in values if isinstance(v, str) and v in RANK]
+    return max(known, key=RANK.__getitem__) if known else None
 
 
 # --- the authenticator ----------------------------------------------------------------------------

@@ -19,6 +19,8 @@ first, then ``dropped``. ``rawp_gateway_notifications_total{event,result}`` coun
 A permission still unanswered ``remind_after_sec`` after it was asked is sent once more (with
 ``"reminder": true``). The console link is ``<public_url>/ui#session=<id>`` when ``[server]
 public_url`` says where the gateway is reached; without it the body has no ``console_url``.
+
+The settings (``Webhook``, read from ``[notify]``) are gateway/config/notify.py's.
 """
 
 from __future__ import annotations
@@ -31,27 +33,22 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Final
 
 import aiohttp
 import msgspec
 
-from gateway.metrics import NOTIFY_EVENTS, GatewayMetrics
+from gateway.config.notify import Webhook
+from gateway.metrics import GatewayMetrics
 from gateway.protocol import frames as F
 from gateway.team.audit import cut_input
 
-__all__ = ["EVENTS", "Notifier", "Webhook", "parse_webhooks"]
+__all__ = ["Notifier", "sign"]
 
 log = logging.getLogger("rawp_gateway.notify")
 
-EVENTS: Final = NOTIFY_EVENTS
-FORMATS: Final = ("json", "slack", "ntfy")
 MAX_QUEUE: Final = 1000  # deliveries waiting, for the whole gateway
-MAX_WEBHOOKS: Final = 32
 WORKERS: Final = 4  # deliveries in flight at once
-TIMEOUT_S: Final = 5.0  # per attempt, at most
-RETRY_FOR_S: Final = 60.0  # from the first attempt, at most
 FIRST_BACKOFF_S: Final = 0.5
 MAX_BACKOFF_S: Final = 15.0
 CLOSE_GRACE_S: Final = 2.0  # at shutdown, for what is still queued
@@ -59,93 +56,6 @@ MAX_TEXT_CHARS: Final = 2000  # of a question or an error message in a body
 SIGNATURE_HEADER: Final = "X-Rawp-Signature"
 
 _encoder = msgspec.json.Encoder()
-
-
-@dataclass(frozen=True)
-class Webhook:
-    url: str
-    events: frozenset[str] = frozenset(EVENTS)
-    secret: bytes | None = None
-    format: str = "json"
-    remind_after_sec: float = 300.0
-    timeout_sec: float = TIMEOUT_S
-    retry_for_sec: float = RETRY_FOR_S
-
-
-class NotifyConfigError(ValueError):
-    pass
-
-
-def parse_webhooks(table: Any, where: str) -> tuple[tuple[Webhook, ...], list[str]]:
-    """``[notify]`` with its ``[[notify.webhooks]]``; secrets are read from their files now."""
-    if not isinstance(table, dict):
-        raise NotifyConfigError(f"{where}: [notify] must be a table")
-    warnings = [f"{where}: unknown key [notify] {k}" for k in table if k != "webhooks"]
-    entries = table.get("webhooks", [])
-    if not isinstance(entries, list) or len(entries) > MAX_WEBHOOKS:
-        raise NotifyConfigError(
-            f"{where}: [[notify.webhooks]] must be at most {MAX_WEBHOOKS} tables"
-        )
-    hooks = []
-    for i, entry in enumerate(entries, 1):
-        w = f"{where} [[notify.webhooks]] {i}"
-        if not isinstance(entry, dict):
-            raise NotifyConfigError(f"{w} must be a table")
-        warnings += [f"{w}: unknown key {k}" for k in entry if k not in _KEYS]
-        url = entry.get("url")
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise NotifyConfigError(f"{w}: url must be an http:// or https:// URL")
-        kw: dict[str, Any] = {"url": url}
-        if "events" in entry:
-            events = entry["events"]
-            if not isinstance(events, list) or not events or any(e not in EVENTS for e in events):
-                raise NotifyConfigError(f"{w}: events must be a list of {', '.join(EVENTS)}")
-            kw["events"] = frozenset(events)
-        if "format" in entry:
-            if entry["format"] not in FORMATS:
-                raise NotifyConfigError(f"{w}: format must be one of {', '.join(FORMATS)}")
-            kw["format"] = entry["format"]
-        if entry.get("secret_file"):
-            kw["secret"] = _read_secret(entry["secret_file"], w)
-        for key, low, high in (
-            ("remind_after_sec", 0.0, 7 * 24 * 3600.0),
-            ("timeout_sec", 0.1, TIMEOUT_S),
-            ("retry_for_sec", 0.0, RETRY_FOR_S),
-        ):
-            if key in entry:
-                value = entry[key]
-                if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise NotifyConfigError(f"{w}: {key} must be a number")
-                if not low <= value <= high:
-                    raise NotifyConfigError(f"{w}: {key} must be {low:g} to {high:g}")
-                kw[key] = float(value)
-        hooks.append(Webhook(**kw))
-    return tuple(hooks), warnings
-
-
-_KEYS: Final = {
-    "url",
-    "events",
-    "secret_file",
-    "format",
-    "remind_after_sec",
-    "timeout_sec",
-    "retry_for_sec",
-}
-
-
-def _read_secret(path: Any, where: str) -> bytes:
-    if not isinstance(path, str):
-        raise NotifyConfigError(f"{where}: secret_file must be a path")
-    try:
-        secret = Path(path).expanduser().read_bytes().strip()
-    except OSError as err:
-        raise NotifyConfigError(
-            f"{where}: cannot read secret_file {path}: {err.strerror}"
-        ) from None
-    if not secret:
-        raise NotifyConfigError(f"{where}: secret_file {path} is empty")
-    return secret
 
 
 def sign(secret: bytes, body: bytes, now: int) -> str:

@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient
 
 from gateway.agent import descendants
 from gateway.agent.conversations.ask_acp import MAX_RUNNING
-from gateway.config import AgentProfile, parser_features
+from gateway.agent.profiles import AgentProfile, parser_features
 from tests.support.gateway_peer import Master, history, make_config, start_gateway
 from tests.support.paths import HOSTILE
 

@@ -12,7 +12,7 @@ import signal
 import sys
 from dataclasses import replace
 
-from gateway.config import builtin_profiles
+from gateway.agent.profiles import builtin_profiles
 from gateway.protocol import actions as act
 from gateway.protocol import machine as sm
 from gateway.server import SESSIONS

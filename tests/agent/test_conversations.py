@@ -22,8 +22,9 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.agent import conversations
+from gateway.agent.conversations import on_disk
+from gateway.agent.profiles import builtin_profiles
 from gateway.chat import run_chat
-from gateway.config import builtin_profiles
 from tests.support.auth import users_config
 from tests.support.gateway_peer import history, make_config, start_gateway
 from tests.support.saved import Store, conversation, line
@@ -178,7 +179,7 @@ async def test_a_file_too_large_is_listed_without_turns_and_replayed_from_its_en
     gw, store
 ) -> None:
     filler = line(type="attachment", cwd=str(store.workspace), pad="x" * 60_000)
-    count = conversations.TRANSCRIPT_BYTES // len(filler) + 1
+    count = on_disk.TRANSCRIPT_BYTES // len(filler) + 1
     data = conversation(store.workspace, "Oldest.") + filler * count
     data += conversation(store.workspace, "Newest.")
     conversation_id = store.put(data)
@@ -452,9 +453,9 @@ async def test_another_workspaces_files_cost_a_listing_only_their_first_bytes(gw
     first 64 KiB are, so this workspace's oldest conversation is still listed, the list complete."""
     twin = store.workspace.parent / "work-space"
     filler = line(type="attachment", cwd=str(twin), pad="x" * 60_000)
-    big = conversation(twin) + filler * ((conversations.LIST_FILE_BYTES - 2000) // len(filler))
-    assert conversations.LIST_FILE_BYTES - len(filler) < len(big) <= conversations.LIST_FILE_BYTES
-    for _ in range(conversations.LIST_TOTAL_BYTES // len(big) + 2):
+    big = conversation(twin) + filler * ((on_disk.LIST_FILE_BYTES - 2000) // len(filler))
+    assert on_disk.LIST_FILE_BYTES - len(filler) < len(big) <= on_disk.LIST_FILE_BYTES
+    for _ in range(on_disk.LIST_TOTAL_BYTES // len(big) + 2):
         store.put(big)
     ours = store.put(conversation(store.workspace, "Ours."), age=1000)  # the oldest: listed last
     _, body = await listing(gw, store)

@@ -1186,7 +1186,7 @@ async def chat_with_profile(tmp_path: Any, profile: Any, stdin: str) -> tuple[in
 
 
 def plain_profile(*command: str, parser: str = "plain") -> Any:
-    from gateway.config import AgentProfile, parser_features
+    from gateway.agent.profiles import AgentProfile, parser_features
 
     return AgentProfile(
         name="agent",

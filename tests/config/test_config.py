@@ -118,7 +118,7 @@ def test_missing_file_and_token_file(tmp_path):
 
 def test_argv_templates_never_split_values():
     """Nothing in a frame becomes more than one argument (docs/http-api.md, Security)."""
-    from gateway.config import builtin_profiles
+    from gateway.agent.profiles import builtin_profiles
 
     oneshot = builtin_profiles("claude")["claude-code-oneshot"]
     argv = command_for(oneshot, prompt="- hi; rm -rf / --flag", workspace="/w")
@@ -145,7 +145,7 @@ def test_state_dir_from_file_flag_and_environment(tmp_path):
 def test_a_profile_of_ones_own_announces_what_its_parser_supports(tmp_path):
     """A profile without ``features`` gets its parser's (``ParserSpec.features``); a ``features``
     table changes only the keys it names, narrowing or widening."""
-    from gateway.config import parser_features
+    from gateway.agent.profiles import parser_features
     from parsers.base import get as get_parser
 
     path = write(
@@ -186,7 +186,7 @@ parser = "gemini"
 
 
 def test_builtin_profiles_announce_their_parsers_features():
-    from gateway.config import builtin_profiles, parser_features
+    from gateway.agent.profiles import builtin_profiles, parser_features
 
     profiles = builtin_profiles()
     for name in ("claude-code", "claude-code-oneshot", "codex", "gemini", "plain"):

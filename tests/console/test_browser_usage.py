@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.config import builtin_profiles
+from gateway.agent.profiles import builtin_profiles
 from gateway.server import SESSIONS
 from tests.support.browser import Page
 from tests.support.console import log_in_and_create, prompt, shot, sign_in, turns_ended, url_of

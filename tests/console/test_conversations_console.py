@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.config import builtin_profiles
+from gateway.agent.profiles import builtin_profiles
 from tests.support.browser import Page
 from tests.support.console import shot, sign_in, url_of
 from tests.support.gateway_peer import make_config, start_gateway

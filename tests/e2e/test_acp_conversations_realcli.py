@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config import builtin_profiles
+from gateway.agent.profiles import builtin_profiles
 from tests.support.gateway_peer import Master, create_session, make_config, start_gateway
 from tests.support.rig.env import require_cli
 from tests.support.rig.run import scripted_cli

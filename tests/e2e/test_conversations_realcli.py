@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from gateway.config import builtin_profiles
+from gateway.agent.profiles import builtin_profiles
 from gateway.server import SESSIONS
 from tests.support.gateway_peer import Master, make_config, start_gateway
 from tests.support.paths import RIG

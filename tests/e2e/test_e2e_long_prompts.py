@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config import MAX_ARGV_PROMPT_BYTES
+from gateway.agent.profiles import MAX_ARGV_PROMPT_BYTES
 from tests.support import realcli
 from tests.support.gateway_peer import of, prompt_and_wait
 

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.config import builtin_profiles
+from gateway.agent.profiles import builtin_profiles
 from tests.support.gateway_peer import Master, prompt_and_wait
 from tests.support.paths import RIG
 from tests.support.procs import session_processes

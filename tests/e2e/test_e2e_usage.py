@@ -24,9 +24,9 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 
-from gateway.config import builtin_profiles
+from gateway.agent.profiles import builtin_profiles
+from gateway.config.auth import AuthSettings
 from gateway.server import SESSIONS
-from gateway.team.auth import AuthSettings
 from tests.support.auth import bearer, users_toml
 from tests.support.dashboard import all_panels, load_dashboard, substitute
 from tests.support.gateway_peer import Master, create_session, make_config, start_gateway

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gateway.config import AgentProfile, parser_features
+from gateway.agent.profiles import AgentProfile, parser_features
 from tests.support.gateway_peer import Master, create_session, make_config, start_gateway
 from tests.support.paths import HOSTILE
 

@@ -921,7 +921,7 @@ def test_builtin_tools_are_what_the_real_cli_lists():
     assert init["subtype"] == "init"
     assert list(SPEC.tools) == init["tools"]
     # the one-shot profile (prompt in argv, no permission prompt tool) expects fewer
-    from gateway.config import builtin_profiles
+    from gateway.agent.profiles import builtin_profiles
 
     meta = json.loads((CLAUDE_CODE / "text.meta.json").read_text())
     assert "--input-format" not in meta["argv"] and "--permission-prompt-tool" not in meta["argv"]

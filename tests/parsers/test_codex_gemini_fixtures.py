@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from gateway.agent.exit import classify_exit
+from gateway.agent.profiles import builtin_profiles
 from gateway.cli.translate import translate
-from gateway.config import builtin_profiles
 from gateway.protocol import codec
 from gateway.protocol.actions import Action, Emit
 from gateway.protocol.machine import SessionConfig, SessionMachine

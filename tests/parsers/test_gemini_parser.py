@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.agent.exit import classify_exit
-from gateway.config import builtin_profiles, command_for, template_args
+from gateway.agent.profiles import builtin_profiles, command_for, template_args
 from gateway.protocol.actions import Emit
 from gateway.protocol.machine import SessionMachine
 from parsers import events as ev

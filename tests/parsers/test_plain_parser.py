@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gateway.config import builtin_profiles
+from gateway.agent.profiles import builtin_profiles
 from parsers import events as ev
 from parsers.base import get as get_parser
 from parsers.plain import PlainInput, PlainParser

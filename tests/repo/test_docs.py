@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from gateway import cli, config
-from gateway.protocol import codec
+from gateway.agent import profiles
+from gateway.protocol import codec, frames
 from gateway.server import create_app
 from parsers.base import _BUILTIN
 from tests.support.paths import REPO
@@ -91,7 +92,7 @@ def profile_toml_keys(tmp_path: Path) -> list[str]:
     as unknown keys (a wrong value is an error, which also says the key is known)."""
     path = tmp_path / "probe.toml"
     keys = []
-    for name in config.AgentProfile.__dataclass_fields__:
+    for name in profiles.AgentProfile.__dataclass_fields__:
         path.write_text(f'[agents.probe]\nparser = "plain"\ncommand = ["x"]\n{name} = "probe"\n')
         try:
             loaded = config.load_config(path, {"workspace_root": str(tmp_path)}, environ={})
@@ -112,9 +113,9 @@ def test_every_agent_profile_key_is_documented(tmp_path):
 
 def test_every_feature_and_builtin_profile_is_documented():
     text = doc("configuration.md")
-    features = [f for f in config.Features.__struct_fields__ if f != "adapter_type"]
+    features = [f for f in frames.Features.__struct_fields__ if f != "adapter_type"]
     assert [f for f in features if f"`{f}`" not in text] == []
-    assert [p for p in config.builtin_profiles() if f"| `{p}` |" not in text] == []
+    assert [p for p in profiles.builtin_profiles() if f"| `{p}` |" not in text] == []
 
 
 def test_every_flag_of_every_command_is_documented():
@@ -163,7 +164,7 @@ def test_profile_tables_use_the_placeholders_the_profiles_have(page):
     """What the README says a profile runs and what GET /v1/agents shows agree: a placeholder in
     a profile's row is one its templates really have (Codex resumes with {session_id})."""
     text = (REPO / page).read_text()
-    for name, profile in config.builtin_profiles().items():
+    for name, profile in profiles.builtin_profiles().items():
         public = profile.public()
         real = placeholders(" ".join(profile.command))
         real |= placeholders(public["resume_flag"] or "")
@@ -206,7 +207,7 @@ def test_readme_rawp_gateway_commands_are_real():
             except SystemExit:
                 pytest.fail(f"README: rawp-gateway {' '.join(argv)} does not parse")
             agent = getattr(args, "agent", None)
-            assert agent is None or agent in config.builtin_profiles(), argv
+            assert agent is None or agent in profiles.builtin_profiles(), argv
     used = {argv[0] for argv in commands}
     assert {"serve", "chat", "translate"} <= used
 
@@ -226,7 +227,7 @@ def _profile_rows(text: str) -> dict[str, str]:
     rows = {}
     for line in text.splitlines():
         m = re.match(r"\| `([a-z-]+)` \|", line)
-        if m and m.group(1) in config.builtin_profiles():
+        if m and m.group(1) in profiles.builtin_profiles():
             rows[m.group(1)] = line
     return rows
 
@@ -236,8 +237,8 @@ def test_tools_allowed_without_asking_are_the_profiles(page):
     """Each built-in profile row names exactly the tools its profile allows without asking
     (``auto_allow``), and a row names none when the profile allows none."""
     rows = _profile_rows((REPO / page).read_text())
-    assert set(rows) == set(config.builtin_profiles()), sorted(rows)
-    for name, profile in config.builtin_profiles().items():
+    assert set(rows) == set(profiles.builtin_profiles()), sorted(rows)
+    for name, profile in profiles.builtin_profiles().items():
         said = re.search(r";\s*((?:`\w+`,?\s*)+) allowed without asking", rows[name])
         named = set(re.findall(r"`(\w+)`", said.group(1))) if said else set()
         assert named == set(profile.auto_allow), (page, name, sorted(named))

@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from gateway.agent.profiles import builtin_profiles
 from gateway.client import GatewayClient, MasterView
-from gateway.config import builtin_profiles
 from gateway.protocol import codec
 from gateway.protocol import frames as F
 from gateway.protocol.factory import FrameFactory

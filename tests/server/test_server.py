@@ -11,7 +11,7 @@ import aiohttp
 import msgspec
 import pytest
 
-from gateway.config import builtin_profiles
+from gateway.agent.profiles import builtin_profiles
 from gateway.protocol.frames import Features
 from gateway.server import SESSIONS
 from tests.support.gateway_peer import (

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import AgentProfile
+from gateway.agent.profiles import AgentProfile
 from tests.support.gateway_peer import Master, create_session, fast_demo, make_config, start_gateway
 from tests.support.loops import HOSTILE, HOWS
 from tests.support.procs import gone

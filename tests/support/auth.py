@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config import Config
-from gateway.team.auth import AuthSettings
+from gateway.config.auth import AuthSettings
 from tests.support.gateway_peer import make_config
 
 

@@ -17,10 +17,10 @@ import jwt
 import pytest
 
 from gateway.config import ConfigError, load_config
+from gateway.config.auth import AuthSettings, OidcSettings
 from gateway.server import AUDIT, AUTH, CONFIG, SESSIONS, reload_users
-from gateway.team import auth
+from gateway.team import auth, roles
 from gateway.team.audit import AuditLog
-from gateway.team.auth import AuthSettings, OidcSettings
 from tests.support.auth import bearer, users_config, users_toml
 from tests.support.gateway_peer import Master, fast_demo, make_config, start_gateway
 from tests.support.oidc_issuer import AUDIENCE, Issuer, Key, hs256_with_public_key, unsigned_token
@@ -487,7 +487,7 @@ async def test_audit_log_rotates_keeping_n_files(tmp_path):
     path = tmp_path / "audit.jsonl"
     log = AuditLog(path, max_bytes=4096, keep=2)
     log.start()
-    who = auth.Identity("alice", "operator")
+    who = roles.Identity("alice", "operator")
     for i in range(200):
         log.record("prompt", who, peer="127.0.0.1", session_id=f"s{i}")
         if i % 20 == 0:

@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.team.notify import Webhook
+from gateway.config.notify import Webhook
 from tests.support.gateway_peer import (
     Master,
     create_session,
@@ -226,7 +226,8 @@ async def test_a_failing_receiver_never_slows_the_session(tmp_path, mode):
 async def test_a_full_queue_drops_and_counts_while_turns_go_on(tmp_path):
     """1,000 deliveries wait at most: with every worker held by a receiver that hangs, what comes
     past the queue is dropped and counted, and the session's turns still run to their end."""
-    from gateway.team.notify import MAX_QUEUE, MAX_WEBHOOKS, WORKERS
+    from gateway.config.notify import MAX_WEBHOOKS
+    from gateway.team.notify import MAX_QUEUE, WORKERS
 
     async with Receiver("hang") as bad:
         hooks = tuple(

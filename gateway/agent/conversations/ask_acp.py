@@ -29,10 +29,10 @@ import asyncio
 import uuid
 from typing import Any, Final
 
-from gateway.agent import conversations
+from gateway.agent.conversations.common import ConversationError, agent_env
 from gateway.agent.exit import AgentProcessError, AgentStartError
 from gateway.agent.process import AgentProcess
-from gateway.config import AgentProfile
+from gateway.agent.profiles import AgentProfile
 from parsers.acp import StoreQuery
 from parsers.saved import Transcript
 
@@ -80,7 +80,7 @@ async def _ask(
 ) -> StoreQuery:
     global _running
     if _running >= MAX_RUNNING:
-        raise conversations.ConversationError(
+        raise ConversationError(
             503,
             "CONVERSATIONS_BUSY",
             f"{MAX_RUNNING} agents are being asked for their sessions already; try again shortly",
@@ -98,21 +98,21 @@ async def _asked(
     try:
         proc = await AgentProcess.start(
             profile.command,
-            env=conversations.agent_env(profile),
+            env=agent_env(profile),
             session_id=f"conversations-{uuid.uuid4()}",
             workspace=query.workspace,
             max_line_bytes=MAX_LINE_BYTES,
             grace=grace,
         )
     except (AgentStartError, OSError, ValueError) as err:
-        raise conversations.ConversationError(
+        raise ConversationError(
             502, "AGENT_START_FAILED", f"the {profile.name} agent could not start: {err}"
         ) from None
     try:
         async with asyncio.timeout(timeout):
             await _converse(proc, query)
     except TimeoutError:
-        raise conversations.ConversationError(
+        raise ConversationError(
             504,
             "CONVERSATIONS_TIMEOUT",
             f"the {profile.name} agent did not answer {query.method} within {timeout:g} s "
@@ -122,7 +122,7 @@ async def _asked(
         await proc.terminate(grace)
     if not query.done:
         status = proc.exit_status
-        raise conversations.ConversationError(
+        raise ConversationError(
             502,
             "CONVERSATIONS_AGENT_ERROR",
             f"the {profile.name} agent ended before it answered {query.method}"
@@ -131,18 +131,18 @@ async def _asked(
     if query.failure is not None:
         kind, message = query.failure
         if kind == "unsupported":
-            raise conversations.ConversationError(
+            raise ConversationError(
                 501,
                 "CONVERSATIONS_NOT_SUPPORTED",
                 f"agent {profile.name!r} cannot {query.method[8:]} its sessions: {message}",
             )
         if kind == "not_found":
-            raise conversations.ConversationError(
+            raise ConversationError(
                 404,
                 "CONVERSATION_NOT_FOUND",
                 f"agent {profile.name!r} has no session {query.load_id!r}: {message}",
             )
-        raise conversations.ConversationError(502, "CONVERSATIONS_AGENT_ERROR", message)
+        raise ConversationError(502, "CONVERSATIONS_AGENT_ERROR", message)
     return query
 
 

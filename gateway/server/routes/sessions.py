@@ -44,7 +44,7 @@ from gateway.server.keys import (
 )
 from gateway.server.middleware import _audit, _caller, _forbidden, _require
 from gateway.session import LiveSession
-from gateway.team import auth, fleet
+from gateway.team import fleet, roles
 from parsers.json_depth import MAX_JSON_DEPTH, too_deep
 
 log = logging.getLogger("rawp_gateway.server")
@@ -60,7 +60,7 @@ class TerminatedSession:
 
     def __init__(self, session: LiveSession) -> None:
         self.id = session.id
-        self.owner = session.owner  # who may still see it (gateway/team/auth.py)
+        self.owner = session.owner  # who may still see it (gateway/team/roles.py)
         self.members = dict(session.members)
         self._summary = {**session.to_json(), "state": "TERMINATED", "connections": 0}
 
@@ -289,7 +289,7 @@ def _session(request: web.Request) -> LiveSession | TerminatedSession:
 
 
 def _role_on(request: web.Request, session: LiveSession | TerminatedSession) -> str | None:
-    return auth.session_role(_caller(request), session.owner, session.members)
+    return roles.session_role(_caller(request), session.owner, session.members)
 
 
 def _require_on(
@@ -297,7 +297,7 @@ def _require_on(
 ) -> None:
     """403 ``FORBIDDEN`` (audited) unless the caller's role on ``session`` is at least ``role``."""
     has = _role_on(request, session)
-    if not auth.at_least(has, role):
+    if not roles.at_least(has, role):
         _forbidden(request, action, session.id, role, has)
 
 
@@ -355,7 +355,7 @@ async def patch_session(request: web.Request) -> web.Response:
         if _caller(request).user != session.owner:
             _require_on(request, session, "admin", "session.share")
         try:
-            members = auth.check_members(body["members"])
+            members = roles.check_members(body["members"])
         except ValueError as err:
             raise ApiError(400, "INVALID_REQUEST", str(err)) from None
     name = body.get("name")
