@@ -24,6 +24,7 @@ from typing import BinaryIO, Final, TextIO
 
 from gateway.agent.process import classify_exit
 from gateway.config import Config, builtin_profiles
+from gateway.protocol import actions as act
 from gateway.protocol import codec
 from gateway.protocol import machine as sm
 from gateway.protocol.capabilities import ALL_FEATURES
@@ -82,16 +83,16 @@ def translate(
     )
     bad = 0
 
-    def emit(actions: list[sm.Action]) -> None:
+    def emit(actions: list[act.Action]) -> None:
         nonlocal bad
         for action in actions:
-            if isinstance(action, sm.Emit) and action.to is None:
+            if isinstance(action, act.Emit) and action.to is None:
                 out.write(codec.encode(action.frame) + b"\n")
                 payload = action.frame.payload
                 if isinstance(payload, FileTransfer):
                     what = f"{payload.file_name} ({payload.mime_type}, {payload.size_bytes} bytes)"
                     print(f"translate: {what} written to {payload.file_url}", file=err)
-            elif isinstance(action, sm.Log):
+            elif isinstance(action, act.Log):
                 if action.level in ("warning", "error"):
                     bad += 1
                 fields = " ".join(f"{k}={v}" for k, v in action.fields.items())

@@ -11,21 +11,23 @@ ordered list of *actions* for the shell (``gateway/session/``) to carry out:
 * ``agent_exited(...)``: the agent process ended (DPS-17.2.2, §18.2);
 * ``timer_fired(key)``, ``delete(...)``, ``attached(conn_id)``: time passing and the control plane.
 
-Actions: ``Emit`` (a frame: broadcast, or to/away from one connection), ``WriteStdin``,
-``WritePrompt`` (a prompt with images, whose bytes only the shell's file store has), ``PlaceFile``
-(copy an uploaded file into the workspace), ``Spawn``, ``Signal``, ``Terminate`` (SIGTERM then
-SIGKILL), ``StartTimer``/``CancelTimer``, ``SetFeatures`` (a master's announced capabilities),
-``CloseAll`` (end every WebSocket of the session) and ``Log``.
+Actions (``actions.py``): ``Emit`` (a frame: broadcast, or to/away from one connection),
+``WriteStdin``, ``WritePrompt`` (a prompt with images, whose bytes only the shell's file store
+has), ``PlaceFile`` (copy an uploaded file into the workspace), ``Spawn``, ``Signal``,
+``Terminate`` (SIGTERM then SIGKILL), ``StartTimer``/``CancelTimer``, ``SetFeatures`` (a master's
+announced capabilities), ``CloseAll`` (end every WebSocket of the session) and ``Log``.
 Because the list is ordered, "cleanup frames, then ``session.deleted``, then close" (DPS-7.5.3,
 DPS-7.7) is simply the order of the list.
 
 Every transition lives in this file, kept whole on purpose: a state machine is read, and its rules
-checked, in one place. ``phase`` is ``idle`` (no turn), ``running`` (a turn is open),
-``terminating`` (the agent was told to stop) or ``terminated``. A turn opens when a prompt is
-accepted, or implicitly when the agent produces output outside a turn (``rawp-gateway translate``
-has no prompts; Claude Code starts a turn of its own after a background task). Agent processes are
-either long-lived (prompts on stdin) or single-turn (§18: prompt on the command line, respawned with
-the agent's session id for the next prompt).
+checked, in one place. What holds no state is beside it: the actions in ``actions.py``, how a
+permission question is worded and its answer read in ``interactions.py``, what a prompt becomes for
+the agent (and what it may carry) in ``prompts.py``. ``phase`` is ``idle`` (no turn), ``running`` (a
+turn is open), ``terminating`` (the agent was told to stop) or ``terminated``. A turn opens when a
+prompt is accepted, or implicitly when the agent produces output outside a turn (``rawp-gateway
+translate`` has no prompts; Claude Code starts a turn of its own after a background task). Agent
+processes are either long-lived (prompts on stdin) or single-turn (§18: prompt on the command line,
+respawned with the agent's session id for the next prompt).
 
 A cancel (DPS-6.1.2) interrupts the agent, sends SIGINT ``cancel_sigint_sec`` later and stops the
 process ``cancel_stop_sec`` after the cancel if the turn is still open. An agent that exits while
@@ -46,9 +48,7 @@ line.
 
 from __future__ import annotations
 
-import re
 import signal as _signal
-import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
@@ -57,37 +57,50 @@ import msgspec
 
 from gateway.protocol import codec, recovery
 from gateway.protocol import frames as F
+from gateway.protocol.actions import (
+    Action,
+    CancelTimer,
+    CloseAll,
+    Emit,
+    Log,
+    PlaceFile,
+    SetFeatures,
+    Settled,
+    Signal,
+    Spawn,
+    StartTimer,
+    Terminate,
+    WritePrompt,
+    WriteStdin,
+)
 from gateway.protocol.capabilities import agreed_features, gateway_capabilities
 from gateway.protocol.factory import FrameFactory
+from gateway.protocol.interactions import (
+    ALLOW,
+    DENY,
+    NO_OPTION,
+    NoOption,
+    chosen_option,
+    decision,
+    interaction_options,
+    permission_question,
+)
 from gateway.protocol.mapper import BLOCKED_OUTPUT, Mapper
+from gateway.protocol.prompts import (
+    UPLOADS_DIR,
+    PromptRefused,
+    attachments_text,
+    context_files,
+    nul_refused,
+    prompt_text_for_agent,
+)
 from gateway.protocol.tools import lookup
 from parsers import events as ev
 from parsers.base import AgentInput, AgentParser, ExitDescription
 from parsers.saved import ReplayedTurn
 
-__all__ = [
-    "Action",
-    "CancelTimer",
-    "CloseAll",
-    "Emit",
-    "Log",
-    "PlaceFile",
-    "PromptRefused",
-    "SessionConfig",
-    "SessionMachine",
-    "SetFeatures",
-    "Settled",
-    "Signal",
-    "Spawn",
-    "StartTimer",
-    "Terminate",
-    "WritePrompt",
-    "WriteStdin",
-    "valid_file_name",
-]
+__all__ = ["STALL_TIMER", "SessionConfig", "SessionMachine"]
 
-# A prompt's file_references (each a token replaced in the text): far more than a person attaches.
-MAX_FILE_REFERENCES: Final = 64
 # Characters of a session.error message: even quoting a master's id it fits the smallest frame.
 MAX_ERROR_MESSAGE: Final = 512
 # Characters of an earlier prompt a replayed turn shows (and at most a quarter of a frame).
@@ -96,123 +109,10 @@ CANCEL_GRACE_S: Final = 2.0  # interrupt, then SIGINT if the turn has not ended
 CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
 STALL_TIMER: Final = "stall"
 USER_KEY: Final = "rawp_user"  # metadata: the user who sent a relayed control frame
-ALLOW, DENY = "allow", "deny"
-# docs/files.md: uploads reach an agent that takes images as images when they are one of
-# these; every other upload is written here in the workspace and named in the prompt.
-IMAGE_MIME_TYPES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
-UPLOADS_DIR: Final = ".rawp/uploads"
 UPLOAD_NOT_PLACED: Final = "UPLOAD_NOT_PLACED"  # agent.error warning: see file_not_placed
-MAX_CONTEXT_FILES: Final = 20  # files attached to one prompt
-MAX_FILE_NAME_BYTES: Final = 255  # a file name, in UTF-8 bytes (most file systems' limit)
 
 
 _DELTAS: Final = frozenset({ev.TextDelta, ev.ThinkingDelta})
-
-
-class _NoOption:
-    """The answer goes to an agent that offers no options of its own (allow or deny)."""
-
-
-NO_OPTION: Final = _NoOption()
-
-# --- actions ------------------------------------------------------------------------------------
-
-
-class Emit(msgspec.Struct):
-    """Send a frame. ``to``: only that connection (not buffered); ``exclude``: all but that one.
-    (A Struct, not a dataclass: one is made per frame, and a Struct's ``__init__`` is C.)"""
-
-    frame: F.Frame
-    to: str | None = None
-    exclude: str | None = None
-
-
-@dataclass(slots=True)
-class WriteStdin:
-    data: bytes
-
-
-@dataclass(slots=True)
-class WritePrompt:
-    """Write a prompt that carries images on the agent's stdin: the shell encodes it with the
-    agent's input, reading the images' bytes from its file store."""
-
-    text: str
-    images: list[ev.StoredFile]
-
-
-@dataclass(slots=True)
-class PlaceFile:
-    """Copy the stored file ``transfer_id`` into the workspace as ``UPLOADS_DIR/name``."""
-
-    transfer_id: str
-    name: str
-
-
-@dataclass(slots=True)
-class Spawn:
-    """Start the agent. ``prompt`` for single-turn agents (``{prompt}`` in argv), ``resume_id`` to
-    fill ``resume_flag``, ``mode`` for the agent's own permission mode, ``overrides`` per turn,
-    ``images`` attached to the prompt (``image_flag`` or the stdin prompt)."""
-
-    prompt: str | None = None
-    resume_id: str | None = None
-    mode: str = "default"
-    overrides: F.ConfigOverrides | None = None
-    images: list[ev.StoredFile] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class Signal:
-    signum: int
-
-
-@dataclass(slots=True)
-class Terminate:
-    """SIGTERM, then SIGKILL after the grace period (DPS-17.2.3); ``agent_exited`` follows."""
-
-
-@dataclass(slots=True)
-class StartTimer:
-    key: str
-    seconds: float
-
-
-@dataclass(slots=True)
-class CancelTimer:
-    key: str
-
-
-@dataclass(slots=True)
-class SetFeatures:
-    conn_id: str
-    features: F.Features
-
-
-@dataclass(slots=True)
-class CloseAll:
-    reason: str
-
-
-@dataclass(slots=True)
-class Log:
-    level: Literal["debug", "info", "warning", "error"]
-    message: str
-    fields: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class Settled:
-    """An interaction asked of masters was resolved (for metrics): allowed, denied, timed_out,
-    cancelled."""
-
-    interaction_type: str
-    outcome: str
-
-
-Action = (
-    Emit | WriteStdin | Spawn | Signal | Terminate | StartTimer | CancelTimer | SetFeatures
-) | (CloseAll | Log | Settled | WritePrompt | PlaceFile)
 
 
 # --- configuration ------------------------------------------------------------------------------
@@ -905,7 +805,12 @@ class SessionMachine:
                     mid,
                 )
             ]
-        files = self._context_files(prompt.context_files or [])
+        files = context_files(
+            prompt.context_files or [],
+            self.files,
+            session_id=self.session_id,
+            accepts_images=self.config.accepts_images,
+        )
         if isinstance(files, str):
             return [self._error("INVALID_FRAME", files, conn_id, mid)]
         images, uploads = files
@@ -929,32 +834,6 @@ class SessionMachine:
             ]
         out: list[Action] = [PlaceFile(f.transfer_id, name) for f, name in uploads]
         return out + self._start_prompt(text, prompt.config_overrides, images=images)
-
-    def _context_files(
-        self, context_files: list[F.ContextFile]
-    ) -> tuple[list[ev.StoredFile], list[tuple[ev.StoredFile, str]]] | str:
-        """A prompt's ``context_files`` as (images for the agent, (file, name) to write into the
-        workspace), or why they are refused. Only files stored in this session count: the gateway
-        never fetches a URL that came in a frame (docs/files.md)."""
-        if len(context_files) > MAX_CONTEXT_FILES:
-            return f"a prompt may attach at most {MAX_CONTEXT_FILES} context_files"
-        images: list[ev.StoredFile] = []
-        uploads: list[tuple[ev.StoredFile, str]] = []
-        for attached in context_files:
-            stored = self.files.get(attached.file_url.rpartition("/")[2])
-            if stored is None or stored.file_url != attached.file_url:
-                return (
-                    f"context_files: {attached.file_url[:200]!r} is not a file of this session: "
-                    f"upload it with PUT /v1/session/{self.session_id}/files?name=... and use the "
-                    "file_url it returns (the gateway fetches no URL)"
-                )
-            if not valid_file_name(attached.file_name):
-                return f"context_files: {attached.file_name[:200]!r} is not a base file name"
-            if self.config.accepts_images and stored.mime_type in IMAGE_MIME_TYPES:
-                images.append(stored)
-            else:
-                uploads.append((stored, attached.file_name))
-        return images, uploads
 
     def _start_prompt(
         self,
@@ -1046,20 +925,20 @@ class SessionMachine:
             if req.call_id:
                 self.mapper.block_call(req.call_id)
             return self._answer_permission(
-                req.request_id, False, BLOCKED_OUTPUT, option=_chosen(choices, False)
+                req.request_id, False, BLOCKED_OUTPUT, option=chosen_option(choices, False)
             )
         if turn is not None and req.tool_name in turn.denied:
             return self._answer_permission(
                 req.request_id,
                 False,
                 f"{req.tool_name} is denied for this prompt",
-                option=_chosen(choices, False),
+                option=chosen_option(choices, False),
             )
         if req.tool_name in self.config.auto_allow or (
             turn is not None and req.tool_name in turn.allowed
         ):
             return self._answer_permission(
-                req.request_id, True, updated_input=req.input, option=_chosen(choices, True)
+                req.request_id, True, updated_input=req.input, option=chosen_option(choices, True)
             )
         interaction_id = self.factory.new_id()
         context = F.InteractionContext(
@@ -1098,11 +977,11 @@ class SessionMachine:
         allow: bool,
         message: str = "",
         updated_input: dict[str, Any] | None = None,
-        option: str | _NoOption | None = NO_OPTION,
+        option: str | NoOption | None = NO_OPTION,
     ) -> list[Action]:
         # ``option``: the agent's own option chosen (None: no choice, ACP's "cancelled"); only
         # for an agent that offered options.
-        extra: dict[str, Any] = {} if isinstance(option, _NoOption) else {"option": option}
+        extra: dict[str, Any] = {} if isinstance(option, NoOption) else {"option": option}
         data = self.input.permission(
             request_id, allow=allow, message=message, updated_input=updated_input, **extra
         )
@@ -1121,7 +1000,7 @@ class SessionMachine:
             CancelTimer(f"interaction:{interaction.interaction_id}"),
             Settled("PERMISSION", outcome),
         ]
-        option: str | _NoOption | None = NO_OPTION
+        option: str | NoOption | None = NO_OPTION
         if interaction.choices:
             # The master's choice; a timeout or a cancel chooses nothing (ACP: "cancelled").
             chosen = interaction.choices.get(value) if value is not None else None
@@ -1157,19 +1036,7 @@ class SessionMachine:
                     mid,
                 )
             ]
-        selected = resp.selected_value
-        values = selected if isinstance(selected, list) else [selected]
-        value: str | None = None
-        if interaction.choices:
-            # The agent's own options: the first value that is one of them decides.
-            value = next((v for v in values if v in interaction.choices), None)
-            if value is None:
-                value = next(
-                    (v for v, (_, allows) in interaction.choices.items() if not allows), None
-                )
-            allow = value is not None and interaction.choices[value][1]
-        else:
-            allow = ALLOW in values
+        allow, value = decision(interaction.choices, resp.selected_value)
         message = resp.text_input or ("" if allow else "The user denied this tool use.")
         return self._settle(interaction, allow, message, "allowed" if allow else "denied", value)
 
@@ -1263,7 +1130,7 @@ class SessionMachine:
             ]
         text = "/compact" + (f" {compact.instruction}" if compact.instruction else "")
         if "\0" in text:
-            return [self._error(_nul().code, str(_nul()), conn_id, mid)]
+            return [self._error(nul_refused().code, str(nul_refused()), conn_id, mid)]
         return self._start_prompt(text, None, compaction=True)
 
     def _control_ack(self, ack: ev.ControlAck) -> list[Action]:
@@ -1321,183 +1188,3 @@ class SessionMachine:
         out.append(Log("info", "session deleted", {"reason": reason, "deleted_by": deleted_by}))
         out.append(CloseAll(f"session deleted ({reason})"))
         return out
-
-
-# --- pure helpers ---------------------------------------------------------------------------------
-
-
-class PromptRefused(ValueError):
-    """A prompt the agent must not get; answered with a non-fatal ``session.error`` ``code``."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def prompt_text_for_agent(
-    prompt: F.PromptRequest, max_bytes: int = 1 << 20, *, attached: str = ""
-) -> str:
-    """The text the agent gets: slash commands as ``/name args``; each file reference token (its
-    ``ref_id``) replaced by its ``display_path`` (DPS-6.1.1-prompt); attached files listed after
-    the prompt (``attached``: what the session says of them; their URLs are never listed). At most ``MAX_FILE_REFERENCES``
-    references and ``max_bytes`` of UTF-8 text, and no NUL, else ``PromptRefused``."""
-    text = prompt.prompt_text
-    if prompt.input_type == "slash_command" and not text.startswith("/"):
-        text = "/" + text
-    refs = prompt.file_references or ()
-    if len(refs) > MAX_FILE_REFERENCES:
-        raise PromptRefused(
-            "TOO_MANY_FILE_REFERENCES",
-            f"a prompt may carry at most {MAX_FILE_REFERENCES} file_references, got {len(refs)}",
-        )
-    text = _replace_tokens(text, refs, max_bytes) + attached
-    if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
-        raise _too_large(max_bytes)
-    overrides = prompt.config_overrides
-    tools = [*(overrides.allowed_tools or ()), *(overrides.denied_tools or ())] if overrides else []
-    if "\0" in text or any("\0" in tool for tool in tools):
-        raise _nul()
-    return text
-
-
-def _nul() -> PromptRefused:
-    # No argv can carry a NUL: a single-turn agent's start would fail and end the session.
-    return PromptRefused("INVALID_FRAME", "the prompt or a tool name contains a NUL character")
-
-
-def valid_file_name(name: str) -> bool:
-    """A base name: 1 to ``MAX_FILE_NAME_BYTES`` UTF-8 bytes, not ``.`` or ``..``, without ``/``
-    or a character that looks like one, and without a control, format or line/paragraph
-    separator character (Unicode categories Cc, Cf, Zl, Zp: C1 controls, bidi overrides, zero
-    widths), which would show a master or the agent another name than the one stored
-    (docs/files.md)."""
-    return (
-        name not in ("", ".", "..")
-        and not any(c in _SLASHES or unicodedata.category(c) in _HIDDEN for c in name)
-        and len(name.encode("utf-8", "surrogatepass")) <= MAX_FILE_NAME_BYTES
-    )
-
-
-# What a file name may not hold besides "/": characters drawn as a slash (a name must not read as
-# a path), and the Unicode categories that are invisible or move text around.
-_SLASHES: Final = frozenset(
-    "/\u0337\u0338\u2044\u2215\u2571\u27cb\u29f8\u2afb\u2afd\uff0f\U0001f67c"
-)
-_HIDDEN: Final = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
-
-
-def attachments_text(images: list[ev.StoredFile], uploads: list[tuple[ev.StoredFile, str]]) -> str:
-    """What the prompt says about its attached files: images given to the agent as images by
-    name, other files by their path in the workspace."""
-    if not images and not uploads:
-        return ""
-    lines = [f"- {f.file_name} ({f.mime_type}, attached as an image)" for f in images]
-    lines += [
-        f"- {UPLOADS_DIR}/{name} ({f.mime_type}, {f.size_bytes} bytes)" for f, name in uploads
-    ]
-    return "\n\nAttached files:\n" + "\n".join(lines)
-
-
-def _too_large(max_bytes: int) -> PromptRefused:
-    return PromptRefused(
-        "PROMPT_TOO_LARGE",
-        f"the prompt for the agent (file references replaced) would exceed {max_bytes} bytes",
-    )
-
-
-def _replace_tokens(text: str, refs: Any, max_bytes: int) -> str:
-    """Every token replaced in one pass over the original text: a ``display_path`` that contains a
-    ``ref_id`` (its own or another's) is never scanned again, and the longest ``ref_id`` wins where
-    two start at the same place. A reference with an empty ``ref_id`` names no token. The result is
-    measured as it grows, so a short token repeated many times cannot build more than
-    ``max_bytes`` before it is refused."""
-    paths: dict[str, str] = {}
-    for ref in refs:
-        if ref.ref_id and ref.display_path and ref.ref_id not in paths:
-            paths[ref.ref_id] = ref.display_path
-    if not paths:
-        return text
-    tokens = re.compile("|".join(re.escape(r) for r in sorted(paths, key=len, reverse=True)))
-    parts: list[str] = []
-    size = pos = 0
-    for match in tokens.finditer(text):
-        path = paths[match.group()]
-        size += match.start() - pos + len(path)
-        if size > max_bytes:  # characters: a lower bound of the UTF-8 size
-            raise _too_large(max_bytes)
-        parts += (text[pos : match.start()], path)
-        pos = match.end()
-    parts.append(text[pos:])
-    return "".join(parts)
-
-
-_REJECT_FIRST: Final = ("reject_once", "reject_always")
-_ALLOW_FIRST: Final = ("allow_once", "allow_always")
-
-
-def interaction_options(
-    req: ev.PermissionRequest, spec: Any
-) -> tuple[list[F.InteractionOption], dict[str, tuple[str, bool]]]:
-    """The options of the PERMISSION question, and what each value means to the agent.
-
-    Allow and Deny for an agent that offers no options. An agent's own options (ACP) are offered
-    as they are, in its order and with its labels; the first allowing one has the value ``allow``
-    and the first rejecting one ``deny`` (so a master that answers allow/deny works with any agent),
-    the others their kind (``allow_always``, ``reject_always``)."""
-    if not req.options:
-        return [
-            F.InteractionOption(value=ALLOW, label="Allow", risk_level=risk_of(spec)),
-            F.InteractionOption(value=DENY, label="Deny", risk_level="safe"),
-        ], {}
-    first: dict[bool, str] = {}
-    for kinds, allows in ((_ALLOW_FIRST, True), (_REJECT_FIRST, False)):
-        for kind in kinds:
-            found = next((o.option_id for o in req.options if o.kind == kind), None)
-            if found is not None:
-                first[allows] = found
-                break
-    options: list[F.InteractionOption] = []
-    choices: dict[str, tuple[str, bool]] = {}
-    for option in req.options:
-        allows = option.kind.startswith("allow")
-        if first.get(allows) == option.option_id:
-            value = ALLOW if allows else DENY
-        else:
-            value = option.kind or option.option_id
-        if value in choices:
-            value = option.option_id
-        if value in choices:
-            continue  # the same option twice
-        choices[value] = (option.option_id, allows)
-        risk = risk_of(spec) if allows else "safe"
-        options.append(
-            F.InteractionOption(value=value, label=option.name or value, risk_level=risk)
-        )
-    return options, choices
-
-
-def _chosen(choices: dict[str, tuple[str, bool]], allow: bool) -> str | _NoOption | None:
-    """The agent's option the gateway picks itself (auto_allow, a mode's block, a denied tool)."""
-    if not choices:
-        return NO_OPTION
-    found = choices.get(ALLOW if allow else DENY)
-    return found[0] if found is not None else None
-
-
-def permission_question(req: ev.PermissionRequest) -> str:
-    inp = req.input
-    for key in ("command", "file_path", "path", "url"):
-        detail = inp.get(key)
-        if isinstance(detail, str) and detail:
-            return f"Allow {req.tool_name}: {detail}?"
-    if req.title:  # the agent's own words for the call (ACP)
-        return f"Allow {req.tool_name}: {req.title[:200]}?"
-    return f"Allow the agent to use {req.tool_name}?"
-
-
-def risk_of(spec: Any) -> Literal["safe", "moderate", "dangerous"]:
-    if spec.category == "shell":
-        return "dangerous"
-    if spec.writes or spec.category in ("web", "mcp", "custom"):
-        return "moderate"
-    return "safe"

@@ -39,37 +39,43 @@ What it keeps, per turn unless said otherwise:
   ``agent.error`` warning ``OUTPUT_TRUNCATED`` follows. So one agent line (a 20 MB line of a plain
   program) gives a bounded burst of frames, which a master that keeps reading always takes: the
   per-connection send queue is there to cut off masters that stopped reading, not this.
+
+``Mapper`` is kept whole on purpose: it is one state machine over one turn's state. Blocks, calls
+and subagents are not separate rooms: a delta moves the inferred state that a call's result moves
+back, a subagent's context is read by the blocks and calls under it, and §10.3 orders a
+subagent's end against its call's result. Most agent lines go through it (``map`` and the text
+delta), so its parts stay methods of one class: a helper object would cost a call or an attribute
+hop per line. What holds no state is beside it: the catalog in ``tools.py``, ``session.usage`` in
+``usage.py``, what a result's output becomes (binary refs, cuts to fit a frame) in ``results.py``.
 """
 
 from __future__ import annotations
 
 import io
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import msgspec
 
 from gateway.protocol import frames as F
 from gateway.protocol.codec import encode
 from gateway.protocol.factory import FrameFactory
-from gateway.protocol.tools import ToolSpec, catalog_entry, decide_output_type, lookup
+from gateway.protocol.results import (
+    binary_refs,
+    cut_input,
+    cut_output,
+    released_output,
+    subagent_status,
+)
+from gateway.protocol.tools import ToolSpec, build_catalog, decide_output_type, lookup
+from gateway.protocol.usage import subagent_usage_payload, usage_payload
 from parsers import events as ev
 from parsers.api_errors import about_credentials, credentials_hint
 
 __all__ = ["BLOCKED_OUTPUT", "Mapper"]
 
 BLOCKED_OUTPUT: Final = "Tool not allowed in current mode"  # DPS-6.3.2-block
-_NO_RESET: Final = "PT0S"  # time_to_reset: no limit applies (limits are -1), so nothing resets
-_UNLIMITED: Final = -1
 _FRAME_MARGIN: Final = 256  # bytes kept free under max_frame_size when cutting
 _MAX_CONTEXTS: Final = 1024  # subagent contexts remembered (for late frames of background ones)
-
-# MCP server status (the agent's word) → catalog status of its tools, and the diagnostic.
-_MCP_STATUS: Final[dict[str, tuple[F.ToolStatus, str, str]]] = {
-    "failed": ("unavailable", "error", "MCP_SERVER_FAILED"),
-    "needs-auth": ("unavailable", "error", "MCP_SERVER_NEEDS_AUTH"),
-    "disabled": ("unavailable", "warning", "MCP_SERVER_DISABLED"),
-    "pending": ("degraded", "warning", "MCP_SERVER_PENDING"),
-}
 
 
 class _Block:
@@ -496,7 +502,7 @@ class Mapper:
         if call.subagent_type is not None:
             ended = call.ended or ev.SubagentEnded(
                 call_id=event.call_id,
-                status=_subagent_status(event),
+                status=subagent_status(event),
                 duration_ms=event.duration_ms,
             )
             return self._finish_subagent(event.call_id, call, event, ended)
@@ -545,7 +551,7 @@ class Mapper:
             held, call.held = call.held, None
             result = msgspec.structs.replace(
                 held,
-                output=_released_output(held.output, event),
+                output=released_output(held.output, event),
                 is_error=event.status == "failed",
                 cancelled=event.status == "cancelled",
                 duration_ms=event.duration_ms
@@ -620,7 +626,7 @@ class Mapper:
             output_type: str = "text"
         elif status == "success" and event.files and call.subagent_type is None:
             # The bytes went to the file store; the result points at them (§4.5, binary_ref).
-            output, output_type = _binary_refs(event.files, output), "binary_ref"
+            output, output_type = binary_refs(event.files, output), "binary_ref"
         else:
             output_type = event.output_type or decide_output_type(
                 declared=spec.output_type,
@@ -646,7 +652,7 @@ class Mapper:
         frame = self._frame(payload, metadata)
         excess = len(encode(frame)) + _FRAME_MARGIN - self.max_frame_size
         if excess > 0:
-            payload.output = _cut(payload.output, excess)
+            payload.output = cut_output(payload.output, excess)
             payload.truncated = True
         return frame
 
@@ -654,7 +660,7 @@ class Mapper:
         frame = self._frame(payload, metadata)
         excess = len(encode(frame)) + _FRAME_MARGIN - self.max_frame_size
         if excess > 0:
-            payload.input = _cut_input(payload.input, excess)
+            payload.input = cut_input(payload.input, excess)
             # A copy: the call's later frames share ``metadata`` and were not cut.
             frame.metadata = {**metadata, "input_truncated": True}
         return frame
@@ -738,172 +744,12 @@ class Mapper:
     # --- usage --------------------------------------------------------------------------------------
 
     def _usage_frame(self, ended: ev.TurnEnded | None) -> F.Frame:
-        usage = ended.usage if ended is not None else None
-        context = None
-        if ended is not None and (ended.context_window or ended.context_used):
-            capacity, used = ended.context_window, ended.context_used
-            utilization = None
-            if capacity and used is not None:
-                utilization = round(min(used / capacity, 1.0), 4)
-            context = F.ContextWindow(capacity=capacity, used=used, utilization=utilization)
-        payload = F.Usage(
-            turn_id=self.turn_id,
-            token_usage=_token_usage(usage),
-            cost_usage=F.Quota(
-                limit=_UNLIMITED, used=(ended.cost_usd or 0.0) if ended else 0.0, unit="USD"
-            ),
-            message_usage=F.Quota(
-                limit=_UNLIMITED, used=(ended.num_turns or 0) if ended else 0, unit="COUNT"
-            ),
-            context_window=context,
-            time_to_reset=_NO_RESET,
-        )
-        return self._frame(payload)
+        return self._frame(usage_payload(ended, self.turn_id))
 
     def _subagent_usage(self, usage: ev.UsageInfo, context: F.SubagentContext) -> F.Frame:
-        """A subagent's own ``session.usage`` (DPS-10.5-usage). Its cost and message count are not
-        reported separately by agents, so they are 0; a total-only count goes in metadata."""
+        """A subagent's own ``session.usage`` (DPS-10.5-usage); a total-only count goes in
+        metadata."""
         metadata: dict[str, Any] = {"subagent_context": context}
         if usage.total_tokens is not None:
             metadata["total_tokens"] = usage.total_tokens
-        payload = F.Usage(
-            turn_id=self.turn_id,
-            token_usage=_token_usage(usage),
-            cost_usage=F.Quota(limit=_UNLIMITED, used=0.0, unit="USD"),
-            message_usage=F.Quota(limit=_UNLIMITED, used=0, unit="COUNT"),
-            time_to_reset=_NO_RESET,
-        )
-        return self._frame(payload, metadata)
-
-
-# --- pure helpers ---------------------------------------------------------------------------------
-
-
-def build_catalog(tools: list[str], servers: list[ev.McpServer]) -> F.CatalogPublish:
-    """``tool.catalog.publish`` (DPS-5.4-catalog): every named tool with the built-in catalog's
-    description and category; the tools of an MCP server that is not connected are ``unavailable``
-    (failed, needs auth) or ``degraded`` (pending), with a diagnostic. A server in trouble whose
-    tools the agent does not list at all is shown as one ``mcp__<server>`` entry, so the master
-    still sees it."""
-    status_of: dict[str, tuple[F.ToolStatus, str]] = {}
-    diagnostics: list[F.Diagnostic] = []
-    extra: list[F.CatalogTool] = []
-    for server in servers:
-        known = _MCP_STATUS.get(server.status)
-        if known is None:
-            continue  # connected (or a word we do not know): its tools are available
-        status, severity, code = known
-        why = f"MCP server {server.name} is {server.status}" + (
-            f": {server.error}" if server.error else ""
-        )
-        for name in server.tools:
-            status_of[name] = (status, why)
-            diagnostics.append(
-                F.Diagnostic(severity=severity, code=code, message=why, tool_name=name)  # type: ignore[arg-type]
-            )
-        if not server.tools:
-            placeholder = f"mcp__{server.name}"
-            extra.append(
-                F.CatalogTool(
-                    name=placeholder,
-                    description=f"Tools of MCP server {server.name}",
-                    category="mcp",
-                    status=status,
-                    status_description=why,
-                )
-            )
-            diagnostics.append(
-                F.Diagnostic(severity=severity, code=code, message=why, tool_name=placeholder)  # type: ignore[arg-type]
-            )
-    entries = []
-    for name in tools:
-        spec = lookup(name)
-        if name in status_of:
-            status, why = status_of[name]
-            entries.append(catalog_entry(spec, status=status, status_description=why))
-        else:
-            entries.append(catalog_entry(spec))
-    return F.CatalogPublish(tools=entries + extra, diagnostics=diagnostics or None)
-
-
-def _token_usage(usage: ev.UsageInfo | None) -> F.TokenUsage:
-    if usage is None:
-        return F.TokenUsage(input_tokens=0, output_tokens=0)
-    return F.TokenUsage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cache_read_tokens=usage.cache_read_tokens,
-        cache_write_tokens=usage.cache_write_tokens,
-        thinking_tokens=usage.thinking_tokens,
-    )
-
-
-def _binary_refs(files: list[ev.StoredFile], text: Any) -> Any:
-    """A ``binary_ref`` output: ``{transfer_id, file_url, mime_type, size_bytes}`` for the file (a
-    list of them for several), with the tool's own text beside the file as ``text`` when it
-    gave some (an MCP tool's caption of a screenshot)."""
-    refs: list[dict[str, Any]] = [
-        {
-            "transfer_id": f.transfer_id,
-            "file_url": f.file_url,
-            "mime_type": f.mime_type,
-            "size_bytes": f.size_bytes,
-        }
-        for f in files
-    ]
-    if isinstance(text, str) and text:
-        refs[0]["text"] = text
-    return refs[0] if len(refs) == 1 else refs
-
-
-def _subagent_status(result: ev.ToolResult) -> Literal["completed", "failed", "cancelled"]:
-    if result.cancelled:
-        return "cancelled"
-    return "failed" if result.is_error else "completed"
-
-
-def _released_output(held: Any, ended: ev.SubagentEnded) -> Any:
-    """A background subagent's result: what the call returned, with the subagent's final report
-    (the agent's summary) as its text."""
-    if ended.summary is None:
-        return held
-    if isinstance(held, dict):
-        return {**held, "text": ended.summary, "status": ended.status}
-    return {"text": ended.summary, "status": ended.status}
-
-
-def _cut(output: Any, excess: int) -> Any:
-    """``output`` made at least ``excess`` encoded bytes smaller.
-
-    A string loses ``excess`` characters (each is at least one byte encoded); a list loses items
-    from its end; anything else is cut as its JSON text.
-    """
-    if isinstance(output, str):
-        return output[: max(0, len(output) - excess)]
-    if isinstance(output, list):
-        kept = list(output)
-        removed = 0
-        while kept and removed < excess:
-            removed += len(encode(kept.pop())) + 1
-        return kept
-    text = encode(output).decode()
-    return text[: max(0, len(text) - excess)]
-
-
-def _cut_input(tool_input: dict[str, Any], excess: int) -> dict[str, Any]:
-    """The input with its longest string values cut until ``excess`` bytes are gone."""
-    cut = dict(tool_input)
-    while excess > 0:
-        strings = [(len(v), k) for k, v in cut.items() if isinstance(v, str) and v]
-        if not strings:
-            big = max(cut, key=lambda k: len(encode(cut[k])), default=None)
-            if big is None:
-                break
-            text = encode(cut[big]).decode()
-            cut[big] = text[: max(0, len(text) - excess)]
-            break
-        size, key = max(strings)
-        take = min(size, excess)
-        cut[key] = cut[key][: size - take]
-        excess -= take
-    return cut
+        return self._frame(subagent_usage_payload(usage, self.turn_id), metadata)

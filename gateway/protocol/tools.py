@@ -12,6 +12,9 @@ back to a ``custom`` tool for names it has never seen.
 ``decide_output_type`` is §5.3.3 as one pure function: the declared type, else the category default,
 else ``text`` (DPS-5.3.3-output-type). Write tools deliberately declare nothing, so the category rule
 "diff when the write changed something, else empty" decides per call.
+
+``build_catalog`` is the ``tool.catalog.publish`` the mapper sends for the tools an agent reports:
+each tool's catalog entry, and the tools of an MCP server that is not connected marked as such.
 """
 
 from __future__ import annotations
@@ -20,9 +23,18 @@ from typing import Final, Literal
 
 import msgspec
 
+from gateway.protocol import frames as F
 from gateway.protocol.frames import CatalogTool, OutputType, ToolCategory
+from parsers import events as ev
 
-__all__ = ["BUILTIN_TOOLS", "ToolSpec", "catalog_entry", "decide_output_type", "lookup"]
+__all__ = [
+    "BUILTIN_TOOLS",
+    "ToolSpec",
+    "build_catalog",
+    "catalog_entry",
+    "decide_output_type",
+    "lookup",
+]
 
 Operation = Literal["read", "write", "list", "search", "exec", "delegate", "other"]
 
@@ -208,3 +220,59 @@ def decide_output_type(
     elif category in _CATEGORY_DEFAULT:
         return _CATEGORY_DEFAULT[category]
     return "text"
+
+
+# MCP server status (the agent's word) → catalog status of its tools, and the diagnostic.
+_MCP_STATUS: Final[dict[str, tuple[F.ToolStatus, str, str]]] = {
+    "failed": ("unavailable", "error", "MCP_SERVER_FAILED"),
+    "needs-auth": ("unavailable", "error", "MCP_SERVER_NEEDS_AUTH"),
+    "disabled": ("unavailable", "warning", "MCP_SERVER_DISABLED"),
+    "pending": ("degraded", "warning", "MCP_SERVER_PENDING"),
+}
+
+
+def build_catalog(tools: list[str], servers: list[ev.McpServer]) -> F.CatalogPublish:
+    """``tool.catalog.publish`` (DPS-5.4-catalog): every named tool with the built-in catalog's
+    description and category; the tools of an MCP server that is not connected are ``unavailable``
+    (failed, needs auth) or ``degraded`` (pending), with a diagnostic. A server in trouble whose
+    tools the agent does not list at all is shown as one ``mcp__<server>`` entry, so the master
+    still sees it."""
+    status_of: dict[str, tuple[F.ToolStatus, str]] = {}
+    diagnostics: list[F.Diagnostic] = []
+    extra: list[F.CatalogTool] = []
+    for server in servers:
+        known = _MCP_STATUS.get(server.status)
+        if known is None:
+            continue  # connected (or a word we do not know): its tools are available
+        status, severity, code = known
+        why = f"MCP server {server.name} is {server.status}" + (
+            f": {server.error}" if server.error else ""
+        )
+        for name in server.tools:
+            status_of[name] = (status, why)
+            diagnostics.append(
+                F.Diagnostic(severity=severity, code=code, message=why, tool_name=name)  # type: ignore[arg-type]
+            )
+        if not server.tools:
+            placeholder = f"mcp__{server.name}"
+            extra.append(
+                F.CatalogTool(
+                    name=placeholder,
+                    description=f"Tools of MCP server {server.name}",
+                    category="mcp",
+                    status=status,
+                    status_description=why,
+                )
+            )
+            diagnostics.append(
+                F.Diagnostic(severity=severity, code=code, message=why, tool_name=placeholder)  # type: ignore[arg-type]
+            )
+    entries = []
+    for name in tools:
+        spec = lookup(name)
+        if name in status_of:
+            status, why = status_of[name]
+            entries.append(catalog_entry(spec, status=status, status_description=why))
+        else:
+            entries.append(catalog_entry(spec))
+    return F.CatalogPublish(tools=entries + extra, diagnostics=diagnostics or None)

@@ -14,6 +14,9 @@ The rules, one place for the metrics, the saved record and the docs (docs/usage.
 * The context fill is the last usage's ``context_window.utilization`` (or ``used / capacity``).
 
 Pure: no metrics, no I/O; ``LiveSession`` feeds it and hands what it returns to the metrics.
+
+The ``session.usage`` payloads themselves, as the agent reported them at a turn's or a subagent's
+end, are built here too (``usage_payload``, ``subagent_usage_payload``), for the mapper to send.
 """
 
 from __future__ import annotations
@@ -22,9 +25,19 @@ import math
 from typing import Any, Final, NamedTuple
 
 from gateway.protocol import frames as F
+from parsers import events as ev
 
-__all__ = ["CONTEXT_FULL", "Counted", "UsageTally", "context_fill"]
+__all__ = [
+    "CONTEXT_FULL",
+    "Counted",
+    "UsageTally",
+    "context_fill",
+    "subagent_usage_payload",
+    "usage_payload",
+]
 
+_NO_RESET: Final = "PT0S"  # time_to_reset: no limit applies (limits are -1), so nothing resets
+_UNLIMITED: Final = -1
 # DPS §7.3: at 0.95 utilization the agent MUST compact; a turn that ends at or past it hit the limit.
 CONTEXT_FULL: Final = 0.95
 
@@ -150,3 +163,55 @@ class UsageTally:
             value = saved.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 setattr(self, key, value)
+
+
+# --- what the gateway sends ------------------------------------------------------------------------
+
+
+def usage_payload(ended: ev.TurnEnded | None, turn_id: str | None) -> F.Usage:
+    """``session.usage`` for a turn's end as the agent reported it (``ended``; None: it reported
+    nothing, so all is 0)."""
+    usage = ended.usage if ended is not None else None
+    context = None
+    if ended is not None and (ended.context_window or ended.context_used):
+        capacity, used = ended.context_window, ended.context_used
+        utilization = None
+        if capacity and used is not None:
+            utilization = round(min(used / capacity, 1.0), 4)
+        context = F.ContextWindow(capacity=capacity, used=used, utilization=utilization)
+    return F.Usage(
+        turn_id=turn_id,
+        token_usage=_token_usage(usage),
+        cost_usage=F.Quota(
+            limit=_UNLIMITED, used=(ended.cost_usd or 0.0) if ended else 0.0, unit="USD"
+        ),
+        message_usage=F.Quota(
+            limit=_UNLIMITED, used=(ended.num_turns or 0) if ended else 0, unit="COUNT"
+        ),
+        context_window=context,
+        time_to_reset=_NO_RESET,
+    )
+
+
+def subagent_usage_payload(usage: ev.UsageInfo, turn_id: str | None) -> F.Usage:
+    """A subagent's own ``session.usage`` (DPS-10.5-usage). Its cost and message count are not
+    reported separately by agents, so they are 0."""
+    return F.Usage(
+        turn_id=turn_id,
+        token_usage=_token_usage(usage),
+        cost_usage=F.Quota(limit=_UNLIMITED, used=0.0, unit="USD"),
+        message_usage=F.Quota(limit=_UNLIMITED, used=0, unit="COUNT"),
+        time_to_reset=_NO_RESET,
+    )
+
+
+def _token_usage(usage: ev.UsageInfo | None) -> F.TokenUsage:
+    if usage is None:
+        return F.TokenUsage(input_tokens=0, output_tokens=0)
+    return F.TokenUsage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        thinking_tokens=usage.thinking_tokens,
+    )

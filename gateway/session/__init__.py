@@ -54,7 +54,8 @@ from gateway.agent.process import (
     StdoutLine,
 )
 from gateway.metrics import GatewayMetrics
-from gateway.protocol import codec, recovery
+from gateway.protocol import actions as act
+from gateway.protocol import codec, prompts, recovery
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
 from gateway.protocol.capabilities import ConnectionFilter, strip_subagent_context
@@ -445,7 +446,7 @@ class LiveSession:
         greeting = [
             (a.frame, text_frame(codec.encode(a.frame)))
             for a in self.machine.attached(conn_id)
-            if isinstance(a, sm.Emit)
+            if isinstance(a, act.Emit)
         ]
         first, rest = greeting[0], greeting[1:]
         self._send_to(conn, *first)
@@ -545,7 +546,7 @@ class LiveSession:
             f"{sender.identity.user} has {role or 'none'}",
             fatal=False,
         )
-        self.perform([sm.Emit(self.machine.factory.frame(payload, parent_id=mid), to=conn_id)])
+        self.perform([act.Emit(self.machine.factory.frame(payload, parent_id=mid), to=conn_id)])
         if self.audit is not None:
             self.audit.record(
                 auth.AUDITED.get(peek.type, peek.type),
@@ -586,7 +587,7 @@ class LiveSession:
 
     # --- the agent process ----------------------------------------------------------------------
 
-    def _spawn(self, action: sm.Spawn) -> None:
+    def _spawn(self, action: act.Spawn) -> None:
         profile = self.profile
         resume_id = action.resume_id or None
         on_stdin = cfg.prompt_on_stdin(profile, action.prompt)
@@ -729,7 +730,7 @@ class LiveSession:
                 else:
                     lines.line("none", elapsed)  # e.g. a stream event with nothing to say
                 for action in actions:
-                    if type(action) is sm.Emit:
+                    if type(action) is act.Emit:
                         emit(action)
                     else:
                         act_other(action)
@@ -756,7 +757,7 @@ class LiveSession:
         attached = [PromptImage(f.mime_type, self.files.read(f.transfer_id)) for f in images]
         return self.agent_input.prompt(text, images=attached)  # type: ignore[call-arg]
 
-    def _place_file(self, action: sm.PlaceFile) -> None:
+    def _place_file(self, action: act.PlaceFile) -> None:
         """An uploaded file into the workspace (``.rawp/uploads/<name>``), never through a link:
         each directory is opened without following one (``gateway/storage/nofollow.py``) and the file is
         renamed into place. A file that cannot be placed is said to the masters once the prompt's
@@ -764,14 +765,14 @@ class LiveSession:
         fds: list[int] = []
         try:
             fds.append(os.open(self.workspace, nofollow.DIR_FLAGS))
-            for part in sm.UPLOADS_DIR.split("/"):
+            for part in prompts.UPLOADS_DIR.split("/"):
                 # The workspace's own directories: as the agent would make them (the umask's).
                 fds.append(nofollow.open_dir(part, dir_fd=fds[-1], create=True, mode=0o777))
             self.files.copy_to(action.transfer_id, fds[-1], action.name)
         except (OSError, FileError) as err:
             linked = isinstance(err, OSError) and err.errno in (errno.ELOOP, errno.ENOTDIR)
             reason = (
-                f"{sm.UPLOADS_DIR} is a link or not a directory"
+                f"{prompts.UPLOADS_DIR} is a link or not a directory"
                 if linked
                 else getattr(err, "message", None) or getattr(err, "strerror", None) or str(err)
             )
@@ -824,7 +825,7 @@ class LiveSession:
             fatal=False,
         )
         frame = self.machine.factory.frame(payload, parent_id=parent_id)
-        self.perform([sm.Emit(frame, to=to)])
+        self.perform([act.Emit(frame, to=to)])
 
     async def _terminate(self) -> None:
         if not await self._stop_agent():
@@ -844,7 +845,7 @@ class LiveSession:
 
     # --- actions ----------------------------------------------------------------------------------
 
-    def perform(self, actions: list[sm.Action]) -> None:
+    def perform(self, actions: list[act.Action]) -> None:
         for action in actions:
             self._act(action)
         while self._unplaced:  # after the prompt's actions: its turn is open now
@@ -852,49 +853,49 @@ class LiveSession:
             self.perform(self.machine.file_not_placed(name, reason))
         self._track_state()
 
-    def _act(self, action: sm.Action) -> None:
-        if type(action) is sm.Emit:
+    def _act(self, action: act.Action) -> None:
+        if type(action) is act.Emit:
             self._emit(action)
         else:
             self._act_other(action)
 
-    def _act_other(self, action: sm.Action) -> None:
-        if isinstance(action, sm.WriteStdin):
+    def _act_other(self, action: act.Action) -> None:
+        if isinstance(action, act.WriteStdin):
             self._write_stdin(action.data)
-        elif isinstance(action, sm.WritePrompt):
+        elif isinstance(action, act.WritePrompt):
             data = self._prompt_bytes(action.text, action.images)
             if data is not None:
                 self._write_stdin(data)
-        elif isinstance(action, sm.PlaceFile):
+        elif isinstance(action, act.PlaceFile):
             self._place_file(action)
-        elif isinstance(action, sm.Spawn):
+        elif isinstance(action, act.Spawn):
             self._spawn(action)
-        elif isinstance(action, sm.Signal):
+        elif isinstance(action, act.Signal):
             if self.process is not None:
                 self.process.send_signal(action.signum)
-        elif isinstance(action, sm.Terminate):
+        elif isinstance(action, act.Terminate):
             self._task(self._terminate())
-        elif isinstance(action, sm.StartTimer):
+        elif isinstance(action, act.StartTimer):
             self._set_timer(action.key, action.seconds)
-        elif isinstance(action, sm.CancelTimer):
+        elif isinstance(action, act.CancelTimer):
             self._cancel_timer(action.key)
-        elif isinstance(action, sm.SetFeatures):
+        elif isinstance(action, act.SetFeatures):
             conn = self.connections.get(action.conn_id)
             if conn is not None:
                 conn.filter = ConnectionFilter(action.features)
                 self._routes.clear()
-        elif isinstance(action, sm.CloseAll):
+        elif isinstance(action, act.CloseAll):
             self._close_all(action.reason)
-        elif isinstance(action, sm.Settled):
+        elif isinstance(action, act.Settled):
             self.metrics.interaction(action.interaction_type, action.outcome)
-        elif isinstance(action, sm.Log):
+        elif isinstance(action, act.Log):
             log.log(
                 logging.getLevelName(action.level.upper()),
                 action.message,
                 extra={"session": self.id, **action.fields},
             )
 
-    def _emit(self, action: sm.Emit) -> None:
+    def _emit(self, action: act.Emit) -> None:
         frame = action.frame
         data = codec.encode(frame)
         if action.to is not None:

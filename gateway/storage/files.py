@@ -53,7 +53,7 @@ from typing import Final, Protocol
 import msgspec
 
 from gateway.api_error import ApiError
-from gateway.protocol.machine import IMAGE_MIME_TYPES, MAX_FILE_NAME_BYTES, valid_file_name
+from gateway.protocol.prompts import IMAGE_MIME_TYPES, MAX_FILE_NAME_BYTES, valid_file_name
 from gateway.storage import nofollow
 from parsers import events as ev
 

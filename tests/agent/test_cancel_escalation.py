@@ -13,6 +13,7 @@ import sys
 from dataclasses import replace
 
 from gateway.config import builtin_profiles
+from gateway.protocol import actions as act
 from gateway.protocol import machine as sm
 from gateway.server import SESSIONS
 from parsers.base import get as get_parser
@@ -42,30 +43,30 @@ def running_turn(**config: object) -> tuple[sm.SessionMachine, str]:
     return m, m.turn.turn_id
 
 
-def prompt(m: sm.SessionMachine, text: str) -> list[sm.Action]:
+def prompt(m: sm.SessionMachine, text: str) -> list[act.Action]:
     frame = envelope("s-1", "control.prompt.request", {"prompt_text": text})
     return m.receive("c1", json.dumps(frame))
 
 
-def cancel(m: sm.SessionMachine, turn_id: str) -> list[sm.Action]:
+def cancel(m: sm.SessionMachine, turn_id: str) -> list[act.Action]:
     frame = envelope("s-1", "control.prompt.cancel", {"target_turn_id": turn_id})
     return m.receive("c1", json.dumps(frame))
 
 
-def ends(actions: list[sm.Action]) -> list[str]:
+def ends(actions: list[act.Action]) -> list[str]:
     return [
         a.frame.payload.stop_reason  # type: ignore[attr-defined]
         for a in actions
-        if isinstance(a, sm.Emit) and a.frame.TYPE == "session.turn.end"
+        if isinstance(a, act.Emit) and a.frame.TYPE == "session.turn.end"
     ]
 
 
-def types(actions: list[sm.Action]) -> list[str]:
+def types(actions: list[act.Action]) -> list[str]:
     """The types of the frames the gateway makes (not a master's frame relayed to the others)."""
     return [
         a.frame.TYPE
         for a in actions
-        if isinstance(a, sm.Emit) and not a.frame.TYPE.startswith("control.")
+        if isinstance(a, act.Emit) and not a.frame.TYPE.startswith("control.")
     ]
 
 
@@ -75,23 +76,23 @@ def test_DPS_6_1_2_cancel_interrupts_then_sigint_after_2_s_then_stops_after_10_s
     starts the agent again resumed with its session id, in a new turn."""
     m, turn_id = running_turn()
     actions = cancel(m, turn_id)
-    (write,) = [a for a in actions if isinstance(a, sm.WriteStdin)]
+    (write,) = [a for a in actions if isinstance(a, act.WriteStdin)]
     assert json.loads(write.data)["request"]["subtype"] == "interrupt"
-    timers = [a for a in actions if isinstance(a, sm.StartTimer)]
-    assert timers == [sm.StartTimer("cancel", 2.0), sm.StartTimer("cancel-kill", 10.0)]
-    assert not [a for a in actions if isinstance(a, sm.Signal | sm.Terminate)]
-    assert m.timer_fired("cancel") == [sm.Signal(signal.SIGINT)]
+    timers = [a for a in actions if isinstance(a, act.StartTimer)]
+    assert timers == [act.StartTimer("cancel", 2.0), act.StartTimer("cancel-kill", 10.0)]
+    assert not [a for a in actions if isinstance(a, act.Signal | act.Terminate)]
+    assert m.timer_fired("cancel") == [act.Signal(signal.SIGINT)]
     stop = m.timer_fired("cancel-kill")
-    assert isinstance(stop[-1], sm.Terminate)
+    assert isinstance(stop[-1], act.Terminate)
     exited = m.agent_exited("signal", -15, 15)
     assert ends(exited) == ["cancelled"]  # the turn ends with the process
     assert "agent.error" not in types(exited) and "session.deleted" not in types(exited)
-    assert not [a for a in exited if isinstance(a, sm.CloseAll | sm.Spawn)]
+    assert not [a for a in exited if isinstance(a, act.CloseAll | act.Spawn)]
     assert (m.phase, m.process_alive) == ("idle", False)
     again = prompt(m, "again")
     assert types(again)[0] == "session.turn.start" and m.turn is not None
     assert m.turn.turn_id != turn_id
-    assert sm.Spawn(prompt="again", resume_id="agent-7") in again
+    assert act.Spawn(prompt="again", resume_id="agent-7") in again
 
 
 def test_DPS_6_1_2_a_prompt_while_the_stopped_agent_exits_waits_for_its_exit():
@@ -105,20 +106,20 @@ def test_DPS_6_1_2_a_prompt_while_the_stopped_agent_exits_waits_for_its_exit():
     assert ends(ended) == ["cancelled"]
     again = prompt(m, "again")
     assert types(again) == ["session.turn.start"]
-    assert not [a for a in again if isinstance(a, sm.WriteStdin | sm.Spawn)]
+    assert not [a for a in again if isinstance(a, act.WriteStdin | act.Spawn)]
     exited = m.agent_exited("signal", -15, 15)
     assert "agent.error" not in types(exited) and "session.deleted" not in types(exited)
-    assert exited[-1] == sm.Spawn(prompt="again", resume_id="agent-7")
+    assert exited[-1] == act.Spawn(prompt="again", resume_id="agent-7")
     assert m.turn is not None and m.process_alive
 
 
 def test_DPS_6_1_2_a_single_turn_process_gets_sigint_at_once():
     m, turn_id = running_turn(single_turn_process=True)
     actions = cancel(m, turn_id)
-    assert sm.Signal(signal.SIGINT) in actions
-    assert not [a for a in actions if isinstance(a, sm.WriteStdin)]
-    assert [a for a in actions if isinstance(a, sm.StartTimer)] == [
-        sm.StartTimer("cancel-kill", 10.0)
+    assert act.Signal(signal.SIGINT) in actions
+    assert not [a for a in actions if isinstance(a, act.WriteStdin)]
+    assert [a for a in actions if isinstance(a, act.StartTimer)] == [
+        act.StartTimer("cancel-kill", 10.0)
     ]
 
 
@@ -132,8 +133,8 @@ def test_timers_of_a_turn_that_ended_do_nothing():
 
 def test_the_escalation_durations_are_the_configs():
     m, turn_id = running_turn(cancel_sigint_sec=0.5, cancel_stop_sec=3.0)
-    timers = [a for a in cancel(m, turn_id) if isinstance(a, sm.StartTimer)]
-    assert timers == [sm.StartTimer("cancel", 0.5), sm.StartTimer("cancel-kill", 3.0)]
+    timers = [a for a in cancel(m, turn_id) if isinstance(a, act.StartTimer)]
+    assert timers == [act.StartTimer("cancel", 0.5), act.StartTimer("cancel-kill", 3.0)]
 
 
 async def test_DPS_6_1_2_an_agent_that_ignores_the_cancel_gets_each_step_then_is_stopped(tmp_path):

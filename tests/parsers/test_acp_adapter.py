@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from gateway.protocol import actions as act
 from gateway.protocol import codec
 from gateway.protocol import machine as sm
 from gateway.protocol.capabilities import ALL_FEATURES
@@ -47,15 +48,15 @@ class Rig:
         self.machine = sm.SessionMachine("s1", parser, agent_input, config)
         self.frames: list[dict[str, Any]] = []
         self.writes: list[dict[str, Any]] = []
-        self.actions: list[sm.Action] = []
+        self.actions: list[act.Action] = []
         self.can_load = can_load
 
-    def take(self, actions: list[sm.Action]) -> None:
+    def take(self, actions: list[act.Action]) -> None:
         self.actions += actions
         for action in actions:
-            if isinstance(action, sm.Emit):
+            if isinstance(action, act.Emit):
                 self.frames.append(json.loads(codec.encode(action.frame)))
-            elif isinstance(action, sm.WriteStdin) and action.data:
+            elif isinstance(action, act.WriteStdin) and action.data:
                 self.writes.append(json.loads(action.data))
 
     def agent(self, line: bytes) -> None:
@@ -604,7 +605,7 @@ def test_DPS_6_1_2_cancel_sends_no_sigint_but_keeps_the_kill_bound():
     rig.prompt()
     turn_id = rig.of("session.turn.start")[0]["payload"]["turn_id"]
     rig.master("control.prompt.cancel", {"target_turn_id": turn_id})
-    timers = [a.key for a in rig.actions if isinstance(a, sm.StartTimer)]
+    timers = [a.key for a in rig.actions if isinstance(a, act.StartTimer)]
     assert "cancel" not in timers and "cancel-kill" in timers
 
 

@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 
 from gateway.protocol import codec
 from gateway.protocol import frames as F
+from gateway.protocol.actions import Emit
 from gateway.protocol.factory import FrameFactory
-from gateway.protocol.machine import Emit, SessionMachine
+from gateway.protocol.machine import SessionMachine
 from gateway.protocol.mapper import Mapper
 from parsers import events as ev
 from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser

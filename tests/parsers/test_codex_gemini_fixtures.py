@@ -29,7 +29,8 @@ from gateway.cli.translate import translate
 from gateway.config import builtin_profiles
 from gateway.protocol import codec
 from gateway.protocol import frames as F
-from gateway.protocol.machine import Emit, SessionConfig, SessionMachine
+from gateway.protocol.actions import Emit
+from gateway.protocol.machine import SessionConfig, SessionMachine
 from parsers.base import NoInput
 from parsers.codex import CodexParser
 from parsers.gemini import GeminiParser

@@ -13,7 +13,8 @@ import pytest
 
 from gateway.config import ConfigError, builtin_profiles, command_for, load_config
 from gateway.protocol import frames as F
-from gateway.protocol.machine import Emit, SessionMachine, Signal, Spawn
+from gateway.protocol.actions import Emit, Signal, Spawn
+from gateway.protocol.machine import SessionMachine
 from parsers import events as ev
 from parsers.base import NoInput
 from parsers.base import get as get_parser

@@ -11,7 +11,8 @@ import pytest
 
 from gateway.agent.process import classify_exit
 from gateway.config import builtin_profiles, command_for, template_args
-from gateway.protocol.machine import Emit, SessionMachine
+from gateway.protocol.actions import Emit
+from gateway.protocol.machine import SessionMachine
 from parsers import events as ev
 from parsers.base import NoInput
 from parsers.base import get as get_parser

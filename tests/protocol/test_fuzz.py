@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.config import builtin_profiles
+from gateway.protocol import actions as act
 from gateway.protocol import codec
 from gateway.protocol import machine as sm
 from gateway.protocol.factory import FrameFactory
@@ -44,10 +45,10 @@ LINES = {agent: _lines(agent) for agent in ("claude-code", "codex", "gemini")}
 LINES["plain"] = [b"hello", b"", b"\tcolumns\tand tabs", "d\u00e9j\u00e0 vu".encode()]
 
 
-def assert_conforming(actions: list[sm.Action]) -> None:
+def assert_conforming(actions: list[act.Action]) -> None:
     """Every frame the machine emits is valid (DPS-2.1-envelope) and within max_frame_size."""
     for action in actions:
-        if isinstance(action, sm.Emit):
+        if isinstance(action, act.Emit):
             data = codec.encode(action.frame)
             assert len(data) <= MAX_FRAME_SIZE, (action.frame.TYPE, len(data))
             assert isinstance(codec.decode(data), codec.Accepted), action.frame.TYPE

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from gateway.protocol import actions as act
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
 from parsers import events as ev
@@ -22,8 +23,8 @@ def machine(**config) -> sm.SessionMachine:
     )
 
 
-def emitted(actions: list[sm.Action]) -> list[F.Frame]:
-    return [a.frame for a in actions if isinstance(a, sm.Emit)]
+def emitted(actions: list[act.Action]) -> list[F.Frame]:
+    return [a.frame for a in actions if isinstance(a, act.Emit)]
 
 
 def test_DPS_10_2_context_on_a_subagents_permission_request():
@@ -75,9 +76,9 @@ def test_DPS_17_3_2_one_prompt_the_refused_prompt_is_not_written():
     m = machine()
     m.start()
     first = m.receive("c1", _prompt("one"))
-    assert any(isinstance(a, sm.WriteStdin) for a in first)
+    assert any(isinstance(a, act.WriteStdin) for a in first)
     second = m.receive("c1", _prompt("two"))
-    assert not any(isinstance(a, sm.WriteStdin) for a in second)
+    assert not any(isinstance(a, act.WriteStdin) for a in second)
     errors = [f for f in emitted(second) if f.TYPE == "session.error"]
     assert [e.payload.error_code for e in errors] == ["PROMPT_IN_PROGRESS"]
 
@@ -93,7 +94,7 @@ def test_DPS_6_1_2_cancel_blocks_open_at_cancel_end_cancelled():
         [ev.ThinkingDelta(block="m:0", text="Let me "), ev.TextDelta(block="m:1", text="Once ")]
     )
     cancel = m.receive("c1", _frame("control.prompt.cancel", {"target_turn_id": m.turn.turn_id}))
-    assert any(isinstance(a, sm.WriteStdin) for a in cancel)  # the interrupt
+    assert any(isinstance(a, act.WriteStdin) for a in cancel)  # the interrupt
     frames = emitted(
         m.agent_events(
             [
@@ -135,8 +136,8 @@ def test_catalog_and_commands_before_any_prompt():
     assert [f.TYPE for f in greeting] == ["session.capabilities", "tool.catalog.publish"]
     assert [t.name for t in greeting[1].payload.tools] == ["Bash", "Read"]
     actions = m.start()
-    assert isinstance(actions[0], sm.Spawn)
-    (write,) = [a for a in actions if isinstance(a, sm.WriteStdin)]
+    assert isinstance(actions[0], act.Spawn)
+    (write,) = [a for a in actions if isinstance(a, act.WriteStdin)]
     request = msgspec.json.decode(write.data)
     assert request["request"] == {"subtype": "initialize"}
     listed = ev.CommandsListed(commands=[ev.SlashCommand(name="compact", description="Compact")])
@@ -199,11 +200,11 @@ def test_DPS_2_4_relay_never_sends_a_frame_over_max_frame_size():
     data = msgspec.json.encode(frame)
     assert len(data) <= 4096
     actions = m.receive("c1", data)
-    relayed = [a for a in actions if isinstance(a, sm.Emit) and a.exclude == "c1"]
+    relayed = [a for a in actions if isinstance(a, act.Emit) and a.exclude == "c1"]
     assert relayed == []
-    assert any(isinstance(a, sm.WriteStdin) for a in actions)
+    assert any(isinstance(a, act.WriteStdin) for a in actions)
     small = m.receive("c2", _prompt("next"))  # refused (a turn runs) but relayed: it fits
-    assert [a.frame.TYPE for a in small if isinstance(a, sm.Emit) and a.exclude == "c2"] == [
+    assert [a.frame.TYPE for a in small if isinstance(a, act.Emit) and a.exclude == "c2"] == [
         "control.prompt.request"
     ]
 

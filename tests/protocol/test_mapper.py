@@ -10,7 +10,7 @@ import pytest
 from gateway.protocol import codec
 from gateway.protocol import frames as F
 from gateway.protocol.factory import FrameFactory
-from gateway.protocol.mapper import BLOCKED_OUTPUT, Mapper, build_catalog
+from gateway.protocol.mapper import BLOCKED_OUTPUT, Mapper
 from parsers import events as ev
 
 SESSION = "00000000-0000-4000-8000-000000000000"
@@ -551,32 +551,6 @@ def test_end_turn_without_an_event_reports_zero_usage():
 
 
 # --- session-level events ---------------------------------------------------------------------------
-
-
-def test_DPS_5_4_catalog_mcp_servers_in_trouble():
-    """DPS-5.4-catalog: a failed server's tools are unavailable, a pending one's degraded, each
-    with a diagnostic; a failed server with no listed tools is still shown."""
-    catalog = build_catalog(
-        ["Read", "mcp__echo__ping", "mcp__slow__x"],
-        [
-            ev.McpServer(
-                name="echo", status="failed", error="spawn ENOENT", tools=["mcp__echo__ping"]
-            ),
-            ev.McpServer(name="slow", status="pending", tools=["mcp__slow__x"]),
-            ev.McpServer(name="gone", status="needs-auth"),
-            ev.McpServer(name="ok", status="connected"),
-        ],
-    )
-    by_name = {t.name: t for t in catalog.tools}
-    assert by_name["Read"].status is None and by_name["Read"].category == "filesystem"
-    assert by_name["mcp__echo__ping"].status == "unavailable"
-    assert "spawn ENOENT" in by_name["mcp__echo__ping"].status_description
-    assert by_name["mcp__slow__x"].status == "degraded"
-    assert by_name["mcp__gone"].status == "unavailable"
-    codes = {(d.tool_name, d.code, d.severity) for d in catalog.diagnostics or ()}
-    assert ("mcp__echo__ping", "MCP_SERVER_FAILED", "error") in codes
-    assert ("mcp__slow__x", "MCP_SERVER_PENDING", "warning") in codes
-    assert ("mcp__gone", "MCP_SERVER_NEEDS_AUTH", "error") in codes
 
 
 def test_DPS_12_1_commands_and_catalog_published_only_when_changed():

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.protocol.tools import BUILTIN_TOOLS, catalog_entry, decide_output_type, lookup
+from gateway.protocol.tools import (
+    BUILTIN_TOOLS,
+    build_catalog,
+    catalog_entry,
+    decide_output_type,
+    lookup,
+)
+from parsers import events as ev
 
 
 def decide_for(name: str, **kw) -> str:
@@ -120,3 +127,29 @@ def test_catalog_entry_has_name_description_category():
         "Bash", "shell", "text", True,
     )  # fmt: skip
     assert entry.description
+
+
+def test_DPS_5_4_catalog_mcp_servers_in_trouble():
+    """DPS-5.4-catalog: a failed server's tools are unavailable, a pending one's degraded, each
+    with a diagnostic; a failed server with no listed tools is still shown."""
+    catalog = build_catalog(
+        ["Read", "mcp__echo__ping", "mcp__slow__x"],
+        [
+            ev.McpServer(
+                name="echo", status="failed", error="spawn ENOENT", tools=["mcp__echo__ping"]
+            ),
+            ev.McpServer(name="slow", status="pending", tools=["mcp__slow__x"]),
+            ev.McpServer(name="gone", status="needs-auth"),
+            ev.McpServer(name="ok", status="connected"),
+        ],
+    )
+    by_name = {t.name: t for t in catalog.tools}
+    assert by_name["Read"].status is None and by_name["Read"].category == "filesystem"
+    assert by_name["mcp__echo__ping"].status == "unavailable"
+    assert "spawn ENOENT" in by_name["mcp__echo__ping"].status_description
+    assert by_name["mcp__slow__x"].status == "degraded"
+    assert by_name["mcp__gone"].status == "unavailable"
+    codes = {(d.tool_name, d.code, d.severity) for d in catalog.diagnostics or ()}
+    assert ("mcp__echo__ping", "MCP_SERVER_FAILED", "error") in codes
+    assert ("mcp__slow__x", "MCP_SERVER_PENDING", "warning") in codes
+    assert ("mcp__gone", "MCP_SERVER_NEEDS_AUTH", "error") in codes

@@ -26,8 +26,8 @@ from aiohttp._websocket.writer import WebSocketWriter
 from gateway.cli.translate import SENT_PREFIX
 from gateway.config import Config, builtin_profiles
 from gateway.metrics import GatewayMetrics
+from gateway.protocol import actions as act
 from gateway.protocol import codec
-from gateway.protocol import machine as sm
 from gateway.protocol.capabilities import ALL_FEATURES, strip_subagent_context
 from gateway.session import LiveSession
 from parsers import events as ev
@@ -90,7 +90,7 @@ class OldPathSession(LiveSession):
         _, writer = self.old[conn_id]
         self.pending.append(asyncio.ensure_future(writer.send_frame(data, WSMsgType.TEXT)))
 
-    def _emit(self, action: sm.Emit) -> None:
+    def _emit(self, action: act.Emit) -> None:
         # The fan-out as it was: encode once, the stripped variant per connection that needs it,
         # one send_frame per frame per connection.
         frame = action.frame
@@ -114,8 +114,8 @@ class OldPathSession(LiveSession):
         self._send_old(conn.id, codec.encode(frame))
         super()._send_to(conn, frame, framed)
 
-    def _act_other(self, action: sm.Action) -> None:
-        if isinstance(action, sm.Spawn | sm.WriteStdin | sm.Signal | sm.Terminate):
+    def _act_other(self, action: act.Action) -> None:
+        if isinstance(action, act.Spawn | act.WriteStdin | act.Signal | act.Terminate):
             return  # no agent process: the fixture is the agent
         super()._act_other(action)
 

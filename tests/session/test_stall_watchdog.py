@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from gateway.config import ConfigError, builtin_profiles, load_config
+from gateway.protocol import actions as act
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
 from parsers.base import get as get_parser
@@ -30,21 +31,21 @@ def machine(warning: float, timeout: float, *, single_turn: bool = False) -> sm.
     return m
 
 
-def prompt(m: sm.SessionMachine, text: str = "hi") -> list[sm.Action]:
+def prompt(m: sm.SessionMachine, text: str = "hi") -> list[act.Action]:
     frame = envelope("s-1", "control.prompt.request", {"prompt_text": text})
     return m.receive("c1", json.dumps(frame))
 
 
-def errors(actions: list[sm.Action]) -> list[F.AgentError]:
+def errors(actions: list[act.Action]) -> list[F.AgentError]:
     return [
         a.frame.payload  # type: ignore[attr-defined]
         for a in actions
-        if isinstance(a, sm.Emit) and isinstance(a.frame.payload, F.AgentError)  # type: ignore[attr-defined]
+        if isinstance(a, act.Emit) and isinstance(a.frame.payload, F.AgentError)  # type: ignore[attr-defined]
     ]
 
 
-def ticks(m: sm.SessionMachine, n: int) -> list[sm.Action]:
-    out: list[sm.Action] = []
+def ticks(m: sm.SessionMachine, n: int) -> list[act.Action]:
+    out: list[act.Action] = []
     for _ in range(n):
         out += m.timer_fired(sm.STALL_TIMER)
     return out
@@ -54,10 +55,10 @@ def test_the_watchdog_ticks_only_during_a_turn_and_only_when_on():
     m = machine(1.0, 4.0)
     assert m.config.stall_tick_sec == 0.25
     actions = prompt(m)
-    assert sm.StartTimer(sm.STALL_TIMER, 0.25) in actions
+    assert act.StartTimer(sm.STALL_TIMER, 0.25) in actions
     off = machine(0, 0)
     assert off.config.stall_tick_sec == 0
-    assert not [a for a in prompt(off) if isinstance(a, sm.StartTimer)]
+    assert not [a for a in prompt(off) if isinstance(a, act.StartTimer)]
 
 
 def test_silence_warns_once_then_stops_the_agent_and_restarts_it_resumed():
@@ -79,19 +80,19 @@ def test_silence_warns_once_then_stops_the_agent_and_restarts_it_resumed():
     last = ticks(m, 1)
     (error,) = errors(last)
     assert (error.error_code, error.severity, error.recoverable) == ("AGENT_STALLED", "error", True)
-    assert any(isinstance(a, sm.Terminate) for a in last)
+    assert any(isinstance(a, act.Terminate) for a in last)
     assert ticks(m, 4) == []  # stopped ticking
     after = m.agent_exited("signal", -15, 15)
     assert not [e for e in errors(after) if e.severity == "fatal"]
     ends = [
         a.frame.payload  # type: ignore[attr-defined]
         for a in after
-        if isinstance(a, sm.Emit) and isinstance(a.frame.payload, F.TurnEnd)  # type: ignore[attr-defined]
+        if isinstance(a, act.Emit) and isinstance(a.frame.payload, F.TurnEnd)  # type: ignore[attr-defined]
     ]
     assert [e.stop_reason for e in ends] == ["error"]
-    assert sm.Spawn(resume_id="agent-7", mode="default") in after
+    assert act.Spawn(resume_id="agent-7", mode="default") in after
     assert m.phase == "idle" and m.process_alive
-    assert not [a for a in after if isinstance(a, sm.CloseAll)]
+    assert not [a for a in after if isinstance(a, act.CloseAll)]
 
 
 def test_output_and_pending_questions_are_not_silence():
@@ -115,11 +116,11 @@ def test_output_and_pending_questions_are_not_silence():
 def test_a_single_turn_agent_stopped_for_silence_is_started_by_the_next_prompt():
     m = machine(0, 1.0, single_turn=True)
     prompt(m)
-    assert any(isinstance(a, sm.Terminate) for a in ticks(m, 4))
+    assert any(isinstance(a, act.Terminate) for a in ticks(m, 4))
     after = m.agent_exited("signal", -15, 15)
-    assert not [a for a in after if isinstance(a, sm.Spawn)]
+    assert not [a for a in after if isinstance(a, act.Spawn)]
     assert m.phase == "idle" and not m.process_alive
-    assert any(isinstance(a, sm.Spawn) for a in prompt(m, "again"))
+    assert any(isinstance(a, act.Spawn) for a in prompt(m, "again"))
 
 
 def test_delete_while_restarting_ends_the_session(tmp_path):
@@ -128,7 +129,7 @@ def test_delete_while_restarting_ends_the_session(tmp_path):
     ticks(m, 4)
     m.delete()
     after = m.agent_exited("signal", -15, 15)
-    assert not [a for a in after if isinstance(a, sm.Spawn)]
+    assert not [a for a in after if isinstance(a, act.Spawn)]
     assert m.phase == "terminated"
 
 

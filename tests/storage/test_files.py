@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.protocol import codec
+from gateway.protocol import actions as act
+from gateway.protocol import codec, prompts
 from gateway.protocol import machine as sm
 from gateway.server import SESSIONS
 from gateway.storage import files as gf
@@ -141,7 +142,7 @@ def test_names_refuse_invisible_and_slash_like_characters(name):
     with pytest.raises(gf.FileError) as err:
         gf.check_file_name(name)
     assert (err.value.status, err.value.error_code) == (400, "INVALID_FILE_NAME")
-    assert not sm.valid_file_name(name)  # the check of context_files[].file_name is the same
+    assert not prompts.valid_file_name(name)  # the check of context_files[].file_name is the same
 
 
 async def test_put_refuses_invisible_and_slash_like_names_and_keeps_nothing(gw):
@@ -209,7 +210,7 @@ def test_transfer_then_binary_ref_and_no_base64_on_the_wire(tmp_path):
     frames = []
     for line in lines:
         events = gf.store_tool_files(m.parser.feed(line), s, workspace)
-        frames += [a.frame for a in m.agent_events(events) if isinstance(a, sm.Emit)]
+        frames += [a.frame for a in m.agent_events(events) if isinstance(a, act.Emit)]
     wire = b"".join(codec.encode(f) for f in frames)
     assert base64.b64encode(PNG) not in wire
     types = [f.TYPE for f in frames]
@@ -281,7 +282,7 @@ def _errors(actions) -> list[tuple[str, str]]:
     return [
         (a.frame.payload.error_code, a.frame.payload.message)
         for a in actions
-        if isinstance(a, sm.Emit) and a.frame.TYPE == "session.error"
+        if isinstance(a, act.Emit) and a.frame.TYPE == "session.error"
     ]
 
 
@@ -290,11 +291,11 @@ def test_an_image_reaches_an_agent_that_takes_images_as_an_image():
     shot = s.put(PNG, file_name="shot.png", mime_type="image/png")
     m = _machine(s, accepts_images=True)
     actions = m.receive("c1", _prompt_frame([{"file_url": shot.file_url, "file_name": "s.png"}]))
-    (write,) = [a for a in actions if isinstance(a, sm.WritePrompt)]
+    (write,) = [a for a in actions if isinstance(a, act.WritePrompt)]
     assert write.images == [shot]
     assert "What is in it?" in write.text and "s.png" not in write.text  # the stored name
     assert "shot.png (image/png, attached as an image)" in write.text
-    assert not [a for a in actions if isinstance(a, sm.PlaceFile | sm.WriteStdin)]
+    assert not [a for a in actions if isinstance(a, act.PlaceFile | act.WriteStdin)]
     s.close()
 
 
@@ -308,16 +309,16 @@ def test_other_files_and_images_for_other_agents_go_into_the_workspace():
         {"file_url": shot.file_url, "file_name": "screen.png"},
     ]
     actions = m.receive("c1", _prompt_frame(files))
-    places = [(a.transfer_id, a.name) for a in actions if isinstance(a, sm.PlaceFile)]
+    places = [(a.transfer_id, a.name) for a in actions if isinstance(a, act.PlaceFile)]
     assert places == [(log.transfer_id, "app.log"), (shot.transfer_id, "screen.png")]
-    (write,) = [a for a in actions if isinstance(a, sm.WriteStdin)]
+    (write,) = [a for a in actions if isinstance(a, act.WriteStdin)]
     text = json.loads(write.data)["message"]["content"]
     assert ".rawp/uploads/app.log (text/plain, 5 bytes)" in text
     assert ".rawp/uploads/screen.png (image/png" in text
     assert log.file_url not in text  # a path the agent can open, not a URL
     # the file is placed before the prompt is written
-    kinds = [type(a) for a in actions if isinstance(a, sm.PlaceFile | sm.WriteStdin)]
-    assert kinds == [sm.PlaceFile, sm.PlaceFile, sm.WriteStdin]
+    kinds = [type(a) for a in actions if isinstance(a, act.PlaceFile | act.WriteStdin)]
+    assert kinds == [act.PlaceFile, act.PlaceFile, act.WriteStdin]
     s.close()
 
 
@@ -326,7 +327,7 @@ def test_single_turn_agent_gets_images_with_its_spawn():
     shot = s.put(PNG, file_name="shot.png", mime_type="image/png")
     m = _machine(s, accepts_images=True, single_turn_process=True)
     actions = m.receive("c1", _prompt_frame([{"file_url": shot.file_url, "file_name": "a.png"}]))
-    (spawn,) = [a for a in actions if isinstance(a, sm.Spawn)]
+    (spawn,) = [a for a in actions if isinstance(a, act.Spawn)]
     assert spawn.images == [shot]
     s.close()
 
@@ -351,7 +352,7 @@ def test_foreign_or_unknown_file_urls_are_refused(url, why):
     ((code, message),) = _errors(actions)
     assert code == "INVALID_FRAME" and why in message
     assert m.turn is None
-    assert not [a for a in actions if isinstance(a, sm.WriteStdin | sm.PlaceFile | sm.Spawn)]
+    assert not [a for a in actions if isinstance(a, act.WriteStdin | act.PlaceFile | act.Spawn)]
     s.close()
 
 
@@ -361,7 +362,7 @@ def test_bad_name_and_too_many_files_are_refused():
     m = _machine(s)
     bad = m.receive("c1", _prompt_frame([{"file_url": stored.file_url, "file_name": "../x"}]))
     assert [c for c, _ in _errors(bad)] == ["INVALID_FRAME"]
-    many = [{"file_url": stored.file_url, "file_name": "x.txt"}] * (sm.MAX_CONTEXT_FILES + 1)
+    many = [{"file_url": stored.file_url, "file_name": "x.txt"}] * (prompts.MAX_CONTEXT_FILES + 1)
     refused = m.receive("c1", _prompt_frame(many))
     assert [c for c, _ in _errors(refused)] == ["INVALID_FRAME"]
     assert m.turn is None

@@ -102,7 +102,7 @@ DEFAULT_FILE_CONTENT: Final = "Hello from the RAWP demo agent.\n"
 # A Read of a file with one of these extensions answers with an image block, as the CLI's does.
 IMAGE_EXTENSIONS: Final = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
 MAX_IMAGE_BYTES: Final = 5 * 1024 * 1024  # the Messages API's limit for one image
-# What the gateway appends to a prompt that has context_files (gateway/protocol/machine.py).
+# What the gateway appends to a prompt that has context_files (gateway/protocol/prompts.py).
 ATTACHED_HEADER: Final = "\n\nAttached files:\n"
 _ATTACHED_IMAGE = re.compile(r"^- (.+) \((\S+), attached as an image\)$")
 _ATTACHED_FILE = re.compile(r"^- (\S.*) \((\S+), (\d+) bytes\)$")

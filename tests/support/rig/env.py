@@ -191,7 +191,7 @@ def claude_code_env(base_url: str, home: Path) -> dict[str, str]:
 
 # The tiny stdio MCP server (one tool, "echo") that both Codex and Gemini are configured with.
 # It is off unless a scenario turns it on, so that only MCP scenarios start it.
-MCP_ECHO = REPO / "tests" / "rig" / "mcp_echo.py"
+MCP_ECHO = REPO / "tests" / "support" / "rig" / "mcp_echo.py"
 CODEX_API_KEY_VAR = "RIG_OPENAI_API_KEY"
 
 
