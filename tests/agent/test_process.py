@@ -214,7 +214,7 @@ def test_deliver_hands_every_line_to_the_consumer_in_batches_and_returns_at_eof(
 
     async def scenario() -> None:
         proc = await spawn("import sys\nfor i in range(600): print(i)\nsys.stdout.flush()")
-        await asyncio.sleep(0.3)  # every line read before the consumer comes
+        await eventually(lambda: proc.lines_read == 600, "every line read before the consumer")
         batches: list[list[bytes]] = []
         turns = 0
 
@@ -782,13 +782,17 @@ def test_close_releases_unread_output_of_an_exited_or_blocked_agent() -> None:
     """A consumer that stops reading (stdout paused, lines queued) can still release everything."""
 
     async def scenario() -> None:
-        # Fits in the pipe: the agent exits while we have paused reading it.
+        # Fits in the pipe: the agent exits while we have paused reading it. It exits only once
+        # the pause is seen (at the end of its stdin): from its exit on, its output is read for
+        # EXIT_DRAIN_S at most, and a loaded machine may not have read the first lines by then.
         proc = await spawn(
-            "import sys; sys.stdout.write(('x' * 9 + '\\n') * 3000 + '\\n' * 2000)",
+            "import sys; sys.stdout.write(('x' * 9 + '\\n') * 3000 + '\\n' * 2000);"
+            " sys.stdout.flush(); sys.stdin.read()",
             high_water=1024,
         )
-        status = await proc.wait()
         await eventually(lambda: proc.stdout_pauses == 1, "one pause of the stdout reader")
+        proc.close_stdin()
+        status = await proc.wait()
         assert status.kind == "ok" and not proc.at_eof()
         proc.close()
         # Does not fit: the agent blocks on a full pipe and never exits by itself.
