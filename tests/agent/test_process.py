@@ -210,7 +210,7 @@ def test_deliver_hands_every_line_to_the_consumer_in_batches_and_returns_at_eof(
 
     async def scenario() -> None:
         proc = await spawn("import sys\nfor i in range(600): print(i)\nsys.stdout.flush()")
-        await asyncio.sleep(0.3)  # every line read before the consumer comes
+        await eventually(lambda: proc.lines_read == 600, "every line read before the consumer")
         batches: list[list[bytes]] = []
         turns = 0
 
@@ -342,13 +342,19 @@ def test_without_a_timerfd_lines_are_read_as_they_come(monkeypatch: pytest.Monke
 
 @LOOPS
 def test_lines_at_a_low_rate_are_handed_out_at_once(loop_factory: Any) -> None:
-    """At 200 lines/s no line waits for another: the reader never naps."""
+    """At 200 lines/s no line waits for another: the reader never naps. The agent writes each
+    line only when told to, 5 ms after the one before was handed out: a clock-paced writer on a
+    loaded machine falls behind and catches up in a burst, which is a high rate."""
 
     async def scenario() -> None:
-        proc = await spawn(PACED, "20", "200")
+        proc = await spawn(
+            "import os\nfor i in range(20): os.write(1, b'%d\\n' % i); os.read(0, 1)"
+        )
         lines = []
         while batch := await proc.readlines(BATCH):
             lines += [item.line for item in batch]
+            await asyncio.sleep(1 / 200)
+            proc.write(b"\n")
         assert lines == [str(i).encode() for i in range(20)]
         assert proc.naps == 0
         await proc.wait()
@@ -767,13 +773,17 @@ def test_close_releases_unread_output_of_an_exited_or_blocked_agent() -> None:
     """A consumer that stops reading (stdout paused, lines queued) can still release everything."""
 
     async def scenario() -> None:
-        # Fits in the pipe: the agent exits while we have paused reading it.
+        # Fits in the pipe: the agent exits while we have paused reading it. It exits only once
+        # the pause is seen (at the end of its stdin): from its exit on, its output is read for
+        # EXIT_DRAIN_S at most, and a loaded machine may not have read the first lines by then.
         proc = await spawn(
-            "import sys; sys.stdout.write(('x' * 9 + '\\n') * 3000 + '\\n' * 2000)",
+            "import sys; sys.stdout.write(('x' * 9 + '\\n') * 3000 + '\\n' * 2000);"
+            " sys.stdout.flush(); sys.stdin.read()",
             high_water=1024,
         )
-        status = await proc.wait()
         await eventually(lambda: proc.stdout_pauses == 1, "one pause of the stdout reader")
+        proc.close_stdin()
+        status = await proc.wait()
         assert status.kind == "ok" and not proc.at_eof()
         proc.close()
         # Does not fit: the agent blocks on a full pipe and never exits by itself.

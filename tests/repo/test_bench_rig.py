@@ -20,10 +20,19 @@ import aiohttp
 import pytest
 
 from tests.support.paths import FIXTURES, REPO
+from tests.support.servers import free_port
 
 sys.path.insert(0, str(REPO / "bench"))
 
+import relay_rig
 from relay_rig import SUBPROTOCOL, WS_GUID, Gateway, LeanMaster
+
+
+@pytest.fixture(autouse=True)
+def worker_ports(monkeypatch):
+    """The bench's gateway port (any free one) could be taken by another test worker before the
+    gateway binds it; the tests' own come from this worker's block."""
+    monkeypatch.setattr(relay_rig, "free_port", free_port)
 
 
 class RecordingTransport:

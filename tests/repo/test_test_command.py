@@ -1,6 +1,7 @@
 """The test command on a machine that lacks parts: scripts/missing-test-parts says what is missing
 (run here with a PATH that holds only what each case provides), and tests/conftest.py skips exactly
-the tests that need it, with that reason in pytest's summary, and refuses to under CI=true."""
+the tests that need it, with that reason in pytest's summary, and refuses to under CI=true. And the
+suite in parallel: pytest-xdist workers, each with ports of its own."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import servers
 from tests.support.paths import REPO
 
 SCRIPT = REPO / "scripts" / "missing-test-parts"
@@ -310,3 +312,43 @@ def test_a_current_venv_is_used_offline_and_a_changed_pin_reinstalls(tmp_path):
     for script in ("demo", "test"):  # both go through it, and install nothing else by pip
         text = (REPO / "scripts" / script).read_text()
         assert "scripts/install-venv.sh" in text and "pip install" not in text, script
+
+
+# --------------------------------------------------------------------------- in parallel
+
+
+def test_the_suite_runs_in_pytest_xdist_workers_and_one_file_can_run_serially(tmp_path):
+    """scripts/test runs pytest with -n and worksteal before the caller's arguments, so a later
+    ``-n 0`` (pytest takes the last) runs serially; pytest-xdist is pinned with its execnet."""
+    script = (ROOT / "scripts" / "test").read_text()
+    (run,) = [line for line in script.splitlines() if line.startswith("exec ")]
+    assert run == 'exec .venv/bin/python -m pytest -n "$workers" --dist worksteal "$@"'
+    pins = (ROOT / "constraints.txt").read_text().splitlines()
+    assert {p.split("==")[0] for p in pins} >= {"pytest-xdist", "execnet"}
+    assert '"pytest-xdist' in (ROOT / "pyproject.toml").read_text()
+    serial = pytest_run(
+        tmp_path, "-v", "-n", "2", "--dist", "worksteal", "-n", "0", "tests/repo/test_docs.py",
+        missing="", ci=False,
+    )  # fmt: skip
+    assert serial.returncode == 0, serial.stdout + serial.stderr
+    assert (
+        "workers [" not in serial.stdout and outcome(serial.stdout)["passed"] > 0
+    )  # no worker ran
+
+
+def test_each_worker_has_ports_no_other_worker_and_no_kernel_choice_takes(monkeypatch):
+    """tests/support/servers.free_port: blocks of their own per worker, below the kernel's
+    ephemeral ports (which bind(0) and outgoing connections take), so a port found free stays so
+    until the server started with it binds it."""
+    first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert servers.PORTS.stop <= first_ephemeral
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "6")
+    blocks = []
+    for n in range(6):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{n}")
+        blocks.append(set(servers._worker_ports()))
+        assert servers.free_port() in blocks[-1]
+    assert all(blocks) and set.union(*blocks) <= set(servers.PORTS)
+    assert sum(map(len, blocks)) == len(set.union(*blocks))  # no port in two blocks
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    assert servers._worker_ports() == servers.PORTS  # serial: the whole range

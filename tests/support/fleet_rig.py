@@ -26,6 +26,7 @@ from pathlib import Path
 import aiohttp
 
 from tests.support.paths import REPO
+from tests.support.servers import free_port_on
 
 TEMPLATE = REPO / "deploy" / "k8s" / "router" / "default.conf.template"
 DOMAIN = "gw.fleet.test"  # <pod>.DOMAIN: one pod, as under the StatefulSet's headless Service
@@ -56,22 +57,6 @@ def render_router(values: dict[str, str]) -> str:
     if missing:
         raise KeyError(f"no value for {sorted(missing)}")
     return re.sub(r"\$\{(RAWP_[A-Z_]+)\}", lambda m: values[m[1]], text)
-
-
-def free_port_on(addresses: tuple[str, ...]) -> int:
-    """A TCP port free on every one of ``addresses``."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind((addresses[0], 0))
-            port = s.getsockname()[1]
-        try:
-            for address in addresses[1:]:
-                with socket.socket() as s:
-                    s.bind((address, port))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no port free on all of " + ", ".join(addresses))
 
 
 # --- DNS --------------------------------------------------------------------------------------------

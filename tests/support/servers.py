@@ -1,10 +1,12 @@
-"""``rawp-gateway serve`` as a real process: the command, a free loopback port, waiting until it
-answers."""
+"""``rawp-gateway serve`` as a real process: the command, a free loopback port (a block of ports
+per pytest-xdist worker), waiting until it answers."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import os
 import socket
 import subprocess
 import sys
@@ -16,11 +18,47 @@ import aiohttp
 CLI = [sys.executable, "-m", "gateway"]
 
 
+# A port found free here is bound by the server only later (often by another process), so it must
+# not be one the kernel could hand to anybody else meanwhile: ports come from below the kernel's
+# ephemeral range (net.ipv4.ip_local_port_range, 32768 and up by default), which no bind(0) and no
+# outgoing connection uses, and each pytest-xdist worker has a block of its own there.
+PORTS = range(20000, 32000)
+
+
+def _worker_ports() -> range:
+    """This worker's block of PORTS (``PYTEST_XDIST_WORKER`` is "gw<n>"; all of it when serial)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return PORTS
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), 1)
+    size = len(PORTS) // count
+    start = PORTS.start + int(worker[2:]) * size
+    return range(start, start + size)
+
+
+# Round the block, so a port comes back only after all the others (and its TIME_WAIT is over);
+# started at a place of this process's own, so a pytest run inside a test uses other ports.
+_turn = itertools.count(os.getpid())
+
+
+def free_port_on(addresses: tuple[str, ...] = ("127.0.0.1",)) -> int:
+    """A TCP port of this worker's block that is free now on every one of ``addresses``."""
+    block = _worker_ports()
+    for _ in range(len(block)):
+        port = block[next(_turn) % len(block)]
+        try:
+            for address in addresses:
+                with socket.socket() as s:  # no SO_REUSEADDR: a port in TIME_WAIT is passed over
+                    s.bind((address, port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no port of {block} is free on all of " + ", ".join(addresses))
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that is free now and that no other test worker will pick."""
+    return free_port_on(("127.0.0.1",))
 
 
 async def wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:

@@ -27,6 +27,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,14 +119,17 @@ def require_cli(agent: str) -> Path:
 @functools.cache
 def cli_version(agent: str) -> str:
     """The version the installed binary reports (``--version``), e.g. "2.1.328"."""
-    out = subprocess.run(
-        [str(cli_path(agent)), "--version"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=_base_env(Path("/tmp")),
-        check=False,
-    ).stdout
+    # A HOME of its own: the CLIs create their directories there even for --version, and /tmp is
+    # shared by every test worker and every other user.
+    with tempfile.TemporaryDirectory(prefix=f"rig-version-{agent}-") as home:
+        out = subprocess.run(
+            [str(cli_path(agent)), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=_base_env(Path(home)),
+            check=False,
+        ).stdout
     m = re.search(r"\d+\.\d+\.\d+\S*", out)
     return m.group(0) if m else out.strip()
 
