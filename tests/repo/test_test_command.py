@@ -320,12 +320,12 @@ def test_a_current_venv_is_used_offline_and_a_changed_pin_reinstalls(tmp_path):
 def test_the_suite_runs_in_pytest_xdist_workers_and_one_file_can_run_serially(tmp_path):
     """scripts/test runs pytest with -n and worksteal before the caller's arguments, so a later
     ``-n 0`` (pytest takes the last) runs serially; pytest-xdist is pinned with its execnet."""
-    script = (ROOT / "scripts" / "test").read_text()
+    script = (REPO / "scripts" / "test").read_text()
     (run,) = [line for line in script.splitlines() if line.startswith("exec ")]
     assert run == 'exec .venv/bin/python -m pytest -n "$workers" --dist worksteal "$@"'
-    pins = (ROOT / "constraints.txt").read_text().splitlines()
+    pins = (REPO / "constraints.txt").read_text().splitlines()
     assert {p.split("==")[0] for p in pins} >= {"pytest-xdist", "execnet"}
-    assert '"pytest-xdist' in (ROOT / "pyproject.toml").read_text()
+    assert '"pytest-xdist' in (REPO / "pyproject.toml").read_text()
     serial = pytest_run(
         tmp_path, "-v", "-n", "2", "--dist", "worksteal", "-n", "0", "tests/repo/test_docs.py",
         missing="", ci=False,
