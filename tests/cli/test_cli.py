@@ -110,7 +110,7 @@ def test_every_subcommands_help_has_a_description_and_its_defaults():
 def test_translate_names_the_parser_another_agents_lines_look_like():
     """Codex's output given to the Claude Code parser: after a few unknown lines, one line says
     which parser knows them."""
-    fixture = FIXTURES.parent / "codex" / "text.jsonl"
+    fixture = FIXTURES / "codex" / "text.jsonl"
     done = subprocess.run(
         [*CLI, "translate", "--agent", "claude-code", str(fixture)],
         capture_output=True,

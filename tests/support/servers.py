@@ -62,9 +62,11 @@ def free_port() -> int:
 
 
 async def wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
-    """Until ``url``/healthz answers 200; fails at once (with its stderr) if ``proc`` exits."""
+    """Until ``url``/healthz answers 200; fails at once (with its stderr) if ``proc`` exits, and
+    says what the last try saw if it never answers."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
+    seen = "nothing"
     async with aiohttp.ClientSession() as http:
         while loop.time() < end:
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
@@ -72,9 +74,11 @@ async def wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> 
                 async with http.get(url + "/healthz") as resp:
                     if resp.status == 200:
                         return
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.05)
-    raise TimeoutError("gateway did not start")
+                    seen = f"HTTP {resp.status}"
+            except aiohttp.ClientError as err:
+                seen = repr(err)
+            await asyncio.sleep(0.05)
+    raise TimeoutError(f"gateway did not start within {timeout} s at {url}: last try {seen}")
 
 
 @contextlib.asynccontextmanager
