@@ -8,9 +8,10 @@ Theory of operation
 `loop.subprocess_exec`, in a new session so that the agent and everything it starts (Bash tool
 commands, MCP servers, subagents) share one process group whose id is the agent's pid. Every signal
 the gateway sends goes to that group (`os.killpg`), so a SIGTERM or SIGKILL also reaches the
-grandchildren. The three `RAWP_*` variables of DPS-17.2.1 are added to the environment. The agent
-gets exactly fds 0, 1 and 2 (uvloop needs help there, see `start`): no descendant can hold the
-agent's pipes through a descriptor it did not know it had.
+grandchildren. Its environment is `gateway.agent.environment`'s (never a gateway setting in it;
+the three `RAWP_*` variables of DPS-17.2.1 added). The agent gets exactly fds 0, 1 and 2 (uvloop
+needs help there, see `start`): no descendant can hold the agent's pipes through a descriptor it did
+not know it had.
 
 Descendants that leave the group (setsid(), as Gemini CLI's shell tool does, or a daemon's double
 fork) are found too: the gateway is a child subreaper (Linux), so they stay in its process tree, and
@@ -69,6 +70,7 @@ from gateway.agent.descendants import (
     _signal_pids,
     _subtree,
 )
+from gateway.agent.environment import agent_environment
 from gateway.agent.exit import (
     AgentExecutableNotFound,
     AgentProcessError,
@@ -84,9 +86,8 @@ from gateway.agent.stdout import (
     StdoutReader,
 )
 
-__all__ = ["RAWP_DPS_VERSION", "AgentProcess"]
+__all__ = ["AgentProcess"]
 
-RAWP_DPS_VERSION: Final = "rawp-dps-1.0"
 DEFAULT_STDERR_LIMIT: Final = 64 * 1024
 # After the agent exits, what is left on its stdout is read for at most this long: its own output is
 # already in the pipe; only a descendant still holding the pipe open could make it longer.
@@ -190,6 +191,7 @@ class AgentProcess(StdoutReader):
         argv: Sequence[str],
         *,
         env: Mapping[str, str] | None,
+        gateway_env: Mapping[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
         session_id: str,
         workspace: str | os.PathLike[str],
@@ -200,8 +202,9 @@ class AgentProcess(StdoutReader):
     ) -> AgentProcess:
         """Spawn `argv` (no shell) in a new process group, with exactly fds 0, 1 and 2.
 
-        `env` is the complete base environment (None: inherit the gateway's); `RAWP_SESSION_ID`,
-        `RAWP_WORKSPACE_PATH` (absolute) and `RAWP_DPS_VERSION` are added (DPS-17.2.1). `cwd`
+        The environment is `gateway.agent.environment`'s: `gateway_env` (None: the gateway's own)
+        without the gateway's settings, `env` (the profile's) over it, then `RAWP_SESSION_ID`,
+        `RAWP_WORKSPACE_PATH` (absolute) and `RAWP_DPS_VERSION` (DPS-17.2.1). `cwd`
         defaults to the workspace. `grace`: how long descendants left behind by the agent's own
         exit get between SIGTERM and SIGKILL. Raises `AgentExecutableNotFound` or
         `AgentStartError`.
@@ -211,10 +214,9 @@ class AgentProcess(StdoutReader):
         if high_water < 1 or max_line_bytes < 1 or stderr_limit < 0:
             raise ValueError("high_water, max_line_bytes must be >= 1 and stderr_limit >= 0")
         workspace_abs = os.path.abspath(os.fspath(workspace))
-        child_env = dict(os.environ if env is None else env)
-        child_env["RAWP_SESSION_ID"] = session_id
-        child_env["RAWP_WORKSPACE_PATH"] = workspace_abs
-        child_env["RAWP_DPS_VERSION"] = RAWP_DPS_VERSION
+        child_env = agent_environment(
+            env or {}, session_id=session_id, workspace=workspace_abs, gateway_env=gateway_env
+        )
 
         self = object.__new__(cls)
         self._init_state(high_water, max_line_bytes, stderr_limit)

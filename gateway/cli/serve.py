@@ -4,7 +4,6 @@ the flags."""
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 
@@ -29,8 +28,6 @@ def serve_command(args: argparse.Namespace) -> int:
         print(f"rawp-gateway: {err}", file=sys.stderr)
         return 2
     _setup_logging(config.log_format)
-    for warning in config.warnings:
-        logging.getLogger("rawp_gateway").warning(warning)
     try:
         serve(config)
     except (StateDirError, StartError) as err:

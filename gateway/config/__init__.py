@@ -6,11 +6,12 @@ Theory of operation
 ``load_config(path, flags, environ)`` layers the sources: built-in defaults, then the TOML file,
 then command-line flags, then environment variables (docs/configuration.md: "Command-line flags override
 the file; RAWP_GATEWAY_* environment variables override both"). Every error names the file, the key
-and what was expected; nothing is silently ignored except unknown keys, which are reported back so
-the CLI can warn about typos.
+and what was expected; nothing is ignored: an unknown section or key is an error too, with its line
+and the nearest known name (strict.py).
 
 The sections have rooms of their own: ``[agents.NAME]`` in agents.py, ``[auth]`` in auth.py,
-``[notify]`` in notify.py; this module holds ``Config``, ``[server]``, ``[fleet]`` and the layering.
+``[notify]`` in notify.py, ``[isolation]`` in isolation.py; this module holds ``Config``,
+``[server]``, ``[fleet]``, the names each section knows and the layering.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from gateway.agent.profiles import (
+    FEATURE_NAMES,
     MAX_ARGV_PROMPT_BYTES,
     AgentProfile,
     builtin_profiles,
@@ -35,10 +37,12 @@ from gateway.agent.profiles import (
     prompt_on_stdin,
     template_args,
 )
-from gateway.config.agents import parse_profile
-from gateway.config.auth import AuthConfigError, AuthSettings, parse_auth
+from gateway.config.agents import PROFILE_KEYS, parse_profile
+from gateway.config.auth import AUTH_KEYS, OIDC_KEYS, AuthConfigError, AuthSettings, parse_auth
 from gateway.config.checks import ConfigError, check_type
-from gateway.config.notify import NotifyConfigError, Webhook, parse_webhooks
+from gateway.config.isolation import ISOLATION_KEYS, check_isolation
+from gateway.config.notify import WEBHOOK_KEYS, NotifyConfigError, Webhook, parse_webhooks
+from gateway.config.strict import ANY_NAME, Locator, Schema, known_names, unknown_name
 from gateway.protocol.history import POLICIES
 
 # The profile names are gateway/agent/profiles.py's, re-exported: a Config holds profiles, and
@@ -115,7 +119,6 @@ class Config:
     webhooks: tuple[Webhook, ...] = ()
     # Where people reach the gateway (https://host[:port][/prefix]): links in notifications.
     public_url: str | None = None
-    warnings: tuple[str, ...] = ()
 
     @property
     def authenticated(self) -> bool:
@@ -153,6 +156,15 @@ _SERVER_KEYS: Final = {
     "trusted_proxies": list,
 }
 _FLEET_KEYS: Final = {"peers": (str, list)}
+# Every name the file may use; any other is an error (gateway/config/strict.py).
+_SCHEMA: Final[Schema] = {
+    "server": known_names(_SERVER_KEYS),
+    "agents": {ANY_NAME: {**known_names(PROFILE_KEYS), "features": known_names(FEATURE_NAMES)}},
+    "auth": {**known_names(AUTH_KEYS), "oidc": known_names(OIDC_KEYS)},
+    "notify": {"webhooks": [known_names(WEBHOOK_KEYS)]},
+    "fleet": known_names(_FLEET_KEYS),
+    "isolation": known_names(ISOLATION_KEYS),
+}
 _ENV: Final = {
     "RAWP_GATEWAY_HOST": "host",
     "RAWP_GATEWAY_PORT": "port",
@@ -176,17 +188,22 @@ def load_config(
     """The effective configuration: defaults < TOML file < flags < ``RAWP_GATEWAY_*``."""
     environ = os.environ if environ is None else environ
     settings: dict[str, Any] = {}
-    warnings: list[str] = []
     agents = builtin_profiles(environ.get("RAWP_GATEWAY_CLAUDE", "claude"))
     if path is not None:
         where = str(path)
         try:
             with open(path, "rb") as f:
-                data = tomllib.load(f)
+                text = f.read().decode()  # TOML is UTF-8
+            data = tomllib.loads(text)
         except OSError as err:
             raise ConfigError(f"cannot read config file {where}: {err.strerror}") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:  # TOML is UTF-8
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
             raise ConfigError(f"{where}: not valid TOML: {err}") from None
+        locate = Locator(where, text)
+        unknown = unknown_name(data, _SCHEMA)
+        if unknown is not None:
+            name, message = unknown
+            raise ConfigError(f"{locate(name)}: {message}")
         server = data.get("server", {})
         agent_tables = data.get("agents", {})
         fleet = data.get("fleet", {})
@@ -194,32 +211,22 @@ def load_config(
             if not isinstance(table, dict):
                 raise ConfigError(f"{where}: [{section}] must be a table")
         for key, value in server.items():
-            if key not in _SERVER_KEYS:
-                warnings.append(f"{where}: unknown key [server] {key}")
-                continue
             settings[key] = check_type(f"{where} [server]", key, value, _SERVER_KEYS[key])
         for key, value in fleet.items():
-            if key not in _FLEET_KEYS:
-                warnings.append(f"{where}: unknown key [fleet] {key}")
-                continue
             settings[f"fleet_{key}"] = check_type(f"{where} [fleet]", key, value, _FLEET_KEYS[key])
         for name, table in agent_tables.items():
             if not isinstance(table, dict):
                 raise ConfigError(f"{where}: [agents.{name}] must be a table")
-            profile, unknown = parse_profile(name, table, agents.get(name), where)
-            agents[name] = profile
-            warnings += [f"{where}: unknown key [agents.{name}] {k}" for k in unknown]
+            agents[name] = parse_profile(name, table, agents.get(name), where, locate)
+        if "isolation" in data:
+            check_isolation(data["isolation"], locate)
         try:
             if "auth" in data:
-                settings["auth"], more = parse_auth(data["auth"], where)
-                warnings += more
+                settings["auth"] = parse_auth(data["auth"], where)
             if "notify" in data:
-                settings["webhooks"], more = parse_webhooks(data["notify"], where)
-                warnings += more
+                settings["webhooks"] = parse_webhooks(data["notify"], where)
         except (AuthConfigError, NotifyConfigError) as err:
             raise ConfigError(str(err)) from None
-        for section in set(data) - {"server", "agents", "auth", "notify", "fleet"}:
-            warnings.append(f"{where}: unknown section [{section}]")
     for key, value in (flags or {}).items():
         if value is not None:
             settings[key] = value
@@ -231,10 +238,10 @@ def load_config(
     if "pod_name" not in settings and environ.get("RAWP_GATEWAY_POD_NAME"):
         # The Downward API's pod name: a default, below the file (docs/fleet.md).
         settings["pod_name"] = environ["RAWP_GATEWAY_POD_NAME"]
-    return _build(settings, agents, tuple(warnings))
+    return _build(settings, agents)
 
 
-def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: tuple[str, ...]):
+def _build(settings: dict[str, Any], agents: dict[str, AgentProfile]) -> Config:
     def number(key: str, kind: type, low: float) -> Any:
         value = settings[key]
         try:
@@ -247,7 +254,7 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile], warnings: 
             raise ConfigError(f"{key} must be at least {low}, got {value}")
         return value
 
-    kw: dict[str, Any] = {"agents": agents, "warnings": warnings}
+    kw: dict[str, Any] = {"agents": agents}
     for key, kind, low in (
         ("port", int, 0),
         ("max_frame_size", int, 4096),

@@ -10,30 +10,40 @@ replaces a built-in without changing the parser keeps the built-in's features as
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Final
 
 import msgspec
 
-from gateway.agent.profiles import FEATURE_NAMES, AgentProfile, parser_features
+from gateway.agent.environment import GATEWAY_PREFIX, is_gateway_setting
+from gateway.agent.profiles import AgentProfile, parser_features
 from gateway.config.checks import ConfigError, check_type
+from gateway.config.strict import Path
 from gateway.protocol.frames import Features
 from parsers.base import get as get_parser
 
-__all__ = ["MAX_STALL_SEC", "parse_profile"]
+__all__ = ["MAX_STALL_SEC", "PROFILE_KEYS", "parse_profile"]
 
 MAX_STALL_SEC: Final = 86400.0
+# The keys of an [agents.NAME] table (its features' are FEATURE_NAMES).
+PROFILE_KEYS: Final = (
+    "parser", "command", "resume_command", "env", "single_turn_process", "resume_flag",
+    "mode_flag", "image_flag",
+    "override_flags", "features", "auto_allow", "permission_timeout_sec", "description",
+    "stall_warning_sec", "stall_timeout_sec", "stdin_prompt_arg", "conversations",
+)  # fmt: skip
 
 
-def parse_profile(name: str, table: Mapping[str, Any], base: AgentProfile | None, where: str):
-    known = {
-        "parser", "command", "resume_command", "env", "single_turn_process", "resume_flag",
-        "mode_flag", "image_flag",
-        "override_flags", "features", "auto_allow", "permission_timeout_sec", "description",
-        "stall_warning_sec", "stall_timeout_sec", "stdin_prompt_arg", "conversations",
-    }  # fmt: skip
-    unknown = sorted(set(table) - known)
+def parse_profile(
+    name: str,
+    table: Mapping[str, Any],
+    base: AgentProfile | None,
+    where: str,
+    locate: Callable[[Path], str],
+) -> AgentProfile:
+    """``[agents.NAME]`` over ``base`` (the built-in of that name, if any); its names are known
+    already (gateway/config/strict.py)."""
     where = f"{where} [agents.{name}]"
     changes: dict[str, Any] = {}
     if "parser" in table:
@@ -52,6 +62,15 @@ def parse_profile(name: str, table: Mapping[str, Any], base: AgentProfile | None
         env = table["env"]
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
             raise ConfigError(f"{where}: env must be a table of strings")
+        for var in env:
+            if is_gateway_setting(var):
+                # Refused rather than dropped: whoever wrote it means the agent to have it, and
+                # it would not (gateway/agent/environment.py says why).
+                raise ConfigError(
+                    f"{locate(('agents', name, 'env', var))}: [agents.{name}] env sets {var}: "
+                    f"{GATEWAY_PREFIX}* variables are the gateway's own settings and never reach "
+                    "an agent; remove it"
+                )
         changes["env"] = dict(env)
     for key in ("single_turn_process", "conversations"):
         if key in table:
@@ -100,11 +119,11 @@ def parse_profile(name: str, table: Mapping[str, Any], base: AgentProfile | None
                 )
             changes[key] = value
     if base is not None:
-        return _conversing_checked(replace(base, **changes), where), unknown
+        return _conversing_checked(replace(base, **changes), where)
     for required in ("parser", "command"):
         if required not in changes:
             raise ConfigError(f"{where}: a new profile needs {required}")
-    return _conversing_checked(AgentProfile(name=name, **changes), where), unknown
+    return _conversing_checked(AgentProfile(name=name, **changes), where)
 
 
 def _conversing_checked(profile: AgentProfile, where: str) -> AgentProfile:
@@ -124,10 +143,6 @@ def _override_features(base: Features, table: Any, where: str) -> Features:
     """``base`` with the keys ``table`` names set as it says (true, false); the rest kept."""
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: features must be a table of true/false")
-    unknown = sorted(set(table) - FEATURE_NAMES)
-    if unknown:
-        known = ", ".join(sorted(FEATURE_NAMES))
-        raise ConfigError(f"{where}: features: unknown {', '.join(unknown)} (known: {known})")
     for key, value in table.items():
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: features: {key} must be true or false, got {value!r}")

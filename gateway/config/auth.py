@@ -8,7 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["ASYMMETRIC", "AuthConfigError", "AuthSettings", "OidcSettings", "parse_auth"]
+__all__ = [
+    "ASYMMETRIC",
+    "AUTH_KEYS",
+    "OIDC_KEYS",
+    "AuthConfigError",
+    "AuthSettings",
+    "OidcSettings",
+    "parse_auth",
+]
 
 MAX_LEEWAY_SEC: Final = 300
 # Asymmetric algorithms only: "none" and HS* are never accepted, whatever the config says.
@@ -46,15 +54,15 @@ class AuthConfigError(ValueError):
     pass
 
 
-def parse_auth(table: Any, where: str) -> tuple[AuthSettings, list[str]]:
-    """``[auth]`` (and ``[auth.oidc]``) of the config file; unknown keys come back as warnings."""
+AUTH_KEYS: Final = ("users_file", "audit_log", "audit_max_bytes", "audit_keep", "oidc")
+OIDC_KEYS: Final = tuple(OidcSettings.__dataclass_fields__)
+
+
+def parse_auth(table: Any, where: str) -> AuthSettings:
+    """``[auth]`` (and ``[auth.oidc]``) of the config file; its names are known already
+    (gateway/config/strict.py)."""
     if not isinstance(table, dict):
         raise AuthConfigError(f"{where}: [auth] must be a table")
-    warnings = [
-        f"{where}: unknown key [auth] {k}"
-        for k in table
-        if k not in ("users_file", "audit_log", "audit_max_bytes", "audit_keep", "oidc")
-    ]
     kw: dict[str, Any] = {}
     for key in ("users_file", "audit_log"):
         value = table.get(key)
@@ -70,18 +78,14 @@ def parse_auth(table: Any, where: str) -> tuple[AuthSettings, list[str]]:
                 raise AuthConfigError(f"{where} [auth]: {key} must be an integer >= {low}")
             kw[key] = value
     if "oidc" in table:
-        oidc, more = _parse_oidc(table["oidc"], where)
-        kw["oidc"] = oidc
-        warnings += more
-    return AuthSettings(**kw), warnings
+        kw["oidc"] = _parse_oidc(table["oidc"], where)
+    return AuthSettings(**kw)
 
 
-def _parse_oidc(table: Any, where: str) -> tuple[OidcSettings, list[str]]:
+def _parse_oidc(table: Any, where: str) -> OidcSettings:
     where = f"{where} [auth.oidc]"
     if not isinstance(table, dict):
         raise AuthConfigError(f"{where} must be a table")
-    known = set(OidcSettings.__dataclass_fields__)
-    warnings = [f"{where}: unknown key {k}" for k in table if k not in known]
     kw: dict[str, Any] = {}
     for key in ("issuer", "audience", "jwks_url", "user_claim", "role_claim"):
         if key in table:
@@ -116,4 +120,4 @@ def _parse_oidc(table: Any, where: str) -> tuple[OidcSettings, list[str]]:
                 f"choose from {', '.join(sorted(ASYMMETRIC))}"
             )
         kw["algorithms"] = tuple(algs)
-    return OidcSettings(**kw), warnings
+    return OidcSettings(**kw)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["EVENTS", "NotifyConfigError", "Webhook", "parse_webhooks"]
+__all__ = ["EVENTS", "WEBHOOK_KEYS", "NotifyConfigError", "Webhook", "parse_webhooks"]
 
 # What a webhook may ask to hear of (also the values of the notifications metric's event label).
 EVENTS: Final = (
@@ -19,6 +19,15 @@ EVENTS: Final = (
     "session.ended",
 )
 FORMATS: Final = ("json", "slack", "ntfy")
+WEBHOOK_KEYS: Final = (
+    "url",
+    "events",
+    "secret_file",
+    "format",
+    "remind_after_sec",
+    "timeout_sec",
+    "retry_for_sec",
+)
 MAX_WEBHOOKS: Final = 32
 TIMEOUT_S: Final = 5.0  # per attempt, at most
 RETRY_FOR_S: Final = 60.0  # from the first attempt, at most
@@ -39,11 +48,11 @@ class NotifyConfigError(ValueError):
     pass
 
 
-def parse_webhooks(table: Any, where: str) -> tuple[tuple[Webhook, ...], list[str]]:
-    """``[notify]`` with its ``[[notify.webhooks]]``; secrets are read from their files now."""
+def parse_webhooks(table: Any, where: str) -> tuple[Webhook, ...]:
+    """``[notify]`` with its ``[[notify.webhooks]]``; secrets are read from their files now. The
+    names are known already (gateway/config/strict.py)."""
     if not isinstance(table, dict):
         raise NotifyConfigError(f"{where}: [notify] must be a table")
-    warnings = [f"{where}: unknown key [notify] {k}" for k in table if k != "webhooks"]
     entries = table.get("webhooks", [])
     if not isinstance(entries, list) or len(entries) > MAX_WEBHOOKS:
         raise NotifyConfigError(
@@ -54,7 +63,6 @@ def parse_webhooks(table: Any, where: str) -> tuple[tuple[Webhook, ...], list[st
         w = f"{where} [[notify.webhooks]] {i}"
         if not isinstance(entry, dict):
             raise NotifyConfigError(f"{w} must be a table")
-        warnings += [f"{w}: unknown key {k}" for k in entry if k not in _KEYS]
         url = entry.get("url")
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise NotifyConfigError(f"{w}: url must be an http:// or https:// URL")
@@ -83,18 +91,7 @@ def parse_webhooks(table: Any, where: str) -> tuple[tuple[Webhook, ...], list[st
                     raise NotifyConfigError(f"{w}: {key} must be {low:g} to {high:g}")
                 kw[key] = float(value)
         hooks.append(Webhook(**kw))
-    return tuple(hooks), warnings
-
-
-_KEYS: Final = {
-    "url",
-    "events",
-    "secret_file",
-    "format",
-    "remind_after_sec",
-    "timeout_sec",
-    "retry_for_sec",
-}
+    return tuple(hooks)
 
 
 def _read_secret(path: Any, where: str) -> bytes:

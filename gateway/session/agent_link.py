@@ -125,12 +125,10 @@ class AgentLink:
         self._task(self._run_process(argv, close_stdin=close_stdin))
 
     async def _run_process(self, argv: list[str], *, close_stdin: bool = False) -> None:
-        env = dict(os.environ)
-        env.update(self.profile.env)
         try:
             proc = await AgentProcess.start(
                 argv,
-                env=env,
+                env=self.profile.env,
                 session_id=self.id,
                 workspace=self.workspace,
                 grace=self.config.shutdown_grace_sec,

@@ -22,6 +22,7 @@ import uvloop
 
 import gateway.agent.stdout as stdout_module
 from gateway.agent.descendants import kill_all_groups, live_groups, terminate_all
+from gateway.agent.environment import RAWP_DPS_VERSION
 from gateway.agent.exit import (
     AgentExecutableNotFound,
     AgentProcessError,
@@ -29,7 +30,7 @@ from gateway.agent.exit import (
     ExitStatus,
     classify_exit,
 )
-from gateway.agent.process import RAWP_DPS_VERSION, AgentProcess
+from gateway.agent.process import AgentProcess
 from gateway.agent.stdout import CUT_HEAD_BYTES, DEFAULT_MAX_LINE_BYTES, StdoutLine
 from tests.support.gateway_exit import none_outlive_the_gateway
 from tests.support.loops import LOOPS, PY, run
@@ -63,7 +64,8 @@ def test_dps_17_2_1_env_rawp_variables_are_set(loop_factory: Any, tmp_path: Path
         )
         proc = await AgentProcess.start(
             [PY, "-c", script],
-            env={"KEEP": "1", "RAWP_DPS_VERSION": "wrong", "PATH": os.environ["PATH"]},
+            env={"KEEP": "1", "RAWP_DPS_VERSION": "wrong"},
+            gateway_env={"PATH": os.environ["PATH"]},
             session_id="3f1c2a9e-6b0d-4c7a-9e2f-1a2b3c4d5e6f",
             workspace=tmp_path,
         )

@@ -499,7 +499,7 @@ def test_dockerignore_keeps_what_the_build_copies():
 @pytest.mark.parametrize("source", ["image", "configmap"])
 def test_deployed_config_loads_with_the_gateways_own_loader(source, tmp_path):
     """deploy/config.toml (image, compose) and the ConfigMap's copy are read by load_config, as
-    `rawp-gateway serve --config` does: no unknown key, a public address that the token allows.
+    `rawp-gateway serve --config` does (an unknown key is an error): a public address that the token allows.
     The token file and the workspace exist only in the containers; the environment variables
     the loader honours point them at temporary ones."""
     from gateway.config import load_config
@@ -517,8 +517,7 @@ def test_deployed_config_loads_with_the_gateways_own_loader(source, tmp_path):
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     environ = {"RAWP_GATEWAY_TOKEN_FILE": str(token), "RAWP_GATEWAY_WORKSPACE_ROOT": str(workspace)}
-    config = load_config(path, environ=environ)
-    assert config.warnings == ()
+    config = load_config(path, environ=environ)  # an unknown key would raise
     assert (config.host, config.port, config.token) == ("0.0.0.0", 8765, "a-token")
     assert "claude-code" in config.agents
 

@@ -729,7 +729,6 @@ def test_file_limits_and_image_flag_are_configurable(tmp_path):
     assert config.agents["mine"].image_flag == "--attach {path}"
     assert config.agents["codex"].image_flag == "--image {path}"
     assert (Config().max_upload_bytes, Config().max_session_file_bytes) == (20 << 20, 256 << 20)
-    assert not config.warnings
 
 
 async def test_client_uploads_and_downloads(gw):

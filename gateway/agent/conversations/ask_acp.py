@@ -29,7 +29,7 @@ import asyncio
 import uuid
 from typing import Any, Final
 
-from gateway.agent.conversations.common import ConversationError, agent_env
+from gateway.agent.conversations.common import ConversationError
 from gateway.agent.exit import AgentProcessError, AgentStartError
 from gateway.agent.process import AgentProcess
 from gateway.agent.profiles import AgentProfile
@@ -98,7 +98,7 @@ async def _asked(
     try:
         proc = await AgentProcess.start(
             profile.command,
-            env=agent_env(profile),
+            env=profile.env,
             session_id=f"conversations-{uuid.uuid4()}",
             workspace=query.workspace,
             max_line_bytes=MAX_LINE_BYTES,

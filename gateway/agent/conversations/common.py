@@ -1,9 +1,8 @@
-"""What the conversations' rooms share: ``ConversationError``, the agent's environment, its store's
-format, and the bounds a request names (docs/http-api.md, docs/limits.md)."""
+"""What the conversations' rooms share: ``ConversationError``, the agent's store's format, and the
+bounds a request names (docs/http-api.md, docs/limits.md)."""
 
 from __future__ import annotations
 
-import os
 from typing import Final
 
 from gateway.agent.profiles import AgentProfile
@@ -16,7 +15,6 @@ __all__ = [
     "MAX_CONVERSATION_ID_CHARS",
     "MAX_LIST_LIMIT",
     "ConversationError",
-    "agent_env",
     "saved_format",
 ]
 
@@ -27,11 +25,6 @@ MAX_CONVERSATION_ID_CHARS: Final = 256
 
 class ConversationError(ApiError):
     """A listing or a resume refused, as docs/http-api.md's error (status, error code, message)."""
-
-
-def agent_env(profile: AgentProfile) -> dict[str, str]:
-    """The environment the agent runs with: the gateway's, the profile's ``env`` over it."""
-    return {**os.environ, **profile.env}
 
 
 def saved_format(profile: AgentProfile) -> SavedFormat:

@@ -34,7 +34,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from gateway.agent.conversations.common import ConversationError, agent_env, saved_format
+from gateway.agent.conversations.common import ConversationError, saved_format
+from gateway.agent.environment import agent_environment
 from gateway.agent.profiles import AgentProfile
 from gateway.storage.nofollow import READ_FLAGS, open_dir, regular_fd
 from parsers.saved import SavedFile, SavedFormat, Summary, Transcript
@@ -64,7 +65,7 @@ async def _in_worker(
     """``read(fmt, env, workspace, *args)`` of the profile's store, in a worker thread: it walks
     directories and reads files, which would block the event loop."""
     fmt = saved_format(profile)
-    env = agent_env(profile)
+    env = agent_environment(profile.env)
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(None, read, fmt, env, workspace, *args)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import uuid
 from pathlib import Path
 from typing import Any, Final, cast
@@ -25,6 +24,7 @@ import msgspec
 from aiohttp import web
 
 from gateway.agent import conversations
+from gateway.agent.environment import agent_environment
 from gateway.agent.exit import missing_executable
 from gateway.api_error import ApiError
 from gateway.config import Config
@@ -175,7 +175,7 @@ async def create_session(request: web.Request) -> web.Response:
     # A CLI that is not installed fails here for every profile, the same way: a single-turn one
     # would otherwise start (and fail) only at the first prompt. A continued conversation is shown
     # without its agent, which starts (or fails, with AGENT_START_FAILED) at the next prompt.
-    missing = missing_executable(profile.command[0], {**os.environ, **profile.env})
+    missing = missing_executable(profile.command[0], agent_environment(profile.env))
     if missing is not None and resume is None:
         raise ApiError(502, "AGENT_START_FAILED", f"the {agent} agent could not start: {missing}")
     transcript = None
