@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
 import re
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -179,21 +181,29 @@ async def test_slack_and_ntfy_formats_and_the_events_filter(tmp_path):
             await client.close()
 
 
+@contextlib.asynccontextmanager
+async def hooked(tmp_path, hook: Webhook, demo=None) -> AsyncIterator[tuple[Any, Master]]:
+    """The in-process gateway with the demo agent (``fast_demo()`` unless given) and one webhook,
+    and a master on a new session of it; the gateway is closed afterwards."""
+    agents = {"demo": demo or fast_demo()}
+    client = await start_gateway(make_config(tmp_path, agents=agents, webhooks=(hook,)))
+    try:
+        sid = (await create_session(client))["session_id"]
+        yield client, await Master.attach(client, sid)
+    finally:
+        await client.close()
+
+
 async def test_an_unanswered_permission_is_sent_again(tmp_path, receiver):
     demo = fast_demo(permission_timeout_sec=60)
     hook = Webhook(receiver.url, events=frozenset({"permission.pending"}), remind_after_sec=0.2)
-    client = await start_gateway(make_config(tmp_path, agents={"demo": demo}, webhooks=(hook,)))
-    try:
-        sid = (await create_session(client))["session_id"]
-        master = await Master.attach(client, sid)
+    async with hooked(tmp_path, hook, demo) as (_, master):
         await master.send("control.prompt.request", {"prompt_text": "write later.txt"})
         await master.until("agent.interaction.request")
         first = json.loads((await receiver.next("permission.pending"))[1])
         again = json.loads((await receiver.next("permission.pending"))[1])
         assert "reminder" not in first and again["reminder"] is True
         assert again["permission"] == first["permission"]
-    finally:
-        await client.close()
 
 
 @pytest.mark.parametrize("mode", ["hang", "500"])
@@ -207,12 +217,7 @@ async def test_a_failing_receiver_never_slows_the_session(tmp_path, mode):
         hook = Webhook(
             bad.url, events=frozenset({"turn.ended"}), timeout_sec=0.2, retry_for_sec=1.0
         )
-        client = await start_gateway(
-            make_config(tmp_path, agents={"demo": fast_demo()}, webhooks=(hook,))
-        )
-        try:
-            sid = (await create_session(client))["session_id"]
-            master = await Master.attach(client, sid)
+        async with hooked(tmp_path, hook) as (client, master):
             await master.send("control.prompt.request", {"prompt_text": "hello 0"})
             await master.until("session.usage")
             await bad.got.get()  # the first delivery is at the receiver, which does not take it
@@ -224,8 +229,6 @@ async def test_a_failing_receiver_never_slows_the_session(tmp_path, mode):
             # Every attempt the receiver saw was counted (one can time out before it arrives).
             assert await metric(client, "turn.ended", "retried") >= bad.count - 6
             assert await metric(client, "turn.ended", "sent") == 0
-        finally:
-            await client.close()
 
 
 async def test_a_failed_delivery_is_retried_after_a_backoff(tmp_path):
@@ -233,19 +236,12 @@ async def test_a_failed_delivery_is_retried_after_a_backoff(tmp_path):
     default minute of ``retry_for_sec``."""
     async with Receiver("500-once") as flaky:
         hook = Webhook(flaky.url, events=frozenset({"turn.ended"}))
-        client = await start_gateway(
-            make_config(tmp_path, agents={"demo": fast_demo()}, webhooks=(hook,))
-        )
-        try:
-            sid = (await create_session(client))["session_id"]
-            master = await Master.attach(client, sid)
+        async with hooked(tmp_path, hook) as (client, master):
             await master.send("control.prompt.request", {"prompt_text": "hello"})
             await master.until("session.usage")
             assert await until_metric(client, "turn.ended", "sent") == 1
             assert await metric(client, "turn.ended", "retried") == 1
             assert flaky.count == 2
-        finally:
-            await client.close()
 
 
 async def test_a_full_queue_drops_and_counts_while_turns_go_on(tmp_path):
