@@ -1,7 +1,7 @@
 """Saved sessions (``StoreQuery``): a short-lived process of the agent, asked ``session/list`` (page
 by page) or ``session/load`` of one session, whose replay is translated by an adapter of its own
 into the turns of a ``Transcript`` (docs/acp-mapping.md, "Saved sessions"). Sans-IO, as the
-adapter is: ``gateway/acp_conversations.py`` runs the process.
+adapter is: ``gateway/agent/conversations/ask_acp.py`` runs the process.
 """
 
 from __future__ import annotations
