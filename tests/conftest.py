@@ -16,6 +16,10 @@ from tests.support.console import open_page
 
 MISSING_VAR = "RAWP_TEST_MISSING"
 
+# Every Python the tests start (gateways, demo agents) prints its threads' stacks on a fatal signal,
+# so a process that hangs can be asked where it is (tests/support/servers.py wait_http).
+os.environ.setdefault("PYTHONFAULTHANDLER", "1")
+
 
 def missing_parts(value: str) -> dict[str, str]:
     """``{marker: reason}`` from the variable's lines; blank lines are ignored."""

@@ -187,16 +187,27 @@ def test_many_small_lines_arrive_in_order(loop_factory: Any) -> None:
 @LOOPS
 def test_read_times_are_monotonic_and_batches_match_lines(loop_factory: Any) -> None:
     async def scenario() -> None:
+        # Each line waits for a go on stdin, given 10 ms after the line before it was read: the
+        # reads are apart in time however late a loaded machine runs the agent.
         proc = await spawn(
-            "import sys, time\nfor i in range(5):\n print(i, flush=True); time.sleep(0.01)"
+            "import sys\nfor i in range(5):\n print(i, flush=True)\n sys.stdin.readline()"
         )
+
+        async def pace() -> None:
+            for n in range(1, 6):
+                await eventually(lambda n=n: proc.lines_read >= n, f"line {n} read")
+                await asyncio.sleep(0.01)
+                proc.write(b"\n")
+
+        pacer = asyncio.ensure_future(pace())
         items = []
         while batch := await proc.readlines(max_lines=2):
             assert 1 <= len(batch) <= 2
             items += batch
+        await pacer
         assert [i.line for i in items] == [b"0", b"1", b"2", b"3", b"4"]
         times = [i.t_ns for i in items]
-        assert times == sorted(times) and times[-1] - times[0] >= 30_000_000
+        assert times == sorted(times) and times[-1] - times[0] >= 40_000_000
         assert proc.at_eof()
         await proc.wait()
 

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -62,8 +63,10 @@ def free_port() -> int:
 
 
 async def wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
-    """Until ``url``/healthz answers 200; fails at once (with its stderr) if ``proc`` exits, and
-    says what the last try saw if it never answers."""
+    """Until ``url``/healthz answers 200; fails at once (with its stderr) if ``proc`` exits. If it
+    never answers, the failure says what the last try saw and where the process was: it is sent
+    SIGABRT, on which Python's faulthandler (on in every test's child, tests/conftest.py) prints
+    each thread's stack to the stderr read here."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     seen = "nothing"
@@ -78,7 +81,14 @@ async def wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> 
             except aiohttp.ClientError as err:
                 seen = repr(err)
             await asyncio.sleep(0.05)
-    raise TimeoutError(f"gateway did not start within {timeout} s at {url}: last try {seen}")
+    where = ""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        if proc.stderr is not None:
+            where = "\n" + proc.stderr.read().decode(errors="replace")[-6000:]
+    raise TimeoutError(f"gateway did not start within {timeout} s at {url}: last try {seen}{where}")
 
 
 @contextlib.asynccontextmanager
