@@ -159,6 +159,7 @@ class _Interaction:
     frame: F.Frame  # sent again to a master that attaches while it is pending
     # The agent's own options (ACP): DPS option value → (the agent's option id, it allows).
     choices: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    call_id: str | None = None  # the tool call it asks about, when the agent says
 
 
 @dataclass(slots=True)
@@ -169,6 +170,8 @@ class _Turn:
     requested_compaction: bool = False
     allowed: frozenset[str] = frozenset()
     denied: frozenset[str] = frozenset()
+    # The calls whose permission the cancel denied: their results are cancelled ones.
+    cancel_denied: frozenset[str] = frozenset()
 
 
 # --- the machine --------------------------------------------------------------------------------
@@ -409,6 +412,17 @@ class SessionMachine:
         ):
             # DPS-7.5.3-cleanup: the session is ending and the gateway stopped the agent, so a call
             # it now reports failed was cut short by that (Claude Code: "Exit code 137").
+            event = msgspec.structs.replace(event, cancelled=True)
+        elif (
+            isinstance(event, ev.ToolResult)
+            and event.is_error
+            and not event.cancelled
+            and self.turn is not None
+            and event.call_id in self.turn.cancel_denied
+        ):
+            # DPS-6.1.2-cancel: the cancel denied this call's permission and interrupted the
+            # agent; whether the agent then calls the call refused or interrupted depends on which
+            # of the two it read first (Claude Code: either), and the master asked for neither.
             event = msgspec.structs.replace(event, cancelled=True)
         if isinstance(event, ev.TurnEnded):
             if self.turn is None:
@@ -895,6 +909,9 @@ class SessionMachine:
             return []
         self.turn.cancel_requested = True
         self.mapper.cancel_open_blocks()
+        self.turn.cancel_denied = frozenset(
+            i.call_id for i in self.interactions.values() if i.call_id is not None
+        )
         out = self._deny_all_interactions("the turn was cancelled")
         if self._waiting_spawn is not None:
             # Its process never started: nothing to interrupt, the turn ends here.
@@ -964,7 +981,7 @@ class SessionMachine:
             payload, turn_id=self.turn.turn_id if self.turn else None, metadata=metadata or None
         )
         self.interactions[interaction_id] = _Interaction(
-            interaction_id, req.request_id, req.tool_name, req.input, frame, choices
+            interaction_id, req.request_id, req.tool_name, req.input, frame, choices, req.call_id
         )
         out: list[Action] = [Emit(frame)]
         out += self._emit_all(self.mapper.set_state("awaiting_input", "permission_request"))

@@ -115,6 +115,43 @@ def test_DPS_6_1_2_cancel_blocks_open_at_cancel_end_cancelled():
     assert end.payload.stop_reason == "cancelled"
 
 
+def test_DPS_6_1_2_cancel_while_a_permission_is_pending_cancels_the_call():
+    """DPS-6.1.2-cancel with DPS-6.2-interaction: the cancel denies the pending permission and
+    interrupts; the call's result is cancelled whether the agent reports it refused (it read the
+    denial first) or interrupted, and a call the cancel did not concern keeps its error."""
+    for refused in (True, False):
+        m = machine()
+        m.start()
+        m.receive("c1", _prompt("write never.txt"))
+        m.agent_events(
+            [
+                ev.ToolCall(call_id="toolu_W", name="Write", input={"file_path": "never.txt"}),
+                ev.ToolCall(call_id="toolu_L", name="Bash", input={"command": "ls"}),
+                ev.PermissionRequest(
+                    request_id="r1", tool_name="Write", input={}, call_id="toolu_W"
+                ),
+            ]
+        )
+        cancel = m.receive(
+            "c1", _frame("control.prompt.cancel", {"target_turn_id": m.turn.turn_id})
+        )
+        answers = [a.data for a in cancel if isinstance(a, act.WriteStdin)]
+        assert any(b'"behavior":"deny"' in a for a in answers)  # the denial, then the interrupt
+        output = "The user doesn't want to proceed" if refused else "[Request interrupted]"
+        frames = emitted(
+            m.agent_events(
+                [
+                    ev.ToolResult(call_id="toolu_W", is_error=True, output=output),
+                    ev.ToolResult(call_id="toolu_L", is_error=True, output="ls: failed"),
+                ]
+            )
+        )
+        results = {
+            f.payload.tool_name: f.payload.status for f in frames if f.TYPE == "tool.invoke.result"
+        }
+        assert results == {"Write": "cancelled", "Bash": "error"}
+
+
 def test_DPS_6_1_2_cancel_blocks_still_open_at_turn_end_end_cancelled():
     """DPS-6.1.2-cancel: a block the agent never closes is closed at the turn's end, cancelled."""
     m = machine()
