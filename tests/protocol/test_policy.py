@@ -32,8 +32,9 @@ def rule(name: str, decision: str, tools=(), match=None, roles=None, agents=None
 
 
 def ask(rules, tool="Bash", agent="claude-code", role="operator", workspace=WS, **tool_input):
-    found = decide(rules, tool=tool, tool_input=tool_input, agent=agent, role=role,
-                   workspace=workspace)  # fmt: skip
+    found = decide(
+        rules, tool=tool, tool_input=tool_input, agent=agent, role=role, workspace=workspace
+    )
     return None if found is None else (found.decision, found.name)
 
 
@@ -45,12 +46,10 @@ STARTER = (
         tools=["Bash"],
         match={"command": "git push*--force*"},
         message="force pushes need a person",
-    ),  # fmt: skip
+    ),
     rule("push", "ask", tools=["Bash"], match={"command": "git push*"}),
     rule("rm-outside", "deny", tools=["Bash"], match={"command": "rm *"}),
-    rule(
-        "writes-outside", "deny", tools=["Write", "Edit"], match={"file_path": "!{workspace}/*"}
-    ),  # fmt: skip
+    rule("writes-outside", "deny", tools=["Write", "Edit"], match={"file_path": "!{workspace}/*"}),
     rule("writes-inside", "allow", tools=["Write", "Edit"]),
 )
 
@@ -81,8 +80,9 @@ def test_workspace_and_negation():
         "writes-inside",
     )
     assert ask(STARTER, tool="Edit", workspace=odd, file_path="/srv/ws1x/a") == (
-        "deny", "writes-outside",
-    )  # fmt: skip
+        "deny",
+        "writes-outside",
+    )
     # A missing field matches neither a glob nor its negation.
     assert ask(STARTER, tool="Write") == ("allow", "writes-inside")
 
@@ -121,8 +121,15 @@ def test_an_acp_call_matches_on_title_kind_and_locations():
     assert acp(kind="edit", locations=[f"{WS}/a"]) is None
     assert acp(title="Write a.txt") == "titled"
     by_title = (rule("t", "ask", match={"title": "*secret*"}),)
-    found = decide(by_title, tool="x", tool_input={}, agent="a", role=None, workspace=WS,
-                   title="read the secret file")  # fmt: skip
+    found = decide(
+        by_title,
+        tool="x",
+        tool_input={},
+        agent="a",
+        role=None,
+        workspace=WS,
+        title="read the secret file",
+    )
     assert found is not None and found.name == "t"
 
 
@@ -177,8 +184,9 @@ def test_a_deny_answers_the_agent_with_the_rules_message_and_asks_nobody():
     assert not [a for a in actions if isinstance(a, act.Emit)]
     (answer,) = answers(actions)
     assert answer["response"]["response"] == {
-        "behavior": "deny", "message": "force pushes need a person",
-    }  # fmt: skip
+        "behavior": "deny",
+        "message": "force pushes need a person",
+    }
     assert [a for a in actions if isinstance(a, act.PolicyDecided)] == [
         act.PolicyDecided("no-force-push", "deny", "Bash", {"command": "git push --force origin"})
     ]
@@ -210,8 +218,11 @@ def test_an_allow_beats_no_auto_allow_and_an_ask_beats_auto_allow():
     m.process_alive = True
     actions = m.agent_events([bash("ls")])
     assert answers(actions) == []
-    (asked,) = [a.frame for a in actions if isinstance(a, act.Emit)
-                and a.frame.TYPE == "agent.interaction.request"]  # fmt: skip
+    (asked,) = [
+        a.frame
+        for a in actions
+        if isinstance(a, act.Emit) and a.frame.TYPE == "agent.interaction.request"
+    ]
     assert asked.metadata[sm.POLICY_KEY] == "careful"
 
 
@@ -222,7 +233,7 @@ def test_no_rule_leaves_auto_allow_and_the_masters_as_before():
     assert answer["response"]["response"]["behavior"] == "allow"
     m = machine(())
     frames = [a.frame for a in m.agent_events([bash("ls")]) if isinstance(a, act.Emit)]
-    assert [f.TYPE for f in frames][0] == "agent.interaction.request"
+    assert next(f.TYPE for f in frames) == "agent.interaction.request"
 
 
 def test_the_owners_role_and_set_policy():
@@ -241,14 +252,17 @@ def test_the_owners_role_and_set_policy():
 def test_an_acp_agent_gets_its_own_allow_once_or_reject_once(decision, option):
     rig = Rig()
     rig.machine.config = replace(rig.machine.config, workspace="/srv/project")
-    rig.machine.set_policy((rule("edits", decision, tools=["edit"],
-                                 match={"locations": "{workspace}/*"}),), None)  # fmt: skip
+    rig.machine.set_policy(
+        (rule("edits", decision, tools=["edit"], match={"locations": "{workspace}/*"}),), None
+    )
     rig.start()
     rig.prompt()
     rig.agent(permission())
     assert rig.of("agent.interaction.request") == []
     assert rig.last_write() == {
-        "jsonrpc": "2.0", "id": 7, "result": {"outcome": {"outcome": "selected", "optionId": option}},
-    }  # fmt: skip
+        "jsonrpc": "2.0",
+        "id": 7,
+        "result": {"outcome": {"outcome": "selected", "optionId": option}},
+    }
     decided = [a for a in rig.actions if isinstance(a, act.PolicyDecided)]
     assert [(d.rule, d.decision) for d in decided] == [("edits", decision)]
