@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -54,7 +54,7 @@ def _compile(body: str) -> _Matcher:
 class Glob:
     """One glob of a rule: ``!`` in front negates it, ``{workspace}`` is filled in per session."""
 
-    __slots__ = ("_by_workspace", "_match", "body", "negate", "text")
+    __slots__ = ("_by_workspace", "body", "compiled", "negate", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -62,13 +62,14 @@ class Glob:
         self.body = text[1:] if self.negate else text
         self._by_workspace: dict[str, _Matcher] = {}
         # Compiled now: a glob re cannot take is refused with the rule set, not at a permission.
-        self._match: _Matcher | None = None if WORKSPACE in self.body else _compile(self.body)
-        if self._match is None:
+        self.compiled: _Matcher | None = None if WORKSPACE in self.body else _compile(self.body)
+        if self.compiled is None:
             _compile(self.body.replace(WORKSPACE, "w"))
 
-    def _matcher(self, workspace: str) -> _Matcher:
-        if self._match is not None:
-            return self._match
+    def for_workspace(self, workspace: str) -> _Matcher:
+        """The compiled glob with ``{workspace}`` filled in."""
+        if self.compiled is not None:
+            return self.compiled
         found = self._by_workspace.get(workspace)
         if found is None:
             if len(self._by_workspace) >= MAX_WORKSPACES:
@@ -79,7 +80,7 @@ class Glob:
 
     def hits(self, value: str, workspace: str) -> bool:
         """The glob (negated or not) says yes to ``value``."""
-        return (self._matcher(workspace)(value) is not None) != self.negate
+        return ((self.compiled or self.for_workspace(workspace))(value) is not None) != self.negate
 
     def __repr__(self) -> str:
         return f"Glob({self.text!r})"
@@ -123,17 +124,39 @@ def decide(
     ``title``, ``kind`` and ``locations`` are what an ACP agent says of its call: the tool globs
     match the name, the title or the kind, and ``match`` may name them as fields."""
     names = [n for n in (tool, title, kind) if n]
+    # Rules share globs and fields: each is judged once per decision (a set of 1,000 rules
+    # naming the same few tools costs one glob per rule, not three).
+    tool_hits: dict[str, bool] = {}
+    fields: dict[str, tuple[Any, ...]] = {}
     for rule in rules:
         if rule.agents is not None and agent not in rule.agents:
             continue
         if rule.roles is not None and role not in rule.roles:
             continue
-        if rule.tools and not any(g.hits(n, workspace) for g in rule.tools for n in names):
-            continue
-        if all(
-            _field_hits(glob, _values(name, tool_input, title, kind, locations), rule, workspace)
-            for name, glob in rule.match
-        ):
+        if rule.tools:
+            for glob in rule.tools:
+                hit = tool_hits.get(glob.text)
+                if hit is None:
+                    hit = tool_hits[glob.text] = any(glob.hits(n, workspace) for n in names)
+                if hit:
+                    break
+            else:
+                continue
+        for name, glob in rule.match:
+            values = fields.get(name)
+            if values is None:
+                values = fields[name] = _values(name, tool_input, title, kind, locations)
+            match = glob.compiled or glob.for_workspace(workspace)
+            for value in values:
+                if value.__class__ is not str or len(value) > MAX_MATCH_CHARS:
+                    # Not text, or too long to judge: never an allow, always a deny or an ask.
+                    if rule.decision != "allow":
+                        break
+                elif (match(value) is None) is glob.negate:
+                    break
+            else:
+                break  # no value said yes: the rule does not match
+        else:
             return Decision(rule.decision, rule)
     return None
 
@@ -144,27 +167,19 @@ def _values(
     title: str | None,
     kind: str | None,
     locations: Sequence[str],
-) -> Iterable[Any]:
+) -> tuple[Any, ...]:
     """What a ``match`` field names: the input's field (a string, or each string of a list), else
     the request's title, kind or locations."""
     value = tool_input.get(name)
     if value is None:
-        value = {"title": title, "kind": kind, "locations": list(locations) or None}.get(name)
+        if name == "title":
+            value = title
+        elif name == "kind":
+            value = kind
+        elif name == "locations":
+            value = list(locations) or None
     if value is None:
         return ()
     if isinstance(value, list):
-        return value
+        return tuple(value)
     return (value,)
-
-
-def _field_hits(glob: Glob, values: Iterable[Any], rule: Rule, workspace: str) -> bool:
-    """Some value of the field says yes to the glob. A missing field says no; a value that is not
-    text, or too long to judge, says yes only to a rule that denies or asks."""
-    for value in values:
-        if not isinstance(value, str) or len(value) > MAX_MATCH_CHARS:
-            if rule.decision != "allow":
-                return True
-            continue
-        if glob.hits(value, workspace):
-            return True
-    return False
