@@ -8,15 +8,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import signal
 from dataclasses import replace
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from gateway.config.policy import read_policy
-from gateway.server import AUDIT, reload
-from tests.support.auth import bearer, users_config
+from gateway.server import AUDIT, CONFIG, reload
+from tests.support.auth import bearer, users_config, users_toml
 from tests.support.gateway_peer import Master, fast_demo, of, start_gateway
+from tests.support.serve_process import serve
 
 ADMIN, OPERATOR = "admin-token", "operator-token"
 
@@ -192,3 +196,47 @@ async def history_of(gw, sid: str) -> list[dict]:
     frames = (await master.until("session.history"))["payload"]["frames"]
     await master.ws.close()
     return frames
+
+
+async def test_the_real_command_reloads_the_rules_on_sighup(tmp_path):
+    """``rawp-gateway serve``: SIGHUP reads the rules again; a bad set then keeps the rules in
+    force and says why in one log line."""
+    users = tmp_path / "users.toml"
+    users.write_text(users_toml({"ann": ("admin", ADMIN)}))
+    cfg = tmp_path / "gw.toml"
+    head = f'[server]\nworkspace_root = "{tmp_path}"\n[auth]\nusers_file = "{users}"\n'
+    rule = '[[policy.rules]]\nname = "{}"\ntools = ["Bash"]\ndecision = "{}"\n'
+    cfg.write_text(head + rule.format("first", "ask"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAWP_GATEWAY_")}
+
+    async def ruled(http, url: str) -> str | None:
+        query = {"agent": "claude-code", "tool": "Bash"}
+        async with http.get(url + "/v1/policy/decide", params=query, headers=bearer(ADMIN)) as r:
+            return (await r.json())["rule"]
+
+    args = ("--config", str(cfg), "--log-format", "json")
+    async with serve(*args, env=env) as (proc, url), aiohttp.ClientSession() as http:
+        assert await ruled(http, url) == "first"
+        cfg.write_text(head + rule.format("second", "deny"))
+        proc.send_signal(signal.SIGHUP)
+        async with asyncio.timeout(20):  # the signal is handled soon after it is sent
+            while await ruled(http, url) != "second":
+                await asyncio.sleep(0.05)
+        cfg.write_text(head + rule.format("second", "deny") * 2)  # a duplicate name
+        proc.send_signal(signal.SIGHUP)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    assert proc.stderr is not None
+    logs = [json.loads(line) for line in proc.stderr.read().splitlines() if line.startswith(b"{")]
+    reloads = [r["msg"] for r in logs if "policy rules" in r["msg"]]
+    assert reloads[0] == "policy rules reloaded"
+    assert reloads[1].startswith("policy rules not reloaded, the 1 rules before stay: ")
+    assert "gw.toml [[policy.rules]] 2 (second)" in reloads[1]
+
+
+async def test_decide_takes_an_acp_calls_title_and_kind_from_the_input(gw):
+    path = Path(gw.app[CONFIG].config_file)
+    path.write_text('[[policy.rules]]\nname = "edits"\ntools = ["edit"]\ndecision = "ask"\n')
+    reload(gw.app)
+    query = {"agent": "demo", "tool": "tool", "input": json.dumps({"kind": "edit"})}
+    assert (await decide(gw, **query))[1] == {"decision": "ask", "rule": "edits"}

@@ -98,6 +98,9 @@ async def decide_policy(request: web.Request) -> web.Response:
         agent=agent,
         role=role or None,
         workspace=workspace,
+        # What an ACP agent says of its call, when the input spells it out.
+        title=_text(tool_input.get("title")),
+        kind=_text(tool_input.get("kind")),
     )
     if found is None:
         return web.json_response({"decision": None, "rule": None})
@@ -117,3 +120,7 @@ def _input(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ApiError(400, "INVALID_POLICY_QUERY", "input must be a JSON object")
     return value
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
