@@ -11,11 +11,10 @@ proportional to what the bounds allow.
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 from typing import Any, Final
 
-from gateway.config.checks import ConfigError
+from gateway.config.checks import ConfigError, read_toml
 from gateway.config.strict import Locator, Schema, known_names, unknown_name
 from gateway.protocol.policy import DECISIONS, Glob, Rule
 
@@ -70,20 +69,7 @@ def read_policy(path: str | Path) -> tuple[Rule, ...]:
     """The rules of a config file read again (SIGHUP); ConfigError when the file or a rule cannot
     be used. Only ``[policy]`` is read: the other settings need a restart."""
     where = str(path)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-    except OSError as err:
-        raise ConfigError(f"cannot read config file {where}: {err.strerror}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError(f"{where}: larger than {MAX_FILE_BYTES} bytes")
-    try:
-        text = raw.decode()
-        data = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{where}: not valid TOML: {err}") from None
-    except RecursionError:
-        raise ConfigError(f"{where}: not valid TOML: nested too deeply") from None
+    text, data = read_toml(path, MAX_FILE_BYTES, "config file")
     policy = data.get("policy", {})
     unknown = unknown_name({"policy": policy}, {"policy": POLICY_SCHEMA})
     if unknown is not None:

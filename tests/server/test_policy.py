@@ -9,7 +9,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from gateway.config.policy import read_policy
 from gateway.server import AUDIT, CONFIG, reload
 from tests.support.auth import bearer, users_config, users_toml
 from tests.support.gateway_peer import Master, fast_demo, of, start_gateway
-from tests.support.serve_process import serve
+from tests.support.serve_process import reload_refused, serve, sighup_until
 
 ADMIN, OPERATOR = "admin-token", "operator-token"
 
@@ -218,20 +217,15 @@ async def test_the_real_command_reloads_the_rules_on_sighup(tmp_path):
     async with serve(*args, env=env) as (proc, url), aiohttp.ClientSession() as http:
         assert await ruled(http, url) == "first"
         cfg.write_text(head + rule.format("second", "deny"))
-        proc.send_signal(signal.SIGHUP)
-        async with asyncio.timeout(20):  # the signal is handled soon after it is sent
-            while await ruled(http, url) != "second":
-                await asyncio.sleep(0.05)
+
+        async def second() -> bool:
+            return await ruled(http, url) == "second"
+
+        await sighup_until(proc, second)
         cfg.write_text(head + rule.format("second", "deny") * 2)  # a duplicate name
-        proc.send_signal(signal.SIGHUP)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
-    assert proc.stderr is not None
-    logs = [json.loads(line) for line in proc.stderr.read().splitlines() if line.startswith(b"{")]
-    reloads = [r["msg"] for r in logs if "policy rules" in r["msg"]]
-    assert reloads[0] == "policy rules reloaded"
-    assert reloads[1].startswith("policy rules not reloaded, the 1 rules before stay: ")
-    assert "gw.toml [[policy.rules]] 2 (second)" in reloads[1]
+        why = reload_refused(proc, "policy rules")
+    assert why.startswith("policy rules not reloaded, the 1 rules before stay: ")
+    assert "gw.toml [[policy.rules]] 2 (second)" in why
 
 
 async def test_decide_takes_an_acp_calls_title_and_kind_from_the_input(gw):
