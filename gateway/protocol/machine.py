@@ -21,7 +21,8 @@ DPS-7.7) is simply the order of the list.
 
 Every transition lives in this file, kept whole on purpose: a state machine is read, and its rules
 checked, in one place. What holds no state is beside it: the actions in ``actions.py``, how a
-permission question is worded and its answer read in ``interactions.py``, what a prompt becomes for
+permission question is worded and its answer read in ``interactions.py``, which permission
+rule answers one before any master is asked in ``policy.py``, what a prompt becomes for
 the agent (and what it may carry) in ``prompts.py``. ``phase`` is ``idle`` (no turn), ``running`` (a
 turn is open), ``terminating`` (the agent was told to stop) or ``terminated``. A turn opens when a
 prompt is accepted, or implicitly when the agent produces output outside a turn (``rawp-gateway

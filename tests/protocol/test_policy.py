@@ -14,7 +14,7 @@ from gateway.protocol import machine as sm
 from gateway.protocol.policy import MAX_MATCH_CHARS, Glob, Rule, decide
 from parsers import events as ev
 from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
-from tests.parsers.test_acp_adapter import Rig, permission
+from tests.support.acp_rig import Rig, permission
 
 WS = "/srv/ws-1"
 
