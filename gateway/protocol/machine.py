@@ -986,22 +986,23 @@ class SessionMachine:
         choices: dict[str, tuple[str, bool]],
     ) -> list[Action]:
         """A rule answered (docs/policies.md): the agent at once, the call's later frames say
-        which rule (``metadata.rawp_policy``), the shell audits it."""
+        which rule (``metadata.rawp_policy``), the shell audits it. A question read back from a
+        transcript is answered by nobody (no process runs): nothing is audited."""
         if req.call_id:
             self.mapper.tag_call(req.call_id, {POLICY_KEY: rule})
         if not allow and not message:
             message = f"Denied by the gateway's policy {rule}."
-        out: list[Action] = [
-            PolicyDecided(rule, ALLOW if allow else DENY, req.tool_name, req.input)
-        ]
-        out += self._answer_permission(
+        out = self._answer_permission(
             req.request_id,
             allow,
             "" if allow else message,
             updated_input=req.input if allow else None,
             option=chosen_option(choices, allow),
         )
-        return out
+        if not out:
+            return out
+        decided = PolicyDecided(rule, ALLOW if allow else DENY, req.tool_name, req.input)
+        return [decided, *out]
 
     def _ask_permission(
         self,

@@ -266,3 +266,10 @@ def test_an_acp_agent_gets_its_own_allow_once_or_reject_once(decision, option):
     }
     decided = [a for a in rig.actions if isinstance(a, act.PolicyDecided)]
     assert [(d.rule, d.decision) for d in decided] == [("edits", decision)]
+
+
+def test_a_question_with_no_process_to_answer_is_not_audited():
+    """A transcript read back asks again, and no process runs: nobody is answered, or audited."""
+    m = machine(STARTER)
+    actions = m.agent_events([bash("git push --force origin")])
+    assert not [a for a in actions if isinstance(a, (act.PolicyDecided, act.WriteStdin))]
