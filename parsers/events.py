@@ -250,6 +250,9 @@ class PermissionRequest(AgentEvent):
     affected_paths: list[str] = []
     options: list[PermissionChoice] = []
     title: str | None = None  # how the agent itself describes the call (ACP ``title``)
+    kind: str | None = (
+        None  # what sort of call the agent says it is (ACP ``kind``: read, edit, ...)
+    )
 
 
 class ControlAck(AgentEvent):

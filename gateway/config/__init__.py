@@ -10,7 +10,7 @@ and what was expected; nothing is ignored: an unknown section or key is an error
 and the nearest known name (strict.py).
 
 The sections have rooms of their own: ``[agents.NAME]`` in agents.py, ``[auth]`` in auth.py,
-``[notify]`` in notify.py, ``[isolation]`` in isolation.py; this module holds ``Config``,
+``[notify]`` in notify.py, ``[isolation]`` in isolation.py, ``[[policy.rules]]`` in policy.py; this module holds ``Config``,
 ``[server]``, ``[fleet]``, the names each section knows and the layering.
 """
 
@@ -42,8 +42,10 @@ from gateway.config.auth import AUTH_KEYS, OIDC_KEYS, AuthConfigError, AuthSetti
 from gateway.config.checks import ConfigError, check_type
 from gateway.config.isolation import ISOLATION_KEYS, check_isolation
 from gateway.config.notify import WEBHOOK_KEYS, NotifyConfigError, Webhook, parse_webhooks
+from gateway.config.policy import POLICY_SCHEMA, parse_policy
 from gateway.config.strict import ANY_NAME, Locator, Schema, known_names, unknown_name
 from gateway.protocol.history import POLICIES
+from gateway.protocol.policy import Rule
 
 # The profile names are gateway/agent/profiles.py's, re-exported: a Config holds profiles, and
 # whoever builds one names them with it.
@@ -119,6 +121,10 @@ class Config:
     webhooks: tuple[Webhook, ...] = ()
     # Where people reach the gateway (https://host[:port][/prefix]): links in notifications.
     public_url: str | None = None
+    # Permission rules (docs/policies.md), first match wins; and the file they came from, which
+    # SIGHUP reads again.
+    policy: tuple[Rule, ...] = ()
+    config_file: Path | None = None
 
     @property
     def authenticated(self) -> bool:
@@ -164,6 +170,7 @@ _SCHEMA: Final[Schema] = {
     "notify": {"webhooks": [known_names(WEBHOOK_KEYS)]},
     "fleet": known_names(_FLEET_KEYS),
     "isolation": known_names(ISOLATION_KEYS),
+    "policy": POLICY_SCHEMA,
 }
 _ENV: Final = {
     "RAWP_GATEWAY_HOST": "host",
@@ -199,6 +206,9 @@ def load_config(
             raise ConfigError(f"cannot read config file {where}: {err.strerror}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
             raise ConfigError(f"{where}: not valid TOML: {err}") from None
+        except RecursionError:  # tomllib reads nested arrays and tables recursively
+            raise ConfigError(f"{where}: not valid TOML: nested too deeply") from None
+        settings["config_file"] = Path(path)
         locate = Locator(where, text)
         unknown = unknown_name(data, _SCHEMA)
         if unknown is not None:
@@ -220,6 +230,8 @@ def load_config(
             agents[name] = parse_profile(name, table, agents.get(name), where, locate)
         if "isolation" in data:
             check_isolation(data["isolation"], locate)
+        if "policy" in data:
+            settings["policy"] = parse_policy(data["policy"], where)
         try:
             if "auth" in data:
                 settings["auth"] = parse_auth(data["auth"], where)
@@ -297,7 +309,7 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile]) -> Config:
         kw["log_format"] = settings["log_format"]
     if "allowed_origins" in settings:
         kw["allowed_origins"] = _origins(settings["allowed_origins"])
-    for key in ("auth", "webhooks"):
+    for key in ("auth", "webhooks", "policy", "config_file"):
         if key in settings:
             kw[key] = settings[key]
     if settings.get("public_url"):

@@ -1,8 +1,11 @@
-"""What every section of the configuration shares: ``ConfigError``, and the check of one value's
-type that names the file, the section and the key."""
+"""What every section of the configuration shares: ``ConfigError``, the check of one value's
+type that names the file, the section and the key, and ``read_toml`` for a file read again while
+the gateway runs (the users file, the permission rules)."""
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
 from typing import Any
 
 
@@ -19,3 +22,22 @@ def check_type(where: str, key: str, value: Any, expected: Any) -> Any:
         )
         raise ConfigError(f"{where}: {key} must be {names}, got {value!r}")
     return value
+
+
+def read_toml(path: str | Path, max_bytes: int, what: str) -> tuple[str, dict[str, Any]]:
+    """A TOML file of at most ``max_bytes``: its text and its tables; ConfigError naming ``what``
+    (``users file``) and the path when it cannot be read, is too large or is not TOML."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(max_bytes + 1)
+    except OSError as err:
+        raise ConfigError(f"cannot read {what} {path}: {err.strerror}") from None
+    if len(raw) > max_bytes:
+        raise ConfigError(f"{what} {path} is larger than {max_bytes} bytes")
+    try:
+        text = raw.decode("utf-8")
+        return text, tomllib.loads(text)
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(f"{what} {path}: not valid TOML: {err}") from None
+    except RecursionError:  # tomllib reads nested arrays and tables recursively
+        raise ConfigError(f"{what} {path}: not valid TOML: nested too deeply") from None

@@ -22,6 +22,7 @@ __all__ = [
     "Emit",
     "Log",
     "PlaceFile",
+    "PolicyDecided",
     "SetFeatures",
     "Settled",
     "Signal",
@@ -125,6 +126,17 @@ class Settled:
     outcome: str
 
 
+@dataclass(frozen=True, slots=True)
+class PolicyDecided:
+    """A permission rule answered the agent, no master asked (for the audit log): the rule's name,
+    allow or deny, and the tool asked for."""
+
+    rule: str
+    decision: str
+    tool_name: str
+    input: dict[str, Any]
+
+
 Action = (
     Emit | WriteStdin | Spawn | Signal | Terminate | StartTimer | CancelTimer | SetFeatures
-) | (CloseAll | Log | Settled | WritePrompt | PlaceFile)
+) | (CloseAll | Log | Settled | WritePrompt | PlaceFile | PolicyDecided)

@@ -4,7 +4,8 @@ The session machine asks a ``PERMISSION`` question (``agent.interaction.request`
 asks to use a tool the gateway does not decide itself. This room holds the question's words and
 options (``permission_question``, ``interaction_options``, ``risk_of``), and the reading of an
 answer: a master's ``selected_value`` (``decision``) or the gateway's own choice
-(``chosen_option``: auto_allow, a mode's block, a denied tool), in the agent's terms. An agent that
+(``chosen_option``: a permission rule, auto_allow, a mode's block, a denied tool), in the agent's
+terms. An agent that
 offers no options of its own (Claude Code, Codex) is answered allow or deny (``NO_OPTION``); an
 ACP agent gets the id of the option chosen. The machine keeps which questions wait and settles
 them; this module keeps no state.
@@ -84,7 +85,8 @@ def interaction_options(
 
 
 def chosen_option(choices: dict[str, tuple[str, bool]], allow: bool) -> str | NoOption | None:
-    """The agent's option the gateway picks itself (auto_allow, a mode's block, a denied tool)."""
+    """The agent's option the gateway picks itself (a permission rule, auto_allow, a mode's block,
+    a denied tool): its allow-once or reject-once first."""
     if not choices:
         return NO_OPTION
     found = choices.get(ALLOW if allow else DENY)

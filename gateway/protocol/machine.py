@@ -21,7 +21,8 @@ DPS-7.7) is simply the order of the list.
 
 Every transition lives in this file, kept whole on purpose: a state machine is read, and its rules
 checked, in one place. What holds no state is beside it: the actions in ``actions.py``, how a
-permission question is worded and its answer read in ``interactions.py``, what a prompt becomes for
+permission question is worded and its answer read in ``interactions.py``, which permission
+rule answers one before any master is asked in ``policy.py``, what a prompt becomes for
 the agent (and what it may carry) in ``prompts.py``. ``phase`` is ``idle`` (no turn), ``running`` (a
 turn is open), ``terminating`` (the agent was told to stop) or ``terminated``. A turn opens when a
 prompt is accepted, or implicitly when the agent produces output outside a turn (``rawp-gateway
@@ -64,6 +65,7 @@ from gateway.protocol.actions import (
     Emit,
     Log,
     PlaceFile,
+    PolicyDecided,
     SetFeatures,
     Settled,
     Signal,
@@ -86,6 +88,7 @@ from gateway.protocol.interactions import (
     permission_question,
 )
 from gateway.protocol.mapper import BLOCKED_OUTPUT, Mapper
+from gateway.protocol.policy import Rule, decide
 from gateway.protocol.prompts import (
     UPLOADS_DIR,
     PromptRefused,
@@ -109,6 +112,7 @@ CANCEL_GRACE_S: Final = 2.0  # interrupt, then SIGINT if the turn has not ended
 CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
 STALL_TIMER: Final = "stall"
 USER_KEY: Final = "rawp_user"  # metadata: the user who sent a relayed control frame
+POLICY_KEY: Final = "rawp_policy"  # metadata: the rule that answered a permission
 UPLOAD_NOT_PLACED: Final = "UPLOAD_NOT_PLACED"  # agent.error warning: see file_not_placed
 
 
@@ -142,6 +146,10 @@ class SessionConfig:
     cancel_stop_sec: float = CANCEL_KILL_S
     tools: tuple[str, ...] = ()  # the agent's tools before it reports them (the first catalog)
     credentials: str = ""  # where the agent reads them (ParserSpec.credentials), for error hints
+    # The permission rules (docs/policies.md), decided before auto_allow and the masters, with
+    # the session's workspace for their {workspace}; ``SessionMachine.set_policy`` replaces them.
+    policy: tuple[Rule, ...] = ()
+    workspace: str = ""
 
     @property
     def stall_tick_sec(self) -> float:
@@ -213,6 +221,9 @@ class SessionMachine:
         self.interactions: dict[str, _Interaction] = {}
         self.last_decision: str | None = None  # of the permission settled last (allow or deny)
         self._sender: str | None = None  # the user of the master frame being handled
+        # The permission rules in force and the role of the session's owner they may name.
+        self.policy: tuple[Rule, ...] = self.config.policy
+        self.owner_role: str | None = None
         self._seen = codec.SeenWindow(seen_window)
         # (reason, deleted_by) once delete began
         self._deleting: tuple[F.DeleteReason, F.DeletedBy] | None = None
@@ -309,6 +320,12 @@ class SessionMachine:
         if agent_session_id:
             self._know_agent_session(agent_session_id)
         self.process_alive = False
+
+    def set_policy(self, rules: tuple[Rule, ...], owner_role: str | None) -> None:
+        """The rules (read again on SIGHUP) and the owner's role, for the next permission asked;
+        one already asked of a master stays asked."""
+        self.policy = rules
+        self.owner_role = owner_role
 
     def _know_agent_session(self, agent_session_id: str) -> None:
         """The agent's session id, known before the agent says it: the first spawn resumes it."""
@@ -951,12 +968,67 @@ class SessionMachine:
                 f"{req.tool_name} is denied for this prompt",
                 option=chosen_option(choices, False),
             )
+        if self.policy:
+            ruled = decide(
+                self.policy,
+                tool=req.tool_name,
+                tool_input=req.input,
+                agent=self.config.agent,
+                role=self.owner_role,
+                workspace=self.config.workspace,
+                title=req.title,
+                kind=req.kind,
+                locations=req.affected_paths,
+            )
+            if ruled is not None and ruled.decision != "ask":
+                return self._policy_answer(
+                    req, ruled.name, ruled.decision == ALLOW, ruled.rule.message, choices
+                )
+            if ruled is not None:
+                return self._ask_permission(req, options, choices, spec, ruled.name)
         if req.tool_name in self.config.auto_allow or (
             turn is not None and req.tool_name in turn.allowed
         ):
             return self._answer_permission(
                 req.request_id, True, updated_input=req.input, option=chosen_option(choices, True)
             )
+        return self._ask_permission(req, options, choices, spec)
+
+    def _policy_answer(
+        self,
+        req: ev.PermissionRequest,
+        rule: str,
+        allow: bool,
+        message: str,
+        choices: dict[str, tuple[str, bool]],
+    ) -> list[Action]:
+        """A rule answered (docs/policies.md): the agent at once, the call's later frames say
+        which rule (``metadata.rawp_policy``), the shell audits it. A question read back from a
+        transcript is answered by nobody (no process runs): nothing is audited."""
+        if req.call_id:
+            self.mapper.tag_call(req.call_id, {POLICY_KEY: rule})
+        if not allow and not message:
+            message = f"Denied by the gateway's policy {rule}."
+        out = self._answer_permission(
+            req.request_id,
+            allow,
+            "" if allow else message,
+            updated_input=req.input if allow else None,
+            option=chosen_option(choices, allow),
+        )
+        if not out:
+            return out
+        decided = PolicyDecided(rule, ALLOW if allow else DENY, req.tool_name, req.input)
+        return [decided, *out]
+
+    def _ask_permission(
+        self,
+        req: ev.PermissionRequest,
+        options: list[F.InteractionOption],
+        choices: dict[str, tuple[str, bool]],
+        spec: Any,
+        rule: str | None = None,
+    ) -> list[Action]:
         interaction_id = self.factory.new_id()
         context = F.InteractionContext(
             tool_name=req.tool_name,
@@ -977,6 +1049,8 @@ class SessionMachine:
             metadata["invocation_id"] = invocation_id
         if (subagent := self.mapper.subagent_context(req.parent)) is not None:
             metadata["subagent_context"] = subagent  # DPS-10.2-context: asked from a subagent
+        if rule is not None:  # a rule said ask, whatever auto_allow says
+            metadata[POLICY_KEY] = rule
         frame = self.factory.frame(
             payload, turn_id=self.turn.turn_id if self.turn else None, metadata=metadata or None
         )

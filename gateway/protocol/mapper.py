@@ -272,6 +272,13 @@ class Mapper:
         for block in self._blocks.values():
             block.cancelled = True
 
+    def tag_call(self, call_id: str, metadata: dict[str, Any]) -> None:
+        """The call's later frames (its stream and result) carry ``metadata`` too (a permission
+        rule's name). A new dict: the frames sent so far keep theirs."""
+        call = self._calls.get(call_id)
+        if call is not None:
+            call.metadata = {**call.metadata, **metadata}
+
     def block_call(self, call_id: str) -> None:
         """The session machine refused this call for the mode: its result says so (DPS-6.3.2-block)."""
         call = self._calls.get(call_id)

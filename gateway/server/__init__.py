@@ -13,12 +13,13 @@ becomes an identity (user, role) on the request.
 One module per resource, as the API names them: ``routes/sessions.py`` (create, list, get,
 rename/share, delete; ``whoami``), ``routes/agents.py`` (profiles and saved conversations),
 ``routes/files.py`` (uploads and downloads), ``routes/console.py`` (the browser console's page and
-its WebSocket tickets), ``routes/ops.py`` (health and metrics), and ``websocket.py``, a session's
+its WebSocket tickets), ``routes/ops.py`` (health and metrics), ``routes/policy.py`` (the permission rules: the decide
+endpoint and their reload), and ``websocket.py``, a session's
 WebSocket. What they share (the application's keys, the request bounds) is in ``keys.py``; the
 limits before a request is trusted are in ``limits.py`` and ``refusals.py``.
 """
 
-from gateway.server.app import create_app, reload_users
+from gateway.server.app import create_app, reload, reload_users
 from gateway.server.keys import AUDIT, AUTH, CONFIG, METRICS, SESSIONS, TICKETS
 from gateway.server.middleware import is_loopback
 from gateway.server.routes.sessions import TerminatedSession
@@ -35,6 +36,7 @@ __all__ = [
     "TerminatedSession",
     "create_app",
     "is_loopback",
+    "reload",
     "reload_users",
     "run",
     "serve",

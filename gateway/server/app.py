@@ -1,5 +1,6 @@
 """The application: ``create_app(config)`` builds it (its state, middlewares and route table),
-``reload_users`` is what SIGHUP does, and the start and shutdown hooks.
+``reload`` is what SIGHUP does (the permission rules, then the users file), and the start and
+shutdown hooks.
 
 On shutdown every live session is deleted the DPS way (SIGTERM, SIGKILL after the grace period,
 cleanup frames, ``session.deleted``, close), so no agent process outlives the gateway. With a state
@@ -30,11 +31,13 @@ from gateway.server.keys import (
     HEARTBEAT_SEC,
     METRICS,
     NOTIFIER,
+    POLICY,
     SESSIONS,
     STATE,
     STATIC,
     TICKETS,
     WS_ROUTE,
+    PolicyRules,
 )
 from gateway.server.limits import ConnectionGuard, handler_args
 from gateway.server.middleware import auth_middleware, browser_guard_middleware, errors_middleware
@@ -42,6 +45,7 @@ from gateway.server.routes.agents import list_agents, list_conversations
 from gateway.server.routes.console import console_file, console_page, console_redirect, ws_ticket
 from gateway.server.routes.files import get_file, put_file
 from gateway.server.routes.ops import healthz, metrics_handler
+from gateway.server.routes.policy import decide_policy, reload_policy
 from gateway.server.routes.sessions import (
     _resolve_workspace,
     _terminated,
@@ -80,6 +84,7 @@ def create_app(
     app[HEARTBEAT] = heartbeat_sec
     app[METRICS] = metrics or GatewayMetrics(agents=config.agents.keys())
     app[SESSIONS] = {}
+    app[POLICY] = PolicyRules(config.policy)
     if config.state_dir is not None:
         app[STATE] = StateDir(config.state_dir)
         app.on_startup.append(_restore_sessions)
@@ -107,6 +112,7 @@ def create_app(
     app.router.add_post("/v1/session", create_session)
     app.router.add_get("/v1/sessions", list_sessions)
     app.router.add_get("/v1/whoami", whoami)
+    app.router.add_get("/v1/policy/decide", decide_policy)
     app.router.add_get("/v1/session/{session_id}", get_session)
     app.router.add_patch("/v1/session/{session_id}", patch_session)
     app.router.add_delete("/v1/session/{session_id}", delete_session)
@@ -117,6 +123,13 @@ def create_app(
     fleet.add_prefixed_routes(app, config.route_prefix)  # after every route: it copies them all
     app.on_shutdown.append(_shutdown_sessions)
     return app
+
+
+def reload(app: web.Application) -> None:
+    """SIGHUP: the permission rules of the config file, then the users file, read again; either
+    one that cannot be used keeps what is in force."""
+    reload_policy(app)
+    reload_users(app)
 
 
 def reload_users(app: web.Application) -> None:

@@ -3,6 +3,7 @@ subprotocol and heartbeat, and the bounds of what a request may ask for (docs/li
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 from aiohttp import web
@@ -10,11 +11,20 @@ from aiohttp import web
 from gateway.config import Config
 from gateway.console.tickets import TicketStore
 from gateway.metrics import GatewayMetrics
+from gateway.protocol.policy import Rule
 from gateway.server.limits import ConnectionGuard
 from gateway.storage.state_dir import StateDir
 from gateway.team import auth, roles
 from gateway.team.audit import AuditLog
 from gateway.team.notify import Notifier
+
+
+@dataclass(slots=True)
+class PolicyRules:
+    """The permission rules in force (docs/policies.md): the config's, until SIGHUP reads others."""
+
+    rules: tuple[Rule, ...]
+
 
 SUBPROTOCOL: Final = "rawp-dps-1.0"
 CONFIG: Final = web.AppKey("config", Config)
@@ -27,6 +37,7 @@ STATIC: Final = web.AppKey("static", dict)
 AUTH: Final = web.AppKey("auth", auth.Authenticator)
 AUDIT: Final = web.AppKey("audit", AuditLog)
 NOTIFIER: Final = web.AppKey("notifier", Notifier)
+POLICY: Final = web.AppKey("policy", PolicyRules)
 # Who made the request (auth_middleware): an Identity, for every request but the public ones.
 IDENTITY: Final = web.RequestKey("identity", roles.Identity)
 HEARTBEAT: Final = web.AppKey("heartbeat", float)

@@ -1,5 +1,5 @@
 """Running the gateway: ``serve(config)`` runs the application on uvloop until SIGTERM or SIGINT,
-then shuts it down gracefully; SIGHUP reloads the users file and SIGUSR1/SIGUSR2 begin and end a
+then shuts it down gracefully; SIGHUP reloads the permission rules and the users file, and SIGUSR1/SIGUSR2 begin and end a
 drain (docs/fleet.md). ``check_bind`` refuses to serve beyond loopback without a token."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from gateway.config import Config
-from gateway.server.app import _shutdown_sessions, create_app, reload_users
+from gateway.server.app import _shutdown_sessions, create_app, reload
 from gateway.server.keys import GUARD
 from gateway.server.limits import GatewayRunner
 from gateway.server.routes.sessions import _held
@@ -40,7 +40,8 @@ def check_bind(config: Config) -> None:
 
 
 async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> None:
-    """Serve until SIGTERM/SIGINT, then shut down gracefully; SIGHUP reloads the users file,
+    """Serve until SIGTERM/SIGINT, then shut down gracefully; SIGHUP reloads the permission rules
+    and the users file,
     SIGUSR1/SIGUSR2 begin/end a drain."""
     check_bind(config)
     # What the imports made lives as long as the process: out of the collector's sight, a full
@@ -75,7 +76,7 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, reload_users, app)
+    loop.add_signal_handler(signal.SIGHUP, reload, app)
     # An operator drains the gateway before it is removed (docs/fleet.md): SIGUSR1 on, SIGUSR2 off.
     loop.add_signal_handler(signal.SIGUSR1, _set_draining, app, True)
     loop.add_signal_handler(signal.SIGUSR2, _set_draining, app, False)

@@ -116,6 +116,8 @@ class LiveSession(AgentLink, Masters):
                 ),
                 tools=profile.tools,
                 credentials=spec.credentials,
+                policy=config.policy,
+                workspace=str(workspace),
             ),
             files=self.files.files,
         )
@@ -384,6 +386,8 @@ class LiveSession(AgentLink, Masters):
             self._close_all(action.reason)
         elif isinstance(action, act.Settled):
             self.metrics.interaction(action.interaction_type, action.outcome)
+        elif isinstance(action, act.PolicyDecided):
+            self._audit_policy(action)
         elif isinstance(action, act.Log):
             log.log(
                 logging.getLevelName(action.level.upper()),

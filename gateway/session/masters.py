@@ -268,6 +268,23 @@ class Masters:
             detail=detail,
         )
 
+    def _audit_policy(self, decided: act.PolicyDecided) -> None:
+        """A permission a rule answered: recorded as a master's answer is, by no user."""
+        if self.audit is None:
+            return
+        self.audit.record(
+            roles.AUDITED["control.interaction.response"],
+            None,
+            peer=None,
+            session_id=self.id,
+            detail={
+                "tool_name": decided.tool_name,
+                "decision": decided.decision,
+                "input": audit_input(decided.input),
+                "decided_by": f"policy:{decided.rule}",
+            },
+        )
+
     def _route(self, type_: str) -> Route:
         """The connections that admit a frame type: all, those that keep ``subagent_context`` and
         those that need it stripped; cached until a connection comes, goes or announces features."""

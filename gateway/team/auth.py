@@ -36,7 +36,6 @@ import hashlib
 import hmac
 import logging
 import time
-import tomllib
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from jwt import PyJWKClient
 from jwt.api_jwk import PyJWK, PyJWKSet
 
 from gateway.config.auth import AuthSettings, OidcSettings
+from gateway.config.checks import read_toml
 from gateway.team.roles import (
     ADMIN,
     LOCAL,
@@ -89,17 +89,7 @@ class _User:
 
 def load_users(path: Path) -> list[_User]:
     """The users of a users file; ValueError (with the file's name) when it cannot be used."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_USERS_FILE_BYTES + 1)
-    except OSError as err:
-        raise ValueError(f"cannot read users file {path}: {err.strerror}") from None
-    if len(data) > MAX_USERS_FILE_BYTES:
-        raise ValueError(f"users file {path} is larger than {MAX_USERS_FILE_BYTES} bytes")
-    try:
-        doc = tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise ValueError(f"users file {path}: not valid TOML: {err}") from None
+    _, doc = read_toml(path, MAX_USERS_FILE_BYTES, "users file")
     entries = doc.get("users", [])
     if not isinstance(entries, list) or len(entries) > MAX_USERS:
         raise ValueError(f"users file {path}: [[users]] must be at most {MAX_USERS} tables")

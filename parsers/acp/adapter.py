@@ -603,6 +603,7 @@ class AcpAdapter(JsonLinesParser):
                 affected_paths=call.locations if call is not None else [],
                 options=options,
                 title=(call.title if call is not None else fields.title) or None,
+                kind=(call.kind if call is not None else fields.kind) or None,
             )
         )
         return out

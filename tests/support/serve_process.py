@@ -3,9 +3,12 @@ master attached to one of its sessions over the network."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
+import signal
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -31,6 +34,37 @@ async def serve(*args: str, **popen: Any) -> AsyncIterator[tuple[subprocess.Pope
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+async def sighup_until(proc: subprocess.Popen, done: Callable[[], Awaitable[bool]]) -> None:
+    """Send SIGHUP (read the users file and the rules again) and wait until ``done()`` says the
+    gateway took it: the signal is handled soon after it is sent."""
+    proc.send_signal(signal.SIGHUP)
+    async with asyncio.timeout(20):
+        while not await done():
+            await asyncio.sleep(0.05)
+
+
+def stopped_logs(proc: subprocess.Popen, about: str) -> list[str]:
+    """Stop a ``serve --log-format json`` process (SIGTERM, exit 0) and read its log: the
+    messages that mention ``about``, in order."""
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    assert proc.stderr is not None
+    lines = proc.stderr.read().splitlines()
+    logs = [json.loads(line) for line in lines if line.startswith(b"{")]
+    return [r["msg"] for r in logs if about in r["msg"]]
+
+
+def reload_refused(proc: subprocess.Popen, what: str) -> str:
+    """SIGHUP after one good reload, with a file that cannot be used, then stop the gateway: its
+    log says ``what`` (``users file``, ``policy rules``) was reloaded once, then not, keeping the
+    one before; the second message, which says why."""
+    proc.send_signal(signal.SIGHUP)
+    reloads = stopped_logs(proc, what)
+    assert reloads[0] == f"{what} reloaded"
+    assert reloads[1].startswith(f"{what} not reloaded, the 1 ")
+    return reloads[1]
 
 
 async def attached(http: aiohttp.ClientSession, url: str, agent: str) -> Master:

@@ -8,7 +8,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import subprocess
 import time
 
@@ -24,7 +23,7 @@ from gateway.team.audit import AuditLog
 from tests.support.auth import bearer, users_config, users_toml
 from tests.support.gateway_peer import Master, fast_demo, make_config, start_gateway
 from tests.support.oidc_issuer import AUDIENCE, Issuer, Key, hs256_with_public_key, unsigned_token
-from tests.support.serve_process import serve
+from tests.support.serve_process import reload_refused, serve, sighup_until
 from tests.support.servers import CLI
 
 ADMIN_TOKEN = "admin-token-0123456789"
@@ -545,28 +544,20 @@ async def test_serve_reloads_the_users_file_on_sighup(tmp_path):
         async with http.get(url + "/v1/whoami", headers=bearer(token)) as resp:
             return resp.status
 
-    async def until_status(http, token: str, wanted: int) -> None:
-        async with asyncio.timeout(20):  # the signal is handled soon after it is sent
-            while await status(http, token) != wanted:
-                await asyncio.sleep(0.05)
-
     args = ("--config", str(cfg), "--log-format", "json")
     async with serve(*args, env=env) as (proc, url), aiohttp.ClientSession() as http:
         assert await status(http, "first-token") == 200
         users.write_text(users_toml({"zoe": ("viewer", "second-token")}))
-        proc.send_signal(signal.SIGHUP)
-        await until_status(http, "second-token", 200)
+
+        async def second_token() -> bool:
+            return await status(http, "second-token") == 200
+
+        await sighup_until(proc, second_token)
         assert await status(http, "first-token") == 401
         users.write_text("[[users]]\nname = 'zoe'\n")  # no role, no token: unusable
-        proc.send_signal(signal.SIGHUP)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
-    assert proc.stderr is not None
-    logs = [json.loads(line) for line in proc.stderr.read().splitlines() if line.startswith(b"{")]
-    reloads = [r["msg"] for r in logs if "users file" in r["msg"]]
-    assert reloads[0] == "users file reloaded"
-    assert reloads[1].startswith("users file not reloaded, the 1 users before stay: ")
-    assert "role must be one of" in reloads[1]
+        why = reload_refused(proc, "users file")
+    assert why.startswith("users file not reloaded, the 1 users before stay: ")
+    assert "role must be one of" in why
 
 
 async def test_an_issuer_that_cannot_be_reached_refuses_its_tokens_and_nothing_else(tmp_path):

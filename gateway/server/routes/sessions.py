@@ -43,6 +43,7 @@ from gateway.server.keys import (
     STATE,
 )
 from gateway.server.middleware import _audit, _caller, _forbidden, _require
+from gateway.server.routes.policy import apply_policy
 from gateway.session import LiveSession
 from gateway.team import fleet, roles
 from parsers.json_depth import MAX_JSON_DEPTH, too_deep
@@ -212,7 +213,7 @@ async def create_session(request: web.Request) -> web.Response:
         saved=state.create(session_id) if state is not None else None,
     )
     session.owner = _caller(request).user
-    _wire(app, session)
+    _wire(app, session, _caller(request).role)
     try:
         if transcript is not None:  # before it is listed: nobody may attach during the replay
             # A transcript means load_conversation took resume as a conversation id (a str).
@@ -238,10 +239,12 @@ async def create_session(request: web.Request) -> web.Response:
     return web.json_response(session.to_json(), status=201)
 
 
-def _wire(app: web.Application, session: LiveSession) -> None:
-    """The gateway's audit log and notifier, for what the session's masters and agent do."""
+def _wire(app: web.Application, session: LiveSession, role: str | None = None) -> None:
+    """The gateway's audit log and notifier, for what the session's masters and agent do, and the
+    permission rules in force with its owner's ``role``."""
     session.audit = app[AUDIT] if app[AUDIT].enabled else None
     session.notifier = app[NOTIFIER] if app[NOTIFIER].enabled else None
+    apply_policy(app, session, role)
 
 
 def _history_from(buffer: Any, config: Config) -> History:

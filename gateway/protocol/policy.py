@@ -1,0 +1,185 @@
+"""Permission policies: the rules a team writes once, and the decision they give a tool call, sans-IO.
+
+A ``Rule`` (``[[policy.rules]]`` of docs/policies.md, checked by gateway/config/policy.py) names
+the tools it covers (globs on the tool's name; an ACP tool call's title or kind too), globs on
+fields of the tool's input (``match``), the owner roles and agent profiles it is limited to, and
+its decision: ``allow``, ``deny`` or ``ask``. ``decide`` walks the rules in order and returns the
+first that matches (``Decision``), or None: then the profile's ``auto_allow`` and, after it, a
+master decide, as without rules. Nothing here reads a clock, a file or a socket: the session
+machine calls ``decide`` on the permission path (never per line), and so does
+``GET /v1/policy/decide``.
+
+Globs are ``fnmatch``'s (``*`` crosses ``/``), compiled once; on Python 3.11 their ``*`` becomes
+an atomic group, so a glob cannot backtrack exponentially, and a field longer than
+``MAX_MATCH_CHARS`` is not matched at all: it is too long to judge, so a rule that needs it
+applies when it denies or asks and never when it allows (a padded command cannot slip past a
+``deny``). ``{workspace}`` in a glob is the session's workspace (its own glob characters escaped),
+compiled once per workspace and kept (``MAX_WORKSPACES`` of them).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = [
+    "DECISIONS",
+    "MAX_MATCH_CHARS",
+    "WORKSPACE",
+    "Decision",
+    "Glob",
+    "Rule",
+    "decide",
+]
+
+DECISIONS: Final = ("allow", "deny", "ask")
+WORKSPACE: Final = "{workspace}"
+MAX_MATCH_CHARS: Final = 16 * 1024  # of one input field a glob is matched against
+MAX_WORKSPACES: Final = 64  # compiled forms of a {workspace} glob kept at once
+# Fields a rule may match that come from the request itself when the input has no such field.
+REQUEST_FIELDS: Final = ("title", "kind", "locations")
+
+_GLOB_CHARS: Final = re.compile(r"([*?\[])")
+
+_Matcher = Callable[[str], Any]
+
+
+def _compile(body: str) -> _Matcher:
+    return re.compile(fnmatch.translate(body)).match
+
+
+class Glob:
+    """One glob of a rule: ``!`` in front negates it, ``{workspace}`` is filled in per session."""
+
+    __slots__ = ("_by_workspace", "body", "compiled", "negate", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.negate = text.startswith("!")
+        self.body = text[1:] if self.negate else text
+        self._by_workspace: dict[str, _Matcher] = {}
+        # Compiled now: a glob re cannot take is refused with the rule set, not at a permission.
+        self.compiled: _Matcher | None = None if WORKSPACE in self.body else _compile(self.body)
+        if self.compiled is None:
+            _compile(self.body.replace(WORKSPACE, "w"))
+
+    def for_workspace(self, workspace: str) -> _Matcher:
+        """The compiled glob with ``{workspace}`` filled in."""
+        if self.compiled is not None:
+            return self.compiled
+        found = self._by_workspace.get(workspace)
+        if found is None:
+            if len(self._by_workspace) >= MAX_WORKSPACES:
+                self._by_workspace.clear()
+            escaped = _GLOB_CHARS.sub(r"[\1]", workspace)
+            found = self._by_workspace[workspace] = _compile(self.body.replace(WORKSPACE, escaped))
+        return found
+
+    def hits(self, value: str, workspace: str) -> bool:
+        """The glob (negated or not) says yes to ``value``."""
+        return ((self.compiled or self.for_workspace(workspace))(value) is not None) != self.negate
+
+    def __repr__(self) -> str:
+        return f"Glob({self.text!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    name: str
+    decision: str  # one of DECISIONS
+    tools: tuple[Glob, ...] = ()  # none: every tool
+    match: tuple[tuple[str, Glob], ...] = ()  # (field, glob): every one must hold
+    roles: frozenset[str] | None = None  # None: any owner
+    agents: frozenset[str] | None = None  # None: any profile
+    message: str = ""  # what the agent is told on deny
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    decision: str
+    rule: Rule
+
+    @property
+    def name(self) -> str:
+        return self.rule.name
+
+
+def decide(
+    rules: Sequence[Rule],
+    *,
+    tool: str,
+    tool_input: Mapping[str, Any],
+    agent: str,
+    role: str | None,
+    workspace: str,
+    title: str | None = None,
+    kind: str | None = None,
+    locations: Sequence[str] = (),
+) -> Decision | None:
+    """The first rule that matches this tool call, or None (then auto_allow, then a master).
+
+    ``title``, ``kind`` and ``locations`` are what an ACP agent says of its call: the tool globs
+    match the name, the title or the kind, and ``match`` may name them as fields."""
+    names = [n for n in (tool, title, kind) if n]
+    # Rules share globs and fields: each is judged once per decision (a set of 1,000 rules
+    # naming the same few tools costs one glob per rule, not three).
+    tool_hits: dict[str, bool] = {}
+    fields: dict[str, tuple[Any, ...]] = {}
+    for rule in rules:
+        if rule.agents is not None and agent not in rule.agents:
+            continue
+        if rule.roles is not None and role not in rule.roles:
+            continue
+        if rule.tools:
+            for glob in rule.tools:
+                hit = tool_hits.get(glob.text)
+                if hit is None:
+                    hit = tool_hits[glob.text] = any(glob.hits(n, workspace) for n in names)
+                if hit:
+                    break
+            else:
+                continue
+        for name, glob in rule.match:
+            values = fields.get(name)
+            if values is None:
+                values = fields[name] = _values(name, tool_input, title, kind, locations)
+            match = glob.compiled or glob.for_workspace(workspace)
+            for value in values:
+                if value.__class__ is not str or len(value) > MAX_MATCH_CHARS:
+                    # Not text, or too long to judge: never an allow, always a deny or an ask.
+                    if rule.decision != "allow":
+                        break
+                elif (match(value) is None) is glob.negate:
+                    break
+            else:
+                break  # no value said yes: the rule does not match
+        else:
+            return Decision(rule.decision, rule)
+    return None
+
+
+def _values(
+    name: str,
+    tool_input: Mapping[str, Any],
+    title: str | None,
+    kind: str | None,
+    locations: Sequence[str],
+) -> tuple[Any, ...]:
+    """What a ``match`` field names: the input's field (a string, or each string of a list), else
+    the request's title, kind or locations."""
+    value = tool_input.get(name)
+    if value is None:
+        if name == "title":
+            value = title
+        elif name == "kind":
+            value = kind
+        elif name == "locations":
+            value = list(locations) or None
+    if value is None:
+        return ()
+    if isinstance(value, list):
+        return tuple(value)
+    return (value,)
