@@ -42,7 +42,12 @@ from gateway.config.auth import AUTH_KEYS, OIDC_KEYS, AuthConfigError, AuthSetti
 from gateway.config.checks import ConfigError, check_type
 from gateway.config.isolation import ISOLATION_KEYS, check_isolation
 from gateway.config.notify import WEBHOOK_KEYS, NotifyConfigError, Webhook, parse_webhooks
-from gateway.config.policy import POLICY_SCHEMA, parse_policy
+from gateway.config.policy import (
+    MAX_FILE_BYTES,
+    POLICY_SCHEMA,
+    parse_policy,
+    refuse_too_many_rules,
+)
 from gateway.config.strict import ANY_NAME, Locator, Schema, known_names, unknown_name
 from gateway.protocol.history import POLICIES
 from gateway.protocol.policy import Rule
@@ -200,7 +205,11 @@ def load_config(
         where = str(path)
         try:
             with open(path, "rb") as f:
-                text = f.read().decode()  # TOML is UTF-8
+                raw = f.read(MAX_FILE_BYTES + 1)
+            if len(raw) > MAX_FILE_BYTES:
+                raise ConfigError(f"{where}: larger than {MAX_FILE_BYTES} bytes")
+            text = raw.decode()  # TOML is UTF-8
+            refuse_too_many_rules(where)(text)
             data = tomllib.loads(text)
         except OSError as err:
             raise ConfigError(f"cannot read config file {where}: {err.strerror}") from None

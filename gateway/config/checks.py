@@ -5,6 +5,7 @@ the gateway runs (the users file, the permission rules)."""
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,16 @@ def check_type(where: str, key: str, value: Any, expected: Any) -> Any:
     return value
 
 
-def read_toml(path: str | Path, max_bytes: int, what: str) -> tuple[str, dict[str, Any]]:
+def read_toml(
+    path: str | Path,
+    max_bytes: int,
+    what: str,
+    before_parse: Callable[[str], None] | None = None,
+) -> tuple[str, dict[str, Any]]:
     """A TOML file of at most ``max_bytes``: its text and its tables; ConfigError naming ``what``
-    (``users file``) and the path when it cannot be read, is too large or is not TOML."""
+    (``users file``) and the path when it cannot be read, is too large or is not TOML.
+    ``before_parse`` sees the text first and may refuse it (raise ConfigError) for what is cheaper
+    to count in the text than to parse."""
     try:
         with open(path, "rb") as f:
             raw = f.read(max_bytes + 1)
@@ -36,6 +44,8 @@ def read_toml(path: str | Path, max_bytes: int, what: str) -> tuple[str, dict[st
         raise ConfigError(f"{what} {path} is larger than {max_bytes} bytes")
     try:
         text = raw.decode("utf-8")
+        if before_parse is not None:
+            before_parse(text)
         return text, tomllib.loads(text)
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise ConfigError(f"{what} {path}: not valid TOML: {err}") from None
