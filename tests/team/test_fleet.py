@@ -35,7 +35,9 @@ from tests.support.gateway_peer import (
     prompt_and_wait,
     start_gateway,
 )
+from tests.support.procs import session_processes
 from tests.support.servers import free_port
+from tests.support.waiting import eventually
 
 TOKEN = "fleet-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -322,6 +324,12 @@ async def test_readyz_is_503_from_sigterm_while_the_sessions_are_suspended(tmp_p
                 url + "/v1/session", json={"agent": "stubborn"}, headers=AUTH
             ) as resp:
                 assert resp.status == 201, await resp.text()
+                sid = (await resp.json())["session_id"]
+            # The agent starts after the answer; a SIGTERM before its trap is set would end it at
+            # once, and the gateway with it. Its sleep runs only after the trap.
+            await eventually(
+                lambda: session_processes(sid, "sleep"), "the agent to run with its TERM trap set"
+            )
             proc.send_signal(signal.SIGTERM)
             seen = None
             while proc.poll() is None and seen is None:
