@@ -14,12 +14,18 @@ from gateway.server.routes.sessions import _resolve_workspace
 
 
 async def list_agents(request: web.Request) -> web.Response:
-    agents = request.app[CONFIG].agents
+    config = request.app[CONFIG]
+    agents = config.agents
     # An agent that says what it can do when it starts (ACP) is shown with what its newest
     # session's agent declared; before any session, with the profile's features.
     declared = {s.profile.name: s.machine.config.features for s in request.app[SESSIONS].values()}
     return web.json_response(
-        {"agents": [p.public(declared.get(name)) for name, p in agents.items()]}
+        {
+            "agents": [
+                {**p.public(declared.get(name)), "isolation": config.isolation.mode}
+                for name, p in agents.items()
+            ]
+        }
     )
 
 
