@@ -37,7 +37,11 @@ from gateway.storage import nofollow
 
 __all__ = [
     "HOME_DIR",
+    "MAX_COPY_BYTES",
+    "MAX_COPY_ENTRIES",
+    "HomeTooLarge",
     "SpawnSandbox",
+    "copy_home",
     "forget_workspace",
     "layout",
     "probe",
@@ -49,6 +53,10 @@ __all__ = [
 
 HOME_DIR: Final = "home"  # a session's HOME, in its state-dir directory
 PROBE_TIMEOUT_S: Final = 10.0
+# A HOME copied into a session that continues a conversation saved in it, at most.
+MAX_COPY_BYTES: Final = 256 << 20
+MAX_COPY_ENTRIES: Final = 20_000
+_MAX_COPY_DEPTH: Final = 32
 _INSTALL_HINT: Final = (
     "install Debian's bubblewrap (apt-get install bubblewrap; scripts/install-bubblewrap.sh) "
     'or set [isolation] mode = "none"'
@@ -226,6 +234,53 @@ def remove_temp_home(session_id: str) -> None:
                 nofollow.remove_tree(fd, session_id)
             finally:
                 os.close(fd)
+
+
+class HomeTooLarge(Exception):
+    """A HOME over ``MAX_COPY_BYTES`` or ``MAX_COPY_ENTRIES``: not copied."""
+
+
+def copy_home(source: str, target: str) -> None:
+    """``source``'s directories and regular files into ``target`` (a new session's HOME, which
+    continues a conversation ``source``'s agent saved), never through a link: an agent's HOME is
+    untrusted, links, FIFOs and devices are left out. ``HomeTooLarge`` past the bounds (blocking
+    I/O: run it in a worker thread)."""
+    budget = [MAX_COPY_BYTES, MAX_COPY_ENTRIES]
+    src = nofollow.open_dir(source)
+    dst = nofollow.open_dir(target, create=True)
+    try:
+        _copy_dir(src, dst, budget, 0)
+    finally:
+        os.close(src)
+        os.close(dst)
+
+
+def _copy_dir(src: int, dst: int, budget: list[int], depth: int) -> None:
+    with os.scandir(src) as entries:
+        for entry in entries:
+            budget[1] -= 1
+            if budget[1] < 0 or depth > _MAX_COPY_DEPTH:
+                raise HomeTooLarge(f"more than {MAX_COPY_ENTRIES} entries")
+            if entry.is_dir(follow_symlinks=False):
+                inner = nofollow.open_dir(entry.name, dir_fd=src)
+                try:
+                    out = nofollow.open_dir(entry.name, dir_fd=dst, create=True)
+                    try:
+                        _copy_dir(inner, out, budget, depth + 1)
+                    finally:
+                        os.close(out)
+                finally:
+                    os.close(inner)
+            elif entry.is_file(follow_symlinks=False):
+                size = entry.stat(follow_symlinks=False).st_size
+                budget[0] -= size
+                if budget[0] < 0:
+                    raise HomeTooLarge(f"more than {MAX_COPY_BYTES >> 20} MiB")
+                try:
+                    data = nofollow.read_file(src, entry.name, size)
+                except OSError:  # changed while copied (grew, went): the agent's business
+                    continue
+                nofollow.replace_file(dst, entry.name, data, fsync=False)
 
 
 class SpawnSandbox:

@@ -10,7 +10,7 @@ from gateway.agent import conversations
 from gateway.api_error import ApiError
 from gateway.server.keys import CONFIG, SESSIONS
 from gateway.server.middleware import _require
-from gateway.server.routes.sessions import _resolve_workspace
+from gateway.server.routes.sessions import _resolve_workspace, own_sandboxes
 
 
 async def list_agents(request: web.Request) -> web.Response:
@@ -54,5 +54,6 @@ async def list_conversations(request: web.Request) -> web.Response:
         int(limit),
         timeout=config.conversations_timeout_sec,
         grace=config.shutdown_grace_sec,
+        sandboxes=own_sandboxes(request, agent, workspace),
     )
     return web.json_response(await listing)
