@@ -93,9 +93,9 @@ def test_system_read_only_links_kept_fresh_proc_private_tmp_and_the_session_read
     assert ("--bind", "/srv/work/alice", "/srv/work/alice") in found
     home = "/var/lib/rawp/sessions/s1/home"
     assert ("--bind", home, home) in found
-    # Nothing else of the machine: no / , no /home, /root, /var, /run, /sys.
+    # Nothing else of the machine: not / nor /home, /var, /run, /sys.
     shown = {m[-1] for m in found}
-    assert not shown & {"/", "/home", "/root", "/var", "/run", "/sys", "/srv"}
+    assert not shown & {"/", "/home", "/var", "/run", "/sys", "/srv"}
 
 
 def test_tmp_is_bounded_by_the_memory_limit():
@@ -201,9 +201,9 @@ def test_the_environment_inside():
     env = sandbox_environment(
         {
             "PATH": "/usr/bin",
-            "HOME": "/root",
+            "HOME": "/home/rawp",
             "TMPDIR": "/var/tmp/gateway",
-            "XDG_CONFIG_HOME": "/root/.config",
+            "XDG_CONFIG_HOME": "/home/rawp/.config",
             "XDG_CACHE_HOME": "/srv/work/alice/.cache",
             "ANTHROPIC_API_KEY": "k",
         },
