@@ -15,6 +15,7 @@ from gateway.agent.sandbox.plan import (
 )
 
 SANDBOX = Isolation(mode="sandbox")
+EMPTY = "/tmp/rawp-gateway-homes-x/empty"  # the shell's empty read-only file
 SYSTEM = (("/usr", None), ("/bin", "usr/bin"), ("/lib", "usr/lib"), ("/etc", None), ("/opt", None))
 
 
@@ -29,6 +30,7 @@ def layout(
         prlimit="/usr/bin/prlimit",
         workspace=workspace,
         home=home,
+        empty=EMPTY,
         system=SYSTEM,
         masks=masks,
         **kw,
@@ -123,9 +125,9 @@ def test_a_secret_under_a_read_only_system_directory_is_masked():
     )
     found = mounts(bwrap_argv(SANDBOX, layout(*masks), ["a"], "/"))
     for mask in masks:
-        assert ("--ro-bind", "/dev/null", mask.path) in found
+        assert ("--ro-bind", EMPTY, mask.path) in found
         assert found.index(("--ro-bind", "/etc", "/etc")) < found.index(
-            ("--ro-bind", "/dev/null", mask.path)
+            ("--ro-bind", EMPTY, mask.path)
         )
 
 
@@ -172,7 +174,7 @@ def test_another_workspace_inside_this_one_and_a_secret_inside_it_are_masked():
     found = mounts(bwrap_argv(SANDBOX, layout(*masks), ["a"], "/"))
     ws = found.index(("--bind", "/srv/work/alice", "/srv/work/alice"))
     assert found.index(("--tmpfs", "/srv/work/alice/bob-project")) > ws
-    assert found.index(("--ro-bind", "/dev/null", "/srv/work/alice/gateway.toml")) > ws
+    assert found.index(("--ro-bind", EMPTY, "/srv/work/alice/gateway.toml")) > ws
 
 
 def test_the_workspace_root_that_is_the_session_workspace_is_not_masked_over_it():
@@ -185,7 +187,7 @@ def test_a_secret_inside_a_masked_directory_needs_no_mount_of_its_own():
     masks = (Mask("/opt/state", is_dir=True), Mask("/opt/state/users.toml", is_dir=False))
     found = mounts(bwrap_argv(SANDBOX, layout(*masks), ["a"], "/"))
     assert ("--tmpfs", "/opt/state") in found
-    assert ("--ro-bind", "/dev/null", "/opt/state/users.toml") not in found
+    assert ("--ro-bind", EMPTY, "/opt/state/users.toml") not in found
 
 
 def test_a_linked_file_outside_the_system_directories_is_bound():

@@ -16,8 +16,8 @@ depth, since a mount hides what an earlier one put below it: the system read-onl
 ``bind_ro`` and ``bind_rw``, the session's workspace and its HOME read-write at their own paths,
 then the masks: each directory or file the gateway keeps to itself (state dir, workspace root,
 other sessions' workspaces, config, token, users, secret and audit files) that a bind would show is
-covered (an empty tmpfs over a directory, ``/dev/null`` over a file); one nothing shows is left
-alone. The command then runs under ``prlimit``, inside the namespaces: RLIMIT_NPROC set there
+covered (an empty tmpfs over a directory, an empty read-only file over a file); one nothing shows
+is left alone. The command then runs under ``prlimit``, inside the namespaces: RLIMIT_NPROC set there
 counts the processes of the sandbox's own user namespace (set before ``bwrap`` it would also bound
 the namespace's parent level, i.e. every process of the gateway's user), RLIMIT_DATA bounds each
 process's private writable memory (docs/isolation.md says what each guarantees).
@@ -93,7 +93,7 @@ class Isolation:
 @dataclass(frozen=True, slots=True)
 class Mask:
     """A path the agent must not see: a directory (covered with an empty tmpfs) or a file
-    (covered with ``/dev/null``)."""
+    (covered with an empty read-only file)."""
 
     path: str
     is_dir: bool
@@ -102,12 +102,15 @@ class Mask:
 @dataclass(frozen=True, slots=True)
 class Layout:
     """What the shell found for one agent: the tools, what of ``SYSTEM_DIRS`` exists (a link with
-    its target), the session's workspace and HOME (absolute, existing), and the masks."""
+    its target), the session's workspace and HOME (absolute, existing), the masks, and an empty
+    read-only file to cover a masked file with (``/dev/null`` would not do: a bind is ``nodev``,
+    and opening a device on it fails, which tells the agent something is there)."""
 
     bwrap: str
     prlimit: str
     workspace: str
     home: str
+    empty: str
     system: tuple[tuple[str, str | None], ...] = ()
     extra_ro: tuple[str, ...] = ()  # files a system link points to outside SYSTEM_DIRS
     masks: tuple[Mask, ...] = field(default=())
@@ -188,7 +191,7 @@ def bwrap_argv(settings: Isolation, layout: Layout, command: Sequence[str], cwd:
         cover: tuple[str, ...] = (
             ("--size", str(MASK_TMPFS_BYTES), "--tmpfs", mask.path)
             if mask.is_dir
-            else ("--ro-bind", "/dev/null", mask.path)
+            else ("--ro-bind", layout.empty, mask.path)
         )
         ops.append((mask.path, 3, cover, False))
     for op in sorted(ops, key=lambda op: (_depth(op[0]), op[1])):

@@ -141,6 +141,7 @@ def layout(
         prlimit=prlimit,
         workspace=os.path.abspath(workspace),
         home=os.path.abspath(home),
+        empty=_empty_file(),
         system=tuple(system),
         extra_ro=tuple(extra),
         masks=tuple(masks.values()),
@@ -206,10 +207,26 @@ def usable(settings: Isolation, env: Mapping[str, str] | None = None) -> bool:
     return (bwrap, settings.network) in _usable
 
 
+def _temp() -> str:
+    """This gateway's temporary root (HOMEs without a state dir, the empty file), made once."""
+    global _temp_root
+    if _temp_root is None or not os.path.isdir(_temp_root):
+        _temp_root = tempfile.mkdtemp(prefix="rawp-gateway-homes-")
+    return _temp_root
+
+
+def _empty_file() -> str:
+    """An empty file nobody may write, to cover a masked file with."""
+    path = os.path.join(_temp(), ".empty")
+    if not os.path.isfile(path) or os.path.getsize(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o444)
+        os.close(fd)
+    return path
+
+
 def session_home(session_id: str, saved: tuple[int, str] | None) -> str:
     """The session's HOME, made if new: ``home`` in its state-dir directory (``saved``: its
     descriptor and path), else in this gateway's temporary root."""
-    global _temp_root
     if saved is not None:
         dir_fd, path = saved
         with contextlib.suppress(FileExistsError):
@@ -217,9 +234,7 @@ def session_home(session_id: str, saved: tuple[int, str] | None) -> str:
         # Never through a link the agent may have left in place of its HOME.
         os.close(nofollow.open_dir(HOME_DIR, dir_fd=dir_fd))
         return os.path.join(path, HOME_DIR)
-    if _temp_root is None or not os.path.isdir(_temp_root):
-        _temp_root = tempfile.mkdtemp(prefix="rawp-gateway-homes-")
-    home = os.path.join(_temp_root, session_id)
+    home = os.path.join(_temp(), session_id)
     with contextlib.suppress(FileExistsError):
         os.mkdir(home, 0o700)
     return home
