@@ -24,9 +24,10 @@ from tests.support.gateway_peer import (
     prompt_and_wait,
     start_gateway,
 )
-from tests.support.procs import alive, session_processes
+from tests.support.procs import alive, descendants, session_processes
 from tests.support.sandbox_rig import SECRET, Deployment, deployment
 from tests.support.servers import CLI
+from tests.support.waiting import eventually
 
 
 async def turn(dep: Deployment, http: aiohttp.ClientSession, user: str, session: dict, text: str):
@@ -280,3 +281,198 @@ def test_a_team_without_the_sandbox_is_warned(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+TRAPS_TERM = """
+import os, signal, subprocess, sys, time
+child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+print(child.pid, flush=True)
+def term(*_):
+    print("got SIGTERM", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def _sandbox(tmp_path):
+    from gateway.agent.sandbox import Isolation, SpawnSandbox
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "home").mkdir()
+    box = SpawnSandbox(
+        Isolation(mode="sandbox"),
+        workspace=str(tmp_path / "ws"),
+        home=str(tmp_path / "home"),
+        hidden=(),
+    )
+    return box, str(tmp_path / "ws")
+
+
+@pytest.mark.sandbox
+async def test_a_stop_reaches_the_agent_not_bubblewrap_and_its_leftovers_end_with_it(tmp_path):
+    """SIGTERM goes to the agent inside (its handler runs, it exits 0), never to bwrap, which
+    would end the whole sandbox at once with SIGKILL; what it started, even in a session of its
+    own, ends with the sandbox."""
+    from gateway.agent.process import AgentProcess
+
+    box, ws = _sandbox(tmp_path)
+    proc = await AgentProcess.start(
+        ["/usr/bin/python3", "-c", TRAPS_TERM], env={}, session_id="s", workspace=ws, sandbox=box
+    )
+    try:
+        (await proc.readline())  # the child's pid inside: not ours to see
+        assert (await proc.readline()).line == b"ready"
+        inside = descendants(proc.pid)
+        status = await proc.terminate(grace=10)
+        assert (status.kind, status.returncode) == ("ok", 0)
+        assert (await proc.readline()).line == b"got SIGTERM"
+        await eventually(lambda: not any(alive(p) for p in inside), "the sandbox to end")
+    finally:
+        await proc.aclose()
+
+
+@pytest.mark.sandbox
+async def test_an_agent_killed_in_the_sandbox_is_reported_as_killed(tmp_path):
+    from gateway.agent.process import AgentProcess
+
+    box, ws = _sandbox(tmp_path)
+    proc = await AgentProcess.start(
+        ["/usr/bin/python3", "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+        env={},
+        session_id="s",
+        workspace=ws,
+        sandbox=box,
+    )
+    status = await proc.wait()
+    proc.close()
+    assert (status.kind, status.signal_name) == ("signal", "SIGKILL")
+
+
+async def test_saved_conversations_are_read_from_the_callers_own_sessions_homes_only(tmp_path):
+    """In sandbox mode each agent saves its conversations in its session's HOME: alice lists
+    and continues hers (the new session starts from a copy of that HOME), bob, working in the
+    same workspace, neither sees nor continues it; the gateway's own HOME is not read."""
+    import sys
+    from dataclasses import replace
+
+    from gateway.agent.profiles import builtin_profiles
+    from gateway.agent.sandbox import Isolation
+    from gateway.server import SESSIONS
+    from parsers.claude_code.saved import slug
+    from tests.support.auth import users_config
+    from tests.support.saved import conversation
+
+    agent = "claude-code-oneshot"  # single-turn: nothing is spawned before a prompt
+    profile = replace(builtin_profiles()[agent], command=(sys.executable, "-c", "pass", "{prompt}"))
+    workspace = tmp_path / "root" / "shared"
+    workspace.mkdir(parents=True)
+    tokens = {"alice": ("operator", "alice-token-aaaa"), "bob": ("operator", "bob-token-bbbb")}
+    config = users_config(
+        workspace.parent, tokens, agents={agent: profile}, isolation=Isolation(mode="sandbox")
+    )
+    gw = await start_gateway(config)
+
+    def auth(user: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {tokens[user][1]}"}
+
+    async def listed(user: str) -> list[str]:
+        resp = await gw.get(
+            f"/v1/agents/{agent}/conversations", params={"workspace": "shared"}, headers=auth(user)
+        )
+        assert resp.status == 200, await resp.text()
+        return [c["id"] for c in (await resp.json())["conversations"]]
+
+    async def created(user: str, **body: Any) -> Any:
+        return await gw.post(
+            "/v1/session",
+            json={"agent": agent, "workspace_path": "shared", **body},
+            headers=auth(user),
+        )
+
+    try:
+        alice = await (await created("alice")).json()
+        await (await created("bob")).json()
+        home = gw.server.app[SESSIONS][alice["session_id"]].sandbox().home
+        store = os.path.join(home, ".claude", "projects", slug(str(workspace)))
+        os.makedirs(store)
+        conversation_id = "5e551011-0000-4000-8000-000000000042"
+        with open(os.path.join(store, f"{conversation_id}.jsonl"), "wb") as f:
+            f.write(conversation(workspace))
+
+        assert await listed("alice") == [conversation_id]
+        assert await listed("bob") == []
+        resp = await created("bob", resume_conversation=conversation_id)
+        assert resp.status == 404 and (await resp.json())["error_code"] == "CONVERSATION_NOT_FOUND"
+
+        resp = await created("alice", resume_conversation=conversation_id)
+        assert resp.status == 201, await resp.text()
+        again = await resp.json()
+        assert again["agent_session_id"] == conversation_id
+        copied = gw.server.app[SESSIONS][again["session_id"]].sandbox().home
+        assert copied != home
+        with open(
+            os.path.join(
+                copied, ".claude", "projects", slug(str(workspace)), f"{conversation_id}.jsonl"
+            ),
+            "rb",
+        ) as f:
+            assert f.read() == conversation(workspace)
+    finally:
+        await gw.close()
+
+
+COUNTS = (
+    "import os; p = os.path.join(os.environ['HOME'], 'count.txt'); "
+    "n = int(open(p).read()) + 1 if os.path.exists(p) else 1; "
+    "open(p, 'w').write(str(n)); print(f'turn {n} in', os.environ['HOME'])"
+)
+
+
+@pytest.mark.sandbox
+async def test_the_home_is_kept_with_the_session_across_a_restart(tmp_path):
+    """With a state dir, the agent's HOME is the session's own directory there: what the agent
+    kept in it is there again after the gateway restarts, and goes when the session is deleted."""
+    from gateway.agent.profiles import AgentProfile, parser_features
+    from gateway.agent.sandbox import Isolation
+
+    profile = AgentProfile(
+        name="counter",
+        parser="plain",
+        command=("/usr/bin/python3", "-c", COUNTS, "{prompt}"),
+        single_turn_process=True,
+        features=parser_features("plain"),
+    )
+    state = tmp_path / "state"
+    (tmp_path / "work").mkdir()
+
+    def config():
+        return make_config(
+            tmp_path / "work",
+            agents={"counter": profile},
+            state_dir=state,
+            isolation=Isolation(mode="sandbox"),
+        )
+
+    async def said(gw, sid: str) -> str:
+        from tests.support.gateway_peer import Master
+
+        master = await Master.attach(gw, sid)
+        frames = await prompt_and_wait(master, "count")
+        await master.ws.close()
+        return "".join(f["payload"]["text"] for f in frames if f["type"] == "agent.text.delta")
+
+    gw = await start_gateway(config())
+    sid = (await create_session(gw, "counter"))["session_id"]
+    home = state / "sessions" / sid / "home"
+    assert (await said(gw, sid)).strip() == f"turn 1 in {home}"
+    await gw.server.close()
+    await gw.close()
+    gw = await start_gateway(config())
+    try:
+        assert (await said(gw, sid)).strip() == f"turn 2 in {home}"
+        assert (await gw.delete(f"/v1/session/{sid}")).status in (200, 204)
+        await eventually(lambda: not home.exists(), "the HOME to go with the session")
+    finally:
+        await gw.close()

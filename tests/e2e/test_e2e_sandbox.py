@@ -7,12 +7,14 @@ whole real-CLI suite runs in the sandbox with ``RAWP_TEST_ISOLATION=sandbox``
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.test_e2e_claude import gateway, texts, turn
 from tests.support.gateway_peer import of
+from tests.support.procs import cmdline, descendants
 
 pytestmark = [pytest.mark.realcli, pytest.mark.sandbox]
 
@@ -40,6 +42,13 @@ async def test_a_claude_code_turn_with_tools_in_the_sandbox():
         assert "parallel-e2e" in results["Bash"]["output"]
         assert "src/a.py" in json.dumps(results["Glob"]["output"])
         assert texts(frames).endswith("Done looking.")
+        # The long-lived CLI runs under bubblewrap (its pid is bwrap's), in namespaces of its own.
+        live = rig.session(session["session_id"]).process
+        assert live is not None and "bwrap" in cmdline(live.pid).split()[0]
+        inside = descendants(live.pid)
+        assert inside
+        for ns in ("pid", "user", "ipc", "uts", "mnt"):
+            assert os.readlink(f"/proc/{inside[-1]}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}")
         # It ran with the session's own HOME, and saved its conversation there, not in the rig's.
         box = rig.session(session["session_id"]).sandbox()
         assert box is not None

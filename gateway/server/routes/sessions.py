@@ -183,7 +183,7 @@ async def create_session(request: web.Request) -> web.Response:
         raise ApiError(502, "AGENT_START_FAILED", f"the {agent} agent could not start: {missing}")
     transcript = None
     seed: SpawnSandbox | None = None  # sandbox mode: the HOME that holds the conversation
-    own = own_sandboxes(request, agent, workspace)
+    own = own_sandboxes(request, agent, workspace) if resume is not None else None
     if resume is not None and own is not None:
         transcript, seed = await conversations.find_conversation(
             profile,
@@ -264,7 +264,10 @@ def own_sandboxes(request: web.Request, agent: str, workspace: Path) -> list[Spa
     mine = [
         s
         for s in request.app[SESSIONS].values()
-        if s.owner == user and s.profile.name == agent and s.workspace == workspace
+        if isinstance(s, LiveSession)  # an ended one's HOME went with it
+        and s.owner == user
+        and s.profile.name == agent
+        and s.workspace == workspace
     ]
     mine.sort(key=lambda s: s.created_at, reverse=True)
     boxes = [s.sandbox() for s in mine[: conversations.MAX_HOMES]]
