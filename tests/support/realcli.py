@@ -81,6 +81,12 @@ class Rig:
     def session(self, session_id: str) -> LiveSession:
         return self.gw.server.app[SESSIONS][session_id]
 
+    def home(self, session_id: str) -> Path:
+        """The HOME the session's agent runs with: the rig's, or in the sandbox the session's
+        own (docs/isolation.md)."""
+        box = self.session(session_id).sandbox()
+        return self.cli.home if box is None else Path(box.home)
+
     async def create(self, **body: Any) -> dict[str, Any]:
         if self.headers:
             resp = await self.gw.post(
