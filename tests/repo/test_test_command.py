@@ -132,19 +132,21 @@ def test_a_bwrap_that_cannot_make_a_sandbox_is_missing(tmp_path):
         "#!/bin/sh\necho 'No permissions to create new namespace' >&2\nexit 1\n"
     )
     (bin_dir / "bwrap").chmod(0o755)
-    proc = subprocess.run(
-        ["/usr/bin/env", "bash", str(SCRIPT)],
-        env={"PATH": str(bin_dir), "RAWP_TEST_CHROMIUM": "chromium", "RAWP_TEST_NGINX": "nginx"},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert "sandbox: bwrap cannot make a sandbox here (user namespaces refused" in proc.stdout
+    said = said_with_path(bin_dir)
+    assert "sandbox: bwrap cannot make a sandbox here (user namespaces refused" in said
 
 
 def test_no_bwrap_without_root_and_apt_is_missing(tmp_path):
-    bin_dir = fake_bin(tmp_path, {"chromium": "", "nginx": ""})
+    said = said_with_path(fake_bin(tmp_path, {"chromium": "", "nginx": ""}))
+    # No apt-get on this PATH: root or not, the script cannot install it.
+    assert (
+        "sandbox: bwrap is not on PATH, and installing Debian's bubblewrap needs root and apt-get"
+        in said
+    )
+
+
+def said_with_path(bin_dir: Path) -> str:
+    """What the script prints with only ``bin_dir`` on PATH (Chromium and nginx stand-ins)."""
     proc = subprocess.run(
         ["/usr/bin/env", "bash", str(SCRIPT)],
         env={"PATH": str(bin_dir), "RAWP_TEST_CHROMIUM": "chromium", "RAWP_TEST_NGINX": "nginx"},
@@ -153,11 +155,7 @@ def test_no_bwrap_without_root_and_apt_is_missing(tmp_path):
         timeout=30,
         check=False,
     )
-    # No apt-get on this PATH: root or not, the script cannot install it.
-    assert (
-        "sandbox: bwrap is not on PATH, and installing Debian's bubblewrap needs root and apt-get"
-        in proc.stdout
-    )
+    return proc.stdout
 
 
 def test_root_with_apt_get_can_install_prometheus(tmp_path):

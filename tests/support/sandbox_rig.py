@@ -25,7 +25,7 @@ import aiohttp
 
 from tests.support.gateway_peer import SUBPROTOCOL, Master
 from tests.support.paths import REPO
-from tests.support.servers import free_port, wait_http
+from tests.support.servers import free_port, stop, wait_http
 
 ESCAPES = REPO / "tests" / "support" / "hostile" / "escapes.py"
 NOBODY = 65534
@@ -181,13 +181,7 @@ async def deployment(**isolation: Any) -> AsyncIterator[Deployment]:
             await wait_http(url, proc)
             yield Deployment(proc, url, base, config, tokens, files)
         finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop(proc, 15)
     finally:
         shutil.rmtree(base, ignore_errors=True)
         if etc != base:
