@@ -252,11 +252,13 @@ async def test_a_session_whose_sandbox_cannot_be_made_fails_and_its_agent_never_
     client = await start_gateway(config)
     try:
         monkeypatch.setenv("PATH", str(tmp_path))
-        resp = await client.post("/v1/session", json={"agent": "demo"})
-        assert resp.status == 502
-        body = await resp.json()
-        assert body["error_code"] == "AGENT_START_FAILED"
-        assert "needs bwrap on PATH" in body["message"]
+        for agent in ("demo", "plain"):  # long-lived, and one process per prompt
+            resp = await client.post("/v1/session", json={"agent": agent})
+            assert resp.status == 502
+            body = await resp.json()
+            assert body["error_code"] == "AGENT_START_FAILED"
+            assert "needs bwrap on PATH" in body["message"]
+        assert (await (await client.get("/v1/sessions")).json())["sessions"] == []
     finally:
         await client.close()
 

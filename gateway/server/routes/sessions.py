@@ -27,6 +27,7 @@ from gateway.agent import conversations
 from gateway.agent.environment import agent_environment
 from gateway.agent.exit import missing_executable
 from gateway.agent.sandbox import SpawnSandbox
+from gateway.agent.sandbox import probe as sandbox_probe
 from gateway.agent.sandbox import spawn as sandboxes
 from gateway.api_error import ApiError
 from gateway.config import Config
@@ -178,9 +179,16 @@ async def create_session(request: web.Request) -> web.Response:
     # A CLI that is not installed fails here for every profile, the same way: a single-turn one
     # would otherwise start (and fail) only at the first prompt. A continued conversation is shown
     # without its agent, which starts (or fails, with AGENT_START_FAILED) at the next prompt.
-    missing = missing_executable(profile.command[0], agent_environment(profile.env))
+    env = agent_environment(profile.env)
+    missing = missing_executable(profile.command[0], env)
     if missing is not None and resume is None:
         raise ApiError(502, "AGENT_START_FAILED", f"the {agent} agent could not start: {missing}")
+    if config.isolation.sandboxed:  # never an agent outside it, single-turn ones included
+        problem = await sandbox_probe(config.isolation, env)
+        if problem is not None:
+            raise ApiError(
+                502, "AGENT_START_FAILED", f"the {agent} agent could not start: {problem}"
+            )
     transcript = None
     seed: SpawnSandbox | None = None  # sandbox mode: the HOME that holds the conversation
     own = own_sandboxes(request, agent, workspace) if resume is not None else None
