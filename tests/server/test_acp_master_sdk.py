@@ -110,15 +110,19 @@ async def test_a_turn_with_a_permission_through_the_official_sdk(gw, tmp_path):
         assert {o.option_id for o in options} >= {"allow", "deny"}
         assert {o.kind for o in options} >= {"allow_once", "reject_once"}
         starts = [u for _, u in rec.updates if isinstance(u, ToolCallStart)]
-        assert starts and starts[0].kind == "edit" and tool_call.tool_call_id == starts[0].tool_call_id
+        assert (
+            starts and starts[0].kind == "edit" and tool_call.tool_call_id == starts[0].tool_call_id
+        )
         ends = [u for _, u in rec.updates if isinstance(u, ToolCallProgress) and u.status]
         assert ends[-1].status == "completed"
         assert any(c.type == "diff" and c.path.endswith("acp.txt") for c in ends[-1].content or [])
         assert rec.text()
         # Every control in the audit log, by the ACP client's user.
         await eventually(
-            lambda: {("prompt", "alice"), ("permission", "alice")}
-            <= {(r["action"], r.get("user")) for r in audit_lines(tmp_path)},
+            lambda: (
+                {("prompt", "alice"), ("permission", "alice")}
+                <= {(r["action"], r.get("user")) for r in audit_lines(tmp_path)}
+            ),
             "the prompt and the answer in the audit log",
         )
     finally:
