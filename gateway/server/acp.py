@@ -246,6 +246,14 @@ class _Handler:
             "agentInfo": {"name": "rawp-gateway", "title": "RAWP gateway", "version": __version__},
             "authMethods": [],
         }
+        if self.config.route_prefix:  # a fleet: which gateway this is, and its own /acp
+            result["_meta"] = {
+                "rawp": {
+                    "pod": self.config.pod_name,
+                    "routePrefix": self.config.route_prefix,
+                    "acpPath": self.config.route_prefix + "/acp",
+                }
+            }
         self.reply(got, result)
 
     async def authenticate(self, got: acp_rpc.Message) -> None:
@@ -315,6 +323,7 @@ class _Handler:
             if params.cwd is not None and s.get("workspace_path") != params.cwd:
                 continue
             meta = {k: s.get(k) for k in ("agent", "state", "owner", "pod", "turn_index")}
+            meta["acpPath"] = _acp_path(s)
             sessions.append(
                 {
                     "sessionId": s.get("session_id"),
@@ -333,6 +342,15 @@ class _Handler:
             return
         session = self._visible(params.sessionId)
         if session is None:
+            elsewhere = await self._on_a_peer(params.sessionId)
+            if elsewhere is not None:
+                why = (
+                    f"session {params.sessionId[:64]!r} is on {elsewhere.get('pod')}: load it there"
+                )
+                data = {"pod": elsewhere.get("pod"), "acpPath": _acp_path(elsewhere)}
+                if got.is_request:
+                    self.send(error_response(got.id, REFUSED, why, "SESSION_ON_OTHER_POD", **data))
+                return
             why = f"no session {params.sessionId[:64]!r}"
             self.refuse(got, RESOURCE_NOT_FOUND, why, "SESSION_NOT_FOUND")
             return
@@ -354,6 +372,13 @@ class _Handler:
         if modes is not None:
             result["modes"] = modes
         self.reply(got, result)
+
+    async def _on_a_peer(self, session_id: str) -> dict[str, Any] | None:
+        """The session as another gateway of the fleet lists it to the caller, if one does."""
+        if not self.config.fleet_peers or not session_id:
+            return None
+        answer = await fleet.sessions_answer(self.request, [])
+        return next((s for s in answer["sessions"] if s.get("session_id") == session_id), None)
 
     def _visible(self, session_id: str) -> LiveSession | TerminatedSession | None:
         session = self.app[SESSIONS].get(session_id)
@@ -440,6 +465,16 @@ def _prompt_text(blocks: list[S.ContentBlock]) -> str | _Unsupported:
         else:
             return _Unsupported(f"content of type {block.type[:32]!r} is not accepted in a prompt")
     return "\n".join(parts)
+
+
+def _acp_path(listed: dict[str, Any]) -> str | None:
+    """The ``/acp`` path of the gateway that holds a listed session: its ``ws_path`` says its
+    route prefix (``{prefix}/v1/session/{id}/ws``)."""
+    ws_path = listed.get("ws_path")
+    if not isinstance(ws_path, str):
+        return None
+    prefix, found, _ = ws_path.rpartition("/v1/session/")
+    return prefix + "/acp" if found else None
 
 
 def _modes(session: LiveSession, current: str) -> dict[str, Any] | None:
