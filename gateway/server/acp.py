@@ -366,7 +366,12 @@ class _Handler:
         if not isinstance(since, str) or not since or len(since) > 256:
             since = None
         att = self.client.attach(session, last_message_id=since, history=True)
-        meta = {"lastMessageId": att.view.last_seen, "turnId": att.view.turn_id}
+        view = att.view
+        meta = {
+            "lastMessageId": view.last_seen,
+            "turnId": view.turn_id,
+            "lostFrames": view.lost_frames,
+        }
         result: dict[str, Any] = {"_meta": {"rawp": meta}}
         modes = _modes(session, att.view.mode)
         if modes is not None:

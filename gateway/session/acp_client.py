@@ -55,7 +55,11 @@ class AcpAttachment:
 
     @property
     def max_queue_bytes(self) -> int:
-        return self.client.out.max_queue_bytes
+        # What a load may replay is what this takes in the session's frames; their ACP messages
+        # are bigger (a delta's messageId, the envelope): half the writer's room leaves room for
+        # them, so a load of a long history is cut (oldest first, said in lostFrames) rather than
+        # closing the socket it is written to.
+        return self.client.out.max_queue_bytes // 2
 
     @property
     def queued_bytes(self) -> int:

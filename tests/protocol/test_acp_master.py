@@ -13,7 +13,12 @@ import pytest
 
 from gateway.protocol import acp_rpc, codec
 from gateway.protocol import frames as F
-from gateway.protocol.acp_master import MAX_OPEN_TOOLS, MAX_STREAM_CHARS, AcpView
+from gateway.protocol.acp_master import (
+    MAX_OPEN_TOOLS,
+    MAX_STREAM_CHARS,
+    STREAM_STEP_CHARS,
+    AcpView,
+)
 from gateway.protocol.factory import FrameFactory
 from parsers.acp import schema as S
 
@@ -120,6 +125,21 @@ def test_a_streamed_command_shows_the_tail_of_its_output_and_a_failure(make):
         invocation_id="t2", tool_name="Bash", status="error", output="boom", output_type="text"))))  # fmt: skip
     assert failed["status"] == "failed"
     assert failed["content"] == [{"type": "content", "content": {"type": "text", "text": "boom"}}]
+
+
+def test_a_command_printing_byte_by_byte_is_shown_in_steps_not_per_byte(make):
+    f, frame = make
+    v = view(f)
+    v.frame(frame(F.InvokeRequest(invocation_id="t", tool_name="Bash", input={"command": "yes"})))
+    sent = 0
+    for i in range(20_000):
+        chunk = F.InvokeStream(
+            invocation_id="t", tool_name="Bash", stream_type="stdout", chunk="y", sequence=i
+        )
+        sent += sum(len(m) for m in v.frame(frame(chunk)))
+    # Every update shows up to MAX_STREAM_CHARS of output, and comes after at least
+    # STREAM_STEP_CHARS more (or half as much again early on): a bounded multiple of the output.
+    assert sent < 20_000 * (MAX_STREAM_CHARS / STREAM_STEP_CHARS + 1) + 50_000
 
 
 def test_a_unified_diff_without_the_tools_input_is_split_by_file(make):
