@@ -303,12 +303,13 @@ class _Handler:
                 502, "AGENT_START_FAILED", f"the {agent} agent could not start: {missing}"
             )
         session = await start_session(self.request, profile, workspace)
-        att = self.client.attach(session)
+        att = self.client.attach(session, hold=True)
         result = {"sessionId": session.id, "_meta": {"rawp": {"agent": agent}}}
         modes = _modes(session, att.view.mode)
         if modes is not None:
             result["modes"] = modes
         self.reply(got, result)
+        att.release()
 
     async def list(self, got: acp_rpc.Message) -> None:
         params = acp_rpc.params(got, S.ListSessionsParams)

@@ -36,12 +36,19 @@ async def a_turn(acp: RawAcp, session_id: str) -> dict:
     return answer
 
 
-async def test_the_upgrade_names_the_connection_and_initialize_answers_version_1(gw):
+async def test_the_upgrade_names_the_connection_and_initialize_answers_version_1(gw, tmp_path):
     acp = await RawAcp.connect(gw)
     assert len(acp.ws._response.headers["Acp-Connection-Id"]) == 36
     init = await acp.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
     assert init["result"]["protocolVersion"] == 1
     assert init["result"]["agentCapabilities"]["loadSession"] is True
+    # session/new is answered before anything is said about the session it names.
+    await acp.send(
+        {"jsonrpc": "2.0", "id": "n", "method": "session/new",
+         "params": {"cwd": str(tmp_path), "_meta": {"rawp": {"agent": "demo"}}}}
+    )  # fmt: skip
+    first = await acp.next()
+    assert first["id"] == "n" and "sessionId" in first["result"], first
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from acp.schema import (
     AgentMessageChunk,
     AllowedOutcome,
     ClientCapabilities,
+    CurrentModeUpdate,
     DeniedOutcome,
     RequestPermissionResponse,
     ToolCallProgress,
@@ -42,6 +43,7 @@ class Recorder:
         self.updates: list[tuple[str, Any]] = []
         self.asked: list[Any] = []
         self.choose = choose
+        self.late: str | None = None  # with choose None: the answer given once released
         self.asked_event = asyncio.Event()
         self.release = asyncio.Event()
 
@@ -50,6 +52,10 @@ class Recorder:
         self.asked_event.set()
         if self.choose is None:
             await self.release.wait()
+            if self.late is not None:
+                return RequestPermissionResponse(
+                    outcome=AllowedOutcome(outcome="selected", option_id=self.late)
+                )
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(
             outcome=AllowedOutcome(outcome="selected", option_id=self.choose)
@@ -205,5 +211,70 @@ async def test_a_viewer_may_list_and_load_but_not_prompt(gw, tmp_path):
             ),
             "the refused prompt in the audit log",
         )
+    finally:
+        await conn.close()
+
+
+async def test_the_first_answer_wins_whichever_master_gives_it(gw, tmp_path):
+    """A permission question reaches the DPS master and the ACP client; the phone allows first,
+    the editor's later deny changes nothing; on the next one the editor answers first and the
+    phone's answer is the one refused."""
+    rec = Recorder(choose=None)
+    rec.late = "deny"
+    conn, rec = await connect(gw, recorder=rec)
+    try:
+        new = await conn.new_session(cwd=str(tmp_path))
+        sid = new.session_id
+        phone = await Master.attach(gw, sid, headers=bearer(TOKENS["alice"]))
+        turn = asyncio.ensure_future(
+            conn.prompt(session_id=sid, prompt=[text_block("write first.txt")])
+        )
+        ask = await phone.until("agent.interaction.request", timeout=30)
+        await asyncio.wait_for(rec.asked_event.wait(), 30)
+        [(_, tool_call, _)] = rec.asked
+        assert tool_call.tool_call_id == ask["metadata"]["invocation_id"]
+        await phone.send(
+            "control.interaction.response",
+            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "allow"},
+        )
+        assert (await asyncio.wait_for(turn, 30)).stop_reason == "end_turn"
+        assert (tmp_path / "first.txt").exists()
+        rec.release.set()  # the editor's deny, too late
+        rec.choose = "allow"
+        done = await conn.prompt(session_id=sid, prompt=[text_block("write second.txt")])
+        assert done.stop_reason == "end_turn" and (tmp_path / "second.txt").exists()
+        ask = await phone.until("agent.interaction.request", timeout=30)
+        late = await phone.send(
+            "control.interaction.response",
+            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "deny"},
+        )
+        error = await phone.until("session.error", timeout=30)
+        assert error["parent_id"] == late["message_id"]
+        assert error["payload"]["error_code"] == "INTERACTION_NOT_FOUND"
+    finally:
+        await conn.close()
+
+
+async def test_modes_come_from_the_agents_features_and_set_mode_switches(gw, tmp_path):
+    conn, rec = await connect(gw)
+    try:
+        new = await conn.new_session(cwd=str(tmp_path))
+        assert new.modes is not None and new.modes.current_mode_id == "default"
+        assert {m.id for m in new.modes.available_modes} == {"default", "plan", "review"}
+        await conn.set_session_mode(session_id=new.session_id, mode_id="plan")
+        await eventually(
+            lambda: any(
+                isinstance(u, CurrentModeUpdate) and u.current_mode_id == "plan"
+                for _, u in rec.updates
+            ),
+            "the mode update",
+        )
+        # In plan mode the agent may not write: the gateway denies it, nobody is asked.
+        done = await conn.prompt(session_id=new.session_id, prompt=[text_block("write plan.txt")])
+        assert done.stop_reason == "end_turn"
+        assert not (tmp_path / "plan.txt").exists() and not rec.asked
+        with pytest.raises(RequestError) as refused:
+            await conn.set_session_mode(session_id=new.session_id, mode_id="nonsense")
+        assert refused.value.code == -32602
     finally:
         await conn.close()
