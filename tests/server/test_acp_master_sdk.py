@@ -155,10 +155,15 @@ async def test_a_cancel_ends_the_turn_cancelled_and_the_session_goes_on(gw, tmp_
         await conn.close()
 
 
+async def alices_session(gw) -> str:
+    """A demo session of alice's (made over HTTP, as a DPS master makes one): its id."""
+    resp = await gw.post("/v1/session", json={"agent": "demo"}, headers=bearer(TOKENS["alice"]))
+    return (await resp.json())["session_id"]
+
+
 async def test_load_a_session_a_dps_master_started_and_prompts_cross(gw, tmp_path):
     headers = bearer(TOKENS["alice"])
-    resp = await gw.post("/v1/session", json={"agent": "demo"}, headers=headers)
-    sid = (await resp.json())["session_id"]
+    sid = await alices_session(gw)
     master = await Master.attach(gw, sid, headers=headers)
     await master.send("control.prompt.request", {"prompt_text": "hello from the phone"})
     await master.until("session.turn.end", timeout=30)
@@ -189,10 +194,9 @@ async def test_load_a_session_a_dps_master_started_and_prompts_cross(gw, tmp_pat
 
 
 async def test_a_viewer_may_list_and_load_but_not_prompt(gw, tmp_path):
-    headers = bearer(TOKENS["alice"])
-    resp = await gw.post("/v1/session", json={"agent": "demo"}, headers=headers)
-    sid = (await resp.json())["session_id"]
-    await gw.patch(f"/v1/session/{sid}", json={"members": {"bob": "viewer"}}, headers=headers)
+    sid = await alices_session(gw)
+    members = {"members": {"bob": "viewer"}}
+    await gw.patch(f"/v1/session/{sid}", json=members, headers=bearer(TOKENS["alice"]))
     conn, _ = await connect(gw, user="bob")
     try:
         listed = await conn.list_sessions()

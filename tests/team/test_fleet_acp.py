@@ -5,33 +5,12 @@ the client loads it there (under that gateway's route prefix, as the router reac
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from aiohttp.test_utils import TestClient, TestServer
-
-from gateway.server import create_app
 from tests.support.hostile.acp_client import RawAcp
-from tests.support.servers import free_port
-from tests.team.test_fleet import AUTH, fleet_config
+from tests.team.test_fleet import AUTH, peered_gateways
 
 
 async def test_list_and_load_across_the_fleet_name_the_gateway_that_holds_the_session(tmp_path):
-    ports = [free_port(), free_port()]
-    peers = tuple(f"http://127.0.0.1:{p}" for p in ports)
-    clients: list[TestClient] = []
-    try:
-        for i, port in enumerate(ports):
-            (tmp_path / str(i)).mkdir()
-            config = replace(
-                fleet_config(tmp_path / str(i)),
-                pod_name=f"rawp-gateway-{i}",
-                route_prefix=f"/pods/rawp-gateway-{i}",
-                port=port,
-                fleet_peers=peers,
-            )
-            client = TestClient(TestServer(create_app(config), port=port))
-            await client.start_server()
-            clients.append(client)
+    async with peered_gateways(tmp_path) as clients:
         resp = await clients[1].post("/v1/session", json={"agent": "demo"}, headers=AUTH)
         there = await resp.json()
         acp = await RawAcp.connect(clients[0], headers=AUTH)
@@ -59,6 +38,3 @@ async def test_list_and_load_across_the_fleet_name_the_gateway_that_holds_the_se
         assert loaded["result"]["_meta"]["rawp"]["turnId"] is None
         missing = await acp.call("session/load", {"sessionId": "nope", "cwd": str(tmp_path)})
         assert missing["error"]["data"]["error_code"] == "SESSION_NOT_FOUND"
-    finally:
-        for c in clients:
-            await c.close()
