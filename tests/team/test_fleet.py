@@ -27,7 +27,7 @@ from gateway.config import ConfigError, load_config
 from gateway.server import create_app
 from gateway.team import fleet
 from tests.support import serve_process
-from tests.support.fleet_rig import wait_ready
+from tests.support.fleet_rig import START_TIMEOUT_S
 from tests.support.gateway_peer import (
     Master,
     fast_demo,
@@ -36,7 +36,7 @@ from tests.support.gateway_peer import (
     start_gateway,
 )
 from tests.support.procs import session_processes
-from tests.support.servers import free_port
+from tests.support.servers import free_port, wait_http
 from tests.support.waiting import eventually
 
 TOKEN = "fleet-token"
@@ -309,7 +309,7 @@ async def serve(tmp_path: Path, toml: str) -> AsyncIterator[tuple[subprocess.Pop
     env = dict(os.environ, RAWP_GATEWAY_TOKEN=TOKEN)
     args = ("--config", str(config))
     async with serve_process.serve(*args, stdin=subprocess.DEVNULL, env=env) as (proc, url):
-        await wait_ready(url, proc)
+        await wait_http(url, proc, START_TIMEOUT_S)
         yield proc, url
 
 
