@@ -23,7 +23,10 @@ Frames become updates (the table is docs/acp-masters.md's): text ``agent_message
 ``tool_call`` / ``tool_call_update``, todo and plan tools ``plan``, usage ``usage_update``,
 commands ``available_commands_update``, a mode switch ``current_mode_update``; a permission
 question is a ``session/request_permission`` request. ``session.history`` (a load) is the same
-frames, replayed: nothing in it asks or answers anything.
+frames, replayed: nothing in it asks or answers anything. What the session says again when a
+view attaches (its commands, its open questions: the greeting, ``greeting``) is its state, not
+news: those messages carry the ids they were first sent with and ``_meta.rawp.state: true``, and a
+load's sync point (``last_seen``) is the replay's newest frame, not them.
 
 What a view keeps is bounded: the tool calls still open (``MAX_OPEN_TOOLS``, each with at most
 ``MAX_STREAM_CHARS`` of streamed output, shown again once ``STREAM_STEP_CHARS`` or half as much
@@ -140,6 +143,10 @@ class AcpView:
         # The newest frame seen: a load after it (``_meta.rawp.lastMessageId``) misses nothing.
         self.last_seen: str | None = None
         self.lost_frames = 0  # of a load: frames the buffer no longer had (1: some, uncounted)
+        # While the session greets this view (its attach): what comes is state said again
+        # (commands, open questions) under the ids it was first sent with, not news; the frames
+        # it replays come inside session.history.
+        self.greeting = False
 
     # --- frames in, ACP messages out --------------------------------------------------------
 
@@ -163,7 +170,8 @@ class AcpView:
             status = payload.buffer_status
             self.lost_frames += status.lost_frame_count or (1 if status.truncated else 0)
             return out
-        self.last_seen = frame.message_id
+        if not self.greeting or self.last_seen is None:
+            self.last_seen = frame.message_id
         return self._translate(frame, payload)
 
     def _translate(self, frame: F.Frame, payload: Any) -> list[bytes]:
@@ -210,6 +218,11 @@ class AcpView:
             return self.ended("SESSION_TERMINATED", "the session was deleted")
         return []
 
+    def _meta(self, mid: str) -> dict[str, Any]:
+        if self.greeting:  # the session's state, said again (module docstring)
+            return {"rawp": {"messageId": mid, "state": True}}
+        return {"rawp": {"messageId": mid}}
+
     def _update(self, update: dict[str, Any], mid: str) -> bytes:
         return encode(
             {
@@ -218,7 +231,7 @@ class AcpView:
                 "params": {
                     "sessionId": self.session_id,
                     "update": update,
-                    "_meta": {"rawp": {"messageId": mid}},
+                    "_meta": self._meta(mid),
                 },
             }
         )
@@ -227,6 +240,9 @@ class AcpView:
         # The most frequent message by far (a delta of text), written from its parts: the same
         # JSON as ``_update`` makes, without building and walking its dicts for every delta.
         head = self._heads.get(kind)
+        if self.greeting:
+            update = {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
+            return [self._update(update, mid)]
         if head is None:
             head = self._heads[kind] = (
                 b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
@@ -389,7 +405,12 @@ class AcpView:
             "sessionId": self.session_id,
             "toolCall": tool_call,
             "options": options,
-            "_meta": {"rawp": {"messageId": frame.message_id, "interactionId": req.interaction_id}},
+            "_meta": {
+                "rawp": {
+                    **self._meta(frame.message_id)["rawp"],
+                    "interactionId": req.interaction_id,
+                }
+            },
         }
         return [
             encode(

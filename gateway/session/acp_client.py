@@ -137,12 +137,16 @@ class AcpClient:
         if hold:
             att.held = []
         self.attached[session.id] = att
-        session.attach_connection(
-            att,  # type: ignore[arg-type]  # a connection by its interface
-            last_message_id=last_message_id,
-            full_history=history and last_message_id is None,
-            sender=self.sender,
-        )
+        view.greeting = True
+        try:
+            session.attach_connection(
+                att,  # type: ignore[arg-type]  # a connection by its interface
+                last_message_id=last_message_id,
+                full_history=history and last_message_id is None,
+                sender=self.sender,
+            )
+        finally:
+            view.greeting = False
         return att
 
     def _asked(self, rpc_id: str, view: AcpView) -> None:

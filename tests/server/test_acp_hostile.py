@@ -210,3 +210,56 @@ async def test_a_client_that_leaves_mid_turn_leaves_the_session_running(gw, tmp_
     master = await Master.attach(gw, sid)
     frames = await prompt_and_wait(master, "and now?", timeout=30)
     assert frames[-1]["type"] == "session.usage"
+
+
+async def test_a_load_after_the_last_message_id_seen_neither_loses_nor_repeats_an_update(
+    gw, tmp_path
+):
+    """What a relay does after a dropped connection: it loads with the last messageId it passed
+    on and gets exactly the messages after it (docs/acp-masters.md, session/load)."""
+    acp = await RawAcp.connect(gw, query="?agent=demo")
+    sid = (await acp.call("session/new", {"cwd": str(tmp_path)}))["result"]["sessionId"]
+    await a_turn(acp, sid)
+    await a_turn(acp, sid)
+    seen = [
+        m["params"]["_meta"]["rawp"]["messageId"]
+        for m in acp.messages
+        if m.get("method") == "session/update"
+    ]
+    assert len(seen) == len(set(seen)) > 6
+    mark = seen[len(seen) // 2]
+    await acp.ws.close()
+    again = await RawAcp.connect(gw)
+    loaded = await again.call(
+        "session/load",
+        {"sessionId": sid, "cwd": str(tmp_path), "_meta": {"rawp": {"lastMessageId": mark}}},
+    )
+    replayed = [
+        m["params"]["_meta"]["rawp"]["messageId"]
+        for m in again.messages
+        if m.get("method") == "session/update"
+    ]
+    # The first turn's and the second's prompts were this client's own (never echoed live); a
+    # replay includes them as user messages: the live updates after the mark are a subsequence.
+    after = seen[len(seen) // 2 + 1 :]
+    assert [m for m in replayed if m in set(after)] == after
+    # Before it, only the session's state is said again (its commands, as when they were first
+    # sent): no update of the history.
+    state = {
+        m["params"]["_meta"]["rawp"]["messageId"]
+        for m in again.messages
+        if m.get("method") == "session/update" and m["params"]["_meta"]["rawp"].get("state")
+    }
+    assert state
+    assert not (set(replayed) - state) & set(seen[: len(seen) // 2 + 1])
+    assert loaded["result"]["_meta"]["rawp"]["lostFrames"] == 0
+    assert loaded["result"]["_meta"]["rawp"]["lastMessageId"]
+    # Nothing new since: a load after the last id replays nothing.
+    last = loaded["result"]["_meta"]["rawp"]["lastMessageId"]
+    before = len(again.messages)
+    await again.call(
+        "session/load",
+        {"sessionId": sid, "cwd": str(tmp_path), "_meta": {"rawp": {"lastMessageId": last}}},
+    )
+    updates = [m for m in again.messages[before:] if m.get("method") == "session/update"]
+    assert all(m["params"]["_meta"]["rawp"]["state"] for m in updates)
