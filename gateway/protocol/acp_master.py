@@ -147,6 +147,7 @@ class AcpView:
         # (commands, open questions) under the ids it was first sent with, not news; the frames
         # it replays come inside session.history.
         self.greeting = False
+        self._agent_error: dict[str, str] | None = None  # the turn's last error of the agent
 
     # --- frames in, ACP messages out --------------------------------------------------------
 
@@ -216,6 +217,9 @@ class AcpView:
             return []
         if isinstance(payload, F.Deleted):
             return self.ended("SESSION_TERMINATED", "the session was deleted")
+        if isinstance(payload, F.AgentError) and payload.severity != "warning":
+            # ACP has no error update: a failed turn's answer says what went wrong.
+            self._agent_error = {"error_code": payload.error_code, "message": payload.message}
         return []
 
     def _meta(self, mid: str) -> dict[str, Any]:
@@ -326,6 +330,7 @@ class AcpView:
 
     def _turn_start(self, start: F.TurnStart, mid: str) -> list[bytes]:
         self.turn_id = start.turn_id
+        self._agent_error = None
         if self._prompt is not None and not self.replaying:
             # This client's prompt opened this turn (the machine opens it in the same call).
             prompt_mid, rpc_id = self._prompt
@@ -349,7 +354,14 @@ class AcpView:
         else:
             code = FAILED_TURN.get(end.stop_reason, "TURN_FAILED")
             why = f"the turn ended with {end.stop_reason}"
-            out.append(error_response(rpc_id, INTERNAL_ERROR, why, code, turnId=end.turn_id))
+            cause = self._agent_error
+            if cause is not None:
+                why += f": {cause['error_code']}: {cause['message'][:500]}"
+            extra = (
+                {"turnId": end.turn_id, "agentError": cause} if cause else {"turnId": end.turn_id}
+            )
+            out.append(error_response(rpc_id, INTERNAL_ERROR, why, code, **extra))
+        self._agent_error = None
         return out
 
     def _turn_event(

@@ -237,7 +237,16 @@ def test_a_turn_that_ends_as_acp_cannot_say_is_an_error_with_the_gateways_code(m
     v = view(f)
     v.prompt("p", "hi")
     v.frame(frame(F.TurnStart(turn_id="T", turn_index=0)))
+    died = F.AgentError(
+        error_code="AGENT_CRASHED", message="exit 1", severity="fatal", recoverable=False
+    )
+    assert v.frame(frame(died)) == []
     [answer] = decoded(v.frame(frame(F.TurnEnd(turn_id="T", stop_reason=stop))))
+    assert answer["error"]["data"]["agentError"] == {
+        "error_code": "AGENT_CRASHED",
+        "message": "exit 1",
+    }
+    assert "AGENT_CRASHED" in answer["error"]["message"]
     assert answer["id"] == "p"
     assert answer["error"]["code"] == -32603
     assert answer["error"]["data"]["error_code"] == code
