@@ -32,9 +32,10 @@ __all__ = ["MAX_ATTACHED", "AcpAttachment", "AcpClient"]
 MAX_ATTACHED: Final = 64  # sessions one ACP connection is attached to at once
 # What an ACP client takes of the frames that features gate: everything ACP can show.
 _WANTED: Final = F.Features(thinking_stream=True, tool_streaming=True, plan_mode=True)
-# A session closes its connections with these when the connection itself must go (the user's access
-# changed, the gateway restarts): the whole ACP socket closes, not one session's view.
-_WHOLE_SOCKET: Final = (WSCloseCode.POLICY_VIOLATION, WSCloseCode.SERVICE_RESTART)
+# A session closes its connections with this when the connection itself must go (the gateway
+# restarts): the whole ACP socket closes, not one session's view. The other closes (the session
+# ended, or is no longer shared with this user: 1008) let go of that session alone.
+_WHOLE_SOCKET: Final = (WSCloseCode.SERVICE_RESTART,)
 
 
 class AcpAttachment:
@@ -176,7 +177,8 @@ class AcpClient:
             del self.attached[att.session.id]
         for rpc_id in att.view.asked:
             self.asks.pop(rpc_id, None)
-        for message in att.view.ended("SESSION_TERMINATED", reason or "the session ended"):
+        code_name = "FORBIDDEN" if code == WSCloseCode.POLICY_VIOLATION else "SESSION_TERMINATED"
+        for message in att.view.ended(code_name, reason or "the session ended"):
             self.out.offer(message)
         att.close_ready.set()
         att.session.detach(att.id)
