@@ -6,6 +6,8 @@ session goes on for its other masters (docs/acp-masters.md#limits)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import pytest
 
@@ -263,3 +265,42 @@ async def test_a_load_after_the_last_message_id_seen_neither_loses_nor_repeats_a
     )
     updates = [m for m in again.messages[before:] if m.get("method") == "session/update"]
     assert all(m["params"]["_meta"]["rawp"]["state"] for m in updates)
+
+
+async def test_a_gateway_restart_closes_with_1012_and_a_load_after_it_misses_nothing(tmp_path):
+    """With a state directory the gateway's stop closes /acp with 1012 (the sessions live on);
+    after the start, a load after the last messageId seen gets nothing twice and the session
+    takes a prompt again (docs/acp-masters.md: access that changes)."""
+    config = demo_config(tmp_path, state_dir=tmp_path / "state")
+    gw = await start_gateway(config)
+    acp = await RawAcp.connect(gw, query="?agent=demo")
+    sid = (await acp.call("session/new", {"cwd": str(tmp_path)}))["result"]["sessionId"]
+    await a_turn(acp, sid)
+    last = [
+        m["params"]["_meta"]["rawp"]["messageId"]
+        for m in acp.messages
+        if m.get("method") == "session/update" and not m["params"]["_meta"]["rawp"].get("state")
+    ][-1]
+    stopping = asyncio.ensure_future(gw.server.close())  # the server alone, as SIGTERM does
+    closed = await acp.closed()
+    assert closed.data == 1012
+    await stopping
+    await gw.close()
+    gw = await start_gateway(config)
+    try:
+        again = await RawAcp.connect(gw, query="?agent=demo")
+        loaded = await again.call(
+            "session/load",
+            {"sessionId": sid, "cwd": str(tmp_path), "_meta": {"rawp": {"lastMessageId": last}}},
+        )
+        assert loaded["result"]["_meta"]["rawp"]["lostFrames"] == 0
+        news = [
+            m
+            for m in again.messages
+            if m.get("method") == "session/update" and not m["params"]["_meta"]["rawp"].get("state")
+        ]
+        # The turn the restart closed leaves nothing to say to a client that saw it end.
+        assert [m["params"]["update"]["sessionUpdate"] for m in news] == []
+        await a_turn(again, sid)
+    finally:
+        await gw.close()
