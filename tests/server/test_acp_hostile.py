@@ -304,3 +304,21 @@ async def test_a_gateway_restart_closes_with_1012_and_a_load_after_it_misses_not
         await a_turn(again, sid)
     finally:
         await gw.close()
+
+
+async def test_a_bug_in_one_request_is_an_internal_error_answer_and_the_connection_goes_on(
+    gw, tmp_path, monkeypatch, caplog
+):
+    acp = await RawAcp.connect(gw, query="?agent=demo")
+    sid = (await acp.call("session/new", {"cwd": str(tmp_path)}))["result"]["sessionId"]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in listing")
+
+    monkeypatch.setattr("gateway.server.acp.fleet.sessions_answer", broken)
+    answer = await acp.call("session/list")
+    assert answer["error"]["code"] == -32603
+    assert answer["error"]["data"]["error_code"] == "INTERNAL_ERROR"
+    assert "a bug in listing" not in answer["error"]["message"]
+    assert "a bug in listing" in caplog.text  # the trace is the gateway log's
+    await a_turn(acp, sid)
