@@ -31,13 +31,13 @@ load's sync point (``last_seen``) is the replay's newest frame, not them.
 What a view keeps is bounded: the tool calls still open (``MAX_OPEN_TOOLS``, each with at most
 ``MAX_STREAM_CHARS`` of streamed output, shown again once ``STREAM_STEP_CHARS`` or half as much
 again is new), the requests waiting for a reply (one prompt, and one
-control at a time), the permission questions asked (as many as the machine has open).
+control at a time), the permission questions asked and not answered (``MAX_ASKED``, the oldest
+forgotten: a client that never answers).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any, Final, Union
 
 import msgspec
@@ -48,6 +48,7 @@ from gateway.protocol.factory import FrameFactory
 from parsers.acp import schema as S
 
 __all__ = [
+    "MAX_ASKED",
     "MAX_OPEN_TOOLS",
     "MAX_STREAM_CHARS",
     "PROTOCOL_VERSION",
@@ -63,6 +64,7 @@ PROTOCOL_VERSION: Final = S.PROTOCOL_VERSION
 RpcId = Union[int, str]  # noqa: UP007 (a runtime alias)
 
 MAX_OPEN_TOOLS: Final = 1024  # tool calls remembered until their result (the oldest forgotten)
+MAX_ASKED: Final = 256  # questions asked and not answered that an answer is still taken for
 MAX_STREAM_CHARS: Final = 8192  # the tail of a running tool's output each update carries
 STREAM_STEP_CHARS: Final = 1024  # new output that makes an update once the output is long
 
@@ -125,13 +127,11 @@ class AcpView:
         factory: FrameFactory,
         *,
         turn_events: bool = False,
-        on_ask: Callable[[str, AcpView], None] | None = None,
     ) -> None:
         self.session_id = session_id
         self._heads: dict[str, bytes] = {}  # the start of each kind of chunk message (``_chunk``)
         self.factory = factory
         self.turn_events = turn_events  # ``_rawp/turn`` notifications (a relay asks for them)
-        self._on_ask = on_ask  # the shell learns which view a request id of ours belongs to
         self.turn_id: str | None = None  # the session's running turn
         self.mode: str = "default"
         self._waiting: dict[str, tuple[RpcId, str]] = {}  # control message_id -> (request, method)
@@ -410,9 +410,11 @@ class AcpView:
             {"optionId": o.value, "name": o.label, "kind": C.option_kind(o)} for o in req.options
         ]
         rpc_id = f"rawp-ask-{req.interaction_id}"
-        self.asked[rpc_id] = req.interaction_id
-        if self._on_ask is not None:
-            self._on_ask(rpc_id, self)
+        asked = self.asked
+        asked.pop(rpc_id, None)
+        asked[rpc_id] = req.interaction_id
+        while len(asked) > MAX_ASKED:  # a client that never answers: forget the oldest
+            del asked[next(iter(asked))]
         params = {
             "sessionId": self.session_id,
             "toolCall": tool_call,

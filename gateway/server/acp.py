@@ -207,12 +207,11 @@ class _Handler:
     def answered(self, got: acp_rpc.Message) -> None:
         """The client's answer to a request of ours (a permission question)."""
         rpc_id = str(got.id)
-        view = self.client.asks.pop(rpc_id, None)
-        if view is None:
+        att = self.client.asker(rpc_id)
+        if att is None:
             return
-        att = self.client.attached.get(view.session_id)
-        data = view.answer(rpc_id, got.result)
-        if att is not None and data is not None and att.view is view:
+        data = att.view.answer(rpc_id, got.result)
+        if data is not None:
             att.session.receive(att.id, data)
 
     # --- methods --------------------------------------------------------------------------------

@@ -113,7 +113,6 @@ class AcpClient:
         self.sender = sender
         self.turn_events = False  # _rawp/turn notifications (initialize's _meta asks for them)
         self.attached: dict[str, AcpAttachment] = {}  # session id -> its view
-        self.asks: dict[str, AcpView] = {}  # our request ids -> the view that asked
         self._count = 0
 
     def attach(
@@ -131,9 +130,7 @@ class AcpClient:
         if old is not None:
             self.detach(old)
         self._count += 1
-        view = AcpView(
-            session.id, session.machine.factory, turn_events=self.turn_events, on_ask=self._asked
-        )
+        view = AcpView(session.id, session.machine.factory, turn_events=self.turn_events)
         att = AcpAttachment(f"{self.id}/{self._count}", self, session, view)
         if hold:
             att.held = []
@@ -150,15 +147,14 @@ class AcpClient:
             view.greeting = False
         return att
 
-    def _asked(self, rpc_id: str, view: AcpView) -> None:
-        self.asks[rpc_id] = view
+    def asker(self, rpc_id: str) -> AcpAttachment | None:
+        """The view that asked the question our request ``rpc_id`` is."""
+        return next((a for a in self.attached.values() if rpc_id in a.view.asked), None)
 
     def detach(self, att: AcpAttachment, code: str = "DETACHED", why: str = "") -> None:
         """This view leaves its session; requests it still waits for are answered."""
         if self.attached.get(att.session.id) is att:
             del self.attached[att.session.id]
-        for rpc_id in att.view.asked:
-            self.asks.pop(rpc_id, None)
         for message in att.view.ended(code, why or "the connection left the session"):
             self.out.offer(message)
         if not att.closed.is_set():
@@ -175,8 +171,6 @@ class AcpClient:
     def _let_go(self, att: AcpAttachment, code: int, reason: str) -> None:
         if self.attached.get(att.session.id) is att:
             del self.attached[att.session.id]
-        for rpc_id in att.view.asked:
-            self.asks.pop(rpc_id, None)
         code_name = "FORBIDDEN" if code == WSCloseCode.POLICY_VIOLATION else "SESSION_TERMINATED"
         for message in att.view.ended(code_name, reason or "the session ended"):
             self.out.offer(message)
@@ -189,4 +183,3 @@ class AcpClient:
         """The socket is gone: every view leaves its session."""
         for att in list(self.attached.values()):
             self.detach(att)
-        self.asks.clear()

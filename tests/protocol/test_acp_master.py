@@ -14,6 +14,7 @@ import pytest
 from gateway.protocol import acp_rpc, codec
 from gateway.protocol import frames as F
 from gateway.protocol.acp_master import (
+    MAX_ASKED,
     MAX_OPEN_TOOLS,
     MAX_STREAM_CHARS,
     STREAM_STEP_CHARS,
@@ -286,8 +287,7 @@ def test_cancel_names_the_running_turn_and_nothing_without_one(make):
 
 def test_a_permission_question_and_its_answer(make):
     f, frame = make
-    asked: list[str] = []
-    v = view(f, on_ask=lambda rpc_id, _: asked.append(rpc_id))
+    v = view(f)
     v.frame(frame(F.InvokeRequest(invocation_id="t1", tool_name="Write", input={"file_path": "a"})))
     question = F.InteractionRequest(
         interaction_id="i1",
@@ -302,7 +302,7 @@ def test_a_permission_question_and_its_answer(make):
     )
     [request] = decoded(v.frame(frame(question, metadata={"invocation_id": "t1"})))
     assert request["method"] == "session/request_permission"
-    assert request["id"] == "rawp-ask-i1" and asked == ["rawp-ask-i1"]
+    assert request["id"] == "rawp-ask-i1" and v.asked == {"rawp-ask-i1": "i1"}
     params = request["params"]
     assert params["toolCall"]["toolCallId"] == "t1"
     assert params["toolCall"]["kind"] == "edit"
@@ -324,6 +324,22 @@ def test_a_permission_question_and_its_answer(make):
     )
     assert v.frame(frame(history)) == []
     assert v.last_seen == "mX"
+
+
+def test_a_client_that_never_answers_holds_a_bounded_number_of_questions(make):
+    f, frame = make
+    v = view(f)
+    for i in range(MAX_ASKED + 10):
+        question = F.InteractionRequest(
+            interaction_id=f"i{i}",
+            interaction_type="PERMISSION",
+            question_text="?",
+            timeout_sec=1,
+            options=[F.InteractionOption(value="allow", label="Allow")],
+        )
+        v.frame(frame(question))
+    assert len(v.asked) == MAX_ASKED
+    assert "rawp-ask-i0" not in v.asked and f"rawp-ask-i{MAX_ASKED + 9}" in v.asked
 
 
 def test_cancelled_or_malformed_answers_say_nothing(make):
