@@ -179,16 +179,9 @@ async def create_session(request: web.Request) -> web.Response:
     # A CLI that is not installed fails here for every profile, the same way: a single-turn one
     # would otherwise start (and fail) only at the first prompt. A continued conversation is shown
     # without its agent, which starts (or fails, with AGENT_START_FAILED) at the next prompt.
-    env = agent_environment(profile.env)
-    missing = missing_executable(profile.command[0], env)
+    missing = missing_executable(profile.command[0], agent_environment(profile.env))
     if missing is not None and resume is None:
         raise ApiError(502, "AGENT_START_FAILED", f"the {agent} agent could not start: {missing}")
-    if config.isolation.sandboxed:  # never an agent outside it, single-turn ones included
-        problem = await sandbox_probe(config.isolation, env)
-        if problem is not None:
-            raise ApiError(
-                502, "AGENT_START_FAILED", f"the {agent} agent could not start: {problem}"
-            )
     transcript = None
     seed: SpawnSandbox | None = None  # sandbox mode: the HOME that holds the conversation
     own = own_sandboxes(request, agent, workspace) if resume is not None else None
@@ -219,6 +212,7 @@ async def create_session(request: web.Request) -> web.Response:
         history=history,
         resume=resume,
         transcript=transcript,
+        seed=seed,
     )
     return web.json_response(session.to_json(), status=201)
 
@@ -234,13 +228,21 @@ async def start_session(
     history: History | None = None,
     resume: Any = None,
     transcript: Any = None,
+    seed: SpawnSandbox | None = None,
 ) -> LiveSession:
     """Create, register and start a session of the caller's from what was validated already
-    (``POST /v1/session``, an ACP client's ``session/new``); audited."""
+    (``POST /v1/session``, an ACP client's ``session/new``); audited. ``seed``: in sandbox mode,
+    the sandbox whose HOME holds the conversation ``resume`` names."""
     app = request.app
     config = app[CONFIG]
     agent = profile.name
     window = config.reattach_window_sec if reattach_window_sec is None else reattach_window_sec
+    if config.isolation.sandboxed:  # never an agent outside it, single-turn ones included
+        problem = await sandbox_probe(config.isolation, agent_environment(profile.env))
+        if problem is not None:
+            raise ApiError(
+                502, "AGENT_START_FAILED", f"the {agent} agent could not start: {problem}"
+            )
     # Everything is valid: only now is anything created (the session, its agent).
     _check_taking(app, new_session=True)
     if _held(app) >= config.max_sessions:
