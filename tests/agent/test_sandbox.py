@@ -125,12 +125,17 @@ async def test_every_escape_fails_and_the_agent_still_works(tmp_path):
         assert (dep.workspace("alice") / "written-by-agent.txt").read_text() == "mine"
         assert any(f["type"] == "agent.text.delta" for f in frames) or frames
 
+        # Its last resort, SIGKILL to every process it may signal, ends its own sandbox only.
+        await hostile_turn(dep, http, {"kill_all": True})
+        assert dep.proc.poll() is None and all(alive(pid) for pid in bob_agent)
         # bob's session goes on.
         again = await turn(dep, http, "bob", bob, "list files")
         assert again[-2]["type"] == "session.turn.end"
         # The isolation in force is said.
         async with http.get(dep.url + "/v1/agents", headers=dep.headers("bob")) as resp:
-            agents = (await resp.json())["agents"]
+            body = await resp.json()
+            assert resp.status == 200, body
+            agents = body["agents"]
         assert {a["isolation"] for a in agents} == {"sandbox"}
         assert alice["isolation"] == "sandbox"
 
@@ -270,6 +275,10 @@ async def test_isolation_none_is_said_too(tmp_path):
         assert session["isolation"] == "none"
         agents = (await (await client.get("/v1/agents")).json())["agents"]
         assert {a["isolation"] for a in agents} == {"none"}
+        # Still listed once a session has ended (its summary declares nothing).
+        await client.delete(f"/v1/session/{session['session_id']}")
+        resp = await client.get("/v1/agents")
+        assert resp.status == 200 and len((await resp.json())["agents"]) == len(agents)
     finally:
         await client.close()
 

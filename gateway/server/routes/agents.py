@@ -11,6 +11,7 @@ from gateway.api_error import ApiError
 from gateway.server.keys import CONFIG, SESSIONS
 from gateway.server.middleware import _require
 from gateway.server.routes.sessions import _resolve_workspace, own_sandboxes
+from gateway.session import LiveSession
 
 
 async def list_agents(request: web.Request) -> web.Response:
@@ -18,7 +19,12 @@ async def list_agents(request: web.Request) -> web.Response:
     agents = config.agents
     # An agent that says what it can do when it starts (ACP) is shown with what its newest
     # session's agent declared; before any session, with the profile's features.
-    declared = {s.profile.name: s.machine.config.features for s in request.app[SESSIONS].values()}
+    # (A session that ended is only its summary: it declares nothing any more.)
+    declared = {
+        s.profile.name: s.machine.config.features
+        for s in request.app[SESSIONS].values()
+        if isinstance(s, LiveSession)
+    }
     return web.json_response(
         {
             "agents": [

@@ -12,7 +12,8 @@ The prompt is a JSON object:
    "proc": [PID...],             /proc/PID/environ, cmdline and mem to open
    "flood": N,                   fork N children that sleep, count how many started
    "alloc_mb": N,                allocate N MiB at once (MemoryError caught and said)
-   "die_alloc_mb": N}            the same, not caught: the agent dies of it
+   "die_alloc_mb": N,            the same, not caught: the agent dies of it
+   "kill_all": true}             at the end, SIGKILL to every process it may signal (kill -9 -1)
 
 and always: its environment's RAWP_GATEWAY_* variables, /proc/1/environ, whether it can write its
 workspace, /tmp and HOME, and run a child.
@@ -114,7 +115,9 @@ def main() -> None:
         sys.stdout.flush()
         hold = bytearray(plan["die_alloc_mb"] << 20)  # MemoryError: the agent dies of it
         print(len(hold))
-    print("escapes tried")
+    print("escapes tried", flush=True)
+    if plan.get("kill_all"):
+        os.kill(-1, signal.SIGKILL)  # every process it may signal, itself last
 
 
 if __name__ == "__main__":
