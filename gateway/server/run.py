@@ -56,8 +56,9 @@ async def check_isolation(config: Config) -> None:
         raise StartError(f'[isolation] mode = "sandbox": {problem}')
     if os.geteuid() == 0:
         log.warning(
-            "running as root: the kernel does not apply max_processes (RLIMIT_NPROC) to uid 0; "
-            "run the gateway as an unprivileged user (docs/isolation.md)"
+            "running as root: sandboxed agents read what root may read of the system, and the "
+            "kernel does not apply max_processes (RLIMIT_NPROC) to uid 0; run the gateway as an "
+            "unprivileged user (docs/isolation.md)"
         )
 
 

@@ -504,3 +504,29 @@ async def test_the_home_is_kept_with_the_session_across_a_restart(tmp_path):
         await eventually(lambda: not home.exists(), "the HOME to go with the session")
     finally:
         await gw.close()
+
+
+@pytest.mark.sandbox
+def test_serve_in_sandbox_mode_as_root_says_what_root_means(tmp_path):
+    """Warned at start exactly when serve runs as root (uid 0 gets no process limit, and reads
+    what root reads)."""
+    (tmp_path / "gateway.toml").write_text(
+        f'[server]\nworkspace_root = "{tmp_path}"\n[isolation]\nmode = "sandbox"\n'
+    )
+    proc = subprocess.Popen(
+        [*CLI, "serve", "--config", str(tmp_path / "gateway.toml"), "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        lines = []
+        while not lines or "listening" not in lines[-1]:
+            line = proc.stderr.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        said = "".join(lines)
+        assert ("running as root: sandboxed agents read" in said) == (os.geteuid() == 0), said
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
