@@ -283,12 +283,9 @@ async def test_isolation_none_is_said_too(tmp_path):
         await client.close()
 
 
-def test_a_team_without_the_sandbox_is_warned(tmp_path):
-    """With a users file and mode = "none", serve says at start (one line) what that means."""
-    (tmp_path / "users.toml").write_text("")
-    (tmp_path / "gateway.toml").write_text(
-        f'[server]\nworkspace_root = "{tmp_path}"\n[auth]\nusers_file = "{tmp_path}/users.toml"\n'
-    )
+def said_at_start(tmp_path, config: str) -> str:
+    """What ``serve`` with ``config`` (after its ``[server]`` line) logs until it listens."""
+    (tmp_path / "gateway.toml").write_text(f'[server]\nworkspace_root = "{tmp_path}"\n{config}')
     proc = subprocess.Popen(
         [*CLI, "serve", "--config", str(tmp_path / "gateway.toml"), "--port", "0"],
         stderr=subprocess.PIPE,
@@ -296,19 +293,25 @@ def test_a_team_without_the_sandbox_is_warned(tmp_path):
     )
     try:
         assert proc.stderr is not None
-        line = proc.stderr.readline()
-        while "listening" not in line and line:
-            assert "isolation" not in line or "several users" in line
-            if "several users" in line:
-                break
+        lines: list[str] = []
+        while not lines or "listening" not in lines[-1]:
             line = proc.stderr.readline()
-        assert (
-            'several users and [isolation] mode = "none": every agent can read every '
-            "session's files and the gateway's secrets (docs/isolation.md)"
-        ) in line
+            assert line, "".join(lines)
+            lines.append(line)
+        return "".join(lines)
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+def test_a_team_without_the_sandbox_is_warned(tmp_path):
+    """With a users file and mode = "none", serve says at start (one line) what that means."""
+    (tmp_path / "users.toml").write_text("")
+    said = said_at_start(tmp_path, f'[auth]\nusers_file = "{tmp_path}/users.toml"\n')
+    assert (
+        'several users and [isolation] mode = "none": every agent can read every '
+        "session's files and the gateway's secrets (docs/isolation.md)"
+    ) in said
 
 
 TRAPS_TERM = """
@@ -510,23 +513,5 @@ async def test_the_home_is_kept_with_the_session_across_a_restart(tmp_path):
 def test_serve_in_sandbox_mode_as_root_says_what_root_means(tmp_path):
     """Warned at start exactly when serve runs as root (uid 0 gets no process limit, and reads
     what root reads)."""
-    (tmp_path / "gateway.toml").write_text(
-        f'[server]\nworkspace_root = "{tmp_path}"\n[isolation]\nmode = "sandbox"\n'
-    )
-    proc = subprocess.Popen(
-        [*CLI, "serve", "--config", str(tmp_path / "gateway.toml"), "--port", "0"],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stderr is not None
-        lines = []
-        while not lines or "listening" not in lines[-1]:
-            line = proc.stderr.readline()
-            assert line, "".join(lines)
-            lines.append(line)
-        said = "".join(lines)
-        assert ("running as root: sandboxed agents read" in said) == (os.geteuid() == 0), said
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+    said = said_at_start(tmp_path, '[isolation]\nmode = "sandbox"\n')
+    assert ("running as root: sandboxed agents read" in said) == (os.geteuid() == 0), said
