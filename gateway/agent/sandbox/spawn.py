@@ -16,6 +16,7 @@ gateway), else a directory of a per-gateway temporary root, removed when the ses
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import shutil
@@ -141,7 +142,8 @@ def layout(
         prlimit=prlimit,
         workspace=os.path.abspath(workspace),
         home=os.path.abspath(home),
-        empty=_empty_file(),
+        # Made only when some file is to be covered with it (never for the probe).
+        empty=_empty_file() if any(not m.is_dir for m in masks.values()) else os.devnull,
         system=tuple(system),
         extra_ro=tuple(extra),
         masks=tuple(masks.values()),
@@ -212,6 +214,8 @@ def _temp() -> str:
     global _temp_root
     if _temp_root is None or not os.path.isdir(_temp_root):
         _temp_root = tempfile.mkdtemp(prefix="rawp-gateway-homes-")
+        # Its sessions' HOMEs go as they end; the root and its empty file with the gateway.
+        atexit.register(shutil.rmtree, _temp_root, True)
     return _temp_root
 
 
