@@ -29,6 +29,7 @@ from gateway.server.keys import (
 )
 from gateway.server.middleware import _caller, is_loopback
 from gateway.server.routes.sessions import _check_taking, _live, _session
+from gateway.session.fanout import CLOSE_TIMEOUT_SEC
 from gateway.team import roles
 
 
@@ -137,7 +138,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
                 with contextlib.suppress(asyncio.CancelledError):
                     await receiving
                 code, reason = conn.close_args
-                await ws.close(code=code, message=reason)
+                await _close(ws, code, reason, transport)
                 break
             msg = receiving.result()
             if msg.type == WSMsgType.TEXT:
@@ -152,3 +153,16 @@ async def websocket(request: web.Request) -> web.StreamResponse:
         if not conn.closed.is_set():
             await conn.aclose()
     return ws
+
+
+async def _close(
+    ws: web.WebSocketResponse, code: int, reason: bytes, transport: asyncio.BaseTransport
+) -> None:
+    """The close handshake, for at most ``CLOSE_TIMEOUT_SEC``: aiohttp would wait 10 s for the
+    master's close frame, and without limit for a full socket to take ours. A master that reads
+    nothing loses its socket instead (it reattaches with its last message id)."""
+    try:
+        async with asyncio.timeout(CLOSE_TIMEOUT_SEC):
+            await ws.close(code=code, message=reason)
+    except TimeoutError:
+        transport.abort()
