@@ -156,7 +156,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
 
 
 async def _close(
-    ws: web.WebSocketResponse, code: int, reason: bytes, transport: asyncio.BaseTransport
+    ws: web.WebSocketResponse, code: int, reason: bytes, transport: asyncio.Transport
 ) -> None:
     """The close handshake, for at most ``CLOSE_TIMEOUT_SEC``: aiohttp would wait 10 s for the
     master's close frame, and without limit for a full socket to take ours. A master that reads
