@@ -13,18 +13,22 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from tests.support.engine import STATE, UID, WORKSPACE, Container
+from tests.support.engine import STATE, UID, WORKSPACE, Container, Engine
 from tests.support.gateway_peer import SUBPROTOCOL, Master, of, prompt_and_wait
+from tests.support.paths import REPO
 from tests.support.rig import env as rigenv
 from tests.support.rig.run import make_server
 from tests.support.serve_process import stalled_master
+from tests.support.servers import free_port
 
 pytestmark = pytest.mark.image
 
@@ -32,6 +36,7 @@ pytestmark = pytest.mark.image
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAQAAAADCAIAAAA7ljmRAAAAEElEQVR4nGP4z8AARww4OQD1MQv1NXv7ggAAAABJRU5ErkJggg=="
 )
+COMPOSE = REPO / "deploy" / "docker-compose.yml"
 ENGINE_STOP_TIMEOUT = "10"  # docker stop / podman stop's default: SIGKILL after that
 
 
@@ -221,3 +226,70 @@ async def test_stop_suspends_to_the_state_volume_and_a_new_container_restores(en
                     await http.get(f"{box.url}/v1/session/{sid}", headers=box.headers)
                 ).json()
                 assert info["turn_index"] == 3, json.dumps(info)
+
+
+def compose(engine: Engine, project: str, *args: str, env: dict[str, str]) -> str:
+    """The engine's compose (``docker compose``, or Debian's ``podman-compose``) on
+    deploy/docker-compose.yml; its output."""
+    command = ["docker", "compose"] if engine.name == "docker" else ["podman-compose"]
+    proc = subprocess.run(
+        [*command, "-p", project, "-f", str(COMPOSE), *args],
+        env={**engine.env, **env},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+async def test_the_compose_file_brings_the_gateway_up_and_back_with_its_volumes(engine, token_file):
+    """deploy/docker-compose.yml's gateway service, with the image of these sources and the
+    token from a file: its port published on loopback, healthy, a demo turn; ``down`` (SIGTERM)
+    exits 0, and ``up`` again on the same named volumes restores the session."""
+    project = f"rawp-test-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    env = {
+        "RAWP_GATEWAY_IMAGE": engine.image,
+        "RAWP_GATEWAY_HOST_PORT": str(port),
+        "RAWP_GATEWAY_TOKEN_FILE": str(token_file),
+    }
+    labels = ["--filter", f"label=com.docker.compose.project={project}"]
+    box = Container(engine, "", f"http://127.0.0.1:{port}", token_file.read_text().strip())
+
+    def up() -> None:
+        compose(engine, project, "up", "-d", "gateway", env=env)
+        (box.name,) = engine.run(
+            "ps", "-a", *labels, "--filter", "label=com.docker.compose.service=gateway",
+            "--format", "{{.Names}}",
+        ).stdout.split()  # fmt: skip
+        box.wait_ready()
+
+    try:
+        up()
+        info = engine.inspect("container", box.name)
+        assert info["HostConfig"]["ReadonlyRootfs"] is True
+        bindings = info["HostConfig"]["PortBindings"]["8765/tcp"]
+        assert [(b["HostIp"], b["HostPort"]) for b in bindings] == [("127.0.0.1", str(port))]
+        if engine.name == "podman":
+            check = engine.run("healthcheck", "run", box.name, check=False)
+            assert check.returncode == 0, check.stdout + check.stderr
+        async with aiohttp.ClientSession() as http:
+            session = await create(http, box, agent="demo", name="composed")
+            master = await attach(http, box, session)
+            await master.next()
+            await prompt_and_wait(master, "hello", idle=True)
+            # podman-compose 1.0 stops with -t 1 unless told (stop_grace_period is not read).
+            compose(engine, project, "down", "-t", ENGINE_STOP_TIMEOUT, env=env)
+            assert engine.run("ps", "-a", "-q", *labels).stdout.split() == []
+            await master.drain_until_closed(timeout=10)
+            assert master.end is not None and master.end.data == 1012
+            up()
+            async with http.get(f"{box.url}/v1/sessions", headers=box.headers) as resp:
+                listed = (await resp.json())["sessions"]
+            assert [(s["name"], s["state"]) for s in listed] == [("composed", "DETACHED")]
+    finally:
+        compose(engine, project, "down", "-v", "-t", "0", env=env)
+        # podman-compose 1.0 leaves its network behind.
+        engine.run("network", "rm", "-f", f"{project}_default", check=False)
