@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.support.engine import STATE, UID, WORKSPACE, Container, Engine
+from tests.support.engine import CONFINED, SECURITY, STATE, UID, WORKSPACE, Container, Engine
 from tests.support.gateway_peer import SUBPROTOCOL, Master, of, prompt_and_wait
 from tests.support.paths import REPO
 from tests.support.rig import env as rigenv
@@ -175,8 +175,9 @@ async def test_claude_code_in_the_image_runs_a_turn_with_a_tool_call(engine, tok
                 await master.ws.close()
             made = box.exec("cat", f"{WORKSPACE}/made.txt").stdout
             assert made == "made in the image\n", box.logs()
-            claude_home = box.exec("ls", "-a", "/var/lib/rawp-gateway/home/.claude").stdout
-            assert "projects" in claude_home.split()  # its conversation, on the state volume
+            # Its conversation, in the session's HOME on the state volume (the sandbox's).
+            home = f"{STATE}/state/sessions/{session['session_id']}/home/.claude"
+            assert "projects" in box.exec("ls", "-a", home).stdout.split()
         paths = [r.path for r in server.requests]
         assert sum(p.startswith("/v1/messages") for p in paths) == 2, paths
     finally:
@@ -293,3 +294,58 @@ async def test_the_compose_file_brings_the_gateway_up_and_back_with_its_volumes(
         compose(engine, project, "down", "-v", "-t", "0", env=env)
         # podman-compose 1.0 leaves its network behind.
         engine.run("network", "rm", "-f", f"{project}_default", check=False)
+
+
+def process_names(box: Container) -> list[str]:
+    return box.exec(
+        "python3",
+        "-c",
+        "import os\nfor p in os.listdir('/proc'):\n if p.isdigit():\n"
+        "  print(open(f'/proc/{p}/comm').read().strip())",
+    ).stdout.split()
+
+
+async def test_agents_run_in_the_sandbox_inside_the_container(engine, token_file):
+    """The image's config runs agents under bubblewrap; with the settings of SECURITY (the
+    manifests' own) the sandbox is made inside the container: the gateway says so, the agent's
+    process is bwrap's child, and a turn runs in it."""
+    with engine.volumes() as volumes, engine.gateway(volumes, token_file) as box:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{box.url}/v1/agents", headers=box.headers) as resp:
+                agents = (await resp.json())["agents"]
+            assert {a["isolation"] for a in agents} == {"sandbox"}
+            session = await create(http, box, agent="demo")
+            assert session["isolation"] == "sandbox"
+            master = await attach(http, box, session)
+            await master.next()
+            frames = await prompt_and_wait(master, "hello from the sandbox", idle=True)
+            assert of(frames, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
+            assert "bwrap" in process_names(box)
+            await master.ws.close()
+
+
+@pytest.mark.parametrize("without", ["all three", "unmasked_proc", "seccomp"])
+def test_without_the_sandbox_settings_the_gateway_refuses_to_start_and_says_why(
+    engine, token_file, without
+):
+    """The engine's defaults (a masked /proc, its seccomp profile), or either one of them alone:
+    ``serve`` never runs agents unsandboxed; it exits at once with the line docs/isolation.md
+    quotes. (AppArmor is not enabled on the machine the tests run on: its setting cannot be shown
+    to matter here.)"""
+    security = CONFINED if without == "all three" else {**SECURITY, without: CONFINED[without]}
+    with (
+        engine.volumes() as volumes,
+        engine.gateway(volumes, token_file, security=security, wait=False) as box,
+    ):
+        end = time.monotonic() + 60
+        while box.running():
+            assert time.monotonic() < end, box.logs()
+            time.sleep(0.1)
+        state = engine.inspect("container", box.name)["State"]
+        logs = box.logs()
+    assert state["ExitCode"] != 0, logs
+    assert (
+        'rawp-gateway: [isolation] mode = "sandbox": bubblewrap cannot make the agent sandbox '
+        "here (bwrap: "
+    ) in logs
+    assert "docs/isolation.md" in logs

@@ -587,11 +587,21 @@ def test_the_manifests_run_the_gateway_with_the_security_settings_the_image_test
     assert context["capabilities"]["drop"] == SECURITY["drop_capabilities"]
     assert context["allowPrivilegeEscalation"] is not SECURITY["no_new_privileges"]
     assert "/tmp" in {m["mountPath"] for m in container["volumeMounts"]}  # --tmpfs /tmp
+    assert (context.get("procMount") == "Unmasked") is SECURITY["unmasked_proc"]
+    if SECURITY["unmasked_proc"]:
+        assert pod["hostUsers"] is False  # Kubernetes allows procMount: Unmasked only then
+    assert context["seccompProfile"]["type"] == SECURITY["seccomp"].capitalize()
+    assert context["appArmorProfile"]["type"] == SECURITY["apparmor"].capitalize()
+    assert "seccompProfile" not in pod["securityContext"]  # the container's is the one that counts
 
     gateway = load_yaml(DEPLOY / "docker-compose.yml")["services"]["gateway"]
     assert gateway["read_only"] is SECURITY["read_only_root"] and "/tmp" in gateway["tmpfs"]
     assert gateway["cap_drop"] == SECURITY["drop_capabilities"]
-    assert ("no-new-privileges:true" in gateway["security_opt"]) is SECURITY["no_new_privileges"]
+    opts = set(gateway["security_opt"])
+    assert ("no-new-privileges:true" in opts) is SECURITY["no_new_privileges"]
+    assert ("systempaths=unconfined" in opts) is SECURITY["unmasked_proc"]
+    assert f"seccomp={SECURITY['seccomp']}" in opts
+    assert f"apparmor={SECURITY['apparmor']}" in opts
     assert "user" not in gateway  # the image's own USER:
     (user,) = re.findall(r"(?m)^USER\s+(\S+)", final_stage(dockerfile()))
     assert user == f"{SECURITY['run_as_user']}:{SECURITY['run_as_group']}"

@@ -38,15 +38,29 @@ WORKSPACE = "/workspace"
 STATE = "/var/lib/rawp-gateway"  # the state volume: state_dir and the agent's home
 TOKEN_PATH = "/run/secrets/rawp-token"  # deploy/config.toml's token_file
 
-# How the gateway's container runs, everywhere: stated here once. `proc_unmasked`: the sandbox
-# mode's bubblewrap mounts a fresh /proc, which a masked /proc (an engine's default) forbids;
-# `seccomp` "Unconfined": the engines' default profiles refuse the user namespace bubblewrap makes.
+# How the gateway's container runs, everywhere: stated here once. The image runs its agents in the
+# bubblewrap sandbox ([isolation] mode = "sandbox" in deploy/config.toml), which makes a user
+# namespace, mounts a fresh /proc and sets a hostname inside the container; the last three settings
+# allow that and are what the engines and Kubernetes take away by default (docs/isolation.md, "In a
+# container"): `unmasked_proc` (no paths of /proc covered: the kernel refuses a new proc mount
+# otherwise), `seccomp` and `apparmor` "unconfined" (the runtimes' default profiles refuse mount,
+# sethostname and namespaces to a process without CAP_SYS_ADMIN).
 SECURITY: dict[str, Any] = {
     "run_as_user": UID,
     "run_as_group": UID,
     "read_only_root": True,
     "drop_capabilities": ["ALL"],
     "no_new_privileges": True,
+    "unmasked_proc": True,
+    "seccomp": "unconfined",
+    "apparmor": "unconfined",
+}
+# What is left of it without the three the sandbox needs: the engines' defaults.
+CONFINED: dict[str, Any] = {
+    **SECURITY,
+    "unmasked_proc": False,
+    "seccomp": None,
+    "apparmor": None,
 }
 
 
@@ -89,6 +103,12 @@ class Engine:
             args += ["--cap-drop", cap]
         if security["no_new_privileges"]:
             args += ["--security-opt", "no-new-privileges"]
+        # Docker's spelling; podman takes it too (its own is unmask=ALL).
+        if security["unmasked_proc"]:
+            args += ["--security-opt", "systempaths=unconfined"]
+        for opt in ("seccomp", "apparmor"):
+            if security[opt]:
+                args += ["--security-opt", f"{opt}={security[opt]}"]
         return args
 
     @contextlib.contextmanager
