@@ -137,7 +137,7 @@ EOF
   find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 -not -name locale.alias -exec rm -rf {} +
   rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/var/cache/debconf/*-old \
     "$root"/usr/share/man/* "$root"/usr/share/info/* "$root"/usr/share/groff/* \
-    "$root"/usr/share/lintian/* "$root"/var/log/* "$root"/tmp/* "$root"/root/.bash_history
+    "$root"/usr/share/lintian/* "$root"/var/log/* "$root"/tmp/*
   tar -C "$root" --numeric-owner -cf - . |
     podman import --change 'CMD ["bash"]' - "$name" >/dev/null
   rm -rf "$root"

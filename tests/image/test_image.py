@@ -16,7 +16,7 @@ import json
 import subprocess
 import time
 import uuid
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import aiohttp
@@ -176,8 +176,8 @@ async def test_claude_code_in_the_image_runs_a_turn_with_a_tool_call(engine, tok
             made = box.exec("cat", f"{WORKSPACE}/made.txt").stdout
             assert made == "made in the image\n", box.logs()
             # Its conversation, in the session's HOME on the state volume (the sandbox's).
-            home = f"{STATE}/state/sessions/{session['session_id']}/home/.claude"
-            assert "projects" in box.exec("ls", "-a", home).stdout.split()
+            home = PurePosixPath(STATE, "state", "sessions", session["session_id"], "home")
+            assert "projects" in box.exec("ls", "-a", str(home / ".claude")).stdout.split()
         paths = [r.path for r in server.requests]
         assert sum(p.startswith("/v1/messages") for p in paths) == 2, paths
     finally:
