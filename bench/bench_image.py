@@ -91,7 +91,7 @@ def host_run(token_file: Path, workspace: Path, state: Path) -> tuple[float, int
 def sizes(engine: Engine) -> list[tuple[str, int]]:
     """The image's largest parts, measured inside it."""
     box = engine.run(
-        "run", "--rm", "--entrypoint", "du", engine.image,
+        "run", "--rm", "--user", "0", "--no-healthcheck", "--entrypoint", "du", engine.image,
         "-sb", "/usr/local/bin/claude", "/opt/rawp-gateway", "/usr", "/var", "/etc",
     ).stdout  # fmt: skip
     return [(path, int(n)) for n, path in (line.split("\t") for line in box.splitlines())]
