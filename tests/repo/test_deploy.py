@@ -363,12 +363,15 @@ def test_gateway_probes_liveness_on_healthz_readiness_on_readyz():
 
 
 def test_termination_grace_covers_the_suspend():
-    """SIGTERM suspends every session: the agent's grace (shutdown_grace_sec, SIGKILL after) and
-    up to 5 s for the WebSockets' close, side by side, must end before Kubernetes' SIGKILL."""
+    """SIGTERM suspends every session: the agent's grace (shutdown_grace_sec, SIGKILL after), then
+    up to 2 + 2 s for the WebSockets' close (CLOSE_TIMEOUT_SEC each for the last frames and the
+    handshake), must end well before Kubernetes' SIGKILL."""
     from gateway.config import Config
 
     grace = gateway_config()["server"].get("shutdown_grace_sec", Config().shutdown_grace_sec)
-    assert gateway_pod()["terminationGracePeriodSeconds"] >= 2 * (grace + 5)
+    from gateway.session.fanout import CLOSE_TIMEOUT_SEC
+
+    assert gateway_pod()["terminationGracePeriodSeconds"] >= 2 * (grace + 2 * CLOSE_TIMEOUT_SEC)
 
 
 def test_compose_keeps_state_dir_and_the_agent_home_on_the_state_volume():
