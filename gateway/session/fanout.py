@@ -273,6 +273,11 @@ class MasterConnection:
         code, reason = self._closing or (WSCloseCode.OK, "")
         return code, reason.encode()[:123]
 
+    def abort(self) -> None:
+        """Drop the socket now, with no close handshake (a peer that does not answer one)."""
+        if self._abort is not None:
+            self._abort()
+
     def _abort_if_open(self) -> None:
         if not self._transport.is_closing() and self._abort is not None:
             self._abort()
