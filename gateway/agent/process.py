@@ -544,8 +544,10 @@ class AgentProcess(StdoutReader):
         ended by the signal would end the whole sandbox at once, with SIGKILL."""
         found = self._descendants(procs)
         found -= {p.pid for p in procs.values() if p.ppid == self._pid}
-        if found:
-            _signal_pids(found, sig, procs)
+        # Oldest first, as a group signal would reach them at once: the agent before the tool
+        # it runs, so that it never sees its tool die and goes on before its own signal comes.
+        for pid in sorted(found, key=lambda pid: procs[pid].start):
+            _signal_pids({pid}, sig, procs)
         return bool(found) or not self._exit.done()
 
     async def terminate(self, grace: float = DEFAULT_GRACE_S) -> ExitStatus:

@@ -141,6 +141,7 @@ class AgentLink:
             workspace=str(self.workspace),
             home=sandboxes.session_home(self.id, where),
             hidden=self.config.hidden_paths,
+            template=self.profile.env.get("HOME"),
         )
 
     async def _run_process(self, argv: list[str], *, close_stdin: bool = False) -> None:

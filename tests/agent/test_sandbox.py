@@ -97,7 +97,8 @@ async def test_every_escape_fails_and_the_agent_still_works(tmp_path):
         # dir's records and frames: absent, or (the config under the read-only /etc) empty.
         for path, result in found["read"].items():
             assert refused_or_empty(result), (path, result)
-        assert found["read"][str(dep.files["config"])] == {"ok": True, "value": ""}
+        if dep.config.is_relative_to("/etc"):  # under the read-only /etc, as in the image
+            assert found["read"][str(dep.files["config"])] == {"ok": True, "value": ""}
         for path, result in found["list"].items():
             # At most the mount points on the way to its own workspace and HOME.
             own = {"alice", "sessions", alice["session_id"]}
@@ -132,6 +133,22 @@ async def test_every_escape_fails_and_the_agent_still_works(tmp_path):
             agents = (await resp.json())["agents"]
         assert {a["isolation"] for a in agents} == {"sandbox"}
         assert alice["isolation"] == "sandbox"
+
+
+async def test_without_the_sandbox_the_same_agent_escapes(tmp_path):
+    """The control: the same hostile agent with mode = "none" reads the token file and bob's
+    notes, and the gateway's own environment (the token in it) through /proc, which is what the
+    sandbox is for; only its own environment is clean, in every mode."""
+    async with deployment(mode="none") as dep, aiohttp.ClientSession() as http:
+        plan = {
+            "read": [str(dep.files["token"]), str(dep.files["bob_secret"])],
+            "proc": [dep.proc.pid],
+        }
+        found, _, session = await hostile_turn(dep, http, plan)
+        assert session["isolation"] == "none"
+        assert found["gateway_env"] == {}
+        assert all(r["ok"] and SECRET in r["value"] for r in found["read"].values())
+        assert SECRET in found["proc"][f"{dep.proc.pid}/environ"]["value"]
 
 
 @pytest.mark.sandbox
@@ -235,11 +252,13 @@ async def test_a_session_whose_sandbox_cannot_be_made_fails_and_its_agent_never_
     client = await start_gateway(config)
     try:
         monkeypatch.setenv("PATH", str(tmp_path))
-        resp = await client.post("/v1/session", json={"agent": "demo"})
-        assert resp.status == 502
-        body = await resp.json()
-        assert body["error_code"] == "AGENT_START_FAILED"
-        assert "needs bwrap on PATH" in body["message"]
+        for agent in ("demo", "plain"):  # long-lived, and one process per prompt
+            resp = await client.post("/v1/session", json={"agent": agent})
+            assert resp.status == 502
+            body = await resp.json()
+            assert body["error_code"] == "AGENT_START_FAILED"
+            assert "needs bwrap on PATH" in body["message"]
+        assert (await (await client.get("/v1/sessions")).json())["sessions"] == []
     finally:
         await client.close()
 

@@ -229,3 +229,27 @@ def test_the_limit_an_agent_ran_into_is_named():
     assert "max_memory_mb (4096)" in (limit_named(SANDBOX, "Traceback...\nMemoryError\n") or "")
     assert limit_named(SANDBOX, "Error: invalid API key") is None
     assert limit_named(Isolation(), "MemoryError") is None  # not sandboxed: no such limit
+
+
+def test_paths_in_the_profiles_own_home_move_to_the_sessions():
+    """A profile whose env sets HOME (its settings, a CLI's own config dir below it): the
+    session's HOME started as a copy of it, and what named a path in it names that path in the
+    session's HOME."""
+    lay = layout()
+    env = sandbox_environment(
+        {
+            "HOME": "/etc/agent-home",
+            "CODEX_HOME": "/etc/agent-home/.codex",
+            "TMPDIR": "/etc/agent-home/tmp",
+            "OTHER": "/etc/agent-homely",
+        },
+        SANDBOX,
+        lay,
+        template="/etc/agent-home/",
+    )
+    assert env == {
+        "HOME": lay.home,
+        "CODEX_HOME": f"{lay.home}/.codex",
+        "TMPDIR": f"{lay.home}/tmp",
+        "OTHER": "/etc/agent-homely",
+    }

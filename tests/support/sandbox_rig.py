@@ -173,7 +173,9 @@ async def deployment(**isolation: Any) -> AsyncIterator[Deployment]:
             [*python, "-m", "gateway", "serve", "--config", str(config), "--port", str(port)],
             stderr=subprocess.PIPE,
             cwd=base,
-            env={**env, **python_env, "HOME": str(base)},
+            # The admin token in serve's environment too, as a deployment may give it: the
+            # variable an agent must never see.
+            env={**env, **python_env, "HOME": str(base), "RAWP_GATEWAY_TOKEN": tokens["admin"]},
             **({"user": uid, "group": uid, "extra_groups": []} if os.geteuid() == 0 else {}),
         )
         url = f"http://127.0.0.1:{port}"

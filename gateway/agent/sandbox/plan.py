@@ -207,12 +207,19 @@ def bwrap_argv(settings: Isolation, layout: Layout, command: Sequence[str], cwd:
 
 
 def sandbox_environment(
-    env: Mapping[str, str], settings: Isolation, layout: Layout
+    env: Mapping[str, str], settings: Isolation, layout: Layout, template: str | None = None
 ) -> dict[str, str]:
     """The agent's environment inside: ``env`` (already without the gateway's settings) with
-    ``HOME`` the session's own, ``TMPDIR`` the private ``/tmp`` unless it names a directory the
-    agent writes to, and the XDG directories it cannot see dropped."""
+    ``HOME`` the session's own, a variable naming a path in ``template`` (the profile's own
+    ``HOME``, which the session's was copied from) naming the same path in the session's HOME,
+    ``TMPDIR`` the private ``/tmp`` unless it names a directory the agent writes to, and the XDG
+    directories it cannot see dropped."""
     out = dict(env)
+    if template:
+        top = posixpath.normpath(template)
+        for name, value in env.items():
+            if value.startswith("/") and _within(posixpath.normpath(value), top):
+                out[name] = layout.home + posixpath.normpath(value)[len(top) :]
     out["HOME"] = layout.home
     writable = ("/tmp", layout.workspace, layout.home, *settings.bind_rw)
 

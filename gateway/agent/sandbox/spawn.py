@@ -303,15 +303,23 @@ class SpawnSandbox:
     ``bwrap`` argv and the environment to start it with (``env`` has no gateway setting already:
     ``bwrap``'s own environment is what the sandbox's ``/proc/1/environ`` shows)."""
 
-    __slots__ = ("hidden", "home", "settings", "workspace")
+    __slots__ = ("hidden", "home", "settings", "template", "workspace")
 
     def __init__(
-        self, settings: Isolation, *, workspace: str, home: str, hidden: Sequence[str]
+        self,
+        settings: Isolation,
+        *,
+        workspace: str,
+        home: str,
+        hidden: Sequence[str],
+        template: str | None = None,
     ) -> None:
         self.settings = settings
         self.workspace = os.path.abspath(workspace)
         self.home = home
         self.hidden = hidden
+        # The profile's own HOME (its env's), if it names one: what a new HOME starts as.
+        self.template = template if template and os.path.isabs(template) else None
 
     async def wrap(
         self, argv: Sequence[str], env: Mapping[str, str], cwd: str
@@ -320,6 +328,14 @@ class SpawnSandbox:
         if problem is not None:
             raise AgentStartError(problem)
         bwrap, prlimit = _tools(env)
+        if self.template is not None and os.path.isdir(self.template) and not os.listdir(self.home):
+            loop = asyncio.get_running_loop()
+            try:
+                await loop.run_in_executor(None, copy_home, self.template, self.home)
+            except (HomeTooLarge, OSError) as err:
+                raise AgentStartError(
+                    f"the profile's HOME {self.template} cannot be copied into the session's: {err}"
+                ) from None
         others = [
             path
             for path in _workspaces.values()
@@ -335,5 +351,5 @@ class SpawnSandbox:
         )
         return (
             bwrap_argv(self.settings, plan, argv, cwd),
-            sandbox_environment(env, self.settings, plan),
+            sandbox_environment(env, self.settings, plan, self.template),
         )

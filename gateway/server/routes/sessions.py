@@ -27,6 +27,7 @@ from gateway.agent import conversations
 from gateway.agent.environment import agent_environment
 from gateway.agent.exit import missing_executable
 from gateway.agent.sandbox import SpawnSandbox
+from gateway.agent.sandbox import probe as sandbox_probe
 from gateway.agent.sandbox import spawn as sandboxes
 from gateway.api_error import ApiError
 from gateway.config import AgentProfile, Config
@@ -231,11 +232,17 @@ async def start_session(
 ) -> LiveSession:
     """Create, register and start a session of the caller's from what was validated already
     (``POST /v1/session``, an ACP client's ``session/new``); audited. ``seed``: in sandbox mode,
-    the HOME of the caller's session that holds the conversation ``resume`` continues."""
+    the sandbox whose HOME holds the conversation ``resume`` names."""
     app = request.app
     config = app[CONFIG]
     agent = profile.name
     window = config.reattach_window_sec if reattach_window_sec is None else reattach_window_sec
+    if config.isolation.sandboxed:  # never an agent outside it, single-turn ones included
+        problem = await sandbox_probe(config.isolation, agent_environment(profile.env))
+        if problem is not None:
+            raise ApiError(
+                502, "AGENT_START_FAILED", f"the {agent} agent could not start: {problem}"
+            )
     # Everything is valid: only now is anything created (the session, its agent).
     _check_taking(app, new_session=True)
     if _held(app) >= config.max_sessions:

@@ -5,7 +5,7 @@ Python, inside the sandbox or out.
 
 The prompt is a JSON object:
 
-  {"read": [PATH...],            files to read (each: its first 200 bytes, or the error)
+  {"read": [PATH...],            files to read (each: its first 64 KiB, or the error)
    "list": [PATH...],            directories to list
    "plant": [PATH...],           files to create (each: "ok" or the error)
    "kill": [PID...],             pids to SIGKILL (host pids of the gateway and another agent)
@@ -37,7 +37,7 @@ def attempt(fn, *args):
 
 def read(path: str) -> str:
     with open(path, "rb") as f:
-        return f.read(200).decode(errors="replace")
+        return f.read(1 << 16).decode(errors="replace")
 
 
 def plant(path: str) -> str:
@@ -88,10 +88,13 @@ def main() -> None:
         ),
         "proc_pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
     }
-    with open("/proc/1/environ", "rb") as f:
-        out["pid1_gateway_vars"] = [
-            v.decode(errors="replace") for v in f.read().split(b"\0") if b"RAWP_GATEWAY_" in v
-        ]
+    try:
+        with open("/proc/1/environ", "rb") as f:
+            out["pid1_gateway_vars"] = [
+                v.decode(errors="replace") for v in f.read().split(b"\0") if b"RAWP_GATEWAY_" in v
+            ]
+    except OSError as err:  # outside a sandbox pid 1 is the machine's init
+        out["pid1_gateway_vars"] = f"{type(err).__name__}: {err}"
     out["read"] = {p: attempt(read, p) for p in plan.get("read", [])}
     out["list"] = {p: attempt(lambda p=p: sorted(os.listdir(p))) for p in plan.get("list", [])}
     out["plant"] = {p: attempt(plant, p) for p in plan.get("plant", [])}
