@@ -153,7 +153,7 @@ class Engine:
                 box.ready_after = box.wait_ready() - started
             yield box
         finally:
-            self.run("rm", "-f", "-t", "0", name, check=False)
+            self.run("rm", "-f", "-v", "-t", "0", name, check=False)  # -v: anonymous ones too
 
 
 @dataclass
