@@ -1,0 +1,382 @@
+"""The stdio relay's decisions (gateway/client/acp_relay.py), messages in and messages out: ids
+kept apart, a reconnect that loads the sessions again, no update lost or repeated, requests in
+flight at a drop, permission questions asked again, and every bound. The messages are ACP 1's
+(an editor's ``initialize``, ``session/new``, ``session/prompt``, ``session/cancel``; the
+gateway's ``session/update`` with ``_meta.rawp.seq`` and ``session/request_permission``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gateway.client.acp_relay import (
+    CONNECTION_LOST,
+    GATEWAY_UNREACHABLE,
+    TOO_MANY_REQUESTS,
+    Log,
+    Relay,
+    RelayLimits,
+    ToEditor,
+    ToGateway,
+)
+
+SESSION = "6f1c2a0e-3c1d-4b8e-9f43-0a1b2c3d4e5f"
+INIT_PARAMS = {
+    "protocolVersion": 1,
+    "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}},
+    "clientInfo": {"name": "zed", "version": "0.220.0"},
+}
+MCP = [{"name": "fs", "command": "mcp-fs", "args": [], "env": []}]
+
+
+def line(message: dict[str, Any]) -> bytes:
+    return json.dumps(message).encode()
+
+
+def to_editor(actions: list[Any]) -> list[dict[str, Any]]:
+    out = []
+    for a in actions:
+        if isinstance(a, ToEditor):
+            assert a.data.endswith(b"\n") and a.data.count(b"\n") == 1
+            out.append(json.loads(a.data))
+    return out
+
+
+def to_gateway(actions: list[Any]) -> list[dict[str, Any]]:
+    return [json.loads(a.data) for a in actions if isinstance(a, ToGateway)]
+
+
+def logs(actions: list[Any]) -> list[str]:
+    return [a.text for a in actions if isinstance(a, Log)]
+
+
+def request(id_: Any, method: str, params: dict[str, Any]) -> bytes:
+    return line({"jsonrpc": "2.0", "id": id_, "method": method, "params": params})
+
+
+def result(id_: Any, value: Any) -> bytes:
+    return line({"jsonrpc": "2.0", "id": id_, "result": value})
+
+
+def update(seq: int | None, text: str, session: str = SESSION) -> bytes:
+    params: dict[str, Any] = {
+        "sessionId": session,
+        "update": {
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": text},
+        },
+    }
+    if seq is not None:
+        params["_meta"] = {"rawp": {"seq": seq}}
+    return line({"jsonrpc": "2.0", "method": "session/update", "params": params})
+
+
+def texts(messages: list[dict[str, Any]]) -> list[str]:
+    return [
+        m["params"]["update"]["content"]["text"]
+        for m in messages
+        if m.get("method") == "session/update"
+    ]
+
+
+def question(id_: Any, tool_call_id: str = "toolu_01") -> bytes:
+    return request(
+        id_,
+        "session/request_permission",
+        {
+            "sessionId": SESSION,
+            "toolCall": {"toolCallId": tool_call_id, "title": "Bash: ls", "kind": "execute"},
+            "options": [
+                {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+                {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+            ],
+        },
+    )
+
+
+def allow(id_: Any) -> bytes:
+    return result(id_, {"outcome": {"outcome": "selected", "optionId": "allow"}})
+
+
+def live_session(relay: Relay | None = None) -> Relay:
+    """A relay connected, initialized by the editor, with SESSION made by session/new."""
+    relay = relay or Relay()
+    relay.connected()
+    [init] = to_gateway(relay.editor_line(request(0, "initialize", INIT_PARAMS)))
+    relay.gateway_message(result(init["id"], {"protocolVersion": 1, "agentCapabilities": {}}))
+    [new] = to_gateway(
+        relay.editor_line(request(1, "session/new", {"cwd": "/work/app", "mcpServers": MCP}))
+    )
+    [answer] = to_editor(relay.gateway_message(result(new["id"], {"sessionId": SESSION})))
+    assert answer["result"]["sessionId"] == SESSION and answer["id"] == 1
+    return relay
+
+
+def reconnect(relay: Relay, *, replay: list[bytes] = ()) -> list[Any]:
+    """Drop, reconnect, answer the relay's initialize and session/load (replaying ``replay``)."""
+    out = relay.connected()
+    [init] = to_gateway(out)
+    assert init["method"] == "initialize" and init["params"] == INIT_PARAMS
+    loads = to_gateway(relay.gateway_message(result(init["id"], {"protocolVersion": 1})))
+    assert [m["method"] for m in loads] == ["session/load"]
+    assert loads[0]["params"] == {"sessionId": SESSION, "cwd": "/work/app", "mcpServers": MCP}
+    actions: list[Any] = []
+    for message in replay:
+        actions += relay.gateway_message(message)
+    actions += relay.gateway_message(result(loads[0]["id"], {}))
+    return actions
+
+
+def test_ids_on_the_socket_are_the_relays_and_answers_come_back_under_the_editors():
+    relay = Relay()
+    assert relay.connected() == []
+    [sent] = to_gateway(relay.editor_line(request("init-a", "initialize", INIT_PARAMS)))
+    assert sent["id"] != "init-a" and isinstance(sent["id"], int)
+    assert sent["params"] == INIT_PARAMS
+    reply = {"protocolVersion": 1, "agentCapabilities": {"loadSession": True}}
+    [back] = to_editor(relay.gateway_message(result(sent["id"], reply)))
+    assert back == {"jsonrpc": "2.0", "id": "init-a", "result": reply}
+
+
+def test_what_the_editor_sends_before_the_socket_opens_waits_in_order():
+    relay = Relay()
+    assert relay.editor_line(request(0, "initialize", INIT_PARAMS)) == []
+    assert relay.editor_line(request(1, "session/list", {})) == []
+    sent = to_gateway(relay.connected())
+    assert [m["method"] for m in sent] == ["initialize", "session/list"]
+
+
+def test_a_reconnect_initializes_again_and_loads_every_session_before_anything_else():
+    relay = live_session()
+    relay.disconnected("closed")
+    # The editor prompts while the relay is away: it waits, it is not lost.
+    assert (
+        relay.editor_line(request(2, "session/prompt", {"sessionId": SESSION, "prompt": []})) == []
+    )
+    out = reconnect(relay)
+    [prompt] = to_gateway(out)
+    assert prompt["method"] == "session/prompt" and prompt["params"]["sessionId"] == SESSION
+    assert relay.live
+    assert any("loaded again" in text for text in logs(out))
+
+
+def test_a_reload_passes_on_exactly_the_updates_the_editor_missed():
+    relay = live_session()
+    seen = to_editor(relay.gateway_message(update(1, "a")) + relay.gateway_message(update(2, "b")))
+    assert texts(seen) == ["a", "b"]
+    relay.disconnected("reset by peer")
+    out = reconnect(relay, replay=[update(1, "a"), update(2, "b"), update(3, "c"), update(4, "d")])
+    assert texts(to_editor(out)) == ["c", "d"]
+    # Live ones continue; a duplicate after them is dropped too.
+    assert texts(to_editor(relay.gateway_message(update(5, "e")))) == ["e"]
+    assert relay.gateway_message(update(4, "d")) == []
+
+
+def test_updates_of_different_sessions_are_counted_apart():
+    relay = live_session()
+    other = "0d9e6b1a-1111-4222-8333-444455556666"
+    assert texts(to_editor(relay.gateway_message(update(7, "x", session=other)))) == ["x"]
+    assert texts(to_editor(relay.gateway_message(update(1, "a")))) == ["a"]
+
+
+def test_a_prompt_in_flight_at_the_drop_is_answered_with_an_error_and_never_sent_twice():
+    relay = live_session()
+    [prompt] = to_gateway(
+        relay.editor_line(
+            request(
+                5,
+                "session/prompt",
+                {"sessionId": SESSION, "prompt": [{"type": "text", "text": "hi"}]},
+            )
+        )
+    )
+    [error] = to_editor(relay.disconnected("closed"))
+    assert error["id"] == 5
+    assert error["error"]["data"]["error_code"] == CONNECTION_LOST
+    assert "turn goes on" in error["error"]["message"]
+    out = reconnect(relay, replay=[update(1, "the turn's answer")])
+    assert [m for m in to_gateway(out) if m.get("method") == "session/prompt"] == []
+    assert texts(to_editor(out)) == ["the turn's answer"]
+    # The old relay id means nothing any more.
+    assert to_editor(relay.gateway_message(result(prompt["id"], {"stopReason": "end_turn"}))) == []
+
+
+def test_a_session_new_in_flight_is_refused_not_repeated():
+    relay = live_session()
+    relay.editor_line(request(6, "session/new", {"cwd": "/work/b", "mcpServers": []}))
+    [error] = to_editor(relay.disconnected())
+    assert error["id"] == 6 and error["error"]["data"]["error_code"] == CONNECTION_LOST
+    assert relay.sessions == [SESSION]
+
+
+def test_retry_safe_requests_in_flight_are_sent_again_after_the_reload():
+    relay = live_session()
+    relay.editor_line(request(7, "session/list", {}))
+    relay.editor_line(request(8, "session/set_mode", {"sessionId": SESSION, "modeId": "plan"}))
+    assert to_editor(relay.disconnected()) == []
+    out = reconnect(relay)
+    again = to_gateway(out)
+    assert [m["method"] for m in again] == ["session/list", "session/set_mode"]
+    [answer] = to_editor(relay.gateway_message(result(again[0]["id"], {"sessions": []})))
+    assert answer["id"] == 7
+
+
+def test_an_editor_load_in_flight_is_sent_again_and_its_replay_is_filtered():
+    relay = live_session()
+    other = "0d9e6b1a-1111-4222-8333-444455556666"
+    relay.editor_line(
+        request(9, "session/load", {"sessionId": other, "cwd": "/w", "mcpServers": []})
+    )
+    relay.gateway_message(update(1, "old", session=other))  # part of the first replay
+    relay.disconnected()
+    out = reconnect(relay)
+    [load] = to_gateway(out)
+    assert load["method"] == "session/load" and load["params"]["sessionId"] == other
+    replay = relay.gateway_message(update(1, "old", session=other))
+    replay += relay.gateway_message(update(2, "new", session=other))
+    assert texts(to_editor(replay)) == ["new"]
+    [answer] = to_editor(relay.gateway_message(result(load["id"], {})))
+    assert answer["id"] == 9
+    assert relay.sessions == [SESSION, other]
+
+
+def test_a_cancel_sent_while_away_reaches_the_gateway_after_the_reload():
+    relay = live_session()
+    relay.editor_line(request(5, "session/prompt", {"sessionId": SESSION, "prompt": []}))
+    relay.disconnected()
+    cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": SESSION}}
+    assert relay.editor_line(line(cancel)) == []
+    assert to_gateway(reconnect(relay)) == [cancel]
+
+
+def test_a_permission_question_reaches_the_editor_under_the_relays_id_and_back():
+    relay = live_session()
+    [asked] = to_editor(relay.gateway_message(question("g-7")))
+    assert asked["method"] == "session/request_permission" and asked["id"] != "g-7"
+    [answer] = to_gateway(relay.editor_line(allow(asked["id"])))
+    assert answer["id"] == "g-7" and answer["result"]["outcome"]["optionId"] == "allow"
+
+
+def test_a_question_asked_again_after_a_reload_is_not_shown_twice():
+    relay = live_session()
+    [asked] = to_editor(relay.gateway_message(question(3)))
+    relay.disconnected()
+    relay.connected()
+    # The gateway asks again on the new connection (ids restart): the editor is not asked again.
+    assert relay.gateway_message(question(0)) == []
+    [answer] = to_gateway(relay.editor_line(allow(asked["id"])))
+    assert answer["id"] == 0
+
+
+def test_an_answer_given_while_away_goes_to_the_question_asked_again():
+    relay = live_session()
+    [asked] = to_editor(relay.gateway_message(question(3)))
+    relay.disconnected()
+    assert relay.editor_line(allow(asked["id"])) == []
+    out = relay.connected()
+    [init] = to_gateway(out)
+    [load] = to_gateway(relay.gateway_message(result(init["id"], {"protocolVersion": 1})))
+    [answer] = to_gateway(relay.gateway_message(question(12)))
+    assert answer["id"] == 12 and answer["result"]["outcome"]["optionId"] == "allow"
+    relay.gateway_message(result(load["id"], {}))
+    # Settled: a later answer to the same editor id is dropped.
+    assert to_gateway(relay.editor_line(allow(asked["id"]))) == []
+
+
+def test_a_session_that_cannot_be_loaded_again_is_forgotten_with_a_line_on_stderr():
+    relay = live_session()
+    relay.disconnected()
+    [init] = to_gateway(relay.connected())
+    [load] = to_gateway(relay.gateway_message(result(init["id"], {})))
+    gone = {
+        "jsonrpc": "2.0",
+        "id": load["id"],
+        "error": {
+            "code": -32002,
+            "message": "no such session",
+            "data": {"error_code": "SESSION_NOT_FOUND"},
+        },
+    }
+    out = relay.gateway_message(line(gone))
+    assert any(SESSION in text and "SESSION_NOT_FOUND" in text for text in logs(out))
+    assert relay.sessions == [] and relay.live
+
+
+def test_queued_requests_are_refused_once_the_gateway_stays_unreachable():
+    relay = Relay(RelayLimits(fail_queue_after=3))
+    relay.editor_line(request(0, "initialize", INIT_PARAMS))
+    cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": SESSION}}
+    relay.editor_line(line(cancel))
+    assert to_editor(relay.connect_failed("connection refused", 0.5)) == []
+    assert to_editor(relay.connect_failed("connection refused", 1)) == []
+    out = relay.connect_failed("connection refused", 2)
+    [error] = to_editor(out)
+    assert error["id"] == 0 and error["error"]["data"]["error_code"] == GATEWAY_UNREACHABLE
+    assert any("connection refused" in text and "retrying in 2 s" in text for text in logs(out))
+    assert any("session/cancel dropped" in text for text in logs(out))
+
+
+def test_requests_in_flight_are_bounded():
+    relay = Relay(RelayLimits(max_pending=2))
+    relay.connected()
+    assert len(to_gateway(relay.editor_line(request(1, "session/list", {})))) == 1
+    assert len(to_gateway(relay.editor_line(request(2, "session/list", {})))) == 1
+    [error] = to_editor(relay.editor_line(request(3, "session/list", {})))
+    assert error["id"] == 3 and error["error"]["data"]["error_code"] == TOO_MANY_REQUESTS
+
+
+def test_the_queue_is_bounded_in_messages_and_bytes():
+    relay = Relay(RelayLimits(max_queued=1))
+    assert relay.editor_line(request(1, "session/list", {})) == []
+    [error] = to_editor(relay.editor_line(request(2, "session/list", {})))
+    assert error["error"]["data"]["error_code"] == TOO_MANY_REQUESTS
+    relay = Relay(RelayLimits(max_queued_bytes=100))
+    [error] = to_editor(relay.editor_line(request(1, "session/list", {"x": "y" * 200})))
+    assert error["id"] == 1
+
+
+def test_sessions_are_bounded_before_anything_is_created():
+    relay = live_session(Relay(RelayLimits(max_sessions=1)))
+    out = relay.editor_line(request(2, "session/new", {"cwd": "/w", "mcpServers": []}))
+    assert to_gateway(out) == []
+    [error] = to_editor(out)
+    assert error["error"]["data"]["error_code"] == "TOO_MANY_SESSIONS"
+
+
+def test_malformed_editor_input_gets_a_json_rpc_error_and_the_relay_goes_on():
+    relay = live_session()
+    [parse] = to_editor(relay.editor_line(b'{"jsonrpc": "2.0", "id": 1, "method": '))
+    assert parse["id"] is None and parse["error"]["code"] == -32700
+    [deep] = to_editor(relay.editor_line(b"[" * 10_000 + b"]" * 10_000))
+    assert deep["error"]["code"] == -32700
+    [not_object] = to_editor(relay.editor_line(b"[1, 2]"))
+    assert not_object["error"]["code"] == -32600
+    [bad_id] = to_editor(relay.editor_line(line({"jsonrpc": "2.0", "id": {"x": 1}, "method": "m"})))
+    assert bad_id["id"] is None and bad_id["error"]["code"] == -32600
+    [too_long] = to_editor(
+        Relay(RelayLimits(max_line_bytes=10)).editor_line(b'{"a": "bbbbbbbbbb"}')
+    )
+    assert too_long["error"]["data"]["error_code"] == "LINE_TOO_LONG"
+    assert relay.editor_line(b"   ") == []
+    # Still relaying.
+    assert len(to_gateway(relay.editor_line(request(2, "session/list", {})))) == 1
+
+
+def test_what_the_gateway_sends_that_the_relay_cannot_place_is_dropped_with_a_line():
+    relay = live_session()
+    assert logs(relay.gateway_message(b"not json")) and to_editor(relay.gateway_message(b"{")) == []
+    assert logs(relay.gateway_message(result(999, {})))
+    assert logs(relay.editor_line(allow(999)))
+
+
+def test_an_update_without_a_sequence_is_passed_on_as_it_came():
+    relay = live_session()
+    raw = update(None, "plain")
+    [out] = relay.gateway_message(raw)
+    assert out == ToEditor(raw + b"\n")
+
+
+def test_a_closed_session_is_not_loaded_again():
+    relay = live_session()
+    relay.editor_line(request(3, "session/close", {"sessionId": SESSION}))
+    assert relay.sessions == []
