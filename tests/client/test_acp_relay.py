@@ -1,8 +1,10 @@
 """The stdio relay's decisions (gateway/client/acp_relay.py), messages in and messages out: ids
 kept apart, a reconnect that loads the sessions again, no update lost or repeated, requests in
 flight at a drop, permission questions asked again, and every bound. The messages are ACP 1's
-(an editor's ``initialize``, ``session/new``, ``session/prompt``, ``session/cancel``; the
-gateway's ``session/update`` with ``_meta.rawp.seq`` and ``session/request_permission``)."""
+(an editor's ``initialize``, ``session/new``, ``session/prompt``, ``session/cancel``) and the
+gateway's as docs/acp-masters.md's "Wire details" has them (``session/update`` with
+``_meta.rawp.messageId``, ``session/request_permission`` with ``_meta.rawp.interactionId``,
+``_rawp/turn``, ``session/load`` after ``_meta.rawp.lastMessageId``)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,13 @@ INIT_PARAMS = {
     "protocolVersion": 1,
     "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}},
     "clientInfo": {"name": "zed", "version": "0.220.0"},
+}
+TURN_EVENTS_PARAMS = {
+    **INIT_PARAMS,
+    "clientCapabilities": {
+        **INIT_PARAMS["clientCapabilities"],
+        "_meta": {"rawp": {"turnEvents": True}},
+    },
 }
 MCP = [{"name": "fs", "command": "mcp-fs", "args": [], "env": []}]
 
@@ -58,7 +67,7 @@ def result(id_: Any, value: Any) -> bytes:
     return line({"jsonrpc": "2.0", "id": id_, "result": value})
 
 
-def update(seq: int | None, text: str, session: str = SESSION) -> bytes:
+def update(message_id: str | None, text: str, session: str = SESSION) -> bytes:
     params: dict[str, Any] = {
         "sessionId": session,
         "update": {
@@ -66,9 +75,22 @@ def update(seq: int | None, text: str, session: str = SESSION) -> bytes:
             "content": {"type": "text", "text": text},
         },
     }
-    if seq is not None:
-        params["_meta"] = {"rawp": {"seq": seq}}
+    if message_id is not None:
+        params["_meta"] = {"rawp": {"messageId": message_id}}
     return line({"jsonrpc": "2.0", "method": "session/update", "params": params})
+
+
+def turn(message_id: str, event: str, turn_id: str = "turn-1", stop: str | None = None) -> bytes:
+    params: dict[str, Any] = {"sessionId": SESSION, "turnId": turn_id, "event": event}
+    if stop is not None:
+        params["stopReason"] = stop
+    params["_meta"] = {"rawp": {"messageId": message_id}}
+    return line({"jsonrpc": "2.0", "method": "_rawp/turn", "params": params})
+
+
+def loaded(id_: int, last: str | None, turn_id: str | None = None, lost: int = 0) -> bytes:
+    rawp = {"lastMessageId": last, "turnId": turn_id, "lostFrames": lost}
+    return result(id_, {"_meta": {"rawp": rawp}})
 
 
 def texts(messages: list[dict[str, Any]]) -> list[str]:
@@ -79,17 +101,18 @@ def texts(messages: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def question(id_: Any, tool_call_id: str = "toolu_01") -> bytes:
+def question(id_: Any, interaction: str = "int-1", message_id: str = "m-q") -> bytes:
     return request(
         id_,
         "session/request_permission",
         {
             "sessionId": SESSION,
-            "toolCall": {"toolCallId": tool_call_id, "title": "Bash: ls", "kind": "execute"},
+            "toolCall": {"toolCallId": "toolu_01", "title": "Bash: ls", "kind": "execute"},
             "options": [
                 {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
                 {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
             ],
+            "_meta": {"rawp": {"messageId": message_id, "interactionId": interaction}},
         },
     )
 
@@ -103,6 +126,7 @@ def live_session(relay: Relay | None = None) -> Relay:
     relay = relay or Relay()
     relay.connected()
     [init] = to_gateway(relay.editor_line(request(0, "initialize", INIT_PARAMS)))
+    assert init["params"] == TURN_EVENTS_PARAMS
     relay.gateway_message(result(init["id"], {"protocolVersion": 1, "agentCapabilities": {}}))
     [new] = to_gateway(
         relay.editor_line(request(1, "session/new", {"cwd": "/work/app", "mcpServers": MCP}))
@@ -112,18 +136,31 @@ def live_session(relay: Relay | None = None) -> Relay:
     return relay
 
 
-def reconnect(relay: Relay, *, replay: list[bytes] = ()) -> list[Any]:
-    """Drop, reconnect, answer the relay's initialize and session/load (replaying ``replay``)."""
+def reconnect(
+    relay: Relay,
+    *,
+    replay: list[bytes] = (),
+    after: str | None = None,
+    running: str | None = None,
+) -> list[Any]:
+    """Reconnect, answer the relay's initialize and session/load (replaying ``replay``; the load
+    must ask for what came after ``after``; ``running``: the turn the load says runs)."""
     out = relay.connected()
     [init] = to_gateway(out)
-    assert init["method"] == "initialize" and init["params"] == INIT_PARAMS
+    assert init["method"] == "initialize" and init["params"] == TURN_EVENTS_PARAMS
     loads = to_gateway(relay.gateway_message(result(init["id"], {"protocolVersion": 1})))
     assert [m["method"] for m in loads] == ["session/load"]
-    assert loads[0]["params"] == {"sessionId": SESSION, "cwd": "/work/app", "mcpServers": MCP}
+    expected: dict[str, Any] = {"sessionId": SESSION, "cwd": "/work/app", "mcpServers": MCP}
+    if after is not None:
+        expected["_meta"] = {"rawp": {"lastMessageId": after}}
+    assert loads[0]["params"] == expected
     actions: list[Any] = []
     for message in replay:
         actions += relay.gateway_message(message)
-    actions += relay.gateway_message(result(loads[0]["id"], {}))
+    last = after
+    for message in replay:
+        last = json.loads(message)["params"]["_meta"]["rawp"]["messageId"]
+    actions += relay.gateway_message(loaded(loads[0]["id"], last, running))
     return actions
 
 
@@ -132,7 +169,8 @@ def test_ids_on_the_socket_are_the_relays_and_answers_come_back_under_the_editor
     assert relay.connected() == []
     [sent] = to_gateway(relay.editor_line(request("init-a", "initialize", INIT_PARAMS)))
     assert sent["id"] != "init-a" and isinstance(sent["id"], int)
-    assert sent["params"] == INIT_PARAMS
+    # The editor's params, asking for the gateway's turn events too.
+    assert sent["params"] == TURN_EVENTS_PARAMS
     reply = {"protocolVersion": 1, "agentCapabilities": {"loadSession": True}}
     [back] = to_editor(relay.gateway_message(result(sent["id"], reply)))
     assert back == {"jsonrpc": "2.0", "id": "init-a", "result": reply}
@@ -160,45 +198,103 @@ def test_a_reconnect_initializes_again_and_loads_every_session_before_anything_e
     assert any("loaded again" in text for text in logs(out))
 
 
-def test_a_reload_passes_on_exactly_the_updates_the_editor_missed():
+def test_a_reload_asks_for_what_came_after_the_last_update_and_passes_on_only_that():
     relay = live_session()
-    seen = to_editor(relay.gateway_message(update(1, "a")) + relay.gateway_message(update(2, "b")))
-    assert texts(seen) == ["a", "b"]
+    seen = relay.gateway_message(update("m1", "a")) + relay.gateway_message(update("m2", "b"))
+    assert texts(to_editor(seen)) == ["a", "b"]
     relay.disconnected("reset by peer")
-    out = reconnect(relay, replay=[update(1, "a"), update(2, "b"), update(3, "c"), update(4, "d")])
+    out = reconnect(relay, replay=[update("m3", "c"), update("m4", "d")], after="m2")
     assert texts(to_editor(out)) == ["c", "d"]
-    # Live ones continue; a duplicate after them is dropped too.
-    assert texts(to_editor(relay.gateway_message(update(5, "e")))) == ["e"]
-    assert relay.gateway_message(update(4, "d")) == []
+    assert texts(to_editor(relay.gateway_message(update("m5", "e")))) == ["e"]
 
 
-def test_updates_of_different_sessions_are_counted_apart():
+def test_a_replay_longer_than_the_gap_repeats_nothing():
     relay = live_session()
-    other = "0d9e6b1a-1111-4222-8333-444455556666"
-    assert texts(to_editor(relay.gateway_message(update(7, "x", session=other)))) == ["x"]
-    assert texts(to_editor(relay.gateway_message(update(1, "a")))) == ["a"]
+    relay.gateway_message(update("m1", "a"))
+    relay.gateway_message(update("m2", "b"))
+    relay.disconnected()
+    # The gateway no longer knew m2 and replayed all it had.
+    replay = [update("m1", "a"), update("m2", "b"), update("m3", "c")]
+    out = reconnect(relay, replay=replay, after="m2")
+    assert texts(to_editor(out)) == ["c"]
+    assert relay.gateway_message(update("m2", "b")) == []
 
 
-def test_a_prompt_in_flight_at_the_drop_is_answered_with_an_error_and_never_sent_twice():
+def test_updates_lost_from_the_gateways_buffer_are_said_on_stderr():
     relay = live_session()
-    [prompt] = to_gateway(
-        relay.editor_line(
-            request(
-                5,
-                "session/prompt",
-                {"sessionId": SESSION, "prompt": [{"type": "text", "text": "hi"}]},
-            )
-        )
+    relay.gateway_message(update("m1", "a"))
+    relay.disconnected()
+    [init] = to_gateway(relay.connected())
+    [load] = to_gateway(relay.gateway_message(result(init["id"], {})))
+    out = relay.gateway_message(loaded(load["id"], "m9", lost=3))
+    assert any("3 update(s)" in text for text in logs(out))
+
+
+def test_the_editors_own_load_gets_its_whole_replay():
+    relay = live_session()
+    relay.gateway_message(update("m1", "a"))
+    [load] = to_gateway(
+        relay.editor_line(request(4, "session/load", {"sessionId": SESSION, "cwd": "/work/app"}))
     )
-    [error] = to_editor(relay.disconnected("closed"))
-    assert error["id"] == 5
-    assert error["error"]["data"]["error_code"] == CONNECTION_LOST
-    assert "turn goes on" in error["error"]["message"]
-    out = reconnect(relay, replay=[update(1, "the turn's answer")])
+    out = relay.gateway_message(update("m1", "a")) + relay.gateway_message(update("m2", "b"))
+    assert texts(to_editor(out)) == ["a", "b"]
+    [answer] = to_editor(relay.gateway_message(loaded(load["id"], "m2")))
+    assert answer["id"] == 4
+    assert relay.gateway_message(update("m2", "b")) == []
+
+
+def test_a_prompt_in_flight_at_the_drop_is_answered_from_its_turns_end_never_sent_twice():
+    relay = live_session()
+    prompt_params = {"sessionId": SESSION, "prompt": [{"type": "text", "text": "hi"}]}
+    [prompt] = to_gateway(relay.editor_line(request(5, "session/prompt", prompt_params)))
+    assert relay.gateway_message(turn("m1", "start")) == []  # the relay keeps turn events
+    relay.gateway_message(update("m2", "an"))
+    assert to_editor(relay.disconnected("closed")) == []  # not answered yet: the turn goes on
+    replay = [update("m3", "swer"), turn("m4", "end", stop="end_turn")]
+    out = reconnect(relay, replay=replay, after="m2")
     assert [m for m in to_gateway(out) if m.get("method") == "session/prompt"] == []
-    assert texts(to_editor(out)) == ["the turn's answer"]
+    editor = to_editor(out)
+    assert texts(editor) == ["swer"]
+    answers = [m for m in editor if m.get("id") == 5]
+    assert answers == [
+        {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "result": {"stopReason": "end_turn", "_meta": {"rawp": {"turnId": "turn-1"}}},
+        }
+    ]
     # The old relay id means nothing any more.
     assert to_editor(relay.gateway_message(result(prompt["id"], {"stopReason": "end_turn"}))) == []
+
+
+def test_a_prompt_whose_turn_still_runs_after_the_reload_is_answered_when_it_ends():
+    relay = live_session()
+    relay.editor_line(request(5, "session/prompt", {"sessionId": SESSION, "prompt": []}))
+    relay.disconnected()
+    # Its start came while the socket was down: in the replay.
+    out = reconnect(relay, replay=[turn("m1", "start")], running="turn-1")
+    assert [m for m in to_editor(out) if m.get("id") == 5] == []
+    [answer] = to_editor(relay.gateway_message(turn("m2", "end", stop="error")))
+    assert answer["id"] == 5 and answer["error"]["data"]["error_code"] == "TURN_FAILED"
+
+
+def test_a_prompt_the_gateway_never_took_is_refused_after_the_reload_so_it_can_be_sent_again():
+    relay = live_session()
+    relay.editor_line(request(5, "session/prompt", {"sessionId": SESSION, "prompt": []}))
+    relay.disconnected()
+    [error] = [m for m in to_editor(reconnect(relay)) if m.get("id") == 5]
+    assert error["error"]["data"]["error_code"] == CONNECTION_LOST
+    assert "send it again" in error["error"]["message"]
+
+
+def test_a_prompt_whose_turn_ended_unseen_is_answered_with_an_error():
+    relay = live_session()
+    relay.editor_line(request(5, "session/prompt", {"sessionId": SESSION, "prompt": []}))
+    relay.gateway_message(turn("m1", "start"))
+    relay.disconnected()
+    [error] = [m for m in to_editor(reconnect(relay, after="m1")) if m.get("id") == 5]
+    assert error["error"]["data"]["error_code"] == CONNECTION_LOST
+    assert "ended while" in error["error"]["message"]
 
 
 def test_a_session_new_in_flight_is_refused_not_repeated():
@@ -221,19 +317,18 @@ def test_retry_safe_requests_in_flight_are_sent_again_after_the_reload():
     assert answer["id"] == 7
 
 
-def test_an_editor_load_in_flight_is_sent_again_and_its_replay_is_filtered():
+def test_an_editor_load_in_flight_is_sent_again_and_repeats_nothing_it_already_got():
     relay = live_session()
     other = "0d9e6b1a-1111-4222-8333-444455556666"
-    relay.editor_line(
-        request(9, "session/load", {"sessionId": other, "cwd": "/w", "mcpServers": []})
-    )
-    relay.gateway_message(update(1, "old", session=other))  # part of the first replay
+    params = {"sessionId": other, "cwd": "/w", "mcpServers": []}
+    relay.editor_line(request(9, "session/load", params))
+    relay.gateway_message(update("o1", "old", session=other))  # part of the first replay
     relay.disconnected()
     out = reconnect(relay)
     [load] = to_gateway(out)
-    assert load["method"] == "session/load" and load["params"]["sessionId"] == other
-    replay = relay.gateway_message(update(1, "old", session=other))
-    replay += relay.gateway_message(update(2, "new", session=other))
+    assert load["method"] == "session/load" and load["params"] == params
+    replay = relay.gateway_message(update("o1", "old", session=other))
+    replay += relay.gateway_message(update("o2", "new", session=other))
     assert texts(to_editor(replay)) == ["new"]
     [answer] = to_editor(relay.gateway_message(result(load["id"], {})))
     assert answer["id"] == 9
@@ -243,10 +338,14 @@ def test_an_editor_load_in_flight_is_sent_again_and_its_replay_is_filtered():
 def test_a_cancel_sent_while_away_reaches_the_gateway_after_the_reload():
     relay = live_session()
     relay.editor_line(request(5, "session/prompt", {"sessionId": SESSION, "prompt": []}))
+    relay.gateway_message(turn("m1", "start"))
     relay.disconnected()
     cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": SESSION}}
     assert relay.editor_line(line(cancel)) == []
-    assert to_gateway(reconnect(relay)) == [cancel]
+    out = reconnect(relay, after="m1", running="turn-1")
+    assert to_gateway(out) == [cancel]
+    [answer] = to_editor(relay.gateway_message(turn("m2", "end", stop="cancelled")))
+    assert answer["result"]["stopReason"] == "cancelled"
 
 
 def test_a_permission_question_reaches_the_editor_under_the_relays_id_and_back():
