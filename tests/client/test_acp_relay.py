@@ -129,7 +129,7 @@ def live_session(relay: Relay | None = None) -> Relay:
     assert init["params"] == TURN_EVENTS_PARAMS
     relay.gateway_message(result(init["id"], {"protocolVersion": 1, "agentCapabilities": {}}))
     [new] = to_gateway(
-        relay.editor_line(request(1, "session/new", {"cwd": "/work/app", "mcpServers": MCP}))
+        relay.editor_line(request(1, "session/new", {"cwd": "/srv/app", "mcpServers": MCP}))
     )
     [answer] = to_editor(relay.gateway_message(result(new["id"], {"sessionId": SESSION})))
     assert answer["result"]["sessionId"] == SESSION and answer["id"] == 1
@@ -150,7 +150,7 @@ def reconnect(
     assert init["method"] == "initialize" and init["params"] == TURN_EVENTS_PARAMS
     loads = to_gateway(relay.gateway_message(result(init["id"], {"protocolVersion": 1})))
     assert [m["method"] for m in loads] == ["session/load"]
-    expected: dict[str, Any] = {"sessionId": SESSION, "cwd": "/work/app", "mcpServers": MCP}
+    expected: dict[str, Any] = {"sessionId": SESSION, "cwd": "/srv/app", "mcpServers": MCP}
     if after is not None:
         expected["_meta"] = {"rawp": {"lastMessageId": after}}
     assert loads[0]["params"] == expected
@@ -234,7 +234,7 @@ def test_the_editors_own_load_gets_its_whole_replay():
     relay = live_session()
     relay.gateway_message(update("m1", "a"))
     [load] = to_gateway(
-        relay.editor_line(request(4, "session/load", {"sessionId": SESSION, "cwd": "/work/app"}))
+        relay.editor_line(request(4, "session/load", {"sessionId": SESSION, "cwd": "/srv/app"}))
     )
     out = relay.gateway_message(update("m1", "a")) + relay.gateway_message(update("m2", "b"))
     assert texts(to_editor(out)) == ["a", "b"]
@@ -299,7 +299,7 @@ def test_a_prompt_whose_turn_ended_unseen_is_answered_with_an_error():
 
 def test_a_session_new_in_flight_is_refused_not_repeated():
     relay = live_session()
-    relay.editor_line(request(6, "session/new", {"cwd": "/work/b", "mcpServers": []}))
+    relay.editor_line(request(6, "session/new", {"cwd": "/srv/b", "mcpServers": []}))
     [error] = to_editor(relay.disconnected())
     assert error["id"] == 6 and error["error"]["data"]["error_code"] == CONNECTION_LOST
     assert relay.sessions == [SESSION]
