@@ -1,0 +1,205 @@
+"""``/acp`` driven by a client no one here wrote: the official ACP Python SDK
+(``agent-client-protocol``, pinned), its WebSocket transport, against the real gateway on 127.0.0.1
+with the demo agent behind it (docs/acp-masters.md). A turn with a permission, a cancel, the load of
+a session a DPS master started (with that master's prompt and the ACP client's reaching each other),
+a viewer refused, and the audit log of it all."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from acp import PROTOCOL_VERSION, RequestError, connect_to_agent, text_block
+from acp.schema import (
+    AgentMessageChunk,
+    AllowedOutcome,
+    ClientCapabilities,
+    DeniedOutcome,
+    RequestPermissionResponse,
+    ToolCallProgress,
+    ToolCallStart,
+    UserMessageChunk,
+)
+from acp.ws.client import create_websocket_stream
+
+from gateway.config.auth import AuthSettings
+from tests.support.auth import bearer, users_toml
+from tests.support.gateway_peer import Master, base_url, fast_demo, make_config, start_gateway
+from tests.support.waiting import eventually
+
+TOKENS = {"alice": "alice-token-aaaa", "bob": "bob-token-bbbb"}
+ROLES = {"alice": "operator", "bob": "viewer"}
+
+
+class Recorder:
+    """The client side the SDK calls: every session/update kept, permission questions answered
+    by ``choose`` (an option id, or None: wait until told, then cancelled)."""
+
+    def __init__(self, choose: str | None = "allow") -> None:
+        self.updates: list[tuple[str, Any]] = []
+        self.asked: list[Any] = []
+        self.choose = choose
+        self.asked_event = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def request_permission(self, session_id, tool_call, options, **kwargs):
+        self.asked.append((session_id, tool_call, options))
+        self.asked_event.set()
+        if self.choose is None:
+            await self.release.wait()
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        return RequestPermissionResponse(
+            outcome=AllowedOutcome(outcome="selected", option_id=self.choose)
+        )
+
+    async def session_update(self, session_id, update, **kwargs):
+        self.updates.append((session_id, update))
+
+    def text(self, kind: type = AgentMessageChunk) -> str:
+        return "".join(u.content.text for _, u in self.updates if isinstance(u, kind))
+
+
+@pytest.fixture
+async def gw(tmp_path):
+    users = tmp_path / "users.toml"
+    users.write_text(users_toml({n: (ROLES[n], TOKENS[n]) for n in TOKENS}))
+    audit = tmp_path / "audit.jsonl"
+    config = make_config(
+        tmp_path,
+        agents={"demo": fast_demo(5)},
+        auth=AuthSettings(users_file=users, audit_log=audit),
+        acp_default_agent="demo",
+    )
+    client = await start_gateway(config)
+    yield client
+    await client.close()
+
+
+async def connect(gw, user: str = "alice", recorder: Recorder | None = None, query: str = ""):
+    url = base_url(gw).replace("http", "ws", 1) + "/acp" + query
+    transport = await create_websocket_stream(url, headers=bearer(TOKENS[user]))
+    recorder = recorder or Recorder()
+    conn = connect_to_agent(recorder, transport)
+    init = await conn.initialize(
+        protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities()
+    )
+    assert init.protocol_version == 1
+    assert init.agent_capabilities.load_session is True
+    return conn, recorder
+
+
+def audit_lines(tmp_path: Path) -> list[dict[str, Any]]:
+    path = tmp_path / "audit.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+async def test_a_turn_with_a_permission_through_the_official_sdk(gw, tmp_path):
+    conn, rec = await connect(gw)
+    try:
+        new = await conn.new_session(cwd=str(tmp_path))
+        done = await conn.prompt(
+            session_id=new.session_id, prompt=[text_block("write acp.txt with hello")]
+        )
+        assert done.stop_reason == "end_turn"
+        assert (tmp_path / "acp.txt").exists()
+        (sid, tool_call, options) = rec.asked[0]
+        assert sid == new.session_id
+        assert {o.option_id for o in options} >= {"allow", "deny"}
+        assert {o.kind for o in options} >= {"allow_once", "reject_once"}
+        starts = [u for _, u in rec.updates if isinstance(u, ToolCallStart)]
+        assert starts and starts[0].kind == "edit" and tool_call.tool_call_id == starts[0].tool_call_id
+        ends = [u for _, u in rec.updates if isinstance(u, ToolCallProgress) and u.status]
+        assert ends[-1].status == "completed"
+        assert any(c.type == "diff" and c.path.endswith("acp.txt") for c in ends[-1].content or [])
+        assert rec.text()
+        # Every control in the audit log, by the ACP client's user.
+        await eventually(
+            lambda: {("prompt", "alice"), ("permission", "alice")}
+            <= {(r["action"], r.get("user")) for r in audit_lines(tmp_path)},
+            "the prompt and the answer in the audit log",
+        )
+    finally:
+        await conn.close()
+
+
+async def test_a_cancel_ends_the_turn_cancelled_and_the_session_goes_on(gw, tmp_path):
+    rec = Recorder(choose=None)
+    conn, rec = await connect(gw, recorder=rec)
+    try:
+        new = await conn.new_session(cwd=str(tmp_path))
+        turn = asyncio.ensure_future(
+            conn.prompt(session_id=new.session_id, prompt=[text_block("write never.txt")])
+        )
+        await asyncio.wait_for(rec.asked_event.wait(), 30)
+        await conn.cancel(session_id=new.session_id)
+        rec.release.set()
+        done = await asyncio.wait_for(turn, 30)
+        assert done.stop_reason == "cancelled"
+        assert not (tmp_path / "never.txt").exists()
+        again = await conn.prompt(session_id=new.session_id, prompt=[text_block("hello again")])
+        assert again.stop_reason == "end_turn"
+    finally:
+        await conn.close()
+
+
+async def test_load_a_session_a_dps_master_started_and_prompts_cross(gw, tmp_path):
+    headers = bearer(TOKENS["alice"])
+    resp = await gw.post("/v1/session", json={"agent": "demo"}, headers=headers)
+    sid = (await resp.json())["session_id"]
+    master = await Master.attach(gw, sid, headers=headers)
+    await master.send("control.prompt.request", {"prompt_text": "hello from the phone"})
+    await master.until("session.turn.end", timeout=30)
+    conn, rec = await connect(gw)
+    try:
+        listed = await conn.list_sessions()
+        assert sid in {s.session_id for s in listed.sessions}
+        await conn.load_session(cwd=str(tmp_path), session_id=sid)
+        # The history came before the answer: the phone's prompt and the agent's reply.
+        assert "hello from the phone" in rec.text(UserMessageChunk)
+        replied = rec.text()
+        assert replied
+        # The editor's prompt reaches the DPS master with who sent it.
+        done = await conn.prompt(session_id=sid, prompt=[text_block("hello from the editor")])
+        assert done.stop_reason == "end_turn"
+        relayed = await master.until("control.prompt.request", timeout=30)
+        assert relayed["payload"]["prompt_text"] == "hello from the editor"
+        assert relayed["metadata"]["rawp_user"] == "alice"
+        # And a prompt of the DPS master reaches the editor as a user message, then live text.
+        before = len(rec.updates)
+        await master.send("control.prompt.request", {"prompt_text": "and the phone again"})
+        await eventually(
+            lambda: "and the phone again" in rec.text(UserMessageChunk), "the phone's prompt"
+        )
+        await eventually(lambda: len(rec.updates) > before + 2, "the live reply")
+    finally:
+        await conn.close()
+
+
+async def test_a_viewer_may_list_and_load_but_not_prompt(gw, tmp_path):
+    headers = bearer(TOKENS["alice"])
+    resp = await gw.post("/v1/session", json={"agent": "demo"}, headers=headers)
+    sid = (await resp.json())["session_id"]
+    await gw.patch(f"/v1/session/{sid}", json={"members": {"bob": "viewer"}}, headers=headers)
+    conn, _ = await connect(gw, user="bob")
+    try:
+        listed = await conn.list_sessions()
+        assert [s.session_id for s in listed.sessions] == [sid]
+        await conn.load_session(cwd=str(tmp_path), session_id=sid)
+        with pytest.raises(RequestError) as refused:
+            await conn.prompt(session_id=sid, prompt=[text_block("let me in")])
+        assert refused.value.data["error_code"] == "FORBIDDEN"
+        with pytest.raises(RequestError) as refused:
+            await conn.new_session(cwd=str(tmp_path))
+        assert refused.value.data["error_code"] == "FORBIDDEN"
+        await eventually(
+            lambda: any(
+                r["action"] == "prompt" and r["result"] == "refused" and r.get("user") == "bob"
+                for r in audit_lines(tmp_path)
+            ),
+            "the refused prompt in the audit log",
+        )
+    finally:
+        await conn.close()
