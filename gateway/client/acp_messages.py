@@ -40,16 +40,6 @@ TOO_MANY_REQUESTS: Final = "TOO_MANY_REQUESTS"
 TOO_MANY_SESSIONS: Final = "TOO_MANY_SESSIONS"
 LINE_TOO_LONG: Final = "LINE_TOO_LONG"
 
-# DPS stop reasons ACP has a stop reason for; the others (error, disconnected) answer with an error.
-STOP_REASONS: Final = {
-    "end_turn": "end_turn",
-    "max_tokens": "max_tokens",
-    "cancelled": "cancelled",
-    "tool_use": "end_turn",
-    "awaiting_input": "end_turn",
-}
-FAILED_TURN: Final = {"error": "TURN_FAILED", "disconnected": "AGENT_DISCONNECTED"}
-
 # The gateway's notification of a turn's start and end, sent to clients that ask for it in
 # ``initialize`` (``clientCapabilities._meta.rawp.turnEvents``); the relay keeps it to itself.
 TURN_EVENT: Final = "_rawp/turn"
@@ -124,6 +114,7 @@ class Placed(msgspec.Struct):
     turnId: str | None = None  # _rawp/turn
     event: str | None = None  # _rawp/turn: start | end
     stopReason: str | None = None  # _rawp/turn end: the DPS stop reason
+    requestId: int | str | None = None  # _rawp/turn live start: the session/prompt that opened it
     toolCall: ToolCallRef | None = None  # session/request_permission
     meta: Meta | None = msgspec.field(default=None, name="_meta")
 

@@ -48,9 +48,7 @@ import msgspec
 from gateway.client import acp_messages as M
 from gateway.client.acp_messages import (
     CONNECTION_LOST,
-    FAILED_TURN,
     GATEWAY_UNREACHABLE,
-    STOP_REASONS,
     TOO_MANY_REQUESTS,
     Action,
     Id,
@@ -59,6 +57,7 @@ from gateway.client.acp_messages import (
     ToEditor,
     ToGateway,
 )
+from gateway.protocol.acp_master import FAILED_TURN, STOP_REASONS
 from gateway.protocol.codec import SeenWindow
 from parsers.json_depth import too_deep
 
@@ -89,6 +88,7 @@ class _Prompt:
     """The editor's ``session/prompt`` on a session, until answered."""
 
     editor_id: Id
+    relay_id: int = 0  # its id on the socket it went out on
     turn_id: str | None = None  # the turn it opened, once the gateway said so
     orphan: bool = False  # its connection is gone: the relay answers it from the turn's end
 
@@ -270,6 +270,8 @@ class Relay:
             message = {**message, "params": M.with_turn_events(message.get("params"))}
         relay_id = next(self._ids)
         self._sent[relay_id] = sent
+        if method == "session/prompt":
+            self._prompts[params.sessionId].relay_id = relay_id
         return [ToGateway(M.encode({**message, "id": relay_id}))]
 
     def _editor_answer(self, message: dict[str, Any]) -> list[Action]:
@@ -328,7 +330,11 @@ class Relay:
         if prompt is None or placed.turnId is None:
             return []
         if placed.event == "start" and prompt.turn_id is None:
-            prompt.turn_id = placed.turnId
+            # A live start names the prompt that opened it; a replayed one does not, and the
+            # first start after the prompt is its turn (another master's prompt is refused
+            # while a turn runs).
+            if placed.requestId is None or placed.requestId == prompt.relay_id:
+                prompt.turn_id = placed.turnId
         elif placed.event == "end" and prompt.turn_id == placed.turnId and prompt.orphan:
             del self._prompts[placed.sessionId]
             return [_turn_answer(prompt.editor_id, placed.turnId, placed.stopReason or "")]

@@ -479,3 +479,21 @@ def test_a_closed_session_is_not_loaded_again():
     relay = live_session()
     relay.editor_line(request(3, "session/close", {"sessionId": SESSION}))
     assert relay.sessions == []
+
+
+def test_a_live_turn_start_is_the_prompts_only_when_it_names_that_prompt():
+    relay = live_session()
+    [sent] = to_gateway(
+        relay.editor_line(request(5, "session/prompt", {"sessionId": SESSION, "prompt": []}))
+    )
+    other = json.loads(turn("m1", "start", turn_id="someone-elses"))
+    other["params"]["requestId"] = sent["id"] + 100
+    relay.gateway_message(line(other))
+    mine = json.loads(turn("m2", "start", turn_id="mine"))
+    mine["params"]["requestId"] = sent["id"]
+    relay.gateway_message(line(mine))
+    relay.disconnected()
+    # The turn the load says runs is the prompt's own: its end answers the prompt.
+    reconnect(relay, after="m2", running="mine")
+    [answer] = to_editor(relay.gateway_message(turn("m3", "end", turn_id="mine", stop="end_turn")))
+    assert answer["id"] == 5 and answer["result"]["stopReason"] == "end_turn"
