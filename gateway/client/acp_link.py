@@ -9,6 +9,8 @@ only reads, writes, connects and waits, in the order the relay's actions say.
 * The socket is opened with ``Authorization: Bearer`` when there is a token, never with the token
   in the URL; after a failed attempt the next waits 0.25 s, doubling up to 10 s, with one stderr
   line each time; after a drop the first attempt is immediate.
+* One socket per link: the one at ``--url``, and one at ``<url>/pods/<pod>/acp`` for each pod of a
+  fleet the relay's sessions live on (``Connect``), each with its own reconnect loop.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aiohttp
 
-from gateway.client.acp_relay import Action, Log, Relay, RelayLimits, ToEditor, ToGateway
+from gateway.client.acp_messages import Action, Connect, Log, RelayLimits, ToEditor, ToGateway
+from gateway.client.acp_relay import Relay
 from gateway.client.websocket import DEFAULT_MAX_MESSAGE
 
 __all__ = ["Backoff", "acp_url", "run_relay"]
@@ -43,26 +46,29 @@ class Backoff:
         return min(self.cap, self.first * 2 ** max(0, failures - 1))
 
 
-def acp_url(base: str, agent: str | None = None) -> str:
+def acp_url(base: str, agent: str | None = None, pod: str = "") -> str:
     """The WebSocket URL of ``/acp`` under a gateway's (or a router's) base URL: ``http`` becomes
-    ``ws``, ``https`` ``wss``; a URL already ending in ``/acp`` is kept; ``agent`` is ``?agent=``."""
+    ``ws``, ``https`` ``wss``; a URL already ending in ``/acp`` is kept; ``agent`` is ``?agent=``;
+    ``pod``: that pod's ``/pods/<pod>/acp`` under the router."""
     parts = urlsplit(base)
     scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
     if scheme not in ("ws", "wss") or not parts.netloc:
         raise ValueError(f"not an http(s) or ws(s) URL: {base!r}")
-    path = parts.path.rstrip("/")
-    if not path.endswith("/acp"):
-        path += "/acp"
+    path = parts.path.rstrip("/").removesuffix("/acp")
+    if pod:
+        path += f"/pods/{pod}"
+    path += "/acp"
     query = parts.query
     if agent:
         query = (query + "&" if query else "") + urlencode({"agent": agent})
     return urlunsplit((scheme, parts.netloc, path, query, ""))
 
 
-class _Link:
+class _Shell:
     def __init__(
         self,
         url: str,
+        agent: str | None,
         token: str | None,
         relay: Relay,
         stdout: asyncio.StreamWriter | _FileOut,
@@ -70,12 +76,15 @@ class _Link:
         backoff: Backoff,
     ) -> None:
         self.url = url
+        self.agent = agent
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.relay = relay
         self.stdout = stdout
         self.stderr = stderr
         self.backoff = backoff
-        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self.ws: dict[str, aiohttp.ClientWebSocketResponse] = {}  # link -> its open socket
+        self.tasks: dict[str, asyncio.Task[None]] = {}  # link -> its connect loop
+        self.http: aiohttp.ClientSession | None = None
 
     async def perform(self, actions: list[Action]) -> None:
         for action in actions:
@@ -83,13 +92,21 @@ class _Link:
                 self.stdout.write(action.data)
                 await self.stdout.drain()
             elif isinstance(action, ToGateway):
-                ws = self.ws
+                ws = self.ws.get(action.link)
                 if ws is None or ws.closed:
                     continue  # the drop is being reported: the relay already counts it as sent
                 with contextlib.suppress(ConnectionError, aiohttp.ClientError):
                     await ws.send_str(action.data.decode())
+            elif isinstance(action, Connect):
+                self.start(action.link)
             elif isinstance(action, Log):
                 self.log(action.text)
+
+    def start(self, link: str) -> None:
+        """The connect loop of ``link``, once."""
+        if link not in self.tasks:
+            assert self.http is not None
+            self.tasks[link] = asyncio.create_task(self.gateway(self.http, link))
 
     def log(self, text: str) -> None:
         self.stderr.write(LOG_PREFIX + text + "\n")
@@ -122,13 +139,14 @@ class _Link:
             except asyncio.IncompleteReadError:
                 return
 
-    async def gateway(self, http: aiohttp.ClientSession) -> None:
-        """Connect, relay until the socket drops, and again, for as long as the editor is there."""
+    async def gateway(self, http: aiohttp.ClientSession, link: str) -> None:
+        """Connect ``link``, relay until its socket drops, and again, while the editor is there."""
+        relay, url = self.relay, acp_url(self.url, self.agent, link)
         failures = 0
         while True:
             try:
                 ws = await http.ws_connect(
-                    self.url,
+                    url,
                     headers=self.headers,
                     heartbeat=HEARTBEAT_S,
                     max_msg_size=DEFAULT_MAX_MESSAGE,
@@ -137,24 +155,24 @@ class _Link:
             except (TimeoutError, aiohttp.ClientError, OSError) as err:
                 failures += 1
                 delay = self.backoff.delay(failures)
-                await self.perform(self.relay.connect_failed(_describe(err), delay))
+                await self.perform(relay.connect_failed(_describe(err), delay, link))
                 await asyncio.sleep(delay)
                 continue
             failures = 0
-            self.ws = ws
-            await self.perform(self.relay.connected())
+            self.ws[link] = ws
+            await self.perform(relay.connected(link))
             reason = ""
             async for msg in ws:
                 if msg.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
-                    await self.perform(self.relay.gateway_message(msg.data))
+                    await self.perform(relay.gateway_message(msg.data, link))
                 elif msg.type == aiohttp.WSMsgType.ERROR:
                     reason = str(ws.exception() or "error")
                     break
             if not reason:
                 reason = f"closed by the gateway (code {ws.close_code})"
-            self.ws = None
+            del self.ws[link]
             await ws.close()
-            await self.perform(self.relay.disconnected(reason))
+            await self.perform(relay.disconnected(reason, link))
 
 
 def _describe(err: BaseException) -> str:
@@ -202,26 +220,29 @@ async def run_relay(
 ) -> int:
     """Relay this process's stdin and stdout to the gateway at ``url`` until stdin ends."""
     relay = Relay(limits)
-    target = acp_url(url, agent)
+    acp_url(url, agent)  # a URL it cannot use fails here, before anything is read
     stdin, stdout = await _stdio(relay.limits.max_line_bytes + 1)
-    link = _Link(target, token, relay, stdout, stderr or sys.stderr, backoff or Backoff())
-    link.log(f"relaying stdio to {target}")
+    shell = _Shell(url, agent, token, relay, stdout, stderr or sys.stderr, backoff or Backoff())
+    shell.log(f"relaying stdio to {acp_url(url, agent)}")
     async with aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_S)
     ) as http:
-        editor = asyncio.create_task(link.editor(stdin))
-        connection = asyncio.create_task(link.gateway(http))
-        try:
-            done, _ = await asyncio.wait({editor, connection}, return_when=asyncio.FIRST_COMPLETED)
+        shell.http = http
+        editor = asyncio.create_task(shell.editor(stdin))
+        shell.start("")
+        try:  # until the editor is gone (or the loop at --url fails: a bug, said below)
+            done, _ = await asyncio.wait(
+                {editor, shell.tasks[""]}, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
-            for task in (editor, connection):
+            for task in (editor, *shell.tasks.values()):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-            if link.ws is not None:
-                await link.ws.close()
+            for ws in list(shell.ws.values()):
+                await ws.close()
     failed = [t.exception() for t in done if not t.cancelled() and t.exception() is not None]
     if failed:  # the editor closed its end of a pipe, or a bug: said, not hidden
-        link.log(f"stopped: {failed[0]!r}")
+        shell.log(f"stopped: {failed[0]!r}")
         return 1
     return 0

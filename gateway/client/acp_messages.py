@@ -9,6 +9,7 @@ gateway's (docs/acp-masters.md, "Wire details").
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -21,6 +22,7 @@ __all__ = [
     "TOO_MANY_SESSIONS",
     "TURN_EVENT",
     "Action",
+    "Connect",
     "Log",
     "RelayLimits",
     "ToEditor",
@@ -39,6 +41,10 @@ GATEWAY_UNREACHABLE: Final = "GATEWAY_UNREACHABLE"
 TOO_MANY_REQUESTS: Final = "TOO_MANY_REQUESTS"
 TOO_MANY_SESSIONS: Final = "TOO_MANY_SESSIONS"
 LINE_TOO_LONG: Final = "LINE_TOO_LONG"
+
+# A pod's name as the fleet's router takes it in /pods/<pod>/ (one DNS label): nothing the gateway
+# says can point the relay at another path or host.
+POD: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 # The gateway's notification of a turn's start and end, sent to clients that ask for it in
 # ``initialize`` (``clientCapabilities._meta.rawp.turnEvents``); the relay keeps it to itself.
@@ -68,9 +74,18 @@ class ToEditor:
 
 @dataclass(frozen=True)
 class ToGateway:
-    """One text message for the WebSocket."""
+    """One text message for the WebSocket of ``link``: ``""`` the one at ``--url``, else the
+    ``/pods/<link>/acp`` of that pod of a fleet."""
 
     data: bytes
+    link: str = ""
+
+
+@dataclass(frozen=True)
+class Connect:
+    """Open (and keep open) a WebSocket for ``link``: a session lives on that pod."""
+
+    link: str
 
 
 @dataclass(frozen=True)
@@ -80,7 +95,7 @@ class Log:
     text: str
 
 
-Action = ToEditor | ToGateway | Log
+Action = ToEditor | ToGateway | Connect | Log
 Id = int | str | None
 
 
@@ -100,6 +115,7 @@ class Rawp(msgspec.Struct):
     lastMessageId: str | None = None
     lostFrames: int | None = None
     turnId: str | None = None
+    pod: str | None = None  # session/list: the fleet's pod that holds the session
 
 
 class Meta(msgspec.Struct):
@@ -125,6 +141,31 @@ class Placed(msgspec.Struct):
 
 class ToolCallRef(msgspec.Struct):
     toolCallId: str = ""
+
+
+class Listed(msgspec.Struct):
+    sessionId: str = ""
+    meta: Meta | None = msgspec.field(default=None, name="_meta")
+
+
+class ListResult(msgspec.Struct):
+    """A ``session/list`` answer: where each session lives (``_meta.rawp.pod``)."""
+
+    sessions: list[Listed] = []
+
+
+def pods_of(raw: msgspec.Raw) -> dict[str, str]:
+    """``{session: pod}`` of a ``session/list`` answer (a session without a pod: not in it)."""
+    try:
+        listed = msgspec.json.decode(raw, type=ListResult).sessions if raw else []
+    except msgspec.DecodeError:
+        return {}
+    pods = {}
+    for s in listed:
+        pod = s.meta.rawp.pod if s.meta and s.meta.rawp else None
+        if s.sessionId and pod and POD.fullmatch(pod):
+            pods[s.sessionId] = pod
+    return pods
 
 
 class SessionParams(msgspec.Struct):

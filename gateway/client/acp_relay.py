@@ -32,6 +32,11 @@ socket and the backoff and feeds this object:
 * **A permission question asked again** after a reload (the same ``_meta.rawp.interactionId``) is
   not shown twice: the editor's open question takes the new request's place, and an answer the
   editor gave while the socket was down goes to it.
+* **A fleet.** ``--url`` may be a fleet's router, which sends ``/acp`` to any gateway. A session
+  lives on one: the relay learns where from ``session/list`` (``_meta.rawp.pod``; the editor's
+  own, or the relay's after a reconnect for the sessions it created) and speaks to it on a
+  WebSocket of its own, ``/pods/<pod>/acp`` (``Connect``; one per pod), so a session on another
+  pod loads, and a reconnect that lands on another pod still finds every session.
 * **Bounded:** the editor's line size (the shell cuts it), requests in flight, queued messages and
   their bytes, sessions, open questions, remembered ids (``RelayLimits``); a limit refuses with a
   JSON-RPC error and loses nothing else.
@@ -51,6 +56,7 @@ from gateway.client.acp_messages import (
     GATEWAY_UNREACHABLE,
     TOO_MANY_REQUESTS,
     Action,
+    Connect,
     Id,
     Log,
     RelayLimits,
@@ -69,18 +75,29 @@ RETRY_SAFE: Final = frozenset(
 )
 # Requests that attach the editor to a session: the relay loads it again after a drop.
 ATTACHING: Final = frozenset({"session/new", "session/load", "session/resume"})
+# Requests about no one session: they go to the WebSocket at --url.
+UNPLACED: Final = frozenset({"initialize", "authenticate", "session/new", "session/list"})
+PRIMARY: Final = ""  # the link at --url
 
 
 @dataclass
 class _Sent:
-    """A request on the socket under a relay id: the editor's (``editor_id``) or the relay's own."""
+    """A request on a socket under a relay id: the editor's (``editor_id``) or the relay's own."""
 
     method: str
+    link: str
     editor_id: Id = None
     from_editor: bool = True
     message: dict[str, Any] | None = None  # the editor's message, to send again if retry-safe
     session_id: str = ""
     attach: tuple[str | None, Any] = (None, None)  # cwd, mcpServers of an attaching request
+
+
+@dataclass
+class _Session:
+    cwd: str | None
+    mcp_servers: Any
+    link: str  # where it is attached: PRIMARY, or the pod that holds it
 
 
 @dataclass
@@ -97,6 +114,7 @@ class _Prompt:
 class _Question:
     """A request of the gateway's that the editor holds under the relay's id."""
 
+    link: str
     epoch: int
     gateway_id: Id
     key: str | None  # the gateway's interaction id (or session and tool call)
@@ -104,14 +122,18 @@ class _Question:
 
 
 @dataclass
-class _State:
+class _Link:
+    """One WebSocket: at ``--url`` (PRIMARY) or at one pod of a fleet."""
+
+    name: str
     epoch: int = 0  # connections so far; a gateway request id means something only in its epoch
     phase: str = "connecting"  # connecting | reloading | live
-    initialized: Any = None  # the editor's initialize params, once the gateway accepted them
     failures: int = 0  # failed connection attempts since the last success
     reloads_left: int = 0
     queue: list[tuple[dict[str, Any], int]] = field(default_factory=list)  # message, its size
-    queued_bytes: int = 0
+
+    def says(self, text: str) -> Log:
+        return Log(f"pod {self.name}: {text}" if self.name else text)
 
 
 class Relay:
@@ -119,11 +141,15 @@ class Relay:
 
     def __init__(self, limits: RelayLimits | None = None) -> None:
         self.limits = limits or RelayLimits()
-        self._s = _State()
-        self._ids = itertools.count(1)  # relay ids on the socket
+        self._links: dict[str, _Link] = {PRIMARY: _Link(PRIMARY)}
+        self._initialized: Any = None  # the editor's initialize params, once accepted
+        self._queued = 0  # messages waiting on every link, and their bytes
+        self._queued_bytes = 0
+        self._ids = itertools.count(1)  # relay ids on the sockets
         self._question_ids = itertools.count(1)  # relay ids toward the editor
         self._sent: dict[int, _Sent] = {}
-        self._sessions: dict[str, tuple[str | None, Any]] = {}  # -> cwd, mcpServers
+        self._sessions: dict[str, _Session] = {}
+        self._pods: dict[str, str] = {}  # session -> its pod, as session/list said
         self._mark: dict[str, str] = {}  # session -> the last update id passed on
         self._seen = SeenWindow(self.limits.seen_window)
         self._loading: dict[str, SeenWindow] = {}  # an editor's load: what it already got
@@ -133,39 +159,44 @@ class Relay:
 
     @property
     def live(self) -> bool:
-        return self._s.phase == "live"
+        return all(link.phase == "live" for link in self._links.values())
 
     @property
     def sessions(self) -> list[str]:
         return list(self._sessions)
 
-    # --- the connection ---------------------------------------------------------------------------
+    # --- the connections --------------------------------------------------------------------------
 
-    def connected(self) -> list[Action]:
-        """A new WebSocket is open."""
-        s = self._s
-        s.epoch += 1
-        s.failures = 0
-        if s.initialized is None:
-            s.phase = "live"
-            return self._flush()
-        s.phase = "reloading"
-        count = len(self._sessions)
-        params = M.with_turn_events(s.initialized)
+    def connected(self, link: str = PRIMARY) -> list[Action]:
+        """A new WebSocket of ``link`` is open."""
+        ln = self._links[link]
+        ln.epoch += 1
+        ln.failures = 0
+        ln.reloads_left = 0
+        if self._initialized is None:
+            ln.phase = "live"
+            return self._flush(ln)
+        ln.phase = "reloading"
+        params = M.with_turn_events(self._initialized)
+        count = sum(1 for s in self._sessions.values() if s.link == link)
         return [
-            Log(f"reconnected; loading {count} session(s) again"),
-            self._own("initialize", params),
+            ln.says(f"{'re' * (ln.epoch > 1)}connected; loading {count} session(s) again"),
+            self._own(ln, "initialize", params),
         ]
 
-    def disconnected(self, reason: str = "") -> list[Action]:
-        """The WebSocket closed or failed."""
-        s = self._s
-        if s.phase == "connecting" and not self._sent:
+    def disconnected(self, reason: str = "", link: str = PRIMARY) -> list[Action]:
+        """The WebSocket of ``link`` closed or failed."""
+        ln = self._links[link]
+        mine = [rid for rid, sent in self._sent.items() if sent.link == link]
+        if ln.phase == "connecting" and not mine:
             return []
-        s.phase = "connecting"
-        out: list[Action] = [Log(f"connection to the gateway lost{_colon(reason)}; reconnecting")]
+        ln.phase = "connecting"
+        out: list[Action] = [
+            ln.says(f"connection to the gateway lost{_colon(reason)}; reconnecting")
+        ]
         retry: list[tuple[dict[str, Any], int]] = []
-        for sent in self._sent.values():
+        for rid in mine:
+            sent = self._sent.pop(rid)
             if not sent.from_editor or sent.message is None:
                 continue
             if sent.method in RETRY_SAFE:
@@ -176,23 +207,24 @@ class Relay:
                 text = f"the connection to the gateway dropped while {sent.method} was in flight"
                 text += "; the gateway may have acted on it, so it is not sent again"
                 out.append(self._error(sent.editor_id, CONNECTION_LOST, text))
-        self._sent.clear()
-        s.queue[:0] = retry  # sent again first, in the order they were first sent
+        ln.queue[:0] = retry  # sent again first, in the order they were first sent
+        self._queued += len(retry)
         return out
 
-    def connect_failed(self, reason: str, retry_in: float) -> list[Action]:
-        """An attempt to connect failed; the shell tries again in ``retry_in`` seconds."""
-        s = self._s
-        s.failures += 1
+    def connect_failed(self, reason: str, retry_in: float, link: str = PRIMARY) -> list[Action]:
+        """An attempt to connect ``link`` failed; the shell tries again in ``retry_in`` s."""
+        ln = self._links[link]
+        ln.failures += 1
         out: list[Action] = [
-            Log(f"cannot reach the gateway{_colon(reason)}; retrying in {retry_in:g} s")
+            ln.says(f"cannot reach the gateway{_colon(reason)}; retrying in {retry_in:g} s")
         ]
-        if s.failures >= self.limits.fail_queue_after:
-            queue, s.queue, s.queued_bytes = s.queue, [], 0
+        if ln.failures >= self.limits.fail_queue_after:
+            queue, ln.queue = ln.queue, []
+            self._queued -= len(queue)
+            self._queued_bytes -= sum(size for _, size in queue)
             for message, _ in queue:
-                out += self._refuse(
-                    message, GATEWAY_UNREACHABLE, f"the gateway is unreachable: {reason}"
-                )
+                text = f"the gateway is unreachable: {reason}"
+                out += self._refuse(message, GATEWAY_UNREACHABLE, text)
         return out
 
     # --- editor -> gateway ---------------------------------------------------------------------
@@ -214,9 +246,8 @@ class Relay:
         except (msgspec.DecodeError, RecursionError) as err:
             return [self._error(None, "PARSE_ERROR", f"not JSON: {err}", M.PARSE_ERROR)]
         if not isinstance(message, dict):
-            return [
-                self._error(None, "INVALID_REQUEST", "not a JSON-RPC message", M.INVALID_REQUEST)
-            ]
+            text = "not a JSON-RPC message"
+            return [self._error(None, "INVALID_REQUEST", text, M.INVALID_REQUEST)]
         method, has_id = message.get("method"), "id" in message
         if method is None and has_id:
             return self._editor_answer(message)
@@ -224,30 +255,40 @@ class Relay:
             id_ = message["id"] if has_id and M.valid_id(message["id"]) else None
             text = "not a JSON-RPC request, notification or response"
             return [self._error(id_, "INVALID_REQUEST", text, M.INVALID_REQUEST)]
-        if self._s.phase != "live":
-            return self._enqueue(message, len(line))
-        return self._send(message)
+        return self._route(message, len(line))
 
-    def _enqueue(self, message: dict[str, Any], size: int) -> list[Action]:
-        s = self._s
-        if len(s.queue) >= self.limits.max_queued or (
-            s.queued_bytes + size > self.limits.max_queued_bytes
+    def _route(self, message: dict[str, Any], size: int) -> list[Action]:
+        """Send on the link of the session the message is about, once that link is live."""
+        session = M.session_params(message).sessionId
+        name = PRIMARY
+        if message["method"] not in UNPLACED and session:
+            attached = self._sessions.get(session)
+            name = attached.link if attached else self._pods.get(session, PRIMARY)
+        out: list[Action] = []
+        if name not in self._links:
+            self._links[name] = _Link(name)
+            out.append(Connect(name))
+        ln = self._links[name]
+        if ln.phase == "live":
+            return out + self._send(ln, message)
+        if self._queued >= self.limits.max_queued or (
+            self._queued_bytes + size > self.limits.max_queued_bytes
         ):
-            return self._refuse(
-                message, TOO_MANY_REQUESTS, "too many messages wait for the gateway"
-            )
-        s.queue.append((message, size))
-        s.queued_bytes += size
-        return []
+            text = "too many messages wait for the gateway"
+            return out + self._refuse(message, TOO_MANY_REQUESTS, text)
+        ln.queue.append((message, size))
+        self._queued += 1
+        self._queued_bytes += size
+        return out
 
-    def _send(self, message: dict[str, Any]) -> list[Action]:
+    def _send(self, ln: _Link, message: dict[str, Any]) -> list[Action]:
         method: str = message["method"]
         if "id" not in message:  # a notification: nothing comes back
-            return [ToGateway(M.encode(message))]
+            return [ToGateway(M.encode(message), ln.name)]
         if len(self._sent) >= self.limits.max_pending:
             return self._refuse(message, TOO_MANY_REQUESTS, "too many requests in flight")
         params = M.session_params(message)
-        sent = _Sent(method, message["id"], message=message, session_id=params.sessionId)
+        sent = _Sent(method, ln.name, message["id"], message=message, session_id=params.sessionId)
         if method in ATTACHING:
             if (
                 params.sessionId not in self._sessions
@@ -259,8 +300,6 @@ class Relay:
             sent.attach = (params.cwd, [] if mcp_servers is None else mcp_servers)
             if method == "session/load":
                 self._loading.setdefault(params.sessionId, SeenWindow(self.limits.seen_window))
-        elif method == "session/prompt":
-            self._prompts[params.sessionId] = _Prompt(message["id"])
         elif method == "session/close":
             self._sessions.pop(params.sessionId, None)
             self._mark.pop(params.sessionId, None)
@@ -271,8 +310,8 @@ class Relay:
         relay_id = next(self._ids)
         self._sent[relay_id] = sent
         if method == "session/prompt":
-            self._prompts[params.sessionId].relay_id = relay_id
-        return [ToGateway(M.encode({**message, "id": relay_id}))]
+            self._prompts[params.sessionId] = _Prompt(message["id"], relay_id)
+        return [ToGateway(M.encode({**message, "id": relay_id}), ln.name)]
 
     def _editor_answer(self, message: dict[str, Any]) -> list[Action]:
         """The editor answered one of the gateway's requests (a permission question)."""
@@ -280,9 +319,10 @@ class Relay:
         question = self._questions.get(editor_id) if isinstance(editor_id, int) else None
         if question is None:
             return [Log(f"the editor answered an unknown request {editor_id!r}; dropped")]
-        if question.epoch == self._s.epoch and self._s.phase != "connecting":
+        ln = self._links[question.link]
+        if question.epoch == ln.epoch and ln.phase != "connecting":
             self._forget_question(editor_id)
-            return [ToGateway(M.encode({**message, "id": question.gateway_id}))]
+            return [ToGateway(M.encode({**message, "id": question.gateway_id}), ln.name)]
         if question.key is None:  # asked on a connection that is gone, not one to ask again
             self._forget_question(editor_id)
             return [Log(f"answer to request {editor_id} dropped: its connection is gone")]
@@ -291,8 +331,8 @@ class Relay:
 
     # --- gateway -> editor ---------------------------------------------------------------------
 
-    def gateway_message(self, data: bytes | str) -> list[Action]:
-        """One text message from the WebSocket."""
+    def gateway_message(self, data: bytes | str, link: str = PRIMARY) -> list[Action]:
+        """One text message from the WebSocket of ``link``."""
         raw = data.encode() if isinstance(data, str) else data
         try:
             env = msgspec.json.decode(raw, type=M.Envelope)
@@ -301,8 +341,8 @@ class Relay:
         if env.method is not None:
             if isinstance(env.id, msgspec.UnsetType):
                 return self._notification(env, raw)
-            return self._gateway_request(env, env.id, raw)
-        if isinstance(env.id, int) and env.id in self._sent:
+            return self._gateway_request(self._links[link], env, env.id, raw)
+        if isinstance(env.id, int) and env.id in self._sent and self._sent[env.id].link == link:
             return self._answer(self._sent.pop(env.id), env, raw)
         return [Log(f"the gateway answered an unknown request {env.id!r}; dropped")]
 
@@ -340,7 +380,9 @@ class Relay:
             return [_turn_answer(prompt.editor_id, placed.turnId, placed.stopReason or "")]
         return []
 
-    def _gateway_request(self, env: M.Envelope, gateway_id: Id, raw: bytes) -> list[Action]:
+    def _gateway_request(
+        self, ln: _Link, env: M.Envelope, gateway_id: Id, raw: bytes
+    ) -> list[Action]:
         key = None
         if env.method == "session/request_permission":
             placed = M.decode_placed(env.params)
@@ -352,11 +394,11 @@ class Relay:
         if key is not None and key in self._by_key:  # asked again after a reload
             editor_id = self._by_key[key]
             question = self._questions[editor_id]
-            question.epoch, question.gateway_id = self._s.epoch, gateway_id
+            question.link, question.epoch, question.gateway_id = ln.name, ln.epoch, gateway_id
             if question.answer is None:
                 return []
             self._forget_question(editor_id)
-            return [ToGateway(M.encode({**question.answer, "id": gateway_id}))]
+            return [ToGateway(M.encode({**question.answer, "id": gateway_id}), ln.name)]
         if len(self._questions) >= self.limits.max_questions:
             error = M.rpc_error(
                 gateway_id,
@@ -364,9 +406,10 @@ class Relay:
                 "the editor has too many open requests",
                 TOO_MANY_REQUESTS,
             )
-            return [ToGateway(M.encode(error)), Log("too many open editor requests; one refused")]
+            refused = ToGateway(M.encode(error), ln.name)
+            return [refused, Log("too many open editor requests; one refused")]
         editor_id = next(self._question_ids)
-        self._questions[editor_id] = _Question(self._s.epoch, gateway_id, key)
+        self._questions[editor_id] = _Question(ln.name, ln.epoch, gateway_id, key)
         if key is not None:
             self._by_key[key] = editor_id
         return [M.line(M.with_id(raw, editor_id))]
@@ -378,26 +421,60 @@ class Relay:
             session = M.decode_placed(env.result).sessionId
             sent.session_id = session
         if sent.method in ATTACHING and not failed and session and sent.from_editor:
-            self._sessions[session] = sent.attach
+            self._sessions[session] = _Session(*sent.attach, sent.link)
         out: list[Action] = []
+        if sent.method == "session/list" and not failed and sent.from_editor:
+            self._learn_pods(M.pods_of(env.result), move=False)
         if sent.method in ("session/load", "session/resume"):
             self._loading.pop(session, None)
             out += self._loaded(session, env, failed)
         if not sent.from_editor:
             return out + self._reloaded(sent, env, failed)
         if sent.method == "initialize" and not failed and sent.message is not None:
-            self._s.initialized = sent.message.get("params") or {}
+            self._initialized = sent.message.get("params") or {}
         if sent.method == "session/prompt":
             self._prompts.pop(session, None)
         return [*out, M.line(M.with_id(raw, sent.editor_id))]
 
     # --- the reload after a reconnect -------------------------------------------------------------
 
-    def _own(self, method: str, params: Any, session_id: str = "") -> ToGateway:
+    def _own(self, ln: _Link, method: str, params: Any, session_id: str = "") -> ToGateway:
         relay_id = next(self._ids)
-        self._sent[relay_id] = _Sent(method, from_editor=False, session_id=session_id)
+        self._sent[relay_id] = _Sent(method, ln.name, from_editor=False, session_id=session_id)
         message = {"jsonrpc": "2.0", "id": relay_id, "method": method, "params": params}
-        return ToGateway(M.encode(message))
+        return ToGateway(M.encode(message), ln.name)
+
+    def _load_again(self, ln: _Link, session: str) -> ToGateway:
+        attached = self._sessions[session]
+        params: dict[str, Any] = {
+            "sessionId": session,
+            "cwd": attached.cwd,
+            "mcpServers": attached.mcp_servers,
+        }
+        mark = self._mark.get(session)
+        if mark:
+            params["_meta"] = {"rawp": {"lastMessageId": mark}}
+        ln.reloads_left += 1
+        return self._own(ln, "session/load", params, session)
+
+    def _learn_pods(self, pods: dict[str, str], *, move: bool = True) -> list[Action]:
+        """Where sessions live, from a session/list answer. With ``move`` (the relay's own list
+        after the link at --url reconnected) a session of ours attached at --url moves to its
+        pod's own link, and is loaded there, now or when that link connects."""
+        out: list[Action] = []
+        for session, pod in pods.items():
+            if session in self._pods or len(self._pods) < self.limits.max_sessions:
+                self._pods[session] = pod
+            attached = self._sessions.get(session)
+            if not move or attached is None or attached.link != PRIMARY:
+                continue
+            attached.link = pod
+            if pod not in self._links:
+                self._links[pod] = _Link(pod)
+                out.append(Connect(pod))
+            elif self._links[pod].phase != "connecting":
+                out.append(self._load_again(self._links[pod], session))
+        return out
 
     def _loaded(self, session: str, env: M.Envelope, failed: bool) -> list[Action]:
         """A load answered: where the replay left off, what the gateway's buffer had lost, and
@@ -424,42 +501,47 @@ class Relay:
         return [*out, self._error(prompt.editor_id, CONNECTION_LOST, text)]
 
     def _reloaded(self, sent: _Sent, env: M.Envelope, failed: bool) -> list[Action]:
-        s = self._s
+        ln = self._links[sent.link]
         out: list[Action] = []
         if sent.method == "initialize":
             if failed:
-                out.append(Log(f"the gateway refused initialize again: {M.error_text(env.error)}"))
-            s.reloads_left = len(self._sessions)
-            for session, (cwd, mcp_servers) in self._sessions.items():
-                params: dict[str, Any] = {
-                    "sessionId": session,
-                    "cwd": cwd,
-                    "mcpServers": mcp_servers,
-                }
-                mark = self._mark.get(session)
-                if mark:
-                    params["_meta"] = {"rawp": {"lastMessageId": mark}}
-                out.append(self._own("session/load", params, session))
+                refused = M.error_text(env.error)
+                out.append(ln.says(f"the gateway refused initialize again: {refused}"))
+            if ln.name == PRIMARY and any(s.link == PRIMARY for s in self._sessions.values()):
+                # Through a router this socket may now be on another gateway than the one that
+                # holds them: where are they? (One gateway alone names no pod: they stay.)
+                ln.reloads_left += 1
+                out.append(self._own(ln, "session/list", {}))
+            else:
+                out += self._load_all(ln)
+        elif sent.method == "session/list":
+            ln.reloads_left -= 1
+            out += self._learn_pods({} if failed else M.pods_of(env.result))
+            out += self._load_all(ln)
         elif sent.method == "session/load":
-            s.reloads_left -= 1
+            ln.reloads_left -= 1
             if failed:
                 self._sessions.pop(sent.session_id, None)
-                text = f"session {sent.session_id} could not be loaded again: {M.error_text(env.error)}"
-                out.append(Log(text))
-        if s.phase == "reloading" and s.reloads_left <= 0:
-            s.phase = "live"
-            out.append(Log("sessions loaded again; relaying"))
-            out += self._flush()
+                why = M.error_text(env.error)
+                out.append(ln.says(f"session {sent.session_id} could not be loaded again: {why}"))
+        if ln.phase == "reloading" and ln.reloads_left <= 0:
+            ln.phase = "live"
+            out.append(ln.says("sessions loaded again; relaying"))
+            out += self._flush(ln)
         return out
+
+    def _load_all(self, ln: _Link) -> list[Action]:
+        return [self._load_again(ln, s) for s, a in self._sessions.items() if a.link == ln.name]
 
     # --- helpers ---------------------------------------------------------------------------------
 
-    def _flush(self) -> list[Action]:
-        s = self._s
-        queue, s.queue, s.queued_bytes = s.queue, [], 0
+    def _flush(self, ln: _Link) -> list[Action]:
+        queue, ln.queue = ln.queue, []
+        self._queued -= len(queue)
+        self._queued_bytes -= sum(size for _, size in queue)
         out: list[Action] = []
         for message, _ in queue:
-            out += self._send(message)
+            out += self._send(ln, message)
         return out
 
     def _refuse(self, message: dict[str, Any], error_code: str, text: str) -> list[Action]:

@@ -11,16 +11,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.client.acp_relay import (
+from gateway.client.acp_messages import (
     CONNECTION_LOST,
     GATEWAY_UNREACHABLE,
     TOO_MANY_REQUESTS,
+    Connect,
     Log,
-    Relay,
     RelayLimits,
     ToEditor,
     ToGateway,
 )
+from gateway.client.acp_relay import Relay
 
 SESSION = "6f1c2a0e-3c1d-4b8e-9f43-0a1b2c3d4e5f"
 INIT_PARAMS = {
@@ -136,6 +137,19 @@ def live_session(relay: Relay | None = None) -> Relay:
     return relay
 
 
+def reinitialize(relay: Relay, pods: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Reconnect the link at --url and answer the relay's initialize, then its session/list (one
+    gateway alone: no pods; ``pods``: where a fleet says the sessions are): what it sends next."""
+    [init] = to_gateway(relay.connected())
+    assert init["method"] == "initialize" and init["params"] == TURN_EVENTS_PARAMS
+    [listing] = to_gateway(relay.gateway_message(result(init["id"], {"protocolVersion": 1})))
+    assert listing["method"] == "session/list"
+    sessions = [
+        {"sessionId": s, "cwd": "/", "_meta": {"rawp": {"pod": p}}} for s, p in (pods or {}).items()
+    ] + [{"sessionId": SESSION, "cwd": "/srv/app", "_meta": {"rawp": {}}}] * (not pods)
+    return to_gateway(relay.gateway_message(result(listing["id"], {"sessions": sessions})))
+
+
 def reconnect(
     relay: Relay,
     *,
@@ -145,10 +159,7 @@ def reconnect(
 ) -> list[Any]:
     """Reconnect, answer the relay's initialize and session/load (replaying ``replay``; the load
     must ask for what came after ``after``; ``running``: the turn the load says runs)."""
-    out = relay.connected()
-    [init] = to_gateway(out)
-    assert init["method"] == "initialize" and init["params"] == TURN_EVENTS_PARAMS
-    loads = to_gateway(relay.gateway_message(result(init["id"], {"protocolVersion": 1})))
+    loads = reinitialize(relay)
     assert [m["method"] for m in loads] == ["session/load"]
     expected: dict[str, Any] = {"sessionId": SESSION, "cwd": "/srv/app", "mcpServers": MCP}
     if after is not None:
@@ -224,8 +235,7 @@ def test_updates_lost_from_the_gateways_buffer_are_said_on_stderr():
     relay = live_session()
     relay.gateway_message(update("m1", "a"))
     relay.disconnected()
-    [init] = to_gateway(relay.connected())
-    [load] = to_gateway(relay.gateway_message(result(init["id"], {})))
+    [load] = reinitialize(relay)
     out = relay.gateway_message(loaded(load["id"], "m9", lost=3))
     assert any("3 update(s)" in text for text in logs(out))
 
@@ -372,9 +382,7 @@ def test_an_answer_given_while_away_goes_to_the_question_asked_again():
     [asked] = to_editor(relay.gateway_message(question(3)))
     relay.disconnected()
     assert relay.editor_line(allow(asked["id"])) == []
-    out = relay.connected()
-    [init] = to_gateway(out)
-    [load] = to_gateway(relay.gateway_message(result(init["id"], {"protocolVersion": 1})))
+    [load] = reinitialize(relay)
     [answer] = to_gateway(relay.gateway_message(question(12)))
     assert answer["id"] == 12 and answer["result"]["outcome"]["optionId"] == "allow"
     relay.gateway_message(result(load["id"], {}))
@@ -385,8 +393,7 @@ def test_an_answer_given_while_away_goes_to_the_question_asked_again():
 def test_a_session_that_cannot_be_loaded_again_is_forgotten_with_a_line_on_stderr():
     relay = live_session()
     relay.disconnected()
-    [init] = to_gateway(relay.connected())
-    [load] = to_gateway(relay.gateway_message(result(init["id"], {})))
+    [load] = reinitialize(relay)
     gone = {
         "jsonrpc": "2.0",
         "id": load["id"],
@@ -497,3 +504,56 @@ def test_a_live_turn_start_is_the_prompts_only_when_it_names_that_prompt():
     reconnect(relay, after="m2", running="mine")
     [answer] = to_editor(relay.gateway_message(turn("m3", "end", turn_id="mine", stop="end_turn")))
     assert answer["id"] == 5 and answer["result"]["stopReason"] == "end_turn"
+
+
+def connects(actions: list[Any]) -> list[str]:
+    return [a.link for a in actions if isinstance(a, Connect)]
+
+
+def on(actions: list[Any], link: str) -> list[dict[str, Any]]:
+    return [json.loads(a.data) for a in actions if isinstance(a, ToGateway) and a.link == link]
+
+
+def test_after_a_reconnect_through_a_router_each_session_is_loaded_on_its_own_pod():
+    relay = live_session()
+    relay.gateway_message(update("m1", "a"))
+    relay.disconnected("closed")
+    # The router put the new socket on some gateway: the relay asks the fleet where SESSION is.
+    [init] = to_gateway(relay.connected())
+    [listing] = to_gateway(relay.gateway_message(result(init["id"], {})))
+    where = {"sessions": [{"sessionId": SESSION, "cwd": "/", "_meta": {"rawp": {"pod": "gw-1"}}}]}
+    out = relay.gateway_message(result(listing["id"], where))
+    assert connects(out) == ["gw-1"] and on(out, "") == []
+    assert any("sessions loaded again" in t for t in logs(out))
+    # The pod's own socket: initialize, then the load after the last update passed on.
+    [init] = on(relay.connected(link="gw-1"), "gw-1")
+    [load] = on(relay.gateway_message(result(init["id"], {}), link="gw-1"), "gw-1")
+    assert load["method"] == "session/load" and load["params"]["sessionId"] == SESSION
+    assert load["params"]["_meta"] == {"rawp": {"lastMessageId": "m1"}}
+    out = relay.gateway_message(update("m2", "b"), link="gw-1")
+    out += relay.gateway_message(loaded(load["id"], "m2"), link="gw-1")
+    assert texts(to_editor(out)) == ["b"] and relay.live
+    # What the editor says about SESSION goes there from now on.
+    sent = relay.editor_line(request(9, "session/prompt", {"sessionId": SESSION, "prompt": []}))
+    assert [m["method"] for m in on(sent, "gw-1")] == ["session/prompt"]
+
+
+def test_a_session_the_fleet_lists_on_another_pod_is_loaded_on_that_pods_socket():
+    relay = live_session()
+    other = "0d9e6b1a-1111-4222-8333-444455556666"
+    [listing] = to_gateway(relay.editor_line(request(3, "session/list", {})))
+    where = {"sessions": [{"sessionId": other, "cwd": "/w", "_meta": {"rawp": {"pod": "gw-2"}}}]}
+    [answer] = to_editor(relay.gateway_message(result(listing["id"], where)))
+    assert answer["id"] == 3 and answer["result"] == where  # passed on as it came
+    out = relay.editor_line(request(4, "session/load", {"sessionId": other, "cwd": "/w"}))
+    assert connects(out) == ["gw-2"] and to_gateway(out) == []  # waits for that socket
+    [init] = on(relay.connected(link="gw-2"), "gw-2")
+    [load] = on(relay.gateway_message(result(init["id"], {}), link="gw-2"), "gw-2")
+    assert load["params"]["sessionId"] == other
+    [answer] = to_editor(relay.gateway_message(loaded(load["id"], None), link="gw-2"))
+    assert answer["id"] == 4
+    assert relay.sessions == [SESSION, other]
+    # A drop of one pod's socket leaves the other sessions alone.
+    assert relay.disconnected("closed", link="gw-2")
+    sent = relay.editor_line(request(5, "session/prompt", {"sessionId": SESSION, "prompt": []}))
+    assert [m["method"] for m in on(sent, "")] == ["session/prompt"]
