@@ -189,6 +189,26 @@ def session_params(message: dict[str, Any]) -> SessionParams:
         return SessionParams()
 
 
+class ErrorData(msgspec.Struct):
+    error_code: str | None = None
+    pod: str | None = None  # SESSION_ON_OTHER_POD: the pod that holds the session
+
+
+class RpcError(msgspec.Struct):
+    data: ErrorData | None = None
+
+
+def other_pod(raw: msgspec.Raw) -> str | None:
+    """The pod a ``SESSION_ON_OTHER_POD`` refusal names (one DNS label), else None."""
+    try:
+        data = msgspec.json.decode(raw, type=RpcError).data if raw else None
+    except msgspec.DecodeError:
+        return None
+    if data is None or data.error_code != "SESSION_ON_OTHER_POD" or not data.pod:
+        return None
+    return data.pod if POD.fullmatch(data.pod) else None
+
+
 def rpc_error(id_: Id, code: int, text: str, error_code: str, **data: Any) -> dict[str, Any]:
     error = {"code": code, "message": text, "data": {"error_code": error_code, **data}}
     return {"jsonrpc": "2.0", "id": id_, "error": error}

@@ -417,6 +417,9 @@ class Relay:
     def _answer(self, sent: _Sent, env: M.Envelope, raw: bytes) -> list[Action]:
         failed = M.is_error(env)
         session = sent.session_id
+        pod = M.other_pod(env.error) if failed and sent.method in ATTACHING else None
+        if pod is not None and pod != sent.link:
+            return self._elsewhere(sent, session, pod)
         if sent.method == "session/new" and not failed:
             session = M.decode_placed(env.result).sessionId
             sent.session_id = session
@@ -457,6 +460,31 @@ class Relay:
         ln.reloads_left += 1
         return self._own(ln, "session/load", params, session)
 
+    def _elsewhere(self, sent: _Sent, session: str, pod: str) -> list[Action]:
+        """A load refused SESSION_ON_OTHER_POD: the same load, on that pod's own socket (the
+        editor's, which waits for it; or the relay's own after a reconnect)."""
+        self._pods[session] = pod
+        if not sent.from_editor:
+            ln = self._links[sent.link]
+            ln.reloads_left -= 1
+            return self._move(session, pod) + self._reloaded_done(ln)
+        assert sent.message is not None
+        self._loading.pop(session, None)
+        if session in self._sessions:
+            self._sessions[session].link = pod
+        return self._route(sent.message, 0)
+
+    def _move(self, session: str, pod: str) -> list[Action]:
+        """Our session lives on ``pod``: load it on that pod's socket, now or once it connects."""
+        out: list[Action] = []
+        self._sessions[session].link = pod
+        if pod not in self._links:
+            self._links[pod] = _Link(pod)
+            out.append(Connect(pod))
+        elif self._links[pod].phase != "connecting":
+            out.append(self._load_again(self._links[pod], session))
+        return out
+
     def _learn_pods(self, pods: dict[str, str], *, move: bool = True) -> list[Action]:
         """Where sessions live, from a session/list answer. With ``move`` (the relay's own list
         after the link at --url reconnected) a session of ours attached at --url moves to its
@@ -466,14 +494,8 @@ class Relay:
             if session in self._pods or len(self._pods) < self.limits.max_sessions:
                 self._pods[session] = pod
             attached = self._sessions.get(session)
-            if not move or attached is None or attached.link != PRIMARY:
-                continue
-            attached.link = pod
-            if pod not in self._links:
-                self._links[pod] = _Link(pod)
-                out.append(Connect(pod))
-            elif self._links[pod].phase != "connecting":
-                out.append(self._load_again(self._links[pod], session))
+            if move and attached is not None and attached.link == PRIMARY:
+                out += self._move(session, pod)
         return out
 
     def _loaded(self, session: str, env: M.Envelope, failed: bool) -> list[Action]:
@@ -524,11 +546,13 @@ class Relay:
                 self._sessions.pop(sent.session_id, None)
                 why = M.error_text(env.error)
                 out.append(ln.says(f"session {sent.session_id} could not be loaded again: {why}"))
-        if ln.phase == "reloading" and ln.reloads_left <= 0:
-            ln.phase = "live"
-            out.append(ln.says("sessions loaded again; relaying"))
-            out += self._flush(ln)
-        return out
+        return out + self._reloaded_done(ln)
+
+    def _reloaded_done(self, ln: _Link) -> list[Action]:
+        if ln.phase != "reloading" or ln.reloads_left > 0:
+            return []
+        ln.phase = "live"
+        return [ln.says("sessions loaded again; relaying"), *self._flush(ln)]
 
     def _load_all(self, ln: _Link) -> list[Action]:
         return [self._load_again(ln, s) for s, a in self._sessions.items() if a.link == ln.name]

@@ -26,7 +26,8 @@ question is a ``session/request_permission`` request. ``session.history`` (a loa
 frames, replayed: nothing in it asks or answers anything.
 
 What a view keeps is bounded: the tool calls still open (``MAX_OPEN_TOOLS``, each with at most
-``MAX_STREAM_CHARS`` of streamed output), the requests waiting for a reply (one prompt, and one
+``MAX_STREAM_CHARS`` of streamed output, shown again once ``STREAM_STEP_CHARS`` or half as much
+again is new), the requests waiting for a reply (one prompt, and one
 control at a time), the permission questions asked (as many as the machine has open).
 """
 
@@ -47,6 +48,7 @@ __all__ = [
     "MAX_OPEN_TOOLS",
     "MAX_STREAM_CHARS",
     "PROTOCOL_VERSION",
+    "STREAM_STEP_CHARS",
     "AcpView",
     "RpcId",
     "encode",
@@ -59,6 +61,7 @@ RpcId = Union[int, str]  # noqa: UP007 (a runtime alias)
 
 MAX_OPEN_TOOLS: Final = 1024  # tool calls remembered until their result (the oldest forgotten)
 MAX_STREAM_CHARS: Final = 8192  # the tail of a running tool's output each update carries
+STREAM_STEP_CHARS: Final = 1024  # new output that makes an update once the output is long
 
 # DPS stop reasons ACP has a stop reason for; the others (error, disconnected) answer with an error.
 STOP_REASONS: Final = {
@@ -100,13 +103,14 @@ def error_response(
 
 
 class _Tool:
-    __slots__ = ("input", "kind", "name", "out")
+    __slots__ = ("input", "kind", "name", "out", "unsent")
 
     def __init__(self, name: str, kind: str, tool_input: dict[str, Any]) -> None:
         self.name = name
         self.kind = kind
         self.input = tool_input
         self.out = ""
+        self.unsent = 0  # characters streamed since the last update
 
 
 class AcpView:
@@ -121,6 +125,7 @@ class AcpView:
         on_ask: Callable[[str, AcpView], None] | None = None,
     ) -> None:
         self.session_id = session_id
+        self._heads: dict[str, bytes] = {}  # the start of each kind of chunk message (``_chunk``)
         self.factory = factory
         self.turn_events = turn_events  # ``_rawp/turn`` notifications (a relay asks for them)
         self._on_ask = on_ask  # the shell learns which view a request id of ours belongs to
@@ -134,6 +139,7 @@ class AcpView:
         self.replaying = False
         # The newest frame seen: a load after it (``_meta.rawp.lastMessageId``) misses nothing.
         self.last_seen: str | None = None
+        self.lost_frames = 0  # of a load: frames the buffer no longer had (1: some, uncounted)
 
     # --- frames in, ACP messages out --------------------------------------------------------
 
@@ -154,6 +160,8 @@ class AcpView:
             finally:
                 self.replaying = False
             self.last_seen = payload.last_message_id
+            status = payload.buffer_status
+            self.lost_frames += status.lost_frame_count or (1 if status.truncated else 0)
             return out
         self.last_seen = frame.message_id
         return self._translate(frame, payload)
@@ -216,8 +224,21 @@ class AcpView:
         )
 
     def _chunk(self, kind: str, text: str, mid: str) -> list[bytes]:
+        # The most frequent message by far (a delta of text), written from its parts: the same
+        # JSON as ``_update`` makes, without building and walking its dicts for every delta.
+        head = self._heads.get(kind)
+        if head is None:
+            head = self._heads[kind] = (
+                b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
+                + encode(self.session_id)
+                + b',"update":{"sessionUpdate":"'
+                + kind.encode()
+                + b'","content":{"type":"text","text":'
+            )
         return [
-            self._update({"sessionUpdate": kind, "content": {"type": "text", "text": text}}, mid)
+            b"".join(
+                (head, encode(text), b'}},"_meta":{"rawp":{"messageId":', encode(mid), b"}}}}")
+            )
         ]
 
     # tool calls ----------------------------------------------------------------------------
@@ -251,9 +272,15 @@ class AcpView:
         tool = self._tools.get(stream.invocation_id)
         if tool is None:
             return []
-        # ACP's content replaces what a tool call showed: each update carries the output so far
-        # (its tail, so that a long-running command costs a bounded message per chunk).
+        # ACP's content replaces what a tool call showed: an update carries the output so far
+        # (its tail). Sent once enough is new (half what it shows, at most STREAM_STEP_CHARS):
+        # a command that prints byte by byte must not cost a whole tail per byte. The result
+        # carries the whole output at the end.
         tool.out = (tool.out + stream.chunk)[-MAX_STREAM_CHARS:]
+        tool.unsent += len(stream.chunk)
+        if tool.unsent < min(STREAM_STEP_CHARS, len(tool.out) // 2):
+            return []
+        tool.unsent = 0
         update = {
             "sessionUpdate": "tool_call_update",
             "toolCallId": stream.invocation_id,

@@ -9,7 +9,7 @@ decodes a request's params into the schema's struct (parsers/acp/schema.py) or s
 
 ``RateLimit`` bounds how fast one connection may ask: a token bucket of ``RATE_BURST`` requests
 refilled at ``RATE_PER_SEC`` a second; a request past it is refused (``RATE_LIMITED``), and a
-client that goes on after ``MAX_REFUSED_IN_A_ROW`` refusals is closed.
+client refused ``MAX_REFUSED_IN_A_ROW`` times before its bucket was ever full again is closed.
 """
 
 from __future__ import annotations
@@ -135,9 +135,10 @@ class RateLimit:
     def take(self, now: float) -> bool:
         self._tokens = min(float(RATE_BURST), self._tokens + (now - self._at) * RATE_PER_SEC)
         self._at = now
+        if self._tokens >= RATE_BURST:
+            self.refused_in_a_row = 0  # the client slowed down until the bucket was full again
         if self._tokens >= 1:
             self._tokens -= 1
-            self.refused_in_a_row = 0
             return True
         self.refused_in_a_row += 1
         return False

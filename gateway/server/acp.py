@@ -14,25 +14,23 @@ traceback, and a session it is attached to goes on whatever the client does.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 import uuid
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
-from aiohttp import WSMsgType, web
+from aiohttp import web
 
 from gateway import __version__
 from gateway.agent.environment import agent_environment
 from gateway.agent.exit import missing_executable
 from gateway.api_error import ApiError
-from gateway.console.origin import OriginForbidden, check_origin
 from gateway.console.tickets import TICKET_TTL_S
 from gateway.protocol import acp_rpc
 from gateway.protocol.acp_master import (
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
+    PARSE_ERROR,
     PROTOCOL_VERSION,
     REFUSED,
     RESOURCE_NOT_FOUND,
@@ -49,8 +47,9 @@ from gateway.server.routes.sessions import (
     _role_on,
     start_session,
 )
+from gateway.server.websocket import check_upgrade_origin, read_socket
 from gateway.session import LiveSession
-from gateway.session.acp_client import MAX_ATTACHED, AcpClient
+from gateway.session.acp_client import MAX_ATTACHED, AcpAttachment, AcpClient
 from gateway.session.fanout import MasterConnection
 from gateway.team import fleet, roles
 from parsers.acp import schema as S
@@ -60,6 +59,7 @@ __all__ = ["acp_ticket", "acp_websocket"]
 MAX_ACP_CONNECTIONS: Final = 256  # /acp WebSockets open at once on a gateway
 MAX_PROMPT_BLOCKS: Final = 256
 ACP_TICKETS: Final = "/acp"  # what a ticket of /acp is issued for (session ids are UUIDs)
+T = TypeVar("T")
 ACP_OPEN: Final = web.AppKey("acp_open", set)  # the AcpClient of each open /acp connection
 _MODES: Final = (
     ("default", "Default", "Asks before it edits files or runs commands"),
@@ -81,14 +81,7 @@ async def acp_ticket(request: web.Request) -> web.Response:
 async def acp_websocket(request: web.Request) -> web.StreamResponse:
     app = request.app
     config = app[CONFIG]
-    try:
-        check_origin(request, config.allowed_origins)
-    except OriginForbidden as exc:
-        raise ApiError(
-            403,
-            "ORIGIN_FORBIDDEN",
-            f"WebSocket upgrades from origin {exc} are not allowed (see [server] allowed_origins)",
-        ) from None
+    check_upgrade_origin(request)
     _check_taking(app, new_session=False)
     agent = request.query.get("agent")
     if agent is not None and agent not in config.agents:
@@ -129,27 +122,9 @@ async def acp_websocket(request: web.Request) -> web.StreamResponse:
         client = AcpClient(conn_id, out, roles.Sender(_caller(request), request.remote))
         open_clients.add(client)
     handler = _Handler(request, client, agent)
-    close_ready = asyncio.ensure_future(out.close_ready.wait())
     try:
-        while True:
-            receiving = asyncio.ensure_future(ws.receive())
-            await asyncio.wait((receiving, close_ready), return_when=asyncio.FIRST_COMPLETED)
-            if not receiving.done():
-                receiving.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await receiving
-                code, reason = out.close_args
-                await ws.close(code=code, message=reason)
-                break
-            msg = receiving.result()
-            if msg.type == WSMsgType.TEXT:
-                await handler.message(msg.data)
-            elif msg.type == WSMsgType.BINARY:
-                out.offer(error_response(None, -32700, "binary frames are not JSON-RPC"))
-            else:  # CLOSE, CLOSING, CLOSED, ERROR (a message over max_frame_size: 1009)
-                break
+        await read_socket(ws, out, handler.message)
     finally:
-        close_ready.cancel()
         open_clients.discard(client)
         client.close()
         if not out.closed.is_set():
@@ -182,7 +157,10 @@ class _Handler:
     def send(self, data: bytes) -> None:
         self.client.out.offer(data)
 
-    async def message(self, data: str) -> None:
+    async def message(self, data: str | None) -> None:
+        if data is None:  # a binary message
+            self.send(error_response(None, PARSE_ERROR, "binary messages are not JSON-RPC"))
+            return
         got = acp_rpc.read(data)
         if isinstance(got, acp_rpc.Refused):
             self.send(got.response)
@@ -229,9 +207,8 @@ class _Handler:
     # --- methods --------------------------------------------------------------------------------
 
     async def initialize(self, got: acp_rpc.Message) -> None:
-        params = acp_rpc.params(got, S.InitializeParams)
-        if isinstance(params, acp_rpc.Refused):
-            self.send(params.response)
+        params = self.params(got, S.InitializeParams)
+        if params is None:
             return
         rawp = (params.clientCapabilities.meta or {}).get("rawp")
         self.client.turn_events = isinstance(rawp, dict) and rawp.get("turnEvents") is True
@@ -246,10 +223,27 @@ class _Handler:
             "agentInfo": {"name": "rawp-gateway", "title": "RAWP gateway", "version": __version__},
             "authMethods": [],
         }
+        if self.config.route_prefix:  # a fleet: which gateway this is, and its own /acp
+            result["_meta"] = {
+                "rawp": {
+                    "pod": self.config.pod_name,
+                    "routePrefix": self.config.route_prefix,
+                    "acpPath": self.config.route_prefix + "/acp",
+                }
+            }
         self.reply(got, result)
 
     async def authenticate(self, got: acp_rpc.Message) -> None:
         self.reply(got, {})  # the upgrade's credentials decide who the client is
+
+    def params(self, got: acp_rpc.Message, kind: type[T]) -> T | None:
+        """A request's params as ``kind``, or None once the client was told why not."""
+        params = acp_rpc.params(got, kind)
+        if isinstance(params, acp_rpc.Refused):
+            if got.is_request:
+                self.send(params.response)
+            return None
+        return params
 
     def reply(self, got: acp_rpc.Message, result: Any) -> None:
         if got.is_request:
@@ -260,9 +254,8 @@ class _Handler:
             self.send(error_response(got.id, code, message, error_code))
 
     async def new(self, got: acp_rpc.Message) -> None:
-        params = acp_rpc.params(got, S.NewSessionParams)
-        if isinstance(params, acp_rpc.Refused):
-            self.send(params.response)
+        params = self.params(got, S.NewSessionParams)
+        if params is None:
             return
         if not roles.at_least(self.identity.role, "operator"):
             _audit(self.request, "session.create", None, result="refused",
@@ -295,17 +288,17 @@ class _Handler:
                 502, "AGENT_START_FAILED", f"the {agent} agent could not start: {missing}"
             )
         session = await start_session(self.request, profile, workspace)
-        att = self.client.attach(session)
+        att = self.client.attach(session, hold=True)
         result = {"sessionId": session.id, "_meta": {"rawp": {"agent": agent}}}
         modes = _modes(session, att.view.mode)
         if modes is not None:
             result["modes"] = modes
         self.reply(got, result)
+        att.release()
 
     async def list(self, got: acp_rpc.Message) -> None:
-        params = acp_rpc.params(got, S.ListSessionsParams)
-        if isinstance(params, acp_rpc.Refused):
-            self.send(params.response)
+        params = self.params(got, S.ListSessionsParams)
+        if params is None:
             return
         request = self.request
         visible = [s.to_json() for s in self.app[SESSIONS].values() if _role_on(request, s)]
@@ -315,6 +308,7 @@ class _Handler:
             if params.cwd is not None and s.get("workspace_path") != params.cwd:
                 continue
             meta = {k: s.get(k) for k in ("agent", "state", "owner", "pod", "turn_index")}
+            meta["acpPath"] = _acp_path(s)
             sessions.append(
                 {
                     "sessionId": s.get("session_id"),
@@ -327,12 +321,20 @@ class _Handler:
         self.reply(got, {"sessions": sessions})
 
     async def load(self, got: acp_rpc.Message) -> None:
-        params = acp_rpc.params(got, S.LoadSessionParams)
-        if isinstance(params, acp_rpc.Refused):
-            self.send(params.response)
+        params = self.params(got, S.LoadSessionParams)
+        if params is None:
             return
         session = self._visible(params.sessionId)
         if session is None:
+            elsewhere = await self._on_a_peer(params.sessionId)
+            if elsewhere is not None:
+                why = (
+                    f"session {params.sessionId[:64]!r} is on {elsewhere.get('pod')}: load it there"
+                )
+                data = {"pod": elsewhere.get("pod"), "acpPath": _acp_path(elsewhere)}
+                if got.is_request:
+                    self.send(error_response(got.id, REFUSED, why, "SESSION_ON_OTHER_POD", **data))
+                return
             why = f"no session {params.sessionId[:64]!r}"
             self.refuse(got, RESOURCE_NOT_FOUND, why, "SESSION_NOT_FOUND")
             return
@@ -348,12 +350,24 @@ class _Handler:
         if not isinstance(since, str) or not since or len(since) > 256:
             since = None
         att = self.client.attach(session, last_message_id=since, history=True)
-        meta = {"lastMessageId": att.view.last_seen, "turnId": att.view.turn_id}
+        view = att.view
+        meta = {
+            "lastMessageId": view.last_seen,
+            "turnId": view.turn_id,
+            "lostFrames": view.lost_frames,
+        }
         result: dict[str, Any] = {"_meta": {"rawp": meta}}
         modes = _modes(session, att.view.mode)
         if modes is not None:
             result["modes"] = modes
         self.reply(got, result)
+
+    async def _on_a_peer(self, session_id: str) -> dict[str, Any] | None:
+        """The session as another gateway of the fleet lists it to the caller, if one does."""
+        if not self.config.fleet_peers or not session_id:
+            return None
+        answer = await fleet.sessions_answer(self.request, [])
+        return next((s for s in answer["sessions"] if s.get("session_id") == session_id), None)
 
     def _visible(self, session_id: str) -> LiveSession | TerminatedSession | None:
         session = self.app[SESSIONS].get(session_id)
@@ -361,7 +375,7 @@ class _Handler:
             return None
         return session  # type: ignore[no-any-return]
 
-    def _attached(self, got: acp_rpc.Message, session_id: str) -> Any:
+    def _attached(self, got: acp_rpc.Message, session_id: str) -> AcpAttachment | None:
         att = self.client.attached.get(session_id)
         if att is None:
             why = f"session {session_id[:64]!r} is not open on this connection: session/load it"
@@ -369,9 +383,8 @@ class _Handler:
         return att
 
     async def prompt(self, got: acp_rpc.Message) -> None:
-        params = acp_rpc.params(got, S.PromptParams)
-        if isinstance(params, acp_rpc.Refused):
-            self.send(params.response)
+        params = self.params(got, S.PromptParams)
+        if params is None:
             return
         att = self._attached(got, params.sessionId)
         if att is None or got.id is None:
@@ -384,15 +397,19 @@ class _Handler:
         if isinstance(text, _Unsupported):
             self.refuse(got, INVALID_PARAMS, text.why, "UNSUPPORTED_CONTENT")
             return
-        mid, data = att.view.prompt(got.id, text)
+        self.feed(att, *att.view.prompt(got.id, text))
+
+    def feed(self, att: AcpAttachment, mid: str, data: bytes) -> None:
+        """A control frame of this client's into its session, as a DPS master's frame goes;
+        the request it came from is answered then if the session's reply did not answer it."""
         att.session.receive(att.id, data)
         for message in att.view.settle(mid):
             self.send(message)
 
     async def cancel(self, got: acp_rpc.Message) -> None:
-        params = acp_rpc.params(got, S.SessionParams)
-        if isinstance(params, acp_rpc.Refused):
-            return  # a notification: nothing to answer
+        params = self.params(got, S.SessionParams)
+        if params is None:
+            return
         att = self.client.attached.get(params.sessionId)
         if att is None:
             return
@@ -401,9 +418,8 @@ class _Handler:
             att.session.receive(att.id, data)
 
     async def set_mode(self, got: acp_rpc.Message) -> None:
-        params = acp_rpc.params(got, S.SessionParams)
-        if isinstance(params, acp_rpc.Refused):
-            self.send(params.response)
+        params = self.params(got, S.SessionParams)
+        if params is None:
             return
         att = self._attached(got, params.sessionId)
         if att is None or got.id is None:
@@ -412,10 +428,7 @@ class _Handler:
             why = "modeId must be default, plan or review"
             self.refuse(got, INVALID_PARAMS, why, "INVALID_REQUEST")
             return
-        mid, data = att.view.set_mode(got.id, params.modeId)  # type: ignore[arg-type]
-        att.session.receive(att.id, data)
-        for message in att.view.settle(mid):
-            self.send(message)
+        self.feed(att, *att.view.set_mode(got.id, params.modeId))  # type: ignore[arg-type]
 
 
 class _Unsupported(msgspec.Struct):
@@ -440,6 +453,16 @@ def _prompt_text(blocks: list[S.ContentBlock]) -> str | _Unsupported:
         else:
             return _Unsupported(f"content of type {block.type[:32]!r} is not accepted in a prompt")
     return "\n".join(parts)
+
+
+def _acp_path(listed: dict[str, Any]) -> str | None:
+    """The ``/acp`` path of the gateway that holds a listed session: its ``ws_path`` says its
+    route prefix (``{prefix}/v1/session/{id}/ws``)."""
+    ws_path = listed.get("ws_path")
+    if not isinstance(ws_path, str):
+        return None
+    prefix, found, _ = ws_path.rpartition("/v1/session/")
+    return prefix + "/acp" if found else None
 
 
 def _modes(session: LiveSession, current: str) -> dict[str, Any] | None:

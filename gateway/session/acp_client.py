@@ -52,10 +52,17 @@ class AcpAttachment:
         self.close_ready = asyncio.Event()
         self.frames_sent = 0
         self.overflowed = False
+        # Messages kept back until ``release``: a new session's greeting must follow the answer
+        # that tells the client the session's id.
+        self.held: list[bytes] | None = None
 
     @property
     def max_queue_bytes(self) -> int:
-        return self.client.out.max_queue_bytes
+        # What a load may replay is what this takes in the session's frames; their ACP messages
+        # are bigger (a delta's messageId, the envelope): half the writer's room leaves room for
+        # them, so a load of a long history is cut (oldest first, said in lostFrames) rather than
+        # closing the socket it is written to.
+        return self.client.out.max_queue_bytes // 2
 
     @property
     def queued_bytes(self) -> int:
@@ -70,10 +77,20 @@ class AcpAttachment:
     def offer(self, data: bytes | memoryview, t_ns: int = 0) -> None:
         if self.closed.is_set():
             return
+        messages = self.view.frame(data)
+        if self.held is not None:
+            self.held += messages
+            return
         out = self.client.out
-        for message in self.view.frame(data):
+        for message in messages:
             out.offer(message, t_ns)
             t_ns = 0
+
+    def release(self) -> None:
+        """Send what was held back, and from now on everything as it comes."""
+        held, self.held = self.held or [], None
+        for message in held:
+            self.client.out.offer(message)
 
     def close_after_flush(self, code: int = WSCloseCode.OK, reason: str = "") -> None:
         """The session lets go of this view (it ended, or this user may no longer see it)."""
@@ -99,10 +116,16 @@ class AcpClient:
         self._count = 0
 
     def attach(
-        self, session: LiveSession, *, last_message_id: str | None = None, history: bool = False
+        self,
+        session: LiveSession,
+        *,
+        last_message_id: str | None = None,
+        history: bool = False,
+        hold: bool = False,
     ) -> AcpAttachment:
         """Attach to ``session`` (again: the earlier view leaves first); with ``history`` its
-        buffered history (after ``last_message_id`` when given) is replayed first."""
+        buffered history (after ``last_message_id`` when given) is replayed first; with ``hold``
+        what the session says is kept back until ``release``."""
         old = self.attached.get(session.id)
         if old is not None:
             self.detach(old)
@@ -111,6 +134,8 @@ class AcpClient:
             session.id, session.machine.factory, turn_events=self.turn_events, on_ask=self._asked
         )
         att = AcpAttachment(f"{self.id}/{self._count}", self, session, view)
+        if hold:
+            att.held = []
         self.attached[session.id] = att
         session.attach_connection(
             att,  # type: ignore[arg-type]  # a connection by its interface

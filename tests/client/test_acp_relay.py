@@ -557,3 +557,40 @@ def test_a_session_the_fleet_lists_on_another_pod_is_loaded_on_that_pods_socket(
     assert relay.disconnected("closed", link="gw-2")
     sent = relay.editor_line(request(5, "session/prompt", {"sessionId": SESSION, "prompt": []}))
     assert [m["method"] for m in on(sent, "")] == ["session/prompt"]
+
+
+def on_other_pod(id_: int, pod: str) -> bytes:
+    error = {
+        "code": -32002,
+        "message": "the session is on another gateway",
+        "data": {"error_code": "SESSION_ON_OTHER_POD", "pod": pod, "acpPath": f"/pods/{pod}/acp"},
+    }
+    return line({"jsonrpc": "2.0", "id": id_, "error": error})
+
+
+def test_a_load_refused_as_on_another_pod_is_made_there_without_the_editor_seeing_the_refusal():
+    relay = live_session()
+    other = "0d9e6b1a-1111-4222-8333-444455556666"
+    [load] = to_gateway(relay.editor_line(request(4, "session/load", {"sessionId": other})))
+    out = relay.gateway_message(on_other_pod(load["id"], "gw-2"))
+    assert connects(out) == ["gw-2"] and to_editor(out) == []
+    [init] = on(relay.connected(link="gw-2"), "gw-2")
+    [again] = on(relay.gateway_message(result(init["id"], {}), link="gw-2"), "gw-2")
+    assert again["method"] == "session/load" and again["params"]["sessionId"] == other
+    [answer] = to_editor(relay.gateway_message(loaded(again["id"], None), link="gw-2"))
+    assert answer["id"] == 4 and "result" in answer
+    # A refusal naming a path instead of a pod name is passed on as it came.
+    [load] = to_gateway(relay.editor_line(request(5, "session/load", {"sessionId": "x"})))
+    [refused] = to_editor(relay.gateway_message(on_other_pod(load["id"], "../evil")))
+    assert refused["error"]["data"]["error_code"] == "SESSION_ON_OTHER_POD"
+
+
+def test_a_reload_refused_as_on_another_pod_moves_the_session_there():
+    relay = live_session()
+    relay.disconnected()
+    [load] = reinitialize(relay)
+    out = relay.gateway_message(on_other_pod(load["id"], "gw-1"))
+    assert connects(out) == ["gw-1"] and relay.sessions == [SESSION]
+    [init] = on(relay.connected(link="gw-1"), "gw-1")
+    [again] = on(relay.gateway_message(result(init["id"], {}), link="gw-1"), "gw-1")
+    assert again["params"]["sessionId"] == SESSION

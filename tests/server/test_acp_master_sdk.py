@@ -17,6 +17,7 @@ from acp.schema import (
     AgentMessageChunk,
     AllowedOutcome,
     ClientCapabilities,
+    CurrentModeUpdate,
     DeniedOutcome,
     RequestPermissionResponse,
     ToolCallProgress,
@@ -42,6 +43,7 @@ class Recorder:
         self.updates: list[tuple[str, Any]] = []
         self.asked: list[Any] = []
         self.choose = choose
+        self.late: str | None = None  # with choose None: the answer given once released
         self.asked_event = asyncio.Event()
         self.release = asyncio.Event()
 
@@ -50,6 +52,10 @@ class Recorder:
         self.asked_event.set()
         if self.choose is None:
             await self.release.wait()
+            if self.late is not None:
+                return RequestPermissionResponse(
+                    outcome=AllowedOutcome(outcome="selected", option_id=self.late)
+                )
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(
             outcome=AllowedOutcome(outcome="selected", option_id=self.choose)
@@ -110,15 +116,19 @@ async def test_a_turn_with_a_permission_through_the_official_sdk(gw, tmp_path):
         assert {o.option_id for o in options} >= {"allow", "deny"}
         assert {o.kind for o in options} >= {"allow_once", "reject_once"}
         starts = [u for _, u in rec.updates if isinstance(u, ToolCallStart)]
-        assert starts and starts[0].kind == "edit" and tool_call.tool_call_id == starts[0].tool_call_id
+        assert (
+            starts and starts[0].kind == "edit" and tool_call.tool_call_id == starts[0].tool_call_id
+        )
         ends = [u for _, u in rec.updates if isinstance(u, ToolCallProgress) and u.status]
         assert ends[-1].status == "completed"
         assert any(c.type == "diff" and c.path.endswith("acp.txt") for c in ends[-1].content or [])
         assert rec.text()
         # Every control in the audit log, by the ACP client's user.
         await eventually(
-            lambda: {("prompt", "alice"), ("permission", "alice")}
-            <= {(r["action"], r.get("user")) for r in audit_lines(tmp_path)},
+            lambda: (
+                {("prompt", "alice"), ("permission", "alice")}
+                <= {(r["action"], r.get("user")) for r in audit_lines(tmp_path)}
+            ),
             "the prompt and the answer in the audit log",
         )
     finally:
@@ -145,10 +155,15 @@ async def test_a_cancel_ends_the_turn_cancelled_and_the_session_goes_on(gw, tmp_
         await conn.close()
 
 
+async def alices_session(gw) -> str:
+    """A demo session of alice's (made over HTTP, as a DPS master makes one): its id."""
+    resp = await gw.post("/v1/session", json={"agent": "demo"}, headers=bearer(TOKENS["alice"]))
+    return (await resp.json())["session_id"]
+
+
 async def test_load_a_session_a_dps_master_started_and_prompts_cross(gw, tmp_path):
     headers = bearer(TOKENS["alice"])
-    resp = await gw.post("/v1/session", json={"agent": "demo"}, headers=headers)
-    sid = (await resp.json())["session_id"]
+    sid = await alices_session(gw)
     master = await Master.attach(gw, sid, headers=headers)
     await master.send("control.prompt.request", {"prompt_text": "hello from the phone"})
     await master.until("session.turn.end", timeout=30)
@@ -179,10 +194,9 @@ async def test_load_a_session_a_dps_master_started_and_prompts_cross(gw, tmp_pat
 
 
 async def test_a_viewer_may_list_and_load_but_not_prompt(gw, tmp_path):
-    headers = bearer(TOKENS["alice"])
-    resp = await gw.post("/v1/session", json={"agent": "demo"}, headers=headers)
-    sid = (await resp.json())["session_id"]
-    await gw.patch(f"/v1/session/{sid}", json={"members": {"bob": "viewer"}}, headers=headers)
+    sid = await alices_session(gw)
+    members = {"members": {"bob": "viewer"}}
+    await gw.patch(f"/v1/session/{sid}", json=members, headers=bearer(TOKENS["alice"]))
     conn, _ = await connect(gw, user="bob")
     try:
         listed = await conn.list_sessions()
@@ -201,5 +215,70 @@ async def test_a_viewer_may_list_and_load_but_not_prompt(gw, tmp_path):
             ),
             "the refused prompt in the audit log",
         )
+    finally:
+        await conn.close()
+
+
+async def test_the_first_answer_wins_whichever_master_gives_it(gw, tmp_path):
+    """A permission question reaches the DPS master and the ACP client; the phone allows first,
+    the editor's later deny changes nothing; on the next one the editor answers first and the
+    phone's answer is the one refused."""
+    rec = Recorder(choose=None)
+    rec.late = "deny"
+    conn, rec = await connect(gw, recorder=rec)
+    try:
+        new = await conn.new_session(cwd=str(tmp_path))
+        sid = new.session_id
+        phone = await Master.attach(gw, sid, headers=bearer(TOKENS["alice"]))
+        turn = asyncio.ensure_future(
+            conn.prompt(session_id=sid, prompt=[text_block("write first.txt")])
+        )
+        ask = await phone.until("agent.interaction.request", timeout=30)
+        await asyncio.wait_for(rec.asked_event.wait(), 30)
+        [(_, tool_call, _)] = rec.asked
+        assert tool_call.tool_call_id == ask["metadata"]["invocation_id"]
+        await phone.send(
+            "control.interaction.response",
+            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "allow"},
+        )
+        assert (await asyncio.wait_for(turn, 30)).stop_reason == "end_turn"
+        assert (tmp_path / "first.txt").exists()
+        rec.release.set()  # the editor's deny, too late
+        rec.choose = "allow"
+        done = await conn.prompt(session_id=sid, prompt=[text_block("write second.txt")])
+        assert done.stop_reason == "end_turn" and (tmp_path / "second.txt").exists()
+        ask = await phone.until("agent.interaction.request", timeout=30)
+        late = await phone.send(
+            "control.interaction.response",
+            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "deny"},
+        )
+        error = await phone.until("session.error", timeout=30)
+        assert error["parent_id"] == late["message_id"]
+        assert error["payload"]["error_code"] == "INTERACTION_NOT_FOUND"
+    finally:
+        await conn.close()
+
+
+async def test_modes_come_from_the_agents_features_and_set_mode_switches(gw, tmp_path):
+    conn, rec = await connect(gw)
+    try:
+        new = await conn.new_session(cwd=str(tmp_path))
+        assert new.modes is not None and new.modes.current_mode_id == "default"
+        assert {m.id for m in new.modes.available_modes} == {"default", "plan", "review"}
+        await conn.set_session_mode(session_id=new.session_id, mode_id="plan")
+        await eventually(
+            lambda: any(
+                isinstance(u, CurrentModeUpdate) and u.current_mode_id == "plan"
+                for _, u in rec.updates
+            ),
+            "the mode update",
+        )
+        # In plan mode the agent may not write: the gateway denies it, nobody is asked.
+        done = await conn.prompt(session_id=new.session_id, prompt=[text_block("write plan.txt")])
+        assert done.stop_reason == "end_turn"
+        assert not (tmp_path / "plan.txt").exists() and not rec.asked
+        with pytest.raises(RequestError) as refused:
+            await conn.set_session_mode(session_id=new.session_id, mode_id="nonsense")
+        assert refused.value.code == -32602
     finally:
         await conn.close()
