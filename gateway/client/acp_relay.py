@@ -472,7 +472,10 @@ class Relay:
         self._loading.pop(session, None)
         if session in self._sessions:
             self._sessions[session].link = pod
-        return self._route(sent.message, 0)
+        return [
+            Log(f"session {session} is on pod {pod}: loading it there"),
+            *self._route(sent.message, 0),
+        ]
 
     def _move(self, session: str, pod: str) -> list[Action]:
         """Our session lives on ``pod``: load it on that pod's socket, now or once it connects."""

@@ -1,7 +1,7 @@
 """``/acp`` through the fleet's router (tests/support/fleet_rig.py: Debian's nginx running
 deploy/k8s's router in front of three ``rawp-gateway serve`` processes): an editor (the official ACP
-Python SDK) launching ``rawp-gateway acp --url <router>`` lists every pod's sessions, loads and
-prompts a session on each pod, and after the connection drops (a loopback hop before the router,
+Python SDK) launching ``rawp-gateway acp --url <router>`` loads a session on each pod (the relay
+following SESSION_ON_OTHER_POD to the pod that holds it), lists every pod's sessions, prompts each, and after the connection drops (a loopback hop before the router,
 cut) finds every one of them again, wherever the router put its new socket."""
 
 from __future__ import annotations
@@ -66,18 +66,23 @@ async def test_an_editor_through_the_router_reaches_every_pods_sessions_and_surv
     try:
         async with python_editor(argv, relay_env(TOKEN), tmp_path) as ed:
             await ed.request("initialize", {})
+            # A load before any list: whichever gateway the router chose either holds it or
+            # refuses SESSION_ON_OTHER_POD, and the relay loads it on that pod instead.
+            for pod, sid in sessions.items():
+                await ed.request("session/load", {"sessionId": sid, "cwd": str(fleet.workspace)})
+                assert f"hello {pod}" in ed.text(sid, "user_message_chunk")
+            assert ed.stderr().count(": loading it there") >= 1  # the router chose one pod
             listed = await ed.request("session/list", {})
             pods = {s["sessionId"]: s["_meta"]["rawp"]["pod"] for s in listed["sessions"]}
             assert {pods[sid] for sid in sessions.values()} == set(sessions)
             for pod, sid in sessions.items():
-                await ed.request("session/load", {"sessionId": sid, "cwd": str(fleet.workspace)})
-                assert f"hello {pod}" in ed.text(sid, "user_message_chunk")
                 done = await ed.request("session/prompt", prompt(sid, f"and again {pod}"))
                 assert done["stopReason"] == "end_turn"
             # The network drops; the relay comes back through the router and finds them all.
-            hop.cut()
+            back = ed.stderr().count("sessions loaded again") + len(sessions) + 1
+            hop.cut()  # the socket at --url and each pod's: all come back, each says so once
             await eventually(
-                lambda: ed.stderr().count("sessions loaded again") >= len(sessions) + 1,
+                lambda: ed.stderr().count("sessions loaded again") >= back,
                 "every socket back",
                 TURN,
             )
