@@ -18,7 +18,6 @@ from acp import PROTOCOL_VERSION, connect_to_agent
 from acp.schema import ClientCapabilities
 from acp.ws.client import create_websocket_stream
 
-from gateway.config.auth import AuthSettings
 from tests.support.acp_editors import (
     CutProxy,
     Editor,
@@ -29,11 +28,10 @@ from tests.support.acp_editors import (
     relay_env,
     ts_editor,
 )
-from tests.support.auth import bearer, users_toml
+from tests.support.auth import bearer, users_config
 from tests.support.gateway_peer import (
     Master,
     fast_demo,
-    make_config,
     prompt_and_wait,
     start_gateway,
 )
@@ -53,14 +51,8 @@ def sdk(request) -> str:
 
 @pytest.fixture
 async def gw(tmp_path):
-    users = tmp_path / "users.toml"
-    users.write_text(users_toml({n: (ROLES[n], TOKENS[n]) for n in TOKENS}))
-    config = make_config(
-        tmp_path,
-        agents={"demo": fast_demo(5)},
-        auth=AuthSettings(users_file=users),
-        acp_default_agent="demo",
-    )
+    users = {name: (ROLES[name], TOKENS[name]) for name in TOKENS}
+    config = users_config(tmp_path, users, agents={"demo": fast_demo(5)}, acp_default_agent="demo")
     client = await start_gateway(config)
     yield client
     await client.close()
