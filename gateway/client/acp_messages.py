@@ -15,6 +15,8 @@ from typing import Any, Final
 
 import msgspec
 
+from gateway.protocol.acp_master import FAILED_TURN, STOP_REASONS
+
 __all__ = [
     "CONNECTION_LOST",
     "GATEWAY_UNREACHABLE",
@@ -263,3 +265,15 @@ def with_turn_events(params: Any) -> Any:
     meta["rawp"] = {**(rawp if isinstance(rawp, dict) else {}), "turnEvents": True}
     caps["_meta"] = meta
     return {**params, "clientCapabilities": caps}
+
+
+def turn_answer(editor_id: Id, turn_id: str, dps_stop: str) -> ToEditor:
+    """The answer to a prompt whose connection dropped, from its turn's end: what the gateway
+    would have answered on the connection it came on."""
+    stop = STOP_REASONS.get(dps_stop)
+    if stop is not None:
+        result = {"stopReason": stop, "_meta": {"rawp": {"turnId": turn_id}}}
+        return line({"jsonrpc": "2.0", "id": editor_id, "result": result})
+    code = FAILED_TURN.get(dps_stop, "TURN_FAILED")
+    text = f"the turn ended with {dps_stop}"
+    return line(rpc_error(editor_id, INTERNAL_ERROR, text, code, turnId=turn_id))

@@ -45,12 +45,12 @@ socket and the backoff and feeds this object:
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
 
 from gateway.client import acp_messages as M
+from gateway.client import acp_state as R
 from gateway.client.acp_messages import (
     CONNECTION_LOST,
     GATEWAY_UNREACHABLE,
@@ -63,7 +63,6 @@ from gateway.client.acp_messages import (
     ToEditor,
     ToGateway,
 )
-from gateway.protocol.acp_master import FAILED_TURN, STOP_REASONS
 from gateway.protocol.codec import SeenWindow
 from parsers.json_depth import too_deep
 
@@ -80,81 +79,25 @@ UNPLACED: Final = frozenset({"initialize", "authenticate", "session/new", "sessi
 PRIMARY: Final = ""  # the link at --url
 
 
-@dataclass
-class _Sent:
-    """A request on a socket under a relay id: the editor's (``editor_id``) or the relay's own."""
-
-    method: str
-    link: str
-    editor_id: Id = None
-    from_editor: bool = True
-    message: dict[str, Any] | None = None  # the editor's message, to send again if retry-safe
-    session_id: str = ""
-    attach: tuple[str | None, Any] = (None, None)  # cwd, mcpServers of an attaching request
-
-
-@dataclass
-class _Session:
-    cwd: str | None
-    mcp_servers: Any
-    link: str  # where it is attached: PRIMARY, or the pod that holds it
-
-
-@dataclass
-class _Prompt:
-    """The editor's ``session/prompt`` on a session, until answered."""
-
-    editor_id: Id
-    relay_id: int = 0  # its id on the socket it went out on
-    turn_id: str | None = None  # the turn it opened, once the gateway said so
-    orphan: bool = False  # its connection is gone: the relay answers it from the turn's end
-
-
-@dataclass
-class _Question:
-    """A request of the gateway's that the editor holds under the relay's id."""
-
-    link: str
-    epoch: int
-    gateway_id: Id
-    key: str | None  # the gateway's interaction id (or session and tool call)
-    answer: dict[str, Any] | None = None  # the editor's answer, kept while the socket was down
-
-
-@dataclass
-class _Link:
-    """One WebSocket: at ``--url`` (PRIMARY) or at one pod of a fleet."""
-
-    name: str
-    epoch: int = 0  # connections so far; a gateway request id means something only in its epoch
-    phase: str = "connecting"  # connecting | reloading | live
-    failures: int = 0  # failed connection attempts since the last success
-    reloads_left: int = 0
-    queue: list[tuple[dict[str, Any], int]] = field(default_factory=list)  # message, its size
-
-    def says(self, text: str) -> Log:
-        return Log(f"pod {self.name}: {text}" if self.name else text)
-
-
 class Relay:
     """Feed it what happens; it returns what to write where. See the module docstring."""
 
     def __init__(self, limits: RelayLimits | None = None) -> None:
         self.limits = limits or RelayLimits()
-        self._links: dict[str, _Link] = {PRIMARY: _Link(PRIMARY)}
+        self._links: dict[str, R.Link] = {PRIMARY: R.Link(PRIMARY)}
         self._initialized: Any = None  # the editor's initialize params, once accepted
         self._queued = 0  # messages waiting on every link, and their bytes
         self._queued_bytes = 0
         self._ids = itertools.count(1)  # relay ids on the sockets
         self._question_ids = itertools.count(1)  # relay ids toward the editor
-        self._sent: dict[int, _Sent] = {}
-        self._sessions: dict[str, _Session] = {}
+        self._sent: dict[int, R.Sent] = {}
+        self._sessions: dict[str, R.Session] = {}
         self._pods: dict[str, str] = {}  # session -> its pod, as session/list said
         self._mark: dict[str, str] = {}  # session -> the last update id passed on
         self._seen = SeenWindow(self.limits.seen_window)
         self._loading: dict[str, SeenWindow] = {}  # an editor's load: what it already got
-        self._prompts: dict[str, _Prompt] = {}  # session -> the editor's prompt on it
-        self._questions: dict[int, _Question] = {}
+        self._prompts: dict[str, R.Prompt] = {}  # session -> the editor's prompt on it
+        self._questions: dict[int, R.Question] = {}
         self._by_key: dict[str, int] = {}
 
     @property
@@ -266,7 +209,7 @@ class Relay:
             name = attached.link if attached else self._pods.get(session, PRIMARY)
         out: list[Action] = []
         if name not in self._links:
-            self._links[name] = _Link(name)
+            self._links[name] = R.Link(name)
             out.append(Connect(name))
         ln = self._links[name]
         if ln.phase == "live":
@@ -281,14 +224,14 @@ class Relay:
         self._queued_bytes += size
         return out
 
-    def _send(self, ln: _Link, message: dict[str, Any]) -> list[Action]:
+    def _send(self, ln: R.Link, message: dict[str, Any]) -> list[Action]:
         method: str = message["method"]
         if "id" not in message:  # a notification: nothing comes back
             return [ToGateway(M.encode(message), ln.name)]
         if len(self._sent) >= self.limits.max_pending:
             return self._refuse(message, TOO_MANY_REQUESTS, "too many requests in flight")
         params = M.session_params(message)
-        sent = _Sent(method, ln.name, message["id"], message=message, session_id=params.sessionId)
+        sent = R.Sent(method, ln.name, message["id"], message=message, session_id=params.sessionId)
         if method in ATTACHING:
             if (
                 params.sessionId not in self._sessions
@@ -310,7 +253,7 @@ class Relay:
         relay_id = next(self._ids)
         self._sent[relay_id] = sent
         if method == "session/prompt":
-            self._prompts[params.sessionId] = _Prompt(message["id"], relay_id)
+            self._prompts[params.sessionId] = R.Prompt(message["id"], relay_id)
         return [ToGateway(M.encode({**message, "id": relay_id}), ln.name)]
 
     def _editor_answer(self, message: dict[str, Any]) -> list[Action]:
@@ -366,6 +309,8 @@ class Relay:
         return [ToEditor(raw + b"\n")]
 
     def _turn_event(self, placed: M.Placed) -> list[Action]:
+        if placed.event == "end":
+            self._forget_stale_questions(placed.sessionId)
         prompt = self._prompts.get(placed.sessionId)
         if prompt is None or placed.turnId is None:
             return []
@@ -377,13 +322,14 @@ class Relay:
                 prompt.turn_id = placed.turnId
         elif placed.event == "end" and prompt.turn_id == placed.turnId and prompt.orphan:
             del self._prompts[placed.sessionId]
-            return [_turn_answer(prompt.editor_id, placed.turnId, placed.stopReason or "")]
+            return [M.turn_answer(prompt.editor_id, placed.turnId, placed.stopReason or "")]
         return []
 
     def _gateway_request(
-        self, ln: _Link, env: M.Envelope, gateway_id: Id, raw: bytes
+        self, ln: R.Link, env: M.Envelope, gateway_id: Id, raw: bytes
     ) -> list[Action]:
         key = None
+        placed = M.Placed()
         if env.method == "session/request_permission":
             placed = M.decode_placed(env.params)
             key = placed.rawp.interactionId or (
@@ -409,12 +355,13 @@ class Relay:
             refused = ToGateway(M.encode(error), ln.name)
             return [refused, Log("too many open editor requests; one refused")]
         editor_id = next(self._question_ids)
-        self._questions[editor_id] = _Question(ln.name, ln.epoch, gateway_id, key)
+        session = placed.sessionId if key is not None else ""
+        self._questions[editor_id] = R.Question(ln.name, ln.epoch, gateway_id, key, session)
         if key is not None:
             self._by_key[key] = editor_id
         return [M.line(M.with_id(raw, editor_id))]
 
-    def _answer(self, sent: _Sent, env: M.Envelope, raw: bytes) -> list[Action]:
+    def _answer(self, sent: R.Sent, env: M.Envelope, raw: bytes) -> list[Action]:
         failed = M.is_error(env)
         session = sent.session_id
         pod = M.other_pod(env.error) if failed and sent.method in ATTACHING else None
@@ -424,7 +371,7 @@ class Relay:
             session = M.decode_placed(env.result).sessionId
             sent.session_id = session
         if sent.method in ATTACHING and not failed and session and sent.from_editor:
-            self._sessions[session] = _Session(*sent.attach, sent.link)
+            self._sessions[session] = R.Session(*sent.attach, sent.link)
         out: list[Action] = []
         if sent.method == "session/list" and not failed and sent.from_editor:
             self._learn_pods(M.pods_of(env.result), move=False)
@@ -441,13 +388,13 @@ class Relay:
 
     # --- the reload after a reconnect -------------------------------------------------------------
 
-    def _own(self, ln: _Link, method: str, params: Any, session_id: str = "") -> ToGateway:
+    def _own(self, ln: R.Link, method: str, params: Any, session_id: str = "") -> ToGateway:
         relay_id = next(self._ids)
-        self._sent[relay_id] = _Sent(method, ln.name, from_editor=False, session_id=session_id)
+        self._sent[relay_id] = R.Sent(method, ln.name, from_editor=False, session_id=session_id)
         message = {"jsonrpc": "2.0", "id": relay_id, "method": method, "params": params}
         return ToGateway(M.encode(message), ln.name)
 
-    def _load_again(self, ln: _Link, session: str) -> ToGateway:
+    def _load_again(self, ln: R.Link, session: str) -> ToGateway:
         attached = self._sessions[session]
         params: dict[str, Any] = {
             "sessionId": session,
@@ -460,7 +407,7 @@ class Relay:
         ln.reloads_left += 1
         return self._own(ln, "session/load", params, session)
 
-    def _elsewhere(self, sent: _Sent, session: str, pod: str) -> list[Action]:
+    def _elsewhere(self, sent: R.Sent, session: str, pod: str) -> list[Action]:
         """A load refused SESSION_ON_OTHER_POD: the same load, on that pod's own socket (the
         editor's, which waits for it; or the relay's own after a reconnect)."""
         self._pods[session] = pod
@@ -482,7 +429,7 @@ class Relay:
         out: list[Action] = []
         self._sessions[session].link = pod
         if pod not in self._links:
-            self._links[pod] = _Link(pod)
+            self._links[pod] = R.Link(pod)
             out.append(Connect(pod))
         elif self._links[pod].phase != "connecting":
             out.append(self._load_again(self._links[pod], session))
@@ -525,7 +472,7 @@ class Relay:
             text = "the turn of this prompt ended while the connection was down"
         return [*out, self._error(prompt.editor_id, CONNECTION_LOST, text)]
 
-    def _reloaded(self, sent: _Sent, env: M.Envelope, failed: bool) -> list[Action]:
+    def _reloaded(self, sent: R.Sent, env: M.Envelope, failed: bool) -> list[Action]:
         ln = self._links[sent.link]
         out: list[Action] = []
         if sent.method == "initialize":
@@ -551,18 +498,18 @@ class Relay:
                 out.append(ln.says(f"session {sent.session_id} could not be loaded again: {why}"))
         return out + self._reloaded_done(ln)
 
-    def _reloaded_done(self, ln: _Link) -> list[Action]:
+    def _reloaded_done(self, ln: R.Link) -> list[Action]:
         if ln.phase != "reloading" or ln.reloads_left > 0:
             return []
         ln.phase = "live"
         return [ln.says("sessions loaded again; relaying"), *self._flush(ln)]
 
-    def _load_all(self, ln: _Link) -> list[Action]:
+    def _load_all(self, ln: R.Link) -> list[Action]:
         return [self._load_again(ln, s) for s, a in self._sessions.items() if a.link == ln.name]
 
     # --- helpers ---------------------------------------------------------------------------------
 
-    def _flush(self, ln: _Link) -> list[Action]:
+    def _flush(self, ln: R.Link) -> list[Action]:
         queue, ln.queue = ln.queue, []
         self._queued -= len(queue)
         self._queued_bytes -= sum(size for _, size in queue)
@@ -580,22 +527,17 @@ class Relay:
     def _error(id_: Id, error_code: str, text: str, code: int = M.RELAY_ERROR) -> ToEditor:
         return M.line(M.rpc_error(id_, code, text, error_code))
 
+    def _forget_stale_questions(self, session: str) -> None:
+        """A turn of ``session`` ended: its questions asked on a connection that is gone will not
+        be asked again (those still open were, after the reload)."""
+        for editor_id, q in list(self._questions.items()):
+            if q.session == session and q.epoch != self._links[q.link].epoch:
+                self._forget_question(editor_id)
+
     def _forget_question(self, editor_id: int) -> None:
         question = self._questions.pop(editor_id)
         if question.key is not None:
             self._by_key.pop(question.key, None)
-
-
-def _turn_answer(editor_id: Id, turn_id: str, dps_stop: str) -> ToEditor:
-    """The answer to a prompt whose connection dropped, from its turn's end: what the gateway
-    would have answered on the connection it came on."""
-    stop = STOP_REASONS.get(dps_stop)
-    if stop is not None:
-        result = {"stopReason": stop, "_meta": {"rawp": {"turnId": turn_id}}}
-        return M.line({"jsonrpc": "2.0", "id": editor_id, "result": result})
-    code = FAILED_TURN.get(dps_stop, "TURN_FAILED")
-    text = f"the turn ended with {dps_stop}"
-    return M.line(M.rpc_error(editor_id, M.INTERNAL_ERROR, text, code, turnId=turn_id))
 
 
 def _colon(reason: str) -> str:

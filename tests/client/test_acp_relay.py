@@ -594,3 +594,13 @@ def test_a_reload_refused_as_on_another_pod_moves_the_session_there():
     [init] = on(relay.connected(link="gw-1"), "gw-1")
     [again] = on(relay.gateway_message(result(init["id"], {}), link="gw-1"), "gw-1")
     assert again["params"]["sessionId"] == SESSION
+
+
+def test_a_question_whose_turn_ended_while_away_is_forgotten():
+    relay = live_session()
+    relay.gateway_message(update("m1", "a"))
+    [asked] = to_editor(relay.gateway_message(question(3)))
+    relay.disconnected()
+    # Another master answered it, the turn ended: the replay says so, nothing asks it again.
+    reconnect(relay, replay=[turn("m2", "end", stop="end_turn")], after="m1")
+    assert any("unknown request" in t for t in logs(relay.editor_line(allow(asked["id"]))))
