@@ -23,18 +23,21 @@ Frames become updates (the table is docs/acp-masters.md's): text ``agent_message
 ``tool_call`` / ``tool_call_update``, todo and plan tools ``plan``, usage ``usage_update``,
 commands ``available_commands_update``, a mode switch ``current_mode_update``; a permission
 question is a ``session/request_permission`` request. ``session.history`` (a load) is the same
-frames, replayed: nothing in it asks or answers anything.
+frames, replayed: nothing in it asks or answers anything. What the session says again when a
+view attaches (its commands, its open questions: the greeting, ``greeting``) is its state, not
+news: those messages carry the ids they were first sent with and ``_meta.rawp.state: true``, and a
+load's sync point (``last_seen``) is the replay's newest frame, not them.
 
 What a view keeps is bounded: the tool calls still open (``MAX_OPEN_TOOLS``, each with at most
 ``MAX_STREAM_CHARS`` of streamed output, shown again once ``STREAM_STEP_CHARS`` or half as much
 again is new), the requests waiting for a reply (one prompt, and one
-control at a time), the permission questions asked (as many as the machine has open).
+control at a time), the permission questions asked and not answered (``MAX_ASKED``, the oldest
+forgotten: a client that never answers).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any, Final, Union
 
 import msgspec
@@ -45,6 +48,7 @@ from gateway.protocol.factory import FrameFactory
 from parsers.acp import schema as S
 
 __all__ = [
+    "MAX_ASKED",
     "MAX_OPEN_TOOLS",
     "MAX_STREAM_CHARS",
     "PROTOCOL_VERSION",
@@ -60,6 +64,7 @@ PROTOCOL_VERSION: Final = S.PROTOCOL_VERSION
 RpcId = Union[int, str]  # noqa: UP007 (a runtime alias)
 
 MAX_OPEN_TOOLS: Final = 1024  # tool calls remembered until their result (the oldest forgotten)
+MAX_ASKED: Final = 256  # questions asked and not answered that an answer is still taken for
 MAX_STREAM_CHARS: Final = 8192  # the tail of a running tool's output each update carries
 STREAM_STEP_CHARS: Final = 1024  # new output that makes an update once the output is long
 
@@ -122,13 +127,11 @@ class AcpView:
         factory: FrameFactory,
         *,
         turn_events: bool = False,
-        on_ask: Callable[[str, AcpView], None] | None = None,
     ) -> None:
         self.session_id = session_id
         self._heads: dict[str, bytes] = {}  # the start of each kind of chunk message (``_chunk``)
         self.factory = factory
         self.turn_events = turn_events  # ``_rawp/turn`` notifications (a relay asks for them)
-        self._on_ask = on_ask  # the shell learns which view a request id of ours belongs to
         self.turn_id: str | None = None  # the session's running turn
         self.mode: str = "default"
         self._waiting: dict[str, tuple[RpcId, str]] = {}  # control message_id -> (request, method)
@@ -140,6 +143,11 @@ class AcpView:
         # The newest frame seen: a load after it (``_meta.rawp.lastMessageId``) misses nothing.
         self.last_seen: str | None = None
         self.lost_frames = 0  # of a load: frames the buffer no longer had (1: some, uncounted)
+        # While the session greets this view (its attach): what comes is state said again
+        # (commands, open questions) under the ids it was first sent with, not news; the frames
+        # it replays come inside session.history.
+        self.greeting = False
+        self._agent_error: dict[str, str] | None = None  # the turn's last error of the agent
 
     # --- frames in, ACP messages out --------------------------------------------------------
 
@@ -163,7 +171,8 @@ class AcpView:
             status = payload.buffer_status
             self.lost_frames += status.lost_frame_count or (1 if status.truncated else 0)
             return out
-        self.last_seen = frame.message_id
+        if not self.greeting or self.last_seen is None:
+            self.last_seen = frame.message_id
         return self._translate(frame, payload)
 
     def _translate(self, frame: F.Frame, payload: Any) -> list[bytes]:
@@ -208,7 +217,15 @@ class AcpView:
             return []
         if isinstance(payload, F.Deleted):
             return self.ended("SESSION_TERMINATED", "the session was deleted")
+        if isinstance(payload, F.AgentError) and payload.severity != "warning":
+            # ACP has no error update: a failed turn's answer says what went wrong.
+            self._agent_error = {"error_code": payload.error_code, "message": payload.message}
         return []
+
+    def _meta(self, mid: str) -> dict[str, Any]:
+        if self.greeting:  # the session's state, said again (module docstring)
+            return {"rawp": {"messageId": mid, "state": True}}
+        return {"rawp": {"messageId": mid}}
 
     def _update(self, update: dict[str, Any], mid: str) -> bytes:
         return encode(
@@ -218,7 +235,7 @@ class AcpView:
                 "params": {
                     "sessionId": self.session_id,
                     "update": update,
-                    "_meta": {"rawp": {"messageId": mid}},
+                    "_meta": self._meta(mid),
                 },
             }
         )
@@ -227,6 +244,9 @@ class AcpView:
         # The most frequent message by far (a delta of text), written from its parts: the same
         # JSON as ``_update`` makes, without building and walking its dicts for every delta.
         head = self._heads.get(kind)
+        if self.greeting:
+            update = {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
+            return [self._update(update, mid)]
         if head is None:
             head = self._heads[kind] = (
                 b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
@@ -310,6 +330,7 @@ class AcpView:
 
     def _turn_start(self, start: F.TurnStart, mid: str) -> list[bytes]:
         self.turn_id = start.turn_id
+        self._agent_error = None
         if self._prompt is not None and not self.replaying:
             # This client's prompt opened this turn (the machine opens it in the same call).
             prompt_mid, rpc_id = self._prompt
@@ -333,7 +354,14 @@ class AcpView:
         else:
             code = FAILED_TURN.get(end.stop_reason, "TURN_FAILED")
             why = f"the turn ended with {end.stop_reason}"
-            out.append(error_response(rpc_id, INTERNAL_ERROR, why, code, turnId=end.turn_id))
+            cause = self._agent_error
+            if cause is not None:
+                why += f": {cause['error_code']}: {cause['message'][:500]}"
+            extra = (
+                {"turnId": end.turn_id, "agentError": cause} if cause else {"turnId": end.turn_id}
+            )
+            out.append(error_response(rpc_id, INTERNAL_ERROR, why, code, **extra))
+        self._agent_error = None
         return out
 
     def _turn_event(
@@ -382,14 +410,21 @@ class AcpView:
             {"optionId": o.value, "name": o.label, "kind": C.option_kind(o)} for o in req.options
         ]
         rpc_id = f"rawp-ask-{req.interaction_id}"
-        self.asked[rpc_id] = req.interaction_id
-        if self._on_ask is not None:
-            self._on_ask(rpc_id, self)
+        asked = self.asked
+        asked.pop(rpc_id, None)
+        asked[rpc_id] = req.interaction_id
+        while len(asked) > MAX_ASKED:  # a client that never answers: forget the oldest
+            del asked[next(iter(asked))]
         params = {
             "sessionId": self.session_id,
             "toolCall": tool_call,
             "options": options,
-            "_meta": {"rawp": {"messageId": frame.message_id, "interactionId": req.interaction_id}},
+            "_meta": {
+                "rawp": {
+                    **self._meta(frame.message_id)["rawp"],
+                    "interactionId": req.interaction_id,
+                }
+            },
         }
         return [
             encode(

@@ -14,6 +14,7 @@ traceback, and a session it is attached to goes on whatever the client does.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from typing import Any, Final, TypeVar
@@ -28,6 +29,7 @@ from gateway.api_error import ApiError
 from gateway.console.tickets import TICKET_TTL_S
 from gateway.protocol import acp_rpc
 from gateway.protocol.acp_master import (
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
@@ -55,6 +57,8 @@ from gateway.team import fleet, roles
 from parsers.acp import schema as S
 
 __all__ = ["acp_ticket", "acp_websocket"]
+
+log = logging.getLogger("rawp_gateway.acp")
 
 MAX_ACP_CONNECTIONS: Final = 256  # /acp WebSockets open at once on a gateway
 MAX_PROMPT_BLOCKS: Final = 256
@@ -192,16 +196,22 @@ class _Handler:
             )
             if got.is_request:
                 self.send(error_response(got.id, code, err.message, err.error_code))
+        except Exception:
+            # A bug of ours in one request: logged with its trace here, answered without one,
+            # and the connection and its sessions go on.
+            log.exception("ACP request failed", extra={"method": got.method[:64]})
+            if got.is_request:
+                why = "internal error; see the gateway log"
+                self.send(error_response(got.id, INTERNAL_ERROR, why, "INTERNAL_ERROR"))
 
     def answered(self, got: acp_rpc.Message) -> None:
         """The client's answer to a request of ours (a permission question)."""
         rpc_id = str(got.id)
-        view = self.client.asks.pop(rpc_id, None)
-        if view is None:
+        att = self.client.asker(rpc_id)
+        if att is None:
             return
-        att = self.client.attached.get(view.session_id)
-        data = view.answer(rpc_id, got.result)
-        if att is not None and data is not None and att.view is view:
+        data = att.view.answer(rpc_id, got.result)
+        if data is not None:
             att.session.receive(att.id, data)
 
     # --- methods --------------------------------------------------------------------------------

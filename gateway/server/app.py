@@ -138,8 +138,8 @@ def reload(app: web.Application) -> None:
 
 def reload_users(app: web.Application) -> None:
     """SIGHUP: read the users file again. A WebSocket of a user the new file removed or gave
-    another role is closed (1008): it was opened under the old one, and reconnecting takes the
-    new one."""
+    another role is closed (1008), ``/acp`` ones too: it was opened under the old one, and
+    reconnecting takes the new one."""
     authenticator = app[AUTH]
     before = authenticator.users()
     if not authenticator.reload_users():
@@ -151,6 +151,9 @@ def reload_users(app: web.Application) -> None:
     for session in app[SESSIONS].values():
         if isinstance(session, LiveSession):
             session.close_users(changed, "your access to this gateway changed; reconnect")
+    for client in app[ACP_OPEN]:
+        if client.sender.identity.user in changed:
+            client.out.close_after_flush(1008, "your access to this gateway changed; reconnect")
 
 
 async def _start_reporting(app: web.Application) -> None:

@@ -32,9 +32,10 @@ __all__ = ["MAX_ATTACHED", "AcpAttachment", "AcpClient"]
 MAX_ATTACHED: Final = 64  # sessions one ACP connection is attached to at once
 # What an ACP client takes of the frames that features gate: everything ACP can show.
 _WANTED: Final = F.Features(thinking_stream=True, tool_streaming=True, plan_mode=True)
-# A session closes its connections with these when the connection itself must go (the user's access
-# changed, the gateway restarts): the whole ACP socket closes, not one session's view.
-_WHOLE_SOCKET: Final = (WSCloseCode.POLICY_VIOLATION, WSCloseCode.SERVICE_RESTART)
+# A session closes its connections with this when the connection itself must go (the gateway
+# restarts): the whole ACP socket closes, not one session's view. The other closes (the session
+# ended, or is no longer shared with this user: 1008) let go of that session alone.
+_WHOLE_SOCKET: Final = (WSCloseCode.SERVICE_RESTART,)
 
 
 class AcpAttachment:
@@ -112,7 +113,6 @@ class AcpClient:
         self.sender = sender
         self.turn_events = False  # _rawp/turn notifications (initialize's _meta asks for them)
         self.attached: dict[str, AcpAttachment] = {}  # session id -> its view
-        self.asks: dict[str, AcpView] = {}  # our request ids -> the view that asked
         self._count = 0
 
     def attach(
@@ -130,30 +130,31 @@ class AcpClient:
         if old is not None:
             self.detach(old)
         self._count += 1
-        view = AcpView(
-            session.id, session.machine.factory, turn_events=self.turn_events, on_ask=self._asked
-        )
+        view = AcpView(session.id, session.machine.factory, turn_events=self.turn_events)
         att = AcpAttachment(f"{self.id}/{self._count}", self, session, view)
         if hold:
             att.held = []
         self.attached[session.id] = att
-        session.attach_connection(
-            att,  # type: ignore[arg-type]  # a connection by its interface
-            last_message_id=last_message_id,
-            full_history=history and last_message_id is None,
-            sender=self.sender,
-        )
+        view.greeting = True
+        try:
+            session.attach_connection(
+                att,  # type: ignore[arg-type]  # a connection by its interface
+                last_message_id=last_message_id,
+                full_history=history and last_message_id is None,
+                sender=self.sender,
+            )
+        finally:
+            view.greeting = False
         return att
 
-    def _asked(self, rpc_id: str, view: AcpView) -> None:
-        self.asks[rpc_id] = view
+    def asker(self, rpc_id: str) -> AcpAttachment | None:
+        """The view that asked the question our request ``rpc_id`` is."""
+        return next((a for a in self.attached.values() if rpc_id in a.view.asked), None)
 
     def detach(self, att: AcpAttachment, code: str = "DETACHED", why: str = "") -> None:
         """This view leaves its session; requests it still waits for are answered."""
         if self.attached.get(att.session.id) is att:
             del self.attached[att.session.id]
-        for rpc_id in att.view.asked:
-            self.asks.pop(rpc_id, None)
         for message in att.view.ended(code, why or "the connection left the session"):
             self.out.offer(message)
         if not att.closed.is_set():
@@ -170,9 +171,8 @@ class AcpClient:
     def _let_go(self, att: AcpAttachment, code: int, reason: str) -> None:
         if self.attached.get(att.session.id) is att:
             del self.attached[att.session.id]
-        for rpc_id in att.view.asked:
-            self.asks.pop(rpc_id, None)
-        for message in att.view.ended("SESSION_TERMINATED", reason or "the session ended"):
+        code_name = "FORBIDDEN" if code == WSCloseCode.POLICY_VIOLATION else "SESSION_TERMINATED"
+        for message in att.view.ended(code_name, reason or "the session ended"):
             self.out.offer(message)
         att.close_ready.set()
         att.session.detach(att.id)
@@ -183,4 +183,3 @@ class AcpClient:
         """The socket is gone: every view leaves its session."""
         for att in list(self.attached.values()):
             self.detach(att)
-        self.asks.clear()

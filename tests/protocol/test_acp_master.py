@@ -14,6 +14,7 @@ import pytest
 from gateway.protocol import acp_rpc, codec
 from gateway.protocol import frames as F
 from gateway.protocol.acp_master import (
+    MAX_ASKED,
     MAX_OPEN_TOOLS,
     MAX_STREAM_CHARS,
     STREAM_STEP_CHARS,
@@ -237,7 +238,16 @@ def test_a_turn_that_ends_as_acp_cannot_say_is_an_error_with_the_gateways_code(m
     v = view(f)
     v.prompt("p", "hi")
     v.frame(frame(F.TurnStart(turn_id="T", turn_index=0)))
+    died = F.AgentError(
+        error_code="AGENT_CRASHED", message="exit 1", severity="fatal", recoverable=False
+    )
+    assert v.frame(frame(died)) == []
     [answer] = decoded(v.frame(frame(F.TurnEnd(turn_id="T", stop_reason=stop))))
+    assert answer["error"]["data"]["agentError"] == {
+        "error_code": "AGENT_CRASHED",
+        "message": "exit 1",
+    }
+    assert "AGENT_CRASHED" in answer["error"]["message"]
     assert answer["id"] == "p"
     assert answer["error"]["code"] == -32603
     assert answer["error"]["data"]["error_code"] == code
@@ -277,8 +287,7 @@ def test_cancel_names_the_running_turn_and_nothing_without_one(make):
 
 def test_a_permission_question_and_its_answer(make):
     f, frame = make
-    asked: list[str] = []
-    v = view(f, on_ask=lambda rpc_id, _: asked.append(rpc_id))
+    v = view(f)
     v.frame(frame(F.InvokeRequest(invocation_id="t1", tool_name="Write", input={"file_path": "a"})))
     question = F.InteractionRequest(
         interaction_id="i1",
@@ -293,7 +302,7 @@ def test_a_permission_question_and_its_answer(make):
     )
     [request] = decoded(v.frame(frame(question, metadata={"invocation_id": "t1"})))
     assert request["method"] == "session/request_permission"
-    assert request["id"] == "rawp-ask-i1" and asked == ["rawp-ask-i1"]
+    assert request["id"] == "rawp-ask-i1" and v.asked == {"rawp-ask-i1": "i1"}
     params = request["params"]
     assert params["toolCall"]["toolCallId"] == "t1"
     assert params["toolCall"]["kind"] == "edit"
@@ -315,6 +324,22 @@ def test_a_permission_question_and_its_answer(make):
     )
     assert v.frame(frame(history)) == []
     assert v.last_seen == "mX"
+
+
+def test_a_client_that_never_answers_holds_a_bounded_number_of_questions(make):
+    f, frame = make
+    v = view(f)
+    for i in range(MAX_ASKED + 10):
+        question = F.InteractionRequest(
+            interaction_id=f"i{i}",
+            interaction_type="PERMISSION",
+            question_text="?",
+            timeout_sec=1,
+            options=[F.InteractionOption(value="allow", label="Allow")],
+        )
+        v.frame(frame(question))
+    assert len(v.asked) == MAX_ASKED
+    assert "rawp-ask-i0" not in v.asked and f"rawp-ask-i{MAX_ASKED + 9}" in v.asked
 
 
 def test_cancelled_or_malformed_answers_say_nothing(make):

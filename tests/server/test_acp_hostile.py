@@ -6,6 +6,8 @@ session goes on for its other masters (docs/acp-masters.md#limits)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import pytest
 
@@ -210,3 +212,113 @@ async def test_a_client_that_leaves_mid_turn_leaves_the_session_running(gw, tmp_
     master = await Master.attach(gw, sid)
     frames = await prompt_and_wait(master, "and now?", timeout=30)
     assert frames[-1]["type"] == "session.usage"
+
+
+async def test_a_load_after_the_last_message_id_seen_neither_loses_nor_repeats_an_update(
+    gw, tmp_path
+):
+    """What a relay does after a dropped connection: it loads with the last messageId it passed
+    on and gets exactly the messages after it (docs/acp-masters.md, session/load)."""
+    acp = await RawAcp.connect(gw, query="?agent=demo")
+    sid = (await acp.call("session/new", {"cwd": str(tmp_path)}))["result"]["sessionId"]
+    await a_turn(acp, sid)
+    await a_turn(acp, sid)
+    seen = [
+        m["params"]["_meta"]["rawp"]["messageId"]
+        for m in acp.messages
+        if m.get("method") == "session/update"
+    ]
+    assert len(seen) == len(set(seen)) > 6
+    mark = seen[len(seen) // 2]
+    await acp.ws.close()
+    again = await RawAcp.connect(gw)
+    loaded = await again.call(
+        "session/load",
+        {"sessionId": sid, "cwd": str(tmp_path), "_meta": {"rawp": {"lastMessageId": mark}}},
+    )
+    replayed = [
+        m["params"]["_meta"]["rawp"]["messageId"]
+        for m in again.messages
+        if m.get("method") == "session/update"
+    ]
+    # The first turn's and the second's prompts were this client's own (never echoed live); a
+    # replay includes them as user messages: the live updates after the mark are a subsequence.
+    after = seen[len(seen) // 2 + 1 :]
+    assert [m for m in replayed if m in set(after)] == after
+    # Before it, only the session's state is said again (its commands, as when they were first
+    # sent): no update of the history.
+    state = {
+        m["params"]["_meta"]["rawp"]["messageId"]
+        for m in again.messages
+        if m.get("method") == "session/update" and m["params"]["_meta"]["rawp"].get("state")
+    }
+    assert state
+    assert not (set(replayed) - state) & set(seen[: len(seen) // 2 + 1])
+    assert loaded["result"]["_meta"]["rawp"]["lostFrames"] == 0
+    assert loaded["result"]["_meta"]["rawp"]["lastMessageId"]
+    # Nothing new since: a load after the last id replays nothing.
+    last = loaded["result"]["_meta"]["rawp"]["lastMessageId"]
+    before = len(again.messages)
+    await again.call(
+        "session/load",
+        {"sessionId": sid, "cwd": str(tmp_path), "_meta": {"rawp": {"lastMessageId": last}}},
+    )
+    updates = [m for m in again.messages[before:] if m.get("method") == "session/update"]
+    assert all(m["params"]["_meta"]["rawp"]["state"] for m in updates)
+
+
+async def test_a_gateway_restart_closes_with_1012_and_a_load_after_it_misses_nothing(tmp_path):
+    """With a state directory the gateway's stop closes /acp with 1012 (the sessions live on);
+    after the start, a load after the last messageId seen gets nothing twice and the session
+    takes a prompt again (docs/acp-masters.md: access that changes)."""
+    config = demo_config(tmp_path, state_dir=tmp_path / "state")
+    gw = await start_gateway(config)
+    acp = await RawAcp.connect(gw, query="?agent=demo")
+    sid = (await acp.call("session/new", {"cwd": str(tmp_path)}))["result"]["sessionId"]
+    await a_turn(acp, sid)
+    last = [
+        m["params"]["_meta"]["rawp"]["messageId"]
+        for m in acp.messages
+        if m.get("method") == "session/update" and not m["params"]["_meta"]["rawp"].get("state")
+    ][-1]
+    stopping = asyncio.ensure_future(gw.server.close())  # the server alone, as SIGTERM does
+    closed = await acp.closed()
+    assert closed.data == 1012
+    await stopping
+    await gw.close()
+    gw = await start_gateway(config)
+    try:
+        again = await RawAcp.connect(gw, query="?agent=demo")
+        loaded = await again.call(
+            "session/load",
+            {"sessionId": sid, "cwd": str(tmp_path), "_meta": {"rawp": {"lastMessageId": last}}},
+        )
+        assert loaded["result"]["_meta"]["rawp"]["lostFrames"] == 0
+        news = [
+            m
+            for m in again.messages
+            if m.get("method") == "session/update" and not m["params"]["_meta"]["rawp"].get("state")
+        ]
+        # The turn the restart closed leaves nothing to say to a client that saw it end.
+        assert [m["params"]["update"]["sessionUpdate"] for m in news] == []
+        await a_turn(again, sid)
+    finally:
+        await gw.close()
+
+
+async def test_a_bug_in_one_request_is_an_internal_error_answer_and_the_connection_goes_on(
+    gw, tmp_path, monkeypatch, caplog
+):
+    acp = await RawAcp.connect(gw, query="?agent=demo")
+    sid = (await acp.call("session/new", {"cwd": str(tmp_path)}))["result"]["sessionId"]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in listing")
+
+    monkeypatch.setattr("gateway.server.acp.fleet.sessions_answer", broken)
+    answer = await acp.call("session/list")
+    assert answer["error"]["code"] == -32603
+    assert answer["error"]["data"]["error_code"] == "INTERNAL_ERROR"
+    assert "a bug in listing" not in answer["error"]["message"]
+    assert "a bug in listing" in caplog.text  # the trace is the gateway log's
+    await a_turn(acp, sid)

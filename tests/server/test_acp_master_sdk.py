@@ -27,8 +27,10 @@ from acp.schema import (
 from acp.ws.client import create_websocket_stream
 
 from gateway.config.auth import AuthSettings
+from gateway.server import CONFIG, SESSIONS, reload_users
 from tests.support.auth import bearer, users_toml
 from tests.support.gateway_peer import Master, base_url, fast_demo, make_config, start_gateway
+from tests.support.hostile.acp_client import RawAcp
 from tests.support.waiting import eventually
 
 TOKENS = {"alice": "alice-token-aaaa", "bob": "bob-token-bbbb"}
@@ -282,3 +284,24 @@ async def test_modes_come_from_the_agents_features_and_set_mode_switches(gw, tmp
         assert refused.value.code == -32602
     finally:
         await conn.close()
+
+
+async def test_unsharing_lets_go_of_that_session_and_a_users_file_reload_closes_the_socket(gw):
+    """A user the session is no longer shared with loses that session's view, not the
+    connection; a users file that removes them closes it (1008), as it does DPS WebSockets."""
+    sid = await alices_session(gw)
+    headers = bearer(TOKENS["alice"])
+    await gw.patch(f"/v1/session/{sid}", json={"members": {"bob": "viewer"}}, headers=headers)
+    bob = await RawAcp.connect(gw, headers=bearer(TOKENS["bob"]))
+    assert "result" in await bob.call("session/load", {"sessionId": sid, "cwd": "/"})
+    await gw.patch(f"/v1/session/{sid}", json={"members": {}}, headers=headers)
+    live = gw.server.app[SESSIONS][sid]
+    await eventually(lambda: len(live.connections) == 0, "bob's view to be let go")
+    refused = await bob.call("session/prompt", {"sessionId": sid, "prompt": []})
+    assert refused["error"]["data"]["error_code"] == "SESSION_NOT_FOUND"
+    assert (await bob.call("session/list"))["result"]["sessions"] == []
+    users = gw.server.app[CONFIG].auth.users_file
+    users.write_text(users_toml({"alice": ("operator", TOKENS["alice"])}))
+    reload_users(gw.server.app)
+    await bob.closed()
+    assert bob.ws.close_code == 1008
