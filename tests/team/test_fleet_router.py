@@ -413,8 +413,11 @@ async def test_an_editor_through_the_router_reaches_every_pods_sessions_and_surv
             for pod, sid in sessions.items():
                 done = await ed.request("session/prompt", acp_prompt(sid, f"and again {pod}"))
                 assert done["stopReason"] == "end_turn"
+            # And one the editor makes: on whichever gateway the router chose.
+            made = (await ed.request("session/new", {"cwd": str(fleet.workspace)}))["sessionId"]
+            sessions["made by the editor"] = made
             # The network drops; the relay comes back through the router and finds them all.
-            back = ed.stderr().count("sessions loaded again") + len(sessions) + 1
+            back = ed.stderr().count("sessions loaded again") + len(fleet.pods) + 1
             hop.cut()  # the socket at --url and each pod's: all come back, each says so once
             await eventually(
                 lambda: ed.stderr().count("sessions loaded again") >= back,
@@ -430,8 +433,8 @@ async def test_an_editor_through_the_router_reaches_every_pods_sessions_and_surv
         await hop.close()
     # The router's /acp and every pod's own went through nginx as WebSockets (logged at their end).
     assert [status for (_, status), *_ in fleet.router.tries("GET", "/acp")][:1] == ["101"]
-    for pod in sessions:
-        assert fleet.router.tries("GET", f"/pods/{pod}/acp")[0] == [(fleet.pod(pod).url[7:], "101")]
+    for pod in fleet.pods:
+        assert fleet.router.tries("GET", f"{pod.prefix}/acp")[0] == [(pod.url[7:], "101")]
 
 
 def acp_prompt(session_id: str, text: str) -> dict[str, object]:
