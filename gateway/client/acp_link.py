@@ -177,7 +177,8 @@ class _Shell:
 
 def _describe(err: BaseException) -> str:
     if isinstance(err, aiohttp.WSServerHandshakeError):
-        return f"HTTP {err.status} {err.message}".strip()
+        why = {401: " (the token was refused)", 403: " (forbidden)", 404: " (no /acp there)"}
+        return f"HTTP {err.status}{why.get(err.status, '')}"
     if isinstance(err, asyncio.TimeoutError):
         return "timed out"
     return str(err) or type(err).__name__
