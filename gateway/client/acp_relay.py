@@ -465,6 +465,10 @@ class Relay:
         if not failed and rawp.turnId is not None and prompt.turn_id in (None, rawp.turnId):
             prompt.turn_id = rawp.turnId  # still running: its end answers the prompt
             return out
+        if not failed and prompt.turn_id is not None and not rawp.lostFrames:
+            # Its end would have been in the replay (it came after the last update passed on,
+            # and the buffer lost nothing): still running, whatever the load's turnId says.
+            return out
         del self._prompts[session]
         if prompt.turn_id is None:
             text = "the connection dropped before the gateway took this prompt; send it again"

@@ -297,12 +297,29 @@ def test_a_prompt_the_gateway_never_took_is_refused_after_the_reload_so_it_can_b
     assert "send it again" in error["error"]["message"]
 
 
+def test_a_prompt_whose_turn_start_came_before_the_drop_waits_for_its_end():
+    relay = live_session()
+    relay.editor_line(request(5, "session/prompt", {"sessionId": SESSION, "prompt": []}))
+    relay.gateway_message(turn("m1", "start"))
+    relay.disconnected()
+    # The replay after m1 has no end (and the buffer lost nothing): the turn still runs, even if
+    # the load names no running turn.
+    assert [m for m in to_editor(reconnect(relay, after="m1")) if m.get("id") == 5] == []
+    [answer] = to_editor(relay.gateway_message(turn("m2", "end", stop="end_turn")))
+    assert answer["id"] == 5 and answer["result"]["stopReason"] == "end_turn"
+
+
 def test_a_prompt_whose_turn_ended_unseen_is_answered_with_an_error():
     relay = live_session()
     relay.editor_line(request(5, "session/prompt", {"sessionId": SESSION, "prompt": []}))
     relay.gateway_message(turn("m1", "start"))
     relay.disconnected()
-    [error] = [m for m in to_editor(reconnect(relay, after="m1")) if m.get("id") == 5]
+    # The buffer no longer had everything after m1: its end may be among what was lost.
+    [init] = to_gateway(relay.connected())
+    [listing] = to_gateway(relay.gateway_message(result(init["id"], {})))
+    [load] = to_gateway(relay.gateway_message(result(listing["id"], {"sessions": []})))
+    out = relay.gateway_message(loaded(load["id"], "m9", lost=4))
+    [error] = [m for m in to_editor(out) if m.get("id") == 5]
     assert error["error"]["data"]["error_code"] == CONNECTION_LOST
     assert "ended while" in error["error"]["message"]
 

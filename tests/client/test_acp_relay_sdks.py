@@ -219,3 +219,21 @@ async def test_a_drop_mid_turn_loses_and_repeats_no_update(sdk, gw, hop, tmp_pat
         assert len(ids) == len(set(ids)), "an update was repeated"
         assert ids == before + gap, "an update was lost"
         await master.ws.close()
+
+
+async def test_a_question_open_across_a_drop_is_asked_once_and_its_answer_counts(
+    sdk, hop, tmp_path
+):
+    async with editor(sdk, hop, tmp_path) as ed:
+        sid = (await ed.request("session/new", {"cwd": str(tmp_path)}))["sessionId"]
+        turn = asyncio.ensure_future(ed.request("session/prompt", prompt(sid, "write kept.txt")))
+        await asked(ed, 0)
+        hop.cut()  # the relay reconnects at once; the gateway asks the open question again
+        await eventually(lambda: "sessions loaded again" in ed.stderr(), "the reload", TURN)
+        await ed.answer(0, "allow")  # the dialog the editor already had
+        done = await asyncio.wait_for(turn, TURN)
+        assert done["stopReason"] == "end_turn"
+        assert (tmp_path / "kept.txt").exists()
+        assert len(ed.questions) == 1
+        ids = ed.ids(sid)
+        assert len(ids) == len(set(ids))
