@@ -134,11 +134,16 @@ class Placed(msgspec.Struct):
     stopReason: str | None = None  # _rawp/turn end: the DPS stop reason
     requestId: int | str | None = None  # _rawp/turn live start: the session/prompt that opened it
     toolCall: ToolCallRef | None = None  # session/request_permission
+    update: UpdateKind | None = None  # session/update
     meta: Meta | None = msgspec.field(default=None, name="_meta")
 
     @property
     def rawp(self) -> Rawp:
         return (self.meta.rawp if self.meta else None) or Rawp()
+
+
+class UpdateKind(msgspec.Struct):
+    sessionUpdate: str = ""
 
 
 class ToolCallRef(msgspec.Struct):

@@ -97,6 +97,8 @@ class Relay:
         self._seen = SeenWindow(self.limits.seen_window)
         self._loading: dict[str, SeenWindow] = {}  # an editor's load: what it already got
         self._prompts: dict[str, R.Prompt] = {}  # session -> the editor's prompt on it
+        # A reload from before a turn's start: session -> that start's id, until it is replayed
+        self._own_prompt_replay: dict[str, str | None] = {}
         self._questions: dict[int, R.Question] = {}
         self._by_key: dict[str, int] = {}
 
@@ -294,6 +296,14 @@ class Relay:
             return [ToEditor(raw + b"\n")]
         placed = M.decode_placed(env.params)
         session, message_id = placed.sessionId, placed.rawp.messageId
+        before = self._mark.get(session)
+        if session in self._own_prompt_replay:
+            # Replayed from before the turn's start: the editor's own prompt, which it never got
+            # as an update (the gateway relays a prompt to the other masters only), stays out.
+            if message_id is not None and message_id == self._own_prompt_replay[session]:
+                del self._own_prompt_replay[session]
+            elif placed.update is not None and placed.update.sessionUpdate == "user_message_chunk":
+                return []
         if message_id is not None:
             loading = self._loading.get(session)
             if loading is not None:  # the editor's load: its whole replay, once
@@ -305,10 +315,10 @@ class Relay:
             if session in self._sessions or len(self._mark) < self.limits.max_sessions:
                 self._mark[session] = message_id
         if env.method == M.TURN_EVENT:
-            return self._turn_event(placed)
+            return self._turn_event(placed, before)
         return [ToEditor(raw + b"\n")]
 
-    def _turn_event(self, placed: M.Placed) -> list[Action]:
+    def _turn_event(self, placed: M.Placed, before: str | None) -> list[Action]:
         if placed.event == "end":
             self._forget_stale_questions(placed.sessionId)
         prompt = self._prompts.get(placed.sessionId)
@@ -320,6 +330,8 @@ class Relay:
             # while a turn runs).
             if placed.requestId is None or placed.requestId == prompt.relay_id:
                 prompt.turn_id = placed.turnId
+                prompt.before_start, prompt.start_seen = before, True
+                prompt.start_id = placed.rawp.messageId
         elif placed.event == "end" and prompt.turn_id == placed.turnId and prompt.orphan:
             del self._prompts[placed.sessionId]
             return [M.turn_answer(prompt.editor_id, placed.turnId, placed.stopReason or "")]
@@ -402,6 +414,13 @@ class Relay:
             "mcpServers": attached.mcp_servers,
         }
         mark = self._mark.get(session)
+        prompt = self._prompts.get(session)
+        if prompt is not None and prompt.orphan and prompt.start_seen:
+            # From just before its turn's start: the gateway's view of this connection then
+            # knows the running turn (a session/cancel needs it); what the editor already got
+            # of the turn is dropped as seen.
+            mark = prompt.before_start
+            self._own_prompt_replay[session] = prompt.start_id
         if mark:
             params["_meta"] = {"rawp": {"lastMessageId": mark}}
         ln.reloads_left += 1
@@ -452,6 +471,7 @@ class Relay:
         """A load answered: where the replay left off, what the gateway's buffer had lost, and
         the prompt of this session whose connection dropped."""
         out: list[Action] = []
+        self._own_prompt_replay.pop(session, None)
         rawp = M.Rawp() if failed else M.decode_placed(env.result).rawp
         if rawp.lastMessageId:
             self._mark[session] = rawp.lastMessageId

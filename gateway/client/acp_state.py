@@ -40,6 +40,11 @@ class Prompt:
     relay_id: int = 0  # its id on the socket it went out on
     turn_id: str | None = None  # the turn it opened, once the gateway said so
     orphan: bool = False  # its connection is gone: the relay answers it from the turn's end
+    # The last update passed on before that turn's start (None: the start came first), once
+    # seen: a reload replays from there, so that the gateway sees the turn start again.
+    before_start: str | None = None
+    start_seen: bool = False
+    start_id: str | None = None  # the messageId of that start
 
 
 @dataclass

@@ -256,15 +256,26 @@ def test_the_editors_own_load_gets_its_whole_replay():
 def test_a_prompt_in_flight_at_the_drop_is_answered_from_its_turns_end_never_sent_twice():
     relay = live_session()
     prompt_params = {"sessionId": SESSION, "prompt": [{"type": "text", "text": "hi"}]}
+    relay.gateway_message(update("m0", "before"))
     [prompt] = to_gateway(relay.editor_line(request(5, "session/prompt", prompt_params)))
     assert relay.gateway_message(turn("m1", "start")) == []  # the relay keeps turn events
     relay.gateway_message(update("m2", "an"))
     assert to_editor(relay.disconnected("closed")) == []  # not answered yet: the turn goes on
-    replay = [update("m3", "swer"), turn("m4", "end", stop="end_turn")]
-    out = reconnect(relay, replay=replay, after="m2")
+    # The reload replays from before the turn's start (the gateway then knows the turn runs for
+    # this connection); what the editor already got is dropped as seen.
+    own = json.loads(update("mp", "hi"))  # its own prompt, which it never got as an update
+    own["params"]["update"]["sessionUpdate"] = "user_message_chunk"
+    replay = [
+        line(own),
+        turn("m1", "start"),
+        update("m2", "an"),
+        update("m3", "swer"),
+        turn("m4", "end", stop="end_turn"),
+    ]
+    out = reconnect(relay, replay=replay, after="m0")
     assert [m for m in to_gateway(out) if m.get("method") == "session/prompt"] == []
     editor = to_editor(out)
-    assert texts(editor) == ["swer"]
+    assert texts(editor) == ["swer"]  # nothing of the replay but the gap; its prompt not echoed
     answers = [m for m in editor if m.get("id") == 5]
     assert answers == [
         {
@@ -302,9 +313,10 @@ def test_a_prompt_whose_turn_start_came_before_the_drop_waits_for_its_end():
     relay.editor_line(request(5, "session/prompt", {"sessionId": SESSION, "prompt": []}))
     relay.gateway_message(turn("m1", "start"))
     relay.disconnected()
-    # The replay after m1 has no end (and the buffer lost nothing): the turn still runs, even if
-    # the load names no running turn.
-    assert [m for m in to_editor(reconnect(relay, after="m1")) if m.get("id") == 5] == []
+    # The replay has no end (and the buffer lost nothing): the turn still runs, even if the load
+    # names no running turn.
+    out = reconnect(relay, replay=[turn("m1", "start")])
+    assert [m for m in to_editor(out) if m.get("id") == 5] == []
     [answer] = to_editor(relay.gateway_message(turn("m2", "end", stop="end_turn")))
     assert answer["id"] == 5 and answer["result"]["stopReason"] == "end_turn"
 
@@ -369,7 +381,7 @@ def test_a_cancel_sent_while_away_reaches_the_gateway_after_the_reload():
     relay.disconnected()
     cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": SESSION}}
     assert relay.editor_line(line(cancel)) == []
-    out = reconnect(relay, after="m1", running="turn-1")
+    out = reconnect(relay, replay=[turn("m1", "start")], running="turn-1")
     assert to_gateway(out) == [cancel]
     [answer] = to_editor(relay.gateway_message(turn("m2", "end", stop="cancelled")))
     assert answer["result"]["stopReason"] == "cancelled"
@@ -518,7 +530,7 @@ def test_a_live_turn_start_is_the_prompts_only_when_it_names_that_prompt():
     relay.gateway_message(line(mine))
     relay.disconnected()
     # The turn the load says runs is the prompt's own: its end answers the prompt.
-    reconnect(relay, after="m2", running="mine")
+    reconnect(relay, replay=[turn("m2", "start", turn_id="mine")], after="m1", running="mine")
     [answer] = to_editor(relay.gateway_message(turn("m3", "end", turn_id="mine", stop="end_turn")))
     assert answer["id"] == 5 and answer["result"]["stopReason"] == "end_turn"
 

@@ -237,3 +237,21 @@ async def test_a_question_open_across_a_drop_is_asked_once_and_its_answer_counts
         assert len(ed.questions) == 1
         ids = ed.ids(sid)
         assert len(ids) == len(set(ids))
+
+
+async def test_a_cancel_written_while_the_connection_is_down_cancels_the_turn_after_it(
+    sdk, hop, tmp_path
+):
+    async with editor(sdk, hop, tmp_path) as ed:
+        sid = (await ed.request("session/new", {"cwd": str(tmp_path)}))["sessionId"]
+        turn = asyncio.ensure_future(ed.request("session/prompt", prompt(sid, "write gone.txt")))
+        await asked(ed, 0)
+        hop.cut(shut=True)
+        await eventually(lambda: "connection to the gateway lost" in ed.stderr(), "the drop seen")
+        # The user gives up while the network is down: a cancel, and the dialog answered so.
+        await ed.notify("session/cancel", {"sessionId": sid})
+        await ed.answer(0, None)
+        hop.open()
+        done = await asyncio.wait_for(turn, TURN)
+        assert done["stopReason"] == "cancelled"
+        assert not (tmp_path / "gone.txt").exists()
