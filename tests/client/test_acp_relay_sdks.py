@@ -98,6 +98,15 @@ async def asked(ed: Editor, n: int) -> dict[str, Any]:
     return ed.questions[n]
 
 
+async def waiting_on_a_question(ed: Editor, cwd: Path, name: str) -> tuple[str, asyncio.Future]:
+    """A new session whose first turn (``write <name>``) waits for its permission question: the
+    session, and the prompt's answer to come."""
+    sid = (await ed.request("session/new", {"cwd": str(cwd)}))["sessionId"]
+    turn = asyncio.ensure_future(ed.request("session/prompt", prompt(sid, f"write {name}")))
+    await asked(ed, 0)
+    return sid, turn
+
+
 async def test_a_turn_with_a_permission_then_a_cancel(sdk, hop, tmp_path):
     async with editor(sdk, hop, tmp_path) as ed:
         sid = (await ed.request("session/new", {"cwd": str(tmp_path)}))["sessionId"]
@@ -185,9 +194,7 @@ async def fresh_load_ids(gw, session_id: str) -> list[str]:
 
 async def test_a_drop_mid_turn_loses_and_repeats_no_update(sdk, gw, hop, tmp_path):
     async with editor(sdk, hop, tmp_path) as ed:
-        sid = (await ed.request("session/new", {"cwd": str(tmp_path)}))["sessionId"]
-        turn = asyncio.ensure_future(ed.request("session/prompt", prompt(sid, "write dropped.txt")))
-        await asked(ed, 0)
+        sid, turn = await waiting_on_a_question(ed, tmp_path, "dropped.txt")
         before = ed.ids(sid)
         # The network drops and stays down while another master answers and the turn ends.
         hop.cut(shut=True)
@@ -225,9 +232,7 @@ async def test_a_question_open_across_a_drop_is_asked_once_and_its_answer_counts
     sdk, hop, tmp_path
 ):
     async with editor(sdk, hop, tmp_path) as ed:
-        sid = (await ed.request("session/new", {"cwd": str(tmp_path)}))["sessionId"]
-        turn = asyncio.ensure_future(ed.request("session/prompt", prompt(sid, "write kept.txt")))
-        await asked(ed, 0)
+        sid, turn = await waiting_on_a_question(ed, tmp_path, "kept.txt")
         hop.cut()  # the relay reconnects at once; the gateway asks the open question again
         await eventually(lambda: "sessions loaded again" in ed.stderr(), "the reload", TURN)
         await ed.answer(0, "allow")  # the dialog the editor already had
@@ -243,9 +248,7 @@ async def test_a_cancel_written_while_the_connection_is_down_cancels_the_turn_af
     sdk, hop, tmp_path
 ):
     async with editor(sdk, hop, tmp_path) as ed:
-        sid = (await ed.request("session/new", {"cwd": str(tmp_path)}))["sessionId"]
-        turn = asyncio.ensure_future(ed.request("session/prompt", prompt(sid, "write gone.txt")))
-        await asked(ed, 0)
+        sid, turn = await waiting_on_a_question(ed, tmp_path, "gone.txt")
         hop.cut(shut=True)
         await eventually(lambda: "connection to the gateway lost" in ed.stderr(), "the drop seen")
         # The user gives up while the network is down: a cancel, and the dialog answered so.
