@@ -386,7 +386,7 @@ async def test_an_editor_through_the_router_reaches_every_pods_sessions_and_surv
     ``rawp-gateway acp --url <router>`` loads a session on each pod (the relay following
     SESSION_ON_OTHER_POD to the pod that holds it), lists every pod's sessions, prompts each, and
     after the connection drops (a loopback hop before the router, cut) finds every one of them
-    again, wherever the router put its new socket."""
+    again, wherever the router put its new socket; then after one pod restarts."""
     # One session on each pod, each with a DPS master's turn in its history.
     sessions: dict[str, str] = {}  # pod -> session
     for pod in fleet.pods:
@@ -429,6 +429,23 @@ async def test_an_editor_through_the_router_reaches_every_pods_sessions_and_surv
                 assert done["stopReason"] == "end_turn"
                 ids = ed.ids(sid)
                 assert len(ids) == len(set(ids)), f"an update of {pod} was repeated"
+            # A pod restarts (SIGTERM, then the same name and state directory, as a StatefulSet
+            # rolls it): its socket closes, the relay retries through the router until the pod is
+            # back, and loads its session there again.
+            restarted = fleet.pods[1]
+            reloads = ed.stderr().count(f"pod {restarted.name}: sessions loaded again")
+            assert restarted.stop() == 0
+            await restarted.start(fleet.workspace)
+            await eventually(
+                lambda: ed.stderr().count(f"pod {restarted.name}: sessions loaded again") > reloads,
+                "the restarted pod's socket back",
+                ACP_TURN,
+            )
+            sid = sessions[restarted.name]
+            done = await ed.request("session/prompt", acp_prompt(sid, "after the restart"))
+            assert done["stopReason"] == "end_turn"
+            ids = ed.ids(sid)
+            assert len(ids) == len(set(ids)), "an update was repeated after the restart"
     finally:
         await hop.close()
     # The router's /acp and every pod's own went through nginx as WebSockets (logged at their end).
