@@ -7,7 +7,8 @@ reads it), handled here in the order it came: ``initialize``, ``session/new`` (a
 caller's, created as ``POST /v1/session`` creates one), ``session/list`` (what ``GET /v1/sessions``
 shows the caller), ``session/load``, ``session/prompt``, ``session/cancel``, ``session/set_mode``,
 and the client's answers to ``session/request_permission``. What a session says goes out through
-the client's views (gateway/session/acp_client.py, gateway/protocol/acp_master.py). A refusal is a
+the client's views (gateway/session/acp_client.py, gateway/protocol/acp_master.py); a session
+another gateway of the fleet holds is relayed to that gateway's ``/acp`` (acp_peer.py). A refusal is a
 JSON-RPC error whose ``data.error_code`` is the gateway's; nothing a client sends ends in a 500 or a
 traceback, and a session it is attached to goes on whatever the client does.
 """

@@ -6,9 +6,9 @@ gateway/protocol/acp_peers.py's, this module only connects, reads, writes and cl
   that peer's ``/acp`` with the caller's own ``Authorization`` (the owner checks it and applies the
   caller's identity and role, never this gateway's) and ``X-Forwarded-For`` (believed by an owner
   that trusts this gateway as a proxy), initialized with the client's own ``initialize`` params;
-  then the load goes through. A connection opened with a one-time ticket has no credential to
-  present: the relay is refused by the owner (unless it asks for none) and the load answered
-  ``SESSION_ON_OTHER_POD``.
+  then the load goes through. A relay that cannot be opened leaves the load refused
+  ``SESSION_ON_OTHER_POD`` with the owner's ``acpPath`` (acp.py). A connection opened with a
+  one-time ticket has no credential to present: peers list nothing to it, so it relays nothing.
 * The owner's messages go to the client's one writer as they came (bounded by its
   ``send_queue_bytes``, as every message to the client), so a client that does not read closes
   its socket (1013) and with it every relay.
