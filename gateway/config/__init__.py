@@ -10,7 +10,8 @@ and what was expected; nothing is ignored: an unknown section or key is an error
 and the nearest known name (strict.py).
 
 The sections have rooms of their own: ``[agents.NAME]`` in agents.py, ``[auth]`` in auth.py,
-``[notify]`` in notify.py, ``[isolation]`` in isolation.py, ``[[policy.rules]]`` in policy.py; this module holds ``Config``,
+``[notify]`` in notify.py, ``[isolation]`` in isolation.py, ``[[policy.rules]]`` in policy.py,
+``[budgets]`` in gateway/protocol/budget.py (``limits_of``); this module holds ``Config``,
 ``[server]``, ``[fleet]``, the names each section knows and the layering.
 """
 
@@ -49,6 +50,7 @@ from gateway.config.policy import (
     refuse_too_many_rules,
 )
 from gateway.config.strict import ANY_NAME, Locator, Schema, known_names, unknown_name
+from gateway.protocol.budget import Limits, limits_of
 from gateway.protocol.history import POLICIES
 from gateway.protocol.policy import Rule
 
@@ -130,6 +132,8 @@ class Config:
     # SIGHUP reads again.
     policy: tuple[Rule, ...] = ()
     config_file: Path | None = None
+    # Spend caps on the cost the agents report (docs/budgets.md); 0: none.
+    budgets: Limits = field(default_factory=Limits)
 
     @property
     def authenticated(self) -> bool:
@@ -167,6 +171,7 @@ _SERVER_KEYS: Final = {
     "trusted_proxies": list,
 }
 _FLEET_KEYS: Final = {"peers": (str, list)}
+BUDGET_KEYS: Final = ("session_usd", "user_daily_usd", "warn_at")
 # Every name the file may use; any other is an error (gateway/config/strict.py).
 _SCHEMA: Final[Schema] = {
     "server": known_names(_SERVER_KEYS),
@@ -176,6 +181,7 @@ _SCHEMA: Final[Schema] = {
     "fleet": known_names(_FLEET_KEYS),
     "isolation": known_names(ISOLATION_KEYS),
     "policy": POLICY_SCHEMA,
+    "budgets": known_names(BUDGET_KEYS),
 }
 _ENV: Final = {
     "RAWP_GATEWAY_HOST": "host",
@@ -241,6 +247,13 @@ def load_config(
             check_isolation(data["isolation"], locate)
         if "policy" in data:
             settings["policy"] = parse_policy(data["policy"], where)
+        if "budgets" in data:
+            if not isinstance(data["budgets"], dict):
+                raise ConfigError(f"{where}: [budgets] must be a table")
+            try:
+                settings["budgets"] = limits_of(data["budgets"])
+            except ValueError as err:
+                raise ConfigError(f"{where} [budgets]: {err}") from None
         try:
             if "auth" in data:
                 settings["auth"] = parse_auth(data["auth"], where)
@@ -318,7 +331,7 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile]) -> Config:
         kw["log_format"] = settings["log_format"]
     if "allowed_origins" in settings:
         kw["allowed_origins"] = _origins(settings["allowed_origins"])
-    for key in ("auth", "webhooks", "policy", "config_file"):
+    for key in ("auth", "webhooks", "policy", "config_file", "budgets"):
         if key in settings:
             kw[key] = settings[key]
     if settings.get("public_url"):
