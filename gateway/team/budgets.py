@@ -15,6 +15,7 @@ The UTC day is read here (``clock``), the one thing of time the ledger needs.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -94,8 +95,9 @@ class Budgets:
         crossed = self.ledger.report(session.id, session.owner, cost, self.day())
         self._save()  # before anything relies on it
         self.metrics.decisions.budgets(self.ledger.totals())
-        for c in crossed:
-            self._crossed(session, c)
+        if crossed:
+            # Called while the usage frame is being broadcast: what it crossed is told after it.
+            asyncio.get_running_loop().call_soon(self._tell, session, crossed)
 
     def set_limit(self, session: Any, limit: float | None) -> None:
         """An admin's ``PATCH {"budget_usd"}``: the session's own budget (0: none; None: the
@@ -109,6 +111,10 @@ class Budgets:
         return self.ledger.view(session.id, session.owner, self.day())
 
     # --- inside ------------------------------------------------------------------------------
+
+    def _tell(self, session: Any, crossed: list[Crossed]) -> None:
+        for c in crossed:
+            self._crossed(session, c)
 
     def _crossed(self, session: Any, crossed: Crossed) -> None:
         self.metrics.decisions.budget_event(crossed.event, crossed.scope)
