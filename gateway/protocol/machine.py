@@ -113,6 +113,7 @@ CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
 STALL_TIMER: Final = "stall"
 USER_KEY: Final = "rawp_user"  # metadata: the user who sent a relayed control frame
 POLICY_KEY: Final = "rawp_policy"  # metadata: the rule that answered a permission
+POLICY_DECISION_KEY: Final = "rawp_policy_decision"  # metadata: what that rule decided
 BUDGET_KEY: Final = "rawp_budget"  # metadata: the budget a session.error is about
 UPLOAD_NOT_PLACED: Final = "UPLOAD_NOT_PLACED"  # agent.error warning: see file_not_placed
 
@@ -1031,7 +1032,8 @@ class SessionMachine:
         which rule (``metadata.rawp_policy``), the shell audits it. A question read back from a
         transcript is answered by nobody (no process runs): nothing is audited."""
         if req.call_id:
-            self.mapper.tag_call(req.call_id, {POLICY_KEY: rule})
+            said = ALLOW if allow else DENY
+            self.mapper.tag_call(req.call_id, {POLICY_KEY: rule, POLICY_DECISION_KEY: said})
         if not allow and not message:
             message = f"Denied by the gateway's policy {rule}."
         out = self._answer_permission(
