@@ -254,3 +254,36 @@ async def test_a_profile_says_whether_it_reports_cost(tmp_path):
     assert (agents["mine"].reports_cost, agents["cc"].reports_cost) == (False, True)
     assert agents["codex-acp"].reports_cost is True
     assert replace(agents["cc"], reports_cost=False).public()["unbudgeted"] is True
+
+
+@pytest.mark.parametrize("bad", ["not json", "link", "wrong"])
+async def test_a_ledger_that_cannot_be_used_is_set_aside_and_counting_starts_anew(
+    tmp_path, caplog, bad
+):
+    """The state dir is input: a ledger that is not JSON, is a link (never followed) or breaks
+    the format is moved to budgets.json.bad with an error in the log; the gateway starts."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    ledger = state / "budgets.json"
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text('{"format": "rawp-gateway-budgets"}')
+    if bad == "link":
+        ledger.symlink_to(elsewhere)
+    elif bad == "wrong":
+        ledger.write_text(json.dumps({"format": "rawp-gateway-budgets", "version": 1, "day": 5}))
+    else:
+        ledger.write_text("{not json")
+    with caplog.at_level("ERROR", logger="rawp_gateway.budgets"):
+        gw = await start_gateway(config(tmp_path, Limits(session_usd=1.0), state_dir=state))
+    try:
+        (line,) = [r.getMessage() for r in caplog.records if "ledger" in r.getMessage()]
+        assert "set aside, counting anew" in line
+        assert (state / "budgets.json.bad").exists() or (state / "budgets.json.bad").is_symlink()
+        assert elsewhere.read_text() == '{"format": "rawp-gateway-budgets"}'  # not written through
+        sid = await session(gw)
+        await spend(await attach(gw, sid), 0.5)
+        saved = json.loads(ledger.read_text())
+        assert saved["sessions"][sid][1] == pytest.approx(0.5)
+        assert not ledger.is_symlink()
+    finally:
+        await gw.close()
