@@ -210,6 +210,10 @@ class Ledger:
             out[scope] = (spent, remaining, reached)
         return out
 
+    def today(self, day: str) -> None:
+        """It is ``day`` (UTC): on a new day the owners' spend starts again from nothing."""
+        self._turn_day(day)
+
     def _turn_day(self, day: str) -> None:
         if day != self.day:
             self.day = day

@@ -49,7 +49,7 @@ class Budgets:
         self.ledger = ledger_file.read(limits) if ledger_file is not None else Ledger(limits)
         self.notifier: Any = None  # gateway/team/notify.py's, when webhooks are configured
         self._sessions: dict[str, Any] = {}  # live sessions, by id
-        metrics.decisions.budgets(self.ledger.totals())
+        self._publish()
 
     def day(self) -> str:
         return time.strftime("%Y-%m-%d", time.gmtime(self.clock()))
@@ -70,7 +70,7 @@ class Budgets:
         if session.id in self.ledger.sessions:
             self.ledger.forget(session.id)
             self._save()
-            self.metrics.decisions.budgets(self.ledger.totals())
+            self._publish()
 
     def restored(self, session_ids: set[str]) -> None:
         """After a restart: the sessions read back; the ledger forgets the others (their files
@@ -80,7 +80,7 @@ class Budgets:
             self.ledger.forget(sid)
         if gone:
             self._save()
-            self.metrics.decisions.budgets(self.ledger.totals())
+            self._publish()
 
     def refusal(self, session: Any) -> tuple[str, str] | None:
         """(``BUDGET_EXCEEDED``, why) when a budget refuses the session's next prompt."""
@@ -94,7 +94,7 @@ class Budgets:
             return
         crossed = self.ledger.report(session.id, session.owner, cost, self.day())
         self._save()  # before anything relies on it
-        self.metrics.decisions.budgets(self.ledger.totals())
+        self._publish()
         if crossed:
             # Called while the usage frame is being broadcast: what it crossed is told after it.
             asyncio.get_running_loop().call_soon(self._tell, session, crossed)
@@ -104,7 +104,7 @@ class Budgets:
         configured one)."""
         self.ledger.set_limit(session.id, session.owner, limit)
         self._save()
-        self.metrics.decisions.budgets(self.ledger.totals())
+        self._publish()
 
     def view(self, session: Any) -> dict[str, Any]:
         """The session object's ``budget``."""
@@ -140,6 +140,11 @@ class Budgets:
         code = BUDGET_EXCEEDED if exceeded else BUDGET_WARNING
         for s in covered:
             s.perform(s.machine.budget_notice(code, message, budget, cancel=exceeded))
+
+    def _publish(self) -> None:
+        """The metrics of the ledger as it stands today."""
+        self.ledger.today(self.day())
+        self.metrics.decisions.budgets(self.ledger.totals())
 
     def _save(self) -> None:
         if self.file is None:
