@@ -17,6 +17,7 @@ from typing import Any, ClassVar, cast
 
 from gateway import config as cfg
 from gateway.agent.process import AgentProcess
+from gateway.agent.sandbox import spawn as sandboxes
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import actions as act
 from gateway.protocol import codec, recovery
@@ -152,6 +153,7 @@ class LiveSession(AgentLink, Masters):
         if saved is not None:
             saved.entries = history.entries
             saved.compact_above = 2 * history.max_bytes + COMPACT_SLACK
+        sandboxes.register_workspace(session_id, str(workspace))  # masked from other agents
 
     # --- public view -------------------------------------------------------------------------
 
@@ -185,6 +187,7 @@ class LiveSession(AgentLink, Masters):
             "workspace_path": str(self.workspace),
             "owner": self.owner,
             "members": dict(self.members),
+            "isolation": self.config.isolation.mode,
         }
         if self.budgets is not None:
             obj["budget"] = self.budgets.view(self)
@@ -557,7 +560,9 @@ class LiveSession(AgentLink, Masters):
         self.metrics.context_fill(self.usage.fill, None)
         self.files.close()
         if self.saved is not None:
-            self.saved.remove()
+            self.saved.remove()  # its HOME with it
+        sandboxes.forget_workspace(self.id)
+        sandboxes.remove_temp_home(self.id)
         self._track_state()
         self.terminated.set()
         if self._on_terminated is not None:

@@ -45,7 +45,7 @@ def missing(
     proc = subprocess.run(
         ["/usr/bin/env", "bash", str(SCRIPT)],
         env={
-            "PATH": str(fake_bin(tmp_path, {"chromium": "", "nginx": "", **tools})),
+            "PATH": str(fake_bin(tmp_path, {"chromium": "", "nginx": "", "bwrap": "", **tools})),
             "RAWP_TEST_CHROMIUM": chromium,
             "RAWP_TEST_NGINX": nginx,
         },
@@ -120,6 +120,42 @@ def test_an_nginx_that_is_not_there_is_missing(tmp_path):
 def test_an_nginx_on_path_or_at_a_path_is_enough(tmp_path):
     assert "nginx" not in missing(tmp_path / "a")  # the stand-in, found on PATH
     assert "nginx" not in missing(tmp_path / "b", nginx=shutil.which("bash") or "/bin/bash")
+
+
+def test_a_bwrap_that_cannot_make_a_sandbox_is_missing(tmp_path):
+    """Installed is not enough: a bwrap whose user namespaces are refused makes no sandbox."""
+    assert "sandbox" not in missing(tmp_path / "a")  # the stand-in exits 0: it made one
+    refusing = tmp_path / "refusing"
+    refusing.mkdir()
+    bin_dir = fake_bin(refusing, {"chromium": "", "nginx": ""})
+    (bin_dir / "bwrap").write_text(
+        "#!/bin/sh\necho 'No permissions to create new namespace' >&2\nexit 1\n"
+    )
+    (bin_dir / "bwrap").chmod(0o755)
+    said = said_with_path(bin_dir)
+    assert "sandbox: bwrap cannot make a sandbox here (user namespaces refused" in said
+
+
+def test_no_bwrap_without_root_and_apt_is_missing(tmp_path):
+    said = said_with_path(fake_bin(tmp_path, {"chromium": "", "nginx": ""}))
+    # No apt-get on this PATH: root or not, the script cannot install it.
+    assert (
+        "sandbox: bwrap is not on PATH, and installing Debian's bubblewrap needs root and apt-get"
+        in said
+    )
+
+
+def said_with_path(bin_dir: Path) -> str:
+    """What the script prints with only ``bin_dir`` on PATH (Chromium and nginx stand-ins)."""
+    proc = subprocess.run(
+        ["/usr/bin/env", "bash", str(SCRIPT)],
+        env={"PATH": str(bin_dir), "RAWP_TEST_CHROMIUM": "chromium", "RAWP_TEST_NGINX": "nginx"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return proc.stdout
 
 
 def test_root_with_apt_get_can_install_prometheus(tmp_path):
