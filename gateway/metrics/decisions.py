@@ -37,25 +37,26 @@ class DecisionMetrics:
             registry=r,
         )
         self._rule_label = CappedLabel(RULE_LABEL_LIMIT)
-        self._spent = Gauge(
-            PREFIX + "budget_spent_usd",
-            "USD the agents reported, by budget scope: session (summed over the live sessions) "
-            "or user_daily (summed over the owners, today, UTC).",
-            ("scope",),
-            registry=r,
-        )
-        self._remaining = Gauge(
-            PREFIX + "budget_remaining_usd",
-            "USD left of the budgets of a scope, summed over the sessions (owners) that have one.",
-            ("scope",),
-            registry=r,
-        )
-        self._reached = Gauge(
-            PREFIX + "budget_reached",
-            "Sessions (scope session) or owners (user_daily) whose budget is spent: their prompts "
-            "are refused with BUDGET_EXCEEDED.",
-            ("scope",),
-            registry=r,
+        # The ledger by scope (gateway/protocol/budget.py ``Ledger.totals``), in its order.
+        self._scoped = tuple(
+            Gauge(PREFIX + name, text, ("scope",), registry=r)
+            for name, text in (
+                (
+                    "budget_spent_usd",
+                    "USD the agents reported, by budget scope: session (summed over the live "
+                    "sessions) or user_daily (summed over the owners, today, UTC).",
+                ),
+                (
+                    "budget_remaining_usd",
+                    "USD left of the budgets of a scope, summed over the sessions (owners) that "
+                    "have one.",
+                ),
+                (
+                    "budget_reached",
+                    "Sessions (scope session) or owners (user_daily) whose budget is spent: "
+                    "their prompts are refused with BUDGET_EXCEEDED.",
+                ),
+            )
         )
         self._events = Counter(
             PREFIX + "budget_events",
@@ -65,7 +66,7 @@ class DecisionMetrics:
             registry=r,
         )
         for scope in SCOPES:
-            for gauge in (self._spent, self._remaining, self._reached):
+            for gauge in self._scoped:
                 gauge.labels(scope)
             for event in BUDGET_EVENTS:
                 self._events.labels(event, scope)
@@ -75,11 +76,9 @@ class DecisionMetrics:
 
     def budgets(self, totals: Mapping[str, tuple[float, float, int]]) -> None:
         """The ledger's totals by scope (``Ledger.totals``): spent, remaining, reached."""
-        for scope, (spent, remaining, reached) in totals.items():
-            scope = bounded(scope, SCOPES)
-            self._spent.labels(scope).set(spent)
-            self._remaining.labels(scope).set(remaining)
-            self._reached.labels(scope).set(reached)
+        for scope, values in totals.items():
+            for gauge, value in zip(self._scoped, values, strict=True):
+                gauge.labels(bounded(scope, SCOPES)).set(value)
 
     def budget_event(self, event: str, scope: str) -> None:
         self._events.labels(bounded(event, BUDGET_EVENTS), bounded(scope, SCOPES)).inc()
