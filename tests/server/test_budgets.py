@@ -22,6 +22,7 @@ from gateway.config.notify import Webhook
 from gateway.protocol.budget import Limits
 from tests.support.auth import bearer, users_config, users_toml
 from tests.support.gateway_peer import Master, fast_demo, prompt_and_wait, start_gateway
+from tests.support.hostile.acp_client import RawAcp
 from tests.support.serve_process import serve
 from tests.support.webhooks import Receiver
 
@@ -285,5 +286,28 @@ async def test_a_ledger_that_cannot_be_used_is_set_aside_and_counting_starts_ane
         saved = json.loads(ledger.read_text())
         assert saved["sessions"][sid][1] == pytest.approx(0.5)
         assert not ledger.is_symlink()
+    finally:
+        await gw.close()
+
+
+async def test_an_acp_client_gets_the_refusal_as_a_json_rpc_error(tmp_path):
+    """On ``/acp`` (docs/acp-masters.md) a prompt a spent budget refuses answers ``session/prompt``
+    with a JSON-RPC error whose ``data.error_code`` is BUDGET_EXCEEDED; the session goes on."""
+    gw = await start_gateway(config(tmp_path, Limits(session_usd=1.0)))
+    try:
+        acp = await RawAcp.connect(gw, query="?agent=demo", headers=bearer(OPERATOR))
+        await acp.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        sid = (await acp.call("session/new", {"cwd": str(tmp_path)}))["result"]["sessionId"]
+
+        async def prompt(text: str) -> dict[str, Any]:
+            params = {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
+            return await acp.call("session/prompt", params)
+
+        assert (await prompt("spend 1.5"))["result"]["stopReason"] == "end_turn"
+        refused = (await prompt("hello"))["error"]
+        assert refused["data"]["error_code"] == "BUDGET_EXCEEDED"
+        assert "refused until an admin raises it" in refused["message"]
+        assert (await patch(gw, sid, ADMIN, {"budget_usd": 10}))[0] == 200
+        assert (await prompt("hello"))["result"]["stopReason"] == "end_turn"
     finally:
         await gw.close()
