@@ -27,7 +27,7 @@ from gateway.protocol.capabilities import ConnectionFilter, strip_subagent_conte
 from gateway.protocol.history import History
 from gateway.protocol.usage import CONTEXT_FULL, UsageTally
 from gateway.session.agent_link import AgentLink
-from gateway.session.fanout import Flusher, MasterConnection, text_frame
+from gateway.session.fanout import CLOSE_TIMEOUT_SEC, Flusher, MasterConnection, text_frame
 from gateway.session.masters import Masters, Route
 from gateway.storage.files import FileStore, files_path, store_tool_files
 from gateway.storage.state_dir import COMPACT_SLACK, FORMAT, VERSION, Loaded, SavedSession
@@ -300,7 +300,11 @@ class LiveSession(AgentLink, Masters):
         for conn in conns:
             conn.close_after_flush(1012, "the gateway is restarting; reattach with last_message_id")
         if conns:
-            await asyncio.wait([asyncio.ensure_future(c.closed.wait()) for c in conns], timeout=5)
+            # A master that reads nothing does not hold up the stop: what it has not taken by
+            # then is in the saved history, and its reattach gets it.
+            await asyncio.wait(
+                [asyncio.ensure_future(c.closed.wait()) for c in conns], timeout=CLOSE_TIMEOUT_SEC
+            )
 
     def _record(self, *, clean: bool = False) -> dict[str, Any]:
         machine = self.machine
