@@ -783,7 +783,11 @@ class AcpAdapter(JsonLinesParser):
                 "ACP_INVALID_MESSAGE", "a tool call whose content is not ToolCallContent"
             )
         status = update.status
-        if content:
+        if status:
+            call.status = status[:MAX_ID_CHARS]
+        if content is not None:
+            # ACP: a content list replaces the call's earlier one, an empty list too (Gemini's
+            # shell reports a note when it starts and completes with none).
             call.content = content
         ready = (
             call.input is not None or status in ("in_progress", "completed", "failed") or content
@@ -793,12 +797,19 @@ class AcpAdapter(JsonLinesParser):
         if status in ("completed", "failed"):
             del self._calls[call_id]
             return out + [
-                _tool_result(
-                    call_id, call, status == "failed", content or call.content, update.rawOutput
-                )
+                _tool_result(call_id, call, status == "failed", call.content, update.rawOutput)
             ]
-        if content and call.announced:
-            # Output while it runs: streamed as it comes (only what is new of the text).
+        if (
+            content
+            and call.announced
+            and call.status == "in_progress"
+            and update.sessionUpdate == "tool_call_update"
+        ):
+            # Output while it runs: streamed as it comes (only what is new of the text). Content
+            # of a call not yet running (Claude's Bash description, with no status while the call
+            # is pending) or given when it is announced (Gemini's working-directory note) says
+            # what the call is, not what it printed. An update without a status leaves the
+            # call's status as it was (ACP sends only what changed).
             text = "".join(_item_text(item) for item in content if item.type == "content")
             seen = "".join(call.streamed)
             new = text[len(seen) :] if text.startswith(seen) else text

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import Any
 
 import msgspec
 import pytest
@@ -167,6 +168,108 @@ def test_a_pending_call_without_input_waits_for_its_input():
     rig.end(pid)
     (res,) = rig.of("tool.invoke.result")
     assert res["payload"]["status"] == "error" and res["payload"]["output"] == "boom"
+
+
+def _text(value: str) -> list[dict[str, Any]]:
+    return [{"type": "content", "content": {"type": "text", "text": value}}]
+
+
+def test_DPS_5_3_1_result_an_empty_content_list_replaces_the_earlier_content():
+    """ACP: a tool_call_update's content replaces the call's, an empty list too. Gemini's shell
+    is announced in_progress with a note about its working directory and completes with
+    ``"content": []``: the result is empty, not the note, and the note is never stdout."""
+    rig = Rig()
+    rig.start()
+    pid = rig.prompt()
+    note = "[current working directory /srv/project]"
+    rig.agent(
+        update(
+            "tool_call",
+            toolCallId="sh",
+            title="echo hi",
+            kind="execute",
+            status="in_progress",
+            content=_text(note),
+        )
+    )
+    rig.agent(
+        update("tool_call_update", toolCallId="sh", status="completed", content=[], kind="execute")
+    )
+    rig.end(pid)
+    (request,) = rig.of("tool.invoke.request")
+    (result,) = rig.of("tool.invoke.result")
+    assert request["payload"]["input"] == {"title": "echo hi"}
+    assert (result["payload"]["status"], result["payload"]["output"]) == ("success", "")
+    assert result["payload"]["output_type"] == "empty"
+    assert rig.of("tool.invoke.stream") == []
+
+
+def test_DPS_5_3_1_result_content_that_is_left_out_keeps_the_earlier_content():
+    """An update without ``content`` changes nothing of it: Claude's Write reports its diff with
+    its input and completes with none; the result is that diff."""
+    rig = Rig()
+    rig.start()
+    pid = rig.prompt()
+    diff = {"type": "diff", "path": "/srv/project/a.txt", "oldText": None, "newText": "new\n"}
+    rig.agent(update("tool_call", toolCallId="w", kind="edit", status="pending", content=[]))
+    rig.agent(update("tool_call_update", toolCallId="w", rawInput={"x": 1}, content=[diff]))
+    rig.agent(update("tool_call_update", toolCallId="w", status="completed", rawOutput="ok"))
+    rig.end(pid)
+    (result,) = rig.of("tool.invoke.result")
+    assert result["payload"]["output_type"] == "diff"
+    assert result["payload"]["output"].startswith("--- /dev/null\n")
+
+
+def test_DPS_5_3_2_stream_only_content_of_a_running_call_is_streamed():
+    """Claude's adapter sends a Bash call's description as its content in an update without a
+    status while the call is pending: not output. Content reported while the call is
+    ``in_progress`` (said by this update, or by an earlier one: ACP leaves out what did not
+    change) is streamed, only what is new of it; the result is the completion's content."""
+    rig = Rig()
+    rig.start()
+    pid = rig.prompt()
+    meta = {"claudeCode": {"toolName": "Bash"}}
+    rig.agent(
+        update(
+            "tool_call",
+            toolCallId="b",
+            title="Terminal",
+            kind="execute",
+            status="pending",
+            rawInput={},
+            content=[],
+            _meta=meta,
+        )
+    )
+    rig.agent(
+        update(
+            "tool_call_update",
+            toolCallId="b",
+            rawInput={"command": "echo hi", "description": "Print hi"},
+            content=_text("Print hi"),
+            _meta=meta,
+        )
+    )
+    assert len(rig.of("tool.invoke.request")) == 1
+    assert rig.of("tool.invoke.stream") == []
+    rig.agent(update("tool_call_update", toolCallId="b", status="in_progress"))
+    rig.agent(update("tool_call_update", toolCallId="b", content=_text("h")))
+    rig.agent(update("tool_call_update", toolCallId="b", content=_text("hi\n")))
+    rig.agent(
+        update(
+            "tool_call_update",
+            toolCallId="b",
+            status="completed",
+            rawOutput="hi",
+            content=_text("```console\nhi\n```"),
+        )
+    )
+    rig.end(pid)
+    chunks = [f["payload"]["chunk"] for f in rig.of("tool.invoke.stream")]
+    assert chunks == ["h", "i\n"]
+    assert all(f["payload"]["stream_type"] == "stdout" for f in rig.of("tool.invoke.stream"))
+    (result,) = rig.of("tool.invoke.result")
+    assert (result["payload"]["output"], result["payload"]["output_type"]) == ("hi\n", "text")
 
 
 def test_plan_commands_and_mode_updates():
