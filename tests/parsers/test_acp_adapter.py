@@ -387,6 +387,45 @@ def test_DPS_6_1_2_cancel_is_session_cancel_and_a_waiting_permission_is_cancelle
     assert rig.of("tool.invoke.result")[0]["payload"]["status"] == "cancelled"
 
 
+def _cancelled_turn(rig: Rig) -> None:
+    pid = rig.prompt("count")
+    rig.agent(update("agent_message_chunk", content={"type": "text", "text": "one, two"}))
+    turn_id = rig.of("session.turn.start")[-1]["payload"]["turn_id"]
+    rig.master("control.prompt.cancel", {"target_turn_id": turn_id})
+    rig.end(pid, "cancelled")
+
+
+def test_DPS_6_1_2_cancel_an_empty_answer_right_after_a_cancel_is_flagged():
+    """claude-agent-acp 0.23.1 answers the prompt after a cancel at once with an empty
+    ``end_turn`` and gives its answer with the next prompt. The turn ends as the agent said
+    (``end_turn``), with an ``agent.error`` warning ``ACP_EMPTY_TURN`` saying so; the late answer
+    is passed on in the turn it comes in, unhidden. An empty answer with no cancel before it, or
+    an answer after a cancel that says something, is not flagged."""
+    rig = Rig()
+    rig.start()
+    rig.end(rig.prompt("nothing to say"))  # empty, but no cancel before it
+    _cancelled_turn(rig)
+    rig.end(rig.prompt("second"))
+    (flag,) = rig.of("agent.error")
+    payload = flag["payload"]
+    assert (payload["error_code"], payload["severity"]) == ("ACP_EMPTY_TURN", "warning")
+    assert payload["recoverable"] is True
+    second_turn = rig.of("session.turn.start")[-1]["payload"]["turn_id"]
+    assert flag["turn_id"] == second_turn
+    assert rig.of("session.turn.end")[-1]["payload"]["stop_reason"] == "end_turn"
+    pid = rig.prompt("third")
+    for text in ("Answer two.", "Answer three."):
+        rig.agent(update("agent_message_chunk", content={"type": "text", "text": text}))
+    rig.end(pid)
+    assert rig.of("agent.text.done")[-1]["payload"]["full_text"] == "Answer two.Answer three."
+    assert len(rig.of("agent.error")) == 1
+    _cancelled_turn(rig)
+    pid = rig.prompt("fourth")
+    rig.agent(update("agent_message_chunk", content={"type": "text", "text": "At once."}))
+    rig.end(pid)
+    assert len(rig.of("agent.error")) == 1
+
+
 def test_DPS_6_2_interaction_a_timed_out_permission_answers_cancelled():
     rig = Rig()
     rig.start()
