@@ -317,10 +317,6 @@ async def test_claude_acp_answers_the_prompt_after_a_cancel_one_turn_late():
 
 # --- Codex through codex-acp -----------------------------------------------------------------
 
-# Without bubblewrap on PATH codex-acp's sandbox cannot start a command ("bubblewrap is
-# unavailable"); the rig runs it unsandboxed, and "untrusted" makes it ask before each command.
-CODEX_POLICY = 'sandbox_mode = "danger-full-access"\napproval_policy = "untrusted"\n'
-
 
 def codex_exec(cmd: str) -> dict[str, Any]:
     return {
@@ -342,12 +338,11 @@ CODEX_CALLS = [
 
 
 async def test_codex_acp_permissions_cancel_and_two_turns():
-    """Codex under codex-acp against the scripted Responses server: a command allowed through
-    the agent's own options, one denied, a turn cancelled mid-stream. Codex lists no plan mode:
+    """Codex under codex-acp against the scripted Responses server, as the built-in profile runs it
+    (Codex's sandbox off, asking before commands: it works with bubblewrap installed or not): a
+    command allowed through the agent's own options, one denied, a turn cancelled mid-stream. Codex lists no plan mode:
     plan_mode is announced off once its session/new answer says so (DPS-12.2-caps)."""
     async with adapter_acp("codex-acp", CODEX_CALLS) as (cli, gw):
-        config = cli.home / ".codex" / "config.toml"
-        config.write_text(CODEX_POLICY + config.read_text())
         sid = (await create_session(gw, "codex-acp"))["session_id"]
         master = await Master.attach(gw, sid)
         await master.send("control.prompt.request", {"prompt_text": "Make a file"})

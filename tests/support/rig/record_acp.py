@@ -114,7 +114,8 @@ TRANSCRIPTS: dict[str, dict[str, Any]] = {
         "files": {},
         "prompts": ["Make a file."],
         "permission": "allow_once",
-        # No bubblewrap here: unsandboxed, and asking before each command (tests/support/rig/README.md).
+        # As the codex-acp profile runs it: unsandboxed, asking before each command
+        # (tests/support/rig/README.md).
         "codex_config": 'sandbox_mode = "danger-full-access"\napproval_policy = "untrusted"\n',
         "calls": [
             {
