@@ -130,6 +130,8 @@ class Config:
     # SIGHUP reads again.
     policy: tuple[Rule, ...] = ()
     config_file: Path | None = None
+    # The agent of an ACP client's session/new that names none (docs/acp-masters.md).
+    acp_default_agent: str | None = None
 
     @property
     def authenticated(self) -> bool:
@@ -167,6 +169,7 @@ _SERVER_KEYS: Final = {
     "trusted_proxies": list,
 }
 _FLEET_KEYS: Final = {"peers": (str, list)}
+_ACP_KEYS: Final = {"default_agent": str}
 # Every name the file may use; any other is an error (gateway/config/strict.py).
 _SCHEMA: Final[Schema] = {
     "server": known_names(_SERVER_KEYS),
@@ -174,6 +177,7 @@ _SCHEMA: Final[Schema] = {
     "auth": {**known_names(AUTH_KEYS), "oidc": known_names(OIDC_KEYS)},
     "notify": {"webhooks": [known_names(WEBHOOK_KEYS)]},
     "fleet": known_names(_FLEET_KEYS),
+    "acp": known_names(_ACP_KEYS),
     "isolation": known_names(ISOLATION_KEYS),
     "policy": POLICY_SCHEMA,
 }
@@ -226,13 +230,21 @@ def load_config(
         server = data.get("server", {})
         agent_tables = data.get("agents", {})
         fleet = data.get("fleet", {})
-        for section, table in (("server", server), ("agents", agent_tables), ("fleet", fleet)):
+        acp = data.get("acp", {})
+        for section, table in (
+            ("server", server),
+            ("agents", agent_tables),
+            ("fleet", fleet),
+            ("acp", acp),
+        ):
             if not isinstance(table, dict):
                 raise ConfigError(f"{where}: [{section}] must be a table")
         for key, value in server.items():
             settings[key] = check_type(f"{where} [server]", key, value, _SERVER_KEYS[key])
         for key, value in fleet.items():
             settings[f"fleet_{key}"] = check_type(f"{where} [fleet]", key, value, _FLEET_KEYS[key])
+        for key, value in acp.items():
+            settings[f"acp_{key}"] = check_type(f"{where} [acp]", key, value, _ACP_KEYS[key])
         for name, table in agent_tables.items():
             if not isinstance(table, dict):
                 raise ConfigError(f"{where}: [agents.{name}] must be a table")
@@ -321,6 +333,14 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile]) -> Config:
     for key in ("auth", "webhooks", "policy", "config_file"):
         if key in settings:
             kw[key] = settings[key]
+    default_agent = settings.get("acp_default_agent")
+    if default_agent is not None:
+        if default_agent not in agents:
+            known = ", ".join(sorted(agents))
+            raise ConfigError(
+                f"[acp] default_agent {default_agent!r} is not an agent profile; known: {known}"
+            )
+        kw["acp_default_agent"] = default_agent
     if settings.get("public_url"):
         url = str(settings["public_url"]).rstrip("/")
         if not url.startswith(("http://", "https://")) or any(c.isspace() for c in url):

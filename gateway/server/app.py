@@ -22,6 +22,7 @@ from gateway.config import Config
 from gateway.console.static import load_static
 from gateway.console.tickets import TicketStore
 from gateway.metrics import GatewayMetrics
+from gateway.server.acp import ACP_OPEN, ACP_TICKETS, acp_ticket, acp_websocket
 from gateway.server.keys import (
     AUDIT,
     AUTH,
@@ -75,7 +76,7 @@ def create_app(
             errors_middleware,
             fleet.forwarded_middleware(config.trusted_proxies),
             browser_guard_middleware(config),
-            auth_middleware(websocket),
+            auth_middleware(websocket, (acp_websocket, ACP_TICKETS)),
         ],
         client_max_size=config.max_request_bytes,
         handler_args=handler_args(config.header_timeout_sec),
@@ -98,6 +99,7 @@ def create_app(
     app.on_startup.append(_start_reporting)
     app.on_cleanup.append(_stop_reporting)
     app[TICKETS] = TicketStore()
+    app[ACP_OPEN] = set()
     app[GUARD] = ConnectionGuard(config.max_pending_connections)
     app[STATIC] = load_static()
     fleet.setup(app, config, on_drain=app[METRICS].draining)
@@ -119,6 +121,8 @@ def create_app(
     app.router.add_post("/v1/session/{session_id}/ws-ticket", ws_ticket)
     app.router.add_get("/v1/session/{session_id}/ws", websocket, name=WS_ROUTE)
     app.router.add_put("/v1/session/{session_id}/files", put_file)
+    app.router.add_get("/acp", acp_websocket)  # ACP clients (docs/acp-masters.md)
+    app.router.add_post("/v1/acp/ws-ticket", acp_ticket)
     app.router.add_get("/v1/session/{session_id}/files/{transfer_id}", get_file)
     fleet.add_prefixed_routes(app, config.route_prefix)  # after every route: it copies them all
     app.on_shutdown.append(_shutdown_sessions)
@@ -134,8 +138,8 @@ def reload(app: web.Application) -> None:
 
 def reload_users(app: web.Application) -> None:
     """SIGHUP: read the users file again. A WebSocket of a user the new file removed or gave
-    another role is closed (1008): it was opened under the old one, and reconnecting takes the
-    new one."""
+    another role is closed (1008), ``/acp`` ones too: it was opened under the old one, and
+    reconnecting takes the new one."""
     authenticator = app[AUTH]
     before = authenticator.users()
     if not authenticator.reload_users():
@@ -147,6 +151,9 @@ def reload_users(app: web.Application) -> None:
     for session in app[SESSIONS].values():
         if isinstance(session, LiveSession):
             session.close_users(changed, "your access to this gateway changed; reconnect")
+    for client in app[ACP_OPEN]:
+        if client.sender.identity.user in changed:
+            client.out.close_after_flush(1008, "your access to this gateway changed; reconnect")
 
 
 async def _start_reporting(app: web.Application) -> None:

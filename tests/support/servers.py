@@ -62,8 +62,10 @@ def free_port() -> int:
     return free_port_on(("127.0.0.1",))
 
 
-async def wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
-    """Until ``url``/healthz answers 200; fails at once (with its stderr) if ``proc`` exits. If it
+async def wait_http(
+    url: str, proc: subprocess.Popen, timeout: float = 20.0, path: str = "/healthz"
+) -> None:
+    """Until ``url`` + ``path`` answers 200; fails at once (with its stderr) if ``proc`` exits. If it
     never answers, the failure says what the last try saw and where the process was: it is sent
     SIGABRT, on which Python's faulthandler (on in every test's child, tests/conftest.py) prints
     each thread's stack to the stderr read here."""
@@ -74,7 +76,7 @@ async def wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> 
         while loop.time() < end:
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
             try:
-                async with http.get(url + "/healthz") as resp:
+                async with http.get(url + path) as resp:
                     if resp.status == 200:
                         return
                     seen = f"HTTP {resp.status}"

@@ -27,7 +27,7 @@ from gateway.agent import conversations
 from gateway.agent.environment import agent_environment
 from gateway.agent.exit import missing_executable
 from gateway.api_error import ApiError
-from gateway.config import Config
+from gateway.config import AgentProfile, Config
 from gateway.protocol.history import POLICIES, History
 from gateway.server.keys import (
     AUDIT,
@@ -188,6 +188,38 @@ async def create_session(request: web.Request) -> web.Response:
             timeout=config.conversations_timeout_sec,
             grace=config.shutdown_grace_sec,
         )
+    session = await start_session(
+        request,
+        profile,
+        workspace,
+        name=name,
+        origin=origin,
+        reattach_window_sec=float(window),
+        history=history,
+        resume=resume,
+        transcript=transcript,
+    )
+    return web.json_response(session.to_json(), status=201)
+
+
+async def start_session(
+    request: web.Request,
+    profile: AgentProfile,
+    workspace: Path,
+    *,
+    name: str | None = None,
+    origin: str = "remote",
+    reattach_window_sec: float | None = None,
+    history: History | None = None,
+    resume: Any = None,
+    transcript: Any = None,
+) -> LiveSession:
+    """Create, register and start a session of the caller's from what was validated already
+    (``POST /v1/session``, an ACP client's ``session/new``); audited."""
+    app = request.app
+    config = app[CONFIG]
+    agent = profile.name
+    window = config.reattach_window_sec if reattach_window_sec is None else reattach_window_sec
     # Everything is valid: only now is anything created (the session, its agent).
     _check_taking(app, new_session=True)
     if _held(app) >= config.max_sessions:
@@ -236,7 +268,7 @@ async def create_session(request: web.Request) -> web.Response:
     log.info("session created", extra={"session": session_id, "agent": agent})
     detail = {"agent": agent} if resume is None else {"agent": agent, "resume_conversation": resume}
     _audit(request, "session.create", session_id, detail=detail)
-    return web.json_response(session.to_json(), status=201)
+    return session
 
 
 def _wire(app: web.Application, session: LiveSession, role: str | None = None) -> None:
