@@ -90,9 +90,8 @@ async def test_codex_profile_runs_commands_where_codex_sandbox_cannot_start():
     """The profile turns Codex's own sandbox off (docs/codex-mapping.md, "Codex's sandbox"). Here
     Codex's home is under the temp dir, where with a system bwrap older than 0.9 its sandbox could
     start no command ("bwrap: execvp codex-linux-sandbox"; the default read-only sandbox also
-    refuses every write: fixture sandbox-denied): the command runs, writes in the workspace, and is
-    not confined to it (the gateway's [isolation] is what confines an agent)."""
-    cmd = "echo made > made.txt && cat made.txt && echo out > {home}/outside.txt"
+    refuses every write: fixture sandbox-denied): the command runs and writes in the workspace."""
+    cmd = "echo made > made.txt && cat made.txt"
     calls = [
         {"output": [{"type": "function_call", "name": "exec_command", "arguments": {"cmd": cmd}}]},
         {"match": {"tool_output": True}, "output": [{"type": "message", "text": "Made."}]},
@@ -105,7 +104,6 @@ async def test_codex_profile_runs_commands_where_codex_sandbox_cannot_start():
         (result,) = of(frames, "tool.invoke.result")
         assert (result["payload"]["status"], result["payload"]["output"]) == ("success", "made\n")
         assert (rig.cli.cwd / "made.txt").read_text() == "made\n"
-        assert (rig.cli.home / "outside.txt").read_text() == "out\n"
 
 
 async def test_codex_second_prompt_resumes_the_thread():
