@@ -78,6 +78,15 @@ async def cancelled_turn(master: Master, text: str) -> tuple[str, list[dict[str,
     return start["payload"]["turn_id"], await until_usage(master, 15)
 
 
+async def unasked_turn(master: Master, text: str) -> list[dict[str, Any]]:
+    """A prompt whose turn asks nothing (an ``echo``: neither agent asks before it); every frame
+    the master has, to its session.usage."""
+    await master.send("control.prompt.request", {"prompt_text": text})
+    frames = master.frames[:] + await until_usage(master, STARTUP)
+    assert of(frames, "agent.interaction.request") == []
+    return frames
+
+
 WRITE = {
     "functionCall": {"name": "write_file", "args": {"file_path": "notes.txt", "content": "new\n"}}
 }
@@ -167,9 +176,7 @@ async def test_gemini_acp_shell_result_is_not_its_working_directory_note():
     async with gemini_acp(calls, {}) as (_, gw):
         sid = (await create_session(gw, "gemini-acp"))["session_id"]
         master = await Master.attach(gw, sid)
-        await master.send("control.prompt.request", {"prompt_text": "Run echo."})
-        frames = master.frames[:] + await until_usage(master, STARTUP)  # echo: it asks nothing
-        assert of(frames, "agent.interaction.request") == []
+        frames = await unasked_turn(master, "Run echo.")
         (request,) = of(frames, "tool.invoke.request")
         (result,) = of(frames, "tool.invoke.result")
         assert request["payload"]["tool_name"] == "execute"
@@ -286,9 +293,7 @@ async def test_claude_acp_answers_the_prompt_after_a_cancel_one_turn_late():
     async with adapter_acp("claude-acp", CLAUDE_AFTER_CANCEL) as (cli, gw):
         sid = (await create_session(gw, "claude-acp"))["session_id"]
         master = await Master.attach(gw, sid)
-        await master.send("control.prompt.request", {"prompt_text": "Run echo."})
-        frames = master.frames[:] + await until_usage(master, STARTUP)  # echo: it asks nothing
-        assert of(frames, "agent.interaction.request") == []
+        frames = await unasked_turn(master, "Run echo.")
         (result,) = of(frames, "tool.invoke.result")
         assert (result["payload"]["tool_name"], result["payload"]["output"]) == ("Bash", "hi\n")
         assert of(frames, "tool.invoke.stream") == []  # "Print hi" is not what it printed

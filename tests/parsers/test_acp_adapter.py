@@ -135,24 +135,22 @@ def test_DPS_5_3_3_tool_outputs_by_kind_and_content():
     assert stream["payload"]["chunk"] == "line 1\n" and stream["payload"]["stream_type"] == "stdout"
 
 
+def claude_bash_announced(rig: Rig, call_id: str) -> dict[str, Any]:
+    """A Bash call as claude-agent-acp announces it: pending, empty input and content; its
+    ``_meta``."""
+    meta = {"claudeCode": {"toolName": "Bash"}}
+    announce = {"title": "Terminal", "kind": "execute", "status": "pending", "rawInput": {}}
+    rig.agent(update("tool_call", toolCallId=call_id, content=[], _meta=meta, **announce))
+    return meta
+
+
 def test_a_pending_call_without_input_waits_for_its_input():
     """Claude's adapter reports a call pending with an empty rawInput, then its input: the
     request carries the input."""
     rig = Rig()
     rig.start()
     pid = rig.prompt()
-    meta = {"claudeCode": {"toolName": "Bash"}}
-    rig.agent(
-        update(
-            "tool_call",
-            toolCallId="t",
-            title="Terminal",
-            kind="execute",
-            status="pending",
-            rawInput={},
-            _meta=meta,
-        )
-    )
+    meta = claude_bash_announced(rig, "t")
     assert rig.of("tool.invoke.request") == []
     rig.agent(update("tool_call_update", toolCallId="t", rawInput={"command": "ls"}, _meta=meta))
     (req,) = rig.of("tool.invoke.request")
@@ -228,19 +226,7 @@ def test_DPS_5_3_2_stream_only_content_of_a_running_call_is_streamed():
     rig = Rig()
     rig.start()
     pid = rig.prompt()
-    meta = {"claudeCode": {"toolName": "Bash"}}
-    rig.agent(
-        update(
-            "tool_call",
-            toolCallId="b",
-            title="Terminal",
-            kind="execute",
-            status="pending",
-            rawInput={},
-            content=[],
-            _meta=meta,
-        )
-    )
+    meta = claude_bash_announced(rig, "b")
     rig.agent(
         update(
             "tool_call_update",
