@@ -37,10 +37,11 @@ from gateway.agent.profiles import (
     prompt_on_stdin,
     template_args,
 )
+from gateway.agent.sandbox import Isolation
 from gateway.config.agents import PROFILE_KEYS, parse_profile
 from gateway.config.auth import AUTH_KEYS, OIDC_KEYS, AuthConfigError, AuthSettings, parse_auth
 from gateway.config.checks import ConfigError, check_type
-from gateway.config.isolation import ISOLATION_KEYS, check_isolation
+from gateway.config.isolation import ISOLATION_KEYS, check_binds_apart, parse_isolation
 from gateway.config.notify import WEBHOOK_KEYS, NotifyConfigError, Webhook, parse_webhooks
 from gateway.config.policy import (
     MAX_FILE_BYTES,
@@ -130,6 +131,10 @@ class Config:
     # SIGHUP reads again.
     policy: tuple[Rule, ...] = ()
     config_file: Path | None = None
+    isolation: Isolation = field(default_factory=Isolation)
+    # Every file the gateway read a setting or a secret from (config, token, users, webhook
+    # secrets) or writes one to (the audit log and its rotations): never shown to an agent.
+    gateway_files: tuple[Path, ...] = ()
     # The agent of an ACP client's session/new that names none (docs/acp-masters.md).
     acp_default_agent: str | None = None
 
@@ -137,6 +142,13 @@ class Config:
     def authenticated(self) -> bool:
         """Some credential is configured: requests need one (else loopback only)."""
         return self.token is not None or self.auth.configured
+
+    @property
+    def hidden_paths(self) -> tuple[str, ...]:
+        """What a sandboxed agent must not see (docs/isolation.md): the gateway's files, its state
+        dir and the workspace root (each session's own workspace is shown again on top)."""
+        dirs = [self.workspace_root] + ([self.state_dir] if self.state_dir is not None else [])
+        return tuple(str(p) for p in (*self.gateway_files, *dirs))
 
 
 _SERVER_KEYS: Final = {
@@ -250,7 +262,7 @@ def load_config(
                 raise ConfigError(f"{where}: [agents.{name}] must be a table")
             agents[name] = parse_profile(name, table, agents.get(name), where, locate)
         if "isolation" in data:
-            check_isolation(data["isolation"], locate)
+            settings["isolation"] = parse_isolation(data["isolation"], locate)
         if "policy" in data:
             settings["policy"] = parse_policy(data["policy"], where)
         try:
@@ -260,6 +272,11 @@ def load_config(
                 settings["webhooks"] = parse_webhooks(data["notify"], where)
         except (AuthConfigError, NotifyConfigError) as err:
             raise ConfigError(str(err)) from None
+        settings["secret_files"] = [
+            Path(hook["secret_file"]).expanduser()
+            for hook in data.get("notify", {}).get("webhooks", [])
+            if hook.get("secret_file")
+        ]
     for key, value in (flags or {}).items():
         if value is not None:
             settings[key] = value
@@ -330,7 +347,7 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile]) -> Config:
         kw["log_format"] = settings["log_format"]
     if "allowed_origins" in settings:
         kw["allowed_origins"] = _origins(settings["allowed_origins"])
-    for key in ("auth", "webhooks", "policy", "config_file"):
+    for key in ("auth", "webhooks", "policy", "config_file", "isolation"):
         if key in settings:
             kw[key] = settings[key]
     default_agent = settings.get("acp_default_agent")
@@ -364,11 +381,25 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile]) -> Config:
             f"or RAWP_GATEWAY_WORKSPACE_ROOT); it would otherwise be the current directory, "
             f"{Path.cwd()}"
         )
+    kw["gateway_files"] = _gateway_files(settings, kw.get("auth", AuthSettings()))
     config = Config(**kw)
     root = config.workspace_root.expanduser().resolve()
     if not root.is_dir():
         raise ConfigError(f"workspace_root {str(root)!r} is not a directory")
-    return replace(config, workspace_root=root)
+    config = replace(config, workspace_root=root)
+    check_binds_apart(config.isolation, [Path(p) for p in config.hidden_paths])
+    return config
+
+
+def _gateway_files(settings: dict[str, Any], auth: AuthSettings) -> tuple[Path, ...]:
+    """``Config.gateway_files``: where the gateway read its settings and secrets from, and its
+    audit log with every rotation it may make."""
+    files = [settings.get("config_file"), settings.get("token_file"), auth.users_file]
+    files += settings.get("secret_files", [])
+    if auth.audit_log is not None:
+        log = auth.audit_log
+        files += [log, *(log.with_name(f"{log.name}.{n}") for n in range(1, auth.audit_keep + 1))]
+    return tuple(Path(f).expanduser().absolute() for f in files if f)
 
 
 def normalize_origin(origin: str) -> str:

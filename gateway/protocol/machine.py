@@ -582,9 +582,11 @@ class SessionMachine:
         stderr_tail: str = "",
         *,
         start_error: str | None = None,
+        limit: str | None = None,
     ) -> list[Action]:
         """The agent process ended: DPS-17.2.2 (and §18.2 for single-turn agents). A parser that
         names its agent's exit codes (``describe_exit``) gives the fatal ``agent.error`` its code.
+        ``limit``: the sandbox's limit the agent most likely ran into, said in the message.
         ``start_error``: there was no process, it could not start (exit 127 as a shell says it):
         ``AGENT_START_FAILED``, the same code ``POST /v1/session`` answers with, and the reason."""
         self.process_alive = False
@@ -624,12 +626,14 @@ class SessionMachine:
                 # not signal 16. The exit code stays in details; the guessed signal does not.
                 code, message = named
                 signum = None
+            if limit is not None and start_error is None:
+                message = f"{message}: {limit}"
             details = F.ErrorDetails(
                 module="process",
                 exit_code=returncode,
                 signal=signum,
                 stderr=stderr_tail or None,
-                hint=self.mapper.hint(code, message, stderr_tail),
+                hint=self.mapper.hint(code, message, stderr_tail) or limit,
             )
             error = F.AgentError(
                 error_code=code,

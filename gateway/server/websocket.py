@@ -30,7 +30,7 @@ from gateway.server.keys import (
 )
 from gateway.server.middleware import _caller, is_loopback
 from gateway.server.routes.sessions import _check_taking, _live, _session
-from gateway.session.fanout import MasterConnection
+from gateway.session.fanout import CLOSE_TIMEOUT_SEC, MasterConnection
 from gateway.team import roles
 
 
@@ -165,7 +165,7 @@ async def read_socket(
                 with contextlib.suppress(asyncio.CancelledError):
                     await receiving
                 code, reason = conn.close_args
-                await ws.close(code=code, message=reason)
+                await _close(ws, code, reason, conn)
                 break
             msg = receiving.result()
             if msg.type == WSMsgType.TEXT:
@@ -176,3 +176,16 @@ async def read_socket(
                 break
     finally:
         close_ready.cancel()
+
+
+async def _close(
+    ws: web.WebSocketResponse, code: int, reason: bytes, conn: MasterConnection
+) -> None:
+    """The close handshake, for at most ``CLOSE_TIMEOUT_SEC``: aiohttp would wait 10 s for the
+    peer's close frame, and without limit for a full socket to take ours. A peer that reads
+    nothing loses its socket instead (a master reattaches with its last message id)."""
+    try:
+        async with asyncio.timeout(CLOSE_TIMEOUT_SEC):
+            await ws.close(code=code, message=reason)
+    except TimeoutError:
+        conn.abort()

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, cast
 
 from gateway import config as cfg
 from gateway.agent.process import AgentProcess
+from gateway.agent.sandbox import spawn as sandboxes
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import actions as act
 from gateway.protocol import codec, recovery
@@ -26,7 +27,7 @@ from gateway.protocol.capabilities import ConnectionFilter, strip_subagent_conte
 from gateway.protocol.history import History
 from gateway.protocol.usage import CONTEXT_FULL, UsageTally
 from gateway.session.agent_link import AgentLink
-from gateway.session.fanout import Flusher, MasterConnection, text_frame
+from gateway.session.fanout import CLOSE_TIMEOUT_SEC, Flusher, MasterConnection, text_frame
 from gateway.session.masters import Masters, Route
 from gateway.storage.files import FileStore, files_path, store_tool_files
 from gateway.storage.state_dir import COMPACT_SLACK, FORMAT, VERSION, Loaded, SavedSession
@@ -151,6 +152,7 @@ class LiveSession(AgentLink, Masters):
         if saved is not None:
             saved.entries = history.entries
             saved.compact_above = 2 * history.max_bytes + COMPACT_SLACK
+        sandboxes.register_workspace(session_id, str(workspace))  # masked from other agents
 
     # --- public view -------------------------------------------------------------------------
 
@@ -184,6 +186,7 @@ class LiveSession(AgentLink, Masters):
             "workspace_path": str(self.workspace),
             "owner": self.owner,
             "members": dict(self.members),
+            "isolation": self.config.isolation.mode,
         }
         if self.machine.agent_session_id:
             obj["agent_session_id"] = self.machine.agent_session_id
@@ -292,7 +295,11 @@ class LiveSession(AgentLink, Masters):
         for conn in conns:
             conn.close_after_flush(1012, "the gateway is restarting; reattach with last_message_id")
         if conns:
-            await asyncio.wait([asyncio.ensure_future(c.closed.wait()) for c in conns], timeout=5)
+            # A master that reads nothing does not hold up the stop: what it has not taken by
+            # then is in the saved history, and its reattach gets it.
+            await asyncio.wait(
+                [asyncio.ensure_future(c.closed.wait()) for c in conns], timeout=CLOSE_TIMEOUT_SEC
+            )
 
     def _record(self, *, clean: bool = False) -> dict[str, Any]:
         machine = self.machine
@@ -550,7 +557,9 @@ class LiveSession(AgentLink, Masters):
         self.metrics.context_fill(self.usage.fill, None)
         self.files.close()
         if self.saved is not None:
-            self.saved.remove()
+            self.saved.remove()  # its HOME with it
+        sandboxes.forget_workspace(self.id)
+        sandboxes.remove_temp_home(self.id)
         self._track_state()
         self.terminated.set()
         if self._on_terminated is not None:

@@ -93,6 +93,18 @@ async def wait_http(
     raise TimeoutError(f"gateway did not start within {timeout} s at {url}: last try {seen}{where}")
 
 
+def stop(proc: subprocess.Popen, grace: float) -> None:
+    """SIGTERM, and SIGKILL if ``proc`` is still there after ``grace`` seconds; reaped."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @contextlib.asynccontextmanager
 async def serving(tmp_path: Path, **server: object) -> AsyncIterator[str]:
     """``rawp-gateway serve`` on a free port with ``[server]`` keys ``server`` (TOML values as
@@ -112,11 +124,6 @@ async def serving(tmp_path: Path, **server: object) -> AsyncIterator[str]:
         await wait_http(url, proc)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 30)
         assert proc.stderr is not None
         proc.stderr.close()
