@@ -18,6 +18,7 @@ import pytest
 
 from gateway.agent.profiles import builtin_profiles
 from tests.support.gateway_peer import Master, create_session, make_config, of, start_gateway
+from tests.support.realcli import isolation
 from tests.support.rig.env import require_cli
 from tests.support.rig.run import scripted_cli
 from tests.support.rig.scenario import parse_scenario
@@ -38,7 +39,8 @@ async def gemini_acp(calls: list[dict[str, Any]], files: dict[str, str]) -> Asyn
         base = builtin_profiles(gemini=str(binary))["gemini-acp"]
         command = (str(binary), "-m", GEMINI_MODEL, *base.command[1:])
         profile = replace(base, env=cli.env, command=command)
-        client = await start_gateway(make_config(cli.cwd, agents={"gemini-acp": profile}))
+        config = make_config(cli.cwd, agents={"gemini-acp": profile}, isolation=isolation())
+        client = await start_gateway(config)
         try:
             yield cli, client
         finally:
@@ -199,7 +201,8 @@ async def adapter_acp(agent: str, calls: list[dict[str, Any]]) -> AsyncIterator[
     async with scripted_cli(scenario) as cli:
         base = builtin_profiles(claude_acp=str(binary), codex_acp=str(binary))[agent]
         profile = replace(base, env=cli.env)
-        client = await start_gateway(make_config(cli.cwd, agents={agent: profile}))
+        config = make_config(cli.cwd, agents={agent: profile}, isolation=isolation())
+        client = await start_gateway(config)
         try:
             yield cli, client
         finally:
