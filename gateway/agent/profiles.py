@@ -143,10 +143,20 @@ _CLAUDE_OVERRIDES = {
 }
 
 
-# The workspace-write sandbox lets the agent edit the workspace it runs in (the default read-only one
-# refuses every write); `exec` never asks for approval. `exec resume` has no --sandbox option, so
-# the config override, which both take, says it.
-_CODEX_FLAGS = ("--json", "--skip-git-repo-check", "-c", "sandbox_mode=workspace-write")
+# Codex's own sandbox is off (docs/codex-mapping.md, "Codex's sandbox"): with a system bwrap older
+# than 0.9 (Debian 12, Ubuntu 22.04) Codex 0.171 runs its helper by the name codex-linux-sandbox,
+# found only through a PATH alias it refuses to make when its home is under the temp dir, so every
+# command failed; inside the gateway's own sandbox ([isolation] mode = "sandbox") it is redundant
+# and needs user namespaces nested in ours. `exec` never asks for approval, with or without it, so
+# no question is lost. `exec resume` has no --sandbox option: the config override, which both
+# take, says it.
+_CODEX_SANDBOX_OFF: Final = ("-c", "sandbox_mode=danger-full-access")
+_CODEX_FLAGS = ("--json", "--skip-git-repo-check", *_CODEX_SANDBOX_OFF)
+# codex-acp (Codex's core underneath) with its sandbox off as above, asking before every command
+# that is not on Codex's list of known-safe read-only ones and before every file change, where with
+# its sandbox it ran commands without asking and asked only to go beyond the sandbox: a master
+# answers each (session/request_permission). A config override, not one of codex-acp's modes.
+_CODEX_ACP_FLAGS: Final = (*_CODEX_SANDBOX_OFF, "-c", "approval_policy=untrusted")
 
 
 def builtin_profiles(
@@ -313,9 +323,9 @@ def acp_profiles(*, gemini: str, claude_acp: str, codex_acp: str) -> dict[str, A
         "codex-acp": AgentProfile(
             name="codex-acp",
             parser="acp",
-            command=(codex_acp,),
-            features=no_plan,  # modes read-only, auto, full-access: none plans
-            description="Codex through ACP (@zed-industries/codex-acp 0.16.0)",
+            command=(codex_acp, *_CODEX_ACP_FLAGS),
+            features=no_plan,  # no plan mode (its own modes are read-only, auto, full-access)
+            description="Codex through ACP (@zed-industries/codex-acp 0.16.0), asking before commands",
         ),
     }
 
