@@ -86,6 +86,9 @@ class AgentProfile:
     # Whether the agent's own saved conversations are listed and resumed (gateway/agent/conversations/),
     # where its parser can read them: off for a program that speaks another agent's format.
     conversations: bool = True
+    # The agent reports what it costs (session.usage's cost): budgets count it (docs/budgets.md).
+    # One that does not is unbudgeted, and said to be so.
+    reports_cost: bool = False
 
     @property
     def prompt_in_argv(self) -> bool:
@@ -110,6 +113,9 @@ class AgentProfile:
             # GET /v1/agents/{agent}/conversations answers for it (gateway/agent/conversations/)
             "conversations": self.conversations
             and (self.parser == "acp" or get_parser(self.parser).saved is not None),
+            # budgets count only the cost an agent reports (docs/budgets.md)
+            "reports_cost": self.reports_cost,
+            "unbudgeted": not self.reports_cost,
         }
 
 
@@ -137,10 +143,20 @@ _CLAUDE_OVERRIDES = {
 }
 
 
-# The workspace-write sandbox lets the agent edit the workspace it runs in (the default read-only one
-# refuses every write); `exec` never asks for approval. `exec resume` has no --sandbox option, so
-# the config override, which both take, says it.
-_CODEX_FLAGS = ("--json", "--skip-git-repo-check", "-c", "sandbox_mode=workspace-write")
+# Codex's own sandbox is off (docs/codex-mapping.md, "Codex's sandbox"): with a system bwrap older
+# than 0.9 (Debian 12, Ubuntu 22.04) Codex 0.171 runs its helper by the name codex-linux-sandbox,
+# found only through a PATH alias it refuses to make when its home is under the temp dir, so every
+# command failed; inside the gateway's own sandbox ([isolation] mode = "sandbox") it is redundant
+# and needs user namespaces nested in ours. `exec` never asks for approval, with or without it, so
+# no question is lost. `exec resume` has no --sandbox option: the config override, which both
+# take, says it.
+_CODEX_SANDBOX_OFF: Final = ("-c", "sandbox_mode=danger-full-access")
+_CODEX_FLAGS = ("--json", "--skip-git-repo-check", *_CODEX_SANDBOX_OFF)
+# codex-acp (Codex's core underneath) with its sandbox off as above, asking before every command
+# that is not on Codex's list of known-safe read-only ones and before every file change, where with
+# its sandbox it ran commands without asking and asked only to go beyond the sandbox: a master
+# answers each (session/request_permission). A config override, not one of codex-acp's modes.
+_CODEX_ACP_FLAGS: Final = (*_CODEX_SANDBOX_OFF, "-c", "approval_policy=untrusted")
 
 
 def builtin_profiles(
@@ -179,6 +195,7 @@ def builtin_profiles(
             features=claude_features,
             tools=claude_tools,
             auto_allow=_READ_ONLY_TOOLS,
+            reports_cost=True,  # total_cost_usd
             description="Claude Code, one long-lived process per session, prompts on stdin",
         ),
         "claude-code-oneshot": AgentProfile(
@@ -195,6 +212,7 @@ def builtin_profiles(
             # by the CLI itself, and seen by masters as error results.
             features=claude_features,
             tools=oneshot_tools,
+            reports_cost=True,
             description="Claude Code, one process per prompt, resumed with --resume",
         ),
         "demo": AgentProfile(
@@ -216,6 +234,7 @@ def builtin_profiles(
             tools=DEMO_TOOLS,
             auto_allow=frozenset({"Read", "Glob", "Grep"}),
             conversations=False,  # it keeps none: Claude Code's store is not its own
+            reports_cost=True,  # what "spend N" says it spent
             description="The embedded demo agent (speaks Claude Code's stream-json; no network)",
         ),
         "codex": AgentProfile(
@@ -298,14 +317,15 @@ def acp_profiles(*, gemini: str, claude_acp: str, codex_acp: str) -> dict[str, A
             parser="acp",
             command=(claude_acp,),
             features=acp,  # modes default, acceptEdits, plan, ...
+            reports_cost=True,  # usage_update's cost
             description="Claude Code through ACP (@zed-industries/claude-agent-acp 0.23.1)",
         ),
         "codex-acp": AgentProfile(
             name="codex-acp",
             parser="acp",
-            command=(codex_acp,),
-            features=no_plan,  # modes read-only, auto, full-access: none plans
-            description="Codex through ACP (@zed-industries/codex-acp 0.16.0)",
+            command=(codex_acp, *_CODEX_ACP_FLAGS),
+            features=no_plan,  # no plan mode (its own modes are read-only, auto, full-access)
+            description="Codex through ACP (@zed-industries/codex-acp 0.16.0), asking before commands",
         ),
     }
 

@@ -158,6 +158,8 @@ class AcpAdapter(JsonLinesParser):
         self._prompt: int | str | None = None  # the session/prompt in flight
         self._cancelled = False
         self._cancel_waiting = False
+        self._said = False  # the prompt in flight has had content (text, thought, tool, plan)
+        self._after_cancel = False  # the last prompt answered was cancelled
         self._warnings = 0
         self._context: tuple[int | None, int | None, float | None] = (None, None, None)
         self._calls: OrderedDict[str, _Call] = OrderedDict()
@@ -191,7 +193,7 @@ class AcpAdapter(JsonLinesParser):
         if msg.method is not None and msg.id is not None:
             self._sent[msg.id] = (msg.method, None)
             if msg.method == "session/prompt":
-                self._prompt, self._cancelled = msg.id, False
+                self._prompt, self._cancelled, self._said = msg.id, False, False
         elif msg.method == "session/cancel":
             self._cancelled = True
         elif msg.id is not None and self._asked.pop(str(msg.id)[:MAX_ID_CHARS], None) is not None:
@@ -290,7 +292,7 @@ class AcpAdapter(JsonLinesParser):
             del self._sent[next(iter(self._sent))]  # the oldest, never answered: its answer is late
         self._sent[rpc_id] = (method, machine_id)
         if method == "session/prompt":
-            self._prompt, self._cancelled = rpc_id, False
+            self._prompt, self._cancelled, self._said = rpc_id, False, False
         return _line({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
 
     def _session_request(
@@ -496,6 +498,7 @@ class AcpAdapter(JsonLinesParser):
         out = self._close_block()
         used, size, cost = self._context
         cancelled, self._cancelled = self._cancelled, False
+        after_cancel, self._after_cancel = self._after_cancel, cancelled
         if msg.error is not None:
             if cancelled:  # an agent may answer a cancelled prompt with an error (ACP says not to)
                 return out + [ev.TurnEnded(stop_reason="cancelled")]
@@ -520,6 +523,17 @@ class AcpAdapter(JsonLinesParser):
         )
         if code is not None:
             out.append(ev.Notice(severity=severity, code=code, message=message))  # type: ignore[arg-type]
+        elif stop == "end_turn" and after_cancel and not self._said:
+            # Said, not hidden: the agent's answer may come with the next prompt (claude-agent-acp
+            # 0.23.1 answers the prompt after a cancel at once and gives its answer one turn late).
+            out.append(
+                ev.Notice(
+                    severity="warning",
+                    code="ACP_EMPTY_TURN",
+                    message="the agent ended the turn without answering, right after a cancelled "
+                    "turn; its answer may come with the next prompt",
+                )
+            )
         usage = _quota_usage(result.meta)
         if result.usage is not None:
             u = result.usage
@@ -578,6 +592,7 @@ class AcpAdapter(JsonLinesParser):
                 f"{MAX_PENDING} waiting); it was answered cancelled",
             )
         self._asked[key] = rpc_id
+        self._said = True
         if self.replaying and len(self._allowing) < MAX_COMMANDS:
             for o in (params.options or [])[:16]:
                 if o.kind.startswith("allow"):
@@ -649,8 +664,10 @@ class AcpAdapter(JsonLinesParser):
             self.stray_updates += 1
             return []
         if kind == "tool_call" or kind == "tool_call_update":
+            self._said = True
             return self._tool(update)
         if kind == "plan":
+            self._said = True
             return self._plan(update.entries or [])
         return self._unknown(f"session/update/{kind}", line)
 
@@ -664,6 +681,7 @@ class AcpAdapter(JsonLinesParser):
         value = _block_text(block)
         if not value:
             return []  # Claude's adapter sends an empty chunk after a tool
+        self._said = True
         kind = "text" if text else "thinking"
         out: list[ev.AgentEvent] = []
         message_id = update.messageId
@@ -783,7 +801,11 @@ class AcpAdapter(JsonLinesParser):
                 "ACP_INVALID_MESSAGE", "a tool call whose content is not ToolCallContent"
             )
         status = update.status
-        if content:
+        if status:
+            call.status = status[:MAX_ID_CHARS]
+        if content is not None:
+            # ACP: a content list replaces the call's earlier one, an empty list too (Gemini's
+            # shell reports a note when it starts and completes with none).
             call.content = content
         ready = (
             call.input is not None or status in ("in_progress", "completed", "failed") or content
@@ -793,12 +815,19 @@ class AcpAdapter(JsonLinesParser):
         if status in ("completed", "failed"):
             del self._calls[call_id]
             return out + [
-                _tool_result(
-                    call_id, call, status == "failed", content or call.content, update.rawOutput
-                )
+                _tool_result(call_id, call, status == "failed", call.content, update.rawOutput)
             ]
-        if content and call.announced:
-            # Output while it runs: streamed as it comes (only what is new of the text).
+        if (
+            content
+            and call.announced
+            and call.status == "in_progress"
+            and update.sessionUpdate == "tool_call_update"
+        ):
+            # Output while it runs: streamed as it comes (only what is new of the text). Content
+            # of a call not yet running (Claude's Bash description, with no status while the call
+            # is pending) or given when it is announced (Gemini's working-directory note) says
+            # what the call is, not what it printed. An update without a status leaves the
+            # call's status as it was (ACP sends only what changed).
             text = "".join(_item_text(item) for item in content if item.type == "content")
             seen = "".join(call.streamed)
             new = text[len(seen) :] if text.startswith(seen) else text

@@ -30,13 +30,24 @@ _WRITE_KINDS: Final = frozenset({"edit", "delete", "move"})
 
 
 class _Call:
-    __slots__ = ("announced", "content", "input", "kind", "locations", "name", "streamed", "title")
+    __slots__ = (
+        "announced",
+        "content",
+        "input",
+        "kind",
+        "locations",
+        "name",
+        "status",
+        "streamed",
+        "title",
+    )
 
     def __init__(self) -> None:
         self.announced = False
         self.name: str | None = None
         self.title = ""
         self.kind = "other"
+        self.status = "pending"  # ToolCallStatus, as last reported (ACP's default: pending)
         self.input: dict[str, Any] | None = None
         self.locations: list[str] = []
         self.streamed: list[str] = []  # text already sent as ToolOutput

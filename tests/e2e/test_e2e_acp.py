@@ -9,6 +9,7 @@ notifications and its ``session/request_permission`` requests, answered by the g
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 
 from gateway.agent.profiles import builtin_profiles
 from tests.support.gateway_peer import Master, create_session, make_config, of, start_gateway
+from tests.support.realcli import isolation
 from tests.support.rig.env import require_cli
 from tests.support.rig.run import scripted_cli
 from tests.support.rig.scenario import parse_scenario
@@ -37,7 +39,8 @@ async def gemini_acp(calls: list[dict[str, Any]], files: dict[str, str]) -> Asyn
         base = builtin_profiles(gemini=str(binary))["gemini-acp"]
         command = (str(binary), "-m", GEMINI_MODEL, *base.command[1:])
         profile = replace(base, env=cli.env, command=command)
-        client = await start_gateway(make_config(cli.cwd, agents={"gemini-acp": profile}))
+        config = make_config(cli.cwd, agents={"gemini-acp": profile}, isolation=isolation())
+        client = await start_gateway(config)
         try:
             yield cli, client
         finally:
@@ -75,6 +78,15 @@ async def cancelled_turn(master: Master, text: str) -> tuple[str, list[dict[str,
     await master.until("agent.text.delta", timeout=60)
     await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
     return start["payload"]["turn_id"], await until_usage(master, 15)
+
+
+async def unasked_turn(master: Master, text: str) -> list[dict[str, Any]]:
+    """A prompt whose turn asks nothing (an ``echo``: neither agent asks before it); every frame
+    the master has, to its session.usage."""
+    await master.send("control.prompt.request", {"prompt_text": text})
+    frames = master.frames[:] + await until_usage(master, STARTUP)
+    assert of(frames, "agent.interaction.request") == []
+    return frames
 
 
 WRITE = {
@@ -153,6 +165,30 @@ async def test_gemini_acp_turns_permissions_cancel_and_reattach():
         assert [m for m in replayed if m in of_cancelled] == of_cancelled
 
 
+async def test_gemini_acp_shell_result_is_not_its_working_directory_note():
+    """DPS-5.3.1-result, DPS-5.3.2-stream: Gemini CLI announces run_shell_command with a "[current
+    working directory ...]" note and completes it with ``"content": []``, which replaces the note
+    (ACP): the master gets an empty result (Gemini reports no output through ACP) and no stream,
+    never the note as the command's output."""
+    shell = {"functionCall": {"name": "run_shell_command", "args": {"command": "echo hi"}}}
+    calls = [
+        {"parts": [shell]},
+        {"match": {"function_response": True}, "parts": [{"text": "It printed hi."}]},
+    ]
+    async with gemini_acp(calls, {}) as (_, gw):
+        sid = (await create_session(gw, "gemini-acp"))["session_id"]
+        master = await Master.attach(gw, sid)
+        frames = await unasked_turn(master, "Run echo.")
+        (request,) = of(frames, "tool.invoke.request")
+        (result,) = of(frames, "tool.invoke.result")
+        assert request["payload"]["tool_name"] == "execute"
+        assert (result["payload"]["status"], result["payload"]["output"]) == ("success", "")
+        assert result["payload"]["output_type"] == "empty"
+        assert of(frames, "tool.invoke.stream") == []
+        assert not any("current working directory" in json.dumps(f) for f in frames[1:])
+        assert of(frames, "agent.text.done")[-1]["payload"]["full_text"] == "It printed hi."
+
+
 # --- Claude Code through claude-agent-acp ----------------------------------------------------
 
 
@@ -165,7 +201,8 @@ async def adapter_acp(agent: str, calls: list[dict[str, Any]]) -> AsyncIterator[
     async with scripted_cli(scenario) as cli:
         base = builtin_profiles(claude_acp=str(binary), codex_acp=str(binary))[agent]
         profile = replace(base, env=cli.env)
-        client = await start_gateway(make_config(cli.cwd, agents={agent: profile}))
+        config = make_config(cli.cwd, agents={agent: profile}, isolation=isolation())
+        client = await start_gateway(config)
         try:
             yield cli, client
         finally:
@@ -229,11 +266,64 @@ async def test_claude_acp_thinking_permissions_diff_cancel_and_two_turns():
         assert of(frames, "session.turn.end")[-1]["payload"]["stop_reason"] == "cancelled"
 
 
-# --- Codex through codex-acp -----------------------------------------------------------------
+CLAUDE_BASH = {
+    "type": "tool_use",
+    "name": "Bash",
+    "input": {"command": "echo hi", "description": "Print hi"},
+}
+CLAUDE_AFTER_CANCEL = [
+    # turn 1: a Bash call (echo: Claude asks nothing); its description is not output
+    {"match": {"last_user_contains": "Run echo"}, "content": [CLAUDE_BASH]},
+    {"match": {"tool_result": True}, "content": [{"type": "text", "text": "Ran it."}]},
+    # turn 2: text that never finishes (cancelled)
+    {
+        "match": {"last_user_contains": "Count"},
+        "content": [{"type": "text", "text": "Counting slowly: one, two"}],
+        "hang": True,
+    },
+    # turns 3 and 4
+    {"match": {"last_user_contains": "Second"}, "content": [{"type": "text", "text": "Two."}]},
+    {"match": {"last_user_contains": "Third"}, "content": [{"type": "text", "text": "Three."}]},
+]
 
-# Without bubblewrap on PATH codex-acp's sandbox cannot start a command ("bubblewrap is
-# unavailable"); the rig runs it unsandboxed, and "untrusted" makes it ask before each command.
-CODEX_POLICY = 'sandbox_mode = "danger-full-access"\napproval_policy = "untrusted"\n'
+
+async def test_claude_acp_answers_the_prompt_after_a_cancel_one_turn_late():
+    """DPS-6.1.2-cancel, DPS-5.3.2-stream, as a master sees claude-agent-acp 0.23.1: a Bash
+    call's description is no stdout and its result is the command's output; after a cancelled
+    turn the adapter answers the next prompt at once with an empty ``end_turn`` (its own open
+    bug, docs/acp-mapping.md), which the gateway passes on with an ``ACP_EMPTY_TURN`` warning,
+    and gives that prompt's answer in the turn of the prompt after it, before that one's own."""
+    async with adapter_acp("claude-acp", CLAUDE_AFTER_CANCEL) as (cli, gw):
+        sid = (await create_session(gw, "claude-acp"))["session_id"]
+        master = await Master.attach(gw, sid)
+        frames = await unasked_turn(master, "Run echo.")
+        (result,) = of(frames, "tool.invoke.result")
+        assert (result["payload"]["tool_name"], result["payload"]["output"]) == ("Bash", "hi\n")
+        assert of(frames, "tool.invoke.stream") == []  # "Print hi" is not what it printed
+
+        _, frames = await cancelled_turn(master, "Count")
+        assert of(frames, "session.turn.end")[-1]["payload"]["stop_reason"] == "cancelled"
+
+        await master.send("control.prompt.request", {"prompt_text": "Second"})
+        second = await until_usage(master, 60)
+        assert of(second, "agent.text.delta") == []
+        assert of(second, "session.turn.end")[-1]["payload"]["stop_reason"] == "end_turn"
+        (flag,) = of(second, "agent.error")
+        assert (flag["payload"]["error_code"], flag["payload"]["severity"]) == (
+            "ACP_EMPTY_TURN",
+            "warning",
+        )
+
+        await master.send("control.prompt.request", {"prompt_text": "Third"})
+        third = await until_usage(master, 60)
+        text = "".join(f["payload"]["text"] for f in of(third, "agent.text.delta"))
+        assert text == "Two.Three."  # the late answer first, then this prompt's own
+        assert of(third, "agent.error") == []
+        assert of(third, "session.turn.end")[-1]["payload"]["stop_reason"] == "end_turn"
+        assert not cli.server.unexpected or all(r.path == "/" for r in cli.server.unexpected)
+
+
+# --- Codex through codex-acp -----------------------------------------------------------------
 
 
 def codex_exec(cmd: str) -> dict[str, Any]:
@@ -256,12 +346,11 @@ CODEX_CALLS = [
 
 
 async def test_codex_acp_permissions_cancel_and_two_turns():
-    """Codex under codex-acp against the scripted Responses server: a command allowed through
-    the agent's own options, one denied, a turn cancelled mid-stream. Codex lists no plan mode:
+    """Codex under codex-acp against the scripted Responses server, as the built-in profile runs it
+    (Codex's sandbox off, asking before commands: it works with bubblewrap installed or not): a
+    command allowed through the agent's own options, one denied, a turn cancelled mid-stream. Codex lists no plan mode:
     plan_mode is announced off once its session/new answer says so (DPS-12.2-caps)."""
     async with adapter_acp("codex-acp", CODEX_CALLS) as (cli, gw):
-        config = cli.home / ".codex" / "config.toml"
-        config.write_text(CODEX_POLICY + config.read_text())
         sid = (await create_session(gw, "codex-acp"))["session_id"]
         master = await Master.attach(gw, sid)
         await master.send("control.prompt.request", {"prompt_text": "Make a file"})

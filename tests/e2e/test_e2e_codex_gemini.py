@@ -86,15 +86,18 @@ async def test_codex_prompt_with_a_shell_command():
         assert info["state"] == "IDLE" and info["agent_session_id"]
 
 
-async def test_codex_profile_sandbox_lets_a_command_write_in_the_workspace():
-    """The profile runs exec in the workspace-write sandbox: a command that writes a file in the
-    workspace succeeds (the default read-only sandbox refuses it: fixture sandbox-denied)."""
+async def test_codex_profile_runs_commands_where_codex_sandbox_cannot_start():
+    """The profile turns Codex's own sandbox off (docs/codex-mapping.md, "Codex's sandbox"). Here
+    Codex's home is under the temp dir, where with a system bwrap older than 0.9 its sandbox could
+    start no command ("bwrap: execvp codex-linux-sandbox"; the default read-only sandbox also
+    refuses every write: fixture sandbox-denied): the command runs and writes in the workspace."""
     cmd = "echo made > made.txt && cat made.txt"
     calls = [
         {"output": [{"type": "function_call", "name": "exec_command", "arguments": {"cmd": cmd}}]},
         {"match": {"tool_output": True}, "output": [{"type": "message", "text": "Made."}]},
     ]
-    async with gateway("codex", calls) as rig:
+    async with gateway("codex", calls, env={"TMPDIR": "{home}"}) as rig:
+        assert rig.cli.env["CODEX_HOME"].startswith(rig.cli.env["TMPDIR"])
         _, master = await rig.master()
         frames = await prompt_and_wait(master, "Make a file.")
         check_turn(frames)

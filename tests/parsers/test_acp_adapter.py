@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import Any
 
 import msgspec
 import pytest
@@ -134,24 +135,22 @@ def test_DPS_5_3_3_tool_outputs_by_kind_and_content():
     assert stream["payload"]["chunk"] == "line 1\n" and stream["payload"]["stream_type"] == "stdout"
 
 
+def claude_bash_announced(rig: Rig, call_id: str) -> dict[str, Any]:
+    """A Bash call as claude-agent-acp announces it: pending, empty input and content; its
+    ``_meta``."""
+    meta = {"claudeCode": {"toolName": "Bash"}}
+    announce = {"title": "Terminal", "kind": "execute", "status": "pending", "rawInput": {}}
+    rig.agent(update("tool_call", toolCallId=call_id, content=[], _meta=meta, **announce))
+    return meta
+
+
 def test_a_pending_call_without_input_waits_for_its_input():
     """Claude's adapter reports a call pending with an empty rawInput, then its input: the
     request carries the input."""
     rig = Rig()
     rig.start()
     pid = rig.prompt()
-    meta = {"claudeCode": {"toolName": "Bash"}}
-    rig.agent(
-        update(
-            "tool_call",
-            toolCallId="t",
-            title="Terminal",
-            kind="execute",
-            status="pending",
-            rawInput={},
-            _meta=meta,
-        )
-    )
+    meta = claude_bash_announced(rig, "t")
     assert rig.of("tool.invoke.request") == []
     rig.agent(update("tool_call_update", toolCallId="t", rawInput={"command": "ls"}, _meta=meta))
     (req,) = rig.of("tool.invoke.request")
@@ -167,6 +166,96 @@ def test_a_pending_call_without_input_waits_for_its_input():
     rig.end(pid)
     (res,) = rig.of("tool.invoke.result")
     assert res["payload"]["status"] == "error" and res["payload"]["output"] == "boom"
+
+
+def _text(value: str) -> list[dict[str, Any]]:
+    return [{"type": "content", "content": {"type": "text", "text": value}}]
+
+
+def test_DPS_5_3_1_result_an_empty_content_list_replaces_the_earlier_content():
+    """ACP: a tool_call_update's content replaces the call's, an empty list too. Gemini's shell
+    is announced in_progress with a note about its working directory and completes with
+    ``"content": []``: the result is empty, not the note, and the note is never stdout."""
+    rig = Rig()
+    rig.start()
+    pid = rig.prompt()
+    note = "[current working directory /srv/project]"
+    rig.agent(
+        update(
+            "tool_call",
+            toolCallId="sh",
+            title="echo hi",
+            kind="execute",
+            status="in_progress",
+            content=_text(note),
+        )
+    )
+    rig.agent(
+        update("tool_call_update", toolCallId="sh", status="completed", content=[], kind="execute")
+    )
+    rig.end(pid)
+    (request,) = rig.of("tool.invoke.request")
+    (result,) = rig.of("tool.invoke.result")
+    assert request["payload"]["input"] == {"title": "echo hi"}
+    assert (result["payload"]["status"], result["payload"]["output"]) == ("success", "")
+    assert result["payload"]["output_type"] == "empty"
+    assert rig.of("tool.invoke.stream") == []
+
+
+def test_DPS_5_3_1_result_content_that_is_left_out_keeps_the_earlier_content():
+    """An update without ``content`` changes nothing of it: Claude's Write reports its diff with
+    its input and completes with none; the result is that diff."""
+    rig = Rig()
+    rig.start()
+    pid = rig.prompt()
+    diff = {"type": "diff", "path": "/srv/project/a.txt", "oldText": None, "newText": "new\n"}
+    rig.agent(update("tool_call", toolCallId="w", kind="edit", status="pending", content=[]))
+    rig.agent(update("tool_call_update", toolCallId="w", rawInput={"x": 1}, content=[diff]))
+    rig.agent(update("tool_call_update", toolCallId="w", status="completed", rawOutput="ok"))
+    rig.end(pid)
+    (result,) = rig.of("tool.invoke.result")
+    assert result["payload"]["output_type"] == "diff"
+    assert result["payload"]["output"].startswith("--- /dev/null\n")
+
+
+def test_DPS_5_3_2_stream_only_content_of_a_running_call_is_streamed():
+    """Claude's adapter sends a Bash call's description as its content in an update without a
+    status while the call is pending: not output. Content reported while the call is
+    ``in_progress`` (said by this update, or by an earlier one: ACP leaves out what did not
+    change) is streamed, only what is new of it; the result is the completion's content."""
+    rig = Rig()
+    rig.start()
+    pid = rig.prompt()
+    meta = claude_bash_announced(rig, "b")
+    rig.agent(
+        update(
+            "tool_call_update",
+            toolCallId="b",
+            rawInput={"command": "echo hi", "description": "Print hi"},
+            content=_text("Print hi"),
+            _meta=meta,
+        )
+    )
+    assert len(rig.of("tool.invoke.request")) == 1
+    assert rig.of("tool.invoke.stream") == []
+    rig.agent(update("tool_call_update", toolCallId="b", status="in_progress"))
+    rig.agent(update("tool_call_update", toolCallId="b", content=_text("h")))
+    rig.agent(update("tool_call_update", toolCallId="b", content=_text("hi\n")))
+    rig.agent(
+        update(
+            "tool_call_update",
+            toolCallId="b",
+            status="completed",
+            rawOutput="hi",
+            content=_text("```console\nhi\n```"),
+        )
+    )
+    rig.end(pid)
+    chunks = [f["payload"]["chunk"] for f in rig.of("tool.invoke.stream")]
+    assert chunks == ["h", "i\n"]
+    assert all(f["payload"]["stream_type"] == "stdout" for f in rig.of("tool.invoke.stream"))
+    (result,) = rig.of("tool.invoke.result")
+    assert (result["payload"]["output"], result["payload"]["output_type"]) == ("hi\n", "text")
 
 
 def test_plan_commands_and_mode_updates():
@@ -282,6 +371,45 @@ def test_DPS_6_1_2_cancel_is_session_cancel_and_a_waiting_permission_is_cancelle
     assert rig.of("session.turn.end")[-1]["payload"]["stop_reason"] == "cancelled"
     assert rig.of("agent.text.done")[0]["payload"]["is_cancelled"] is True
     assert rig.of("tool.invoke.result")[0]["payload"]["status"] == "cancelled"
+
+
+def _cancelled_turn(rig: Rig) -> None:
+    pid = rig.prompt("count")
+    rig.agent(update("agent_message_chunk", content={"type": "text", "text": "one, two"}))
+    turn_id = rig.of("session.turn.start")[-1]["payload"]["turn_id"]
+    rig.master("control.prompt.cancel", {"target_turn_id": turn_id})
+    rig.end(pid, "cancelled")
+
+
+def test_DPS_6_1_2_cancel_an_empty_answer_right_after_a_cancel_is_flagged():
+    """claude-agent-acp 0.23.1 answers the prompt after a cancel at once with an empty
+    ``end_turn`` and gives its answer with the next prompt. The turn ends as the agent said
+    (``end_turn``), with an ``agent.error`` warning ``ACP_EMPTY_TURN`` saying so; the late answer
+    is passed on in the turn it comes in, unhidden. An empty answer with no cancel before it, or
+    an answer after a cancel that says something, is not flagged."""
+    rig = Rig()
+    rig.start()
+    rig.end(rig.prompt("nothing to say"))  # empty, but no cancel before it
+    _cancelled_turn(rig)
+    rig.end(rig.prompt("second"))
+    (flag,) = rig.of("agent.error")
+    payload = flag["payload"]
+    assert (payload["error_code"], payload["severity"]) == ("ACP_EMPTY_TURN", "warning")
+    assert payload["recoverable"] is True
+    second_turn = rig.of("session.turn.start")[-1]["payload"]["turn_id"]
+    assert flag["turn_id"] == second_turn
+    assert rig.of("session.turn.end")[-1]["payload"]["stop_reason"] == "end_turn"
+    pid = rig.prompt("third")
+    for text in ("Answer two.", "Answer three."):
+        rig.agent(update("agent_message_chunk", content={"type": "text", "text": text}))
+    rig.end(pid)
+    assert rig.of("agent.text.done")[-1]["payload"]["full_text"] == "Answer two.Answer three."
+    assert len(rig.of("agent.error")) == 1
+    _cancelled_turn(rig)
+    pid = rig.prompt("fourth")
+    rig.agent(update("agent_message_chunk", content={"type": "text", "text": "At once."}))
+    rig.end(pid)
+    assert len(rig.of("agent.error")) == 1
 
 
 def test_DPS_6_2_interaction_a_timed_out_permission_answers_cancelled():

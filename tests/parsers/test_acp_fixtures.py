@@ -30,9 +30,11 @@ def replay(path: Path) -> tuple[list[Any], list[dict[str, Any]], int]:
 
 def test_there_are_transcripts():
     assert [p.stem for p in TRANSCRIPTS] == [
+        "claude-bash",
         "claude-write",
         "codex-edit",
         "codex-exec",
+        "gemini-shell",
         "gemini-write",
     ]
 
@@ -84,6 +86,35 @@ def test_claude_write_replays_the_diff_reported_with_the_input():
     usage = [f["payload"] for f in frames if f["type"] == "session.usage"][-1]
     assert usage["token_usage"]["input_tokens"] > 0 and usage["cost_usage"]["used"] > 0
     assert usage["context_window"]["capacity"] > 0
+
+
+def test_claude_bash_streams_no_description_and_its_result_is_the_output():
+    """DPS-5.3.2-stream: claude-agent-acp sends a Bash call's description ("Print hi") as content
+    in an update without a status while the call waits: it is no stdout; the result is the
+    command's output, without the fence."""
+    _, frames, _ = replay(ACP / "claude-bash.jsonl")
+    assert [f for f in frames if f["type"] == "tool.invoke.stream"] == []
+    (request,) = [f["payload"] for f in frames if f["type"] == "tool.invoke.request"]
+    assert request["tool_name"] == "Bash" and request["input"]["command"] == "echo hi"
+    (result,) = [f["payload"] for f in frames if f["type"] == "tool.invoke.result"]
+    assert (result["status"], result["output"], result["output_type"]) == (
+        "success",
+        "hi\n",
+        "text",
+    )
+
+
+def test_gemini_shell_result_is_not_its_working_directory_note():
+    """DPS-5.3.1-result: Gemini CLI --acp announces run_shell_command with a "[current working
+    directory ...]" note and completes it with ``"content": []``, which replaces the note: the
+    result is empty (Gemini reports no output through ACP), never the note, and nothing is
+    streamed."""
+    _, frames, _ = replay(ACP / "gemini-shell.jsonl")
+    assert [f for f in frames if f["type"] == "tool.invoke.stream"] == []
+    (result,) = [f["payload"] for f in frames if f["type"] == "tool.invoke.result"]
+    assert (result["status"], result["output"], result["output_type"]) == ("success", "", "empty")
+    texts = [f["payload"]["full_text"] for f in frames if f["type"] == "agent.text.done"]
+    assert texts == ["It printed hi."]
 
 
 def test_codex_exec_replays_the_command_asked_and_its_output():

@@ -564,7 +564,7 @@ def test_codex_profile_resume_command_replaces_the_command():
     appended to argv cannot say; the profile's resume_command replaces the command instead."""
     profile = builtin_profiles(codex="/bin/codex")["codex"]
     assert profile.single_turn_process and profile.resume_flag is None
-    flags = ["--json", "--skip-git-repo-check", "-c", "sandbox_mode=workspace-write", "--"]
+    flags = ["--json", "--skip-git-repo-check", "-c", "sandbox_mode=danger-full-access", "--"]
     first = command_for(profile, prompt="-p is a prompt", workspace="/w")
     assert first == ["/bin/codex", "exec", *flags, "-p is a prompt"]
     again = command_for(profile, prompt="next", workspace="/w", resume_id="01a2-t")
@@ -637,7 +637,7 @@ async def test_DPS_18_respawn_codex_profile_through_the_server(tmp_path):
             assert end["payload"]["stop_reason"] == "end_turn"
             assert (await master.next())["type"] == "session.usage"
             argvs.append(json.loads(done["payload"]["full_text"]))
-        flags = ["--json", "--skip-git-repo-check", "-c", "sandbox_mode=workspace-write", "--"]
+        flags = ["--json", "--skip-git-repo-check", "-c", "sandbox_mode=danger-full-access", "--"]
         assert argvs[0] == ["exec", *flags, "first prompt"]
         assert argvs[1] == ["exec", "resume", *flags, "01a2-fake-thread", "second prompt"]
         info = await (await client.get(f"/v1/session/{session['session_id']}")).json()

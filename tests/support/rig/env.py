@@ -249,6 +249,15 @@ def codex_env(base_url: str, home: Path) -> dict[str, str]:
     # verified: CODEX_HOME holds config, sessions (for resume) and logs; the API key is read from
     # the provider's env_key and sent as "Authorization: Bearer ...".
     env.update({"CODEX_HOME": str(codex_home), CODEX_API_KEY_VAR: "sk-rig-not-a-real-key"})
+    # verified: with a system bwrap older than 0.9 (Debian 12's 0.8.0: no --argv0) Codex's own
+    # sandbox starts its helper by the name codex-linux-sandbox, through a PATH alias it makes
+    # under CODEX_HOME and refuses to make under the temp dir ("Refusing to create helper
+    # binaries under temporary dir"): every sandboxed command then fails ("bwrap: execvp
+    # codex-linux-sandbox"). A temp dir of the run's own keeps CODEX_HOME out of it, as ~/.codex
+    # is on a user's machine, so scenarios that run exec in its sandbox see what users see.
+    tmp = home / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env["TMPDIR"] = str(tmp)
     return env
 
 

@@ -71,13 +71,51 @@ TRANSCRIPTS: dict[str, dict[str, Any]] = {
             {"match": {"tool_result": True}, "content": [{"type": "text", "text": "Wrote a.txt."}]},
         ],
     },
+    "gemini-shell": {
+        "agent": "gemini",
+        "args": ["--acp", "--skip-trust", "-m", "gemini-2.5-flash"],
+        "files": {},
+        "prompts": ["Run echo."],
+        "permission": "allow_once",
+        "calls": [
+            {
+                "parts": [
+                    {"functionCall": {"name": "run_shell_command", "args": {"command": "echo hi"}}}
+                ]
+            },
+            {"match": {"function_response": True}, "parts": [{"text": "It printed hi."}]},
+        ],
+    },
+    "claude-bash": {
+        "agent": "claude-acp",
+        "args": [],
+        "files": {},
+        "prompts": ["Run echo."],
+        "permission": "allow_once",
+        "calls": [
+            {
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "name": "Bash",
+                        "input": {"command": "echo hi", "description": "Print hi"},
+                    },
+                ]
+            },
+            {
+                "match": {"tool_result": True},
+                "content": [{"type": "text", "text": "It printed hi."}],
+            },
+        ],
+    },
     "codex-exec": {
         "agent": "codex-acp",
         "args": [],
         "files": {},
         "prompts": ["Make a file."],
         "permission": "allow_once",
-        # No bubblewrap here: unsandboxed, and asking before each command (tests/support/rig/README.md).
+        # As the codex-acp profile runs it: unsandboxed, asking before each command
+        # (tests/support/rig/README.md).
         "codex_config": 'sandbox_mode = "danger-full-access"\napproval_policy = "untrusted"\n',
         "calls": [
             {
