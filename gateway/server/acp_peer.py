@@ -31,7 +31,7 @@ from aiohttp import WSCloseCode
 from gateway.protocol.acp_peers import FromPeer, PeerRoutes, initialize_request, initialized
 from gateway.session.fanout import MasterConnection
 
-__all__ = ["MAX_PEER_MESSAGE", "PeerSockets"]
+__all__ = ["PeerSockets"]
 
 log = logging.getLogger("rawp_gateway.acp")
 
