@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from gateway.server.acp import ACP_OPEN, MAX_ACP_CONNECTIONS
 from tests.support.hostile.acp_client import RawAcp
+from tests.support.waiting import eventually
 from tests.team.test_fleet import AUTH, peered_gateways
 
 
@@ -39,6 +40,10 @@ async def test_list_and_load_across_the_fleet_name_the_gateway_that_holds_the_se
         assert done["result"]["stopReason"] == "end_turn"
         missing = await acp.call("session/load", {"sessionId": "nope", "cwd": str(tmp_path)})
         assert missing["error"]["data"]["error_code"] == "SESSION_NOT_FOUND"
+        # The client leaving closes the relay's socket on the other gateway.
+        assert len(clients[1].server.app[ACP_OPEN]) == 1
+        await acp.ws.close()
+        await eventually(lambda: not clients[1].server.app[ACP_OPEN], "the relay's socket closed")
         # A wrong token is refused by this gateway, before anything; a connection the other
         # gateway will not take (here: it holds at most as many /acp connections as it holds)
         # leaves the load refused with the path to load it at directly.

@@ -20,6 +20,7 @@ from gateway.client import GatewayClient
 from tests.server.test_acp_master_sdk import Recorder
 from tests.support.auth import bearer, users_toml
 from tests.support.fleet_rig import Fleet, nginx_path
+from tests.support.waiting import eventually
 from tests.team.test_fleet_router import ACP_TURN, dps_turn
 
 pytestmark = pytest.mark.nginx
@@ -33,8 +34,12 @@ async def fleet(tmp_path):
         pytest.fail("nginx is not installed (scripts/install-nginx.sh)")
     users = tmp_path / "users.toml"
     users.write_text(users_toml({n: (ROLES[n], TOKENS[n]) for n in TOKENS}))
-    extra = f"[auth]\nusers_file = {json.dumps(str(users))}\n"
-    f = Fleet(tmp_path, extras=(extra, extra, extra))
+    extras = tuple(
+        f"[auth]\nusers_file = {json.dumps(str(users))}\n"
+        f"audit_log = {json.dumps(str(tmp_path / f'pod-{i}' / 'audit.jsonl'))}\n"
+        for i in range(3)
+    )
+    f = Fleet(tmp_path, extras=extras)  # type: ignore[arg-type]
     try:
         await f.start()
         yield f
@@ -121,15 +126,30 @@ async def test_the_sdk_on_the_routers_acp_lists_loads_and_drives_another_pods_se
         bob, bob_front = await sdk(fleet, "bob", bob_rec)
         try:
             async with asyncio.timeout(ACP_TURN):
-                pod = next(p for p in sessions if p != bob_front)
-                await bob.load_session(cwd=str(fleet.workspace), session_id=sessions[pod])
+                bobs = next(p for p in others if p != bob_front)
+                await bob.load_session(cwd=str(fleet.workspace), session_id=sessions[bobs])
                 with pytest.raises(RequestError) as refused:
-                    await bob.prompt(session_id=sessions[pod], prompt=[text_block("no")])
+                    await bob.prompt(session_id=sessions[bobs], prompt=[text_block("no")])
                 assert refused.value.data["error_code"] == "FORBIDDEN"
         finally:
             await bob.close()
+        # The gateway that holds the session applied the callers' own identities and roles.
+        await eventually(
+            lambda: (
+                {("prompt", "alice", "ok"), ("permission", "alice", "ok")}
+                <= audited(fleet, others[0])
+                and ("prompt", "bob", "refused") in audited(fleet, bobs)
+            ),
+            "the owner's audit log names the callers",
+        )
     finally:
         await conn.close()
+
+
+def audited(fleet: Fleet, pod: str) -> set[tuple[str, str, str]]:
+    path = fleet.pod(pod).home / "audit.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return {(r["action"], r.get("user"), r.get("result")) for r in map(json.loads, lines)}
 
 
 async def test_the_owner_pod_restarting_closes_the_relayed_connection_1012_and_a_load_resumes(
