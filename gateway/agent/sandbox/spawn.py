@@ -105,6 +105,7 @@ def layout(
     workspace: str,
     home: str,
     hidden: Iterable[str],
+    given: Sequence[str] = (),
 ) -> Layout:
     """What is on disk for one agent: the system directories that exist (links kept as links),
     the files their links point to, and a ``Mask`` for each hidden path that exists (and for
@@ -147,6 +148,7 @@ def layout(
         system=tuple(system),
         extra_ro=tuple(extra),
         masks=tuple(masks.values()),
+        given=tuple(os.path.abspath(path) for path in given),
     )
 
 
@@ -307,7 +309,7 @@ class SpawnSandbox:
     ``bwrap`` argv and the environment to start it with (``env`` has no gateway setting already:
     ``bwrap``'s own environment is what the sandbox's ``/proc/1/environ`` shows)."""
 
-    __slots__ = ("hidden", "home", "settings", "template", "workspace")
+    __slots__ = ("given", "hidden", "home", "settings", "template", "workspace")
 
     def __init__(
         self,
@@ -317,8 +319,10 @@ class SpawnSandbox:
         home: str,
         hidden: Sequence[str],
         template: str | None = None,
+        given: Sequence[str] = (),
     ) -> None:
         self.settings = settings
+        self.given = given  # files of the gateway's the command names (an uploaded image)
         self.workspace = os.path.abspath(workspace)
         self.home = home
         self.hidden = hidden
@@ -352,6 +356,7 @@ class SpawnSandbox:
             workspace=self.workspace,
             home=self.home,
             hidden=[*self.hidden, *others],
+            given=self.given,
         )
         return (
             bwrap_argv(self.settings, plan, argv, cwd),
