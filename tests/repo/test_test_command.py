@@ -37,15 +37,18 @@ def fake_bin(tmp_path: Path, tools: dict[str, str]) -> Path:
 
 
 def missing(
-    tmp_path: Path, chromium: str = "chromium", nginx: str = "nginx", **tools: str
+    tmp_path: Path, chromium: str = "chromium", nginx: str = "nginx", **tools: str | None
 ) -> dict[str, str]:
     """What the script says is missing; ``chromium`` and ``nginx`` are its RAWP_TEST_CHROMIUM and
     RAWP_TEST_NGINX (by default stand-ins on PATH, so that the answer does not depend on this
-    machine's /usr/bin/chromium or /usr/sbin/nginx)."""
+    machine's /usr/bin/chromium or /usr/sbin/nginx); a websocketd stand-in is on PATH too unless
+    ``websocketd=None``."""
+    given = {"chromium": "", "nginx": "", "websocketd": "", **tools}
+    given = {name: out for name, out in given.items() if out is not None}
     proc = subprocess.run(
         ["/usr/bin/env", "bash", str(SCRIPT)],
         env={
-            "PATH": str(fake_bin(tmp_path, {"chromium": "", "nginx": "", **tools})),
+            "PATH": str(fake_bin(tmp_path, given)),
             "RAWP_TEST_CHROMIUM": chromium,
             "RAWP_TEST_NGINX": nginx,
         },
@@ -120,6 +123,15 @@ def test_an_nginx_that_is_not_there_is_missing(tmp_path):
 def test_an_nginx_on_path_or_at_a_path_is_enough(tmp_path):
     assert "nginx" not in missing(tmp_path / "a")  # the stand-in, found on PATH
     assert "nginx" not in missing(tmp_path / "b", nginx=shutil.which("bash") or "/bin/bash")
+
+
+def test_websocketd_not_on_path_is_missing_unless_root_with_apt_get_can_install_it(tmp_path):
+    """The relay benches' smoke test runs Debian's websocketd (scripts/install-websocketd.sh)."""
+    parts = missing(tmp_path / "a", websocketd=None)
+    assert parts["websocketd"].startswith("websocketd is not on PATH")
+    assert "websocketd" not in missing(tmp_path / "b")  # the stand-in, found on PATH
+    root = missing(tmp_path / "c", websocketd=None, **{"apt-get": ""})
+    assert ("websocketd" in root) is not ROOT_WITH_APT
 
 
 def test_root_with_apt_get_can_install_prometheus(tmp_path):
