@@ -287,6 +287,17 @@ def summary(latencies_ns: list[int]) -> tuple[float, float]:
     return quantile(latencies_ns, 0.5) / 1e6, quantile(latencies_ns, 0.99) / 1e6
 
 
+async def started(pid: int, n: int, limit: float = 300.0) -> None:
+    """Until the relay has ``n`` children: websocketd starts a connection's agent after its
+    upgrade, and on a busy machine hundreds of them take seconds after the last connection."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit
+    while len(children_pids(pid)) < n:
+        if loop.time() > end:
+            raise SystemExit(f"{len(children_pids(pid))} of {n} agents started in {limit:.0f} s")
+        await asyncio.sleep(0.2)
+
+
 def warmup_of(args: argparse.Namespace, pace: Pace | None) -> float:
     """Seconds before the measured window: one cycle of the recording (the sessions start at
     random times over it), 2 s with ``--rate``, unless ``--warmup`` says."""
@@ -334,10 +345,10 @@ async def one_round(
                     await LeanMaster.attach(router_port if via else relay.port, sid)
                     for sid, via in zip(ids, routed, strict=True)
                 ]
+            await started(relay.proc.pid, len(masters))
             print(f"  {kind}: {len(masters)} sessions open in {time.monotonic() - t0:.1f} s")
             await asyncio.sleep(1.0)  # the capabilities answered, the agents idle
             rss1 = rss_bytes(relay.proc.pid)
-            agent_pids = children_pids(relay.proc.pid)
             begin = loop.time()
             warmup = warmup_of(args, pace)
             if pace:
@@ -359,6 +370,7 @@ async def one_round(
             if compiled is not None and not runs_compiled(relay.proc.pid, compiled):
                 raise SystemExit("the compiled copy's gateway did not load its compiled modules")
             await asyncio.sleep(window[0] - loop.time())
+            agent_pids = children_pids(relay.proc.pid)
             cpu0 = cpu_seconds_of([relay.proc.pid, *nginx])
             agents0 = cpu_seconds_of(agent_pids, cpu_seconds_reaped)
             kernel0 = cpu_split(relay.proc.pid)[1]
