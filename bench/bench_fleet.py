@@ -60,6 +60,9 @@ own CPU is taken from the same two cores: a profiled run's latencies are not the
 Time spent in uvloop's C code and in the kernel (pipe reads, epoll) has no Python frame of its own
 and shows as ``Runner.run`` itself; ``perf record -g -p <pid>`` sees into it.
 
+``--perf DIR`` records each relay with ``perf record -g`` for 20 s of its last round's window, into
+``DIR/<relay>.data`` (``perf report -i ... --sort dso``: the kernel, the interpreter, uvloop, Go).
+
 ``--compiled [DIR]`` runs the gateway of a copy of this checkout whose per-line modules are compiled
 with mypyc (``bench_compiled.build``, in DIR, reused while current, or in a temporary directory)
 instead of this checkout's.
@@ -307,7 +310,12 @@ def warmup_of(args: argparse.Namespace, pace: Pace | None) -> float:
 
 
 async def one_round(
-    kind: str, args: argparse.Namespace, pace: Pace | None, compiled: Path | None, spy: bool
+    kind: str,
+    args: argparse.Namespace,
+    pace: Pace | None,
+    compiled: Path | None,
+    spy: bool,
+    last: bool,
 ) -> Round:
     """One relay's round: start it, open the connections, drive them, measure, stop it."""
     loop = asyncio.get_running_loop()
@@ -316,7 +324,7 @@ async def one_round(
         cycles += math.ceil((warmup_of(args, pace) + args.seconds) / pace.cycle)
     agents_cm = real_claude if args.agent == "claude-code" else synthetic
     home = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
-    router = dns = relay = None
+    router = dns = relay = recorder = None
     async with agents_cm(args.sessions, cycles) as agents:
         try:
             if kind == WEBSOCKETD:
@@ -376,6 +384,10 @@ async def one_round(
             kernel0 = cpu_split(relay.proc.pid)[1]
             window_ns = (time.monotonic_ns(), 0)
             sampler = profile(args.profile, relay.proc.pid, args.seconds) if spy else None
+            if args.perf and last:
+                perf = Path(args.perf) / f"{kind}.data"
+                argv = ["perf", "record", "-q", "-F", "499", "-g", "-p", str(relay.proc.pid)]
+                recorder = subprocess.Popen([*argv, "-o", str(perf), "--", "sleep", "20"])
             await asyncio.sleep(window[1] - loop.time())
             cpu1 = cpu_seconds_of([relay.proc.pid, *nginx])
             agents1 = cpu_seconds_of(agent_pids, cpu_seconds_reaped)
@@ -385,8 +397,9 @@ async def one_round(
             agents_rss = sum(rss_bytes(p) for p in agent_pids if Path(f"/proc/{p}").exists())
             pauses = relay.gc_pauses(*window_ns) if isinstance(relay, Gateway) else []
             await asyncio.gather(*senders)
-            if sampler is not None:
-                sampler.wait()
+            for p in (sampler, recorder):
+                if p is not None:
+                    p.wait()
             for m in masters:
                 m.ended.cancel()  # no burst to end at the recorded pace: nobody waits for one
                 m.close()
@@ -431,6 +444,7 @@ def best(rounds: list[Round]) -> dict[str, float]:
     from a round only adds)."""
     return {
         "cores": min(r.cores for r in rounds),
+        "kernel": min(r.kernel / r.wall for r in rounds),
         "agents_cores": min(r.agents_cores for r in rounds),
         "share": min(r.share for r in rounds),
         "kib": min(r.kib_a_session(1) for r in rounds),
@@ -444,6 +458,7 @@ def best(rounds: list[Round]) -> dict[str, float]:
 ROWS = [
     ("relay CPU (cores)", "cores", "{:.3f}"),
     ("agents' CPU (cores)", "agents_cores", "{:.3f}"),
+    ("relay CPU in the kernel (cores)", "kernel", "{:.3f}"),
     ("relay CPU / agents' CPU", "share", "{:.1%}"),
     ("relay RSS a session, connections open (KiB)", "kib", "{:.1f}"),
     ("relay RSS a session, after the run (KiB)", "kib_after", "{:.1f}"),
@@ -543,7 +558,8 @@ async def main(args: argparse.Namespace) -> None:
         for i in range(args.rounds):
             for kind in relays if i % 2 == 0 else relays[::-1]:
                 spy = bool(args.profile) and kind == GATEWAY and i == args.rounds - 1
-                runs[kind].append(await one_round(kind, args, pace, compiled, spy))
+                last = i == args.rounds - 1
+                runs[kind].append(await one_round(kind, args, pace, compiled, spy, last))
     finally:
         if compiled is not None and not args.compiled:
             shutil.rmtree(compiled, ignore_errors=True)
@@ -588,6 +604,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--profile", metavar="PATH", help="py-spy samples of the gateway over its last window"
+    )
+    parser.add_argument(
+        "--perf", metavar="DIR", help="perf record of each relay, 20 s of its last window, in DIR"
     )
     parser.add_argument(
         "--compiled",
