@@ -9,7 +9,10 @@ Theory of operation
 commands, MCP servers, subagents) share one process group whose id is the agent's pid. Every signal
 the gateway sends goes to that group (`os.killpg`), so a SIGTERM or SIGKILL also reaches the
 grandchildren. Its environment is `gateway.agent.environment`'s (never a gateway setting in it;
-the three `RAWP_*` variables of DPS-17.2.1 added). The agent gets exactly fds 0, 1 and 2 (uvloop
+the three `RAWP_*` variables of DPS-17.2.1 added). With a `sandbox` (`[isolation] mode =
+"sandbox"`, `gateway.agent.sandbox`), the command runs under bubblewrap: the pid is bwrap's, whose
+end ends the whole sandbox at once, so a signal other than SIGKILL goes to the processes inside
+and never to bubblewrap's own two (`_signal_inside`). The agent gets exactly fds 0, 1 and 2 (uvloop
 needs help there, see `start`): no descendant can hold the agent's pipes through a descriptor it did
 not know it had.
 
@@ -79,6 +82,7 @@ from gateway.agent.exit import (
     ExitStatus,
     classify_exit,
 )
+from gateway.agent.sandbox import SpawnSandbox
 from gateway.agent.stdout import (
     _STDOUT_FD,
     DEFAULT_HIGH_WATER,
@@ -178,6 +182,7 @@ class AgentProcess(StdoutReader):
     _kill_at: float | None  # loop time when terminate() gives up waiting
     _drain_by: float  # loop time after which output is not read, consumer behind or not
     _seen: dict[int, int]  # descendants seen so far: pid -> start time
+    _sandboxed: bool  # the pid is bubblewrap's (gateway.agent.sandbox)
 
     #: Counters for metrics (read by the shell; never reset).
     stderr_bytes: int
@@ -199,6 +204,7 @@ class AgentProcess(StdoutReader):
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         stderr_limit: int = DEFAULT_STDERR_LIMIT,
         grace: float = DEFAULT_GRACE_S,
+        sandbox: SpawnSandbox | None = None,
     ) -> AgentProcess:
         """Spawn `argv` (no shell) in a new process group, with exactly fds 0, 1 and 2.
 
@@ -218,8 +224,14 @@ class AgentProcess(StdoutReader):
             env or {}, session_id=session_id, workspace=workspace_abs, gateway_env=gateway_env
         )
 
+        run_cwd = os.fspath(cwd) if cwd is not None else workspace_abs
+        run_argv: Sequence[str] = argv
+        if sandbox is not None:  # the environment is made before bwrap: its own shows inside
+            run_argv, child_env = await sandbox.wrap(argv, child_env, run_cwd)
+
         self = object.__new__(cls)
         self._init_state(high_water, max_line_bytes, stderr_limit)
+        self._sandboxed = sandbox is not None
         self._argv = tuple(argv)
         self._session_id = session_id
         self._grace = grace
@@ -236,12 +248,12 @@ class AgentProcess(StdoutReader):
         try:
             transport, _ = await loop.subprocess_exec(
                 lambda: _Protocol(self),
-                *self._argv,
+                *run_argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=child_env,
-                cwd=os.fspath(cwd) if cwd is not None else workspace_abs,
+                cwd=run_cwd,
                 start_new_session=True,
                 **extra,
             )
@@ -483,6 +495,8 @@ class AgentProcess(StdoutReader):
         """Send `sig` to the agent's whole process group. False when the group is gone."""
         if _live_groups.get(self._pid) is not self:
             return False  # never signal a pgid that may have been reused
+        if self._sandboxed and sig != signal.SIGKILL:
+            return self._signal_inside(sig, _processes())
         if not _killpg(self._pid, sig):
             if self._exit.done():
                 self._forget()
@@ -514,6 +528,8 @@ class AgentProcess(StdoutReader):
         something besides the agent itself may still be alive."""
         if procs is None:
             procs = _processes()
+        if self._sandboxed and sig != signal.SIGKILL:
+            return self._signal_inside(sig, procs)
         group = _live_groups.get(self._pid) is self and _killpg(self._pid, sig)
         found = self._descendants(procs)
         if found:
@@ -521,6 +537,18 @@ class AgentProcess(StdoutReader):
             _schedule_reaps(self._loop)
         # /proc tells live members from zombies; without it, any member of the group counts.
         return bool(found) if procs else group
+
+    def _signal_inside(self, sig: int, procs: dict[int, _Proc]) -> bool:
+        """In the sandbox: `sig` to every process in it but bubblewrap's own two, its outer
+        process (the agent's pid here) and the namespace's init (that one's child). Either one
+        ended by the signal would end the whole sandbox at once, with SIGKILL."""
+        found = self._descendants(procs)
+        found -= {p.pid for p in procs.values() if p.ppid == self._pid}
+        # Oldest first, as a group signal would reach them at once: the agent before the tool
+        # it runs, so that it never sees its tool die and goes on before its own signal comes.
+        for pid in sorted(found, key=lambda pid: procs[pid].start):
+            _signal_pids({pid}, sig, procs)
+        return bool(found) or not self._exit.done()
 
     async def terminate(self, grace: float = DEFAULT_GRACE_S) -> ExitStatus:
         """DPS-17.2.3: SIGTERM to the group and the agent's descendants, SIGKILL to them after

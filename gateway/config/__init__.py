@@ -10,7 +10,8 @@ and what was expected; nothing is ignored: an unknown section or key is an error
 and the nearest known name (strict.py).
 
 The sections have rooms of their own: ``[agents.NAME]`` in agents.py, ``[auth]`` in auth.py,
-``[notify]`` in notify.py, ``[isolation]`` in isolation.py, ``[[policy.rules]]`` in policy.py; this module holds ``Config``,
+``[notify]`` in notify.py, ``[isolation]`` in isolation.py, ``[[policy.rules]]`` in policy.py,
+``[budgets]`` in gateway/protocol/budget.py (``limits_of``); this module holds ``Config``,
 ``[server]``, ``[fleet]``, the names each section knows and the layering.
 """
 
@@ -37,10 +38,11 @@ from gateway.agent.profiles import (
     prompt_on_stdin,
     template_args,
 )
+from gateway.agent.sandbox import Isolation
 from gateway.config.agents import PROFILE_KEYS, parse_profile
 from gateway.config.auth import AUTH_KEYS, OIDC_KEYS, AuthConfigError, AuthSettings, parse_auth
 from gateway.config.checks import ConfigError, check_type
-from gateway.config.isolation import ISOLATION_KEYS, check_isolation
+from gateway.config.isolation import ISOLATION_KEYS, check_binds_apart, parse_isolation
 from gateway.config.notify import WEBHOOK_KEYS, NotifyConfigError, Webhook, parse_webhooks
 from gateway.config.policy import (
     MAX_FILE_BYTES,
@@ -49,6 +51,7 @@ from gateway.config.policy import (
     refuse_too_many_rules,
 )
 from gateway.config.strict import ANY_NAME, Locator, Schema, known_names, unknown_name
+from gateway.protocol.budget import Limits, limits_of
 from gateway.protocol.history import POLICIES
 from gateway.protocol.policy import Rule
 
@@ -130,11 +133,26 @@ class Config:
     # SIGHUP reads again.
     policy: tuple[Rule, ...] = ()
     config_file: Path | None = None
+    isolation: Isolation = field(default_factory=Isolation)
+    # Every file the gateway read a setting or a secret from (config, token, users, webhook
+    # secrets) or writes one to (the audit log and its rotations): never shown to an agent.
+    gateway_files: tuple[Path, ...] = ()
+    # The agent of an ACP client's session/new that names none (docs/acp-masters.md).
+    acp_default_agent: str | None = None
+    # Spend caps on the cost the agents report (docs/budgets.md); 0: none.
+    budgets: Limits = field(default_factory=Limits)
 
     @property
     def authenticated(self) -> bool:
         """Some credential is configured: requests need one (else loopback only)."""
         return self.token is not None or self.auth.configured
+
+    @property
+    def hidden_paths(self) -> tuple[str, ...]:
+        """What a sandboxed agent must not see (docs/isolation.md): the gateway's files, its state
+        dir and the workspace root (each session's own workspace is shown again on top)."""
+        dirs = [self.workspace_root] + ([self.state_dir] if self.state_dir is not None else [])
+        return tuple(str(p) for p in (*self.gateway_files, *dirs))
 
 
 _SERVER_KEYS: Final = {
@@ -167,6 +185,8 @@ _SERVER_KEYS: Final = {
     "trusted_proxies": list,
 }
 _FLEET_KEYS: Final = {"peers": (str, list)}
+BUDGET_KEYS: Final = ("session_usd", "user_daily_usd", "warn_at")
+_ACP_KEYS: Final = {"default_agent": str}
 # Every name the file may use; any other is an error (gateway/config/strict.py).
 _SCHEMA: Final[Schema] = {
     "server": known_names(_SERVER_KEYS),
@@ -174,8 +194,10 @@ _SCHEMA: Final[Schema] = {
     "auth": {**known_names(AUTH_KEYS), "oidc": known_names(OIDC_KEYS)},
     "notify": {"webhooks": [known_names(WEBHOOK_KEYS)]},
     "fleet": known_names(_FLEET_KEYS),
+    "acp": known_names(_ACP_KEYS),
     "isolation": known_names(ISOLATION_KEYS),
     "policy": POLICY_SCHEMA,
+    "budgets": known_names(BUDGET_KEYS),
 }
 _ENV: Final = {
     "RAWP_GATEWAY_HOST": "host",
@@ -226,21 +248,36 @@ def load_config(
         server = data.get("server", {})
         agent_tables = data.get("agents", {})
         fleet = data.get("fleet", {})
-        for section, table in (("server", server), ("agents", agent_tables), ("fleet", fleet)):
+        acp = data.get("acp", {})
+        for section, table in (
+            ("server", server),
+            ("agents", agent_tables),
+            ("fleet", fleet),
+            ("acp", acp),
+        ):
             if not isinstance(table, dict):
                 raise ConfigError(f"{where}: [{section}] must be a table")
         for key, value in server.items():
             settings[key] = check_type(f"{where} [server]", key, value, _SERVER_KEYS[key])
         for key, value in fleet.items():
             settings[f"fleet_{key}"] = check_type(f"{where} [fleet]", key, value, _FLEET_KEYS[key])
+        for key, value in acp.items():
+            settings[f"acp_{key}"] = check_type(f"{where} [acp]", key, value, _ACP_KEYS[key])
         for name, table in agent_tables.items():
             if not isinstance(table, dict):
                 raise ConfigError(f"{where}: [agents.{name}] must be a table")
             agents[name] = parse_profile(name, table, agents.get(name), where, locate)
         if "isolation" in data:
-            check_isolation(data["isolation"], locate)
+            settings["isolation"] = parse_isolation(data["isolation"], locate)
         if "policy" in data:
             settings["policy"] = parse_policy(data["policy"], where)
+        if "budgets" in data:
+            if not isinstance(data["budgets"], dict):
+                raise ConfigError(f"{where}: [budgets] must be a table")
+            try:
+                settings["budgets"] = limits_of(data["budgets"])
+            except ValueError as err:
+                raise ConfigError(f"{where} [budgets]: {err}") from None
         try:
             if "auth" in data:
                 settings["auth"] = parse_auth(data["auth"], where)
@@ -248,6 +285,11 @@ def load_config(
                 settings["webhooks"] = parse_webhooks(data["notify"], where)
         except (AuthConfigError, NotifyConfigError) as err:
             raise ConfigError(str(err)) from None
+        settings["secret_files"] = [
+            Path(hook["secret_file"]).expanduser()
+            for hook in data.get("notify", {}).get("webhooks", [])
+            if hook.get("secret_file")
+        ]
     for key, value in (flags or {}).items():
         if value is not None:
             settings[key] = value
@@ -318,9 +360,17 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile]) -> Config:
         kw["log_format"] = settings["log_format"]
     if "allowed_origins" in settings:
         kw["allowed_origins"] = _origins(settings["allowed_origins"])
-    for key in ("auth", "webhooks", "policy", "config_file"):
+    for key in ("auth", "webhooks", "policy", "config_file", "isolation", "budgets"):
         if key in settings:
             kw[key] = settings[key]
+    default_agent = settings.get("acp_default_agent")
+    if default_agent is not None:
+        if default_agent not in agents:
+            known = ", ".join(sorted(agents))
+            raise ConfigError(
+                f"[acp] default_agent {default_agent!r} is not an agent profile; known: {known}"
+            )
+        kw["acp_default_agent"] = default_agent
     if settings.get("public_url"):
         url = str(settings["public_url"]).rstrip("/")
         if not url.startswith(("http://", "https://")) or any(c.isspace() for c in url):
@@ -344,11 +394,25 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile]) -> Config:
             f"or RAWP_GATEWAY_WORKSPACE_ROOT); it would otherwise be the current directory, "
             f"{Path.cwd()}"
         )
+    kw["gateway_files"] = _gateway_files(settings, kw.get("auth", AuthSettings()))
     config = Config(**kw)
     root = config.workspace_root.expanduser().resolve()
     if not root.is_dir():
         raise ConfigError(f"workspace_root {str(root)!r} is not a directory")
-    return replace(config, workspace_root=root)
+    config = replace(config, workspace_root=root)
+    check_binds_apart(config.isolation, [Path(p) for p in config.hidden_paths])
+    return config
+
+
+def _gateway_files(settings: dict[str, Any], auth: AuthSettings) -> tuple[Path, ...]:
+    """``Config.gateway_files``: where the gateway read its settings and secrets from, and its
+    audit log with every rotation it may make."""
+    files = [settings.get("config_file"), settings.get("token_file"), auth.users_file]
+    files += settings.get("secret_files", [])
+    if auth.audit_log is not None:
+        log = auth.audit_log
+        files += [log, *(log.with_name(f"{log.name}.{n}") for n in range(1, auth.audit_keep + 1))]
+    return tuple(Path(f).expanduser().absolute() for f in files if f)
 
 
 def normalize_origin(origin: str) -> str:

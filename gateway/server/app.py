@@ -22,9 +22,11 @@ from gateway.config import Config
 from gateway.console.static import load_static
 from gateway.console.tickets import TicketStore
 from gateway.metrics import GatewayMetrics
+from gateway.server.acp import ACP_OPEN, ACP_TICKETS, acp_ticket, acp_websocket
 from gateway.server.keys import (
     AUDIT,
     AUTH,
+    BUDGETS,
     CONFIG,
     GUARD,
     HEARTBEAT,
@@ -62,6 +64,7 @@ from gateway.session import LiveSession
 from gateway.storage.state_dir import LoadError, StateDir
 from gateway.team import auth, fleet
 from gateway.team.audit import AuditLog
+from gateway.team.budgets import Budgets
 from gateway.team.notify import Notifier
 
 log = logging.getLogger("rawp_gateway.server")
@@ -75,7 +78,7 @@ def create_app(
             errors_middleware,
             fleet.forwarded_middleware(config.trusted_proxies),
             browser_guard_middleware(config),
-            auth_middleware(websocket),
+            auth_middleware(websocket, (acp_websocket, ACP_TICKETS)),
         ],
         client_max_size=config.max_request_bytes,
         handler_args=handler_args(config.header_timeout_sec),
@@ -95,9 +98,15 @@ def create_app(
         config.auth.audit_log, max_bytes=config.auth.audit_max_bytes, keep=config.auth.audit_keep
     )
     app[NOTIFIER] = Notifier(config.webhooks, app[METRICS], public_url=config.public_url)
+    state = app.get(STATE)
+    app[BUDGETS] = Budgets(config.budgets, app[METRICS], state.ledger() if state else None)
+    if app[NOTIFIER].enabled:
+        app[BUDGETS].notifier = app[NOTIFIER]
+    _say_unbudgeted(config)
     app.on_startup.append(_start_reporting)
     app.on_cleanup.append(_stop_reporting)
     app[TICKETS] = TicketStore()
+    app[ACP_OPEN] = set()
     app[GUARD] = ConnectionGuard(config.max_pending_connections)
     app[STATIC] = load_static()
     fleet.setup(app, config, on_drain=app[METRICS].draining)
@@ -119,10 +128,27 @@ def create_app(
     app.router.add_post("/v1/session/{session_id}/ws-ticket", ws_ticket)
     app.router.add_get("/v1/session/{session_id}/ws", websocket, name=WS_ROUTE)
     app.router.add_put("/v1/session/{session_id}/files", put_file)
+    app.router.add_get("/acp", acp_websocket)  # ACP clients (docs/acp-masters.md)
+    app.router.add_post("/v1/acp/ws-ticket", acp_ticket)
     app.router.add_get("/v1/session/{session_id}/files/{transfer_id}", get_file)
     fleet.add_prefixed_routes(app, config.route_prefix)  # after every route: it copies them all
     app.on_shutdown.append(_shutdown_sessions)
     return app
+
+
+def _say_unbudgeted(config: Config) -> None:
+    """With budgets configured, the agents they cannot stop (they report no cost) are named, not
+    silently exempt."""
+    limits = config.budgets
+    if not (limits.session_usd > 0 or limits.user_daily_usd > 0):
+        return
+    unbudgeted = sorted(name for name, p in config.agents.items() if not p.reports_cost)
+    if unbudgeted:
+        log.warning(
+            "budgets count the cost agents report; these agents report none and are unbudgeted: %s",
+            ", ".join(unbudgeted),
+            extra={"unbudgeted": unbudgeted},
+        )
 
 
 def reload(app: web.Application) -> None:
@@ -134,8 +160,8 @@ def reload(app: web.Application) -> None:
 
 def reload_users(app: web.Application) -> None:
     """SIGHUP: read the users file again. A WebSocket of a user the new file removed or gave
-    another role is closed (1008): it was opened under the old one, and reconnecting takes the
-    new one."""
+    another role is closed (1008), ``/acp`` ones too: it was opened under the old one, and
+    reconnecting takes the new one."""
     authenticator = app[AUTH]
     before = authenticator.users()
     if not authenticator.reload_users():
@@ -147,6 +173,9 @@ def reload_users(app: web.Application) -> None:
     for session in app[SESSIONS].values():
         if isinstance(session, LiveSession):
             session.close_users(changed, "your access to this gateway changed; reconnect")
+    for client in app[ACP_OPEN]:
+        if client.sender.identity.user in changed:
+            client.out.close_after_flush(1008, "your access to this gateway changed; reconnect")
 
 
 async def _start_reporting(app: web.Application) -> None:
@@ -212,6 +241,8 @@ async def _restore_sessions(app: web.Application) -> None:
                 "turn_index": record["turn_index"],
             },
         )
+    # A session the ledger counted that was not read back ends its count there.
+    app[BUDGETS].restored({s.id for s in app[SESSIONS].values()})
     # The gateway before this one was killed: what its agents left running would go on beside
     # the agents the next prompts start, in the same workspaces.
     killed = descendants.kill_left_behind(crashed)

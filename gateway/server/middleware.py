@@ -80,24 +80,34 @@ def _public(path: str) -> bool:
     return path in ("/healthz", "/readyz", "/", "/ui") or path.startswith("/ui/")
 
 
-def _ticket_identity(request: web.Request, upgrade: Handler) -> roles.Identity | None:
+def _ticket_identity(
+    request: web.Request, upgrade: Handler, acp: tuple[Handler, str] | None = None
+) -> roles.Identity | None:
     """Whoever asked for the valid one-time ticket on this upgrade of the session it was issued
-    for (browser console); the upgrade spends it once it succeeds (``upgrade``)."""
+    for (browser console), or on an ``/acp`` upgrade for a ticket issued for ``/acp``; the upgrade
+    spends it once it succeeds (``upgrade``)."""
     ticket = request.query.get("ticket")
-    if not ticket or request.match_info.handler is not upgrade:  # also under route_prefix
+    if not ticket:
         return None
-    session_id = request.match_info["session_id"]
+    handler = request.match_info.handler  # also under route_prefix
+    if acp is not None and handler is acp[0]:
+        session_id = acp[1]
+    elif handler is upgrade:
+        session_id = request.match_info["session_id"]
+    else:
+        return None
     identity = request.app[TICKETS].valid(ticket, session_id, time.monotonic())
     if identity is not None:
         request[TICKET] = ticket
     return identity
 
 
-def auth_middleware(upgrade: Handler):
+def auth_middleware(upgrade: Handler, acp: tuple[Handler, str] | None = None):
     """Every request but the public ones gets its ``IDENTITY`` (gateway/team/roles.py), or is refused:
     401 ``UNAUTHORIZED`` for no or a wrong credential, 403 ``FORBIDDEN`` for a user with no role.
-    ``upgrade`` is the WebSocket handler, the one route a ticket opens: it is handed in because
-    it uses this module's helpers, so this module cannot import it."""
+    ``upgrade`` is the WebSocket handler, the one route a ticket opens (with ``acp``: the ``/acp``
+    handler and what its tickets are issued for): they are handed in because they use this
+    module's helpers, so this module cannot import them."""
 
     @web.middleware
     async def middleware(request: web.Request, handler):
@@ -107,7 +117,7 @@ def auth_middleware(upgrade: Handler):
         credential = _bearer(request)
         found: roles.Identity | auth.AuthFailure
         if not credential and authenticator.enabled and "ticket" in request.query:
-            found = _ticket_identity(request, upgrade) or auth.AuthFailure(
+            found = _ticket_identity(request, upgrade, acp) or auth.AuthFailure(
                 "unknown or spent ticket"
             )
         else:

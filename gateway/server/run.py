@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from gateway.agent import sandbox
 from gateway.config import Config
 from gateway.server.app import _shutdown_sessions, create_app, reload
 from gateway.server.keys import GUARD
@@ -39,11 +40,34 @@ def check_bind(config: Config) -> None:
         )
 
 
+async def check_isolation(config: Config) -> None:
+    """``[isolation]`` as configured, or no start (docs/isolation.md): with ``sandbox``, bubblewrap
+    must really make one here (a probe runs it once); a team without it is warned."""
+    isolation = config.isolation
+    if not isolation.sandboxed:
+        if config.auth.configured:
+            log.warning(
+                'several users and [isolation] mode = "none": every agent can read every '
+                "session's files and the gateway's secrets (docs/isolation.md)"
+            )
+        return
+    problem = await sandbox.probe(isolation)
+    if problem is not None:
+        raise StartError(f'[isolation] mode = "sandbox": {problem}')
+    if os.geteuid() == 0:
+        log.warning(
+            "running as root: sandboxed agents read what root may read of the system, and the "
+            "kernel does not apply max_processes (RLIMIT_NPROC) to uid 0; run the gateway as an "
+            "unprivileged user (docs/isolation.md)"
+        )
+
+
 async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> None:
     """Serve until SIGTERM/SIGINT, then shut down gracefully; SIGHUP reloads the permission rules
     and the users file,
     SIGUSR1/SIGUSR2 begin/end a drain."""
     check_bind(config)
+    await check_isolation(config)
     # What the imports made lives as long as the process: out of the collector's sight, a full
     # collection no longer walks its ~40,000 objects (10 ms of the event loop each time). Done
     # before any session exists, whose cycles must stay collectable.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Awaitable, Callable
 
 from aiohttp import WSMsgType, web
 
@@ -29,19 +30,26 @@ from gateway.server.keys import (
 )
 from gateway.server.middleware import _caller, is_loopback
 from gateway.server.routes.sessions import _check_taking, _live, _session
+from gateway.session.fanout import CLOSE_TIMEOUT_SEC, MasterConnection
 from gateway.team import roles
 
 
-async def websocket(request: web.Request) -> web.StreamResponse:
-    config = request.app[CONFIG]
+def check_upgrade_origin(request: web.Request) -> None:
+    """403 ``ORIGIN_FORBIDDEN`` for an upgrade from a page of an origin not allowed (every
+    WebSocket of the gateway: this one, ``/acp``)."""
     try:
-        check_origin(request, config.allowed_origins)
+        check_origin(request, request.app[CONFIG].allowed_origins)
     except OriginForbidden as exc:
         raise ApiError(
             403,
             "ORIGIN_FORBIDDEN",
             f"WebSocket upgrades from origin {exc} are not allowed (see [server] allowed_origins)",
         ) from None
+
+
+async def websocket(request: web.Request) -> web.StreamResponse:
+    config = request.app[CONFIG]
+    check_upgrade_origin(request)
     session = _session(request)
     _check_taking(request.app, new_session=False)
     offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
@@ -125,30 +133,59 @@ async def websocket(request: web.Request) -> web.StreamResponse:
             abort=transport.abort,
             sender=roles.Sender(_caller(request), request.remote),
         )
+
+    async def take(data: str | None) -> None:
+        # A binary message is answered as INVALID_FRAME.
+        session.receive(conn_id, data if data is not None else b"\x00binary")
+
+    try:
+        await read_socket(ws, conn, take)
+    finally:
+        session.detach(conn_id)
+        if not conn.closed.is_set():
+            await conn.aclose()
+    return ws
+
+
+async def read_socket(
+    ws: web.WebSocketResponse,
+    conn: MasterConnection,
+    take: Callable[[str | None], Awaitable[None]],
+) -> None:
+    """Hand ``take`` each text message the peer sends (None for a binary one) until the peer
+    closes or the connection's writer asks for the close (``close_ready``): this task owns the
+    socket's reading, so it then does the close handshake (and waits for the peer's close frame)."""
     close_ready = asyncio.ensure_future(conn.close_ready.wait())
     try:
         while True:
             receiving = asyncio.ensure_future(ws.receive())
             await asyncio.wait((receiving, close_ready), return_when=asyncio.FIRST_COMPLETED)
             if not receiving.done():
-                # The session closes this connection; this task owns the socket's reading, so it
-                # does the close handshake (and waits for the master's close frame).
                 receiving.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await receiving
                 code, reason = conn.close_args
-                await ws.close(code=code, message=reason)
+                await _close(ws, code, reason, conn)
                 break
             msg = receiving.result()
             if msg.type == WSMsgType.TEXT:
-                session.receive(conn_id, msg.data)
+                await take(msg.data)
             elif msg.type == WSMsgType.BINARY:
-                session.receive(conn_id, b"\x00binary")  # answered as INVALID_FRAME
-            else:  # CLOSE, CLOSING, CLOSED, ERROR
+                await take(None)
+            else:  # CLOSE, CLOSING, CLOSED, ERROR (a message over max_frame_size: 1009)
                 break
     finally:
         close_ready.cancel()
-        session.detach(conn_id)
-        if not conn.closed.is_set():
-            await conn.aclose()
-    return ws
+
+
+async def _close(
+    ws: web.WebSocketResponse, code: int, reason: bytes, conn: MasterConnection
+) -> None:
+    """The close handshake, for at most ``CLOSE_TIMEOUT_SEC``: aiohttp would wait 10 s for the
+    peer's close frame, and without limit for a full socket to take ours. A peer that reads
+    nothing loses its socket instead (a master reattaches with its last message id)."""
+    try:
+        async with asyncio.timeout(CLOSE_TIMEOUT_SEC):
+            await ws.close(code=code, message=reason)
+    except TimeoutError:
+        conn.abort()

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from gateway import config as cfg
 from gateway.agent.exit import AgentProcessError, AgentStartError, AgentStdinFull
 from gateway.agent.process import AgentProcess
+from gateway.agent.sandbox import SpawnSandbox, limit_named
+from gateway.agent.sandbox import spawn as sandboxes
 from gateway.agent.stdout import DEFAULT_MAX_LINE_BYTES, StdoutLine
 from gateway.protocol import actions as act
 from gateway.protocol import frames as F
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from gateway.metrics import AgentLineMetrics, GatewayMetrics
     from gateway.session.fanout import Flusher
     from gateway.storage.files import FileStore
+    from gateway.storage.state_dir import SavedSession
     from parsers.base import AgentInput
 
 __all__ = ["BATCH_LINES", "LINE_TOO_LONG", "AgentLink"]
@@ -59,6 +62,7 @@ class AgentLink:
         machine: sm.SessionMachine
         agent_input: AgentInput
         files: FileStore
+        saved: SavedSession | None
         process: AgentProcess | None
         start_error: str | None
         _spawning: bool
@@ -124,6 +128,22 @@ class AgentLink:
         self._spawning = True
         self._task(self._run_process(argv, close_stdin=close_stdin))
 
+    def sandbox(self) -> SpawnSandbox | None:
+        """The sandbox this session's agents run in (``[isolation] mode = "sandbox"``), its HOME
+        made on first use (docs/isolation.md), or None."""
+        isolation = self.config.isolation
+        if not isolation.sandboxed:
+            return None
+        saved = self.saved
+        where = (saved.dir_fd, str(saved.path)) if saved is not None and saved.dir_fd >= 0 else None
+        return SpawnSandbox(
+            isolation,
+            workspace=str(self.workspace),
+            home=sandboxes.session_home(self.id, where),
+            hidden=self.config.hidden_paths,
+            template=self.profile.env.get("HOME"),
+        )
+
     async def _run_process(self, argv: list[str], *, close_stdin: bool = False) -> None:
         try:
             proc = await AgentProcess.start(
@@ -132,6 +152,7 @@ class AgentLink:
                 session_id=self.id,
                 workspace=self.workspace,
                 grace=self.config.shutdown_grace_sec,
+                sandbox=self.sandbox(),
             )
         except (AgentStartError, OSError, ValueError) as err:
             self._spawning = False
@@ -175,9 +196,11 @@ class AgentLink:
         )
         self.process = None
         proc.close()
+        tail = proc.stderr_tail()
+        limit = limit_named(self.config.isolation, tail) if status.kind != "ok" else None
         self.perform(
             self.machine.agent_exited(
-                status.kind, status.returncode, status.signal, proc.stderr_tail()
+                status.kind, status.returncode, status.signal, tail, limit=limit
             )
         )
 

@@ -41,9 +41,13 @@ from aiohttp import WSCloseCode
 
 from gateway.protocol.capabilities import ConnectionFilter
 
-__all__ = ["Flusher", "MasterConnection", "text_frame"]
+__all__ = ["CLOSE_TIMEOUT_SEC", "Flusher", "MasterConnection", "text_frame"]
 
 OVERFLOW_CODE: Final = WSCloseCode.TRY_AGAIN_LATER
+# How long a connection the gateway closes gets, first for its last frames and then for the close
+# handshake, before its socket is dropped: a master that stopped reading must not hold up a
+# deletion or a stop (container engines SIGKILL 10 s after SIGTERM). docs/limits.md.
+CLOSE_TIMEOUT_SEC: Final = 2.0
 _LEN7: Final = struct.Struct("!BB").pack
 _LEN16: Final = struct.Struct("!BBH").pack
 _LEN64: Final = struct.Struct("!BBQ").pack
@@ -114,7 +118,7 @@ class MasterConnection:
         observe_latency_ns: Callable[[int], None] | None = None,
         clock_ns: Callable[[], int] | None = None,
         abort: Callable[[], None] | None = None,
-        close_timeout: float = 2.0,
+        close_timeout: float = CLOSE_TIMEOUT_SEC,
         flusher: Flusher | None = None,
     ) -> None:
         self.id = conn_id
@@ -268,6 +272,11 @@ class MasterConnection:
         """Code and reason for the close frame (reasons are limited to 123 bytes, RFC 6455)."""
         code, reason = self._closing or (WSCloseCode.OK, "")
         return code, reason.encode()[:123]
+
+    def abort(self) -> None:
+        """Drop the socket now, with no close handshake (a peer that does not answer one)."""
+        if self._abort is not None:
+            self._abort()
 
     def _abort_if_open(self) -> None:
         if not self._transport.is_closing() and self._abort is not None:

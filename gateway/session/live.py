@@ -17,6 +17,7 @@ from typing import Any, ClassVar, cast
 
 from gateway import config as cfg
 from gateway.agent.process import AgentProcess
+from gateway.agent.sandbox import spawn as sandboxes
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import actions as act
 from gateway.protocol import codec, recovery
@@ -26,7 +27,7 @@ from gateway.protocol.capabilities import ConnectionFilter, strip_subagent_conte
 from gateway.protocol.history import History
 from gateway.protocol.usage import CONTEXT_FULL, UsageTally
 from gateway.session.agent_link import AgentLink
-from gateway.session.fanout import Flusher, MasterConnection, text_frame
+from gateway.session.fanout import CLOSE_TIMEOUT_SEC, Flusher, MasterConnection, text_frame
 from gateway.session.masters import Masters, Route
 from gateway.storage.files import FileStore, files_path, store_tool_files
 from gateway.storage.state_dir import COMPACT_SLACK, FORMAT, VERSION, Loaded, SavedSession
@@ -69,6 +70,7 @@ class LiveSession(AgentLink, Masters):
         # The gateway's audit log and webhook notifier (gateway/team/audit.py, gateway/team/notify.py).
         self.audit: Any = None
         self.notifier: Any = None
+        self.budgets: Any = None  # the gateway's (gateway/team/budgets.py), when wired
         self.created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.reattach_window_sec = (
             config.reattach_window_sec if reattach_window_sec is None else reattach_window_sec
@@ -151,6 +153,7 @@ class LiveSession(AgentLink, Masters):
         if saved is not None:
             saved.entries = history.entries
             saved.compact_above = 2 * history.max_bytes + COMPACT_SLACK
+        sandboxes.register_workspace(session_id, str(workspace))  # masked from other agents
 
     # --- public view -------------------------------------------------------------------------
 
@@ -184,7 +187,10 @@ class LiveSession(AgentLink, Masters):
             "workspace_path": str(self.workspace),
             "owner": self.owner,
             "members": dict(self.members),
+            "isolation": self.config.isolation.mode,
         }
+        if self.budgets is not None:
+            obj["budget"] = self.budgets.view(self)
         if self.machine.agent_session_id:
             obj["agent_session_id"] = self.machine.agent_session_id
         if self.config.route_prefix:  # a fleet: the gateway that holds it (docs/fleet.md)
@@ -203,6 +209,8 @@ class LiveSession(AgentLink, Masters):
                 self.perform(self.machine.close_interrupted_turn(items))
         else:
             self.perform(self.machine.start())
+        if self.budgets is not None:
+            self.budgets.opened(self)
         self._save_record()
         self._arm_reattach_window()
         if self._spawning:
@@ -292,7 +300,11 @@ class LiveSession(AgentLink, Masters):
         for conn in conns:
             conn.close_after_flush(1012, "the gateway is restarting; reattach with last_message_id")
         if conns:
-            await asyncio.wait([asyncio.ensure_future(c.closed.wait()) for c in conns], timeout=5)
+            # A master that reads nothing does not hold up the stop: what it has not taken by
+            # then is in the saved history, and its reattach gets it.
+            await asyncio.wait(
+                [asyncio.ensure_future(c.closed.wait()) for c in conns], timeout=CLOSE_TIMEOUT_SEC
+            )
 
     def _record(self, *, clean: bool = False) -> dict[str, Any]:
         machine = self.machine
@@ -524,6 +536,8 @@ class LiveSession(AgentLink, Masters):
         before = self.usage.fill
         counted = self.usage.add(usage)
         metrics.usage(self.profile.name, self.machine.model, self.owner, counted)
+        if self.budgets is not None:  # the ledger is written before it acts
+            self.budgets.report(self, usage)
         if counted.fill is not None:
             metrics.context_fill(before, counted.fill)
             if counted.fill >= CONTEXT_FULL and (
@@ -550,11 +564,15 @@ class LiveSession(AgentLink, Masters):
         self.metrics.context_fill(self.usage.fill, None)
         self.files.close()
         if self.saved is not None:
-            self.saved.remove()
+            self.saved.remove()  # its HOME with it
+        sandboxes.forget_workspace(self.id)
+        sandboxes.remove_temp_home(self.id)
         self._track_state()
         self.terminated.set()
         if self._on_terminated is not None:
             self._on_terminated(self)
+        if self.budgets is not None:  # after the summary above kept the session's budget
+            self.budgets.ended(self)
 
     # --- timers and tasks --------------------------------------------------------------------------
 

@@ -119,12 +119,27 @@ class Masters:
             abort=abort,
             flusher=self._flusher,
         )
+        return self.attach_connection(
+            conn, last_message_id=last_message_id, full_history=full_history, sender=sender
+        )
+
+    def attach_connection(
+        self,
+        conn: MasterConnection,
+        *,
+        last_message_id: str | None = None,
+        full_history: bool = False,
+        sender: roles.Sender | None = None,
+    ) -> MasterConnection:
+        """``attach`` of a connection made elsewhere: an ACP client's view of the session
+        (gateway/session/acp_client.py) takes the same frames as a DPS master's socket."""
+        conn_id = conn.id
         self.connections[conn_id] = conn
         if sender is not None:
             self.senders[conn_id] = sender
         self._routes.clear()
         self._cancel_timer("reattach-window")
-        self.metrics.ws_connected(role)
+        self.metrics.ws_connected(conn.role)
         # The greeting (Emits to this connection alone), each frame encoded once: capabilities
         # first, then (on reattach) the history in the room the rest leaves in the send queue, then
         # catalog/commands/interactions.
@@ -269,8 +284,10 @@ class Masters:
         )
 
     def _audit_policy(self, decided: act.PolicyDecided) -> None:
-        """A permission a rule answered: recorded as a master's answer is, by no user."""
-        if self.audit is None:
+        """A rule decided a permission: counted; an answer it gave (not an ask, which a master
+        answers) is recorded as a master's answer is, by no user."""
+        self.metrics.decisions.policy(decided.rule, decided.decision)
+        if self.audit is None or decided.decision == "ask":
             return
         self.audit.record(
             roles.AUDITED["control.interaction.response"],

@@ -281,3 +281,49 @@ class SessionInfo(msgspec.Struct):
 class ListSessionsResult(msgspec.Struct):
     sessions: list[SessionInfo]
     nextCursor: str | None = None
+
+
+# --- the gateway as an ACP agent (toward masters: gateway/protocol/acp_master.py) ----------------
+# The requests an ACP client sends the gateway; the results above (InitializeResult,
+# NewSessionResult, PromptResult, ...) are what it answers, with the same names.
+
+
+class ClientCapabilities(msgspec.Struct):
+    meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class InitializeParams(msgspec.Struct):
+    protocolVersion: int = 0
+    clientCapabilities: ClientCapabilities = msgspec.field(default_factory=ClientCapabilities)
+    clientInfo: Implementation | None = None
+
+
+class NewSessionParams(msgspec.Struct):
+    cwd: str = ""
+    mcpServers: list[Any] = []
+    meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class LoadSessionParams(msgspec.Struct):
+    sessionId: str = ""
+    cwd: str | None = None
+    mcpServers: list[Any] = []
+    meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class ListSessionsParams(msgspec.Struct):
+    cwd: str | None = None
+    cursor: str | None = None
+
+
+class PromptParams(msgspec.Struct):
+    sessionId: str = ""
+    prompt: list[ContentBlock] = []
+    meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class SessionParams(msgspec.Struct):
+    """``session/cancel`` (a notification) and ``session/set_mode``."""
+
+    sessionId: str = ""
+    modeId: str | None = None

@@ -1,6 +1,6 @@
 """A strict configuration (docs/configuration.md): an unknown section or key, in every kind of
-section, is an error naming the file, the line and the nearest known name; ``[isolation]`` takes
-``mode = "none"`` and refuses the sandbox this version does not have; a profile's ``env`` may not
+section, is an error naming the file, the line and the nearest known name; ``[isolation]`` refuses
+every value it could not apply; a profile's ``env`` may not
 name a gateway setting; ``serve`` with such a file does not start and says why in one line."""
 
 from __future__ import annotations
@@ -144,24 +144,116 @@ def test_every_documented_section_loads(tmp_path):
     ("text", "message"),
     [
         (
-            '[isolation]\nmode = "sandbox"\n',
-            'FILE:4: [isolation] mode = "sandbox": the agent sandbox is not available in this '
-            'version of rawp-gateway (only mode = "none" is: agents run as the gateway does)',
-        ),
-        (
-            '[isolation]\nmode = "none"\nmax_processes = 512\n',
-            "FILE:5: [isolation] max_processes is a setting of the sandbox: the agent sandbox is "
-            'not available in this version of rawp-gateway (only mode = "none" is: agents run as '
-            "the gateway does)",
-        ),
-        (
             '[isolation]\nmode = "off"\n',
             'FILE:4: [isolation] mode must be "none" or "sandbox", got \'off\'',
         ),
+        (
+            '[isolation]\nmode = "sandbox"\nnetwork = "bridge"\n',
+            'FILE:5: [isolation] network must be "host" or "none", got \'bridge\'',
+        ),
+        (
+            '[isolation]\nmode = "sandbox"\nbind_ro = ["relative/path"]\n',
+            "FILE:5: [isolation] bind_ro entries must be absolute paths of at most 1024 "
+            "characters, got 'relative/path'",
+        ),
+        (
+            '[isolation]\nmode = "sandbox"\nbind_rw = ["/no/such/dir/anywhere"]\n',
+            "FILE:5: [isolation] bind_rw: /no/such/dir/anywhere does not exist",
+        ),
+        (
+            '[isolation]\nbind_ro = "/usr"\n',
+            "FILE:4: [isolation] bind_ro must be a list of at most 64 paths",
+        ),
+        (
+            "[isolation]\nbind_ro = [" + ", ".join(['"/usr"'] * 65) + "]\n",
+            "FILE:4: [isolation] bind_ro must be a list of at most 64 paths",
+        ),
+        (
+            '[isolation]\nbind_ro = ["/"]\n',
+            "FILE:4: [isolation] bind_ro: / would show the whole machine",
+        ),
+        (
+            "[isolation]\nmax_processes = 4\n",
+            "FILE:4: [isolation] max_processes must be an integer from 16 to 1048576, got 4",
+        ),
+        (
+            '[isolation]\nmax_memory_mb = "4G"\n',
+            "FILE:4: [isolation] max_memory_mb must be an integer from 256 to 16777216, got '4G'",
+        ),
     ],
 )
-def test_isolation_takes_none_and_never_silently_ignores_the_sandbox(tmp_path, text, message):
+def test_isolation_refuses_what_it_cannot_apply(tmp_path, text, message):
+    """Every key is checked before anything runs: a security setting is never taken and silently
+    not applied."""
     assert refused(tmp_path, text) == message
+
+
+def test_isolation_defaults_and_a_whole_table(tmp_path):
+    config = load_config(write(tmp_path, ""), environ={})
+    assert config.isolation.mode == "none"
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "work").mkdir()
+    path = tmp_path / "gateway.toml"
+    path.write_text(
+        f'[server]\nworkspace_root = "{tmp_path}/work"\n'
+        f'[isolation]\nmode = "sandbox"\nnetwork = "none"\nbind_ro = ["{tmp_path}/tools/"]\n'
+        "bind_rw = []\nmax_processes = 64\nmax_memory_mb = 1024\n"
+    )
+    config = load_config(path, environ={})
+    iso = config.isolation
+    assert (iso.mode, iso.network, iso.bind_ro, iso.bind_rw) == (
+        "sandbox",
+        "none",
+        (f"{tmp_path}/tools",),
+        (),
+    )
+    assert (iso.max_processes, iso.max_memory_mb) == (64, 1024)
+
+
+def test_a_bind_may_not_show_what_the_gateway_hides(tmp_path):
+    """A bind inside the workspace root (other sessions' workspaces), the state dir or onto a file
+    the gateway read a secret from would undo the sandbox's masks."""
+    work = tmp_path / "work"
+    (work / "shared").mkdir(parents=True)
+    path = tmp_path / "gateway.toml"
+    path.write_text(
+        f'[server]\nworkspace_root = "{work}"\n[isolation]\nmode = "sandbox"\n'
+        f'bind_ro = ["{work}/shared"]\n'
+    )
+    with pytest.raises(ConfigError, match=r"would show .*work, which the agent must not see"):
+        load_config(path, environ={})
+    path.write_text(
+        f'[server]\nworkspace_root = "{work}"\n[isolation]\nmode = "sandbox"\n'
+        f'bind_ro = ["{path}"]\n'
+    )
+    with pytest.raises(ConfigError, match=r"gateway\.toml would show"):
+        load_config(path, environ={})
+
+
+def test_the_gateway_files_are_known_for_masking(tmp_path):
+    """Every file the gateway read a setting or secret from, and its audit log with each rotation,
+    is in ``gateway_files`` (what the sandbox masks)."""
+    (tmp_path / "token").write_text("t0ken\n")
+    (tmp_path / "hook").write_text("s3cret\n")
+    (tmp_path / "users.toml").write_text("")
+    path = write(
+        tmp_path,
+        f'token_file = "{tmp_path}/token"\n'
+        f'[auth]\nusers_file = "{tmp_path}/users.toml"\naudit_log = "{tmp_path}/audit.jsonl"\n'
+        "audit_keep = 2\n"
+        f'[[notify.webhooks]]\nurl = "http://h"\nsecret_file = "{tmp_path}/hook"\n',
+    )
+    config = load_config(path, environ={})
+    assert {p.name for p in config.gateway_files} == {
+        "gateway.toml",
+        "token",
+        "users.toml",
+        "hook",
+        "audit.jsonl",
+        "audit.jsonl.1",
+        "audit.jsonl.2",
+    }
+    assert str(config.workspace_root) in config.hidden_paths
 
 
 def test_a_profile_may_not_hand_the_agent_a_gateway_setting(tmp_path):

@@ -168,7 +168,7 @@ async def test_prompt_turn_and_usage():
         assert got["state"] == "IDLE" and got["turn_index"] == 1
         # the id the CLI reported is the one it keeps its transcript under
         asid = got["agent_session_id"]
-        assert list(rig.cli.home.rglob(f"{asid}.jsonl")), asid
+        assert list(rig.home(sid).rglob(f"{asid}.jsonl")), asid
 
 
 # --- tools and permissions --------------------------------------------------------------------------

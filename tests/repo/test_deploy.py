@@ -332,8 +332,9 @@ def test_each_pod_keeps_workspaces_state_and_agent_home_apart_on_its_own_claim()
     assert on_claim == {
         config["workspace_root"]: "workspace",
         "/var/lib/rawp-gateway": "gateway-state",
-        "/home/rawp": "home",
+        "/var/lib/rawp-gateway/home": "home",  # the image's HOME (deploy/Dockerfile)
     }
+    assert dockerfile_env()["HOME"] == "/var/lib/rawp-gateway/home"
     state_dir = PurePosixPath(config["state_dir"])
     assert state_dir.is_relative_to("/var/lib/rawp-gateway")
     assert not state_dir.is_relative_to(config["workspace_root"])
@@ -362,22 +363,30 @@ def test_gateway_probes_liveness_on_healthz_readiness_on_readyz():
 
 
 def test_termination_grace_covers_the_suspend():
-    """SIGTERM suspends every session: the agent's grace (shutdown_grace_sec, SIGKILL after) and
-    up to 5 s for the WebSockets' close, side by side, must end before Kubernetes' SIGKILL."""
+    """SIGTERM suspends every session: the agent's grace (shutdown_grace_sec, SIGKILL after), then
+    up to 2 + 2 s for the WebSockets' close (CLOSE_TIMEOUT_SEC each for the last frames and the
+    handshake), must end well before Kubernetes' SIGKILL."""
     from gateway.config import Config
 
     grace = gateway_config()["server"].get("shutdown_grace_sec", Config().shutdown_grace_sec)
-    assert gateway_pod()["terminationGracePeriodSeconds"] >= 2 * (grace + 5)
+    from gateway.session.fanout import CLOSE_TIMEOUT_SEC
+
+    assert gateway_pod()["terminationGracePeriodSeconds"] >= 2 * (grace + 2 * CLOSE_TIMEOUT_SEC)
 
 
-def test_compose_keeps_state_dir_and_the_agent_home_on_volumes():
+def test_compose_keeps_state_dir_and_the_agent_home_on_the_state_volume():
+    """Two volumes, as the image declares them: the workspace, and the state volume holding
+    state_dir and the agent's home (the image's HOME), outside the working tree."""
     gateway = load_yaml(DEPLOY / "docker-compose.yml")["services"]["gateway"]
     volumes = dict(v.split(":", 1) for v in gateway["volumes"])
-    assert volumes["workspace"] == "/workspace" and volumes["agent-home"] == "/home/rawp"
+    assert volumes == {"workspace": "/workspace", "gateway-state": "/var/lib/rawp-gateway"}
+    declared = json.loads(re.search(r"(?m)^VOLUME\s+(\[.*\])$", dockerfile()).group(1))
+    assert set(declared) == set(volumes.values())
     config = tomllib.loads((DEPLOY / "config.toml").read_text())
     state_dir = PurePosixPath(config["server"]["state_dir"])
     assert not state_dir.is_relative_to(PurePosixPath(config["server"]["workspace_root"]))
     assert state_dir.is_relative_to(PurePosixPath(volumes["gateway-state"]))
+    assert PurePosixPath(dockerfile_env()["HOME"]).is_relative_to(volumes["gateway-state"])
 
 
 def router_deployment() -> dict:
@@ -469,20 +478,51 @@ def test_dockerfile_has_a_healthcheck_on_healthz():
     assert "/healthz" in stage
 
 
+def dockerfile_env() -> dict[str, str]:
+    """The final stage's ENV, as ``KEY=value`` pairs (one ENV instruction, continued lines)."""
+    (env,) = re.findall(r"(?ms)^ENV\s+(.*?[^\\])$", final_stage(dockerfile()))
+    return dict(re.findall(r"(\w+)=(\S+)", env))
+
+
 def test_dockerfile_pins_the_claude_code_cli_to_the_tested_version():
     text = dockerfile()
     assert f"ARG CLAUDE_CODE_VERSION={CLAUDE_CODE_VERSION}" in text
-    assert '"@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}"' in text
+    assert re.search(r"(?m)^ARG CLAUDE_CODE_INTEGRITY=sha512-\S+$", text)
     # The same version the parsers are tested against.
     agents = (REPO / "scripts" / "install-agents.sh").read_text()
     assert f"@anthropic-ai/claude-code {CLAUDE_CODE_VERSION}" in agents
 
 
-def test_dockerfile_bases_are_slim_python_and_node_22():
-    froms = re.findall(r"(?m)^FROM\s+(\S+)", dockerfile())
-    assert froms[-1] == "python:${PYTHON_VERSION}-slim-bookworm"
-    assert re.search(r"(?m)^ARG PYTHON_VERSION=3\.11$", dockerfile())
-    assert re.search(r"(?m)^ARG NODE_MAJOR=22$", dockerfile())  # Claude Code 2.1 needs Node >= 22
+@pytest.mark.realcli
+def test_dockerfile_checks_the_claude_binary_against_what_npm_installed_for_the_tests():
+    """The integrity the image's download is checked against is the one npm recorded when
+    scripts/install-agents.sh installed the same version's platform package for the tests."""
+    from tests.support.rig.env import require_cli
+
+    require_cli("claude-code")
+    lock = REPO / ".agents" / "claude-code" / "node_modules" / ".package-lock.json"
+    package = json.loads(lock.read_text())["packages"][
+        "node_modules/@anthropic-ai/claude-code-linux-x64"
+    ]
+    assert package["version"] == CLAUDE_CODE_VERSION
+    assert f"ARG CLAUDE_CODE_INTEGRITY={package['integrity']}" in dockerfile()
+
+
+def test_dockerfile_is_debian_bookworm_slim_alone_with_no_node_in_the_image():
+    """Every stage starts from the one Debian base (or a stage of this file); the runtime stage
+    installs Debian's Python 3.11, tini, git, ca-certificates and bubblewrap, and takes only
+    Claude Code's native binary from the build stages: no Node.js."""
+    text = dockerfile()
+    assert re.search(r"(?m)^ARG DEBIAN_IMAGE=debian:bookworm-slim$", text)
+    stages = re.findall(r"(?m)^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", text)
+    names = {alias for _, alias in stages if alias}
+    assert all(base == "${DEBIAN_IMAGE}" or base in names for base, _ in stages), stages
+    final = final_stage(text)
+    (installed,) = re.findall(r"apt-get install -y --no-install-recommends ([^\\\n]+)", final)
+    assert set(installed.split()) == {"bubblewrap", "ca-certificates", "git", "python3", "tini"}
+    assert "node" not in final.lower()
+    copies = re.findall(r"(?m)^COPY --from=(\S+) (\S+) (\S+)$", final)
+    assert ("claude", "/claude/claude", "/usr/local/bin/claude") in copies
 
 
 def test_dockerignore_keeps_what_the_build_copies():
@@ -529,3 +569,42 @@ def test_dockerfile_command_is_the_serve_command_with_the_image_config():
     assert json.loads(cmd.group(1)) == ["serve", "--config", "/etc/rawp-gateway/config.toml"]
     assert "COPY deploy/config.toml /etc/rawp-gateway/config.toml" in dockerfile()
     assert gateway_container()["args"] == json.loads(cmd.group(1))
+
+
+# --------------------------------------------------------------------------- security settings
+
+
+def test_the_manifests_run_the_gateway_with_the_security_settings_the_image_tests_ran_with():
+    """tests/support/engine.py's SECURITY is what the image tests run every container with; the
+    rendered StatefulSet, the compose file and the image's USER say the same."""
+    from tests.support.engine import SECURITY
+
+    (fleet,) = [d for d in rendered() if d["kind"] == "StatefulSet"]
+    pod = fleet["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == "rawp-gateway"]
+    context = container["securityContext"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == SECURITY["run_as_user"]
+    assert pod["securityContext"]["runAsGroup"] == SECURITY["run_as_group"]
+    assert context["readOnlyRootFilesystem"] is SECURITY["read_only_root"]
+    assert context["capabilities"]["drop"] == SECURITY["drop_capabilities"]
+    assert context["allowPrivilegeEscalation"] is not SECURITY["no_new_privileges"]
+    assert "/tmp" in {m["mountPath"] for m in container["volumeMounts"]}  # --tmpfs /tmp
+    assert (context.get("procMount") == "Unmasked") is SECURITY["unmasked_proc"]
+    if SECURITY["unmasked_proc"]:
+        assert pod["hostUsers"] is False  # Kubernetes allows procMount: Unmasked only then
+    assert context["seccompProfile"]["type"] == SECURITY["seccomp"].capitalize()
+    assert context["appArmorProfile"]["type"] == SECURITY["apparmor"].capitalize()
+    assert "seccompProfile" not in pod["securityContext"]  # the container's is the one that counts
+
+    gateway = load_yaml(DEPLOY / "docker-compose.yml")["services"]["gateway"]
+    assert gateway["read_only"] is SECURITY["read_only_root"] and "/tmp" in gateway["tmpfs"]
+    assert gateway["cap_drop"] == SECURITY["drop_capabilities"]
+    opts = set(gateway["security_opt"])
+    assert ("no-new-privileges:true" in opts) is SECURITY["no_new_privileges"]
+    assert ("systempaths=unconfined" in opts) is SECURITY["unmasked_proc"]
+    assert f"seccomp={SECURITY['seccomp']}" in opts
+    assert f"apparmor={SECURITY['apparmor']}" in opts
+    assert "user" not in gateway  # the image's own USER:
+    (user,) = re.findall(r"(?m)^USER\s+(\S+)", final_stage(dockerfile()))
+    assert user == f"{SECURITY['run_as_user']}:{SECURITY['run_as_group']}"

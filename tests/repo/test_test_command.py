@@ -20,7 +20,7 @@ from tests.support.paths import REPO
 SCRIPT = REPO / "scripts" / "missing-test-parts"
 
 
-def fake_bin(tmp_path: Path, tools: dict[str, str]) -> Path:
+def fake_bin(tmp_path: Path, tools: dict[str, str | None]) -> Path:
     """A PATH directory with bash, id and dirname (what the scripts run on) and small stand-ins:
     each ``name: stdout`` becomes a program that prints that and exits 0."""
     bin_dir = tmp_path / "bin"
@@ -30,10 +30,31 @@ def fake_bin(tmp_path: Path, tools: dict[str, str]) -> Path:
         assert real is not None, name
         (bin_dir / name).symlink_to(real)
     for name, out in tools.items():
+        if out is None:
+            continue
         path = bin_dir / name
         path.write_text(f"#!/bin/sh\necho '{out}'\n" if out else "#!/bin/sh\nexit 0\n")
         path.chmod(0o755)
     return bin_dir
+
+
+# Stand-ins for the parts each case does not look at: Chromium, nginx, websocketd, bubblewrap and the
+# container engine's tools (podman and what goes with it; no docker, so podman's are the ones looked
+# for).
+GIVEN = dict.fromkeys(
+    (
+        "chromium",
+        "nginx",
+        "websocketd",
+        "bwrap",
+        "podman",
+        "buildah",
+        "debootstrap",
+        "podman-compose",
+        "iptables",
+    ),
+    "",
+)
 
 
 def missing(
@@ -41,14 +62,11 @@ def missing(
 ) -> dict[str, str]:
     """What the script says is missing; ``chromium`` and ``nginx`` are its RAWP_TEST_CHROMIUM and
     RAWP_TEST_NGINX (by default stand-ins on PATH, so that the answer does not depend on this
-    machine's /usr/bin/chromium or /usr/sbin/nginx); a websocketd stand-in is on PATH too unless
-    ``websocketd=None``."""
-    given = {"chromium": "", "nginx": "", "websocketd": "", **tools}
-    given = {name: out for name, out in given.items() if out is not None}
+    machine's /usr/bin/chromium or /usr/sbin/nginx)."""
     proc = subprocess.run(
         ["/usr/bin/env", "bash", str(SCRIPT)],
         env={
-            "PATH": str(fake_bin(tmp_path, given)),
+            "PATH": str(fake_bin(tmp_path, {**GIVEN, **tools})),  # None: not there
             "RAWP_TEST_CHROMIUM": chromium,
             "RAWP_TEST_NGINX": nginx,
         },
@@ -69,9 +87,18 @@ ROOT_WITH_APT = os.geteuid() == 0
 
 def test_nothing_installed_says_both_parts_in_one_line_each(tmp_path):
     parts = missing(tmp_path)
-    assert set(parts) == {"realcli", "prometheus"}  # (Chromium and nginx are given: see below)
+    assert set(parts) == {"realcli", "prometheus"}  # (the others are GIVEN: see below)
     assert "Node.js 20+ with npm (node not found, npm not found)" in parts["realcli"]
     assert "prometheus and promtool are not on PATH" in parts["prometheus"]
+
+
+def test_no_container_engine_is_missing_and_names_what_is_not_installed(tmp_path):
+    parts = missing(tmp_path, podman=None, **{"podman-compose": None})
+    assert parts["image"].startswith("docker info fails and podman podman-compose not installed")
+
+
+def test_a_docker_whose_info_answers_is_enough_for_the_image(tmp_path):
+    assert "image" not in missing(tmp_path, docker="", podman=None, buildah=None)
 
 
 def test_node_older_than_20_is_missing(tmp_path):
@@ -132,6 +159,42 @@ def test_websocketd_not_on_path_is_missing_unless_root_with_apt_get_can_install_
     assert "websocketd" not in missing(tmp_path / "b")  # the stand-in, found on PATH
     root = missing(tmp_path / "c", websocketd=None, **{"apt-get": ""})
     assert ("websocketd" in root) is not ROOT_WITH_APT
+
+
+def test_a_bwrap_that_cannot_make_a_sandbox_is_missing(tmp_path):
+    """Installed is not enough: a bwrap whose user namespaces are refused makes no sandbox."""
+    assert "sandbox" not in missing(tmp_path / "a")  # the stand-in exits 0: it made one
+    refusing = tmp_path / "refusing"
+    refusing.mkdir()
+    bin_dir = fake_bin(refusing, {"chromium": "", "nginx": ""})
+    (bin_dir / "bwrap").write_text(
+        "#!/bin/sh\necho 'No permissions to create new namespace' >&2\nexit 1\n"
+    )
+    (bin_dir / "bwrap").chmod(0o755)
+    said = said_with_path(bin_dir)
+    assert "sandbox: bwrap cannot make a sandbox here (user namespaces refused" in said
+
+
+def test_no_bwrap_without_root_and_apt_is_missing(tmp_path):
+    said = said_with_path(fake_bin(tmp_path, {"chromium": "", "nginx": ""}))
+    # No apt-get on this PATH: root or not, the script cannot install it.
+    assert (
+        "sandbox: bwrap is not on PATH, and installing Debian's bubblewrap needs root and apt-get"
+        in said
+    )
+
+
+def said_with_path(bin_dir: Path) -> str:
+    """What the script prints with only ``bin_dir`` on PATH (Chromium and nginx stand-ins)."""
+    proc = subprocess.run(
+        ["/usr/bin/env", "bash", str(SCRIPT)],
+        env={"PATH": str(bin_dir), "RAWP_TEST_CHROMIUM": "chromium", "RAWP_TEST_NGINX": "nginx"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return proc.stdout
 
 
 def test_root_with_apt_get_can_install_prometheus(tmp_path):

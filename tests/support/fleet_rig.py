@@ -23,10 +23,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiohttp
-
 from tests.support.paths import REPO
-from tests.support.servers import free_port_on
+from tests.support.servers import free_port_on, wait_http
 
 TEMPLATE = REPO / "deploy" / "k8s" / "router" / "default.conf.template"
 DOMAIN = "gw.fleet.test"  # <pod>.DOMAIN: one pod, as under the StatefulSet's headless Service
@@ -125,24 +123,6 @@ class Dns:
 # --- processes --------------------------------------------------------------------------------------
 
 
-async def wait_ready(url: str, proc: subprocess.Popen[bytes], path: str = "/healthz") -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + START_TIMEOUT_S
-    async with aiohttp.ClientSession() as http:
-        while loop.time() < end:
-            if proc.poll() is not None:
-                err = proc.stderr.read().decode() if proc.stderr else ""
-                raise RuntimeError(f"exited with {proc.returncode}: {err[-2000:]}")
-            try:
-                async with http.get(url + path) as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    raise TimeoutError(f"{url} did not start")
-
-
 @dataclass
 class Pod:
     """One gateway of the fleet: ``rawp-gateway serve`` on its own address and state directory."""
@@ -193,7 +173,7 @@ class Pod:
             stderr=subprocess.PIPE,
             env=env,
         )
-        await wait_ready(self.url, self.proc)
+        await wait_http(self.url, self.proc, START_TIMEOUT_S)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -275,7 +255,7 @@ class Router:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )  # fmt: skip
-        await wait_ready(self.url, self.proc, "/healthz")
+        await wait_http(self.url, self.proc, START_TIMEOUT_S)
 
     def tries(self, method: str, uri: str) -> list[list[tuple[str, str]]]:
         """From the access log: for each such request, the (gateway address, status) tried."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,17 +20,33 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
+from gateway.agent.sandbox import Isolation
 from gateway.config import builtin_profiles
 from gateway.server import SESSIONS
 from gateway.session import LiveSession
 from tests.support.gateway_peer import Master, create_session, make_config, start_gateway
-from tests.support.rig.env import require_cli
+from tests.support.paths import REPO
+from tests.support.rig.env import AGENTS_DIR, require_cli
 from tests.support.rig.run import CliSetup, scripted_cli
 from tests.support.rig.scenario import Scenario, parse_scenario
 
 GEMINI_MODEL = "gemini-2.5-flash"  # without -m the CLI first makes a routing call ("auto")
 TEST_LIMIT_S = 120.0  # one test's body, and separately the gateway's shutdown after it
 MODEL_PATHS = ("/v1/messages", "/v1/responses")  # Anthropic, OpenAI; Gemini by its method name
+# The one setting that runs every real-CLI test in the agent sandbox: RAWP_TEST_ISOLATION=sandbox
+# (docs/isolation.md; needs bwrap). Unset or "none": as the gateway runs by default.
+ISOLATION_VAR = "RAWP_TEST_ISOLATION"
+
+
+def isolation(mode: str | None = None) -> Isolation:
+    """``[isolation]`` for a real-CLI gateway: ``mode`` (default: ``RAWP_TEST_ISOLATION``'s). In
+    the sandbox the agents see, besides the system, the CLIs (``.agents/``), this repository (the
+    rig's MCP server, the demo agent) and the Python it runs on, read-only."""
+    mode = mode or os.environ.get(ISOLATION_VAR) or "none"
+    if mode == "none":
+        return Isolation()
+    shown = {str(REPO), os.path.realpath(AGENTS_DIR), sys.base_prefix}
+    return Isolation(mode="sandbox", bind_ro=tuple(sorted(shown)))
 
 
 def agent_of(profile: str) -> str:
@@ -62,6 +80,12 @@ class Rig:
 
     def session(self, session_id: str) -> LiveSession:
         return self.gw.server.app[SESSIONS][session_id]
+
+    def home(self, session_id: str) -> Path:
+        """The HOME the session's agent runs with: the rig's, or in the sandbox the session's
+        own (docs/isolation.md)."""
+        box = self.session(session_id).sandbox()
+        return self.cli.home if box is None else Path(box.home)
 
     async def create(self, **body: Any) -> dict[str, Any]:
         if self.headers:
@@ -104,12 +128,14 @@ async def gateway(
     extra_args: tuple[str, ...] = (),
     token: str | None = None,
     server: dict[str, Any] | None = None,
+    isolation_mode: str | None = None,
     **changes: Any,
 ) -> AsyncIterator[Rig]:
     """The scripted model server for ``scenario`` and a gateway whose built-in ``profile`` runs
     the real CLI: its argv plus ``extra_args``, the rig's env, the rig's workspace as workspace
     root. ``changes`` replace profile fields; ``server``: ``Config`` fields; ``token``: the
-    gateway's bearer token (the rig sends it). A hang anywhere (CLI, gateway, a wait in the test)
+    gateway's bearer token (the rig sends it); ``isolation_mode``: "none" or "sandbox" (default:
+    ``RAWP_TEST_ISOLATION``, see ``isolation``). A hang anywhere (CLI, gateway, a wait in the test)
     fails after TEST_LIMIT_S instead of stalling the suite."""
     agent = agent_of(profile)
     binary = str(require_cli(agent))
@@ -119,7 +145,13 @@ async def gateway(
         if agent == "gemini":
             command = (binary, "-m", GEMINI_MODEL, *command[1:])
         prof = replace(base, env=cli.env, command=command, **changes)
-        config = make_config(cli.cwd, agents={profile: prof}, token=token, **(server or {}))
+        config = make_config(
+            cli.cwd,
+            agents={profile: prof},
+            token=token,
+            isolation=isolation(isolation_mode),
+            **(server or {}),
+        )
         client = await start_gateway(config)
         headers = {"Authorization": f"Bearer {token}"} if token else None
         try:

@@ -4,16 +4,19 @@ master attached to one of its sessions over the network."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import os
 import signal
+import socket
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
 
-from tests.support.gateway_peer import SUBPROTOCOL, Master
+from tests.support.gateway_peer import SUBPROTOCOL, Master, envelope
 from tests.support.servers import CLI, free_port, wait_http
 
 
@@ -74,3 +77,39 @@ async def attached(http: aiohttp.ClientSession, url: str, agent: str) -> Master:
         session = await resp.json()
     ws = await http.ws_connect(url + session["ws_path"], protocols=(SUBPROTOCOL,))
     return Master(ws, session["session_id"])
+
+
+def stalled_master(
+    url: str, session_id: str, prompt: str, headers: dict[str, str] | None = None
+) -> socket.socket:
+    """A raw WebSocket client that upgrades (with ``headers``), sends ``prompt`` and then never
+    reads again, with a small receive buffer so that the gateway's writes back up."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+    sock.connect((host, int(port)))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(
+        (
+            f"GET /v1/session/{session_id}/ws HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+            + "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+            + f"Sec-WebSocket-Protocol: {SUBPROTOCOL}\r\n\r\n"
+        ).encode()
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    frame = envelope(session_id, "control.prompt.request", {"prompt_text": prompt})
+    sock.sendall(masked_text(json.dumps(frame).encode()))
+    return sock
+
+
+def masked_text(data: bytes) -> bytes:
+    """One client-to-server text frame (masked, RFC 6455 §5.3)."""
+    mask = os.urandom(4)
+    n = len(data)
+    head = bytes([0x81, 0x80 | n]) if n < 126 else bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data))

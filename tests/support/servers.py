@@ -62,8 +62,10 @@ def free_port() -> int:
     return free_port_on(("127.0.0.1",))
 
 
-async def wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
-    """Until ``url``/healthz answers 200; fails at once (with its stderr) if ``proc`` exits. If it
+async def wait_http(
+    url: str, proc: subprocess.Popen, timeout: float = 20.0, path: str = "/healthz"
+) -> None:
+    """Until ``url`` + ``path`` answers 200; fails at once (with its stderr) if ``proc`` exits. If it
     never answers, the failure says what the last try saw and where the process was: it is sent
     SIGABRT, on which Python's faulthandler (on in every test's child, tests/conftest.py) prints
     each thread's stack to the stderr read here."""
@@ -74,7 +76,7 @@ async def wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> 
         while loop.time() < end:
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
             try:
-                async with http.get(url + "/healthz") as resp:
+                async with http.get(url + path) as resp:
                     if resp.status == 200:
                         return
                     seen = f"HTTP {resp.status}"
@@ -89,6 +91,18 @@ async def wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> 
         if proc.stderr is not None:
             where = "\n" + proc.stderr.read().decode(errors="replace")[-6000:]
     raise TimeoutError(f"gateway did not start within {timeout} s at {url}: last try {seen}{where}")
+
+
+def stop(proc: subprocess.Popen, grace: float) -> None:
+    """SIGTERM, and SIGKILL if ``proc`` is still there after ``grace`` seconds; reaped."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @contextlib.asynccontextmanager
@@ -110,11 +124,6 @@ async def serving(tmp_path: Path, **server: object) -> AsyncIterator[str]:
         await wait_http(url, proc)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 30)
         assert proc.stderr is not None
         proc.stderr.close()

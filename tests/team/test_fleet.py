@@ -27,7 +27,7 @@ from gateway.config import ConfigError, load_config
 from gateway.server import create_app
 from gateway.team import fleet
 from tests.support import serve_process
-from tests.support.fleet_rig import wait_ready
+from tests.support.fleet_rig import START_TIMEOUT_S
 from tests.support.gateway_peer import (
     Master,
     fast_demo,
@@ -36,7 +36,7 @@ from tests.support.gateway_peer import (
     start_gateway,
 )
 from tests.support.procs import session_processes
-from tests.support.servers import free_port
+from tests.support.servers import free_port, wait_http
 from tests.support.waiting import eventually
 
 TOKEN = "fleet-token"
@@ -249,12 +249,12 @@ async def test_a_client_behind_the_proxy_is_not_a_local_ui(tmp_path):
 # --- the fleet's list -----------------------------------------------------------------------------
 
 
-async def test_the_list_holds_every_peers_sessions_and_names_the_silent_ones(tmp_path):
-    """Two gateways peers of each other (plus an address nobody answers on): each lists both
-    gateways' sessions with their own ws_path and pod, asked with the caller's token."""
+@contextlib.asynccontextmanager
+async def peered_gateways(tmp_path: Path, *more_peers: str) -> AsyncIterator[list[TestClient]]:
+    """Two in-process gateways of a fleet, ``rawp-gateway-0`` and ``-1`` (each under its own
+    route prefix, workspace ``tmp_path``/0 and /1), peers of each other and of ``more_peers``."""
     ports = [free_port(), free_port()]
-    dead = f"http://127.0.0.1:{free_port()}"
-    peers = tuple(f"http://127.0.0.1:{p}" for p in ports) + (dead,)
+    peers = tuple(f"http://127.0.0.1:{p}" for p in ports) + more_peers
     clients: list[TestClient] = []
     try:
         for i, port in enumerate(ports):
@@ -269,6 +269,17 @@ async def test_the_list_holds_every_peers_sessions_and_names_the_silent_ones(tmp
             client = TestClient(TestServer(create_app(config), port=port))
             await client.start_server()
             clients.append(client)
+        yield clients
+    finally:
+        for c in clients:
+            await c.close()
+
+
+async def test_the_list_holds_every_peers_sessions_and_names_the_silent_ones(tmp_path):
+    """Two gateways peers of each other (plus an address nobody answers on): each lists both
+    gateways' sessions with their own ws_path and pod, asked with the caller's token."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    async with peered_gateways(tmp_path, dead) as clients:
         made = [await create_session(c) for c in clients]
         resp = await clients[0].get("/v1/sessions", headers=AUTH)
         body = await resp.json()
@@ -283,9 +294,6 @@ async def test_the_list_holds_every_peers_sessions_and_names_the_silent_ones(tmp
         assert (await clients[1].get("/v1/sessions")).status == 401
         local = await (await clients[1].get("/v1/sessions?scope=local", headers=AUTH)).json()
         assert [s["pod"] for s in local["sessions"]] == ["rawp-gateway-1"]
-    finally:
-        for c in clients:
-            await c.close()
 
 
 # --- readiness ------------------------------------------------------------------------------------
@@ -301,7 +309,7 @@ async def serve(tmp_path: Path, toml: str) -> AsyncIterator[tuple[subprocess.Pop
     env = dict(os.environ, RAWP_GATEWAY_TOKEN=TOKEN)
     args = ("--config", str(config))
     async with serve_process.serve(*args, stdin=subprocess.DEVNULL, env=env) as (proc, url):
-        await wait_ready(url, proc)
+        await wait_http(url, proc, START_TIMEOUT_S)
         yield proc, url
 
 

@@ -33,6 +33,7 @@ from gateway.agent.conversations.common import ConversationError
 from gateway.agent.exit import AgentProcessError, AgentStartError
 from gateway.agent.process import AgentProcess
 from gateway.agent.profiles import AgentProfile
+from gateway.agent.sandbox import SpawnSandbox
 from parsers.acp import StoreQuery
 from parsers.saved import Transcript
 
@@ -52,10 +53,17 @@ def asks_agent(profile: AgentProfile) -> bool:
 
 
 async def list_sessions(
-    profile: AgentProfile, workspace: str, limit: int, *, timeout: float, grace: float
+    profile: AgentProfile,
+    workspace: str,
+    limit: int,
+    *,
+    timeout: float,
+    grace: float,
+    sandbox: SpawnSandbox | None = None,
 ) -> dict[str, Any]:
-    """``{"conversations": [...], "complete": bool}`` from the agent's ``session/list``."""
-    query = await _ask(profile, StoreQuery(workspace, limit=limit), timeout, grace)
+    """``{"conversations": [...], "complete": bool}`` from the agent's ``session/list``
+    (``sandbox``: asked in that session's sandbox, its HOME)."""
+    query = await _ask(profile, StoreQuery(workspace, limit=limit), timeout, grace, sandbox)
     listed = [
         {"id": s.id, "title": s.title, "updated_at": s.updated_at, "turns": s.turns}
         for s in query.listed
@@ -64,10 +72,16 @@ async def list_sessions(
 
 
 async def load_session(
-    profile: AgentProfile, workspace: str, session_id: str, *, timeout: float, grace: float
+    profile: AgentProfile,
+    workspace: str,
+    session_id: str,
+    *,
+    timeout: float,
+    grace: float,
+    sandbox: SpawnSandbox | None = None,
 ) -> Transcript:
     """The conversation of ``session_id`` as the agent replays it on ``session/load``."""
-    query = await _ask(profile, StoreQuery(workspace, load=session_id), timeout, grace)
+    query = await _ask(profile, StoreQuery(workspace, load=session_id), timeout, grace, sandbox)
     assert query.transcript is not None
     return query.transcript
 
@@ -76,7 +90,11 @@ _running = 0  # agents being asked now (one event loop per gateway)
 
 
 async def _ask(
-    profile: AgentProfile, query: StoreQuery, timeout: float, grace: float
+    profile: AgentProfile,
+    query: StoreQuery,
+    timeout: float,
+    grace: float,
+    sandbox: SpawnSandbox | None,
 ) -> StoreQuery:
     global _running
     if _running >= MAX_RUNNING:
@@ -87,13 +105,17 @@ async def _ask(
         )
     _running += 1
     try:
-        return await _asked(profile, query, timeout, grace)
+        return await _asked(profile, query, timeout, grace, sandbox)
     finally:
         _running -= 1
 
 
 async def _asked(
-    profile: AgentProfile, query: StoreQuery, timeout: float, grace: float
+    profile: AgentProfile,
+    query: StoreQuery,
+    timeout: float,
+    grace: float,
+    sandbox: SpawnSandbox | None,
 ) -> StoreQuery:
     try:
         proc = await AgentProcess.start(
@@ -103,6 +125,7 @@ async def _asked(
             workspace=query.workspace,
             max_line_bytes=MAX_LINE_BYTES,
             grace=grace,
+            sandbox=sandbox,
         )
     except (AgentStartError, OSError, ValueError) as err:
         raise ConversationError(

@@ -60,12 +60,15 @@ TRANSCRIPT_BYTES: Final = 16 << 20  # of one conversation loaded to resume (its 
 
 
 async def _in_worker(
-    profile: AgentProfile, read: Callable[..., _T], workspace: str, *args: Any
+    profile: AgentProfile, read: Callable[..., _T], workspace: str, *args: Any, home: str | None
 ) -> _T:
     """``read(fmt, env, workspace, *args)`` of the profile's store, in a worker thread: it walks
-    directories and reads files, which would block the event loop."""
+    directories and reads files, which would block the event loop. ``home``: the HOME of a
+    sandboxed session's agent, instead of the gateway's."""
     fmt = saved_format(profile)
     env = agent_environment(profile.env)
+    if home is not None:
+        env["HOME"] = home
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(None, read, fmt, env, workspace, *args)
 
@@ -85,10 +88,12 @@ class _Candidate:
 # --- listing -----------------------------------------------------------------------------------
 
 
-async def list_saved(profile: AgentProfile, workspace: str, limit: int) -> dict[str, Any]:
+async def list_saved(
+    profile: AgentProfile, workspace: str, limit: int, home: str | None = None
+) -> dict[str, Any]:
     """``{"conversations": [...], "complete": bool}`` of the files the profile's store holds for
-    the workspace, newest first."""
-    return await _in_worker(profile, _list, workspace, limit)
+    the workspace, newest first (``home``: in that HOME)."""
+    return await _in_worker(profile, _list, workspace, limit, home=home)
 
 
 def _list(fmt: SavedFormat, env: Mapping[str, str], workspace: str, limit: int) -> dict[str, Any]:
@@ -122,10 +127,12 @@ def _list(fmt: SavedFormat, env: Mapping[str, str], workspace: str, limit: int) 
 # --- loading one to resume ---------------------------------------------------------------------
 
 
-async def load_saved(profile: AgentProfile, workspace: str, conversation_id: str) -> Transcript:
+async def load_saved(
+    profile: AgentProfile, workspace: str, conversation_id: str, home: str | None = None
+) -> Transcript:
     """The saved conversation ``conversation_id`` of the workspace, translated; 404
     ``CONVERSATION_NOT_FOUND`` when the store holds none of that id for this workspace."""
-    transcript = await _in_worker(profile, _load, workspace, conversation_id)
+    transcript = await _in_worker(profile, _load, workspace, conversation_id, home=home)
     if transcript is None:
         raise ConversationError(
             404,

@@ -10,16 +10,28 @@ from gateway.agent import conversations
 from gateway.api_error import ApiError
 from gateway.server.keys import CONFIG, SESSIONS
 from gateway.server.middleware import _require
-from gateway.server.routes.sessions import _resolve_workspace
+from gateway.server.routes.sessions import _resolve_workspace, own_sandboxes
+from gateway.session import LiveSession
 
 
 async def list_agents(request: web.Request) -> web.Response:
-    agents = request.app[CONFIG].agents
+    config = request.app[CONFIG]
+    agents = config.agents
     # An agent that says what it can do when it starts (ACP) is shown with what its newest
     # session's agent declared; before any session, with the profile's features.
-    declared = {s.profile.name: s.machine.config.features for s in request.app[SESSIONS].values()}
+    # (A session that ended is only its summary: it declares nothing any more.)
+    declared = {
+        s.profile.name: s.machine.config.features
+        for s in request.app[SESSIONS].values()
+        if isinstance(s, LiveSession)
+    }
     return web.json_response(
-        {"agents": [p.public(declared.get(name)) for name, p in agents.items()]}
+        {
+            "agents": [
+                {**p.public(declared.get(name)), "isolation": config.isolation.mode}
+                for name, p in agents.items()
+            ]
+        }
     )
 
 
@@ -48,5 +60,6 @@ async def list_conversations(request: web.Request) -> web.Response:
         int(limit),
         timeout=config.conversations_timeout_sec,
         grace=config.shutdown_grace_sec,
+        sandboxes=own_sandboxes(request, agent, workspace),
     )
     return web.json_response(await listing)

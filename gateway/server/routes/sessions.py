@@ -26,11 +26,16 @@ from aiohttp import web
 from gateway.agent import conversations
 from gateway.agent.environment import agent_environment
 from gateway.agent.exit import missing_executable
+from gateway.agent.sandbox import SpawnSandbox
+from gateway.agent.sandbox import probe as sandbox_probe
+from gateway.agent.sandbox import spawn as sandboxes
 from gateway.api_error import ApiError
-from gateway.config import Config
+from gateway.config import AgentProfile, Config
+from gateway.protocol.budget import check_limit
 from gateway.protocol.history import POLICIES, History
 from gateway.server.keys import (
     AUDIT,
+    BUDGETS,
     CONFIG,
     MAX_NAME_CHARS,
     MAX_PATH_COMPONENT_BYTES,
@@ -180,7 +185,18 @@ async def create_session(request: web.Request) -> web.Response:
     if missing is not None and resume is None:
         raise ApiError(502, "AGENT_START_FAILED", f"the {agent} agent could not start: {missing}")
     transcript = None
-    if resume is not None:  # read and translated before anything is created
+    seed: SpawnSandbox | None = None  # sandbox mode: the HOME that holds the conversation
+    own = own_sandboxes(request, agent, workspace) if resume is not None else None
+    if resume is not None and own is not None:
+        transcript, seed = await conversations.find_conversation(
+            profile,
+            str(workspace),
+            resume,
+            own,
+            timeout=config.conversations_timeout_sec,
+            grace=config.shutdown_grace_sec,
+        )
+    elif resume is not None:  # read and translated before anything is created
         transcript = await conversations.load_conversation(
             profile,
             str(workspace),
@@ -188,6 +204,47 @@ async def create_session(request: web.Request) -> web.Response:
             timeout=config.conversations_timeout_sec,
             grace=config.shutdown_grace_sec,
         )
+    session = await start_session(
+        request,
+        profile,
+        workspace,
+        name=name,
+        origin=origin,
+        reattach_window_sec=float(window),
+        history=history,
+        resume=resume,
+        transcript=transcript,
+        seed=seed,
+    )
+    return web.json_response(session.to_json(), status=201)
+
+
+async def start_session(
+    request: web.Request,
+    profile: AgentProfile,
+    workspace: Path,
+    *,
+    name: str | None = None,
+    origin: str = "remote",
+    reattach_window_sec: float | None = None,
+    history: History | None = None,
+    resume: Any = None,
+    transcript: Any = None,
+    seed: SpawnSandbox | None = None,
+) -> LiveSession:
+    """Create, register and start a session of the caller's from what was validated already
+    (``POST /v1/session``, an ACP client's ``session/new``); audited. ``seed``: in sandbox mode,
+    the sandbox whose HOME holds the conversation ``resume`` names."""
+    app = request.app
+    config = app[CONFIG]
+    agent = profile.name
+    window = config.reattach_window_sec if reattach_window_sec is None else reattach_window_sec
+    if config.isolation.sandboxed:  # never an agent outside it, single-turn ones included
+        problem = await sandbox_probe(config.isolation, agent_environment(profile.env))
+        if problem is not None:
+            raise ApiError(
+                502, "AGENT_START_FAILED", f"the {agent} agent could not start: {problem}"
+            )
     # Everything is valid: only now is anything created (the session, its agent).
     _check_taking(app, new_session=True)
     if _held(app) >= config.max_sessions:
@@ -215,6 +272,8 @@ async def create_session(request: web.Request) -> web.Response:
     session.owner = _caller(request).user
     _wire(app, session, _caller(request).role)
     try:
+        if seed is not None:  # its agent resumes the conversation from a copy of that HOME
+            await _copy_home(seed, session)
         if transcript is not None:  # before it is listed: nobody may attach during the replay
             # A transcript means load_conversation took resume as a conversation id (a str).
             await session.continue_conversation(cast(str, resume), transcript)
@@ -236,7 +295,42 @@ async def create_session(request: web.Request) -> web.Response:
     log.info("session created", extra={"session": session_id, "agent": agent})
     detail = {"agent": agent} if resume is None else {"agent": agent, "resume_conversation": resume}
     _audit(request, "session.create", session_id, detail=detail)
-    return web.json_response(session.to_json(), status=201)
+    return session
+
+
+def own_sandboxes(request: web.Request, agent: str, workspace: Path) -> list[SpawnSandbox] | None:
+    """In sandbox mode, the sandboxes of the caller's own sessions of ``agent`` in ``workspace``,
+    newest first: the only HOMEs whose saved conversations the caller may list or continue
+    (docs/isolation.md). None when agents are not sandboxed."""
+    if not request.app[CONFIG].isolation.sandboxed:
+        return None
+    user = _caller(request).user
+    mine = [
+        s
+        for s in request.app[SESSIONS].values()
+        if isinstance(s, LiveSession)  # an ended one's HOME went with it
+        and s.owner == user
+        and s.profile.name == agent
+        and s.workspace == workspace
+    ]
+    mine.sort(key=lambda s: s.created_at, reverse=True)
+    boxes = [s.sandbox() for s in mine[: conversations.MAX_HOMES]]
+    return [b for b in boxes if b is not None]
+
+
+async def _copy_home(seed: SpawnSandbox, session: LiveSession) -> None:
+    target = session.sandbox()
+    assert target is not None
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.run_in_executor(None, sandboxes.copy_home, seed.home, target.home)
+    except sandboxes.HomeTooLarge as err:
+        raise ApiError(
+            507,
+            "HOME_TOO_LARGE",
+            f"the HOME that holds the conversation has {err}: it is not copied into a new "
+            "session (docs/isolation.md)",
+        ) from None
 
 
 def _wire(app: web.Application, session: LiveSession, role: str | None = None) -> None:
@@ -244,6 +338,7 @@ def _wire(app: web.Application, session: LiveSession, role: str | None = None) -
     permission rules in force with its owner's ``role``."""
     session.audit = app[AUDIT] if app[AUDIT].enabled else None
     session.notifier = app[NOTIFIER] if app[NOTIFIER].enabled else None
+    session.budgets = app[BUDGETS]
     apply_policy(app, session, role)
 
 
@@ -348,11 +443,22 @@ async def get_session(request: web.Request) -> web.Response:
 
 async def patch_session(request: web.Request) -> web.Response:
     """``{"name"}`` renames (admin), ``{"members"}`` replaces who it is shared with (the owner or
-    an admin); both are checked before either changes."""
+    an admin), ``{"budget_usd"}`` sets its budget (an admin of the gateway: docs/budgets.md); all
+    are checked before any changes."""
     session = _session(request)
     body = await _json_body(request)
-    if "name" not in body and "members" not in body:
-        raise ApiError(400, "INVALID_REQUEST", "give name (rename) or members (share)")
+    if not body.keys() & {"name", "members", "budget_usd"}:
+        raise ApiError(
+            400, "INVALID_REQUEST", "give name (rename), members (share) or budget_usd (budget)"
+        )
+    budget: float | None = None
+    if "budget_usd" in body:
+        _require(request, "admin", "session.budget", session.id)
+        if body["budget_usd"] is not None:
+            try:
+                budget = check_limit(body["budget_usd"], "budget_usd")
+            except ValueError as err:
+                raise ApiError(400, "INVALID_REQUEST", str(err)) from None
     members = None
     if "members" in body:
         if _caller(request).user != session.owner:
@@ -372,6 +478,9 @@ async def patch_session(request: web.Request) -> web.Response:
     if name is not None:
         session.rename(name)
         _audit(request, "session.rename", session.id, detail={"name": name})
+    if "budget_usd" in body:
+        request.app[BUDGETS].set_limit(session, budget)
+        _audit(request, "session.budget", session.id, detail={"budget_usd": budget})
     return web.json_response(session.to_json())
 
 

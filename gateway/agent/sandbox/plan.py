@@ -1,0 +1,274 @@
+"""The sandbox's decisions, pure: ``[isolation]``'s settings (``Isolation``), the bubblewrap argv
+that runs one agent command (``bwrap_argv``), the environment it gets inside (``sandbox_environment``)
+and which limit an agent that ended badly most likely hit (``limit_named``). What is on disk (which
+system directories exist, where a link points, which secret files are there) is found by the shell
+(``gateway/agent/sandbox/spawn.py``) and comes in as a ``Layout``; nothing here reads a file or
+starts a process, so every choice below is tested with paths in and argv out.
+
+How the argv is made
+--------------------
+Namespaces: a new user, PID, IPC and UTS namespace always, a network one with ``network =
+"none"``; ``--die-with-parent`` (the sandbox dies with the gateway) and ``--new-session`` (no
+terminal to push keystrokes into, even if one were inherited). The mounts are one list sorted by
+depth, since a mount hides what an earlier one put below it: the system read-only (``/usr``,
+``/etc``... as they exist; a top-level link such as ``/bin -> usr/bin`` stays a link), a fresh
+``/proc`` and a minimal ``/dev``, a private ``/tmp`` (a tmpfs of at most ``max_memory_mb``),
+``bind_ro`` and ``bind_rw``, the session's workspace and its HOME read-write at their own paths,
+then the masks: each directory or file the gateway keeps to itself (state dir, workspace root,
+other sessions' workspaces, config, token, users, secret and audit files) that a bind would show is
+covered (an empty tmpfs over a directory, an empty read-only file over a file); one nothing shows
+is left alone. The command then runs under ``prlimit``, inside the namespaces: RLIMIT_NPROC set there
+counts the processes of the sandbox's own user namespace (set before ``bwrap`` it would also bound
+the namespace's parent level, i.e. every process of the gateway's user), RLIMIT_DATA bounds each
+process's private writable memory (docs/isolation.md says what each guarantees).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+__all__ = [
+    "DEFAULT_MAX_MEMORY_MB",
+    "DEFAULT_MAX_PROCESSES",
+    "MASK_TMPFS_BYTES",
+    "SYSTEM_DIRS",
+    "Isolation",
+    "Layout",
+    "Mask",
+    "bwrap_argv",
+    "is_visible",
+    "limit_named",
+    "sandbox_environment",
+]
+
+DEFAULT_MAX_PROCESSES: Final = 512
+DEFAULT_MAX_MEMORY_MB: Final = 4096
+# What the agent sees of the system, read-only, when it exists (a link is kept as a link).
+SYSTEM_DIRS: Final = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+)
+# An empty tmpfs over a masked directory: only mount points go in, so it may stay tiny.
+MASK_TMPFS_BYTES: Final = 64 * 1024
+# Variables naming a directory the agent writes to: one the sandbox does not show is dropped (the
+# agent then uses its default under HOME) rather than left to fail every write.
+_DIR_VARIABLES: Final = (
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_RUNTIME_DIR",
+)
+
+Mode = Literal["none", "sandbox"]
+Network = Literal["host", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class Isolation:
+    """``[isolation]`` (docs/configuration.md), checked by gateway/config/isolation.py."""
+
+    mode: Mode = "none"
+    network: Network = "host"
+    bind_ro: tuple[str, ...] = ()
+    bind_rw: tuple[str, ...] = ()
+    max_processes: int = DEFAULT_MAX_PROCESSES
+    max_memory_mb: int = DEFAULT_MAX_MEMORY_MB
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.mode == "sandbox"
+
+
+@dataclass(frozen=True, slots=True)
+class Mask:
+    """A path the agent must not see: a directory (covered with an empty tmpfs) or a file
+    (covered with an empty read-only file)."""
+
+    path: str
+    is_dir: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """What the shell found for one agent: the tools, what of ``SYSTEM_DIRS`` exists (a link with
+    its target), the session's workspace and HOME (absolute, existing), the masks, and an empty
+    read-only file to cover a masked file with (``/dev/null`` would not do: a bind is ``nodev``,
+    and opening a device on it fails, which tells the agent something is there)."""
+
+    bwrap: str
+    prlimit: str
+    workspace: str
+    home: str
+    empty: str
+    system: tuple[tuple[str, str | None], ...] = ()
+    extra_ro: tuple[str, ...] = ()  # files a system link points to outside SYSTEM_DIRS
+    masks: tuple[Mask, ...] = field(default=())
+
+
+# One mount: (path, order at equal depth, bwrap arguments). Binds show the host's path; the
+# others (tmpfs, /proc, /dev, a link, a mask) show nothing of it.
+_Op = tuple[str, int, tuple[str, ...], bool]
+
+
+def _depth(path: str) -> int:
+    return 0 if path == "/" else path.count("/")
+
+
+def _within(path: str, top: str) -> bool:
+    """``path`` is ``top`` or below it (both normalised absolute paths)."""
+    return path == top or top == "/" or path.startswith(top + "/")
+
+
+def _binds(settings: Isolation, layout: Layout) -> list[_Op]:
+    ops: list[_Op] = []
+    for path, target in layout.system:
+        if target is not None:
+            ops.append((path, 0, ("--symlink", target, path), False))
+        else:
+            ops.append((path, 0, ("--ro-bind", path, path), True))
+    for path in layout.extra_ro:
+        ops.append((path, 0, ("--ro-bind", path, path), True))
+    ops.append(("/proc", 0, ("--proc", "/proc"), False))
+    ops.append(("/dev", 0, ("--dev", "/dev"), False))
+    tmp_bytes = str(settings.max_memory_mb << 20)
+    ops.append(("/tmp", 0, ("--size", tmp_bytes, "--tmpfs", "/tmp"), False))
+    for path in settings.bind_ro:
+        ops.append((path, 1, ("--ro-bind", path, path), True))
+    for path in settings.bind_rw:
+        ops.append((path, 1, ("--bind", path, path), True))
+    ops.append((layout.workspace, 2, ("--bind", layout.workspace, layout.workspace), True))
+    ops.append((layout.home, 2, ("--bind", layout.home, layout.home), True))
+    return ops
+
+
+def is_visible(path: str, ops: Sequence[_Op]) -> bool:
+    """Whether the host's ``path`` shows in the sandbox: the deepest mount at or above it is a
+    bind (then the host's files are there), not a tmpfs, a link or a mask."""
+    best: _Op | None = None
+    for op in ops:
+        if _within(path, op[0]) and (
+            best is None
+            or (_depth(op[0]), op[1])
+            >= (
+                _depth(best[0]),
+                best[1],
+            )
+        ):
+            best = op
+    return best is not None and best[3]
+
+
+def bwrap_argv(settings: Isolation, layout: Layout, command: Sequence[str], cwd: str) -> list[str]:
+    """The argv that runs ``command`` (an agent's, no shell) in the sandbox, in ``cwd``."""
+    argv = [
+        layout.bwrap,
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+    ]
+    if settings.network == "none":
+        argv.append("--unshare-net")
+    argv += ["--die-with-parent", "--new-session", "--hostname", "rawp-agent"]
+    ops = _binds(settings, layout)
+    keep = (layout.workspace, layout.home)
+    for mask in sorted(layout.masks, key=lambda m: (_depth(m.path), m.path)):
+        # Never over the session's own workspace or HOME (a workspace root that is the session's
+        # own workspace); what is above them is covered, and they are bound again on top.
+        if mask.path in keep or not is_visible(mask.path, ops):
+            continue
+        cover: tuple[str, ...] = (
+            ("--size", str(MASK_TMPFS_BYTES), "--tmpfs", mask.path)
+            if mask.is_dir
+            else ("--ro-bind", layout.empty, mask.path)
+        )
+        ops.append((mask.path, 3, cover, False))
+    for op in sorted(ops, key=lambda op: (_depth(op[0]), op[1])):
+        argv += op[2]
+    argv += ["--chdir", cwd, "--", layout.prlimit]
+    argv += [
+        f"--nproc={settings.max_processes}",
+        f"--data={settings.max_memory_mb << 20}",
+        "--",
+        *command,
+    ]
+    return argv
+
+
+def sandbox_environment(
+    env: Mapping[str, str], settings: Isolation, layout: Layout, template: str | None = None
+) -> dict[str, str]:
+    """The agent's environment inside: ``env`` (already without the gateway's settings) with
+    ``HOME`` the session's own, a variable naming a path in ``template`` (the profile's own
+    ``HOME``, which the session's was copied from) naming the same path in the session's HOME,
+    ``TMPDIR`` the private ``/tmp`` unless it names a directory the agent writes to, and the XDG
+    directories it cannot see dropped."""
+    out = dict(env)
+    if template:
+        top = posixpath.normpath(template)
+        for name, value in env.items():
+            if value.startswith("/") and _within(posixpath.normpath(value), top):
+                out[name] = layout.home + posixpath.normpath(value)[len(top) :]
+    out["HOME"] = layout.home
+    writable = ("/tmp", layout.workspace, layout.home, *settings.bind_rw)
+
+    def shown(value: str) -> bool:
+        path = posixpath.normpath(value) if value.startswith("/") else ""
+        return bool(path) and any(_within(path, top) for top in writable)
+
+    if not shown(out.get("TMPDIR", "/tmp")):
+        out["TMPDIR"] = "/tmp"
+    for name in _DIR_VARIABLES:
+        if name in out and not shown(out[name]):
+            del out[name]
+    return out
+
+
+# What a process says when a limit stopped it: (words in its stderr, the limit's name).
+_LIMIT_SIGNS: Final = (
+    (
+        (
+            "Resource temporarily unavailable",
+            "fork: retry",
+            "EAGAIN",
+            "can't fork",
+            "Cannot fork",
+            "BlockingIOError",
+        ),
+        "max_processes",
+    ),
+    (
+        (
+            "Cannot allocate memory",
+            "MemoryError",
+            "out of memory",
+            "ENOMEM",
+            "Allocation failed",
+            "std::bad_alloc",
+        ),
+        "max_memory_mb",
+    ),
+)
+
+
+def limit_named(settings: Isolation, stderr: str) -> str | None:
+    """For an agent that ended badly in the sandbox: the limit its last words point at, as a
+    sentence for ``agent.error`` (``None`` when they point at none). Read once, at its exit."""
+    if not settings.sandboxed:
+        return None
+    for signs, name in _LIMIT_SIGNS:
+        if any(sign in stderr for sign in signs):
+            value = settings.max_processes if name == "max_processes" else settings.max_memory_mb
+            return f"the sandbox's {name} ({value}) was likely reached ([isolation] {name})"
+    return None

@@ -1,0 +1,255 @@
+"""The sandbox's decisions, pure (gateway/agent/sandbox/plan.py): settings, a workspace, a HOME and
+the paths to hide in, the bubblewrap argv out. Nothing here runs bwrap: tests/agent/test_sandbox.py
+does, with a hostile agent."""
+
+from __future__ import annotations
+
+from gateway.agent.sandbox.plan import (
+    MASK_TMPFS_BYTES,
+    Isolation,
+    Layout,
+    Mask,
+    bwrap_argv,
+    limit_named,
+    sandbox_environment,
+)
+
+SANDBOX = Isolation(mode="sandbox")
+EMPTY = "/tmp/rawp-gateway-homes-x/empty"  # the shell's empty read-only file
+SYSTEM = (("/usr", None), ("/bin", "usr/bin"), ("/lib", "usr/lib"), ("/etc", None), ("/opt", None))
+
+
+def layout(
+    *masks: Mask,
+    workspace: str = "/srv/work/alice",
+    home: str = "/var/lib/rawp/sessions/s1/home",
+    **kw,
+) -> Layout:
+    return Layout(
+        bwrap="/usr/bin/bwrap",
+        prlimit="/usr/bin/prlimit",
+        workspace=workspace,
+        home=home,
+        empty=EMPTY,
+        system=SYSTEM,
+        masks=masks,
+        **kw,
+    )
+
+
+def mounts(argv: list[str]) -> list[tuple[str, ...]]:
+    """The mount options of an argv, each with its arguments, in order."""
+    arity = {"--ro-bind": 2, "--bind": 2, "--symlink": 2, "--tmpfs": 1, "--proc": 1, "--dev": 1}
+    out, i = [], 0
+    end = argv.index("--chdir")
+    while i < end:
+        if argv[i] in arity:
+            n = arity[argv[i]]
+            out.append(tuple(argv[i : i + n + 1]))
+            i += n + 1
+        else:
+            i += 1
+    return out
+
+
+def test_namespaces_and_the_command_under_prlimit():
+    argv = bwrap_argv(SANDBOX, layout(), ["claude", "-p", "--", "hi"], "/srv/work/alice")
+    assert argv[0] == "/usr/bin/bwrap"
+    for flag in (
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--die-with-parent",
+        "--new-session",
+    ):
+        assert flag in argv
+    assert "--unshare-net" not in argv  # network = "host"
+    tail = argv[argv.index("--chdir") :]
+    assert tail == [
+        "--chdir",
+        "/srv/work/alice",
+        "--",
+        "/usr/bin/prlimit",
+        "--nproc=512",
+        f"--data={4096 << 20}",
+        "--",
+        "claude",
+        "-p",
+        "--",
+        "hi",
+    ]
+    assert "--unsetenv" not in argv and "--setenv" not in argv  # the environment is made before
+    none = bwrap_argv(Isolation(mode="sandbox", network="none"), layout(), ["a"], "/")
+    assert "--unshare-net" in none
+
+
+def test_system_read_only_links_kept_fresh_proc_private_tmp_and_the_session_read_write():
+    found = mounts(bwrap_argv(SANDBOX, layout(), ["a"], "/srv/work/alice"))
+    assert ("--ro-bind", "/usr", "/usr") in found
+    assert ("--ro-bind", "/etc", "/etc") in found
+    assert ("--symlink", "usr/bin", "/bin") in found
+    assert ("--proc", "/proc") in found
+    assert ("--dev", "/dev") in found
+    assert ("--tmpfs", "/tmp") in found
+    assert ("--bind", "/srv/work/alice", "/srv/work/alice") in found
+    home = "/var/lib/rawp/sessions/s1/home"
+    assert ("--bind", home, home) in found
+    # Nothing else of the machine: not / nor /home, /var, /run, /sys.
+    shown = {m[-1] for m in found}
+    assert not shown & {"/", "/home", "/var", "/run", "/sys", "/srv"}
+
+
+def test_tmp_is_bounded_by_the_memory_limit():
+    argv = bwrap_argv(Isolation(mode="sandbox", max_memory_mb=512), layout(), ["a"], "/")
+    i = argv.index("/tmp") - 1
+    assert argv[i - 2 : i + 2] == ["--size", str(512 << 20), "--tmpfs", "/tmp"]
+
+
+def test_binds_of_the_settings():
+    settings = Isolation(mode="sandbox", bind_ro=("/opt/tools",), bind_rw=("/data/cache",))
+    found = mounts(bwrap_argv(settings, layout(), ["a"], "/"))
+    assert ("--ro-bind", "/opt/tools", "/opt/tools") in found
+    assert ("--bind", "/data/cache", "/data/cache") in found
+    # /opt/tools comes after /opt: a deeper mount is made after the one above it.
+    assert found.index(("--ro-bind", "/opt", "/opt")) < found.index(
+        ("--ro-bind", "/opt/tools", "/opt/tools")
+    )
+
+
+def test_a_secret_under_a_read_only_system_directory_is_masked():
+    """The image's /etc/rawp-gateway/config.toml shows under a read-only /etc unless masked."""
+    masks = (
+        Mask("/etc/rawp-gateway/config.toml", is_dir=False),
+        Mask("/etc/rawp-gateway/users.toml", is_dir=False),
+    )
+    found = mounts(bwrap_argv(SANDBOX, layout(*masks), ["a"], "/"))
+    for mask in masks:
+        assert ("--ro-bind", EMPTY, mask.path) in found
+        assert found.index(("--ro-bind", "/etc", "/etc")) < found.index(
+            ("--ro-bind", EMPTY, mask.path)
+        )
+
+
+def test_what_no_bind_shows_is_left_alone():
+    """A token file in /run/secrets or a state dir in /var/lib is not in the sandbox at all: no
+    mount is made for it (nor a directory created on its way)."""
+    masks = (Mask("/run/secrets/token", is_dir=False), Mask("/var/lib/rawp", is_dir=True))
+    argv = bwrap_argv(SANDBOX, layout(*masks), ["a"], "/")
+    assert "/run/secrets/token" not in argv
+    assert "/var/lib/rawp" not in argv
+
+
+def test_a_masked_directory_under_a_bind_and_the_session_shown_again_inside_it():
+    """The workspace root and the state dir under /opt (bound read-only): each covered with an
+    empty tmpfs, then the session's own workspace and HOME bound again on top, in that order."""
+    masks = (Mask("/opt/work", is_dir=True), Mask("/opt/state", is_dir=True))
+    found = mounts(
+        bwrap_argv(
+            SANDBOX,
+            layout(*masks, workspace="/opt/work/alice", home="/opt/state/sessions/s1/home"),
+            ["a"],
+            "/",
+        )
+    )
+    order = [
+        ("--ro-bind", "/opt", "/opt"),
+        ("--tmpfs", "/opt/work"),
+        ("--bind", "/opt/work/alice", "/opt/work/alice"),
+    ]
+    assert [found.index(m) for m in order] == sorted(found.index(m) for m in order)
+    assert found.index(("--tmpfs", "/opt/state")) < found.index(
+        ("--bind", "/opt/state/sessions/s1/home", "/opt/state/sessions/s1/home")
+    )
+    argv = bwrap_argv(SANDBOX, layout(*masks), ["a"], "/")
+    i = argv.index("/opt/work")
+    assert argv[i - 3 : i + 1] == ["--size", str(MASK_TMPFS_BYTES), "--tmpfs", "/opt/work"]
+
+
+def test_another_workspace_inside_this_one_and_a_secret_inside_it_are_masked():
+    masks = (
+        Mask("/srv/work/alice/bob-project", is_dir=True),
+        Mask("/srv/work/alice/gateway.toml", is_dir=False),
+    )
+    found = mounts(bwrap_argv(SANDBOX, layout(*masks), ["a"], "/"))
+    ws = found.index(("--bind", "/srv/work/alice", "/srv/work/alice"))
+    assert found.index(("--tmpfs", "/srv/work/alice/bob-project")) > ws
+    assert found.index(("--ro-bind", EMPTY, "/srv/work/alice/gateway.toml")) > ws
+
+
+def test_the_workspace_root_that_is_the_session_workspace_is_not_masked_over_it():
+    masks = (Mask("/srv/work/alice", is_dir=True),)
+    found = mounts(bwrap_argv(SANDBOX, layout(*masks), ["a"], "/"))
+    assert ("--tmpfs", "/srv/work/alice") not in found
+
+
+def test_a_secret_inside_a_masked_directory_needs_no_mount_of_its_own():
+    masks = (Mask("/opt/state", is_dir=True), Mask("/opt/state/users.toml", is_dir=False))
+    found = mounts(bwrap_argv(SANDBOX, layout(*masks), ["a"], "/"))
+    assert ("--tmpfs", "/opt/state") in found
+    assert ("--ro-bind", EMPTY, "/opt/state/users.toml") not in found
+
+
+def test_a_linked_file_outside_the_system_directories_is_bound():
+    found = mounts(
+        bwrap_argv(SANDBOX, layout(extra_ro=("/run/systemd/resolve/stub-resolv.conf",)), ["a"], "/")
+    )
+    target = "/run/systemd/resolve/stub-resolv.conf"
+    assert ("--ro-bind", target, target) in found
+
+
+def test_the_environment_inside():
+    lay = layout()
+    env = sandbox_environment(
+        {
+            "PATH": "/usr/bin",
+            "HOME": "/home/rawp",
+            "TMPDIR": "/var/tmp/gateway",
+            "XDG_CONFIG_HOME": "/home/rawp/.config",
+            "XDG_CACHE_HOME": "/srv/work/alice/.cache",
+            "ANTHROPIC_API_KEY": "k",
+        },
+        SANDBOX,
+        lay,
+    )
+    assert env == {
+        "PATH": "/usr/bin",
+        "HOME": lay.home,
+        "TMPDIR": "/tmp",
+        "XDG_CACHE_HOME": "/srv/work/alice/.cache",
+        "ANTHROPIC_API_KEY": "k",
+    }
+    assert sandbox_environment({"TMPDIR": "/tmp/x"}, SANDBOX, lay)["TMPDIR"] == "/tmp/x"
+
+
+def test_the_limit_an_agent_ran_into_is_named():
+    assert limit_named(SANDBOX, "bash: fork: retry: Resource temporarily unavailable") == (
+        "the sandbox's max_processes (512) was likely reached ([isolation] max_processes)"
+    )
+    assert "max_memory_mb (4096)" in (limit_named(SANDBOX, "Traceback...\nMemoryError\n") or "")
+    assert limit_named(SANDBOX, "Error: invalid API key") is None
+    assert limit_named(Isolation(), "MemoryError") is None  # not sandboxed: no such limit
+
+
+def test_paths_in_the_profiles_own_home_move_to_the_sessions():
+    """A profile whose env sets HOME (its settings, a CLI's own config dir below it): the
+    session's HOME started as a copy of it, and what named a path in it names that path in the
+    session's HOME."""
+    lay = layout()
+    env = sandbox_environment(
+        {
+            "HOME": "/etc/agent-home",
+            "CODEX_HOME": "/etc/agent-home/.codex",
+            "TMPDIR": "/etc/agent-home/tmp",
+            "OTHER": "/etc/agent-homely",
+        },
+        SANDBOX,
+        lay,
+        template="/etc/agent-home/",
+    )
+    assert env == {
+        "HOME": lay.home,
+        "CODEX_HOME": f"{lay.home}/.codex",
+        "TMPDIR": f"{lay.home}/tmp",
+        "OTHER": "/etc/agent-homely",
+    }
