@@ -394,12 +394,15 @@ async def one_round(
             kernel = cpu_split(relay.proc.pid)[1] - kernel0
             window_ns = (window_ns[0], time.monotonic_ns())
             rss2 = rss_bytes(relay.proc.pid)
-            agents_rss = sum(rss_bytes(p) for p in agent_pids if Path(f"/proc/{p}").exists())
+            agents_rss = 0
+            for pid in agent_pids:
+                with contextlib.suppress(OSError):  # an agent that ended meanwhile
+                    agents_rss += rss_bytes(pid)
             pauses = relay.gc_pauses(*window_ns) if isinstance(relay, Gateway) else []
             await asyncio.gather(*senders)
-            for p in (sampler, recorder):
-                if p is not None:
-                    p.wait()
+            for tool in (sampler, recorder):
+                if tool is not None:
+                    tool.wait()
             for m in masters:
                 m.ended.cancel()  # no burst to end at the recorded pace: nobody waits for one
                 m.close()
@@ -413,7 +416,8 @@ async def one_round(
             shutil.rmtree(home, ignore_errors=True)
 
     def spent(before: dict[int, float], after: dict[int, float]) -> float:
-        return sum(after.get(p, 0) - before.get(p, 0) for p in before)
+        """CPU seconds over the window of the processes alive at both ends."""
+        return sum(after[p] - before[p] for p in before if p in after)
 
     lat: dict[bool, list[int]] = {True: [], False: []}
     for m, via in zip(masters, routed, strict=True):
