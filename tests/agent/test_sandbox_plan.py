@@ -210,24 +210,24 @@ def test_what_runs_on_the_gateways_own_python_is_named():
 
 
 def test_the_gateways_own_python_is_shown_where_nothing_shows_it_yet():
-    """The venv, the interpreter's installation under a 0700 HOME, the directory the interpreter
-    really is in (inside that installation: no mount of its own) and an editable install's
-    package, read-only; not what a system directory shows already, nor the rest of the
+    """The venv, the interpreter's installation under a 0700 HOME (/srv/ops), the directory the
+    interpreter really is in (inside that installation: no mount of its own) and an editable
+    install's package, read-only; not what a system directory shows already, nor the rest of the
     checkout."""
     runtime = (
         "/srv/app/.venv",
-        "/root/.pyenv/versions/3.11.7",
-        "/root/.pyenv/versions/3.11.7/bin",
+        "/srv/ops/.pyenv/versions/3.11.7",
+        "/srv/ops/.pyenv/versions/3.11.7/bin",
         "/srv/app/gateway",
         "/usr/lib/python3.11",
     )
     found = mounts(bwrap_argv(SANDBOX, layout(runtime=runtime), ["a"], "/"))
     binds = [m[1] for m in found if m[0] == "--ro-bind"]
-    for path in ("/srv/app/.venv", "/root/.pyenv/versions/3.11.7", "/srv/app/gateway"):
+    for path in ("/srv/app/.venv", "/srv/ops/.pyenv/versions/3.11.7", "/srv/app/gateway"):
         assert ("--ro-bind", path, path) in found
-    assert "/root/.pyenv/versions/3.11.7/bin" not in binds
+    assert "/srv/ops/.pyenv/versions/3.11.7/bin" not in binds
     assert "/usr/lib/python3.11" not in binds
-    assert "/srv/app" not in binds and "/root" not in binds
+    assert "/srv/app" not in binds and "/srv/ops" not in binds
 
 
 def test_a_secret_inside_the_gateways_own_python_is_still_masked():

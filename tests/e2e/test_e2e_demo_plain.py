@@ -36,7 +36,7 @@ MODES = ["none", pytest.param("sandbox", marks=pytest.mark.sandbox)]
 
 def seen_from(pid: int, path: Path | str) -> Path:
     """``path`` as the process ``pid`` sees it (through its own mount namespace)."""
-    return Path(f"/proc/{pid}/root") / str(path).lstrip("/")
+    return Path("/proc", str(pid), "root", str(path).lstrip("/"))
 
 
 @pytest.mark.parametrize("mode", MODES)
