@@ -18,6 +18,13 @@ agents=(
   "codex-acp @zed-industries/codex-acp 0.16.0 codex-acp"
 )
 
+# Libraries the tests' own Node scripts import (no binary): the official ACP TypeScript SDK drives
+# `rawp-gateway acp` as an editor would (tests/support/acp_ts_client.mjs).
+# name  npm package  version
+libraries=(
+  "acp-sdk @agentclientprotocol/sdk 2.4.0"
+)
+
 command -v npm >/dev/null || { echo "install-agents: npm is required (Node.js >= 20)" >&2; exit 1; }
 node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 20 ? 1 : 0)' 2>/dev/null ||
   { echo "install-agents: Node.js >= 20 is required (found $(node --version 2>&1))" >&2; exit 1; }
@@ -41,4 +48,22 @@ for line in "${agents[@]}"; do
       "$pkg@$version" >&2
   fi
   echo "$name $version $prefix/node_modules/.bin/$bin"
+done
+
+for line in "${libraries[@]}"; do
+  read -r name pkg version <<<"$line"
+  prefix="$root/$name"
+  manifest="$prefix/node_modules/$pkg/package.json"
+  have=""
+  if [ -f "$manifest" ]; then
+    have="$(node -p "require(process.argv[1]).version" "$manifest" 2>/dev/null || true)"
+  fi
+  if [ "$have" != "$version" ]; then
+    echo "install-agents: installing $pkg@$version into $prefix" >&2
+    mkdir -p "$prefix"
+    [ -f "$prefix/package.json" ] || echo '{"private": true}' >"$prefix/package.json"
+    npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error --no-save \
+      "$pkg@$version" >&2
+  fi
+  echo "$name $version $prefix/node_modules/$pkg"
 done

@@ -31,7 +31,7 @@ import aiohttp
 from gateway.chat.app import REATTACH_DELAYS_S, Chat, completions
 from gateway.chat.lines import LineSource
 from gateway.chat.render import ANSI, PLAIN, Screen, _one_line
-from gateway.client import GatewayClient, GatewayError
+from gateway.client import GatewayClient, GatewayError, read_token
 
 if TYPE_CHECKING:
     from gateway.chat.editor import EditedLines
@@ -324,14 +324,6 @@ def add_chat_arguments(
             help="do not delete the session on exit (default: the session this chat created "
             "is deleted)",
         )
-
-
-def read_token(token_file: str | None) -> str | None:
-    """The bearer token from ``--token-file``, else ``$RAWP_GATEWAY_TOKEN``, else none."""
-    if token_file:
-        with open(token_file, encoding="utf-8") as f:
-            return f.read().strip() or None
-    return os.environ.get("RAWP_GATEWAY_TOKEN") or None
 
 
 async def run_chat_from_args(

@@ -1,4 +1,4 @@
-"""The ``rawp-gateway`` command: ``serve``, ``translate``, ``demo`` and ``chat``."""
+"""The ``rawp-gateway`` command: ``serve``, ``translate``, ``demo``, ``chat`` and ``acp``."""
 
 from __future__ import annotations
 
@@ -76,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
         "--url", required=True, help="the gateway's base URL, http://host:port (required)"
     )
     _chat_arguments(chat, with_url=True)
+
+    from gateway.cli.acp import add_acp_arguments
+
+    acp = command("acp", "an ACP agent on stdio for editors, relayed to a gateway's /acp")
+    add_acp_arguments(acp)
     parser.set_defaults(subparsers=sub.choices)
     return parser
 
@@ -106,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         from gateway.cli.demo import run_demo
 
         return run_demo(args)
+    if args.command == "acp":
+        from gateway.cli.acp import acp_command
+
+        return acp_command(args)
     if args.command == "chat":
         from gateway.chat import run_chat_command
 

@@ -21,6 +21,7 @@ from gateway.client.http import (
     GatewayClient,
     GatewayError,
     master_capabilities,
+    read_token,
 )
 from gateway.client.view import (
     DISCONNECTED,
@@ -59,4 +60,5 @@ __all__ = [
     "is_synthetic",
     "master_capabilities",
     "payload_of",
+    "read_token",
 ]

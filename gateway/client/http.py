@@ -9,6 +9,7 @@ A 4xx/5xx answer (or a refused WebSocket upgrade) raises ``GatewayError`` carryi
 
 from __future__ import annotations
 
+import os
 from typing import Any, BinaryIO, Final
 from urllib.parse import quote, urlencode
 
@@ -45,6 +46,15 @@ def master_capabilities(features: F.Features = ALL_FEATURES) -> F.Capabilities:
         supported_namespaces=list(SUPPORTED_NAMESPACES),
         features=features,
     )
+
+
+def read_token(token_file: str | None) -> str | None:
+    """The bearer token from ``--token-file``, else ``$RAWP_GATEWAY_TOKEN``, else none: what every
+    client command (``chat``, ``acp``) sends as ``Authorization: Bearer``."""
+    if token_file:
+        with open(token_file, encoding="utf-8") as f:
+            return f.read().strip() or None
+    return os.environ.get("RAWP_GATEWAY_TOKEN") or None
 
 
 MAX_SESSION_PATHS: Final = 1024  # session paths a client remembers (GatewayClient._paths)

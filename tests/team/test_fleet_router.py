@@ -2,7 +2,7 @@
 router configuration of deploy/k8s (the same template, only the listen address, resolver,
 gateway domain and port filled in for loopback), three ``rawp-gateway serve`` processes on
 127.0.0.2, .3 and .4 with their own state directories and route prefixes, and real WebSocket
-masters and Chromium going through the router only."""
+masters, Chromium and ACP editors going through the router only."""
 
 from __future__ import annotations
 
@@ -15,10 +15,15 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gateway.client import GatewayClient
+from gateway.client.view import payload_of
+from gateway.protocol import frames as F
+from tests.support.acp_editors import CutProxy, python_editor, relay_argv, relay_env
 from tests.support.console import open_page, prompt, sign_in
 from tests.support.dashboard import all_panels, load_dashboard, substitute
 from tests.support.fleet_rig import AUTH, TOKEN, Fleet, nginx_path
 from tests.support.prometheus import query, run_prometheus
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.nginx
 SUBPROTOCOL = "rawp-dps-1.0"
@@ -357,3 +362,97 @@ async def test_the_client_library_follows_each_session_to_its_pod(fleet):
             conn = await client.attach(sid)
             await conn.close()
             assert (await client.delete_session(sid))["state"] == "TERMINATED"
+
+
+ACP_TURN = 60.0  # a bound on a hang, not a measure
+
+
+async def dps_turn(client: GatewayClient, session_id: str, text: str) -> None:
+    """A DPS master's prompt, through the router, to its turn's end."""
+    conn = await client.attach(session_id)
+    try:
+        await conn.prompt(text)
+        async with asyncio.timeout(ACP_TURN):
+            while not isinstance(payload_of(await conn.receive()), F.TurnEnd):
+                pass
+    finally:
+        await conn.close()
+
+
+async def test_an_editor_through_the_router_reaches_every_pods_sessions_and_survives_a_drop(
+    fleet, tmp_path
+):
+    """``/acp`` through the router: an editor (the official ACP Python SDK) launching
+    ``rawp-gateway acp --url <router>`` loads a session on each pod (the relay following
+    SESSION_ON_OTHER_POD to the pod that holds it), lists every pod's sessions, prompts each, and
+    after the connection drops (a loopback hop before the router, cut) finds every one of them
+    again, wherever the router put its new socket; then after one pod restarts."""
+    # One session on each pod, each with a DPS master's turn in its history.
+    sessions: dict[str, str] = {}  # pod -> session
+    for pod in fleet.pods:
+        async with GatewayClient(pod.url, token=TOKEN) as client:  # a master inside the cluster
+            created = await client.create_session("demo")
+            assert created["pod"] == pod.name
+            sessions[pod.name] = created["session_id"]
+            await dps_turn(client, created["session_id"], f"hello {pod.name}")
+    hop = CutProxy(fleet.router.port)
+    await hop.start()
+    argv = relay_argv(f"http://127.0.0.1:{hop.port}", agent="demo")
+    try:
+        async with python_editor(argv, relay_env(TOKEN), tmp_path) as ed:
+            await ed.request("initialize", {})
+            # A load before any list: whichever gateway the router chose either holds it or
+            # refuses SESSION_ON_OTHER_POD, and the relay loads it on that pod instead.
+            for pod, sid in sessions.items():
+                await ed.request("session/load", {"sessionId": sid, "cwd": str(fleet.workspace)})
+                assert f"hello {pod}" in ed.text(sid, "user_message_chunk")
+            assert ed.stderr().count(": loading it there") >= 1  # the router chose one pod
+            listed = await ed.request("session/list", {})
+            pods = {s["sessionId"]: s["_meta"]["rawp"]["pod"] for s in listed["sessions"]}
+            assert {pods[sid] for sid in sessions.values()} == set(sessions)
+            for pod, sid in sessions.items():
+                done = await ed.request("session/prompt", acp_prompt(sid, f"and again {pod}"))
+                assert done["stopReason"] == "end_turn"
+            # And one the editor makes: on whichever gateway the router chose.
+            made = (await ed.request("session/new", {"cwd": str(fleet.workspace)}))["sessionId"]
+            sessions["made by the editor"] = made
+            # The network drops; the relay comes back through the router and finds them all.
+            back = ed.stderr().count("sessions loaded again") + len(fleet.pods) + 1
+            hop.cut()  # the socket at --url and each pod's: all come back, each says so once
+            await eventually(
+                lambda: ed.stderr().count("sessions loaded again") >= back,
+                "every socket back",
+                ACP_TURN,
+            )
+            for pod, sid in sessions.items():
+                done = await ed.request("session/prompt", acp_prompt(sid, f"after the drop {pod}"))
+                assert done["stopReason"] == "end_turn"
+                ids = ed.ids(sid)
+                assert len(ids) == len(set(ids)), f"an update of {pod} was repeated"
+            # A pod restarts (SIGTERM, then the same name and state directory, as a StatefulSet
+            # rolls it): its socket closes, the relay retries through the router until the pod is
+            # back, and loads its session there again.
+            restarted = fleet.pods[1]
+            reloads = ed.stderr().count(f"pod {restarted.name}: sessions loaded again")
+            assert restarted.stop() == 0
+            await restarted.start(fleet.workspace)
+            await eventually(
+                lambda: ed.stderr().count(f"pod {restarted.name}: sessions loaded again") > reloads,
+                "the restarted pod's socket back",
+                ACP_TURN,
+            )
+            sid = sessions[restarted.name]
+            done = await ed.request("session/prompt", acp_prompt(sid, "after the restart"))
+            assert done["stopReason"] == "end_turn"
+            ids = ed.ids(sid)
+            assert len(ids) == len(set(ids)), "an update was repeated after the restart"
+    finally:
+        await hop.close()
+    # The router's /acp and every pod's own went through nginx as WebSockets (logged at their end).
+    assert [status for (_, status), *_ in fleet.router.tries("GET", "/acp")][:1] == ["101"]
+    for pod in fleet.pods:
+        assert fleet.router.tries("GET", f"{pod.prefix}/acp")[0] == [(pod.url[7:], "101")]
+
+
+def acp_prompt(session_id: str, text: str) -> dict[str, object]:
+    return {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
