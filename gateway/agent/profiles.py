@@ -86,6 +86,9 @@ class AgentProfile:
     # Whether the agent's own saved conversations are listed and resumed (gateway/agent/conversations/),
     # where its parser can read them: off for a program that speaks another agent's format.
     conversations: bool = True
+    # The agent reports what it costs (session.usage's cost): budgets count it (docs/budgets.md).
+    # One that does not is unbudgeted, and said to be so.
+    reports_cost: bool = False
 
     @property
     def prompt_in_argv(self) -> bool:
@@ -110,6 +113,9 @@ class AgentProfile:
             # GET /v1/agents/{agent}/conversations answers for it (gateway/agent/conversations/)
             "conversations": self.conversations
             and (self.parser == "acp" or get_parser(self.parser).saved is not None),
+            # budgets count only the cost an agent reports (docs/budgets.md)
+            "reports_cost": self.reports_cost,
+            "unbudgeted": not self.reports_cost,
         }
 
 
@@ -189,6 +195,7 @@ def builtin_profiles(
             features=claude_features,
             tools=claude_tools,
             auto_allow=_READ_ONLY_TOOLS,
+            reports_cost=True,  # total_cost_usd
             description="Claude Code, one long-lived process per session, prompts on stdin",
         ),
         "claude-code-oneshot": AgentProfile(
@@ -205,6 +212,7 @@ def builtin_profiles(
             # by the CLI itself, and seen by masters as error results.
             features=claude_features,
             tools=oneshot_tools,
+            reports_cost=True,
             description="Claude Code, one process per prompt, resumed with --resume",
         ),
         "demo": AgentProfile(
@@ -226,6 +234,7 @@ def builtin_profiles(
             tools=DEMO_TOOLS,
             auto_allow=frozenset({"Read", "Glob", "Grep"}),
             conversations=False,  # it keeps none: Claude Code's store is not its own
+            reports_cost=True,  # what "spend N" says it spent
             description="The embedded demo agent (speaks Claude Code's stream-json; no network)",
         ),
         "codex": AgentProfile(
@@ -308,6 +317,7 @@ def acp_profiles(*, gemini: str, claude_acp: str, codex_acp: str) -> dict[str, A
             parser="acp",
             command=(claude_acp,),
             features=acp,  # modes default, acceptEdits, plan, ...
+            reports_cost=True,  # usage_update's cost
             description="Claude Code through ACP (@zed-industries/claude-agent-acp 0.23.1)",
         ),
         "codex-acp": AgentProfile(

@@ -26,6 +26,7 @@ from gateway.chat.render import (
     format_totals,
     missing_text,
     permission_question,
+    policy_note,
     present,
     question_text,
     turn_end_text,
@@ -382,6 +383,8 @@ class Chat:
             )
             return
         indent = _depth_indent(request)
+        if ruled := policy_note(request):  # a rule said ask (docs/policies.md)
+            self.screen.line(f"({ruled})", style=self.s.dim, indent=indent)
         prompt = f"{indent}{self.s.yellow}{question_text(req)}{self.s.reset}"
         if self.auto_answer is not None or not self.interactive:
             # Nobody to ask: --yes/--no decide, and without them a script declines.

@@ -153,6 +153,21 @@ def output_text(output: Any) -> str:
     return json.dumps(output, ensure_ascii=False, indent=None)
 
 
+BUDGET_CODES: Final = frozenset({"BUDGET_WARNING", "BUDGET_EXCEEDED"})
+
+
+def policy_note(frame: F.Frame) -> str | None:
+    """``allowed by policy NAME``, ``denied by policy NAME`` or ``asked by policy NAME`` where a
+    permission rule decided (``metadata.rawp_policy``, docs/policies.md); None elsewhere."""
+    meta = frame.metadata or {}
+    rule = meta.get("rawp_policy")
+    if not isinstance(rule, str):
+        return None
+    decided = meta.get("rawp_policy_decision")
+    verb = {"allow": "allowed", "deny": "denied"}.get(decided if isinstance(decided, str) else "")
+    return f"{verb or 'asked'} by policy {rule}"
+
+
 def summarize_result(result: F.InvokeResult) -> tuple[str, list[str]]:
     """``("ok (12 lines)", first lines)`` for a ``tool.invoke.result``; for a diff
     ``("ok (+3 -1)", the changed lines)`` (``diff_preview``)."""
@@ -502,6 +517,9 @@ def present(printer: Printer, frame: F.Frame) -> bool:
         head, preview = summarize_result(p)
         color = s.green if p.status == "success" else s.red
         screen.line(f"← {head}", style=color, indent=indent)
+        ruled = policy_note(frame)
+        if ruled:
+            screen.line(f"({ruled})", style=s.dim, indent=indent + "  ")
         diff = p.output_type == "diff"
         for line in preview:
             style = s.dim
@@ -516,6 +534,12 @@ def present(printer: Printer, frame: F.Frame) -> bool:
     elif isinstance(p, F.SubagentEnded):
         took = f" in {p.duration_ms / 1000:.1f} s" if p.duration_ms is not None else ""
         screen.line(f"⇠ subagent {p.status}{took}", style=s.cyan, indent=indent)
+    elif isinstance(p, F.SessionError) and p.error_code in BUDGET_CODES and not frame.parent_id:
+        # A budget the agents' cost reached, told to every master (docs/budgets.md); a prompt's
+        # own refusal (with its parent_id) is the prompt's answer, printed where prompts are.
+        printer.stream_to(None)
+        mark = "⚠" if p.error_code == "BUDGET_WARNING" else "✗"
+        screen.line(f"{mark} budget: {p.message}", style=s.yellow, indent=indent)
     elif isinstance(p, F.AgentError):
         screen.line(f"✗ {p.severity} {p.error_code}: {p.message}", style=s.red, indent=indent)
         lines, hint = error_details(p.details, p.message)

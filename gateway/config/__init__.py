@@ -10,7 +10,8 @@ and what was expected; nothing is ignored: an unknown section or key is an error
 and the nearest known name (strict.py).
 
 The sections have rooms of their own: ``[agents.NAME]`` in agents.py, ``[auth]`` in auth.py,
-``[notify]`` in notify.py, ``[isolation]`` in isolation.py, ``[[policy.rules]]`` in policy.py; this module holds ``Config``,
+``[notify]`` in notify.py, ``[isolation]`` in isolation.py, ``[[policy.rules]]`` in policy.py,
+``[budgets]`` in gateway/protocol/budget.py (``limits_of``); this module holds ``Config``,
 ``[server]``, ``[fleet]``, the names each section knows and the layering.
 """
 
@@ -50,6 +51,7 @@ from gateway.config.policy import (
     refuse_too_many_rules,
 )
 from gateway.config.strict import ANY_NAME, Locator, Schema, known_names, unknown_name
+from gateway.protocol.budget import Limits, limits_of
 from gateway.protocol.history import POLICIES
 from gateway.protocol.policy import Rule
 
@@ -137,6 +139,8 @@ class Config:
     gateway_files: tuple[Path, ...] = ()
     # The agent of an ACP client's session/new that names none (docs/acp-masters.md).
     acp_default_agent: str | None = None
+    # Spend caps on the cost the agents report (docs/budgets.md); 0: none.
+    budgets: Limits = field(default_factory=Limits)
 
     @property
     def authenticated(self) -> bool:
@@ -181,6 +185,7 @@ _SERVER_KEYS: Final = {
     "trusted_proxies": list,
 }
 _FLEET_KEYS: Final = {"peers": (str, list)}
+BUDGET_KEYS: Final = ("session_usd", "user_daily_usd", "warn_at")
 _ACP_KEYS: Final = {"default_agent": str}
 # Every name the file may use; any other is an error (gateway/config/strict.py).
 _SCHEMA: Final[Schema] = {
@@ -192,6 +197,7 @@ _SCHEMA: Final[Schema] = {
     "acp": known_names(_ACP_KEYS),
     "isolation": known_names(ISOLATION_KEYS),
     "policy": POLICY_SCHEMA,
+    "budgets": known_names(BUDGET_KEYS),
 }
 _ENV: Final = {
     "RAWP_GATEWAY_HOST": "host",
@@ -265,6 +271,13 @@ def load_config(
             settings["isolation"] = parse_isolation(data["isolation"], locate)
         if "policy" in data:
             settings["policy"] = parse_policy(data["policy"], where)
+        if "budgets" in data:
+            if not isinstance(data["budgets"], dict):
+                raise ConfigError(f"{where}: [budgets] must be a table")
+            try:
+                settings["budgets"] = limits_of(data["budgets"])
+            except ValueError as err:
+                raise ConfigError(f"{where} [budgets]: {err}") from None
         try:
             if "auth" in data:
                 settings["auth"] = parse_auth(data["auth"], where)
@@ -347,7 +360,7 @@ def _build(settings: dict[str, Any], agents: dict[str, AgentProfile]) -> Config:
         kw["log_format"] = settings["log_format"]
     if "allowed_origins" in settings:
         kw["allowed_origins"] = _origins(settings["allowed_origins"])
-    for key in ("auth", "webhooks", "policy", "config_file", "isolation"):
+    for key in ("auth", "webhooks", "policy", "config_file", "isolation", "budgets"):
         if key in settings:
             kw[key] = settings[key]
     default_agent = settings.get("acp_default_agent")

@@ -32,6 +32,7 @@ PROFILE_KEYS: Final = (
     "mode_flag", "image_flag",
     "override_flags", "features", "auto_allow", "permission_timeout_sec", "description",
     "stall_warning_sec", "stall_timeout_sec", "stdin_prompt_arg", "conversations",
+    "reports_cost",
 )  # fmt: skip
 
 
@@ -72,7 +73,7 @@ def parse_profile(
                     "an agent; remove it"
                 )
         changes["env"] = dict(env)
-    for key in ("single_turn_process", "conversations"):
+    for key in ("single_turn_process", "conversations", "reports_cost"):
         if key in table:
             if not isinstance(table[key], bool):
                 raise ConfigError(f"{where}: {key} must be true or false")
@@ -123,6 +124,8 @@ def parse_profile(
     for required in ("parser", "command"):
         if required not in changes:
             raise ConfigError(f"{where}: a new profile needs {required}")
+    # Claude Code's stream-json carries the cost; an ACP agent may or may not (docs/budgets.md).
+    changes.setdefault("reports_cost", changes["parser"] == "claude-code")
     return _conversing_checked(AgentProfile(name=name, **changes), where)
 
 

@@ -17,6 +17,8 @@ EVENTS: Final = (
     "agent.error",
     "session.stalled",
     "session.ended",
+    "budget.warning",
+    "budget.exceeded",
 )
 FORMATS: Final = ("json", "slack", "ntfy")
 WEBHOOK_KEYS: Final = (

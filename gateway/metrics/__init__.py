@@ -39,7 +39,8 @@ Every metric is listed, with its labels and meaning, in `deploy/README.md` ("Met
 
 The rooms: `GatewayMetrics` here (every instrument, the hot-path methods kept on it so a call is
 one attribute hop), the hot path's plain-int instruments and their collector in `hot_path.py`,
-the buckets and label value sets in `labels.py`.
+the buckets and label value sets in `labels.py`, the permission rules' and budgets' instruments in
+`decisions.py`.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from gateway.metrics.decisions import DecisionMetrics
 from gateway.metrics.hot_path import (
     AgentLineMetrics,
     HotPathCollector,
@@ -359,6 +361,8 @@ class GatewayMetrics:
         self._fill_bands = {b: self._context_fill.labels(str(b)) for b in CONTEXT_BANDS}
         self._model_label = CappedLabel(MODEL_LABEL_LIMIT)
         self._user_label = CappedLabel(USER_LABEL_LIMIT)
+        # Permission rules and budgets (decisions.py).
+        self.decisions = DecisionMetrics(r)
 
         # Pre-resolve and pre-create the small fixed label sets, so every series exists (at 0)
         # from the first scrape: rate() and absent() then behave, and dashboards show zeros.

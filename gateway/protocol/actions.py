@@ -128,8 +128,8 @@ class Settled:
 
 @dataclass(frozen=True, slots=True)
 class PolicyDecided:
-    """A permission rule answered the agent, no master asked (for the audit log): the rule's name,
-    allow or deny, and the tool asked for."""
+    """A permission rule decided (the metrics; the audit log for an answer): the rule's name, allow
+    or deny (the agent answered, no master asked) or ask (a master is asked), and the tool."""
 
     rule: str
     decision: str

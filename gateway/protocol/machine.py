@@ -50,7 +50,7 @@ line.
 from __future__ import annotations
 
 import signal as _signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
@@ -113,6 +113,8 @@ CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
 STALL_TIMER: Final = "stall"
 USER_KEY: Final = "rawp_user"  # metadata: the user who sent a relayed control frame
 POLICY_KEY: Final = "rawp_policy"  # metadata: the rule that answered a permission
+POLICY_DECISION_KEY: Final = "rawp_policy_decision"  # metadata: what that rule decided
+BUDGET_KEY: Final = "rawp_budget"  # metadata: the budget a session.error is about
 UPLOAD_NOT_PLACED: Final = "UPLOAD_NOT_PLACED"  # agent.error warning: see file_not_placed
 
 
@@ -224,6 +226,9 @@ class SessionMachine:
         # The permission rules in force and the role of the session's owner they may name.
         self.policy: tuple[Rule, ...] = self.config.policy
         self.owner_role: str | None = None
+        # Why a prompt may not start now (code, message), asked of the shell's budgets at each
+        # prompt (docs/budgets.md); None: nothing stops one.
+        self.prompt_gate: Callable[[], tuple[str, str] | None] | None = None
         self._seen = codec.SeenWindow(seen_window)
         # (reason, deleted_by) once delete began
         self._deleting: tuple[F.DeleteReason, F.DeletedBy] | None = None
@@ -840,6 +845,8 @@ class SessionMachine:
                     mid,
                 )
             ]
+        if (gated := self._gated(conn_id, mid)) is not None:
+            return [gated]
         files = context_files(
             prompt.context_files or [],
             self.files,
@@ -952,6 +959,24 @@ class SessionMachine:
         out.append(StartTimer("cancel-kill", self.config.cancel_stop_sec))
         return out
 
+    def _gated(self, conn_id: str, mid: str) -> Emit | None:
+        """A prompt or compaction the budgets refuse (``BUDGET_EXCEEDED``), to its sender."""
+        refused = self.prompt_gate() if self.prompt_gate is not None else None
+        return None if refused is None else self._error(*refused, conn_id, mid)
+
+    def budget_notice(
+        self, code: str, message: str, budget: dict[str, Any], *, cancel: bool
+    ) -> list[Action]:
+        """A budget the agents' cost reached (the shell keeps the ledger): every master is told
+        with a session.error that is not fatal, and, ``cancel``, the running turn is cancelled as
+        a master's cancel would be (nothing else stops)."""
+        error = F.SessionError(error_code=code, message=message, fatal=False)
+        out: list[Action] = [Emit(self._make(error, turn=True, metadata={BUDGET_KEY: budget}))]
+        if cancel and self.turn is not None and not self.turn.cancel_requested:
+            stop = F.PromptCancel(target_turn_id=self.turn.turn_id, reason="quota_exceeded")
+            out += self._cancel("", stop, "")
+        return out
+
     # permissions -------------------------------------------------------------------------------
 
     def _permission_request(self, req: ev.PermissionRequest) -> list[Action]:
@@ -989,7 +1014,8 @@ class SessionMachine:
                     req, ruled.name, ruled.decision == ALLOW, ruled.rule.message, choices
                 )
             if ruled is not None:
-                return self._ask_permission(req, options, choices, spec, ruled.name)
+                asked = PolicyDecided(ruled.name, "ask", req.tool_name, req.input)
+                return [asked, *self._ask_permission(req, options, choices, spec, ruled.name)]
         if req.tool_name in self.config.auto_allow or (
             turn is not None and req.tool_name in turn.allowed
         ):
@@ -1010,7 +1036,8 @@ class SessionMachine:
         which rule (``metadata.rawp_policy``), the shell audits it. A question read back from a
         transcript is answered by nobody (no process runs): nothing is audited."""
         if req.call_id:
-            self.mapper.tag_call(req.call_id, {POLICY_KEY: rule})
+            said = ALLOW if allow else DENY
+            self.mapper.tag_call(req.call_id, {POLICY_KEY: rule, POLICY_DECISION_KEY: said})
         if not allow and not message:
             message = f"Denied by the gateway's policy {rule}."
         out = self._answer_permission(
@@ -1223,6 +1250,8 @@ class SessionMachine:
                     "PROMPT_IN_PROGRESS", "compaction must wait for the running turn", conn_id, mid
                 )
             ]
+        if (gated := self._gated(conn_id, mid)) is not None:
+            return [gated]
         text = "/compact" + (f" {compact.instruction}" if compact.instruction else "")
         if "\0" in text:
             return [self._error(nul_refused().code, str(nul_refused()), conn_id, mid)]

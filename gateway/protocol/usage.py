@@ -32,6 +32,8 @@ __all__ = [
     "Counted",
     "UsageTally",
     "context_fill",
+    "cost_increase",
+    "reported_cost",
     "subagent_usage_payload",
     "usage_payload",
 ]
@@ -57,6 +59,19 @@ class Counted(NamedTuple):
 def _count(n: int | None) -> int:
     # An agent's negative count is nonsense; it must not make a counter go down.
     return n if n is not None and n > 0 else 0
+
+
+def reported_cost(usage: F.Usage) -> float | None:
+    """The agent's running cost total a ``session.usage`` says, in USD; None when it says none
+    (0, another unit, not a finite number)."""
+    cost = usage.cost_usage.used if usage.cost_usage.unit == "USD" else 0.0
+    return cost if math.isfinite(cost) and cost > 0 else None
+
+
+def cost_increase(last: float, cost: float) -> float:
+    """What a running total ``cost`` adds to the ``last`` one: its increase, or all of it when it
+    is lower (the agent started counting again)."""
+    return cost - last if cost >= last else cost
 
 
 def context_fill(window: F.ContextWindow | None) -> float | None:
@@ -110,10 +125,10 @@ class UsageTally:
 
     def add(self, usage: F.Usage) -> Counted:
         t = usage.token_usage
-        cost = usage.cost_usage.used if usage.cost_usage.unit == "USD" else 0.0
+        cost = reported_cost(usage)
         increase = 0.0
-        if math.isfinite(cost) and cost > 0:
-            increase = cost - self.cost_reported if cost >= self.cost_reported else cost
+        if cost is not None:
+            increase = cost_increase(self.cost_reported, cost)
             self.cost_reported = cost
         counted = Counted(
             _count(t.input_tokens),
@@ -140,8 +155,8 @@ class UsageTally:
         """A usage of the agent's own past, replayed into a session that continues a saved
         conversation: not counted (this gateway did not run it), but the agent's running cost
         stands where it says, so the next turn's report counts only its increase."""
-        cost = usage.cost_usage.used if usage.cost_usage.unit == "USD" else 0.0
-        if math.isfinite(cost) and cost > 0:
+        cost = reported_cost(usage)
+        if cost is not None:
             self.cost_reported = cost
 
     def compacted(self, compacted: F.Compacted) -> float | None:

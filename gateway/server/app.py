@@ -26,6 +26,7 @@ from gateway.server.acp import ACP_OPEN, ACP_TICKETS, acp_ticket, acp_websocket
 from gateway.server.keys import (
     AUDIT,
     AUTH,
+    BUDGETS,
     CONFIG,
     GUARD,
     HEARTBEAT,
@@ -63,6 +64,7 @@ from gateway.session import LiveSession
 from gateway.storage.state_dir import LoadError, StateDir
 from gateway.team import auth, fleet
 from gateway.team.audit import AuditLog
+from gateway.team.budgets import Budgets
 from gateway.team.notify import Notifier
 
 log = logging.getLogger("rawp_gateway.server")
@@ -96,6 +98,11 @@ def create_app(
         config.auth.audit_log, max_bytes=config.auth.audit_max_bytes, keep=config.auth.audit_keep
     )
     app[NOTIFIER] = Notifier(config.webhooks, app[METRICS], public_url=config.public_url)
+    state = app.get(STATE)
+    app[BUDGETS] = Budgets(config.budgets, app[METRICS], state.ledger() if state else None)
+    if app[NOTIFIER].enabled:
+        app[BUDGETS].notifier = app[NOTIFIER]
+    _say_unbudgeted(config)
     app.on_startup.append(_start_reporting)
     app.on_cleanup.append(_stop_reporting)
     app[TICKETS] = TicketStore()
@@ -127,6 +134,21 @@ def create_app(
     fleet.add_prefixed_routes(app, config.route_prefix)  # after every route: it copies them all
     app.on_shutdown.append(_shutdown_sessions)
     return app
+
+
+def _say_unbudgeted(config: Config) -> None:
+    """With budgets configured, the agents they cannot stop (they report no cost) are named, not
+    silently exempt."""
+    limits = config.budgets
+    if not (limits.session_usd > 0 or limits.user_daily_usd > 0):
+        return
+    unbudgeted = sorted(name for name, p in config.agents.items() if not p.reports_cost)
+    if unbudgeted:
+        log.warning(
+            "budgets count the cost agents report; these agents report none and are unbudgeted: %s",
+            ", ".join(unbudgeted),
+            extra={"unbudgeted": unbudgeted},
+        )
 
 
 def reload(app: web.Application) -> None:
@@ -219,6 +241,8 @@ async def _restore_sessions(app: web.Application) -> None:
                 "turn_index": record["turn_index"],
             },
         )
+    # A session the ledger counted that was not read back ends its count there.
+    app[BUDGETS].restored({s.id for s in app[SESSIONS].values()})
     # The gateway before this one was killed: what its agents left running would go on beside
     # the agents the next prompts start, in the same workspaces.
     killed = descendants.kill_left_behind(crashed)

@@ -16,6 +16,7 @@ from gateway.server.limits import ConnectionGuard
 from gateway.storage.state_dir import StateDir
 from gateway.team import auth, roles
 from gateway.team.audit import AuditLog
+from gateway.team.budgets import Budgets
 from gateway.team.notify import Notifier
 
 
@@ -38,6 +39,7 @@ AUTH: Final = web.AppKey("auth", auth.Authenticator)
 AUDIT: Final = web.AppKey("audit", AuditLog)
 NOTIFIER: Final = web.AppKey("notifier", Notifier)
 POLICY: Final = web.AppKey("policy", PolicyRules)
+BUDGETS: Final = web.AppKey("budgets", Budgets)
 # Who made the request (auth_middleware): an Identity, for every request but the public ones.
 IDENTITY: Final = web.RequestKey("identity", roles.Identity)
 HEARTBEAT: Final = web.AppKey("heartbeat", float)

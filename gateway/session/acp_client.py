@@ -131,6 +131,11 @@ class AcpClient:
             self.detach(old)
         self._count += 1
         view = AcpView(session.id, session.machine.factory, turn_events=self.turn_events)
+        # A load after a lastMessageId may replay no turn start while a turn runs: the view takes
+        # the running turn from the machine (replayed starts and ends keep it right afterwards),
+        # so the load says its turnId and a session/cancel on this connection reaches it.
+        running = session.machine.turn
+        view.turn_id = running.turn_id if running is not None else None
         att = AcpAttachment(f"{self.id}/{self._count}", self, session, view)
         if hold:
             att.held = []

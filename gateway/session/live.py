@@ -70,6 +70,7 @@ class LiveSession(AgentLink, Masters):
         # The gateway's audit log and webhook notifier (gateway/team/audit.py, gateway/team/notify.py).
         self.audit: Any = None
         self.notifier: Any = None
+        self.budgets: Any = None  # the gateway's (gateway/team/budgets.py), when wired
         self.created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.reattach_window_sec = (
             config.reattach_window_sec if reattach_window_sec is None else reattach_window_sec
@@ -188,6 +189,8 @@ class LiveSession(AgentLink, Masters):
             "members": dict(self.members),
             "isolation": self.config.isolation.mode,
         }
+        if self.budgets is not None:
+            obj["budget"] = self.budgets.view(self)
         if self.machine.agent_session_id:
             obj["agent_session_id"] = self.machine.agent_session_id
         if self.config.route_prefix:  # a fleet: the gateway that holds it (docs/fleet.md)
@@ -206,6 +209,8 @@ class LiveSession(AgentLink, Masters):
                 self.perform(self.machine.close_interrupted_turn(items))
         else:
             self.perform(self.machine.start())
+        if self.budgets is not None:
+            self.budgets.opened(self)
         self._save_record()
         self._arm_reattach_window()
         if self._spawning:
@@ -531,6 +536,8 @@ class LiveSession(AgentLink, Masters):
         before = self.usage.fill
         counted = self.usage.add(usage)
         metrics.usage(self.profile.name, self.machine.model, self.owner, counted)
+        if self.budgets is not None:  # the ledger is written before it acts
+            self.budgets.report(self, usage)
         if counted.fill is not None:
             metrics.context_fill(before, counted.fill)
             if counted.fill >= CONTEXT_FULL and (
@@ -564,6 +571,8 @@ class LiveSession(AgentLink, Masters):
         self.terminated.set()
         if self._on_terminated is not None:
             self._on_terminated(self)
+        if self.budgets is not None:  # after the summary above kept the session's budget
+            self.budgets.ended(self)
 
     # --- timers and tasks --------------------------------------------------------------------------
 

@@ -284,8 +284,10 @@ class Masters:
         )
 
     def _audit_policy(self, decided: act.PolicyDecided) -> None:
-        """A permission a rule answered: recorded as a master's answer is, by no user."""
-        if self.audit is None:
+        """A rule decided a permission: counted; an answer it gave (not an ask, which a master
+        answers) is recorded as a master's answer is, by no user."""
+        self.metrics.decisions.policy(decided.rule, decided.decision)
+        if self.audit is None or decided.decision == "ask":
             return
         self.audit.record(
             roles.AUDITED["control.interaction.response"],

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from gateway.storage import nofollow
+from gateway.storage.ledger import LedgerFile
 
 __all__ = [
     "FORMAT",
@@ -170,6 +171,10 @@ class StateDir:
         """Let another gateway have the directory."""
         self._lock.close()
         self._close_dirs()
+
+    def ledger(self) -> LedgerFile:
+        """The budgets' ledger, beside ``sessions/`` (gateway/storage/ledger.py)."""
+        return LedgerFile(self._root_fd)
 
     def create(self, session_id: str) -> SavedSession:
         os.mkdir(session_id, 0o700, dir_fd=self._fd)

@@ -1,5 +1,6 @@
 """Webhook notifications of docs/identities.md: tell people when an agent waits for them, a turn
-ended, an agent failed or stalled, or a session ended.
+ended, an agent failed or stalled, a session ended, or a budget is nearly or wholly spent
+(docs/budgets.md).
 
 Theory of operation
 -------------------
@@ -308,6 +309,11 @@ def summary(body: dict[str, Any]) -> tuple[str, str]:
         lines.append(p["question_text"])
     elif event == "turn.ended":
         title = f"{name}: turn ended ({body['turn']['stop_reason']})"
+    elif event in ("budget.warning", "budget.exceeded"):
+        b = body["budget"]
+        reached = "reached" if event == "budget.exceeded" else "nearly reached"
+        title = f"{name}: {'session' if b['scope'] == 'session' else 'daily'} budget {reached}"
+        lines.append(b["message"])
     elif event in ("agent.error", "session.stalled"):
         e = body["error"]
         title = f"{name}: {'agent stalled' if event == 'session.stalled' else 'agent error'}"

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gateway.config import ConfigError, load_config
-from gateway.config.policy import MAX_GLOB_CHARS, MAX_RULES, read_policy
+from gateway.config.policy import MAX_FILE_BYTES, MAX_GLOB_CHARS, MAX_RULES, read_policy
 
 # Generous sanity bounds for a hostile file (seconds, bytes): not timing targets.
 SANE_SECONDS = 30.0
@@ -149,3 +149,10 @@ def test_huge_globs_in_many_rules_are_refused_before_any_is_compiled(tmp_path):
         for i in range(50)
     )
     refused_in_bounds(tmp_path, text, r"\[\[policy.rules\]\] 1 \(r0\) tools")
+
+
+def test_a_huge_file_is_refused_before_it_is_parsed(tmp_path):
+    """A config file over 16 MiB (a rule set padded with comments) is refused from its size."""
+    rule = '[[policy.rules]]\nname = "r"\ndecision = "deny"\n'
+    text = rule + ("# padding " + "x" * 1000 + "\n") * (17 * 1024)
+    refused_in_bounds(tmp_path, text, f"larger than {MAX_FILE_BYTES} bytes")

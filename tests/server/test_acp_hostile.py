@@ -267,6 +267,34 @@ async def test_a_load_after_the_last_message_id_seen_neither_loses_nor_repeats_a
     assert all(m["params"]["_meta"]["rawp"]["state"] for m in updates)
 
 
+async def test_a_load_after_the_turn_started_knows_the_turn_and_a_cancel_reaches_it(gw, tmp_path):
+    """A client that drops while a turn waits on its permission question and loads after the last
+    messageId it saw replays no turn start: the load still names the running turn, and a
+    session/cancel on the new connection ends that turn (docs/acp-masters.md, session/load)."""
+    acp = await RawAcp.connect(gw, query="?agent=demo")
+    sid = (await acp.call("session/new", {"cwd": str(tmp_path)}))["result"]["sessionId"]
+    await acp.send({"jsonrpc": "2.0", "id": "p", "method": "session/prompt",
+                    "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "write late.txt"}]}})  # fmt: skip
+    while (await acp.next()).get("method") != "session/request_permission":
+        pass
+    last = [
+        m["params"]["_meta"]["rawp"]["messageId"]
+        for m in acp.messages
+        if m.get("method") == "session/update" and not m["params"]["_meta"]["rawp"].get("state")
+    ][-1]
+    await acp.ws.close()
+    again = await RawAcp.connect(gw)
+    loaded = await again.call(
+        "session/load",
+        {"sessionId": sid, "cwd": str(tmp_path), "_meta": {"rawp": {"lastMessageId": last}}},
+    )
+    running = loaded["result"]["_meta"]["rawp"]["turnId"]
+    assert running == gw.server.app[SESSIONS][sid].machine.turn.turn_id
+    await again.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
+    await eventually(lambda: gw.server.app[SESSIONS][sid].machine.turn is None, "the turn to end")
+    assert not (tmp_path / "late.txt").exists()
+
+
 async def test_a_gateway_restart_closes_with_1012_and_a_load_after_it_misses_nothing(tmp_path):
     """With a state directory the gateway's stop closes /acp with 1012 (the sessions live on);
     after the start, a load after the last messageId seen gets nothing twice and the session

@@ -129,7 +129,10 @@ class Master:
         return frame
 
     async def next(self, timeout: float = 10.0) -> dict[str, Any]:
-        msg = await self.ws.receive(timeout=timeout)
+        # One deadline for the whole wait: aiohttp's own receive timeout starts again at each ping
+        # it answers, so past the gateway's heartbeat interval it would never fire.
+        async with asyncio.timeout(timeout):
+            msg = await self.ws.receive()
         if msg.type != aiohttp.WSMsgType.TEXT:
             raise ConnectionError(f"connection ended: {msg.type} {msg.data!r} {msg.extra!r}")
         frame = json.loads(msg.data)
@@ -143,7 +146,10 @@ class Master:
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
         while True:
-            frame = await self.next(timeout=max(0.1, end - loop.time()))
+            left = end - loop.time()
+            if left <= 0:
+                raise TimeoutError(f"no {type_} {payload_match or ''} within {timeout} s")
+            frame = await self.next(timeout=left)
             if frame["type"] == type_ and all(
                 frame["payload"].get(k) == v for k, v in payload_match.items()
             ):

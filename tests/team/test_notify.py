@@ -14,8 +14,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from gateway.config.notify import Webhook
 from tests.support.gateway_peer import (
@@ -26,51 +24,9 @@ from tests.support.gateway_peer import (
     prompted,
     start_gateway,
 )
+from tests.support.webhooks import Receiver
 
 SECRET = b"hook-secret-1234"
-
-
-class Receiver:
-    """A webhook receiver: ``mode`` "ok" (204), "500", "500-once" (500 to the first request, then
-    204), or "hang" (answers only at close)."""
-
-    def __init__(self, mode: str = "ok") -> None:
-        self.mode = mode
-        self.got: asyncio.Queue[tuple[dict[str, str], bytes]] = asyncio.Queue()
-        self.count = 0
-        self._release = asyncio.Event()
-        app = web.Application()
-        app.router.add_post("/hook", self._hook)
-        self.server = TestServer(app, host="127.0.0.1")
-
-    async def _hook(self, request: web.Request) -> web.Response:
-        self.count += 1
-        await self.got.put((dict(request.headers), await request.read()))
-        if self.mode == "hang":
-            await self._release.wait()
-        if self.mode == "500" or (self.mode == "500-once" and self.count == 1):
-            return web.Response(status=500)
-        return web.Response(status=204)
-
-    @property
-    def url(self) -> str:
-        return str(self.server.make_url("/hook"))
-
-    async def __aenter__(self) -> Receiver:
-        await self.server.start_server()
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        self._release.set()
-        await self.server.close()
-
-    async def next(self, event: str, timeout: float = 15.0) -> tuple[dict[str, str], bytes]:
-        """The next delivery of ``event`` (JSON bodies), skipping others."""
-        async with asyncio.timeout(timeout):
-            while True:
-                headers, body = await self.got.get()
-                if json.loads(body).get("event") == event:
-                    return headers, body
 
 
 def verify(headers: dict[str, str], body: bytes, secret: bytes) -> int:

@@ -30,7 +30,14 @@ from gateway.agent.demo import (
     THOUGHT_TEXT,
 )
 from gateway.agent.demo.output import StreamJsonOutput, _block_stream, _new_id, _tokens, _Turn
-from gateway.agent.demo.script import Action, Prompt, acknowledge, choose_action, split_attachments
+from gateway.agent.demo.script import (
+    Action,
+    Prompt,
+    acknowledge,
+    choose_action,
+    spent_usd,
+    split_attachments,
+)
 from gateway.agent.demo.tools import ToolError, _inside, run_glob, run_read, run_write
 
 
@@ -50,6 +57,7 @@ class DemoAgent(StreamJsonOutput):
         self.context_tokens = 0
         self.total_in = 0
         self.total_out = 0
+        self.total_cost_usd = 0.0  # what "spend N" prompts added: a model's cost, played
         self.prompts: asyncio.Queue[Prompt | None] = asyncio.Queue()
         self.turn: _Turn | None = None
         self.turn_task: asyncio.Task[None] | None = None
@@ -246,6 +254,12 @@ class DemoAgent(StreamJsonOutput):
     async def _answer(self, turn: _Turn, message: Prompt) -> None:
         prompt, attached = split_attachments(message.text)
         notes = acknowledge(self.workspace, attached, message.images)
+        spend = spent_usd(prompt)
+        if spend is not None:
+            self.total_cost_usd += spend
+            text = f"I spent ${spend:.2f}, as a model would; this session has cost ${self.total_cost_usd:.2f}."
+            await self._message(turn, [{"type": "text", "text": text}], "end_turn")
+            return
         action = choose_action(prompt, self.tools)
         blocks: list[dict[str, Any]] = []
         if action.think:

@@ -85,6 +85,7 @@ class StreamJsonOutput:
     partial: bool
     total_in: int
     total_out: int
+    total_cost_usd: float
 
     def emit(self, obj: dict[str, Any]) -> None:
         self._out.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
@@ -216,7 +217,7 @@ class StreamJsonOutput:
         line |= {
             "stop_reason": stop_reason,
             "session_id": self.session_id,
-            "total_cost_usd": 0,
+            "total_cost_usd": round(self.total_cost_usd, 6),
             "usage": self._usage(turn.usage_in, turn.usage_out)
             | {"server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0}},
             "modelUsage": {

@@ -87,6 +87,16 @@ def acknowledge(
     return notes
 
 
+_SPEND = re.compile(r"^\s*spend\s+\$?([0-9]{1,6}(?:\.[0-9]{1,6})?)\s*$", re.I)
+
+
+def spent_usd(prompt: str) -> float | None:
+    """``spend 1.50``: the USD the demo says the turn cost (its budgets can then be tried); None
+    for any other prompt."""
+    m = _SPEND.match(prompt)
+    return float(m.group(1)) if m else None
+
+
 def choose_action(prompt: str, tools: tuple[str, ...] = ALL_TOOLS) -> Action:
     """Deterministic rules standing in for a model. Pure."""
     low = prompt.lower()

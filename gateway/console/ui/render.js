@@ -20,6 +20,17 @@ export function deletedText(p) {
   return `session ended: ${DELETED_WHY[p.reason] || p.reason} (${p.reason}, deleted_by: ${p.deleted_by})`;
 }
 
+const BUDGET_CODES = new Set(["BUDGET_WARNING", "BUDGET_EXCEEDED"]);
+
+// "allowed by policy NAME" (or denied, asked) where a permission rule decided, from the frame's
+// metadata.rawp_policy; null elsewhere.
+export function policyNote(frame) {
+  const meta = frame.metadata || {};
+  if (typeof meta.rawp_policy !== "string") return null;
+  const verb = { allow: "allowed", deny: "denied" }[meta.rawp_policy_decision] || "asked";
+  return `${verb} by policy ${meta.rawp_policy}`;
+}
+
 // A turn of the agent's own saved conversation that this session continues, replayed into its
 // history before the live ones (docs/protocol-notes.md): shown as the past it is.
 function replayed(frame) {
@@ -463,7 +474,8 @@ export class Renderer {
         break;
       }
       case "agent.interaction.request": {
-        const node = this.notice(frame, "ask", `asked: ${p.question_text}`);
+        const ruled = policyNote(frame);
+        const node = this.notice(frame, "ask", `asked: ${p.question_text}${ruled ? ` (${ruled})` : ""}`);
         node.dataset.state = "pending";
         this.asks.set(p.interaction_id, node);
         break;
@@ -492,7 +504,13 @@ export class Renderer {
         }
         break;
       case "session.error":
-        this.notice(frame, "error", `${p.error_code}: ${p.message}`);
+        if (BUDGET_CODES.has(p.error_code)) {
+          // A budget nearly or wholly spent (docs/budgets.md): a warning, not an error.
+          const node = this.notice(frame, "budget", `budget: ${p.message}`);
+          node.dataset.code = p.error_code;
+        } else {
+          this.notice(frame, "error", `${p.error_code}: ${p.message}`);
+        }
         break;
       case "agent.error":
         this.errorDetails(this.notice(frame, "error", `agent ${p.severity}: ${p.error_code}: ${p.message}`), p);
@@ -543,6 +561,12 @@ export class Renderer {
     if (p.truncated) status += " · truncated";
     card.status.textContent = status;
     card.result.replaceChildren(renderOutput(p.output_type, p.output, this));
+    const ruled = policyNote(frame);
+    if (ruled) {
+      // A rule answered where a person would have been asked (docs/policies.md).
+      card.el.dataset.policy = frame.metadata.rawp_policy;
+      card.status.append(el("span", { class: "policy", text: ` · ${ruled}` }));
+    }
   }
 
   // A file that went with a prompt: its name, and an image as a thumbnail (fetched with the token).

@@ -31,9 +31,11 @@ from gateway.agent.sandbox import probe as sandbox_probe
 from gateway.agent.sandbox import spawn as sandboxes
 from gateway.api_error import ApiError
 from gateway.config import AgentProfile, Config
+from gateway.protocol.budget import check_limit
 from gateway.protocol.history import POLICIES, History
 from gateway.server.keys import (
     AUDIT,
+    BUDGETS,
     CONFIG,
     MAX_NAME_CHARS,
     MAX_PATH_COMPONENT_BYTES,
@@ -336,6 +338,7 @@ def _wire(app: web.Application, session: LiveSession, role: str | None = None) -
     permission rules in force with its owner's ``role``."""
     session.audit = app[AUDIT] if app[AUDIT].enabled else None
     session.notifier = app[NOTIFIER] if app[NOTIFIER].enabled else None
+    session.budgets = app[BUDGETS]
     apply_policy(app, session, role)
 
 
@@ -440,11 +443,22 @@ async def get_session(request: web.Request) -> web.Response:
 
 async def patch_session(request: web.Request) -> web.Response:
     """``{"name"}`` renames (admin), ``{"members"}`` replaces who it is shared with (the owner or
-    an admin); both are checked before either changes."""
+    an admin), ``{"budget_usd"}`` sets its budget (an admin of the gateway: docs/budgets.md); all
+    are checked before any changes."""
     session = _session(request)
     body = await _json_body(request)
-    if "name" not in body and "members" not in body:
-        raise ApiError(400, "INVALID_REQUEST", "give name (rename) or members (share)")
+    if not body.keys() & {"name", "members", "budget_usd"}:
+        raise ApiError(
+            400, "INVALID_REQUEST", "give name (rename), members (share) or budget_usd (budget)"
+        )
+    budget: float | None = None
+    if "budget_usd" in body:
+        _require(request, "admin", "session.budget", session.id)
+        if body["budget_usd"] is not None:
+            try:
+                budget = check_limit(body["budget_usd"], "budget_usd")
+            except ValueError as err:
+                raise ApiError(400, "INVALID_REQUEST", str(err)) from None
     members = None
     if "members" in body:
         if _caller(request).user != session.owner:
@@ -464,6 +478,9 @@ async def patch_session(request: web.Request) -> web.Response:
     if name is not None:
         session.rename(name)
         _audit(request, "session.rename", session.id, detail={"name": name})
+    if "budget_usd" in body:
+        request.app[BUDGETS].set_limit(session, budget)
+        _audit(request, "session.budget", session.id, detail={"budget_usd": budget})
     return web.json_response(session.to_json())
 
 
