@@ -19,14 +19,7 @@ from gateway.agent.profiles import builtin_profiles
 from gateway.agent.sandbox import Isolation
 from gateway.agent.sandbox.spawn import runtime
 from gateway.server import SESSIONS
-from tests.support.gateway_peer import (
-    Master,
-    create_session,
-    make_config,
-    of,
-    prompt_and_wait,
-    start_gateway,
-)
+from tests.support import gateway_peer as peer
 from tests.support.inside import check_probe, check_process
 from tests.support.paths import REPO
 from tests.support.procs import descendants
@@ -46,11 +39,11 @@ async def test_a_demo_turn_writes_a_file_where_its_isolation_says(tmp_path, mode
     package but nothing else of its checkout, nor the state dir."""
     root, state = tmp_path / "root", tmp_path / "state"
     (root / "ws").mkdir(parents=True)
-    config = make_config(root, state_dir=state, isolation=Isolation(mode=mode))
-    gw = await start_gateway(config)
+    config = peer.make_config(root, state_dir=state, isolation=Isolation(mode=mode))
+    gw = await peer.start_gateway(config)
     try:
-        sid = (await create_session(gw, "demo", workspace_path="ws"))["session_id"]
-        master = await Master.attach(gw, sid)
+        sid = (await peer.create_session(gw, "demo", workspace_path="ws"))["session_id"]
+        master = await peer.Master.attach(gw, sid)
         await master.send("control.prompt.request", {"prompt_text": "write notes.txt"})
         ask = await master.until("agent.interaction.request", timeout=60)
         assert ask["payload"]["interaction_type"] == "PERMISSION"
@@ -59,7 +52,7 @@ async def test_a_demo_turn_writes_a_file_where_its_isolation_says(tmp_path, mode
             {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "allow"},
         )
         await master.until("session.turn.end", timeout=60)
-        (result,) = of(master.frames, "tool.invoke.result")
+        (result,) = peer.of(master.frames, "tool.invoke.result")
         assert (result["payload"]["tool_name"], result["payload"]["status"]) == ("Write", "success")
         assert (root / "ws" / "notes.txt").is_file()
 
@@ -96,13 +89,13 @@ async def test_a_plain_turn_runs_where_its_isolation_says(tmp_path, mode):
     and the session's HOME in the sandbox)."""
     plain = builtin_profiles()["plain"]
     profile = replace(plain, command=(sys.executable, "-c", PLAIN_PROBE, "{prompt}"))
-    config = make_config(tmp_path, agents={"plain": profile}, isolation=Isolation(mode=mode))
-    gw = await start_gateway(config)
+    config = peer.make_config(tmp_path, agents={"plain": profile}, isolation=Isolation(mode=mode))
+    gw = await peer.start_gateway(config)
     try:
-        sid = (await create_session(gw, "plain"))["session_id"]
-        master = await Master.attach(gw, sid)
-        frames = await prompt_and_wait(master, "hi")
-        text = "".join(f["payload"]["full_text"] for f in of(frames, "agent.text.done"))
+        sid = (await peer.create_session(gw, "plain"))["session_id"]
+        master = await peer.Master.attach(gw, sid)
+        frames = await peer.prompt_and_wait(master, "hi")
+        text = "".join(f["payload"]["full_text"] for f in peer.of(frames, "agent.text.done"))
         box = gw.server.app[SESSIONS][sid].sandbox()
         home = Path(box.home) if box is not None else Path(os.environ["HOME"])
         check_probe(text, mode == "sandbox", home)

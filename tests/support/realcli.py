@@ -48,7 +48,8 @@ MODES = (
 def isolation(mode: str | None = None) -> Isolation:
     """``[isolation]`` for a real-CLI gateway: ``mode`` (default: ``RAWP_TEST_ISOLATION``'s). In
     the sandbox the agents see, besides the system, the CLIs (``.agents/``), this repository (the
-    rig's MCP server, the demo agent) and the Python it runs on, read-only."""
+    rig's MCP server, which the CLIs start with this venv's Python) and the Python it runs on,
+    read-only. The demo and plain agents need none of it (tests/e2e/test_e2e_demo_plain.py)."""
     mode = mode or os.environ.get(ISOLATION_VAR) or "none"
     if mode == "none":
         return Isolation()
