@@ -294,3 +294,15 @@ def test_paths_in_the_profiles_own_home_move_to_the_sessions():
         "TMPDIR": f"{lay.home}/tmp",
         "OTHER": "/etc/agent-homely",
     }
+
+
+def test_a_file_the_command_is_given_is_shown_read_only_over_the_hidden_state_dir():
+    """An uploaded image named in a single-turn agent's argv (``--image PATH``) lives in the
+    session's file store, inside the state dir the sandbox hides: that one file is bound read-only
+    at its own path, after the mask, and nothing else of the store shows."""
+    image = "/opt/state/sessions/s1/files/t1/screenshot.png"
+    masks = (Mask("/opt/state", is_dir=True),)
+    found = mounts(bwrap_argv(SANDBOX, layout(*masks, given=(image,)), ["codex"], "/"))
+    assert found.index(("--tmpfs", "/opt/state")) < found.index(("--ro-bind", image, image))
+    shown = [m for m in found if m[0] in ("--bind", "--ro-bind") and m[-1].startswith("/opt/state")]
+    assert shown == [("--ro-bind", image, image)]

@@ -18,7 +18,8 @@ installation, the package ``-m`` names: the built-in demo and plain profiles), t
 then the masks: each directory or file the gateway keeps to itself (state dir, workspace root,
 other sessions' workspaces, config, token, users, secret and audit files) that a bind would show is
 covered (an empty tmpfs over a directory, an empty read-only file over a file); one nothing shows
-is left alone. The command then runs under ``prlimit``, inside the namespaces: RLIMIT_NPROC set there
+is left alone. Last, a file the command is given (an uploaded image in its argv, kept in the
+session's file store inside the hidden state dir) is bound read-only at its own path. The command then runs under ``prlimit``, inside the namespaces: RLIMIT_NPROC set there
 counts the processes of the sandbox's own user namespace (set before ``bwrap`` it would also bound
 the namespace's parent level, i.e. every process of the gateway's user), RLIMIT_DATA bounds each
 process's private writable memory (docs/isolation.md says what each guarantees).
@@ -120,6 +121,9 @@ class Layout:
     # profiles): its venv, its installation, the package ``-m`` names. Bound read-only, each only
     # where nothing else shows it already.
     runtime: tuple[str, ...] = ()
+    # Files of the gateway's this one command is given (an uploaded image named in its argv):
+    # each shown read-only at its own path, over any mask, and nothing else of where it is kept.
+    given: tuple[str, ...] = ()
 
 
 # One mount: (path, order at equal depth, bwrap arguments). Binds show the host's path; the
@@ -216,6 +220,8 @@ def bwrap_argv(settings: Isolation, layout: Layout, command: Sequence[str], cwd:
             else ("--ro-bind", layout.empty, mask.path)
         )
         ops.append((mask.path, 3, cover, False))
+    for path in layout.given:
+        ops.append((path, 4, ("--ro-bind", path, path), True))
     for op in sorted(ops, key=lambda op: (_depth(op[0]), op[1])):
         argv += op[2]
     argv += ["--chdir", cwd, "--", layout.prlimit]

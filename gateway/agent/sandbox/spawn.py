@@ -133,6 +133,7 @@ def layout(
     home: str,
     hidden: Iterable[str],
     command: Sequence[str] = (),
+    given: Sequence[str] = (),
 ) -> Layout:
     """What is on disk for one agent: the system directories that exist (links kept as links),
     the files their links point to, and a ``Mask`` for each hidden path that exists (and for
@@ -176,6 +177,7 @@ def layout(
         extra_ro=tuple(extra),
         masks=tuple(masks.values()),
         runtime=runtime(command),
+        given=tuple(os.path.abspath(path) for path in given),
     )
 
 
@@ -336,7 +338,7 @@ class SpawnSandbox:
     ``bwrap`` argv and the environment to start it with (``env`` has no gateway setting already:
     ``bwrap``'s own environment is what the sandbox's ``/proc/1/environ`` shows)."""
 
-    __slots__ = ("hidden", "home", "settings", "template", "workspace")
+    __slots__ = ("given", "hidden", "home", "settings", "template", "workspace")
 
     def __init__(
         self,
@@ -346,8 +348,10 @@ class SpawnSandbox:
         home: str,
         hidden: Sequence[str],
         template: str | None = None,
+        given: Sequence[str] = (),
     ) -> None:
         self.settings = settings
+        self.given = given  # files of the gateway's the command names (an uploaded image)
         self.workspace = os.path.abspath(workspace)
         self.home = home
         self.hidden = hidden
@@ -382,6 +386,7 @@ class SpawnSandbox:
             home=self.home,
             hidden=[*self.hidden, *others],
             command=argv,
+            given=self.given,
         )
         return (
             bwrap_argv(self.settings, plan, argv, cwd),
