@@ -77,6 +77,13 @@ def cpu_seconds(pid: int) -> float:
     return sum(cpu_split(pid))
 
 
+def cpu_seconds_reaped(pid: int) -> float:
+    """User + system CPU time of one process and of its children that have ended and been waited
+    for: an agent's with its tools' (a Bash command's shell and what it ran)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / TICK
+
+
 def children_pids(pid: int) -> list[int]:
     """The direct children of a process (every thread's: any of them may have forked)."""
     pids = []
@@ -86,12 +93,13 @@ def children_pids(pid: int) -> list[int]:
     return pids
 
 
-def cpu_seconds_of(pids: list[int]) -> dict[int, float]:
-    """User + system CPU time of each process still alive."""
+def cpu_seconds_of(pids: list[int], of=cpu_seconds) -> dict[int, float]:
+    """User + system CPU time of each process still alive (``of``: ``cpu_seconds_reaped`` to
+    count the children it has waited for too)."""
     out = {}
     for pid in pids:
         with contextlib.suppress(OSError):
-            out[pid] = cpu_seconds(pid)
+            out[pid] = of(pid)
     return out
 
 
@@ -140,15 +148,27 @@ class Gateway(Relay):
     """The gateway of this checkout, or of another one (``tree``: a baseline to compare with)."""
 
     def __init__(
-        self, tree: Path = ROOT, name: str = "rawp-gateway", *, state_dir: bool = False
+        self,
+        tree: Path = ROOT,
+        name: str = "rawp-gateway",
+        *,
+        state_dir: bool = False,
+        workspace: str | None = None,
+        profiles: dict[str, dict] | None = None,
     ) -> None:
-        """``state_dir``: the gateway keeps its sessions on disk (a temporary state directory)."""
+        """``state_dir``: the gateway keeps its sessions on disk (a temporary state directory).
+        ``workspace``: its workspace root (a temporary directory by default, removed at stop).
+        ``profiles``: more agent profiles, by name: ``{"base": a built-in profile, "command":
+        [...], "env": {...}}`` (bench_fleet.py's real Claude Code, one profile a session)."""
         self.name = name
         self.port = free_port()
-        self.workspace = tempfile.mkdtemp(prefix="bench-gw-")
+        self.workspace = workspace or tempfile.mkdtemp(prefix="bench-gw-")
         argv = [sys.executable, __file__, "gateway", str(self.port), self.workspace, str(tree)]
-        if state_dir:
-            argv.append(str(Path(self.workspace) / ".rawp-state"))
+        argv.append(str(Path(self.workspace) / ".rawp-state") if state_dir else "")
+        if profiles:
+            path = Path(self.workspace) / ".bench-profiles.json"
+            path.write_text(json.dumps(profiles))
+            argv.append(str(path))
         self.proc = subprocess.Popen(argv, cwd=tree)
 
     async def ready(self) -> None:
@@ -196,8 +216,12 @@ class Websocketd(Relay):
     def __init__(self) -> None:
         exe = websocketd_path()
         self.port = free_port()
+        # websocketd clears its programs' environment but for the variables named here: the
+        # synthetic agent's recording (bench_fleet.py) is passed as the gateway passes it.
+        passenv = "PATH,LANG,HOME,RAWP_SYNTH_TRANSCRIPT"
+        argv = [exe, "--address=127.0.0.1", f"--port={self.port}", "--loglevel=error"]
         self.proc = subprocess.Popen(
-            [exe, "--address=127.0.0.1", f"--port={self.port}", "--loglevel=error", *AGENT],
+            [*argv, f"--passenv={passenv}", *AGENT],
             stdout=subprocess.DEVNULL,
             # websocketd 0.4.1 logs a recovered panic when a master closes while the agent still
             # writes (the lines after the end marker); nothing else goes there at this log level.
@@ -216,7 +240,7 @@ def websocketd_path() -> str:
     exe = shutil.which("websocketd")
     if exe is None:
         print(f"websocketd is missing: running {INSTALL_WEBSOCKETD.name}", file=sys.stderr)
-        subprocess.run(["sh", str(INSTALL_WEBSOCKETD)], check=True)
+        subprocess.run(["bash", str(INSTALL_WEBSOCKETD)], check=True)
         exe = shutil.which("websocketd")
         if exe is None:
             raise SystemExit("websocketd could not be installed (Debian's package websocketd)")
@@ -314,16 +338,23 @@ class LeanMaster(asyncio.Protocol):
     a ping (answered) or a pong ends the master with an error: it cannot read garbage as messages.
     It reads one burst and counts from its attach: the masters of another process may ask for the
     burst before this one's process has seen "go".
+
+    Without a session id it is the master of a bare relay (websocketd, bench_fleet.py): it
+    connects to ``/`` with no subprotocol, sends no capabilities, and a prompt is the stream-json
+    line the gateway would write to the agent's stdin, sent as a text message of its own.
     """
 
-    def __init__(self, port: int, session_id: str) -> None:
+    def __init__(self, port: int, session_id: str | None) -> None:
         self.session_id = session_id
         self.key = base64.b64encode(os.urandom(16))
+        path, protocol = "/", ""
+        if session_id is not None:
+            path = f"/v1/session/{session_id}/ws"
+            protocol = f"Sec-WebSocket-Protocol: {SUBPROTOCOL}\r\n"
         self.request = (
-            f"GET /v1/session/{session_id}/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
             "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
-            f"Sec-WebSocket-Key: {self.key.decode()}\r\nSec-WebSocket-Protocol: {SUBPROTOCOL}\r\n"
-            "\r\n"
+            f"Sec-WebSocket-Key: {self.key.decode()}\r\n{protocol}\r\n"
         ).encode()
         loop = asyncio.get_running_loop()
         self.upgraded: asyncio.Future[None] = loop.create_future()
@@ -337,10 +368,12 @@ class LeanMaster(asyncio.Protocol):
         self.stamped = 0
 
     @classmethod
-    async def attach(cls, port: int, session_id: str) -> LeanMaster:
+    async def attach(cls, port: int, session_id: str | None) -> LeanMaster:
         loop = asyncio.get_running_loop()
         _, master = await loop.create_connection(lambda: cls(port, session_id), "127.0.0.1", port)
         await master.upgraded
+        if session_id is None:
+            return master
         caps = {
             "protocol_version": SUBPROTOCOL,
             "supported_namespaces": ["agent", "tool", "control", "session"],
@@ -372,7 +405,11 @@ class LeanMaster(asyncio.Protocol):
         self.transport.write(client_frame(0x1, frame))
 
     def prompt(self, text: str) -> None:
-        self.send_frame("control.prompt.request", {"prompt_text": text})
+        if self.session_id is None:
+            line = {"type": "user", "message": {"role": "user", "content": text}}
+            self.transport.write(client_frame(0x1, json.dumps(line).encode()))
+        else:
+            self.send_frame("control.prompt.request", {"prompt_text": text})
 
     def request_burst(self, lines: int, rate: int) -> None:
         self.prompt(f"BURST {lines} {rate}")
@@ -400,7 +437,8 @@ class LeanMaster(asyncio.Protocol):
             self.fail(f"upgrade refused: {lines[0]}")
         elif headers.get("sec-websocket-accept") != accept:
             self.fail("wrong Sec-WebSocket-Accept")
-        elif headers.get("sec-websocket-protocol") != SUBPROTOCOL:
+        elif headers.get("sec-websocket-protocol") != (self.session_id and SUBPROTOCOL):
+            # a bare relay (no session) agrees none, as none was asked
             self.fail(f"subprotocol not agreed: {headers.get('sec-websocket-protocol')!r}")
         else:
             self.upgraded.set_result(None)
@@ -491,7 +529,7 @@ def log_gc_pauses(path: Path) -> None:
     gc.callbacks.append(note)
 
 
-def serve_gateway(port: int, workspace: str, tree: str, state_dir: str | None = None) -> None:
+def serve_gateway(port: int, workspace: str, tree: str, state_dir: str, profiles: str) -> None:
     # A bench that dies (an exception, Ctrl-C) must not leave its gateways serving: SIGTERM when
     # the parent goes (PR_SET_PDEATHSIG), which the gateway answers by stopping its agents.
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
@@ -506,10 +544,14 @@ def serve_gateway(port: int, workspace: str, tree: str, state_dir: str | None = 
     agents["synth"] = replace(
         agents["demo"], name="synth", command=tuple(AGENT), env={}, description="bench agent"
     )
+    for name, p in (json.loads(Path(profiles).read_text()) if profiles else {}).items():
+        agents[name] = replace(
+            agents[p["base"]], name=name, command=tuple(p["command"]), env=p["env"]
+        )
     extra = {}
     if "max_sessions" in Config.__dataclass_fields__:  # bench_fanout runs 100 sessions and more
         extra["max_sessions"] = 1000
-    if state_dir is not None:
+    if state_dir:
         extra["state_dir"] = Path(state_dir)
     config = Config(
         port=port, workspace_root=Path(workspace), agents=agents, reattach_window_sec=600.0, **extra
@@ -570,7 +612,8 @@ async def run_masters(
 
 if __name__ == "__main__":
     if sys.argv[1] == "gateway":
-        serve_gateway(int(sys.argv[2]), sys.argv[3], sys.argv[4], *sys.argv[5:6])
+        profiles = sys.argv[6] if len(sys.argv) > 6 else ""
+        serve_gateway(int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], profiles)
     elif sys.argv[1] == "masters":
         import uvloop
 

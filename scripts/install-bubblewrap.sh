@@ -13,10 +13,5 @@ if command -v bwrap >/dev/null; then
 fi
 
 . "$(dirname "$0")/lib/apt.sh"
-apt_install bubblewrap
-
-command -v bwrap >/dev/null || {
-  echo "install-bubblewrap: bwrap still not found after install" >&2
-  exit 1
-}
+apt_install_command bwrap bubblewrap
 bwrap --version >&2

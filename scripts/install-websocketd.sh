@@ -1,8 +1,8 @@
-#!/bin/sh
-# Installs Debian's websocketd, the anchor of bench/bench_vs_websocketd.py (as root, with apt-get).
-set -eu
-if command -v websocketd >/dev/null 2>&1; then
-    exit 0
-fi
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq websocketd
+#!/usr/bin/env bash
+# Installs Debian's websocketd, the reference relay of the relay benches (bench/bench_vs_websocketd.py,
+# bench/bench_fleet.py) and of their smoke tests (tests/repo/test_bench_rig.py), when it is not on
+# PATH. It ships no service.
+set -euo pipefail
+
+. "$(dirname "$0")/lib/apt.sh"
+apt_install_command websocketd websocketd

@@ -14,6 +14,7 @@ import errno
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,10 +98,12 @@ class AgentLink:
         cli_mode = "plan" if action.mode == "plan" else None
         if cli_mode and profile.mode_flag:
             flags += cfg.template_args(profile.mode_flag, mode=cli_mode)
+        given: list[str] = []  # files of the store the argv names, shown to a sandboxed agent
         if profile.prompt_in_argv and profile.image_flag:
             for image in action.images:
                 path = str(self.files.get(image.transfer_id)[1])
                 flags += cfg.template_args(profile.image_flag, path=path)
+                given.append(path)
         overrides = action.overrides
         if overrides is not None:
             for key, flag in profile.override_flags.items():
@@ -126,11 +129,12 @@ class AgentLink:
             if data is not None:
                 self._stdin_pending.append(data)
         self._spawning = True
-        self._task(self._run_process(argv, close_stdin=close_stdin))
+        self._task(self._run_process(argv, close_stdin=close_stdin, given=given))
 
-    def sandbox(self) -> SpawnSandbox | None:
+    def sandbox(self, given: Sequence[str] = ()) -> SpawnSandbox | None:
         """The sandbox this session's agents run in (``[isolation] mode = "sandbox"``), its HOME
-        made on first use (docs/isolation.md), or None."""
+        made on first use (docs/isolation.md), or None; ``given``: files of the session's store
+        that this command names, shown to it read-only."""
         isolation = self.config.isolation
         if not isolation.sandboxed:
             return None
@@ -142,9 +146,12 @@ class AgentLink:
             home=sandboxes.session_home(self.id, where),
             hidden=self.config.hidden_paths,
             template=self.profile.env.get("HOME"),
+            given=given,
         )
 
-    async def _run_process(self, argv: list[str], *, close_stdin: bool = False) -> None:
+    async def _run_process(
+        self, argv: list[str], *, close_stdin: bool = False, given: Sequence[str] = ()
+    ) -> None:
         try:
             proc = await AgentProcess.start(
                 argv,
@@ -152,7 +159,7 @@ class AgentLink:
                 session_id=self.id,
                 workspace=self.workspace,
                 grace=self.config.shutdown_grace_sec,
-                sandbox=self.sandbox(),
+                sandbox=self.sandbox(given),
             )
         except (AgentStartError, OSError, ValueError) as err:
             self._spawning = False

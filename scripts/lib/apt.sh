@@ -20,6 +20,21 @@ apt_install() {
   apt-get install -y -q --no-install-recommends "$@" >&2
 }
 
+# apt_install_command COMMAND PACKAGE...: installs the packages unless COMMAND is already on PATH
+# (re-running the test command then costs nothing), and fails unless COMMAND is there after.
+apt_install_command() {
+  local command=$1
+  shift
+  if command -v "$command" >/dev/null; then
+    return 0
+  fi
+  apt_install "$@"
+  command -v "$command" >/dev/null || {
+    echo "$apt_who: $command still not found after install" >&2
+    exit 1
+  }
+}
+
 # apt_install_no_service UNIT PACKAGE...: for a package that ships a system service the tests never
 # use (they run their own instance, with a temporary configuration). A policy-rc.d that answers 101
 # ("action forbidden") is put in place for the install when none exists (container images usually

@@ -11,6 +11,7 @@ from gateway.agent.sandbox.plan import (
     Mask,
     bwrap_argv,
     limit_named,
+    module_run,
     sandbox_environment,
 )
 
@@ -198,6 +199,46 @@ def test_a_linked_file_outside_the_system_directories_is_bound():
     assert ("--ro-bind", target, target) in found
 
 
+def test_what_runs_on_the_gateways_own_python_is_named():
+    python = "/srv/app/.venv/bin/python"
+    assert module_run([python, "-m", "gateway.demo_agent", "--x"], python) == "gateway"
+    assert module_run([python, "-c", "print(1)", "hi"], python) == ""
+    assert module_run([python], python) == ""
+    assert module_run(["/usr/bin/python3", "-m", "gateway.demo_agent"], python) is None
+    assert module_run(["claude", "-p"], python) is None
+    assert module_run([], python) is None
+
+
+def test_the_gateways_own_python_is_shown_where_nothing_shows_it_yet():
+    """The venv, the interpreter's installation under a 0700 HOME (/srv/ops), the directory the
+    interpreter really is in (inside that installation: no mount of its own) and an editable
+    install's package, read-only; not what a system directory shows already, nor the rest of the
+    checkout."""
+    runtime = (
+        "/srv/app/.venv",
+        "/srv/ops/.pyenv/versions/3.11.7",
+        "/srv/ops/.pyenv/versions/3.11.7/bin",
+        "/srv/app/gateway",
+        "/usr/lib/python3.11",
+    )
+    found = mounts(bwrap_argv(SANDBOX, layout(runtime=runtime), ["a"], "/"))
+    binds = [m[1] for m in found if m[0] == "--ro-bind"]
+    for path in ("/srv/app/.venv", "/srv/ops/.pyenv/versions/3.11.7", "/srv/app/gateway"):
+        assert ("--ro-bind", path, path) in found
+    assert "/srv/ops/.pyenv/versions/3.11.7/bin" not in binds
+    assert "/usr/lib/python3.11" not in binds
+    assert "/srv/app" not in binds and "/srv/ops" not in binds
+
+
+def test_a_secret_inside_the_gateways_own_python_is_still_masked():
+    masks = (Mask("/srv/app/.venv/state", is_dir=True), Mask("/srv/app/config.toml", is_dir=False))
+    found = mounts(bwrap_argv(SANDBOX, layout(*masks, runtime=("/srv/app/.venv",)), ["a"], "/"))
+    assert found.index(("--ro-bind", "/srv/app/.venv", "/srv/app/.venv")) < found.index(
+        ("--tmpfs", "/srv/app/.venv/state")
+    )
+    assert ("--ro-bind", EMPTY, "/srv/app/config.toml") not in found  # nothing shows it
+
+
 def test_the_environment_inside():
     lay = layout()
     env = sandbox_environment(
@@ -253,3 +294,15 @@ def test_paths_in_the_profiles_own_home_move_to_the_sessions():
         "TMPDIR": f"{lay.home}/tmp",
         "OTHER": "/etc/agent-homely",
     }
+
+
+def test_a_file_the_command_is_given_is_shown_read_only_over_the_hidden_state_dir():
+    """An uploaded image named in a single-turn agent's argv (``--image PATH``) lives in the
+    session's file store, inside the state dir the sandbox hides: that one file is bound read-only
+    at its own path, after the mask, and nothing else of the store shows."""
+    image = "/opt/state/sessions/s1/files/t1/screenshot.png"
+    masks = (Mask("/opt/state", is_dir=True),)
+    found = mounts(bwrap_argv(SANDBOX, layout(*masks, given=(image,)), ["codex"], "/"))
+    assert found.index(("--tmpfs", "/opt/state")) < found.index(("--ro-bind", image, image))
+    shown = [m for m in found if m[0] in ("--bind", "--ro-bind") and m[-1].startswith("/opt/state")]
+    assert shown == [("--ro-bind", image, image)]

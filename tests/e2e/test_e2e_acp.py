@@ -12,13 +12,17 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gateway.agent.profiles import builtin_profiles
+from gateway.server import SESSIONS
+from tests.support import realcli
 from tests.support.gateway_peer import Master, create_session, make_config, of, start_gateway
-from tests.support.realcli import isolation
+from tests.support.inside import PROBE, check_probe, check_process, saved
+from tests.support.realcli import MODES
 from tests.support.rig.env import require_cli
 from tests.support.rig.run import scripted_cli
 from tests.support.rig.scenario import parse_scenario
@@ -30,7 +34,11 @@ STARTUP = 120.0  # the CLI's start under load (tens of seconds on a busy machine
 
 
 @contextlib.asynccontextmanager
-async def gemini_acp(calls: list[dict[str, Any]], files: dict[str, str]) -> AsyncIterator[Any]:
+async def gemini_acp(
+    calls: list[dict[str, Any]], files: dict[str, str], mode: str | None = None
+) -> AsyncIterator[Any]:
+    """``gemini-acp`` with the rig's Gemini CLI; ``mode``: the isolation (default: the suite's,
+    ``realcli.isolation``)."""
     binary = require_cli("gemini")
     scenario = parse_scenario(
         {"run": {"files": files}, "calls": calls}, name="e2e-acp", agent="gemini"
@@ -39,7 +47,9 @@ async def gemini_acp(calls: list[dict[str, Any]], files: dict[str, str]) -> Asyn
         base = builtin_profiles(gemini=str(binary))["gemini-acp"]
         command = (str(binary), "-m", GEMINI_MODEL, *base.command[1:])
         profile = replace(base, env=cli.env, command=command)
-        config = make_config(cli.cwd, agents={"gemini-acp": profile}, isolation=isolation())
+        config = make_config(
+            cli.cwd, agents={"gemini-acp": profile}, isolation=realcli.isolation(mode)
+        )
         client = await start_gateway(config)
         try:
             yield cli, client
@@ -193,15 +203,17 @@ async def test_gemini_acp_shell_result_is_not_its_working_directory_note():
 
 
 @contextlib.asynccontextmanager
-async def adapter_acp(agent: str, calls: list[dict[str, Any]]) -> AsyncIterator[Any]:
+async def adapter_acp(
+    agent: str, calls: list[dict[str, Any]], mode: str | None = None
+) -> AsyncIterator[Any]:
     """``claude-acp`` or ``codex-acp``: the pinned adapter, the CLI underneath pointed at the
-    rig's scripted server (the rig's environment for that CLI)."""
+    rig's scripted server (the rig's environment for that CLI); ``mode`` as for ``gemini_acp``."""
     binary = require_cli(agent)
     scenario = parse_scenario({"run": {}, "calls": calls}, name=f"e2e-{agent}", agent=agent)
     async with scripted_cli(scenario) as cli:
         base = builtin_profiles(claude_acp=str(binary), codex_acp=str(binary))[agent]
         profile = replace(base, env=cli.env)
-        config = make_config(cli.cwd, agents={agent: profile}, isolation=isolation())
+        config = make_config(cli.cwd, agents={agent: profile}, isolation=realcli.isolation(mode))
         client = await start_gateway(config)
         try:
             yield cli, client
@@ -370,6 +382,87 @@ async def test_codex_acp_permissions_cancel_and_two_turns():
 
         _, frames = await cancelled_turn(master, "Count")
         assert of(frames, "session.turn.end")[-1]["payload"]["stop_reason"] == "cancelled"
+
+
+# --- Every ACP agent, in both isolation modes ----------------------------------------------------
+
+# A shell command (PROBE) each agent's model runs, then its last words; where the agent saves its
+# conversations, under its HOME.
+PROBE_CALLS: dict[str, tuple[list[dict[str, Any]], str]] = {
+    "gemini-acp": (
+        [
+            {
+                "parts": [
+                    {"functionCall": {"name": "run_shell_command", "args": {"command": PROBE}}}
+                ]
+            },
+            {"match": {"function_response": True}, "parts": [{"text": "Probed."}]},
+        ],
+        ".gemini/tmp/*/chats/session-*.jsonl",
+    ),
+    "claude-acp": (
+        [
+            {
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "name": "Bash",
+                        "input": {"command": PROBE, "description": "Probe"},
+                    }
+                ]
+            },
+            {"match": {"tool_result": True}, "content": [{"type": "text", "text": "Probed."}]},
+        ],
+        ".claude/projects/*/*.jsonl",
+    ),
+    "codex-acp": (
+        [
+            codex_exec(PROBE),
+            {"match": {"tool_output": True}, "output": [{"type": "message", "text": "Probed."}]},
+        ],
+        ".codex/sessions/**/rollout-*.jsonl",
+    ),
+}
+
+
+async def allowed_turn(master: Master, text: str) -> list[dict[str, Any]]:
+    """A prompt whose every question the master allows; the frames to its session.usage."""
+    start = len(master.frames)
+    await master.send("control.prompt.request", {"prompt_text": text})
+    while True:
+        frame = await master.next(timeout=STARTUP)
+        if frame["type"] == "agent.interaction.request":
+            await answer(master, frame, "allow")
+        elif frame["type"] == "session.turn.end":
+            assert (await master.next(timeout=10))["type"] == "session.usage"
+            return master.frames[start:]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("agent", list(PROBE_CALLS))
+async def test_an_acp_agent_runs_a_command_where_its_isolation_says(agent, mode):
+    """DPS-5.3.1-result through ACP, in both isolation modes (docs/isolation.md): a turn whose
+    command succeeds, run by an agent that is, or is not, under bubblewrap in namespaces of its
+    own, and that saved its conversation in its session's HOME."""
+    calls, saves = PROBE_CALLS[agent]
+    opened = (
+        gemini_acp(calls, {}, mode) if agent == "gemini-acp" else adapter_acp(agent, calls, mode)
+    )
+    async with opened as (cli, gw):
+        sid = (await create_session(gw, agent))["session_id"]
+        master = await Master.attach(gw, sid)
+        frames = await allowed_turn(master, "Probe.")
+        results = of(frames, "tool.invoke.result")
+        assert results and results[-1]["payload"]["status"] == "success", results
+        assert of(frames, "agent.text.done")[-1]["payload"]["full_text"] == "Probed."
+        session = gw.server.app[SESSIONS][sid]
+        sandboxed = realcli.isolation(mode).sandboxed
+        check_process(session, sandboxed)
+        box = session.sandbox()
+        home = cli.home if box is None else Path(box.home)
+        if agent != "gemini-acp":  # Gemini reports no command output through ACP
+            check_probe(results[-1]["payload"]["output"], sandboxed, home)
+        assert saved(home, saves), f"{agent} saved its conversation in {home}"
 
 
 @pytest.mark.parametrize("agent", ["claude-acp", "codex-acp"])

@@ -168,7 +168,9 @@ async def test_prompt_turn_and_usage():
         assert got["state"] == "IDLE" and got["turn_index"] == 1
         # the id the CLI reported is the one it keeps its transcript under
         asid = got["agent_session_id"]
-        assert list(rig.home(sid).rglob(f"{asid}.jsonl")), asid
+        # (where it keeps them: a walk of the whole HOME races the CLI's lock directories, which
+        # come and go as it writes .claude.json)
+        assert list(rig.home(sid).glob(f".claude/projects/*/{asid}.jsonl")), asid
 
 
 # --- tools and permissions --------------------------------------------------------------------------

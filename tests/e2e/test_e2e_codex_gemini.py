@@ -20,17 +20,26 @@ import pytest
 
 from tests.support import realcli
 from tests.support.gateway_peer import of, prompt_and_wait
-from tests.support.realcli import Rig
+from tests.support.inside import PROBE, check_probe, saved
+from tests.support.realcli import MODES, Rig
 
 pytestmark = pytest.mark.realcli
 
 
 def gateway(
-    agent: str, calls: list[dict[str, Any]], *, server: dict[str, Any] | None = None, **run: Any
+    agent: str,
+    calls: list[dict[str, Any]],
+    *,
+    server: dict[str, Any] | None = None,
+    mode: str | None = None,
+    **run: Any,
 ) -> contextlib.AbstractAsyncContextManager[Rig]:
     """The real-CLI gateway of the built-in ``agent`` profile answering ``calls``; ``run``: the
-    scenario's run table (``files``, ...); ``server``: ``Config`` fields."""
-    return realcli.gateway(realcli.scenario(agent, calls, **run), agent, server=server)
+    scenario's run table (``files``, ...); ``server``: ``Config`` fields; ``mode``: the isolation
+    (default: the suite's, ``realcli.isolation``)."""
+    return realcli.gateway(
+        realcli.scenario(agent, calls, **run), agent, server=server, isolation_mode=mode
+    )
 
 
 def text_of(frames: list[dict[str, Any]]) -> str:
@@ -53,11 +62,7 @@ def check_turn(frames: list[dict[str, Any]]) -> dict[str, Any]:
 # --- Codex --------------------------------------------------------------------------------------
 
 CODEX_SHELL = [
-    {
-        "output": [
-            {"type": "function_call", "name": "exec_command", "arguments": {"cmd": "echo hi"}}
-        ]
-    },
+    {"output": [{"type": "function_call", "name": "exec_command", "arguments": {"cmd": PROBE}}]},
     {
         "match": {"tool_output": True, "input_contains": "hi"},
         "output": [{"type": "message", "text": "The command printed hi."}],
@@ -65,19 +70,24 @@ CODEX_SHELL = [
 ]
 
 
-async def test_codex_prompt_with_a_shell_command():
+@pytest.mark.parametrize("mode", MODES)
+async def test_codex_prompt_with_a_shell_command(mode):
     """A prompt whose answer runs a command: shell request and its one result (exit 0 →
-    success, the command's output), the text, end_turn and the turn's usage."""
-    async with gateway("codex", CODEX_SHELL) as rig:
+    success, the command's output), the text, end_turn and the turn's usage. In both isolation
+    modes: the command says where it ran, and Codex saved its thread in the session's HOME."""
+    async with gateway("codex", CODEX_SHELL, mode=mode) as rig:
         session_id, master = await rig.master()
         frames = await prompt_and_wait(master, "Run echo.")
         usage = check_turn(frames)
         (request,) = of(frames, "tool.invoke.request")
         (result,) = of(frames, "tool.invoke.result")
         assert request["payload"]["tool_name"] == "shell"
-        assert "echo hi" in request["payload"]["input"]["command"]
+        assert PROBE in request["payload"]["input"]["command"]
         assert result["payload"]["status"] == "success"
-        assert result["payload"]["output"] == "hi\n"
+        check_probe(
+            result["payload"]["output"], realcli.isolation(mode).sandboxed, rig.home(session_id)
+        )
+        assert saved(rig.home(session_id), ".codex/sessions/**/rollout-*.jsonl")
         assert result["payload"]["output_type"] == "text"
         assert text_of(frames) == "The command printed hi."
         assert of(frames, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
@@ -189,12 +199,15 @@ async def test_codex_file_change_is_a_diff_when_the_workspace_shows_one():
 # --- Gemini ---------------------------------------------------------------------------------------
 
 
-async def test_gemini_prompt_with_a_shell_command():
+@pytest.mark.parametrize("mode", MODES)
+async def test_gemini_prompt_with_a_shell_command(mode):
+    """In both isolation modes: the command says where it ran, and Gemini CLI saved its session
+    in the session's HOME."""
     calls = [
         {
             "parts": [
                 {"text": "I will run a command."},
-                {"functionCall": {"name": "run_shell_command", "args": {"command": "echo hi"}}},
+                {"functionCall": {"name": "run_shell_command", "args": {"command": PROBE}}},
             ]
         },
         {
@@ -202,16 +215,19 @@ async def test_gemini_prompt_with_a_shell_command():
             "parts": [{"text": "The command printed hi."}],
         },
     ]
-    async with gateway("gemini", calls) as rig:
+    async with gateway("gemini", calls, mode=mode) as rig:
         session_id, master = await rig.master()
         frames = await prompt_and_wait(master, "Run echo.")
         usage = check_turn(frames)
         (request,) = of(frames, "tool.invoke.request")
         (result,) = of(frames, "tool.invoke.result")
         assert request["payload"]["tool_name"] == "run_shell_command"
-        assert request["payload"]["input"]["command"] == "echo hi"
+        assert request["payload"]["input"]["command"] == PROBE
         assert result["payload"]["status"] == "success"
-        assert result["payload"]["output"].strip() == "hi"
+        check_probe(
+            result["payload"]["output"], realcli.isolation(mode).sandboxed, rig.home(session_id)
+        )
+        assert saved(rig.home(session_id), ".gemini/tmp/*/chats/session-*.jsonl")
         assert [f["payload"]["full_text"] for f in of(frames, "agent.text.done")] == [
             "I will run a command.",
             "The command printed hi.",

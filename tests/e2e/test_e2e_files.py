@@ -23,11 +23,12 @@ PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAQAAAADCAIAAAA7ljmRAAAAEElEQVR4nGP4z8AARww4O
 PNG = base64.b64decode(PNG_B64)  # a 4x3 red PNG
 
 
-def gateway(agent: str, calls: list[dict[str, Any]], **server: Any):
+def gateway(agent: str, calls: list[dict[str, Any]], isolation: str | None = None, **server: Any):
     """The Codex/Gemini end-to-end rig (any of the three CLIs) with ``dot.png`` in its workspace;
-    ``server``: ``Config`` fields."""
+    ``server``: ``Config`` fields; ``isolation``: the ``[isolation]`` mode (else the suite's)."""
     files = {"dot.png": {"base64": PNG_B64}}
-    return realcli.gateway(realcli.scenario(agent, calls, files=files), agent, server=server)
+    scenario = realcli.scenario(agent, calls, files=files)
+    return realcli.gateway(scenario, agent, server=server, isolation_mode=isolation)
 
 
 async def prompt_with_upload(rig: Any, text: str, name: str, body: bytes, mime: str) -> Any:
@@ -119,11 +120,13 @@ async def test_claude_code_gets_an_uploaded_screenshot_as_an_image_block():
         assert not (rig.cli.cwd / ".rawp").exists()  # an image for the model, not a file
 
 
-async def test_codex_gets_an_uploaded_image_through_image_flag():
+@pytest.mark.parametrize("isolation", [None, pytest.param("sandbox", marks=pytest.mark.sandbox)])
+async def test_codex_gets_an_uploaded_image_through_image_flag(isolation):
     """Codex takes the uploaded screenshot with --image: the Responses request carries it as an
-    input_image of the same bytes."""
+    input_image of the same bytes. In the sandbox too, where the file store (in the hidden state
+    dir) shows only that file, read-only (docs/isolation.md)."""
     calls = [{"output": [{"type": "message", "text": "A red rectangle."}]}]
-    async with gateway("codex", calls) as rig:
+    async with gateway("codex", calls, isolation) as rig:
         request = await prompt_with_upload(
             rig, "What is on my screen?", "screenshot.png", PNG, "image/png"
         )

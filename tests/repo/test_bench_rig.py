@@ -25,7 +25,7 @@ from tests.support.servers import free_port
 sys.path.insert(0, str(REPO / "bench"))
 
 import relay_rig
-from relay_rig import SUBPROTOCOL, WS_GUID, Gateway, LeanMaster
+from relay_rig import SUBPROTOCOL, WS_GUID, Gateway, LeanMaster, Websocketd
 
 
 @pytest.fixture(autouse=True)
@@ -107,6 +107,47 @@ async def test_lean_master_reads_the_stamped_messages_an_aiohttp_master_reads():
     assert lean.stamps_ns == reference.stamps_ns
     assert lean.stamped == len(lean.stamps_ns)
     assert all(ns > 0 for ns in lean.latencies_ns)
+
+
+@pytest.mark.websocketd
+async def test_a_bare_lean_master_reads_every_stamped_line_through_websocketd(monkeypatch):
+    """bench_fleet.py's reference: a ``LeanMaster`` without a session connects to websocketd, whose
+    agent takes its prompt line as the gateway's would be written to it, and reads every stamped
+    line the agent wrote, once each, in order."""
+    from synth_agent import burst
+
+    monkeypatch.delenv("RAWP_SYNTH_TRANSCRIPT", raising=False)
+    written = sum(isinstance(line, tuple) for line in burst(600))
+    relay = Websocketd()
+    try:
+        await relay.ready()
+        lean = await LeanMaster.attach(relay.port, None)
+        lean.request_burst(600, 5000)
+        await asyncio.wait_for(lean.ended, 60)
+        lean.close()
+    finally:
+        relay.stop()
+    assert lean.stamped == len(lean.stamps_ns) == written > 400
+    assert lean.stamps_ns == sorted(lean.stamps_ns)
+    assert all(ns > 0 for ns in lean.latencies_ns)
+
+
+@pytest.mark.websocketd
+async def test_the_fleet_bench_runs_both_relays_at_tiny_scale(monkeypatch, capsys):
+    """``bench_fleet.py`` with its websocketd reference, two sessions, one round each: both relays
+    measured, and every row printed for both with the ratio."""
+    import bench_fleet
+
+    monkeypatch.delenv("RAWP_SYNTH_TRANSCRIPT", raising=False)
+    argv = ["--sessions", "2", "--seconds", "1", "--warmup", "0.5", "--rate", "100"]
+    await bench_fleet.main(bench_fleet.arguments([*argv, "--rounds", "1", "--transcript", ""]))
+    out = capsys.readouterr().out
+    assert "rawp-gateway: 2 sessions open" in out and "websocketd: 2 sessions open" in out
+    head = next(line for line in out.splitlines() if line.startswith("measure"))
+    assert head.split() == ["measure", "rawp-gateway", "websocketd", "gateway/websocketd"]
+    rows = {line.split("  ")[0]: line.split()[-3:] for line in out.splitlines()}
+    for label, _, _ in bench_fleet.ROWS:
+        assert len(rows[label]) == 3, out  # both relays, and the ratio (or "-")
 
 
 async def test_a_replayed_recording_is_whole_turns_of_the_real_clis_output(monkeypatch):

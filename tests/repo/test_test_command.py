@@ -38,12 +38,14 @@ def fake_bin(tmp_path: Path, tools: dict[str, str | None]) -> Path:
     return bin_dir
 
 
-# Stand-ins for the parts each case does not look at: Chromium, nginx, bubblewrap and the container
-# engine's tools (podman and what goes with it; no docker, so podman's are the ones looked for).
+# Stand-ins for the parts each case does not look at: Chromium, nginx, websocketd, bubblewrap and the
+# container engine's tools (podman and what goes with it; no docker, so podman's are the ones looked
+# for).
 GIVEN = dict.fromkeys(
     (
         "chromium",
         "nginx",
+        "websocketd",
         "bwrap",
         "podman",
         "buildah",
@@ -148,6 +150,15 @@ def test_an_nginx_that_is_not_there_is_missing(tmp_path):
 def test_an_nginx_on_path_or_at_a_path_is_enough(tmp_path):
     assert "nginx" not in missing(tmp_path / "a")  # the stand-in, found on PATH
     assert "nginx" not in missing(tmp_path / "b", nginx=shutil.which("bash") or "/bin/bash")
+
+
+def test_websocketd_not_on_path_is_missing_unless_root_with_apt_get_can_install_it(tmp_path):
+    """The relay benches' smoke test runs Debian's websocketd (scripts/install-websocketd.sh)."""
+    parts = missing(tmp_path / "a", websocketd=None)
+    assert parts["websocketd"].startswith("websocketd is not on PATH")
+    assert "websocketd" not in missing(tmp_path / "b")  # the stand-in, found on PATH
+    root = missing(tmp_path / "c", websocketd=None, **{"apt-get": ""})
+    assert ("websocketd" in root) is not ROOT_WITH_APT
 
 
 def test_a_bwrap_that_cannot_make_a_sandbox_is_missing(tmp_path):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.agent.sandbox import Isolation
@@ -36,12 +37,19 @@ MODEL_PATHS = ("/v1/messages", "/v1/responses")  # Anthropic, OpenAI; Gemini by 
 # The one setting that runs every real-CLI test in the agent sandbox: RAWP_TEST_ISOLATION=sandbox
 # (docs/isolation.md; needs bwrap). Unset or "none": as the gateway runs by default.
 ISOLATION_VAR = "RAWP_TEST_ISOLATION"
+# Each agent's end-to-end turn with a tool runs in both: as the suite runs (RAWP_TEST_ISOLATION's
+# mode) and in the sandbox.
+MODES = (
+    pytest.param(None, id="default"),
+    pytest.param("sandbox", id="sandbox", marks=pytest.mark.sandbox),
+)
 
 
 def isolation(mode: str | None = None) -> Isolation:
     """``[isolation]`` for a real-CLI gateway: ``mode`` (default: ``RAWP_TEST_ISOLATION``'s). In
     the sandbox the agents see, besides the system, the CLIs (``.agents/``), this repository (the
-    rig's MCP server, the demo agent) and the Python it runs on, read-only."""
+    rig's MCP server, which the CLIs start with this venv's Python) and the Python it runs on,
+    read-only. The demo and plain agents need none of it (tests/e2e/test_e2e_demo_plain.py)."""
     mode = mode or os.environ.get(ISOLATION_VAR) or "none"
     if mode == "none":
         return Isolation()

@@ -13,11 +13,13 @@ terminal to push keystrokes into, even if one were inherited). The mounts are on
 depth, since a mount hides what an earlier one put below it: the system read-only (``/usr``,
 ``/etc``... as they exist; a top-level link such as ``/bin -> usr/bin`` stays a link), a fresh
 ``/proc`` and a minimal ``/dev``, a private ``/tmp`` (a tmpfs of at most ``max_memory_mb``),
-``bind_ro`` and ``bind_rw``, the session's workspace and its HOME read-write at their own paths,
+``bind_ro`` and ``bind_rw``, what the gateway's own Python needs when the agent runs on it (its venv and
+installation, the package ``-m`` names: the built-in demo and plain profiles), the session's workspace and its HOME read-write at their own paths,
 then the masks: each directory or file the gateway keeps to itself (state dir, workspace root,
 other sessions' workspaces, config, token, users, secret and audit files) that a bind would show is
 covered (an empty tmpfs over a directory, an empty read-only file over a file); one nothing shows
-is left alone. The command then runs under ``prlimit``, inside the namespaces: RLIMIT_NPROC set there
+is left alone. Last, a file the command is given (an uploaded image in its argv, kept in the
+session's file store inside the hidden state dir) is bound read-only at its own path. The command then runs under ``prlimit``, inside the namespaces: RLIMIT_NPROC set there
 counts the processes of the sandbox's own user namespace (set before ``bwrap`` it would also bound
 the namespace's parent level, i.e. every process of the gateway's user), RLIMIT_DATA bounds each
 process's private writable memory (docs/isolation.md says what each guarantees).
@@ -41,6 +43,7 @@ __all__ = [
     "bwrap_argv",
     "is_visible",
     "limit_named",
+    "module_run",
     "sandbox_environment",
 ]
 
@@ -114,6 +117,13 @@ class Layout:
     system: tuple[tuple[str, str | None], ...] = ()
     extra_ro: tuple[str, ...] = ()  # files a system link points to outside SYSTEM_DIRS
     masks: tuple[Mask, ...] = field(default=())
+    # What the gateway's own Python needs, for an agent it runs (the built-in demo and plain
+    # profiles): its venv, its installation, the package ``-m`` names. Bound read-only, each only
+    # where nothing else shows it already.
+    runtime: tuple[str, ...] = ()
+    # Files of the gateway's this one command is given (an uploaded image named in its argv):
+    # each shown read-only at its own path, over any mask, and nothing else of where it is kept.
+    given: tuple[str, ...] = ()
 
 
 # One mount: (path, order at equal depth, bwrap arguments). Binds show the host's path; the
@@ -139,6 +149,11 @@ def _binds(settings: Isolation, layout: Layout) -> list[_Op]:
             ops.append((path, 0, ("--ro-bind", path, path), True))
     for path in layout.extra_ro:
         ops.append((path, 0, ("--ro-bind", path, path), True))
+    # Widest first, so a path inside one already bound (the venv inside its checkout's package
+    # directory, the interpreter's directory inside its installation) adds no mount of its own.
+    for path in sorted({posixpath.normpath(p) for p in layout.runtime}, key=_depth):
+        if not is_visible(path, ops):
+            ops.append((path, 0, ("--ro-bind", path, path), True))
     ops.append(("/proc", 0, ("--proc", "/proc"), False))
     ops.append(("/dev", 0, ("--dev", "/dev"), False))
     tmp_bytes = str(settings.max_memory_mb << 20)
@@ -169,6 +184,17 @@ def is_visible(path: str, ops: Sequence[_Op]) -> bool:
     return best is not None and best[3]
 
 
+def module_run(command: Sequence[str], executable: str) -> str | None:
+    """The top-level package ``command`` runs with ``-m`` when it runs the gateway's own Python
+    (``executable``): ``gateway`` for the demo profile's ``python -m gateway.demo_agent``; ``""``
+    for that Python running anything else (``-c``, a script); ``None`` for another program."""
+    if not command or command[0] != executable:
+        return None
+    if len(command) > 2 and command[1] == "-m":
+        return command[2].partition(".")[0]
+    return ""
+
+
 def bwrap_argv(settings: Isolation, layout: Layout, command: Sequence[str], cwd: str) -> list[str]:
     """The argv that runs ``command`` (an agent's, no shell) in the sandbox, in ``cwd``."""
     argv = [
@@ -194,6 +220,8 @@ def bwrap_argv(settings: Isolation, layout: Layout, command: Sequence[str], cwd:
             else ("--ro-bind", layout.empty, mask.path)
         )
         ops.append((mask.path, 3, cover, False))
+    for path in layout.given:
+        ops.append((path, 4, ("--ro-bind", path, path), True))
     for op in sorted(ops, key=lambda op: (_depth(op[0]), op[1])):
         argv += op[2]
     argv += ["--chdir", cwd, "--", layout.prlimit]

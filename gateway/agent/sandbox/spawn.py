@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import importlib.util
 import os
 import shutil
 import stat
+import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
@@ -32,6 +34,7 @@ from gateway.agent.sandbox.plan import (
     Layout,
     Mask,
     bwrap_argv,
+    module_run,
     sandbox_environment,
 )
 from gateway.storage import nofollow
@@ -48,6 +51,7 @@ __all__ = [
     "probe",
     "register_workspace",
     "remove_temp_home",
+    "runtime",
     "session_home",
     "usable",
 ]
@@ -97,6 +101,29 @@ def _tools(env: Mapping[str, str]) -> tuple[str, str]:
     return bwrap, os.path.realpath(prlimit)
 
 
+def runtime(command: Sequence[str]) -> tuple[str, ...]:
+    """What ``command`` needs visible when it runs the gateway's own Python (the built-in demo and
+    plain profiles; docs/isolation.md): the venv (``sys.prefix``: its ``pyvenv.cfg`` and
+    site-packages), the installation (``sys.base_prefix``: the interpreter and the standard
+    library) and the directory the interpreter really is in, and for ``-m PACKAGE...`` that
+    package's directories, where they are (an editable install's are in its checkout, and only
+    they are shown of it). Nothing for any other command."""
+    top = module_run(command, sys.executable)
+    if top is None:
+        return ()
+    paths = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+    if top:
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None:
+            paths += spec.submodule_search_locations or ()
+            if spec.origin and spec.submodule_search_locations is None:
+                paths.append(spec.origin)  # a single-file module
+    return tuple(os.path.abspath(p) for p in paths if os.path.isabs(p))
+
+
 def layout(
     settings: Isolation,
     *,
@@ -105,6 +132,8 @@ def layout(
     workspace: str,
     home: str,
     hidden: Iterable[str],
+    command: Sequence[str] = (),
+    given: Sequence[str] = (),
 ) -> Layout:
     """What is on disk for one agent: the system directories that exist (links kept as links),
     the files their links point to, and a ``Mask`` for each hidden path that exists (and for
@@ -147,6 +176,8 @@ def layout(
         system=tuple(system),
         extra_ro=tuple(extra),
         masks=tuple(masks.values()),
+        runtime=runtime(command),
+        given=tuple(os.path.abspath(path) for path in given),
     )
 
 
@@ -307,7 +338,7 @@ class SpawnSandbox:
     ``bwrap`` argv and the environment to start it with (``env`` has no gateway setting already:
     ``bwrap``'s own environment is what the sandbox's ``/proc/1/environ`` shows)."""
 
-    __slots__ = ("hidden", "home", "settings", "template", "workspace")
+    __slots__ = ("given", "hidden", "home", "settings", "template", "workspace")
 
     def __init__(
         self,
@@ -317,8 +348,10 @@ class SpawnSandbox:
         home: str,
         hidden: Sequence[str],
         template: str | None = None,
+        given: Sequence[str] = (),
     ) -> None:
         self.settings = settings
+        self.given = given  # files of the gateway's the command names (an uploaded image)
         self.workspace = os.path.abspath(workspace)
         self.home = home
         self.hidden = hidden
@@ -352,6 +385,8 @@ class SpawnSandbox:
             workspace=self.workspace,
             home=self.home,
             hidden=[*self.hidden, *others],
+            command=argv,
+            given=self.given,
         )
         return (
             bwrap_argv(self.settings, plan, argv, cwd),
