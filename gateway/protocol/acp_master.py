@@ -161,12 +161,14 @@ class AcpView:
         payload = frame.payload
         if isinstance(payload, F.History):
             out: list[bytes] = []
-            self.replaying = True
+            # The replay comes inside the greeting, but it is the session's news, not its state:
+            # its messages carry no ``state`` mark, so a client keeps their ids to load after.
+            greeting, self.greeting, self.replaying = self.greeting, False, True
             try:
                 for raw in payload.frames:
                     out += self.frame(raw)
             finally:
-                self.replaying = False
+                self.replaying, self.greeting = False, greeting
             self.last_seen = payload.last_message_id
             status = payload.buffer_status
             self.lost_frames += status.lost_frame_count or (1 if status.truncated else 0)

@@ -7,7 +7,8 @@ reads it), handled here in the order it came: ``initialize``, ``session/new`` (a
 caller's, created as ``POST /v1/session`` creates one), ``session/list`` (what ``GET /v1/sessions``
 shows the caller), ``session/load``, ``session/prompt``, ``session/cancel``, ``session/set_mode``,
 and the client's answers to ``session/request_permission``. What a session says goes out through
-the client's views (gateway/session/acp_client.py, gateway/protocol/acp_master.py). A refusal is a
+the client's views (gateway/session/acp_client.py, gateway/protocol/acp_master.py); a session
+another gateway of the fleet holds is relayed to that gateway's ``/acp`` (acp_peer.py). A refusal is a
 JSON-RPC error whose ``data.error_code`` is the gateway's; nothing a client sends ends in a 500 or a
 traceback, and a session it is attached to goes on whatever the client does.
 """
@@ -39,6 +40,7 @@ from gateway.protocol.acp_master import (
     error_response,
     result_response,
 )
+from gateway.server.acp_peer import PeerSockets
 from gateway.server.keys import CONFIG, GUARD, HEARTBEAT, SESSIONS, STREAMING, TICKET, TICKETS
 from gateway.server.middleware import _audit, _caller
 from gateway.server.routes.console import ticket_owner
@@ -130,6 +132,8 @@ async def acp_websocket(request: web.Request) -> web.StreamResponse:
         await read_socket(ws, out, handler.message)
     finally:
         open_clients.discard(client)
+        if handler.peers is not None:
+            await handler.peers.close()
         client.close()
         if not out.closed.is_set():
             await out.aclose()
@@ -147,6 +151,9 @@ class _Handler:
         self.agent = agent
         self.identity = _caller(request)
         self.limit = acp_rpc.RateLimit(time.monotonic())
+        self.init_params = b""  # the client's initialize params: a relay's initialize reuses them
+        self.peers: PeerSockets | None = None  # sessions other gateways hold (acp_peer.py)
+        self.data = ""  # the message being handled, as it came
         self.methods = {
             "initialize": self.initialize,
             "authenticate": self.authenticate,
@@ -170,7 +177,8 @@ class _Handler:
             self.send(got.response)
             return
         if got.method is None:
-            self.answered(got)
+            if self.peers is None or not await self.relayed(got, data):
+                self.answered(got)
             return
         if not self.limit.take(time.monotonic()):
             if self.limit.hopeless:
@@ -180,12 +188,15 @@ class _Handler:
                     error_response(got.id, REFUSED, "too many requests; slow down", "RATE_LIMITED")
                 )
             return
+        if self.peers is not None and await self.relayed(got, data):
+            return
         method = self.methods.get(got.method)
         if method is None:
             if got.is_request:  # an unknown notification (an extension's) is ignored
                 why = f"method {got.method[:64]!r} is not supported"
                 self.send(error_response(got.id, METHOD_NOT_FOUND, why, "METHOD_NOT_FOUND"))
             return
+        self.data = data
         try:
             await method(got)
         except ApiError as err:
@@ -204,6 +215,22 @@ class _Handler:
                 why = "internal error; see the gateway log"
                 self.send(error_response(got.id, INTERNAL_ERROR, why, "INTERNAL_ERROR"))
 
+    async def relayed(self, got: acp_rpc.Message, data: str) -> bool:
+        """A message of a session another gateway holds goes there as it is (acp_peers.py)."""
+        assert self.peers is not None
+        where = self.peers.routes.client_message(got.id, got.method, got.params)
+        if where is None:
+            return False
+        if isinstance(where, bytes):
+            self.send(where)
+        else:
+            await self.peers.send(where, data)
+        return True
+
+    def held(self) -> int:
+        """The sessions this connection holds: attached here, or relayed to their gateway."""
+        return len(self.client.attached) + (len(self.peers.routes) if self.peers else 0)
+
     def answered(self, got: acp_rpc.Message) -> None:
         """The client's answer to a request of ours (a permission question)."""
         rpc_id = str(got.id)
@@ -220,6 +247,7 @@ class _Handler:
         params = self.params(got, S.InitializeParams)
         if params is None:
             return
+        self.init_params = got.params
         rawp = (params.clientCapabilities.meta or {}).get("rawp")
         self.client.turn_events = isinstance(rawp, dict) and rawp.get("turnEvents") is True
         result = {
@@ -287,7 +315,7 @@ class _Handler:
             why = f"no agent profile {agent[:64]!r}; known: {names}"
             self.refuse(got, RESOURCE_NOT_FOUND, why, "AGENT_NOT_FOUND")
             return
-        if len(self.client.attached) >= MAX_ATTACHED:
+        if self.held() >= MAX_ATTACHED:
             why = f"one /acp connection holds at most {MAX_ATTACHED} sessions"
             self.refuse(got, REFUSED, why, "TOO_MANY_SESSIONS")
             return
@@ -336,22 +364,12 @@ class _Handler:
             return
         session = self._visible(params.sessionId)
         if session is None:
-            elsewhere = await self._on_a_peer(params.sessionId)
-            if elsewhere is not None:
-                why = (
-                    f"session {params.sessionId[:64]!r} is on {elsewhere.get('pod')}: load it there"
-                )
-                data = {"pod": elsewhere.get("pod"), "acpPath": _acp_path(elsewhere)}
-                if got.is_request:
-                    self.send(error_response(got.id, REFUSED, why, "SESSION_ON_OTHER_POD", **data))
-                return
-            why = f"no session {params.sessionId[:64]!r}"
-            self.refuse(got, RESOURCE_NOT_FOUND, why, "SESSION_NOT_FOUND")
+            await self._load_elsewhere(got, params.sessionId)
             return
         if isinstance(session, TerminatedSession) or session.state == "TERMINATED":
             self.refuse(got, REFUSED, "the session has ended", "SESSION_TERMINATED")
             return
-        if session.id not in self.client.attached and len(self.client.attached) >= MAX_ATTACHED:
+        if session.id not in self.client.attached and self.held() >= MAX_ATTACHED:
             why = f"one /acp connection holds at most {MAX_ATTACHED} sessions"
             self.refuse(got, REFUSED, why, "TOO_MANY_SESSIONS")
             return
@@ -372,12 +390,42 @@ class _Handler:
             result["modes"] = modes
         self.reply(got, result)
 
-    async def _on_a_peer(self, session_id: str) -> dict[str, Any] | None:
-        """The session as another gateway of the fleet lists it to the caller, if one does."""
-        if not self.config.fleet_peers or not session_id:
-            return None
-        answer = await fleet.sessions_answer(self.request, [])
-        return next((s for s in answer["sessions"] if s.get("session_id") == session_id), None)
+    async def _load_elsewhere(self, got: acp_rpc.Message, session_id: str) -> None:
+        """``session/load`` of a session this gateway does not hold: relayed to the gateway of
+        the fleet that does, with the caller's own credentials (acp_peer.py)."""
+        found, unreachable = await fleet.find_on_peers(self.request, session_id)
+        if found is None:
+            why = f"no session {session_id[:64]!r}"
+            data: dict[str, Any] = {}
+            if unreachable:  # it may be on one of them (a gateway restarting): worth a retry
+                why += f"; {len(unreachable)} gateway(s) of the fleet did not answer: retry"
+                data["unreachable"] = len(unreachable)
+            if got.is_request:
+                self.send(
+                    error_response(got.id, RESOURCE_NOT_FOUND, why, "SESSION_NOT_FOUND", **data)
+                )
+            return
+        pod = found.listed.get("pod")
+        if self.held() >= MAX_ATTACHED:
+            why = f"one /acp connection holds at most {MAX_ATTACHED} sessions"
+            self.refuse(got, REFUSED, why, "TOO_MANY_SESSIONS")
+            return
+        if self.peers is None:
+            self.peers = PeerSockets(fleet.peer_ws_http(self.app), self.client.out, self.client.id)
+        headers = {"X-Forwarded-For": self.request.remote} if self.request.remote else {}
+        authorization = self.request.headers.get("Authorization")
+        if authorization:
+            headers["Authorization"] = authorization
+        url = found.url.rstrip("/") + "/acp"
+        failed = await self.peers.open(session_id, url, headers, self.init_params)
+        if failed is not None:
+            why = f"session {session_id[:64]!r} is on {pod}, and {failed}: load it there"
+            data = {"pod": pod, "acpPath": _acp_path(found.listed)}
+            if got.is_request:
+                self.send(error_response(got.id, REFUSED, why, "SESSION_ON_OTHER_POD", **data))
+            return
+        self.peers.routes.add(session_id, got.id)
+        await self.peers.send(session_id, self.data)
 
     def _visible(self, session_id: str) -> LiveSession | TerminatedSession | None:
         session = self.app[SESSIONS].get(session_id)

@@ -7,7 +7,8 @@ A fleet is a set of gateways (a Kubernetes StatefulSet) behind a router that sen
 ``<route_prefix>/...`` to the gateway that owns that prefix and everything else to any of them. A
 session lives on the gateway that created it, so every URL a gateway hands out starts with its
 ``[server] route_prefix`` (``/pods/{pod}``): ``ws_path``, file URLs, the console's links. Nothing
-else is shared: no registry, no relay.
+else is shared: no registry; only
+``/acp`` relays a session to the gateway that holds it (an ACP connection is not one session's).
 
 * ``add_prefixed_routes`` makes the application answer each of its paths also under the prefix (the
   same handlers, registered twice), so a router may pass paths through unchanged.
@@ -23,6 +24,8 @@ else is shared: no registry, no relay.
   (``[fleet] peers``, a list or one DNS name resolved at each call), each peer asked
   ``?scope=local`` with the caller's own ``Authorization``, concurrently, within
   ``PEER_TIMEOUT_S``; a peer that does not answer in time with a list is named in ``unreachable``.
+* ``find_on_peers``: which peer lists a session to the caller, and its base URL, so that ``/acp``
+  can relay a session another gateway holds to that gateway's own ``/acp`` (``peer_ws_http``).
 """
 
 from __future__ import annotations
@@ -43,10 +46,13 @@ from gateway.config import MAX_PEERS, Config
 
 __all__ = [
     "READINESS",
+    "PeerSession",
     "Readiness",
     "add_prefixed_routes",
     "begin_stopping",
+    "find_on_peers",
     "forwarded_middleware",
+    "peer_ws_http",
     "readyz",
     "refusal",
     "sessions_answer",
@@ -57,9 +63,11 @@ __all__ = [
 log = logging.getLogger("rawp_gateway.fleet")
 
 PEER_TIMEOUT_S: Final = 2.0  # one peer's whole answer to GET /v1/sessions?scope=local
+PEER_CONNECT_S: Final = 5.0  # opening a WebSocket to a peer (an /acp relay of a session)
 MAX_PEER_ANSWER_BYTES: Final = 16 * 1024 * 1024  # a peer's list read at most (docs/limits.md)
 MAX_FORWARDED_CHARS: Final = 1024  # an X-Forwarded-* header longer than this is ignored
 _PEER_HTTP: Final = web.AppKey("peer_http", aiohttp.ClientSession)
+_PEER_WS: Final = web.AppKey("peer_ws", aiohttp.ClientSession)
 _CONFIG: Final = web.AppKey("fleet_config", Config)
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -205,9 +213,14 @@ async def _open_peer_http(app: web.Application) -> None:
         json_serialize=lambda obj: msgspec.json.encode(obj).decode(),
     )
 
+    app[_PEER_WS] = aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=None, connect=PEER_CONNECT_S)
+    )
+
 
 async def _close_peer_http(app: web.Application) -> None:
     await app[_PEER_HTTP].close()
+    await app[_PEER_WS].close()
 
 
 def setup(
@@ -318,21 +331,60 @@ async def _ask_peer(
     return [s for s in sessions if isinstance(s, dict)]
 
 
+async def _peer_lists(request: web.Request) -> list[tuple[str, list[Any] | None]]:
+    """Each peer's base URL and its own sessions as it lists them to the caller (None: no
+    answer in time)."""
+    config = request.app[_CONFIG]
+    urls = await peer_urls(config.fleet_peers, config.host, config.port)
+    authorization = request.headers.get("Authorization")
+    http = request.app[_PEER_HTTP]
+    answers = await asyncio.gather(*(_ask_peer(http, url, authorization) for url in urls))
+    return list(zip(urls, answers, strict=True))
+
+
 async def sessions_answer(request: web.Request, local: list[dict[str, Any]]) -> dict[str, Any]:
     """The body of a fleet-wide ``GET /v1/sessions``: this gateway's sessions, and with peers
     configured those of every peer, plus ``unreachable``."""
     config = request.app[_CONFIG]
     if not config.fleet_peers:
         return {"sessions": local}
-    urls = await peer_urls(config.fleet_peers, config.host, config.port)
-    authorization = request.headers.get("Authorization")
-    http = request.app[_PEER_HTTP]
-    answers = await asyncio.gather(*(_ask_peer(http, url, authorization) for url in urls))
     sessions = list(local)
     unreachable = []
-    for url, answer in zip(urls, answers, strict=True):
+    for url, answer in await _peer_lists(request):
         if answer is None:
             unreachable.append(url)
         else:
             sessions.extend(answer)
     return {"sessions": sessions, "unreachable": unreachable}
+
+
+@dataclass(frozen=True)
+class PeerSession:
+    """A session another gateway of the fleet holds, as it lists it to the caller."""
+
+    url: str  # that gateway's base URL, as this one reaches it
+    listed: dict[str, Any]
+
+
+async def find_on_peers(
+    request: web.Request, session_id: str
+) -> tuple[PeerSession | None, list[str]]:
+    """The peer that lists ``session_id`` to the caller, if one does, and the peers that did not
+    answer (one of them may hold it)."""
+    config = request.app[_CONFIG]
+    if not config.fleet_peers or not session_id:
+        return None, []
+    unreachable = []
+    for url, answer in await _peer_lists(request):
+        if answer is None:
+            unreachable.append(url)
+            continue
+        for listed in answer:
+            if listed.get("session_id") == session_id:
+                return PeerSession(url, listed), unreachable
+    return None, unreachable
+
+
+def peer_ws_http(app: web.Application) -> aiohttp.ClientSession:
+    """The HTTP client of this gateway's WebSockets to its peers (no total timeout: they last)."""
+    return app[_PEER_WS]

@@ -465,3 +465,22 @@ def test_the_rate_limit_refills_and_gives_up_on_a_flood():
     for _ in range(acp_rpc.RATE_BURST + acp_rpc.MAX_REFUSED_IN_A_ROW):
         limit.take(1.0)
     assert limit.hopeless
+
+
+def test_a_load_replays_news_and_only_the_state_said_after_it_is_marked_state(make):
+    """While a view is greeted (a load), the history it replays is the session's news (no
+    ``state`` mark: a client loads after its ids); what is said again after it is state."""
+    f, frame = make
+    v = view(f)
+    history = F.History(
+        frames=[msgspec.Raw(codec.encode(f.frame(F.PromptRequest(prompt_text="earlier"))))],
+        buffer_status=BUFFER,
+        last_sync_timestamp="",
+        last_message_id="m0",
+    )
+    v.greeting = True
+    [replayed] = decoded(v.frame(frame(history)))
+    assert replayed["params"]["_meta"] == {"rawp": {"messageId": "m0"}}
+    [again] = decoded(v.frame(frame(F.TextDelta(content_index=0, text="said again"))))
+    assert again["params"]["_meta"]["rawp"]["state"] is True
+    assert v.last_seen == "m0"
