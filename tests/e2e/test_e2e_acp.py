@@ -304,7 +304,8 @@ async def test_claude_acp_answers_the_prompt_after_a_cancel_one_turn_late():
     call's description is no stdout and its result is the command's output; after a cancelled
     turn the adapter answers the next prompt at once with an empty ``end_turn`` (its own open
     bug, docs/acp-mapping.md), which the gateway passes on with an ``ACP_EMPTY_TURN`` warning,
-    and gives that prompt's answer in the turn of the prompt after it, before that one's own."""
+    and gives that prompt's answer in the turn of the prompt after it, before anything of that
+    one's own."""
     async with adapter_acp("claude-acp", CLAUDE_AFTER_CANCEL) as (cli, gw):
         sid = (await create_session(gw, "claude-acp"))["session_id"]
         master = await Master.attach(gw, sid)
@@ -329,7 +330,9 @@ async def test_claude_acp_answers_the_prompt_after_a_cancel_one_turn_late():
         await master.send("control.prompt.request", {"prompt_text": "Third"})
         third = await until_usage(master, 60)
         text = "".join(f["payload"]["text"] for f in of(third, "agent.text.delta"))
-        assert text == "Two.Three."  # the late answer first, then this prompt's own
+        # The late answer first; this prompt's own comes in the same turn or, when the adapter's
+        # stale result ends the turn before it (its own race, both seen), in the next one.
+        assert text in ("Two.", "Two.Three."), text
         assert of(third, "agent.error") == []
         assert of(third, "session.turn.end")[-1]["payload"]["stop_reason"] == "end_turn"
         assert not cli.server.unexpected or all(r.path == "/" for r in cli.server.unexpected)
