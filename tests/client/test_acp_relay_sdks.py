@@ -18,6 +18,7 @@ from acp import PROTOCOL_VERSION, connect_to_agent
 from acp.schema import ClientCapabilities
 from acp.ws.client import create_websocket_stream
 
+from tests.server.test_acp_master_sdk import ROLES, TOKENS  # an operator and a viewer
 from tests.support.acp_editors import (
     CutProxy,
     Editor,
@@ -37,8 +38,6 @@ from tests.support.gateway_peer import (
 )
 from tests.support.waiting import eventually
 
-TOKENS = {"alice": "alice-token-aaaa", "bob": "bob-token-bbbb"}
-ROLES = {"alice": "operator", "bob": "viewer"}
 TURN = 60.0  # a bound on a hang, not a measure
 
 

@@ -15,18 +15,24 @@ from acp.ws.client import create_websocket_stream
 from tests.e2e.test_e2e_claude import SCENARIOS
 from tests.server.test_acp_master_sdk import Recorder
 from tests.support import realcli
-from tests.support.gateway_peer import base_url
+from tests.support.gateway_peer import Master, base_url
 
 pytestmark = pytest.mark.realcli
 
 
+async def a_phone_said_hello(rig: realcli.Rig) -> tuple[str, Master]:
+    """The story's start, for each kind of editor: a phone (a DPS master) creates a session and
+    runs its first turn; the session's id and the phone."""
+    sid = (await rig.create())["session_id"]
+    phone = await rig.attach(sid)
+    await phone.send("control.prompt.request", {"prompt_text": "Hello from the phone"})
+    await phone.until("session.turn.end", timeout=60)
+    return sid, phone
+
+
 async def test_an_editor_drives_real_claude_code_a_phone_started():
     async with realcli.gateway(SCENARIOS / "acp-master.toml", "claude-code") as rig:
-        session = await rig.create()
-        sid = session["session_id"]
-        phone = await rig.attach(sid)
-        await phone.send("control.prompt.request", {"prompt_text": "Hello from the phone"})
-        await phone.until("session.turn.end", timeout=60)
+        sid, phone = await a_phone_said_hello(rig)
 
         url = base_url(rig.gw).replace("http", "ws", 1) + "/acp"
         editor = Recorder(choose="allow")

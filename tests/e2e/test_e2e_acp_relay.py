@@ -11,6 +11,7 @@ import asyncio
 
 import pytest
 
+from tests.e2e.test_e2e_acp_master import a_phone_said_hello
 from tests.e2e.test_e2e_claude import SCENARIOS
 from tests.support import realcli
 from tests.support.acp_editors import python_editor, relay_argv, relay_env
@@ -26,11 +27,7 @@ def prompt(session_id: str, text: str) -> dict[str, object]:
 
 async def test_an_editor_on_the_stdio_relay_drives_real_claude_code_a_phone_started(tmp_path):
     async with realcli.gateway(SCENARIOS / "acp-master.toml", "claude-code") as rig:
-        session = await rig.create()
-        sid = session["session_id"]
-        phone = await rig.attach(sid)
-        await phone.send("control.prompt.request", {"prompt_text": "Hello from the phone"})
-        await phone.until("session.turn.end", timeout=60)
+        sid, phone = await a_phone_said_hello(rig)
 
         async with python_editor(relay_argv(base_url(rig.gw)), relay_env(), tmp_path) as ed:
             await ed.request("initialize", {})
