@@ -158,7 +158,8 @@ class Master:
     async def drain_until_closed(self, timeout: float = 15.0) -> list[dict[str, Any]]:
         got = []
         while True:
-            msg = await self.ws.receive(timeout=timeout)
+            async with asyncio.timeout(timeout):  # as in next(): pings would restart aiohttp's own
+                msg = await self.ws.receive()
             if msg.type != aiohttp.WSMsgType.TEXT:
                 self.end = msg
                 return got

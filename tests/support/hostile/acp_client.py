@@ -3,6 +3,7 @@ given (no SDK in the way to refuse them) and reads the gateway's JSON-RPC messag
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from typing import Any
@@ -34,7 +35,9 @@ class RawAcp:
             await self.ws.send_str(data if isinstance(data, str) else json.dumps(data))
 
     async def next(self, timeout: float = 30.0) -> dict[str, Any]:
-        msg = await self.ws.receive(timeout=timeout)
+        # One deadline: aiohttp's own receive timeout starts again at each ping it answers.
+        async with asyncio.timeout(timeout):
+            msg = await self.ws.receive()
         if msg.type != aiohttp.WSMsgType.TEXT:
             raise ConnectionError(f"not a text message: {msg.type} {msg.data!r}")
         message = json.loads(msg.data)
@@ -56,6 +59,7 @@ class RawAcp:
     async def closed(self, timeout: float = 30.0) -> aiohttp.WSMessage:
         """Read until the gateway closes; the close message."""
         while True:
-            msg = await self.ws.receive(timeout=timeout)
+            async with asyncio.timeout(timeout):
+                msg = await self.ws.receive()
             if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
                 return msg
