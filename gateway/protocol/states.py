@@ -130,6 +130,9 @@ PROCESS: Final[dict[ProcessState, dict[ProcessStep, ProcessState]]] = {
         _PS.EXITED: _P.NONE,
     },
     _P.EXITING_BEFORE_RESPAWN: {
+        # The waiting prompt's turn ended before its process ran (the exiting process's late
+        # output ended it): the next prompt takes its place.
+        _PS.PROMPT_WAITS: _P.EXITING_BEFORE_RESPAWN,
         _PS.PROMPT_WITHDRAWN: _P.ALIVE,
         _PS.STOP_FOR_STALL: _P.STOPPING_FOR_STALL,
         _PS.STOP_FOR_DELETE: _P.STOPPING_FOR_DELETE,

@@ -384,13 +384,7 @@ def test_subagent_context_of_a_parent_for_the_session_machine():
         for f in run(m, call("a1", "Agent", subagent_type="Explore"))
         if f.TYPE == "tool.invoke.request"
     ]
-    question = F.InteractionRequest(
-        interaction_id="i1",
-        interaction_type="PERMISSION",
-        question_text="May it?",
-        timeout_sec=60.0,
-        options=[],
-    )
+    question = F.InteractionRequest("i1", "PERMISSION", "May it?", 60.0, [])
 
     def asked(parent: str | None) -> F.Frame:
         ask = ev.PermissionRequest(request_id="r", tool_name="Bash", input={}, parent=parent)
