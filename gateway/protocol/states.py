@@ -62,23 +62,25 @@ class LifecycleStep(enum.Enum):
     DELETED = "session.deleted sent"
 
 
-_L = Lifecycle
-_LS = LifecycleStep
 LIFECYCLE: Final[dict[Lifecycle, dict[LifecycleStep, Lifecycle]]] = {
-    _L.IDLE: {
-        _LS.TURN_OPENED: _L.RUNNING,
-        _LS.STOPPING: _L.TERMINATING,
-        _LS.DELETED: _L.TERMINATED,
+    Lifecycle.IDLE: {
+        LifecycleStep.TURN_OPENED: Lifecycle.RUNNING,
+        LifecycleStep.STOPPING: Lifecycle.TERMINATING,
+        LifecycleStep.DELETED: Lifecycle.TERMINATED,
     },
-    _L.RUNNING: {_LS.TURN_ENDED: _L.IDLE, _LS.STOPPING: _L.TERMINATING, _LS.DELETED: _L.TERMINATED},
+    Lifecycle.RUNNING: {
+        LifecycleStep.TURN_ENDED: Lifecycle.IDLE,
+        LifecycleStep.STOPPING: Lifecycle.TERMINATING,
+        LifecycleStep.DELETED: Lifecycle.TERMINATED,
+    },
     # The agent may still print while it is stopped (a turn opens and ends for its output): the
     # session stays terminating, and the masters' controls stay refused.
-    _L.TERMINATING: {
-        _LS.TURN_OPENED: _L.TERMINATING,
-        _LS.TURN_ENDED: _L.TERMINATING,
-        _LS.DELETED: _L.TERMINATED,
+    Lifecycle.TERMINATING: {
+        LifecycleStep.TURN_OPENED: Lifecycle.TERMINATING,
+        LifecycleStep.TURN_ENDED: Lifecycle.TERMINATING,
+        LifecycleStep.DELETED: Lifecycle.TERMINATED,
     },
-    _L.TERMINATED: {},
+    Lifecycle.TERMINATED: {},
 }
 
 
@@ -117,43 +119,44 @@ class ProcessStep(enum.Enum):
     EXITED = "exited"
 
 
-_P = ProcessState
-_PS = ProcessStep
 PROCESS: Final[dict[ProcessState, dict[ProcessStep, ProcessState]]] = {
     # An exit with no process known (reported twice, or by a test) is taken as an ordinary one.
-    _P.NONE: {_PS.SPAWNED: _P.ALIVE, _PS.EXITED: _P.NONE},
-    _P.ALIVE: {
-        _PS.PROMPT_WAITS: _P.EXITING_BEFORE_RESPAWN,
-        _PS.STOP_FOR_CANCEL: _P.STOPPING_FOR_CANCEL,
-        _PS.STOP_FOR_STALL: _P.STOPPING_FOR_STALL,
-        _PS.STOP_FOR_DELETE: _P.STOPPING_FOR_DELETE,
-        _PS.EXITED: _P.NONE,
+    ProcessState.NONE: {
+        ProcessStep.SPAWNED: ProcessState.ALIVE,
+        ProcessStep.EXITED: ProcessState.NONE,
     },
-    _P.EXITING_BEFORE_RESPAWN: {
+    ProcessState.ALIVE: {
+        ProcessStep.PROMPT_WAITS: ProcessState.EXITING_BEFORE_RESPAWN,
+        ProcessStep.STOP_FOR_CANCEL: ProcessState.STOPPING_FOR_CANCEL,
+        ProcessStep.STOP_FOR_STALL: ProcessState.STOPPING_FOR_STALL,
+        ProcessStep.STOP_FOR_DELETE: ProcessState.STOPPING_FOR_DELETE,
+        ProcessStep.EXITED: ProcessState.NONE,
+    },
+    ProcessState.EXITING_BEFORE_RESPAWN: {
         # The waiting prompt's turn ended before its process ran (the exiting process's late
         # output ended it): the next prompt takes its place.
-        _PS.PROMPT_WAITS: _P.EXITING_BEFORE_RESPAWN,
-        _PS.PROMPT_WITHDRAWN: _P.ALIVE,
-        _PS.STOP_FOR_STALL: _P.STOPPING_FOR_STALL,
-        _PS.STOP_FOR_DELETE: _P.STOPPING_FOR_DELETE,
-        _PS.EXITED: _P.NONE,
+        ProcessStep.PROMPT_WAITS: ProcessState.EXITING_BEFORE_RESPAWN,
+        ProcessStep.PROMPT_WITHDRAWN: ProcessState.ALIVE,
+        ProcessStep.STOP_FOR_STALL: ProcessState.STOPPING_FOR_STALL,
+        ProcessStep.STOP_FOR_DELETE: ProcessState.STOPPING_FOR_DELETE,
+        ProcessStep.EXITED: ProcessState.NONE,
     },
     # A prompt that comes while the agent is stopped for a cancel waits for its exit too; the
     # state stays, since that exit is still the cancel's (never a fatal error).
-    _P.STOPPING_FOR_CANCEL: {
-        _PS.PROMPT_WAITS: _P.STOPPING_FOR_CANCEL,
-        _PS.PROMPT_WITHDRAWN: _P.STOPPING_FOR_CANCEL,
-        _PS.STOP_FOR_STALL: _P.STOPPING_FOR_STALL,
-        _PS.STOP_FOR_DELETE: _P.STOPPING_FOR_DELETE,
-        _PS.EXITED: _P.NONE,
+    ProcessState.STOPPING_FOR_CANCEL: {
+        ProcessStep.PROMPT_WAITS: ProcessState.STOPPING_FOR_CANCEL,
+        ProcessStep.PROMPT_WITHDRAWN: ProcessState.STOPPING_FOR_CANCEL,
+        ProcessStep.STOP_FOR_STALL: ProcessState.STOPPING_FOR_STALL,
+        ProcessStep.STOP_FOR_DELETE: ProcessState.STOPPING_FOR_DELETE,
+        ProcessStep.EXITED: ProcessState.NONE,
     },
-    _P.STOPPING_FOR_STALL: {
-        _PS.PROMPT_WAITS: _P.STOPPING_FOR_STALL,
-        _PS.PROMPT_WITHDRAWN: _P.STOPPING_FOR_STALL,
-        _PS.STOP_FOR_DELETE: _P.STOPPING_FOR_DELETE,
-        _PS.EXITED: _P.NONE,
+    ProcessState.STOPPING_FOR_STALL: {
+        ProcessStep.PROMPT_WAITS: ProcessState.STOPPING_FOR_STALL,
+        ProcessStep.PROMPT_WITHDRAWN: ProcessState.STOPPING_FOR_STALL,
+        ProcessStep.STOP_FOR_DELETE: ProcessState.STOPPING_FOR_DELETE,
+        ProcessStep.EXITED: ProcessState.NONE,
     },
-    _P.STOPPING_FOR_DELETE: {_PS.EXITED: _P.NONE},
+    ProcessState.STOPPING_FOR_DELETE: {ProcessStep.EXITED: ProcessState.NONE},
 }
 
 _S = TypeVar("_S", bound=enum.Enum)
