@@ -13,6 +13,7 @@ from typing import Any, Literal
 import msgspec
 
 from gateway.protocol import frames as F
+from gateway.protocol.states import TimerKey
 from parsers import events as ev
 
 __all__ = [
@@ -90,13 +91,15 @@ class Terminate:
 
 @dataclass(slots=True)
 class StartTimer:
-    key: str
+    """(Re)start the timer ``key``: ``timer_fired(key)`` after ``seconds`` unless cancelled."""
+
+    key: TimerKey
     seconds: float
 
 
 @dataclass(slots=True)
 class CancelTimer:
-    key: str
+    key: TimerKey
 
 
 @dataclass(slots=True)

@@ -2,49 +2,88 @@
 
 Theory of operation
 -------------------
-One ``SessionMachine`` per Agent Session. It is fed four kinds of input and answers each with an
-ordered list of *actions* for the shell (``gateway/session/``) to carry out:
+One ``SessionMachine`` per Agent Session. It is fed its inputs and answers each with an ordered
+list of *actions* for the shell (``gateway/session/``) to carry out:
 
-* ``agent_line(line)``: a line of the agent's stdout (parsed here by the session's agent parser and
-  mapped to frames by ``Mapper``);
+* ``agent_line(line)`` / ``agent_events(events)``: the agent's stdout (parsed by the session's
+  agent parser, mapped to frames by ``Mapper``); ``agent_stdout_closed()``;
+* ``agent_exited(kind, returncode, ...)``: the agent process ended (DPS-17.2.2, §18.2), taken as
+  one ``states.AgentExit``;
 * ``receive(conn_id, data)``: a frame a master sent (decoded here by ``codec.decode``);
-* ``agent_exited(...)``: the agent process ended (DPS-17.2.2, §18.2);
-* ``timer_fired(key)``, ``delete(...)``, ``attached(conn_id)``: time passing and the control plane.
+* ``attached(conn_id)`` / ``detached(conn_id)``: a master's connection came or went;
+* ``timer_fired(key)``, a ``states.TimerKey``: a timer the machine started ran out;
+* ``start``, ``restore``, ``replay``, ``delete``, ``rename``, ``budget_notice``, ...: the
+  control plane.
 
 Actions (``actions.py``): ``Emit`` (a frame: broadcast, or to/away from one connection),
 ``WriteStdin``, ``WritePrompt`` (a prompt with images, whose bytes only the shell's file store
 has), ``PlaceFile`` (copy an uploaded file into the workspace), ``Spawn``, ``Signal``,
-``Terminate`` (SIGTERM then SIGKILL), ``StartTimer``/``CancelTimer``, ``SetFeatures`` (a master's
-announced capabilities), ``CloseAll`` (end every WebSocket of the session) and ``Log``.
-Because the list is ordered, "cleanup frames, then ``session.deleted``, then close" (DPS-7.5.3,
-DPS-7.7) is simply the order of the list.
+``Terminate`` (SIGTERM then SIGKILL), ``StartTimer``/``CancelTimer`` (by ``TimerKey``),
+``SetFeatures`` (a master's announced capabilities), ``CloseAll`` (end every WebSocket of the
+session) and ``Log``. Because the list is ordered, "cleanup frames, then ``session.deleted``, then
+close" (DPS-7.5.3, DPS-7.7) is simply the order of the list.
+
+States and tables
+-----------------
+The session is in one state of each of three charts (``states.py``, where their tables are), and
+moves only along a table's transitions (``_step``, ``_attach_step``, ``_process_step``); a step the
+table does not hold raises ``IllegalTransition``, a bug of this file, never a master's or agent's
+doing (their wrong input is answered with an error frame).
+
+* **Lifecycle**: ``IDLE`` → ``RUNNING`` when a turn opens (a prompt is accepted, or the agent
+  produces output outside a turn: ``rawp-gateway translate`` has no prompts; Claude Code starts a
+  turn of its own after a background task), back when it ends; ``TERMINATING`` when a delete must
+  wait for the agent to exit, ``TERMINATED`` once ``session.deleted`` is sent. The masters'
+  controls are refused from ``TERMINATING`` on; nothing the agent says follows ``TERMINATED``.
+  ``turn`` holds the open turn's data.
+* **Attachment**: ``ATTACHED`` while any master is (``masters``), else ``DETACHED``; detached, the
+  reattach window runs (a ``REATTACH_WINDOW`` timer, from ``start`` and when the last master
+  goes, cancelled when one comes) and its end deletes the session (``timeout``, by ``system``).
+* **Process**: ``NONE``, ``ALIVE`` (from the ``Spawn``; a start that fails is reported as an
+  exit), ``EXITING_BEFORE_RESPAWN``, ``STOPPING_FOR_CANCEL``, ``STOPPING_FOR_STALL``,
+  ``STOPPING_FOR_DELETE``. What an exit does is the table ``_EXITS``, from the state the process
+  was in to its handler. Agent processes are either long-lived (prompts on stdin) or single-turn
+  (§18: prompt on the command line, respawned with the agent's session id for the next prompt).
+
+The other tables: ``_OWN_EVENTS`` (the agent events the machine handles alone: a turn's end,
+control acks, the agent's own mode, ...) and ``_TIMERS`` (a timer's kind → its handler).
+
+The machine and the mapper
+--------------------------
+The machine owns the session (turns, interactions, the process); ``Mapper`` owns a turn's blocks,
+calls and subagents and the frames they give. One agent event crosses from one to the other once:
+the machine decides what it must about the event first (does it open a turn, is its call refused
+for the mode or answered by a permission rule, does a question go to the masters) and hands the
+event to the mapper with that decision (``mapper.Note``, ``map_noted``), or bare (``map``, the
+per-line path: most lines are a delta inside a turn, which nothing here concerns). The question
+to the masters is made there, since its metadata (the call's ``invocation_id``, a subagent's
+context) is the mapper's; the machine keeps that frame for masters that attach while it waits.
+A turn that a master's prompt opens begins for the mapper then (``begin_turn``), not with a line.
 
 Every transition lives in this file, kept whole on purpose: a state machine is read, and its rules
-checked, in one place. What holds no state is beside it: the actions in ``actions.py``, how a
-permission question is worded and its answer read in ``interactions.py``, which permission
-rule answers one before any master is asked in ``policy.py``, what a prompt becomes for
-the agent (and what it may carry) in ``prompts.py``. ``phase`` is ``idle`` (no turn), ``running`` (a
-turn is open), ``terminating`` (the agent was told to stop) or ``terminated``. A turn opens when a
-prompt is accepted, or implicitly when the agent produces output outside a turn (``rawp-gateway
-translate`` has no prompts; Claude Code starts a turn of its own after a background task). Agent
-processes are either long-lived (prompts on stdin) or single-turn (§18: prompt on the command line,
-respawned with the agent's session id for the next prompt).
+checked, in one place. What holds no state is beside it: the states, tables, timer keys and the
+exit input in ``states.py``, the actions in ``actions.py``, how a permission question is worded and
+its answer read in ``interactions.py``, which permission rule answers one before any master is
+asked in ``policy.py``, what a prompt becomes for the agent (and what it may carry) in
+``prompts.py``.
 
-A cancel (DPS-6.1.2) interrupts the agent, sends SIGINT ``cancel_sigint_sec`` later and stops the
-process ``cancel_stop_sec`` after the cancel if the turn is still open. An agent that exits while
-its turn is cancelled, or that the gateway stopped for a cancel, ended because of the cancel: the
-turn ends ``cancelled`` (no fatal error) and the session goes on, idle with no process, as after
-any exit between turns; the next prompt starts the agent again, resumed with its session id. A
-prompt that comes while that process is still exiting waits for its exit.
+A cancel (DPS-6.1.2) interrupts the agent, sends SIGINT ``cancel_sigint_sec`` later
+(``CANCEL_SIGINT`` timer) and stops the process ``cancel_stop_sec`` after the cancel if the turn is
+still open (``CANCEL_STOP``: ``STOPPING_FOR_CANCEL``). An agent that exits while its turn is
+cancelled, or that the gateway stopped for a cancel, ended because of the cancel: the turn ends
+``cancelled`` (no fatal error) and the session goes on, idle with no process, as after any exit
+between turns; the next prompt starts the agent again, resumed with its session id. A prompt that
+comes while that process is still exiting waits for its exit (as one does for a single-turn
+process still exiting: ``EXITING_BEFORE_RESPAWN``).
 
 The stall watchdog: a CLI may go silent mid-turn and never finish it. While a turn runs and no
-interaction waits for a master, a "stall" timer ticks (a quarter of the shorter limit); a tick that
-saw no agent output adds to the silence. After ``stall_warning_sec`` of silence the masters get an
-``agent.error`` (``AGENT_STALLED``, severity warning, recoverable); after ``stall_timeout_sec`` the
-agent is stopped, and when its exit is reported the turn ends with ``error`` and a long-lived agent
-is started again (resumed with its session id where the profile can), instead of the exit ending
-the session. 0 turns a limit off. Counting output per line is one integer; no timer is touched per
-line.
+interaction waits for a master, a ``STALL`` timer ticks (a quarter of the shorter limit); a tick
+that saw no agent output adds to the silence. After ``stall_warning_sec`` of silence the masters
+get an ``agent.error`` (``AGENT_STALLED``, severity warning, recoverable); after
+``stall_timeout_sec`` the agent is stopped (``STOPPING_FOR_STALL``), and when its exit is reported
+the turn ends with ``error`` and a long-lived agent is started again (resumed with its session id
+where the profile can), instead of the exit ending the session. 0 turns a limit off. Counting
+output per line is one integer; no timer is touched per line.
 """
 
 from __future__ import annotations
@@ -52,7 +91,7 @@ from __future__ import annotations
 import signal as _signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal, cast
 
 import msgspec
 
@@ -87,7 +126,7 @@ from gateway.protocol.interactions import (
     interaction_options,
     permission_question,
 )
-from gateway.protocol.mapper import BLOCKED_OUTPUT, Mapper
+from gateway.protocol.mapper import BLOCKED_OUTPUT, Mapper, Note
 from gateway.protocol.policy import Rule, decide
 from gateway.protocol.prompts import (
     UPLOADS_DIR,
@@ -97,12 +136,35 @@ from gateway.protocol.prompts import (
     nul_refused,
     prompt_text_for_agent,
 )
+from gateway.protocol.states import (
+    ATTACHMENT,
+    LIFECYCLE,
+    PROCESS,
+    AgentExit,
+    Attachment,
+    AttachmentStep,
+    Lifecycle,
+    LifecycleStep,
+    ProcessState,
+    ProcessStep,
+    TimerKey,
+    TimerKind,
+    move,
+)
 from gateway.protocol.tools import lookup
 from parsers import events as ev
 from parsers.base import AgentInput, AgentParser, ExitDescription
 from parsers.saved import ReplayedTurn
 
-__all__ = ["STALL_TIMER", "SessionConfig", "SessionMachine"]
+__all__ = [
+    "CANCEL_SIGINT_TIMER",
+    "CANCEL_STOP_TIMER",
+    "REATTACH_WINDOW_TIMER",
+    "STALL_TIMER",
+    "SessionConfig",
+    "SessionMachine",
+    "interaction_timer",
+]
 
 # Characters of a session.error message: even quoting a master's id it fits the smallest frame.
 MAX_ERROR_MESSAGE: Final = 512
@@ -110,7 +172,10 @@ MAX_ERROR_MESSAGE: Final = 512
 MAX_REPLAYED_PROMPT_CHARS: Final = 64 * 1024
 CANCEL_GRACE_S: Final = 2.0  # interrupt, then SIGINT if the turn has not ended
 CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
-STALL_TIMER: Final = "stall"
+STALL_TIMER: Final = TimerKey(TimerKind.STALL)
+CANCEL_SIGINT_TIMER: Final = TimerKey(TimerKind.CANCEL_SIGINT)
+CANCEL_STOP_TIMER: Final = TimerKey(TimerKind.CANCEL_STOP)
+REATTACH_WINDOW_TIMER: Final = TimerKey(TimerKind.REATTACH_WINDOW)
 USER_KEY: Final = "rawp_user"  # metadata: the user who sent a relayed control frame
 POLICY_KEY: Final = "rawp_policy"  # metadata: the rule that answered a permission
 POLICY_DECISION_KEY: Final = "rawp_policy_decision"  # metadata: what that rule decided
@@ -119,6 +184,19 @@ UPLOAD_NOT_PLACED: Final = "UPLOAD_NOT_PLACED"  # agent.error warning: see file_
 
 
 _DELTAS: Final = frozenset({ev.TextDelta, ev.ThinkingDelta})
+# Events outside a turn that do not open one: the agent's announcements (and its turnless notices).
+_NO_PROCESS: Final = ProcessState.NONE
+_TURNLESS: Final = (ev.SessionStarted, ev.CommandsListed, ev.Unknown)
+# The process states the stall watchdog watches: not one the gateway is stopping already for a
+# stall or a delete (a prompt waiting for a cancelled agent's exit has its turn watched).
+_WATCHED: Final = frozenset(
+    {ProcessState.ALIVE, ProcessState.EXITING_BEFORE_RESPAWN, ProcessState.STOPPING_FOR_CANCEL}
+)
+
+
+def interaction_timer(interaction_id: str) -> TimerKey:
+    """The key of the timer that denies an unanswered question (DPS-6.2-interaction)."""
+    return TimerKey(TimerKind.INTERACTION, interaction_id)
 
 
 # --- configuration ------------------------------------------------------------------------------
@@ -152,6 +230,9 @@ class SessionConfig:
     # the session's workspace for their {workspace}; ``SessionMachine.set_policy`` replaces them.
     policy: tuple[Rule, ...] = ()
     workspace: str = ""
+    # How long a session with no master attached lives (docs/http-api.md); None: for ever (the
+    # core on its own, ``rawp-gateway translate``).
+    reattach_window_sec: float | None = None
 
     @property
     def stall_tick_sec(self) -> float:
@@ -177,11 +258,14 @@ class _Turn:
     turn_id: str
     index: int
     cancel_requested: bool = False
-    requested_compaction: bool = False
     allowed: frozenset[str] = frozenset()
     denied: frozenset[str] = frozenset()
     # The calls whose permission the cancel denied: their results are cancelled ones.
     cancel_denied: frozenset[str] = frozenset()
+
+
+# A prompt waiting for a process to exit: its text, its overrides, its images.
+_Waiting = tuple[str, F.ConfigOverrides | None, list[ev.StoredFile]]
 
 
 # --- the machine --------------------------------------------------------------------------------
@@ -213,11 +297,10 @@ class SessionMachine:
             agent=self.config.agent,
             credentials=self.config.credentials,
         )
-        self.phase: Literal["idle", "running", "terminating", "terminated"] = "idle"
         self.mode: F.Mode = "default"
-        self.turn: _Turn | None = None
         self.turn_count = 0
-        self.process_alive = False
+        # The agent's own session id (§18.3), once known: each spawn resumes it.
+        self.agent_session_id: str | None = None
         self.name: str | None = None
         self.model: str | None = None  # the agent's own name for its model, when it says it
         self.interactions: dict[str, _Interaction] = {}
@@ -230,30 +313,49 @@ class SessionMachine:
         # prompt (docs/budgets.md); None: nothing stops one.
         self.prompt_gate: Callable[[], tuple[str, str] | None] | None = None
         self._seen = codec.SeenWindow(seen_window)
-        # (reason, deleted_by) once delete began
-        self._deleting: tuple[F.DeleteReason, F.DeletedBy] | None = None
         self._control_seq = 0
         self._pending_controls: dict[str, str] = {}  # request_id → what it was for
-        # A prompt waiting for the previous process to finish exiting (a single-turn agent's, or
-        # one the gateway is stopping for a cancel): text, overrides, images.
-        self._waiting_spawn: tuple[str, F.ConfigOverrides | None, list[ev.StoredFile]] | None = None
+        self._charts()
+        self._capabilities(None)
+        if self.config.tools:
+            self.mapper.expect_tools(self.config.tools)
+
+    def _charts(self) -> None:
+        """The three charts (``states.py``), each one value moved only by ``_step``,
+        ``_attach_step`` and ``_process_step`` along its table, and the data that goes with them."""
+        self.lifecycle = Lifecycle.IDLE
+        self.attachment = Attachment.DETACHED
+        self.process = ProcessState.NONE
+        self.turn: _Turn | None = None  # the open turn's data (RUNNING, or output while stopping)
+        self.masters: set[str] = set()  # the connections attached (ATTACHED while any)
+        # A restored session's agent starts at the next prompt, not at ``start`` (DPS-18-respawn).
+        self._restored = False
+        # (reason, deleted_by) once delete began: TERMINATING's and TERMINATED's data.
+        self._delete_reason: tuple[F.DeleteReason, F.DeletedBy] | None = None
+        # A prompt waiting for the previous process to finish exiting (EXITING_BEFORE_RESPAWN's
+        # data, or STOPPING_FOR_CANCEL's when one came meanwhile): text, overrides, images.
+        self._waiting: _Waiting | None = None
         # The stall watchdog: agent output counted (one per batch), as of the last tick; silence.
         self._activity = 0
         self._activity_seen = 0
         self._silent_sec = 0.0
         self._stall_warned = False
-        self._stalled = False  # the watchdog stopped the agent: its exit restarts, not ends
-        # The gateway is stopping the agent for a cancel it ignored: its exit is the cancel's.
-        self._stopping_for_cancel = False
-        self._capabilities(None)
-        if self.config.tools:
-            self.mapper.expect_tools(self.config.tools)
 
     # --- helpers ---------------------------------------------------------------------------------
 
+    def _step(self, step: LifecycleStep) -> None:
+        self.lifecycle = move("lifecycle", LIFECYCLE, self.lifecycle, step)
+
+    def _attach_step(self, step: AttachmentStep) -> None:
+        self.attachment = move("attachment", ATTACHMENT, self.attachment, step)
+
+    def _process_step(self, step: ProcessStep) -> None:
+        self.process = move("process", PROCESS, self.process, step)
+
     @property
-    def agent_session_id(self) -> str | None:
-        return self.mapper.agent_session_id
+    def _ending(self) -> bool:
+        """The session is being deleted, or is."""
+        return self.lifecycle is Lifecycle.TERMINATING or self.lifecycle is Lifecycle.TERMINATED
 
     def _make(
         self,
@@ -287,10 +389,11 @@ class SessionMachine:
     # --- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> list[Action]:
-        """Session created: a long-lived agent starts now; a single-turn one at the first prompt."""
-        if self.config.single_turn_process:
-            return []
-        self.process_alive = True
+        """The session begins: a long-lived agent starts now (a single-turn one, and a restored
+        session's, at the first prompt); no master is attached yet, so the reattach window runs."""
+        if self.config.single_turn_process or self._restored:
+            return self._window_opens()
+        self._process_step(ProcessStep.SPAWNED)
         # A session that continues a saved conversation (``replay``) resumes it at once.
         resume_id = self.agent_session_id
         out: list[Action] = [Spawn(resume_id=resume_id, mode=self.mode), *self._opening(resume_id)]
@@ -301,7 +404,7 @@ class SessionMachine:
             data = initialize(self._next_request_id("initialize"))
             if data is not None:
                 out.append(WriteStdin(data))
-        return out
+        return out + self._window_opens()
 
     def restore(
         self,
@@ -313,9 +416,10 @@ class SessionMachine:
         catalog: F.Frame | None = None,
         commands: F.Frame | None = None,
     ) -> None:
-        """A session read back after the gateway restarted. No process runs (``start`` is not
-        called): the next prompt spawns the agent resumed with ``agent_session_id``, long-lived
-        profiles too, so the model sees the earlier conversation (DPS-18-respawn)."""
+        """A session read back after the gateway restarted. No process runs (``start`` then only
+        opens the reattach window): the next prompt spawns the agent resumed with
+        ``agent_session_id``, long-lived profiles too, so the model sees the earlier conversation
+        (DPS-18-respawn)."""
         self.name = name
         self.mode = mode if mode in ("default", "plan", "review") else "default"  # type: ignore[assignment]
         self.turn_count = turn_count
@@ -324,7 +428,7 @@ class SessionMachine:
         self.mapper.commands = commands
         if agent_session_id:
             self._know_agent_session(agent_session_id)
-        self.process_alive = False
+        self._restored = True
 
     def set_policy(self, rules: tuple[Rule, ...], owner_role: str | None) -> None:
         """The rules (read again on SIGHUP) and the owner's role, for the next permission asked;
@@ -334,7 +438,7 @@ class SessionMachine:
 
     def _know_agent_session(self, agent_session_id: str) -> None:
         """The agent's session id, known before the agent says it: the first spawn resumes it."""
-        self.mapper.agent_session_id = agent_session_id
+        self.agent_session_id = agent_session_id
         self._capabilities(agent_session_id)
 
     def _capabilities(self, agent_session_id: str | None) -> F.Capabilities:
@@ -426,55 +530,60 @@ class SessionMachine:
         return out
 
     def _agent_event(self, event: ev.AgentEvent) -> list[Action]:
-        if (
-            self.phase == "terminating"
-            and isinstance(event, ev.ToolResult)
-            and event.is_error
-            and not event.cancelled
-        ):
+        if self.lifecycle is Lifecycle.TERMINATED:
+            return []  # session.deleted was sent: nothing follows it
+        if type(event) is ev.ToolResult:
+            event = self._cut_short(event)
+        own = self._OWN_EVENTS.get(type(event))
+        if own is not None:
+            return own(self, event)
+        return self._mapped_event(event)
+
+    def _cut_short(self, event: ev.ToolResult) -> ev.ToolResult:
+        """A failed result that is really a cancelled one."""
+        if not event.is_error or event.cancelled:
+            return event
+        if self.lifecycle is Lifecycle.TERMINATING:
             # DPS-7.5.3-cleanup: the session is ending and the gateway stopped the agent, so a call
             # it now reports failed was cut short by that (Claude Code: "Exit code 137").
-            event = msgspec.structs.replace(event, cancelled=True)
-        elif (
-            isinstance(event, ev.ToolResult)
-            and event.is_error
-            and not event.cancelled
-            and self.turn is not None
-            and event.call_id in self.turn.cancel_denied
-        ):
+            return msgspec.structs.replace(event, cancelled=True)
+        if self.turn is not None and event.call_id in self.turn.cancel_denied:
             # DPS-6.1.2-cancel: the cancel denied this call's permission and interrupted the
             # agent; whether the agent then calls the call refused or interrupted depends on which
             # of the two it read first (Claude Code: either), and the master asked for neither.
-            event = msgspec.structs.replace(event, cancelled=True)
-        if isinstance(event, ev.TurnEnded):
-            if self.turn is None:
-                # e.g. Claude Code's second result line after a background task's own turn
-                return [Emit(self.mapper.usage_frame(event))]
-            return self._end_turn(event.stop_reason, event)
-        if isinstance(event, ev.ControlAck):
-            return self._control_ack(event)
-        if isinstance(event, ev.ParseError):
-            return [Log("warning", "agent line is not valid", {"error": event.message})]
-        if isinstance(event, ev.StdinWrite):
-            # The parser's answer to the agent (ACP): for the process that asked, if it still runs.
-            return [WriteStdin(event.data)] if self.process_alive else []
-        if isinstance(event, ev.ModeChanged):
-            return self._agent_mode(event)
-        if isinstance(event, ev.PermissionAnswered):
-            return self._answered_in_transcript(event)
-        if isinstance(event, ev.FeaturesDeclared):
-            return self._features_declared(event)
+            return msgspec.structs.replace(event, cancelled=True)
+        return event
+
+    def _turn_ended(self, event: ev.TurnEnded) -> list[Action]:
+        if self.turn is None:
+            # e.g. Claude Code's second result line after a background task's own turn
+            return [Emit(self.mapper.usage_frame(event))]
+        return self._end_turn(event.stop_reason, event)
+
+    def _parse_error(self, event: ev.ParseError) -> list[Action]:
+        return [Log("warning", "agent line is not valid", {"error": event.message})]
+
+    def _stdin_write(self, event: ev.StdinWrite) -> list[Action]:
+        # The parser's answer to the agent (ACP): for the process that asked, if it still runs.
+        return [WriteStdin(event.data)] if self.process is not ProcessState.NONE else []
+
+    def _mapped_event(self, event: ev.AgentEvent) -> list[Action]:
+        """An event that gives frames: what the machine decides about it (a turn it opens, a call
+        refused for the mode), then the mapper, called once with that ``Note``."""
         out: list[Action] = []
+        note: Note | None = None
         if self.turn is None and not (
-            isinstance(event, ev.SessionStarted | ev.CommandsListed | ev.Unknown)
-            or (isinstance(event, ev.Notice) and event.turnless)
+            isinstance(event, _TURNLESS) or (isinstance(event, ev.Notice) and event.turnless)
         ):
-            out += self._open_turn()
+            out += self._open_turn(tell_mapper=False)
+            note = Note(opens=cast(_Turn, self.turn).turn_id)
         if isinstance(event, ev.PermissionRequest):
-            return out + self._permission_request(event)
+            return out + self._permission_request(event, note or Note())
         if isinstance(event, ev.Unknown):
             out.append(Log("info", "agent line of unknown kind", {"kind": event.kind}))
-        if (
+        elif isinstance(event, ev.SessionStarted):
+            out += self._session_started(event)
+        elif (
             isinstance(event, ev.Notice)
             and event.code == "PERMISSION_DENIED"
             and event.call_id
@@ -483,19 +592,17 @@ class SessionMachine:
         ):
             # DPS-6.3.2-block: the agent refused the call itself in its own plan mode (a single-turn
             # Claude Code has no permission prompt tool to ask the gateway): the DPS block result.
-            self.mapper.block_call(event.call_id)
-        if isinstance(event, ev.Compacted) and self.turn and self.turn.requested_compaction:
-            self.mapper.compaction_trigger_override = "requested"
-        if isinstance(event, ev.SessionStarted) and event.model:
+            note = note or Note()
+            note.blocked = True
+        frames = self.mapper.map(event) if note is None else self.mapper.map_noted(event, note)
+        return out + self._emit_all(frames)
+
+    def _session_started(self, event: ev.SessionStarted) -> list[Action]:
+        if event.model:
             self.model = event.model
-        if (
-            isinstance(event, ev.SessionStarted)
-            and event.agent_session_id
-            and event.agent_session_id != self.mapper.agent_session_id
-        ):
-            out.append(Emit(self._announce_agent_session(event.agent_session_id)))
-        out += self._emit_all(self.mapper.map(event))
-        return out
+        if event.agent_session_id and event.agent_session_id != self.agent_session_id:
+            return [Emit(self._announce_agent_session(event.agent_session_id))]
+        return []
 
     def _agent_mode(self, event: ev.ModeChanged) -> list[Action]:
         """The agent changed its own mode (ACP ``current_mode_update``): the masters see it as a
@@ -542,19 +649,29 @@ class SessionMachine:
         """§18.3: the agent's own session id, kept as ``extensions.agent_session_id`` of the
         gateway's ``session.capabilities``, announced again to every master when it is learnt or
         changes (newly attached masters get it in their greeting)."""
+        self.agent_session_id = agent_session_id
         caps = self._capabilities(agent_session_id)
         # Broadcast inside a turn, it carries the turn's id (DPS-2.1-turn-id); the greeting's does not.
         return self._make(caps, turn=True)
 
-    def _open_turn(self, overrides: F.ConfigOverrides | None = None) -> list[Action]:
+    def _open_turn(
+        self,
+        overrides: F.ConfigOverrides | None = None,
+        *,
+        compaction: bool = False,
+        tell_mapper: bool = True,
+    ) -> list[Action]:
+        """``session.turn.start`` and the stall watchdog's first tick. ``tell_mapper``: the turn
+        begins for the mapper here, not with the agent event that opened it (its ``Note``)."""
         turn_id = self.factory.new_id()
         self.turn = _Turn(turn_id=turn_id, index=self.turn_count)
         if overrides is not None:
             self.turn.allowed = frozenset(overrides.allowed_tools or ())
             self.turn.denied = frozenset(overrides.denied_tools or ())
         self.turn_count += 1
-        self.phase = "running"
-        self.mapper.begin_turn(turn_id)
+        self._step(LifecycleStep.TURN_OPENED)
+        if tell_mapper:
+            self.mapper.begin_turn(turn_id, requested_compaction=compaction)
         start = F.TurnStart(turn_id=turn_id, turn_index=self.turn.index, mode=self.mode)
         out: list[Action] = [Emit(self.factory.frame(start, turn_id=turn_id))]
         tick = self.config.stall_tick_sec
@@ -568,15 +685,13 @@ class SessionMachine:
         assert turn is not None
         if turn.cancel_requested and stop_reason != "error":
             stop_reason = "cancelled"
-        out: list[Action] = [CancelTimer("cancel"), CancelTimer("cancel-kill")]
+        out: list[Action] = [CancelTimer(CANCEL_SIGINT_TIMER), CancelTimer(CANCEL_STOP_TIMER)]
         if self.config.stall_tick_sec > 0:
             out.append(CancelTimer(STALL_TIMER))
         out += self._deny_all_interactions("the turn ended")
         out += self._emit_all(self.mapper.end_turn(stop_reason, ended))
-        self.mapper.compaction_trigger_override = None
         self.turn = None
-        if self.phase == "running":
-            self.phase = "idle"
+        self._step(LifecycleStep.TURN_ENDED)
         return out
 
     def agent_exited(
@@ -593,90 +708,135 @@ class SessionMachine:
         names its agent's exit codes (``describe_exit``) gives the fatal ``agent.error`` its code.
         ``limit``: the sandbox's limit the agent most likely ran into, said in the message.
         ``start_error``: there was no process, it could not start (exit 127 as a shell says it):
-        ``AGENT_START_FAILED``, the same code ``POST /v1/session`` answers with, and the reason."""
-        self.process_alive = False
-        if self.phase == "terminated":
+        ``AGENT_START_FAILED``, the same code ``POST /v1/session`` answers with, and the reason.
+        What the exit means is the process state's: ``_EXITS``."""
+        exit = AgentExit(kind, returncode, signum, stderr_tail, start_error, limit)
+        stopping = self.process
+        waiting, self._waiting = self._waiting, None
+        self._process_step(ProcessStep.EXITED)
+        if self.lifecycle is Lifecycle.TERMINATED:
             return []
-        waiting, self._waiting_spawn = self._waiting_spawn, None
-        stalled, self._stalled = self._stalled, False
-        stopped, self._stopping_for_cancel = self._stopping_for_cancel, False
-        if stalled and self._deleting is None:
-            return self._restart_after_stall()
-        out: list[Action] = []
-        if kind != "ok" and (stopped or (self.turn is not None and self.turn.cancel_requested)):
-            # An agent that exits while its turn is cancelled was ended by the cancel: SIGINT
-            # (codex exec exits 1 on it) or the stop of one that ignored the cancel. That exit is
-            # the cancel working, not a failure: the turn ends cancelled, the session goes on idle
-            # with no process, and the next prompt starts the agent again resumed with its session
-            # id, as after any exit between turns (DPS-6.1.2-cancel, DPS-18-respawn).
-            exit_fields = {"returncode": returncode, "signal": signum}
-            out.append(Log("info", "the agent exited on a cancel", exit_fields))
-            kind = "ok"
-        if waiting is not None and kind == "ok" and self._deleting is None and self.turn:
-            # The previous process is gone: the waiting prompt's process starts now.
-            self.process_alive = True
-            return out + self._spawn(*waiting)
-        deleting = self._deleting is not None
-        if kind != "ok" and not deleting:
-            code = "SIGNAL_EXIT" if kind == "signal" else "AGENT_EXIT"
-            how = f"signal {signum}" if kind == "signal" else f"exit code {returncode}"
-            message = f"the agent process ended with {how}"
-            named = self._describe_exit(returncode) if start_error is None else None
-            if start_error is not None:
-                code = "AGENT_START_FAILED"
-                message = f"the {self.config.agent} agent could not start: {start_error}"
-                returncode, stderr_tail = None, start_error
-            elif named is not None:
-                # The agent's own meaning of the code wins over 128+N: Gemini's 144 is HTTP 400,
-                # not signal 16. The exit code stays in details; the guessed signal does not.
-                code, message = named
-                signum = None
-            if limit is not None and start_error is None:
-                message = f"{message}: {limit}"
-            details = F.ErrorDetails(
-                module="process",
-                exit_code=returncode,
-                signal=signum,
-                stderr=stderr_tail or None,
-                hint=self.mapper.hint(code, message, stderr_tail) or limit,
-            )
-            error = F.AgentError(
-                error_code=code,
-                message=message,
-                severity="fatal",
-                recoverable=False,
-                details=details,
-            )
-            out.append(Emit(self._make(error, turn=True)))
-        if self.turn is not None:
-            if kind == "ok" and not deleting:
-                out += self._end_turn("end_turn")
-            else:
-                out += self._end_turn("error")
-        if deleting:
-            return out + self._finish_delete()
-        if kind != "ok":
-            # A fatal agent error ends the session (DPS-4.4-error, §18.2: TERMINATED).
-            self._deleting = ("error", "client")
-            return out + self._finish_delete()
-        return out  # exit 0: idle with no process; the next prompt respawns (DPS-18-respawn)
+        return self._EXITS[stopping](self, exit, waiting)
 
-    def _restart_after_stall(self) -> list[Action]:
-        """The agent the watchdog stopped has exited: its turn ends with error; a long-lived agent
-        starts again, resuming its session where the profile can (a single-turn one starts at the
-        next prompt, as after any turn)."""
+    def _exited(self, exit: AgentExit, waiting: _Waiting | None) -> list[Action]:
+        """ALIVE (or no process known): exit 0 leaves the session idle with no process, and the
+        next prompt respawns (DPS-18-respawn); any other exit is fatal, unless it is the cancel's."""
+        out, ok = self._cancel_exit(exit)
+        if not ok:
+            return out + self._fatal_exit(exit)
+        if self.turn is not None:
+            out += self._end_turn("end_turn")
+        return out
+
+    def _exited_before_respawn(self, exit: AgentExit, waiting: _Waiting | None) -> list[Action]:
+        """EXITING_BEFORE_RESPAWN: the previous process is gone, the waiting prompt's starts now
+        (unless that exit was a failure, or the prompt's turn ended meanwhile)."""
+        out, ok = self._cancel_exit(exit)
+        if not ok:
+            return out + self._fatal_exit(exit)
+        if waiting is not None and self.turn is not None:
+            out += self._respawn(*waiting)
+        return out
+
+    def _exited_on_cancel(self, exit: AgentExit, waiting: _Waiting | None) -> list[Action]:
+        """STOPPING_FOR_CANCEL: the exit is the cancel working, whatever its code: the turn ends
+        cancelled (or a prompt that came meanwhile gets its process) and the session goes on."""
+        out, _ = self._cancel_exit(exit, stopped=True)
+        if waiting is not None and self.turn is not None:
+            return out + self._respawn(*waiting)
+        if self.turn is not None:
+            out += self._end_turn("end_turn")
+        return out
+
+    def _exited_on_stall(self, exit: AgentExit, waiting: _Waiting | None) -> list[Action]:
+        """STOPPING_FOR_STALL: the agent the watchdog stopped has exited: its turn ends with error;
+        a long-lived agent starts again, resuming its session where the profile can (a single-turn
+        one starts at the next prompt, as after any turn)."""
         out: list[Action] = []
         if self.turn is not None:
             out += self._end_turn("error")
         if not self.config.single_turn_process:
-            self.process_alive = True
+            self._process_step(ProcessStep.SPAWNED)
             out.append(Spawn(resume_id=self.agent_session_id, mode=self.mode))
             out += self._opening(self.agent_session_id)
         return out
 
-    def _stall_tick(self) -> list[Action]:
+    def _exited_on_delete(self, exit: AgentExit, waiting: _Waiting | None) -> list[Action]:
+        """STOPPING_FOR_DELETE: the cleanup frames, ``session.deleted`` and the close follow."""
+        out, _ = self._cancel_exit(exit)
+        if self.turn is not None:
+            out += self._end_turn("error")
+        return out + self._finish_delete()
+
+    _EXITS: ClassVar[dict[ProcessState, Callable[..., list[Action]]]] = {
+        ProcessState.NONE: _exited,
+        ProcessState.ALIVE: _exited,
+        ProcessState.EXITING_BEFORE_RESPAWN: _exited_before_respawn,
+        ProcessState.STOPPING_FOR_CANCEL: _exited_on_cancel,
+        ProcessState.STOPPING_FOR_STALL: _exited_on_stall,
+        ProcessState.STOPPING_FOR_DELETE: _exited_on_delete,
+    }
+
+    def _cancel_exit(self, exit: AgentExit, *, stopped: bool = False) -> tuple[list[Action], bool]:
+        """Whether the exit is fine (0, or the cancel's), and the log saying it was the cancel's.
+        An agent that exits while its turn is cancelled was ended by the cancel: SIGINT (codex exec
+        exits 1 on it) or the stop of one that ignored the cancel. That exit is the cancel working,
+        not a failure: the turn ends cancelled, the session goes on idle with no process, and the
+        next prompt starts the agent again resumed with its session id, as after any exit between
+        turns (DPS-6.1.2-cancel, DPS-18-respawn)."""
+        if exit.kind == "ok":
+            return [], True
+        if stopped or (self.turn is not None and self.turn.cancel_requested):
+            exit_fields = {"returncode": exit.returncode, "signal": exit.signal}
+            return [Log("info", "the agent exited on a cancel", exit_fields)], True
+        return [], False
+
+    def _respawn(
+        self, text: str, overrides: F.ConfigOverrides | None, images: list[ev.StoredFile]
+    ) -> list[Action]:
+        """The previous process is gone: the waiting prompt's process starts now."""
+        self._process_step(ProcessStep.SPAWNED)
+        return self._spawn(text, overrides, images)
+
+    def _fatal_exit(self, exit: AgentExit) -> list[Action]:
+        """A fatal agent error ends the session (DPS-4.4-error, §18.2: TERMINATED)."""
+        out: list[Action] = [Emit(self._make(self._exit_error(exit), turn=True))]
+        if self.turn is not None:
+            out += self._end_turn("error")
+        self._delete_reason = ("error", "client")
+        return out + self._finish_delete()
+
+    def _exit_error(self, exit: AgentExit) -> F.AgentError:
+        returncode, signum, stderr_tail = exit.returncode, exit.signal, exit.stderr_tail
+        code = "SIGNAL_EXIT" if exit.kind == "signal" else "AGENT_EXIT"
+        how = f"signal {signum}" if exit.kind == "signal" else f"exit code {returncode}"
+        message = f"the agent process ended with {how}"
+        named = self._describe_exit(returncode) if exit.start_error is None else None
+        if exit.start_error is not None:
+            code = "AGENT_START_FAILED"
+            message = f"the {self.config.agent} agent could not start: {exit.start_error}"
+            returncode, stderr_tail = None, exit.start_error
+        elif named is not None:
+            # The agent's own meaning of the code wins over 128+N: Gemini's 144 is HTTP 400,
+            # not signal 16. The exit code stays in details; the guessed signal does not.
+            code, message = named
+            signum = None
+        if exit.limit is not None and exit.start_error is None:
+            message = f"{message}: {exit.limit}"
+        details = F.ErrorDetails(
+            module="process",
+            exit_code=returncode,
+            signal=signum,
+            stderr=stderr_tail or None,
+            hint=self.mapper.hint(code, message, stderr_tail) or exit.limit,
+        )
+        return F.AgentError(
+            error_code=code, message=message, severity="fatal", recoverable=False, details=details
+        )
+
+    def _stall_tick(self, key: TimerKey) -> list[Action]:
         turn = self.turn
-        if turn is None or self._stalled or not self.process_alive or self._deleting is not None:
+        if turn is None or self.process not in _WATCHED or self._ending:
             return []  # nothing to watch, or the agent is being stopped already
         tick = self.config.stall_tick_sec
         out: list[Action] = [StartTimer(STALL_TIMER, tick)]
@@ -689,7 +849,7 @@ class SessionMachine:
         silent = self._silent_sec
         timeout, warning = self.config.stall_timeout_sec, self.config.stall_warning_sec
         if timeout > 0 and silent >= timeout:
-            self._stalled = True
+            self._process_step(ProcessStep.STOP_FOR_STALL)
             message = (
                 f"the agent printed nothing for {silent:g} s (stall_timeout_sec); "
                 "the turn ends and the agent is restarted"
@@ -739,7 +899,35 @@ class SessionMachine:
     # --- the masters' side ---------------------------------------------------------------------
 
     def attached(self, conn_id: str) -> list[Action]:
-        return [Emit(f, to=conn_id) for f in self.greeting()]
+        """A master's connection attached: its greeting; the first one closes the reattach window."""
+        out: list[Action] = []
+        if not self.masters:
+            self._attach_step(AttachmentStep.FIRST_MASTER)
+            if self.config.reattach_window_sec is not None:
+                out.append(CancelTimer(REATTACH_WINDOW_TIMER))
+        self.masters.add(conn_id)
+        return out + [Emit(f, to=conn_id) for f in self.greeting()]
+
+    def detached(self, conn_id: str) -> list[Action]:
+        """A master's connection is gone; when it was the last, the reattach window opens."""
+        if conn_id not in self.masters:
+            return []
+        self.masters.discard(conn_id)
+        if self.masters:
+            return []
+        self._attach_step(AttachmentStep.LAST_MASTER_LEFT)
+        return self._window_opens()
+
+    def _window_opens(self) -> list[Action]:
+        """DETACHED: the session lives ``reattach_window_sec`` more unless a master attaches."""
+        window = self.config.reattach_window_sec
+        if (
+            window is None
+            or self.attachment is Attachment.ATTACHED
+            or self.lifecycle is Lifecycle.TERMINATED
+        ):
+            return []
+        return [StartTimer(REATTACH_WINDOW_TIMER, window)]
 
     def receive(self, conn_id: str, data: bytes | str, user: str | None = None) -> list[Action]:
         """A frame from a master's connection. Never raises. ``user``: who sent it; a relayed
@@ -786,7 +974,7 @@ class SessionMachine:
     def _control(self, conn_id: str, frame: F.Frame) -> list[Action]:
         payload = frame.payload
         mid = frame.message_id
-        if self.phase in ("terminating", "terminated"):
+        if self._ending:
             if frame.TYPE.startswith("control."):
                 return [self._error("SESSION_TERMINATED", "the session is ending", conn_id, mid)]
             return []
@@ -835,7 +1023,7 @@ class SessionMachine:
     # prompts ---------------------------------------------------------------------------------
 
     def _prompt(self, conn_id: str, prompt: F.PromptRequest, mid: str) -> list[Action]:
-        if self.turn is not None:
+        if self.lifecycle is Lifecycle.RUNNING:
             # DPS-17.3.2-one-prompt: refused, not delivered.
             return [
                 self._error(
@@ -886,26 +1074,25 @@ class SessionMachine:
         images: list[ev.StoredFile] | None = None,
     ) -> list[Action]:
         images = images or []
-        out = self._open_turn(overrides)
-        assert self.turn is not None
-        self.turn.requested_compaction = compaction
+        out = self._open_turn(overrides, compaction=compaction)
+        process = self.process
+        if process is ProcessState.NONE:
+            self._process_step(ProcessStep.SPAWNED)
+            return out + self._spawn(text, overrides, images)
         # A long-lived agent takes the prompt on stdin, unless the gateway is stopping it.
-        takes_it = not (self.config.single_turn_process or self._stopping_for_cancel)
-        if self.process_alive and takes_it:
-            if images:
-                return out + [WritePrompt(text, images)]
-            data = self.input.prompt(text)
-            if data is None:  # cannot happen for a long-lived profile with stdin prompts
-                return out + [Log("error", "agent cannot take prompts on stdin")]
-            return out + [WriteStdin(data)]
-        if self.process_alive:
+        if self.config.single_turn_process or process is ProcessState.STOPPING_FOR_CANCEL:
             # The previous turn ended but its process is still exiting (codex exec writes its
             # thread after turn.completed; an agent stopped for a cancel): a second process must
             # not resume the session beside it, so this one starts when that exit is reported.
-            self._waiting_spawn = (text, overrides, images)
+            self._waiting = (text, overrides, images)
+            self._process_step(ProcessStep.PROMPT_WAITS)
             return out
-        self.process_alive = True
-        return out + self._spawn(text, overrides, images)
+        if images:
+            return out + [WritePrompt(text, images)]
+        data = self.input.prompt(text)
+        if data is None:  # cannot happen for a long-lived profile with stdin prompts
+            return out + [Log("error", "agent cannot take prompts on stdin")]
+        return out + [WriteStdin(data)]
 
     def _spawn(
         self, text: str, overrides: F.ConfigOverrides | None, images: list[ev.StoredFile]
@@ -941,9 +1128,10 @@ class SessionMachine:
             i.call_id for i in self.interactions.values() if i.call_id is not None
         )
         out = self._deny_all_interactions("the turn was cancelled")
-        if self._waiting_spawn is not None:
+        if self._waiting is not None:
             # Its process never started: nothing to interrupt, the turn ends here.
-            self._waiting_spawn = None
+            self._waiting = None
+            self._process_step(ProcessStep.PROMPT_WITHDRAWN)
             return out + self._end_turn("cancelled")
         # A single-turn process has no stdin stream to take an interrupt on (its prompt came in
         # argv and stdin is closed): interrupt it as a terminal would, at once, not after the grace.
@@ -953,10 +1141,10 @@ class SessionMachine:
         if data is not None:
             out.append(WriteStdin(data))
             if getattr(self.input, "sigint_on_cancel", True):
-                out.append(StartTimer("cancel", self.config.cancel_sigint_sec))
+                out.append(StartTimer(CANCEL_SIGINT_TIMER, self.config.cancel_sigint_sec))
         else:
             out.append(Signal(_signal.SIGINT))
-        out.append(StartTimer("cancel-kill", self.config.cancel_stop_sec))
+        out.append(StartTimer(CANCEL_STOP_TIMER, self.config.cancel_stop_sec))
         return out
 
     def _gated(self, conn_id: str, mid: str) -> Emit | None:
@@ -979,19 +1167,21 @@ class SessionMachine:
 
     # permissions -------------------------------------------------------------------------------
 
-    def _permission_request(self, req: ev.PermissionRequest) -> list[Action]:
+    def _permission_request(self, req: ev.PermissionRequest, note: Note) -> list[Action]:
+        """Who answers: the mode (a write refused), the prompt's denied tools, the permission
+        rules, ``auto_allow`` and the prompt's allowed tools, else the masters are asked. The mapper
+        is told once, with what was decided about the call (``note``)."""
         spec = lookup(req.tool_name)
         turn = self.turn
         options, choices = interaction_options(req, spec)
         if self.mode in ("plan", "review") and spec.writes:
             # DPS-6.3.2-block: the gateway enforces the mode; the CLI does not when it asks us.
-            if req.call_id:
-                self.mapper.block_call(req.call_id)
-            return self._answer_permission(
+            note.blocked = True
+            return self._told(req, note) + self._answer_permission(
                 req.request_id, False, BLOCKED_OUTPUT, option=chosen_option(choices, False)
             )
         if turn is not None and req.tool_name in turn.denied:
-            return self._answer_permission(
+            return self._told(req, note) + self._answer_permission(
                 req.request_id,
                 False,
                 f"{req.tool_name} is denied for this prompt",
@@ -1010,19 +1200,24 @@ class SessionMachine:
                 locations=req.affected_paths,
             )
             if ruled is not None and ruled.decision != "ask":
+                allow = ruled.decision == ALLOW
                 return self._policy_answer(
-                    req, ruled.name, ruled.decision == ALLOW, ruled.rule.message, choices
+                    req, ruled.name, allow, ruled.rule.message, choices, note
                 )
             if ruled is not None:
                 asked = PolicyDecided(ruled.name, "ask", req.tool_name, req.input)
-                return [asked, *self._ask_permission(req, options, choices, spec, ruled.name)]
+                return [asked, *self._ask_permission(req, options, choices, spec, note, ruled.name)]
         if req.tool_name in self.config.auto_allow or (
             turn is not None and req.tool_name in turn.allowed
         ):
-            return self._answer_permission(
+            return self._told(req, note) + self._answer_permission(
                 req.request_id, True, updated_input=req.input, option=chosen_option(choices, True)
             )
-        return self._ask_permission(req, options, choices, spec)
+        return self._ask_permission(req, options, choices, spec, note)
+
+    def _told(self, event: ev.AgentEvent, note: Note) -> list[Action]:
+        """The mapper's one call for an event the machine answered itself."""
+        return self._emit_all(self.mapper.map_noted(event, note))
 
     def _policy_answer(
         self,
@@ -1031,13 +1226,14 @@ class SessionMachine:
         allow: bool,
         message: str,
         choices: dict[str, tuple[str, bool]],
+        note: Note,
     ) -> list[Action]:
         """A rule answered (docs/policies.md): the agent at once, the call's later frames say
         which rule (``metadata.rawp_policy``), the shell audits it. A question read back from a
         transcript is answered by nobody (no process runs): nothing is audited."""
-        if req.call_id:
-            said = ALLOW if allow else DENY
-            self.mapper.tag_call(req.call_id, {POLICY_KEY: rule, POLICY_DECISION_KEY: said})
+        said = ALLOW if allow else DENY
+        note.tags = {POLICY_KEY: rule, POLICY_DECISION_KEY: said}
+        told = self._told(req, note)
         if not allow and not message:
             message = f"Denied by the gateway's policy {rule}."
         out = self._answer_permission(
@@ -1048,9 +1244,8 @@ class SessionMachine:
             option=chosen_option(choices, allow),
         )
         if not out:
-            return out
-        decided = PolicyDecided(rule, ALLOW if allow else DENY, req.tool_name, req.input)
-        return [decided, *out]
+            return told
+        return [*told, PolicyDecided(rule, said, req.tool_name, req.input), *out]
 
     def _ask_permission(
         self,
@@ -1058,6 +1253,7 @@ class SessionMachine:
         options: list[F.InteractionOption],
         choices: dict[str, tuple[str, bool]],
         spec: Any,
+        note: Note,
         rule: str | None = None,
     ) -> list[Action]:
         interaction_id = self.factory.new_id()
@@ -1066,7 +1262,7 @@ class SessionMachine:
             tool_input=req.input,
             affected_paths=list(req.affected_paths) or None,
         )
-        payload = F.InteractionRequest(
+        note.asks = F.InteractionRequest(
             interaction_id=interaction_id,
             interaction_type="PERMISSION",
             question_text=permission_question(req),
@@ -1075,22 +1271,22 @@ class SessionMachine:
             context=context,
             default_value=DENY,
         )
-        metadata: dict[str, Any] = {}
-        if req.call_id and (invocation_id := self.mapper.invocation_id(req.call_id)):
-            metadata["invocation_id"] = invocation_id
-        if (subagent := self.mapper.subagent_context(req.parent)) is not None:
-            metadata["subagent_context"] = subagent  # DPS-10.2-context: asked from a subagent
         if rule is not None:  # a rule said ask, whatever auto_allow says
-            metadata[POLICY_KEY] = rule
-        frame = self.factory.frame(
-            payload, turn_id=self.turn.turn_id if self.turn else None, metadata=metadata or None
-        )
+            note.ask_metadata = {POLICY_KEY: rule}
+        frames = self.mapper.map_noted(req, note)  # the question first
         self.interactions[interaction_id] = _Interaction(
-            interaction_id, req.request_id, req.tool_name, req.input, frame, choices, req.call_id
+            interaction_id,
+            req.request_id,
+            req.tool_name,
+            req.input,
+            frames[0],
+            choices,
+            req.call_id,
         )
-        out: list[Action] = [Emit(frame)]
-        out += self._emit_all(self.mapper.set_state("awaiting_input", "permission_request"))
-        out.append(StartTimer(f"interaction:{interaction_id}", self.config.permission_timeout_sec))
+        out = self._emit_all(frames)
+        out.append(
+            StartTimer(interaction_timer(interaction_id), self.config.permission_timeout_sec)
+        )
         return out
 
     def _answer_permission(
@@ -1107,7 +1303,7 @@ class SessionMachine:
         data = self.input.permission(
             request_id, allow=allow, message=message, updated_input=updated_input, **extra
         )
-        return [WriteStdin(data)] if data is not None and self.process_alive else []
+        return [WriteStdin(data)] if data is not None and self.process is not _NO_PROCESS else []
 
     def _settle(
         self,
@@ -1119,7 +1315,7 @@ class SessionMachine:
     ) -> list[Action]:
         self.last_decision = ALLOW if allow else DENY
         out: list[Action] = [
-            CancelTimer(f"interaction:{interaction.interaction_id}"),
+            CancelTimer(interaction_timer(interaction.interaction_id)),
             Settled("PERMISSION", outcome),
         ]
         option: str | NoOption | None = NO_OPTION
@@ -1209,7 +1405,7 @@ class SessionMachine:
                     mid,
                 )
             ]
-        if self.turn is not None:
+        if self.lifecycle is Lifecycle.RUNNING:
             return [
                 self._error(
                     "MODE_SWITCH_DURING_TURN",
@@ -1220,7 +1416,7 @@ class SessionMachine:
             ]
         previous, self.mode = self.mode, switch.mode
         out: list[Action] = []
-        if self.process_alive and not self.config.single_turn_process:
+        if self.process is not _NO_PROCESS and not self.config.single_turn_process:
             # review is enforced by the gateway; the CLI itself runs in default mode then.
             cli_mode = "plan" if switch.mode == "plan" else "default"
             data = self.input.set_mode(self._next_request_id("set_mode"), cli_mode)
@@ -1244,7 +1440,7 @@ class SessionMachine:
                     mid,
                 )
             ]
-        if self.turn is not None:
+        if self.lifecycle is Lifecycle.RUNNING:
             return [
                 self._error(
                     "PROMPT_IN_PROGRESS", "compaction must wait for the running turn", conn_id, mid
@@ -1263,19 +1459,49 @@ class SessionMachine:
             return []
         return [Log("warning", f"agent refused the {what} request", {"error": ack.error})]
 
+    # The agent events the machine handles alone (no frame of the mapper's).
+    _OWN_EVENTS: ClassVar[dict[type, Callable[[SessionMachine, Any], list[Action]]]] = {
+        ev.TurnEnded: _turn_ended,
+        ev.ControlAck: _control_ack,
+        ev.ParseError: _parse_error,
+        ev.StdinWrite: _stdin_write,
+        ev.ModeChanged: _agent_mode,
+        ev.PermissionAnswered: _answered_in_transcript,
+        ev.FeaturesDeclared: _features_declared,
+    }
+
     # timers and the control plane ----------------------------------------------------------------
 
-    def timer_fired(self, key: str) -> list[Action]:
-        if key == STALL_TIMER:
-            return self._stall_tick()
-        if key.startswith("interaction:"):
-            return self._interaction_timeout(None, key.partition(":")[2], None)
-        if key == "cancel" and self.turn is not None and self.process_alive:
+    def timer_fired(self, key: TimerKey) -> list[Action]:
+        return self._TIMERS[key.kind](self, key)
+
+    def _cancel_sigint(self, key: TimerKey) -> list[Action]:
+        if self.turn is not None and self.process is not ProcessState.NONE:
             return [Signal(_signal.SIGINT)]
-        if key == "cancel-kill" and self.turn is not None and self.process_alive:
-            self._stopping_for_cancel = True
-            return [Log("warning", "the agent ignored the cancel; stopping it"), Terminate()]
         return []
+
+    def _cancel_stop(self, key: TimerKey) -> list[Action]:
+        if self.turn is None or self.process is not ProcessState.ALIVE:
+            return []  # the turn ended, or the agent exits or is stopped already
+        self._process_step(ProcessStep.STOP_FOR_CANCEL)
+        return [Log("warning", "the agent ignored the cancel; stopping it"), Terminate()]
+
+    def _interaction_timer(self, key: TimerKey) -> list[Action]:
+        return self._interaction_timeout(None, key.interaction_id or "", None)
+
+    def _reattach_window(self, key: TimerKey) -> list[Action]:
+        """No master came back in time: the session ends (DPS-7.7-deleted, ``timeout``)."""
+        if self.attachment is Attachment.ATTACHED:
+            return []
+        return self.delete("timeout", "system")
+
+    _TIMERS: ClassVar[dict[TimerKind, Callable[[SessionMachine, TimerKey], list[Action]]]] = {
+        TimerKind.CANCEL_SIGINT: _cancel_sigint,
+        TimerKind.CANCEL_STOP: _cancel_stop,
+        TimerKind.STALL: _stall_tick,
+        TimerKind.INTERACTION: _interaction_timer,
+        TimerKind.REATTACH_WINDOW: _reattach_window,
+    }
 
     def rename(self, name: str, *, renamed_by: F.RenamedBy = "master") -> list[Action]:
         previous, self.name = self.name, name
@@ -1289,22 +1515,24 @@ class SessionMachine:
     ) -> list[Action]:
         """End the session: deny what waits, stop the agent, then the cleanup frames (DPS-7.5.3),
         ``session.deleted`` (DPS-7.7) and close. With no process the cleanup happens at once."""
-        if self._deleting is not None:
+        if self._ending:
             return []
-        self._deleting = (reason, deleted_by)
+        self._delete_reason = (reason, deleted_by)
         out = self._deny_all_interactions("the session is ending")
-        if self.process_alive:
-            self.phase = "terminating"
+        if self.process is not ProcessState.NONE:
+            self._waiting = None  # its prompt's turn ends with the session
+            self._process_step(ProcessStep.STOP_FOR_DELETE)
+            self._step(LifecycleStep.STOPPING)
             return out + [Terminate()]
         return out + self._finish_delete()
 
     def _finish_delete(self) -> list[Action]:
-        assert self._deleting is not None
-        reason, deleted_by = self._deleting
+        assert self._delete_reason is not None
+        reason, deleted_by = self._delete_reason
         out: list[Action] = []
         if self.turn is not None:
             out += self._end_turn("error")
-        self.phase = "terminated"
+        self._step(LifecycleStep.DELETED)
         deleted = F.Deleted(session_id=self.session_id, reason=reason, deleted_by=deleted_by)
         out.append(Emit(self._make(deleted)))
         # Said in the log too: with no master attached (a reattach window that ran out) the

@@ -8,6 +8,11 @@ sans-IO: ``map(event)`` returns the frames for one event; the session machine
 (``gateway/protocol/machine.py``) owns turns, interactions and control acks and calls
 ``begin_turn`` / ``end_turn`` around them.
 
+The machine calls the mapper once per agent event, never back and forth: what it decided about
+the event (it opens a turn, its call is refused for the mode or answered by a permission rule, a
+question about it goes to the masters) comes with it, as a ``Note``, to ``map_noted``. Most events
+need no note and go to ``map``, the per-line path.
+
 What it keeps, per turn unless said otherwise:
 
 * **Blocks**: each parser block key gets the next ``content_index`` of the turn on its first delta,
@@ -52,6 +57,7 @@ hop per line. What holds no state is beside it: the catalog in ``tools.py``, ``s
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
@@ -71,11 +77,25 @@ from gateway.protocol.usage import subagent_usage_payload, usage_payload
 from parsers import events as ev
 from parsers.api_errors import about_credentials, credentials_hint
 
-__all__ = ["BLOCKED_OUTPUT", "Mapper"]
+__all__ = ["BLOCKED_OUTPUT", "Mapper", "Note"]
 
 BLOCKED_OUTPUT: Final = "Tool not allowed in current mode"  # DPS-6.3.2-block
 _FRAME_MARGIN: Final = 256  # bytes kept free under max_frame_size when cutting
 _MAX_CONTEXTS: Final = 1024  # subagent contexts remembered (for late frames of background ones)
+
+
+@dataclass(slots=True)
+class Note:
+    """What the session machine decided about one agent event, handed over with it
+    (``Mapper.map_noted``)."""
+
+    opens: str | None = None  # the event opens this turn (the agent spoke outside one)
+    blocked: bool = False  # the event's call is refused for the mode (DPS-6.3.2-block)
+    tags: dict[str, Any] | None = None  # for the call's later frames (the rule that answered)
+    # The question to the masters about the event's call (``agent.interaction.request``), and its
+    # own metadata beside the call's (the rule that said ask).
+    asks: F.InteractionRequest | None = None
+    ask_metadata: dict[str, Any] | None = None
 
 
 class _Block:
@@ -162,13 +182,12 @@ class Mapper:
         self.agent = agent  # named in x-rawp-gateway.agent.raw frames
         self.credentials = credentials  # where the agent reads them (ParserSpec.credentials)
         self.turn_id: str | None = None
-        self.agent_session_id: str | None = None
         self.catalog: F.Frame | None = None
         self.commands: F.Frame | None = None
         self.state: str = "idle"
         self.tool_invocation_count = 0
-        # The session machine sets this to "requested" while a compaction a master asked for runs.
-        self.compaction_trigger_override: str | None = None
+        # The turn runs a compaction a master asked for: its session.compacted says "requested".
+        self._compaction_requested = False
         self.dropped_results = 0  # results for calls never seen (or already ended): not sent
         self._next_index = 0
         self._blocks: dict[str, _Block] = {}
@@ -200,9 +219,11 @@ class Mapper:
 
     # --- the contract with the session machine ---------------------------------------------------
 
-    def begin_turn(self, turn_id: str) -> None:
-        """A new turn: content indexes restart, counters and groups reset."""
+    def begin_turn(self, turn_id: str, *, requested_compaction: bool = False) -> None:
+        """A new turn: content indexes restart, counters and groups reset. ``requested_compaction``:
+        the turn is a compaction a master asked for (``session.compacted`` says ``requested``)."""
         self.turn_id = turn_id
+        self._compaction_requested = requested_compaction
         self._next_index = 0
         self._blocks.clear()
         self._groups.clear()
@@ -213,6 +234,36 @@ class Mapper:
         ``ParseError`` give none: the session machine (or the shell) handles them."""
         handler = self._dispatch.get(type(event))
         return handler(event) if handler is not None else []  # type: ignore[operator]
+
+    def map_noted(self, event: ev.AgentEvent, note: Note) -> list[F.Frame]:
+        """``map`` of an event the session machine decided something about (``Note``): the turn
+        it opens begins, its call is marked, and a question about it comes first (the frame the
+        machine keeps for masters that attach while it waits), with the ``awaiting_input`` state."""
+        if note.opens is not None:
+            self.begin_turn(note.opens)
+        call_id = getattr(event, "call_id", None)
+        call = self._calls.get(call_id) if call_id else None
+        if call is not None and note.blocked:
+            call.blocked = True
+        if call is not None and note.tags:
+            # A new dict: the frames sent so far keep theirs.
+            call.metadata = {**call.metadata, **note.tags}
+        out: list[F.Frame] = []
+        if note.asks is not None:
+            out.append(self._question(note.asks, call, getattr(event, "parent", None), note))
+            out += self.set_state("awaiting_input", "permission_request")
+        return out + self.map(event)
+
+    def _question(
+        self, payload: F.InteractionRequest, call: _Call | None, parent: str | None, note: Note
+    ) -> F.Frame:
+        metadata: dict[str, Any] = {}
+        if call is not None:
+            metadata["invocation_id"] = call.invocation_id
+        if (subagent := self._context(parent)) is not None:
+            metadata["subagent_context"] = subagent  # DPS-10.2-context: asked from a subagent
+        metadata.update(note.ask_metadata or {})
+        return self._frame(payload, metadata or None)
 
     def end_turn(self, stop_reason: str, ended: ev.TurnEnded | None = None) -> list[F.Frame]:
         """Close the turn: open blocks done (``is_cancelled`` when cancelled), a ``cancelled``
@@ -239,6 +290,7 @@ class Mapper:
         out.append(self.usage_frame(ended) if ended is not None else self._usage_frame(None))
         out += self.set_state("idle", "turn_end")
         self.turn_id = None
+        self._compaction_requested = False
         self._groups.clear()
         self.tool_invocation_count = 0
         return out
@@ -260,30 +312,12 @@ class Mapper:
         call = self._calls.get(call_id)
         return call.invocation_id if call is not None else None
 
-    def subagent_context(self, parent: str | None) -> F.SubagentContext | None:
-        """``metadata.subagent_context`` for a frame about an event with this ``parent`` (e.g. the
-        session machine's ``agent.interaction.request`` for a subagent's ``PermissionRequest``)."""
-        return self._context(parent)
-
     def cancel_open_blocks(self) -> None:
         """The master cancelled the turn: every text and thinking block open now ends with
         ``is_cancelled: true`` (DPS-6.1.2-cancel), whatever the agent says when it closes it (Claude
         Code may close an interrupted block as if it were complete)."""
         for block in self._blocks.values():
             block.cancelled = True
-
-    def tag_call(self, call_id: str, metadata: dict[str, Any]) -> None:
-        """The call's later frames (its stream and result) carry ``metadata`` too (a permission
-        rule's name). A new dict: the frames sent so far keep theirs."""
-        call = self._calls.get(call_id)
-        if call is not None:
-            call.metadata = {**call.metadata, **metadata}
-
-    def block_call(self, call_id: str) -> None:
-        """The session machine refused this call for the mode: its result says so (DPS-6.3.2-block)."""
-        call = self._calls.get(call_id)
-        if call is not None:
-            call.blocked = True
 
     # --- helpers ----------------------------------------------------------------------------------
 
@@ -675,8 +709,6 @@ class Mapper:
     # --- session-level events ---------------------------------------------------------------------
 
     def _session_started(self, event: ev.SessionStarted) -> list[F.Frame]:
-        if event.agent_session_id:
-            self.agent_session_id = event.agent_session_id
         out: list[F.Frame] = []
         catalog = build_catalog(event.tools, event.mcp_servers)
         if self.catalog is None or self.catalog.payload != catalog:
@@ -737,7 +769,7 @@ class Mapper:
             summary=event.summary,
             previous_token_count=event.pre_tokens,
             current_token_count=event.post_tokens,
-            trigger=self.compaction_trigger_override or event.trigger,  # type: ignore[arg-type]
+            trigger="requested" if self._compaction_requested else event.trigger,  # type: ignore[arg-type]
             preserved_elements=preserved,
         )
         return [self._frame(payload, self._meta(event.parent))]

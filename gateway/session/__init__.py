@@ -15,14 +15,17 @@ frames, exits, timers) and carries out the actions it returns, in order, in ``pe
   or the stdin pipe's buffer) is bounded by ``max_stdin_bytes``: a prompt that would pass it is
   refused before it opens a turn, with a non-fatal ``session.error`` ``AGENT_STDIN_FULL`` to its
   sender; any other write past it is dropped and every master is told the same way;
-* ``StartTimer``/``CancelTimer``: ``loop.call_later`` handles by key;
+* ``StartTimer``/``CancelTimer``: ``loop.call_later`` handles by ``TimerKey``, whose firing is
+  handed back to the machine (``timer_fired``);
 * ``CloseAll``: every connection flushes its queue, then closes.
 * ``WritePrompt``/``PlaceFile`` and ``Spawn.images``: a prompt's attached files, read from the
   session's ``FileStore`` (``gateway/storage/files.py``), which also keeps what tools return as bytes
   (stored between the parser and the machine, in ``_pump``) and is emptied with the session.
 
 The reattach window (docs/http-api.md): while no connection is attached the session is
-``DETACHED``; when the window runs out the machine deletes it with ``reason: "timeout"``.
+``DETACHED``. The machine is told of each connection attached and detached (``attached``,
+``detached``) and decides: it starts the window's timer when the last one goes (and at ``start``),
+cancels it when one comes, and deletes the session with ``reason: "timeout"`` when it fires.
 
 With a state directory (``gateway/storage/state_dir.py``) every broadcast frame also goes to the
 session's frame log and the record is rewritten when what it holds changes. ``suspend`` stops the

@@ -25,6 +25,7 @@ from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
 from gateway.protocol.capabilities import ConnectionFilter, strip_subagent_context
 from gateway.protocol.history import History
+from gateway.protocol.states import Lifecycle, TimerKey
 from gateway.protocol.usage import CONTEXT_FULL, UsageTally
 from gateway.session.agent_link import AgentLink
 from gateway.session.fanout import CLOSE_TIMEOUT_SEC, Flusher, MasterConnection, text_frame
@@ -120,6 +121,7 @@ class LiveSession(AgentLink, Masters):
                 credentials=spec.credentials,
                 policy=config.policy,
                 workspace=str(workspace),
+                reattach_window_sec=self.reattach_window_sec,
             ),
             files=self.files.files,
         )
@@ -133,7 +135,7 @@ class LiveSession(AgentLink, Masters):
         self.start_error: str | None = None
         self._stdin_pending: list[bytes] = []
         self._unplaced: list[tuple[str, str]] = []  # (file name, why): PlaceFile that failed
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._timers: dict[TimerKey, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._line_t_ns = 0
         self._turn_started = 0.0
@@ -159,7 +161,7 @@ class LiveSession(AgentLink, Masters):
 
     @property
     def state(self) -> str:
-        if self.machine.phase == "terminated":
+        if self.machine.lifecycle is Lifecycle.TERMINATED:
             return "TERMINATED"
         if not self.connections:
             return "DETACHED"
@@ -202,17 +204,16 @@ class LiveSession(AgentLink, Masters):
     async def start(self) -> None:
         """Start the session; for a long-lived agent, wait until its process runs (or failed to
         start: then ``start_error`` says why and the session is already terminated). A restored
-        session closes the turn it had open instead; its agent starts with the next prompt."""
+        session closes the turn it had open first; its agent starts with the next prompt. No
+        master is attached yet: the machine's ``start`` opens the reattach window."""
         if self._restored is not None:
             items, self._restored = self._restored, None
             if items.turn_id:
                 self.perform(self.machine.close_interrupted_turn(items))
-        else:
-            self.perform(self.machine.start())
+        self.perform(self.machine.start())
         if self.budgets is not None:
             self.budgets.opened(self)
         self._save_record()
-        self._arm_reattach_window()
         if self._spawning:
             await self._spawned.wait()
 
@@ -286,7 +287,7 @@ class LiveSession(AgentLink, Masters):
         without telling the machine (the open turn is closed when the session is loaded again),
         write everything down as a clean stop, and close every WebSocket with 1012 (service
         restart) so masters reattach later with their last message id."""
-        if self.machine.phase == "terminated" or self.saved is None or self._suspended:
+        if self.machine.lifecycle is Lifecycle.TERMINATED or self.saved is None or self._suspended:
             return
         self._suspended = True
         for key in list(self._timers):
@@ -333,7 +334,7 @@ class LiveSession(AgentLink, Masters):
     def _save_record(self, *, clean: bool = False) -> None:
         """Rewrite the record if what it says changed (or, ``clean``, for a graceful stop)."""
         saved = self.saved
-        if saved is None or saved.removed or self.machine.phase == "terminated":
+        if saved is None or saved.removed or self.machine.lifecycle is Lifecycle.TERMINATED:
             return
         record = self._record(clean=clean)
         if record == self._last_record:
@@ -576,26 +577,18 @@ class LiveSession(AgentLink, Masters):
 
     # --- timers and tasks --------------------------------------------------------------------------
 
-    def _arm_reattach_window(self) -> None:
-        if not self.connections and self.machine.phase != "terminated" and not self._suspended:
-            self._set_timer("reattach-window", self.reattach_window_sec)
-
-    def _set_timer(self, key: str, seconds: float) -> None:
+    def _set_timer(self, key: TimerKey, seconds: float) -> None:
         self._cancel_timer(key)
         loop = asyncio.get_running_loop()
         self._timers[key] = loop.call_later(seconds, self._fire, key)
 
-    def _cancel_timer(self, key: str) -> None:
+    def _cancel_timer(self, key: TimerKey) -> None:
         handle = self._timers.pop(key, None)
         if handle is not None:
             handle.cancel()
 
-    def _fire(self, key: str) -> None:
+    def _fire(self, key: TimerKey) -> None:
         self._timers.pop(key, None)
-        if key == "reattach-window":
-            if not self.connections:
-                self.perform(self.machine.delete("timeout", "system"))
-            return
         self.perform(self.machine.timer_fired(key))
 
     def _task(self, coro: Any) -> None:

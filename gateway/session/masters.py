@@ -65,8 +65,7 @@ class Masters:
         def perform(self, actions: list[act.Action]) -> None: ...
         def _track_state(self) -> None: ...
         def _save_record(self, *, clean: bool = False) -> None: ...
-        def _cancel_timer(self, key: str) -> None: ...
-        def _arm_reattach_window(self) -> None: ...
+        def _act_other(self, action: act.Action) -> None: ...
         def _stdin_full(self, size: int) -> bool: ...
         def _stdin_full_error(self, parent_id: str | None, to: str | None = None) -> None: ...
 
@@ -138,16 +137,16 @@ class Masters:
         if sender is not None:
             self.senders[conn_id] = sender
         self._routes.clear()
-        self._cancel_timer("reattach-window")
         self.metrics.ws_connected(conn.role)
         # The greeting (Emits to this connection alone), each frame encoded once: capabilities
         # first, then (on reattach) the history in the room the rest leaves in the send queue, then
-        # catalog/commands/interactions.
-        greeting = [
-            (a.frame, text_frame(codec.encode(a.frame)))
-            for a in self.machine.attached(conn_id)
-            if isinstance(a, act.Emit)
-        ]
+        # catalog/commands/interactions. The rest (the reattach window closing) is done at once.
+        greeting = []
+        for a in self.machine.attached(conn_id):
+            if type(a) is act.Emit:
+                greeting.append((a.frame, text_frame(codec.encode(a.frame))))
+            else:
+                self._act_other(a)
         first, rest = greeting[0], greeting[1:]
         self._send_to(conn, *first)
         if last_message_id is not None or full_history:
@@ -204,7 +203,8 @@ class Masters:
             return
         self._routes.clear()
         self.metrics.ws_disconnected(conn.role)
-        self._arm_reattach_window()
+        if not self._suspended:  # stopping: the session lives on on disk, with no window
+            self.perform(self.machine.detached(conn_id))
         self._track_state()
 
     def receive(self, conn_id: str, data: str | bytes) -> None:

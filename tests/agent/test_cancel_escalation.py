@@ -15,6 +15,7 @@ from dataclasses import replace
 from gateway.agent.profiles import builtin_profiles
 from gateway.protocol import actions as act
 from gateway.protocol import machine as sm
+from gateway.protocol.states import Lifecycle, ProcessState
 from gateway.server import SESSIONS
 from parsers.base import get as get_parser
 from tests.support.gateway_peer import (
@@ -79,16 +80,19 @@ def test_DPS_6_1_2_cancel_interrupts_then_sigint_after_2_s_then_stops_after_10_s
     (write,) = [a for a in actions if isinstance(a, act.WriteStdin)]
     assert json.loads(write.data)["request"]["subtype"] == "interrupt"
     timers = [a for a in actions if isinstance(a, act.StartTimer)]
-    assert timers == [act.StartTimer("cancel", 2.0), act.StartTimer("cancel-kill", 10.0)]
+    assert timers == [
+        act.StartTimer(sm.CANCEL_SIGINT_TIMER, 2.0),
+        act.StartTimer(sm.CANCEL_STOP_TIMER, 10.0),
+    ]
     assert not [a for a in actions if isinstance(a, act.Signal | act.Terminate)]
-    assert m.timer_fired("cancel") == [act.Signal(signal.SIGINT)]
-    stop = m.timer_fired("cancel-kill")
+    assert m.timer_fired(sm.CANCEL_SIGINT_TIMER) == [act.Signal(signal.SIGINT)]
+    stop = m.timer_fired(sm.CANCEL_STOP_TIMER)
     assert isinstance(stop[-1], act.Terminate)
     exited = m.agent_exited("signal", -15, 15)
     assert ends(exited) == ["cancelled"]  # the turn ends with the process
     assert "agent.error" not in types(exited) and "session.deleted" not in types(exited)
     assert not [a for a in exited if isinstance(a, act.CloseAll | act.Spawn)]
-    assert (m.phase, m.process_alive) == ("idle", False)
+    assert (m.lifecycle, m.process) == (Lifecycle.IDLE, ProcessState.NONE)
     again = prompt(m, "again")
     assert types(again)[0] == "session.turn.start" and m.turn is not None
     assert m.turn.turn_id != turn_id
@@ -101,7 +105,7 @@ def test_DPS_6_1_2_a_prompt_while_the_stopped_agent_exits_waits_for_its_exit():
     is no fatal error; the prompt's process starts when that exit is reported."""
     m, turn_id = running_turn()
     cancel(m, turn_id)
-    m.timer_fired("cancel-kill")
+    m.timer_fired(sm.CANCEL_STOP_TIMER)
     ended = m.agent_line(b'{"type": "result", "subtype": "success", "is_error": false}')
     assert ends(ended) == ["cancelled"]
     again = prompt(m, "again")
@@ -110,7 +114,7 @@ def test_DPS_6_1_2_a_prompt_while_the_stopped_agent_exits_waits_for_its_exit():
     exited = m.agent_exited("signal", -15, 15)
     assert "agent.error" not in types(exited) and "session.deleted" not in types(exited)
     assert exited[-1] == act.Spawn(prompt="again", resume_id="agent-7")
-    assert m.turn is not None and m.process_alive
+    assert m.turn is not None and m.process is ProcessState.ALIVE
 
 
 def test_DPS_6_1_2_a_single_turn_process_gets_sigint_at_once():
@@ -119,7 +123,7 @@ def test_DPS_6_1_2_a_single_turn_process_gets_sigint_at_once():
     assert act.Signal(signal.SIGINT) in actions
     assert not [a for a in actions if isinstance(a, act.WriteStdin)]
     assert [a for a in actions if isinstance(a, act.StartTimer)] == [
-        act.StartTimer("cancel-kill", 10.0)
+        act.StartTimer(sm.CANCEL_STOP_TIMER, 10.0)
     ]
 
 
@@ -128,13 +132,16 @@ def test_timers_of_a_turn_that_ended_do_nothing():
     cancel(m, turn_id)
     m.agent_line(b'{"type": "result", "subtype": "success", "is_error": false}')
     assert m.turn is None
-    assert m.timer_fired("cancel") == [] and m.timer_fired("cancel-kill") == []
+    assert m.timer_fired(sm.CANCEL_SIGINT_TIMER) == [] and m.timer_fired(sm.CANCEL_STOP_TIMER) == []
 
 
 def test_the_escalation_durations_are_the_configs():
     m, turn_id = running_turn(cancel_sigint_sec=0.5, cancel_stop_sec=3.0)
     timers = [a for a in cancel(m, turn_id) if isinstance(a, act.StartTimer)]
-    assert timers == [act.StartTimer("cancel", 0.5), act.StartTimer("cancel-kill", 3.0)]
+    assert timers == [
+        act.StartTimer(sm.CANCEL_SIGINT_TIMER, 0.5),
+        act.StartTimer(sm.CANCEL_STOP_TIMER, 3.0),
+    ]
 
 
 async def test_DPS_6_1_2_an_agent_that_ignores_the_cancel_gets_each_step_then_is_stopped(tmp_path):

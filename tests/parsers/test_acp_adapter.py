@@ -14,6 +14,8 @@ import pytest
 
 from gateway.protocol import actions as act
 from gateway.protocol.capabilities import ALL_FEATURES
+from gateway.protocol.machine import CANCEL_SIGINT_TIMER, CANCEL_STOP_TIMER, interaction_timer
+from gateway.protocol.states import Lifecycle, ProcessState
 from parsers import acp
 from parsers import events as ev
 from parsers.acp import schema
@@ -418,7 +420,7 @@ def test_DPS_6_2_interaction_a_timed_out_permission_answers_cancelled():
     rig.prompt()
     rig.agent(permission())
     (ask,) = rig.of("agent.interaction.request")
-    rig.take(rig.machine.timer_fired(f"interaction:{ask['payload']['interaction_id']}"))
+    rig.take(rig.machine.timer_fired(interaction_timer(ask["payload"]["interaction_id"])))
     assert rig.last_write()["result"] == {"outcome": {"outcome": "cancelled"}}
 
 
@@ -447,7 +449,7 @@ def test_a_response_to_an_id_never_sent_and_non_json_are_warnings():
     rig.agent(b'{"some": "object"}')
     codes = [f["payload"]["error_code"] for f in rig.of("agent.error")]
     assert codes == ["ACP_UNEXPECTED_RESPONSE", "ACP_INVALID_MESSAGE", "ACP_INVALID_MESSAGE"]
-    assert rig.of("session.turn.start") == [] and rig.machine.phase == "idle"
+    assert rig.of("session.turn.start") == [] and rig.machine.lifecycle is Lifecycle.IDLE
     for _ in range(2 * acp.MAX_PROTOCOL_WARNINGS):
         rig.agent(b"garbage")
     assert len(rig.of("agent.error")) == acp.MAX_PROTOCOL_WARNINGS  # bounded per process
@@ -555,7 +557,7 @@ def test_the_adapter_never_raises_on_odd_shapes():
         b"[" * 5000 + b"]" * 5000,
     ]:
         rig.agent(line)
-    assert rig.machine.phase == "idle"  # the odd prompt answer still ended the turn
+    assert rig.machine.lifecycle is Lifecycle.IDLE  # the odd prompt answer still ended the turn
 
 
 def test_msgspec_structs_keep_the_schemas_names():
@@ -624,7 +626,7 @@ def test_DPS_6_1_2_cancel_sends_no_sigint_but_keeps_the_kill_bound():
     turn_id = rig.of("session.turn.start")[0]["payload"]["turn_id"]
     rig.master("control.prompt.cancel", {"target_turn_id": turn_id})
     timers = [a.key for a in rig.actions if isinstance(a, act.StartTimer)]
-    assert "cancel" not in timers and "cancel-kill" in timers
+    assert CANCEL_SIGINT_TIMER not in timers and CANCEL_STOP_TIMER in timers
 
 
 def test_a_prompt_cancelled_before_the_session_exists_is_never_sent():
@@ -667,7 +669,8 @@ def test_a_restarted_agent_is_put_back_in_plan_mode():
     rig.start()
     rig.master("control.mode.switch", {"mode": "plan"})
     rig.agent(rpc(id=rig.last_write()["id"], result={}))
-    rig.take(rig.machine._restart_after_stall())  # the process was started again
+    rig.machine.process = ProcessState.STOPPING_FOR_STALL  # the watchdog stopped it
+    rig.take(rig.machine.agent_exited("signal", -15, 15))  # and it was started again
     rig.agent(rpc(id=0, result={"protocolVersion": 1, "agentCapabilities": {"loadSession": True}}))
     rig.agent(rpc(id=1, result=None))
     assert [w.get("method") for w in rig.writes[-3:]] == [

@@ -30,6 +30,7 @@ from gateway.cli.translate import translate
 from gateway.protocol import codec
 from gateway.protocol.actions import Action, Emit
 from gateway.protocol.machine import SessionConfig, SessionMachine
+from gateway.protocol.states import ProcessState
 from parsers.base import NoInput
 from parsers.codex import CodexParser
 from parsers.gemini import GeminiParser
@@ -546,4 +547,4 @@ def test_DPS_6_3_1_compact_and_DPS_6_3_2_mode_are_not_supported(agent: str):
             if isinstance(a, Emit) and a.frame.TYPE == "session.error"
         ]
         assert [(e.error_code, e.fatal) for e in errors] == [(code, False)]
-        assert machine.turn is None and not machine.process_alive
+        assert machine.turn is None and machine.process is ProcessState.NONE

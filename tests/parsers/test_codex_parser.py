@@ -15,6 +15,7 @@ from gateway.config import ConfigError, builtin_profiles, command_for, load_conf
 from gateway.protocol import frames as F
 from gateway.protocol.actions import Emit, Signal, Spawn
 from gateway.protocol.machine import SessionMachine
+from gateway.protocol.states import Lifecycle, ProcessState
 from parsers import events as ev
 from parsers.base import NoInput
 from parsers.base import get as get_parser
@@ -506,13 +507,13 @@ def test_DPS_18_respawn_waits_for_the_previous_process_to_exit():
     machine._start_prompt("one", None)
     machine.agent_line(line({"type": "thread.started", "thread_id": "01a2-t"}))
     machine.agent_line(line(usage(10, 1)))
-    assert machine.turn is None and machine.process_alive
+    assert machine.turn is None and machine.process is not ProcessState.NONE
     waiting = machine._start_prompt("two", None)
     assert machine.turn is not None and not [a for a in waiting if isinstance(a, Spawn)]
     turn_id = machine.turn.turn_id
     assert machine.agent_exited("ok", 0) == [Spawn(prompt="two", resume_id="01a2-t")]
     assert machine.turn is not None and machine.turn.turn_id == turn_id  # still the same turn
-    assert machine.process_alive
+    assert machine.process is ProcessState.ALIVE
 
 
 def test_DPS_6_1_2_cancel_a_prompt_whose_process_has_not_started():
@@ -551,7 +552,7 @@ def test_DPS_6_1_2_cancel_the_exit_it_causes_ends_the_turn_cancelled_not_the_ses
     end = next(f for f in frames if f.TYPE == "session.turn.end")
     assert end.payload.stop_reason == "cancelled"  # type: ignore[attr-defined]
     assert not [f for f in frames if f.TYPE == "agent.error"]
-    assert machine.phase == "idle"
+    assert machine.lifecycle is Lifecycle.IDLE
     again = machine._start_prompt("two", None)
     assert [a for a in again if isinstance(a, Spawn)] == [Spawn(prompt="two", resume_id="01a2-t")]
     # Without a cancel the same exit is fatal (DPS-17.2.2-exit).

@@ -18,6 +18,7 @@ from gateway.protocol.budget import (
     check_limit,
     limits_of,
 )
+from gateway.protocol.states import ProcessState
 from parsers import events as ev
 from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
 
@@ -206,7 +207,7 @@ def test_limits_are_bounded():
 
 def machine() -> sm.SessionMachine:
     m = sm.SessionMachine("s1", ClaudeCodeParser(), ClaudeCodeInput(), sm.SessionConfig())
-    m.process_alive = True
+    m.process = ProcessState.ALIVE
     return m
 
 

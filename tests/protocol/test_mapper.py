@@ -10,7 +10,7 @@ import pytest
 from gateway.protocol import codec
 from gateway.protocol import frames as F
 from gateway.protocol.factory import FrameFactory
-from gateway.protocol.mapper import BLOCKED_OUTPUT, Mapper
+from gateway.protocol.mapper import BLOCKED_OUTPUT, Mapper, Note
 from parsers import events as ev
 
 SESSION = "00000000-0000-4000-8000-000000000000"
@@ -272,7 +272,8 @@ def test_DPS_6_3_2_block_a_blocked_call_reports_the_mode():
     """DPS-6.3.2-block: a call the session machine refused for the mode ends as an error saying so."""
     m = mapper()
     run(m, call("t1", "Write"))
-    m.block_call("t1")
+    ask = ev.PermissionRequest(request_id="r1", tool_name="Write", input={}, call_id="t1")
+    assert m.map_noted(ask, Note(blocked=True)) == []
     (r,) = of(run(m, result("t1", "Plan mode: no changes.", is_error=True)), "tool.invoke.result")
     assert (r.status, r.output) == ("error", BLOCKED_OUTPUT)
 
@@ -383,10 +384,18 @@ def test_subagent_context_of_a_parent_for_the_session_machine():
         for f in run(m, call("a1", "Agent", subagent_type="Explore"))
         if f.TYPE == "tool.invoke.request"
     ]
-    assert m.subagent_context(None) is None and m.subagent_context("unknown") is None
-    assert m.subagent_context("a1") == F.SubagentContext(
-        parent_invocation_id=p(req).invocation_id, depth=1, agent_type="Explore"
-    )
+    question = F.InteractionRequest("i1", "PERMISSION", "May it?", 60.0, [])
+
+    def asked(parent: str | None) -> F.Frame:
+        ask = ev.PermissionRequest(request_id="r", tool_name="Bash", input={}, parent=parent)
+        return m.map_noted(ask, Note(asks=question))[0]
+
+    assert asked(None).metadata is None and asked("unknown").metadata is None
+    assert asked("a1").metadata == {
+        "subagent_context": F.SubagentContext(
+            parent_invocation_id=p(req).invocation_id, depth=1, agent_type="Explore"
+        )
+    }
 
 
 def test_a_subagent_result_without_its_end_gets_a_synthesised_one():
@@ -567,11 +576,10 @@ def test_DPS_12_1_commands_and_catalog_published_only_when_changed():
     first = run(m, started)
     assert types(first) == ["tool.catalog.publish", "agent.commands.publish"]
     assert [c.description for c in p(first[1]).commands] == ["Compact", "/x"]
-    assert m.agent_session_id == "cli-1" and m.catalog is first[0] and m.commands is first[1]
+    assert m.catalog is first[0] and m.commands is first[1]
     assert run(m, started) == []
     changed = run(m, ev.SessionStarted(tools=["Bash", "Read"], commands=started.commands))
     assert types(changed) == ["tool.catalog.publish"]
-    assert m.agent_session_id == "cli-1"
 
 
 def test_DPS_4_4_error_notice_names_the_call():
@@ -614,7 +622,7 @@ def test_DPS_7_2_compacted_and_the_requested_override():
         10,
     )
     assert p(frame).preserved_elements.files_modified == ["a.py"]
-    m.compaction_trigger_override = "requested"
+    m.begin_turn("turn-2", requested_compaction=True)
     assert p(run(m, event)[0]).trigger == "requested"
     bad = ev.Compacted(
         trigger="auto", summary="", pre_tokens=1, post_tokens=1, preserved={"files_modified": [1]}

@@ -12,6 +12,7 @@ import pytest
 from gateway.protocol import actions as act
 from gateway.protocol import machine as sm
 from gateway.protocol.policy import MAX_MATCH_CHARS, Glob, Rule, decide
+from gateway.protocol.states import ProcessState
 from parsers import events as ev
 from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
 from tests.support.acp_rig import Rig, permission
@@ -179,7 +180,7 @@ def answers(actions: list[act.Action]) -> list[dict]:
 
 def test_a_deny_answers_the_agent_with_the_rules_message_and_asks_nobody():
     m = machine(STARTER)
-    m.process_alive = True
+    m.process = ProcessState.ALIVE
     actions = m.agent_events([bash("git push --force origin")])
     assert not [a for a in actions if isinstance(a, act.Emit)]
     (answer,) = answers(actions)
@@ -203,19 +204,19 @@ def test_a_deny_answers_the_agent_with_the_rules_message_and_asks_nobody():
 
 def test_a_deny_without_a_message_says_which_rule():
     m = machine((rule("no-bash", "deny", tools=["Bash"]),))
-    m.process_alive = True
+    m.process = ProcessState.ALIVE
     (answer,) = answers(m.agent_events([bash("ls")]))
     assert "no-bash" in answer["response"]["response"]["message"]
 
 
 def test_an_allow_beats_no_auto_allow_and_an_ask_beats_auto_allow():
     m = machine((rule("ls", "allow", match={"command": "ls*"}),))
-    m.process_alive = True
+    m.process = ProcessState.ALIVE
     (answer,) = answers(m.agent_events([bash("ls -l")]))
     assert answer["response"]["response"]["behavior"] == "allow"
 
     m = machine((rule("careful", "ask", tools=["Bash"]),), auto_allow=frozenset({"Bash"}))
-    m.process_alive = True
+    m.process = ProcessState.ALIVE
     actions = m.agent_events([bash("ls")])
     assert answers(actions) == []
     (asked,) = [
@@ -228,7 +229,7 @@ def test_an_allow_beats_no_auto_allow_and_an_ask_beats_auto_allow():
 
 def test_no_rule_leaves_auto_allow_and_the_masters_as_before():
     m = machine((rule("other", "deny", tools=["Write"]),), auto_allow=frozenset({"Bash"}))
-    m.process_alive = True
+    m.process = ProcessState.ALIVE
     (answer,) = answers(m.agent_events([bash("ls")]))
     assert answer["response"]["response"]["behavior"] == "allow"
     m = machine(())
@@ -239,10 +240,10 @@ def test_no_rule_leaves_auto_allow_and_the_masters_as_before():
 def test_the_owners_role_and_set_policy():
     rules = (rule("admins-push", "allow", tools=["Bash"], roles=["admin"]),)
     m = machine(rules)
-    m.process_alive = True
+    m.process = ProcessState.ALIVE
     assert answers(m.agent_events([bash("git push")])) == []  # an operator: asked
     m = machine(())
-    m.process_alive = True
+    m.process = ProcessState.ALIVE
     m.set_policy(rules, "admin")
     (answer,) = answers(m.agent_events([bash("git push")]))
     assert answer["response"]["response"]["behavior"] == "allow"

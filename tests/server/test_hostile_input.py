@@ -20,6 +20,7 @@ from gateway.protocol import codec
 from gateway.protocol import frames as F
 from gateway.protocol.factory import FrameFactory
 from gateway.protocol.replay import history_frames
+from gateway.protocol.states import TimerKey, TimerKind
 from gateway.server import SESSIONS, create_app, is_loopback
 from gateway.session import LiveSession
 from tests.support.gateway_peer import (
@@ -218,18 +219,20 @@ async def test_a_session_whose_start_fails_is_not_left_registered_nor_running(gw
     """A failure after the session is registered and its agent started (as NaN once did) answers
     an error and leaves neither the session nor its process behind."""
     app = gw.server.app
-    original = LiveSession._arm_reattach_window
+    original = LiveSession._set_timer
     seen: list[str] = []
 
-    def failing(self: LiveSession) -> None:
+    def failing(self: LiveSession, key: TimerKey, seconds: float) -> None:
+        if key.kind is not TimerKind.REATTACH_WINDOW:
+            return original(self, key, seconds)
         seen.append(self.id)
         raise ValueError("a timer that cannot be armed")
 
-    LiveSession._arm_reattach_window = failing  # type: ignore[method-assign]
+    LiveSession._set_timer = failing  # type: ignore[method-assign]
     try:
         resp = await gw.post("/v1/session", json={"agent": "demo"})
     finally:
-        LiveSession._arm_reattach_window = original  # type: ignore[method-assign]
+        LiveSession._set_timer = original  # type: ignore[method-assign]
     assert resp.status == 500
     assert (await resp.json())["error_code"] == "INTERNAL_ERROR"
     assert app[SESSIONS] == {}

@@ -13,6 +13,7 @@ from gateway.config import ConfigError, builtin_profiles, load_config
 from gateway.protocol import actions as act
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
+from gateway.protocol.states import Lifecycle, ProcessState
 from parsers.base import get as get_parser
 from tests.support.gateway_peer import Master, create_session, envelope, make_config, start_gateway
 from tests.support.paths import HOSTILE
@@ -91,7 +92,7 @@ def test_silence_warns_once_then_stops_the_agent_and_restarts_it_resumed():
     ]
     assert [e.stop_reason for e in ends] == ["error"]
     assert act.Spawn(resume_id="agent-7", mode="default") in after
-    assert m.phase == "idle" and m.process_alive
+    assert (m.lifecycle, m.process) == (Lifecycle.IDLE, ProcessState.ALIVE)
     assert not [a for a in after if isinstance(a, act.CloseAll)]
 
 
@@ -119,7 +120,7 @@ def test_a_single_turn_agent_stopped_for_silence_is_started_by_the_next_prompt()
     assert any(isinstance(a, act.Terminate) for a in ticks(m, 4))
     after = m.agent_exited("signal", -15, 15)
     assert not [a for a in after if isinstance(a, act.Spawn)]
-    assert m.phase == "idle" and not m.process_alive
+    assert (m.lifecycle, m.process) == (Lifecycle.IDLE, ProcessState.NONE)
     assert any(isinstance(a, act.Spawn) for a in prompt(m, "again"))
 
 
@@ -130,7 +131,7 @@ def test_delete_while_restarting_ends_the_session(tmp_path):
     m.delete()
     after = m.agent_exited("signal", -15, 15)
     assert not [a for a in after if isinstance(a, act.Spawn)]
-    assert m.phase == "terminated"
+    assert m.lifecycle is Lifecycle.TERMINATED
 
 
 def test_config_keys_are_per_profile_and_checked(tmp_path):
