@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
 
 from tests.support.console import open_page
 
@@ -19,6 +20,11 @@ MISSING_VAR = "RAWP_TEST_MISSING"
 # Every Python the tests start (gateways, demo agents) prints its threads' stacks on a fatal signal,
 # so a process that hangs can be asked where it is (tests/support/servers.py wait_http).
 os.environ.setdefault("PYTHONFAULTHANDLER", "1")
+
+# Property tests check what comes out, never how fast: hypothesis's default 200 ms deadline per
+# example is a timed assertion, and it failed on this 2-core machine while the suite's workers ran.
+settings.register_profile("rawp", deadline=None)
+settings.load_profile("rawp")
 
 
 def missing_parts(value: str) -> dict[str, str]:
