@@ -11,8 +11,6 @@ from gateway.protocol import frames as F
 from gateway.protocol.actions import Settled
 from parsers import events as ev
 from tests.support.scenario import (
-    CANCEL_SIGINT,
-    CANCEL_STOP,
     CLAUDE,
     Partial,
     Placeholder,
@@ -20,6 +18,8 @@ from tests.support.scenario import (
     attach,
     cancel,
     emit,
+    escalation,
+    escalation_ends,
     events,
     interaction_timer,
     master_frame,
@@ -49,19 +49,8 @@ def scenario(**config: object) -> Scenario:
 
 
 def interrupted(turn: Placeholder) -> list[object]:
-    """A master cancels the running turn of a long-lived agent: relayed, then the escalation's
-    first step, the interrupt on stdin, and its two timers (DPS-6.1.2-cancel)."""
-    return [
-        cancel(turn),
-        relayed("control.prompt.cancel"),
-        stdin(CLAUDE.interrupt),
-        timer_started(CANCEL_SIGINT, 2.0),
-        timer_started(CANCEL_STOP, 10.0),
-    ]
-
-
-def cancel_timers_end() -> list[object]:
-    return [timer_cancelled(CANCEL_SIGINT), timer_cancelled(CANCEL_STOP)]
+    """A master cancels the running turn: relayed, then the escalation's first step."""
+    return [cancel(turn), relayed("control.prompt.cancel"), *escalation()]
 
 
 def test_DPS_10_2_context_on_a_subagents_permission_request():
@@ -168,7 +157,7 @@ def test_DPS_6_1_2_cancel_blocks_open_at_cancel_end_cancelled():
         << emit(F.TextDone(content_index=1, full_text="Once upon", is_cancelled=True))
         << emit("agent.text.delta", content_index=2, text="[late]")
         << emit(F.TextDone(content_index=2, full_text="[late]"))  # opened after the cancel
-        << cancel_timers_end()
+        << escalation_ends()
         << turn_end(TURN, "cancelled")
     )
 
@@ -201,9 +190,7 @@ def test_DPS_6_1_2_cancel_while_a_permission_is_pending_cancels_the_call(output)
         << Settled("PERMISSION", "cancelled")
         << stdin(CLAUDE.answer("deny", message="Denied: the turn was cancelled."))
         << emit("agent.state.changed", current_state="tool_calling", reason="permission_answered")
-        << stdin(CLAUDE.interrupt)
-        << timer_started(CANCEL_SIGINT, 2.0)
-        << timer_started(CANCEL_STOP, 10.0)
+        << escalation()
         >> events(
             ev.ToolResult(call_id="toolu_W", is_error=True, output=output),
             ev.ToolResult(call_id="toolu_L", is_error=True, output="ls: failed"),
@@ -225,7 +212,7 @@ def test_DPS_6_1_2_cancel_blocks_still_open_at_turn_end_end_cancelled():
         << emit("agent.text.delta", content_index=0, text="Once ")
         >> interrupted(TURN)
         >> events(ev.TurnEnded(stop_reason="cancelled"))
-        << cancel_timers_end()
+        << escalation_ends()
         << emit(F.TextDone(content_index=0, full_text="Once ", is_cancelled=True), turn_id=TURN)
         << turn_end(TURN, "cancelled")
     )

@@ -76,11 +76,14 @@ __all__ = [
     "deleted",
     "deterministic_factory",
     "emit",
+    "escalation",
+    "escalation_ends",
     "events",
     "exited",
     "fire",
     "gate",
     "interaction_timer",
+    "introduced",
     "line",
     "master",
     "master_frame",
@@ -439,6 +442,7 @@ def deleted(reason: str = "master_request", by: str = "master") -> list[Any]:
 class _Claude:
     initialize: ClassVar = Partial(type="control_request", request={"subtype": "initialize"})
     interrupt: ClassVar = Partial(type="control_request", request={"subtype": "interrupt"})
+    result: ClassVar = {"type": "result", "subtype": "success", "is_error": False}  # a turn's end
 
     @staticmethod
     def prompt(text: str) -> dict[str, Any]:
@@ -446,8 +450,9 @@ class _Claude:
 
     @staticmethod
     def answer(behavior: str, **more: Any) -> Partial:
+        """The answer to a permission, whole (``message`` or ``updatedInput`` as it is sent)."""
         answer = {"behavior": behavior, **more}
-        return Partial(type="control_response", response=Partial(response=Partial(answer)))
+        return Partial(type="control_response", response=Partial(response=answer))
 
     @staticmethod
     def set_mode(mode: str) -> Partial:
@@ -463,12 +468,36 @@ def started() -> list[Any]:
     return [start(), spawn(), stdin(CLAUDE.initialize)]
 
 
-def prompted(text: str, turn: Placeholder, index: int = 0, *, conn: str = "c1") -> list[Any]:
-    """A prompt to a running claude-code agent: relayed, a turn opened, written on stdin."""
+def introduced(agent_session_id: str, turn: Placeholder | None = None) -> list[Any]:
+    """A claude-code agent's init line naming its session: announced (§18.3), with its (empty)
+    catalog and commands, in ``turn`` when one runs."""
+    init = {"type": "system", "subtype": "init", "session_id": agent_session_id}
+    return [
+        line(init),
+        emit(
+            "session.capabilities", extensions={"agent_session_id": agent_session_id}, turn_id=turn
+        ),
+        emit("tool.catalog.publish", turn_id=turn),
+        emit("agent.commands.publish", turn_id=turn),
+    ]
+
+
+def prompted(
+    text: str,
+    turn: Placeholder,
+    index: int = 0,
+    *,
+    conn: str = "c1",
+    stall_tick: float | None = None,
+) -> list[Any]:
+    """A prompt to a running claude-code agent: relayed, a turn opened (its stall watchdog
+    started when on), the prompt written on stdin."""
+    watch = [] if stall_tick is None else [timer_started(STALL, stall_tick)]
     return [
         prompt(text, conn=conn),
-        relayed("control.prompt.request", conn),
+        relayed("control.prompt.request", conn, prompt_text=text),
         turn_start(turn, index),
+        *watch,
         stdin(CLAUDE.prompt(text)),
     ]
 
@@ -503,6 +532,21 @@ def timer_started(timer: Timer, seconds: float) -> act.StartTimer:
 
 def timer_cancelled(timer: Timer) -> act.CancelTimer:
     return act.CancelTimer(timer)  # type: ignore[arg-type]
+
+
+def escalation(sigint_sec: float = 2.0, stop_sec: float = 10.0) -> list[Any]:
+    """A long-lived claude-code agent's turn cancelled (DPS-6.1.2-cancel): the interrupt on
+    stdin, then the timers of SIGINT and of the stop."""
+    return [
+        stdin(CLAUDE.interrupt),
+        timer_started(CANCEL_SIGINT, sigint_sec),
+        timer_started(CANCEL_STOP, stop_sec),
+    ]
+
+
+def escalation_ends() -> list[Any]:
+    """The turn ended before either step of the escalation was due: both timers cancelled."""
+    return [timer_cancelled(CANCEL_SIGINT), timer_cancelled(CANCEL_STOP)]
 
 
 # --- inputs ---------------------------------------------------------------------------------------
