@@ -226,6 +226,8 @@ def _resolve(value: Any, bound: Mapping[str, Any]) -> Any:
         resolved = {k: _resolve(v, bound) for k, v in fields.items()}
         changed = {k: v for k, v in resolved.items() if v is not fields[k]}
         return msgspec.structs.replace(value, **changed) if changed else value
+    if isinstance(value, Timer):
+        return Timer(value.name, _resolve(value.id, bound))
     return value
 
 
@@ -898,8 +900,8 @@ class Scenario:
             raise AssertionError(self._report(problem))
 
     def _actions(self, step: Input) -> list[Any]:
-        if step.kind == "fire":
-            self._timers.discard(step.args["timer"])
+        if step.kind == "fire":  # it fired: no longer running
+            self._timers.discard(_resolve(step.args["timer"], self.bound))
         out: list[Any] = []
         for action in self.adapter.feed(step, self.bound):
             action = self.adapter.normalise(action)
