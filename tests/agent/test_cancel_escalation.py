@@ -32,20 +32,14 @@ from tests.support.scenario import (
     Placeholder,
     Scenario,
     cancel,
-    escalation,
     escalation_ends,
     exited,
     fire,
-    introduced,
     line,
     prompt,
-    prompted,
     relayed,
     spawn,
     start,
-    started,
-    timer_cancelled,
-    timer_started,
     turn_end,
     turn_start,
 )
@@ -60,9 +54,9 @@ def running_turn(**config: object) -> Scenario:
     """A session whose agent runs (its session id "agent-7") and is in a turn, ``TURN``."""
     return (
         Scenario(logs=True, **config)
-        >> started()
-        >> prompted("go", TURN)
-        >> introduced("agent-7", TURN)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("go", TURN)
+        >> CLAUDE.introduced("agent-7", TURN)
     )
 
 
@@ -73,7 +67,7 @@ def cancelled(**config: object) -> Scenario:
         running_turn(**config)
         >> cancel(TURN)
         << relayed("control.prompt.cancel")
-        << escalation(sigint, stop)
+        << CLAUDE.escalation(sigint, stop)
     )
 
 
@@ -112,7 +106,7 @@ def test_DPS_6_1_2_a_prompt_while_the_stopped_agent_exits_waits_for_its_exit():
         << STOPPING
         << act.Terminate()
         >> line(CLAUDE.result)
-        << timer_cancelled(CANCEL_SIGINT)
+        << CANCEL_SIGINT.cancelled()
         << turn_end(TURN, "cancelled", settles=None)
         >> prompt("again")
         << relayed("control.prompt.request", prompt_text="again")
@@ -131,11 +125,11 @@ def test_DPS_6_1_2_a_single_turn_process_gets_sigint_at_once():
         << relayed("control.prompt.request")
         << turn_start(TURN)
         << spawn(prompt="go")
-        >> introduced("agent-7", TURN)
+        >> CLAUDE.introduced("agent-7", TURN)
         >> cancel(TURN)
         << relayed("control.prompt.cancel")
         << act.Signal(signal.SIGINT)
-        << timer_started(CANCEL_STOP, 10.0)
+        << CANCEL_STOP.started(10.0)
     )
 
 

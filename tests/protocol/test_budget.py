@@ -25,15 +25,12 @@ from tests.support.scenario import (
     budget_notice,
     compact,
     emit,
-    escalation,
     escalation_ends,
     gate,
     line,
     prompt,
-    prompted,
     refused,
     relayed,
-    started,
     turn_end,
 )
 
@@ -229,13 +226,13 @@ def test_a_gated_prompt_gets_budget_exceeded_and_nothing_starts():
     spent = (BUDGET_EXCEEDED, "this session's budget of $1.00 is spent")
     assert (
         Scenario()
-        >> started()
+        >> CLAUDE.started()
         >> gate(spent)
         >> prompt("hello", mid="m-hello")
         << relayed("control.prompt.request")
         << refused(BUDGET_EXCEEDED, parent_id="m-hello", message=spent[1])
         >> gate(None)
-        >> prompted("again", TURN)
+        >> CLAUDE.prompted("again", TURN)
     )
 
 
@@ -243,7 +240,7 @@ def test_a_compaction_is_gated_like_a_prompt():
     """docs/budgets.md: a compaction is a turn the agent is paid for, refused alike."""
     assert (
         Scenario(features=F.Features(context_compaction=True))
-        >> started()
+        >> CLAUDE.started()
         >> gate((BUDGET_EXCEEDED, "spent"))
         >> compact(mid="m-compact")
         << relayed("control.session.compact")
@@ -257,15 +254,15 @@ def test_a_budget_spent_mid_turn_cancels_it_and_tells_every_master():
     budget = {"scope": "session", "spent_usd": 1.2, "limit_usd": 1.0}
     assert (
         Scenario()
-        >> started()
-        >> prompted("hello", TURN)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("hello", TURN)
         >> budget_notice(BUDGET_EXCEEDED, "spent", budget, cancel=True)
         << emit(
             F.SessionError(error_code=BUDGET_EXCEEDED, message="spent", fatal=False),
             turn_id=TURN,
             metadata={sm.BUDGET_KEY: budget},
         )
-        << escalation()
+        << CLAUDE.escalation()
         >> budget_notice(BUDGET_EXCEEDED, "spent", {}, cancel=True)
         << emit("session.error", error_code=BUDGET_EXCEEDED, turn_id=TURN)
         >> line(CLAUDE.result)

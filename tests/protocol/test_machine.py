@@ -15,26 +15,21 @@ from tests.support.scenario import (
     Partial,
     Placeholder,
     Scenario,
+    Timer,
     attach,
     cancel,
     emit,
-    escalation,
     escalation_ends,
     events,
-    interaction_timer,
     master_frame,
     prompt,
-    prompted,
     raw,
     refused,
     relayed,
     restore,
     spawn,
     start,
-    started,
     stdin,
-    timer_cancelled,
-    timer_started,
     turn_end,
     turn_start,
 )
@@ -50,7 +45,7 @@ def scenario(**config: object) -> Scenario:
 
 def interrupted(turn: Placeholder) -> list[object]:
     """A master cancels the running turn: relayed, then the escalation's first step."""
-    return [cancel(turn), relayed("control.prompt.cancel"), *escalation()]
+    return [cancel(turn), relayed("control.prompt.cancel"), *CLAUDE.escalation()]
 
 
 def test_DPS_10_2_context_on_a_subagents_permission_request():
@@ -92,7 +87,7 @@ def test_DPS_10_2_context_on_a_subagents_permission_request():
             metadata={"invocation_id": BASH, "subagent_context": inside},
         )
         << emit("agent.state.changed", current_state="awaiting_input", reason="permission_request")
-        << timer_started(interaction_timer(ASK), 60.0)
+        << Timer.interaction(ASK).started(60.0)
     )
 
 
@@ -121,8 +116,8 @@ def test_DPS_17_3_2_one_prompt_the_refused_prompt_is_not_written():
     """DPS-17.3.2-one-prompt: the second prompt gives PROMPT_IN_PROGRESS and nothing on stdin."""
     assert (
         scenario()
-        >> started()
-        >> prompted("one", TURN)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("one", TURN)
         >> prompt("two", mid="m-2")
         << relayed("control.prompt.request", prompt_text="two")
         << refused("PROMPT_IN_PROGRESS", parent_id="m-2")
@@ -135,8 +130,8 @@ def test_DPS_6_1_2_cancel_blocks_open_at_cancel_end_cancelled():
     block it was streaming); a block begun after the cancel ends as the agent says."""
     assert (
         scenario()
-        >> started()
-        >> prompted("tell a story", TURN)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("tell a story", TURN)
         >> events(
             ev.ThinkingDelta(block="m:0", text="Let me "), ev.TextDelta(block="m:1", text="Once ")
         )
@@ -171,8 +166,8 @@ def test_DPS_6_1_2_cancel_while_a_permission_is_pending_cancels_the_call(output)
     denial first) or interrupted, and a call the cancel did not concern keeps its error."""
     assert (
         scenario()
-        >> started()
-        >> prompted("write never.txt", TURN)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("write never.txt", TURN)
         >> events(
             ev.ToolCall(call_id="toolu_W", name="Write", input={"file_path": "never.txt"}),
             ev.ToolCall(call_id="toolu_L", name="Bash", input={"command": "ls"}),
@@ -183,14 +178,14 @@ def test_DPS_6_1_2_cancel_while_a_permission_is_pending_cancels_the_call(output)
         << emit("tool.invoke.request", invocation_id=BASH, tool_name="Bash")
         << emit("agent.interaction.request", interaction_id=ASK, metadata={"invocation_id": WRITE})
         << emit("agent.state.changed", current_state="awaiting_input")
-        << timer_started(interaction_timer(ASK), 60.0)
+        << Timer.interaction(ASK).started(60.0)
         >> cancel(TURN)
         << relayed("control.prompt.cancel")
-        << timer_cancelled(interaction_timer(ASK))
+        << Timer.interaction(ASK).cancelled()
         << Settled("PERMISSION", "cancelled")
         << stdin(CLAUDE.answer("deny", message="Denied: the turn was cancelled."))
         << emit("agent.state.changed", current_state="tool_calling", reason="permission_answered")
-        << escalation()
+        << CLAUDE.escalation()
         >> events(
             ev.ToolResult(call_id="toolu_W", is_error=True, output=output),
             ev.ToolResult(call_id="toolu_L", is_error=True, output="ls: failed"),
@@ -205,8 +200,8 @@ def test_DPS_6_1_2_cancel_blocks_still_open_at_turn_end_end_cancelled():
     """DPS-6.1.2-cancel: a block the agent never closes is closed at the turn's end, cancelled."""
     assert (
         scenario()
-        >> started()
-        >> prompted("tell a story", TURN)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("tell a story", TURN)
         >> events(ev.TextDelta(block="m:0", text="Once "))
         << emit("agent.state.changed", current_state="thinking")
         << emit("agent.text.delta", content_index=0, text="Once ")
@@ -272,7 +267,7 @@ def test_DPS_2_4_relay_never_sends_a_frame_over_max_frame_size():
     assert len(data) <= 4096
     assert (
         scenario(max_frame_size=4096)
-        >> started()
+        >> CLAUDE.started()
         >> raw(data)
         << turn_start(TURN)
         << stdin(CLAUDE.prompt("go"))

@@ -20,13 +20,11 @@ from tests.support.scenario import (
     Partial,
     Placeholder,
     Scenario,
+    Timer,
     emit,
     events,
-    interaction_timer,
     set_policy,
-    started,
     stdin,
-    timer_started,
     turn_start,
 )
 
@@ -177,7 +175,7 @@ def session(rules, *, role: str | None = "operator", running: bool = True, **con
     ``running``: its agent runs (else the call is read back, with no process to answer)."""
     sc = Scenario(policy=rules, workspace=WS, **config) >> set_policy(rules, role)
     if running:
-        sc >> started()
+        sc >> CLAUDE.started()
     return (
         sc
         >> events(ev.ToolCall(call_id="t1", name="Bash", input={"command": "git push -f"}))
@@ -208,7 +206,7 @@ def asked(**metadata: str) -> list[Any]:
             metadata={"invocation_id": CALL, **metadata},
         ),
         emit("agent.state.changed", current_state="awaiting_input"),
-        timer_started(interaction_timer(ASK), 60.0),
+        Timer.interaction(ASK).started(60.0),
     ]
 
 

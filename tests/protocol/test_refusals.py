@@ -15,6 +15,7 @@ from tests.support.scenario import (
     SESSION,
     Placeholder,
     Scenario,
+    Timer,
     cancel,
     compact,
     delete,
@@ -23,19 +24,14 @@ from tests.support.scenario import (
     events,
     exited,
     fire,
-    interaction_timer,
     line,
     master,
     prompt,
-    prompted,
     refused,
     relayed,
     rename,
     start,
-    started,
     stdin,
-    timer_cancelled,
-    timer_started,
     turn_end,
     turn_start,
 )
@@ -50,12 +46,12 @@ def asked(features: F.Features = ALL_CONTROLS) -> Scenario:
     request = {"subtype": "can_use_tool", "tool_name": "Bash", "input": LS}
     return (
         Scenario(features=features)
-        >> started()
-        >> prompted("list", TURN)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("list", TURN)
         >> line({"type": "control_request", "request_id": "r1", "request": request})
         << emit("agent.interaction.request", interaction_id=ASK, turn_id=TURN)
         << emit("agent.state.changed", current_state="awaiting_input")
-        << timer_started(interaction_timer(ASK), 60.0)
+        << Timer.interaction(ASK).started(60.0)
     )
 
 
@@ -74,7 +70,7 @@ def settled(outcome: str, answer_sent: object, **metadata: object) -> list[objec
         metadata=metadata or None,
     )
     return [
-        timer_cancelled(interaction_timer(ASK)),
+        Timer.interaction(ASK).cancelled(),
         act.Settled("PERMISSION", outcome),
         stdin(answer_sent),
         back,
@@ -112,7 +108,7 @@ def test_DPS_6_2_interaction_an_answer_to_no_pending_interaction_is_refused():
 def test_DPS_6_2_interaction_timeout_sec_passing_denies_and_a_late_answer_is_not_found():
     assert (
         asked()
-        >> fire(interaction_timer(ASK))
+        >> fire(Timer.interaction(ASK))
         << act.Settled("PERMISSION", "timed_out")
         << stdin(CLAUDE.answer("deny", message="The permission request timed out."))
         << emit("agent.state.changed", current_state="tool_calling", reason="permission_answered")
@@ -134,7 +130,7 @@ def test_DPS_6_2_interaction_a_master_timeout_denies():
 def test_DPS_6_3_2_mode_not_supported_by_the_agent():
     assert (
         Scenario()
-        >> started()
+        >> CLAUDE.started()
         >> master("control.mode.switch", {"mode": "plan"}, mid="m-1")
         << relayed("control.mode.switch")
         << refused("MODE_NOT_SUPPORTED", parent_id="m-1")
@@ -147,8 +143,8 @@ def test_DPS_6_3_2_mode_switch_during_a_turn_is_refused_and_between_turns_carrie
     the next session.turn.start carries the mode."""
     assert (
         Scenario(features=ALL_CONTROLS)
-        >> started()
-        >> prompted("one", TURN)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("one", TURN)
         >> master("control.mode.switch", {"mode": "plan"}, mid="m-1")
         << relayed("control.mode.switch")
         << refused("MODE_SWITCH_DURING_TURN", parent_id="m-1")
@@ -172,7 +168,7 @@ def test_DPS_6_3_2_mode_switch_during_a_turn_is_refused_and_between_turns_carrie
 def test_DPS_6_3_1_compact_not_supported_by_the_agent():
     assert (
         Scenario()
-        >> started()
+        >> CLAUDE.started()
         >> compact(mid="m-1")
         << relayed("control.session.compact")
         << refused("COMPACTION_NOT_SUPPORTED", parent_id="m-1")
@@ -182,8 +178,8 @@ def test_DPS_6_3_1_compact_not_supported_by_the_agent():
 def test_DPS_6_3_1_compact_waits_for_the_turn_and_refuses_a_nul():
     assert (
         Scenario(features=ALL_CONTROLS)
-        >> started()
-        >> prompted("one", TURN)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("one", TURN)
         >> compact(mid="m-1")
         << relayed("control.session.compact")
         << refused("PROMPT_IN_PROGRESS", parent_id="m-1")
@@ -199,7 +195,7 @@ def test_DPS_6_3_1_compact_is_a_turn_whose_compaction_is_requested():
     """The agent's own compaction in a turn a master asked for is reported ``requested``."""
     assert (
         Scenario(features=ALL_CONTROLS)
-        >> started()
+        >> CLAUDE.started()
         >> compact("keep the names")
         << relayed("control.session.compact")
         << turn_start(TURN)
@@ -254,7 +250,7 @@ def test_DPS_7_5_3_cleanup_delete_during_a_turn_denies_stops_then_cleans_up():
         << emit("agent.state.changed", current_state="tool_calling")
         << emit("tool.invoke.request", invocation_id=CALL, tool_name="Bash")
         >> delete()
-        << timer_cancelled(interaction_timer(ASK))
+        << Timer.interaction(ASK).cancelled()
         << act.Settled("PERMISSION", "cancelled")
         << stdin(CLAUDE.answer("deny", message="Denied: the session is ending."))
         << act.Terminate()
@@ -286,7 +282,7 @@ def test_controls_the_gateway_cannot_act_on_are_refused_to_their_sender(type_, p
     relay = [relayed(type_)] if type_.startswith("control.") else []
     assert (
         Scenario()
-        >> started()
+        >> CLAUDE.started()
         >> master(type_, payload, mid="m-1")
         << relay
         << refused(code, parent_id="m-1")

@@ -17,9 +17,7 @@ from tests.support.scenario import (
     emit,
     line,
     prompt,
-    prompted,
     relayed,
-    started,
     stdin,
     turn_end,
     turn_start,
@@ -35,7 +33,7 @@ def failure(scenario: Scenario) -> str:
 
 
 def test_a_scenario_that_holds_passes_and_goes_on_where_it_stopped():
-    sc = Scenario() >> started() >> prompted("one", TURN)
+    sc = Scenario() >> CLAUDE.started() >> CLAUDE.prompted("one", TURN)
     assert sc
     assert sc[TURN]
     # The next assert feeds only what was added since, with TURN still bound.
@@ -51,13 +49,17 @@ def test_a_scenario_that_holds_passes_and_goes_on_where_it_stopped():
 
 def test_a_missing_an_extra_or_a_reordered_action_fails():
     told = [prompt("one"), relayed("control.prompt.request"), turn_start(TURN)]
-    assert "none came" not in failure(Scenario() >> started() >> told)  # the stdin write is extra
-    assert "an action more than expected" in failure(Scenario() >> started() >> told)
-    missing = Scenario() >> started() >> prompted("one", TURN) << emit("agent.text.delta")
+    assert "none came" not in failure(
+        Scenario() >> CLAUDE.started() >> told
+    )  # the stdin write is extra
+    assert "an action more than expected" in failure(Scenario() >> CLAUDE.started() >> told)
+    missing = (
+        Scenario() >> CLAUDE.started() >> CLAUDE.prompted("one", TURN) << emit("agent.text.delta")
+    )
     assert "an action expected, none came" in failure(missing)
     swapped = (
         Scenario()
-        >> started()
+        >> CLAUDE.started()
         >> prompt("one")
         << turn_start(TURN)
         << relayed("control.prompt.request")
@@ -67,7 +69,7 @@ def test_a_missing_an_extra_or_a_reordered_action_fails():
 
 
 def test_the_failure_is_a_diff_of_the_exchange_with_bound_values_named():
-    wrong = Scenario() >> started() >> prompted("one", TURN)
+    wrong = Scenario() >> CLAUDE.started() >> CLAUDE.prompted("one", TURN)
     wrong >> prompt("two") << relayed("control.prompt.request") << emit("session.error", to="c2")
     text = failure(wrong)
     assert text.startswith("scenario differs after c1 sends control.prompt.request")
@@ -89,21 +91,21 @@ def test_the_failure_is_a_diff_of_the_exchange_with_bound_values_named():
 def test_a_placeholder_binds_once_and_two_never_bind_the_same_value():
     moved = (
         Scenario()
-        >> started()
-        >> prompted("one", TURN)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("one", TURN)
         >> prompt("two")
         << relayed("control.prompt.request")
         << emit("session.error", to="c1", turn_id=TURN)
     )
     assert "<TURN> is" in failure(moved)  # bound to the turn's id, the error has none
-    same = Scenario() >> started() >> prompt("one") << relayed("control.prompt.request")
+    same = Scenario() >> CLAUDE.started() >> prompt("one") << relayed("control.prompt.request")
     same << emit(F.TurnStart(turn_id=TURN, turn_index=0, mode="default"), turn_id=OTHER)  # type: ignore[arg-type]
     assert "<OTHER> would be the same value as <TURN>" in failure(same)
 
 
 def test_an_input_naming_an_unbound_placeholder_is_a_mistake_in_the_test():
     assert "<TURN> is used in an input before any output bound it" in failure(
-        Scenario() >> started() >> cancel(TURN)
+        Scenario() >> CLAUDE.started() >> cancel(TURN)
     )
 
 
@@ -111,15 +113,20 @@ def test_logs_are_left_out_unless_asked_for_and_so_is_cancelling_a_timer_that_do
     told = [prompt("one"), relayed("control.prompt.request"), turn_start(TURN)]
     # Ending a turn cancels the cancel's timers, which never ran: nothing is said of them.
     result = {"type": "result", "subtype": "success", "is_error": False}
-    ended = Scenario() >> started() >> prompted("x", TURN) >> line(result)
+    ended = Scenario() >> CLAUDE.started() >> CLAUDE.prompted("x", TURN) >> line(result)
     assert ended << turn_end(TURN, settles=None)
     assert ended.timers == frozenset()
-    logged = Scenario(logs=True) >> started() >> told << stdin(CLAUDE.prompt("one"))
+    logged = Scenario(logs=True) >> CLAUDE.started() >> told << stdin(CLAUDE.prompt("one"))
     assert logged >> prompt("two") << relayed("control.prompt.request") << ANY
-    bare = Scenario(logs=True) >> started() >> cancel("nope") << relayed("control.prompt.cancel")
+    bare = (
+        Scenario(logs=True)
+        >> CLAUDE.started()
+        >> cancel("nope")
+        << relayed("control.prompt.cancel")
+    )
     bare << emit("session.error", to="c1", error_code="TURN_NOT_FOUND")
     assert bare
-    quiet = Scenario(logs=True) >> started()
+    quiet = Scenario(logs=True) >> CLAUDE.started()
     quiet >> prompt("x", mid="same") << ANY << ANY << ANY >> prompt("x", mid="same")
     quiet << Log("debug", "duplicate frame ignored", {"message_id": "same"})
     assert quiet

@@ -20,23 +20,18 @@ from tests.support.scenario import (
     STALL,
     Placeholder,
     Scenario,
+    Timer,
     delete,
     deleted,
     emit,
     exited,
     fire,
-    interaction_timer,
-    introduced,
     line,
     prompt,
-    prompted,
     refused,
     relayed,
     spawn,
     start,
-    started,
-    timer_cancelled,
-    timer_started,
     turn_end,
     turn_start,
 )
@@ -50,7 +45,7 @@ TICK = 0.25  # a quarter of the shorter limit
 
 def ticks(n: int) -> list[object]:
     """``n`` ticks of the watchdog that find nothing to say: each only starts the next."""
-    return [fire(STALL), timer_started(STALL, TICK)] * n
+    return [fire(STALL), STALL.started(TICK)] * n
 
 
 def stalled(severity: str) -> Any:
@@ -75,14 +70,14 @@ def stopped_for_silence(silent_sec: float) -> list[object]:
 def test_the_watchdog_ticks_only_during_a_turn_and_only_when_on():
     assert (
         Scenario(stall_warning_sec=1.0, stall_timeout_sec=4.0)
-        >> started()
-        >> prompted("hi", TURN, stall_tick=TICK)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("hi", TURN, stall_tick=TICK)
         >> line(CLAUDE.result)
-        << timer_cancelled(STALL)
+        << STALL.cancelled()
         << turn_end(TURN, settles=None)
         >> fire(STALL)  # between turns: nothing to watch
     )
-    assert Scenario() >> started() >> prompted("hi", TURN)  # off: no timer at all
+    assert Scenario() >> CLAUDE.started() >> CLAUDE.prompted("hi", TURN)  # off: no timer at all
 
 
 def test_silence_warns_once_then_stops_the_agent_and_restarts_it_resumed():
@@ -92,13 +87,13 @@ def test_silence_warns_once_then_stops_the_agent_and_restarts_it_resumed():
     with a live process: the next prompt is written to it."""
     assert (
         Scenario(logs=True, stall_warning_sec=1.0, stall_timeout_sec=2.0)
-        >> started()
-        >> prompted("hi", TURN, stall_tick=TICK)
-        >> introduced("agent-7", TURN)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("hi", TURN, stall_tick=TICK)
+        >> CLAUDE.introduced("agent-7", TURN)
         # The first tick sees the init line; silence is counted from there, a tick at a time.
         >> ticks(4)
         >> fire(STALL)
-        << timer_started(STALL, TICK)
+        << STALL.started(TICK)
         << stalled("warning")
         >> ticks(3)  # warned once
         >> fire(STALL)
@@ -107,7 +102,7 @@ def test_silence_warns_once_then_stops_the_agent_and_restarts_it_resumed():
         >> exited("signal", -15, 15)
         << turn_end(TURN, "error", settles=None)
         << spawn(resume_id="agent-7")
-        >> prompted("again", AGAIN, 1, stall_tick=TICK)
+        >> CLAUDE.prompted("again", AGAIN, 1, stall_tick=TICK)
     )
 
 
@@ -120,10 +115,10 @@ def test_output_and_pending_questions_are_not_silence():
     }
     sc = (
         Scenario(stall_warning_sec=1.0, stall_timeout_sec=2.0)
-        >> started()
-        >> prompted("hi", TURN, stall_tick=TICK)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("hi", TURN, stall_tick=TICK)
         >> ticks(3)
-        >> introduced("a", TURN)
+        >> CLAUDE.introduced("a", TURN)
     )
     for _ in range(19):
         sc >> ticks(3) >> line(init)
@@ -134,7 +129,7 @@ def test_output_and_pending_questions_are_not_silence():
         >> line(request)
         << emit("agent.interaction.request", interaction_id=ASK, turn_id=TURN)
         << emit("agent.state.changed", current_state="awaiting_input")
-        << timer_started(interaction_timer(ASK), 60.0)
+        << Timer.interaction(ASK).started(60.0)
         >> ticks(40)
     )
 
@@ -146,7 +141,7 @@ def test_a_single_turn_agent_stopped_for_silence_is_started_by_the_next_prompt()
         >> prompt("hi")
         << relayed("control.prompt.request")
         << turn_start(TURN)
-        << timer_started(STALL, TICK)
+        << STALL.started(TICK)
         << spawn(prompt="hi")
         >> ticks(3)
         >> fire(STALL)
@@ -156,7 +151,7 @@ def test_a_single_turn_agent_stopped_for_silence_is_started_by_the_next_prompt()
         >> prompt("again")
         << relayed("control.prompt.request")
         << turn_start(AGAIN, 1)
-        << timer_started(STALL, TICK)
+        << STALL.started(TICK)
         << spawn(prompt="again")
     )
 
@@ -164,8 +159,8 @@ def test_a_single_turn_agent_stopped_for_silence_is_started_by_the_next_prompt()
 def test_delete_while_restarting_ends_the_session():
     assert (
         Scenario(stall_timeout_sec=1.0)
-        >> started()
-        >> prompted("hi", TURN, stall_tick=TICK)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("hi", TURN, stall_tick=TICK)
         >> ticks(3)
         >> fire(STALL)
         << stalled("error")

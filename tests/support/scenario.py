@@ -76,19 +76,15 @@ __all__ = [
     "deleted",
     "deterministic_factory",
     "emit",
-    "escalation",
     "escalation_ends",
     "events",
     "exited",
     "fire",
     "gate",
-    "interaction_timer",
-    "introduced",
     "line",
     "master",
     "master_frame",
     "prompt",
-    "prompted",
     "raw",
     "refused",
     "relayed",
@@ -97,10 +93,7 @@ __all__ = [
     "set_policy",
     "spawn",
     "start",
-    "started",
     "stdin",
-    "timer_cancelled",
-    "timer_started",
     "turn_end",
     "turn_start",
 ]
@@ -440,7 +433,7 @@ def deleted(reason: str = "master_request", by: str = "master") -> list[Any]:
     return [emit(payload), act.CloseAll(f"session deleted ({reason})")]
 
 
-# The claude-code agent's stdin lines, as its input writes them.
+# The claude-code agent's stdin lines as its input writes them, and scenario steps built of them.
 class _Claude:
     initialize: ClassVar = Partial(type="control_request", request={"subtype": "initialize"})
     interrupt: ClassVar = Partial(type="control_request", request={"subtype": "interrupt"})
@@ -461,47 +454,61 @@ class _Claude:
         request = {"subtype": "set_permission_mode", "mode": mode}
         return Partial(type="control_request", request=request)
 
+    # Whole steps of a scenario with a claude-code agent.
+
+    @staticmethod
+    def started() -> list[Any]:
+        """A claude-code agent started: spawned, and asked for its commands at once."""
+        return [start(), spawn(), stdin(_Claude.initialize)]
+
+    @staticmethod
+    def introduced(agent_session_id: str, turn: Placeholder | None = None) -> list[Any]:
+        """A claude-code agent's init line naming its session: announced (§18.3), with its (empty)
+        catalog and commands, in ``turn`` when one runs."""
+        init = {"type": "system", "subtype": "init", "session_id": agent_session_id}
+        return [
+            line(init),
+            emit(
+                "session.capabilities",
+                extensions={"agent_session_id": agent_session_id},
+                turn_id=turn,
+            ),
+            emit("tool.catalog.publish", turn_id=turn),
+            emit("agent.commands.publish", turn_id=turn),
+        ]
+
+    @staticmethod
+    def prompted(
+        text: str,
+        turn: Placeholder,
+        index: int = 0,
+        *,
+        conn: str = "c1",
+        stall_tick: float | None = None,
+    ) -> list[Any]:
+        """A prompt to a running claude-code agent: relayed, a turn opened (its stall watchdog
+        started when on), the prompt written on stdin."""
+        watch = [] if stall_tick is None else [STALL.started(stall_tick)]
+        return [
+            prompt(text, conn=conn),
+            relayed("control.prompt.request", conn, prompt_text=text),
+            turn_start(turn, index),
+            *watch,
+            stdin(_Claude.prompt(text)),
+        ]
+
+    @staticmethod
+    def escalation(sigint_sec: float = 2.0, stop_sec: float = 10.0) -> list[Any]:
+        """A long-lived claude-code agent's turn cancelled (DPS-6.1.2-cancel): the interrupt on
+        stdin, then the timers of SIGINT and of the stop."""
+        return [
+            stdin(_Claude.interrupt),
+            CANCEL_SIGINT.started(sigint_sec),
+            CANCEL_STOP.started(stop_sec),
+        ]
+
 
 CLAUDE: Final = _Claude()
-
-
-def started() -> list[Any]:
-    """A claude-code agent started: spawned, and asked for its commands at once."""
-    return [start(), spawn(), stdin(CLAUDE.initialize)]
-
-
-def introduced(agent_session_id: str, turn: Placeholder | None = None) -> list[Any]:
-    """A claude-code agent's init line naming its session: announced (§18.3), with its (empty)
-    catalog and commands, in ``turn`` when one runs."""
-    init = {"type": "system", "subtype": "init", "session_id": agent_session_id}
-    return [
-        line(init),
-        emit(
-            "session.capabilities", extensions={"agent_session_id": agent_session_id}, turn_id=turn
-        ),
-        emit("tool.catalog.publish", turn_id=turn),
-        emit("agent.commands.publish", turn_id=turn),
-    ]
-
-
-def prompted(
-    text: str,
-    turn: Placeholder,
-    index: int = 0,
-    *,
-    conn: str = "c1",
-    stall_tick: float | None = None,
-) -> list[Any]:
-    """A prompt to a running claude-code agent: relayed, a turn opened (its stall watchdog
-    started when on), the prompt written on stdin."""
-    watch = [] if stall_tick is None else [timer_started(STALL, stall_tick)]
-    return [
-        prompt(text, conn=conn),
-        relayed("control.prompt.request", conn, prompt_text=text),
-        turn_start(turn, index),
-        *watch,
-        stdin(CLAUDE.prompt(text)),
-    ]
 
 
 # --- timers --------------------------------------------------------------------------------------
@@ -517,38 +524,26 @@ class Timer:
     def __repr__(self) -> str:
         return f"Timer({self.name}" + (f" {_show(self.id)})" if self.id is not None else ")")
 
+    @staticmethod
+    def interaction(interaction_id: Any) -> Timer:
+        """A PERMISSION's timeout (DPS-6.2-interaction)."""
+        return Timer("interaction", interaction_id)
+
+    def started(self, seconds: float) -> act.StartTimer:
+        return act.StartTimer(self, seconds)  # type: ignore[arg-type]
+
+    def cancelled(self) -> act.CancelTimer:
+        return act.CancelTimer(self)  # type: ignore[arg-type]
+
 
 CANCEL_SIGINT: Final = Timer("cancel-sigint")  # SIGINT if the interrupt did not end the turn
 CANCEL_STOP: Final = Timer("cancel-stop")  # stop the agent if the turn still runs
 STALL: Final = Timer("stall")  # the stall watchdog's tick
 
 
-def interaction_timer(interaction_id: Any) -> Timer:
-    """A PERMISSION's timeout (DPS-6.2-interaction)."""
-    return Timer("interaction", interaction_id)
-
-
-def timer_started(timer: Timer, seconds: float) -> act.StartTimer:
-    return act.StartTimer(timer, seconds)  # type: ignore[arg-type]
-
-
-def timer_cancelled(timer: Timer) -> act.CancelTimer:
-    return act.CancelTimer(timer)  # type: ignore[arg-type]
-
-
-def escalation(sigint_sec: float = 2.0, stop_sec: float = 10.0) -> list[Any]:
-    """A long-lived claude-code agent's turn cancelled (DPS-6.1.2-cancel): the interrupt on
-    stdin, then the timers of SIGINT and of the stop."""
-    return [
-        stdin(CLAUDE.interrupt),
-        timer_started(CANCEL_SIGINT, sigint_sec),
-        timer_started(CANCEL_STOP, stop_sec),
-    ]
-
-
 def escalation_ends() -> list[Any]:
     """The turn ended before either step of the escalation was due: both timers cancelled."""
-    return [timer_cancelled(CANCEL_SIGINT), timer_cancelled(CANCEL_STOP)]
+    return [CANCEL_SIGINT.cancelled(), CANCEL_STOP.cancelled()]
 
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -744,7 +739,7 @@ class MachineAdapter:
 
     def timer(self, key: str) -> Timer:
         if key.startswith("interaction:"):
-            return interaction_timer(key.partition(":")[2])
+            return Timer.interaction(key.partition(":")[2])
         return self._TIMERS[key]
 
     def feed(self, step: Input, bound: Mapping[str, Any]) -> list[act.Action]:
