@@ -25,6 +25,7 @@ from tests.support.scenario import (
     prompt,
     raw,
     refused,
+    rejected,
     relayed,
     restore,
     spawn,
@@ -118,9 +119,7 @@ def test_DPS_17_3_2_one_prompt_the_refused_prompt_is_not_written():
         scenario()
         >> CLAUDE.started()
         >> CLAUDE.prompted("one", TURN)
-        >> prompt("two", mid="m-2")
-        << relayed("control.prompt.request", prompt_text="two")
-        << refused("PROMPT_IN_PROGRESS", parent_id="m-2")
+        >> rejected(prompt("two"), "PROMPT_IN_PROGRESS")
     )
 
 

@@ -28,6 +28,7 @@ from tests.support.scenario import (
     master,
     prompt,
     refused,
+    rejected,
     relayed,
     rename,
     start,
@@ -60,6 +61,11 @@ def answer(interaction: object, value: str = "allow", **more: object) -> object:
     return master("control.interaction.response", payload, **more)
 
 
+def answered_again() -> list[object]:
+    """An answer to ``ASK`` once it is settled: INTERACTION_NOT_FOUND, to its sender alone."""
+    return rejected(answer(ASK), "INTERACTION_NOT_FOUND")
+
+
 def settled(outcome: str, answer_sent: object, **metadata: object) -> list[object]:
     """The interaction resolved: its timer stopped, counted, the agent answered, the state back."""
     back = emit(
@@ -88,9 +94,10 @@ def test_DPS_6_2_interaction_an_answer_to_no_pending_interaction_is_refused():
         << refused(
             "INTERACTION_NOT_FOUND", parent_id="m-1", message="no pending interaction 'nope'"
         )
-        >> master("control.interaction.timeout", {"interaction_id": "nope"}, mid="m-2")
-        << relayed("control.interaction.timeout")
-        << refused("INTERACTION_NOT_FOUND", parent_id="m-2")
+        >> rejected(
+            master("control.interaction.timeout", {"interaction_id": "nope"}),
+            "INTERACTION_NOT_FOUND",
+        )
         >> answer(ASK, user="ann")
         << relayed("control.interaction.response", metadata={"rawp_user": "ann"})
         << settled(
@@ -99,9 +106,7 @@ def test_DPS_6_2_interaction_an_answer_to_no_pending_interaction_is_refused():
             rawp_user="ann",
             interaction_id=ASK,
         )
-        >> answer(ASK, mid="m-3")
-        << relayed("control.interaction.response")
-        << refused("INTERACTION_NOT_FOUND", parent_id="m-3")
+        >> answered_again()
     )
 
 
@@ -112,9 +117,7 @@ def test_DPS_6_2_interaction_timeout_sec_passing_denies_and_a_late_answer_is_not
         << act.Settled("PERMISSION", "timed_out")
         << stdin(CLAUDE.answer("deny", message="The permission request timed out."))
         << emit("agent.state.changed", current_state="tool_calling", reason="permission_answered")
-        >> answer(ASK, mid="late")
-        << relayed("control.interaction.response")
-        << refused("INTERACTION_NOT_FOUND", parent_id="late")
+        >> answered_again()
     )
 
 
@@ -131,9 +134,7 @@ def test_DPS_6_3_2_mode_not_supported_by_the_agent():
     assert (
         Scenario()
         >> CLAUDE.started()
-        >> master("control.mode.switch", {"mode": "plan"}, mid="m-1")
-        << relayed("control.mode.switch")
-        << refused("MODE_NOT_SUPPORTED", parent_id="m-1")
+        >> rejected(master("control.mode.switch", {"mode": "plan"}), "MODE_NOT_SUPPORTED")
     )
 
 
@@ -145,9 +146,7 @@ def test_DPS_6_3_2_mode_switch_during_a_turn_is_refused_and_between_turns_carrie
         Scenario(features=ALL_CONTROLS)
         >> CLAUDE.started()
         >> CLAUDE.prompted("one", TURN)
-        >> master("control.mode.switch", {"mode": "plan"}, mid="m-1")
-        << relayed("control.mode.switch")
-        << refused("MODE_SWITCH_DURING_TURN", parent_id="m-1")
+        >> rejected(master("control.mode.switch", {"mode": "plan"}), "MODE_SWITCH_DURING_TURN")
         >> line(CLAUDE.result)
         << turn_end(TURN, settles=None)
         >> master("control.mode.switch", {"mode": "plan"})
@@ -166,13 +165,7 @@ def test_DPS_6_3_2_mode_switch_during_a_turn_is_refused_and_between_turns_carrie
 
 
 def test_DPS_6_3_1_compact_not_supported_by_the_agent():
-    assert (
-        Scenario()
-        >> CLAUDE.started()
-        >> compact(mid="m-1")
-        << relayed("control.session.compact")
-        << refused("COMPACTION_NOT_SUPPORTED", parent_id="m-1")
-    )
+    assert Scenario() >> CLAUDE.started() >> rejected(compact(), "COMPACTION_NOT_SUPPORTED")
 
 
 def test_DPS_6_3_1_compact_waits_for_the_turn_and_refuses_a_nul():
@@ -180,14 +173,10 @@ def test_DPS_6_3_1_compact_waits_for_the_turn_and_refuses_a_nul():
         Scenario(features=ALL_CONTROLS)
         >> CLAUDE.started()
         >> CLAUDE.prompted("one", TURN)
-        >> compact(mid="m-1")
-        << relayed("control.session.compact")
-        << refused("PROMPT_IN_PROGRESS", parent_id="m-1")
+        >> rejected(compact(), "PROMPT_IN_PROGRESS")
         >> line(CLAUDE.result)
         << turn_end(TURN, settles=None)
-        >> compact("keep\0 it", mid="m-2")
-        << relayed("control.session.compact")
-        << refused("INVALID_FRAME", parent_id="m-2")
+        >> rejected(compact("keep\0 it"), "INVALID_FRAME")
     )
 
 
@@ -229,9 +218,7 @@ def test_DPS_18_respawn_delete_while_idle_with_no_process_ends_at_once():
         >> delete()
         << deleted()
         >> delete()
-        >> prompt("too late", mid="m-1")
-        << relayed("control.prompt.request")
-        << refused("SESSION_TERMINATED", parent_id="m-1")
+        >> rejected(prompt("too late"), "SESSION_TERMINATED")
         >> exited()
     )
 
@@ -254,9 +241,7 @@ def test_DPS_7_5_3_cleanup_delete_during_a_turn_denies_stops_then_cleans_up():
         << act.Settled("PERMISSION", "cancelled")
         << stdin(CLAUDE.answer("deny", message="Denied: the session is ending."))
         << act.Terminate()
-        >> cancel(TURN, mid="m-1")
-        << relayed("control.prompt.cancel")
-        << refused("SESSION_TERMINATED", parent_id="m-1")
+        >> rejected(cancel(TURN), "SESSION_TERMINATED")
         >> exited("signal", -15, 15)
         << emit("tool.invoke.result", invocation_id=CALL, status="cancelled", turn_id=TURN)
         << turn_end(TURN, "error", tools=1, settles="tool_calling")

@@ -28,7 +28,7 @@ from tests.support.scenario import (
     fire,
     line,
     prompt,
-    refused,
+    rejected,
     relayed,
     spawn,
     start,
@@ -170,9 +170,7 @@ def test_delete_while_restarting_ends_the_session():
         >> exited("signal", -15, 15)
         << turn_end(TURN, "error", settles=None)
         << deleted()
-        >> prompt("again")
-        << relayed("control.prompt.request")
-        << refused("SESSION_TERMINATED")
+        >> rejected(prompt("again"), "SESSION_TERMINATED")
     )
 
 

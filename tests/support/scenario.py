@@ -39,11 +39,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
 import json
 import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, NamedTuple
 
 import msgspec
 
@@ -87,6 +88,7 @@ __all__ = [
     "prompt",
     "raw",
     "refused",
+    "rejected",
     "relayed",
     "rename",
     "restore",
@@ -133,7 +135,7 @@ class Partial:
         self.fields = {**(fields or {}), **more}
 
     def __repr__(self) -> str:
-        return _show({**self.fields, "…": _ELLIPSIS})
+        return _show({**self.fields, "…": ANY})
 
 
 class _Mismatch(Exception):
@@ -227,21 +229,13 @@ def _resolve(value: Any, bound: Mapping[str, Any]) -> Any:
 # --- how things are shown in a failure ----------------------------------------------------------
 
 
-class _Ellipsis:
-    def __repr__(self) -> str:
-        return "…"
-
-
-_ELLIPSIS: Final = _Ellipsis()
-
-
 def _show(value: Any, names: Mapping[Any, str] | None = None, limit: int = 60) -> str:
     """A short, stable rendering: structs and dataclasses as dicts without their empty fields,
     bound values by their placeholder's name."""
     names = names or {}
     if isinstance(value, str | int) and not isinstance(value, bool) and value in names:
         return f"<{names[value]}>"
-    if isinstance(value, Placeholder | _Any | _Ellipsis | Partial | _Expectation | Timer):
+    if isinstance(value, Placeholder | _Any | Partial | _Expectation | Timer):
         return repr(value)
     fields = _fields_of(value)
     if fields is not None:
@@ -339,7 +333,7 @@ class _Frame(_Expectation):
 
     def __repr__(self) -> str:
         if isinstance(self.payload, str):
-            payload = _show({**self.fields, "…": _ELLIPSIS})
+            payload = _show({**self.fields, "…": ANY})
         else:
             payload = _show(self.payload).removeprefix(type(self.payload).__name__)
         shown = _show_frame(self.frame_type, payload, self.envelope, self.to, self.exclude, {})
@@ -402,6 +396,19 @@ def spawn(**fields: Any) -> act.Spawn:
 def refused(code: str, *, to: str = "c1", parent_id: Any = ANY, **fields: Any) -> _Frame:
     """A non-fatal ``session.error`` to the master whose frame is refused (DPS-7.4-error)."""
     return emit("session.error", error_code=code, fatal=False, to=to, parent_id=parent_id, **fields)
+
+
+_REFUSED: Final = itertools.count(1)
+
+
+def rejected(step: Input, code: str, **fields: Any) -> list[Any]:
+    """A master's control frame refused: relayed to the other masters as any is (DPS-2.4-relay),
+    then the error to its sender alone, about that frame (``parent_id``)."""
+    args = step.args
+    mid = args["mid"] or f"refused-{next(_REFUSED)}"  # a frame seen once is not acted on twice
+    sent = Input(step.kind, {**args, "mid": mid}, step.shown)
+    error = refused(code, to=args["conn"], parent_id=mid, **fields)
+    return [sent, relayed(args["type"], args["conn"]), error]
 
 
 def relayed(type_: str, conn: str = "c1", **fields: Any) -> _Frame:
@@ -514,8 +521,7 @@ CLAUDE: Final = _Claude()
 # --- timers --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Timer:
+class Timer(NamedTuple):
     """A timer in the scenario's words; ``MachineAdapter`` translates the machine's keys."""
 
     name: str
