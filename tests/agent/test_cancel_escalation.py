@@ -18,7 +18,6 @@ from gateway.protocol.actions import Log
 from gateway.server import SESSIONS
 from tests.support.gateway_peer import (
     Master,
-    create_session,
     make_config,
     of,
     prompt_and_wait,
@@ -157,12 +156,11 @@ async def test_DPS_6_1_2_an_agent_that_ignores_the_cancel_gets_each_step_then_is
     profile = replace(base, name="stubborn", command=(sys.executable, STUBBORN), env={})
     client = await start_gateway(make_config(tmp_path, agents={"stubborn": profile}))
     try:
-        sid = (await create_session(client, "stubborn"))["session_id"]
-        live = client.server.app[SESSIONS][sid]
+        master = await Master.open(client, "stubborn")
+        live = client.server.app[SESSIONS][master.session_id]
         live.machine.config = replace(
             live.machine.config, cancel_sigint_sec=0.2, cancel_stop_sec=0.8
         )
-        master = await Master.attach(client, sid)
         await master.send("control.prompt.request", {"prompt_text": "a long story"})
         start = await master.until("session.turn.start")
         await master.until("agent.text.delta")

@@ -13,7 +13,7 @@ import pytest
 from gateway.config import ConfigError, builtin_profiles, load_config
 from gateway.protocol import actions as act
 from gateway.protocol.actions import Log
-from tests.support.gateway_peer import Master, create_session, make_config, start_gateway
+from tests.support.gateway_peer import Master, make_config, start_gateway
 from tests.support.paths import HOSTILE
 from tests.support.scenario import (
     CLAUDE,
@@ -208,8 +208,7 @@ async def test_a_silent_agent_is_warned_about_then_restarted_and_the_session_goe
         make_config(tmp_path, agents={"silent": profile}, shutdown_grace_sec=1.0)
     )
     try:
-        session = await create_session(client, "silent")
-        master = await Master.attach(client, session["session_id"])
+        master = await Master.open(client, "silent")
         await master.send("control.prompt.request", {"prompt_text": "please hang"})
         warning = await master.until("agent.error", timeout=10, severity="warning")
         # The stalled turn is still the running one until it ends.
@@ -231,7 +230,7 @@ async def test_a_silent_agent_is_warned_about_then_restarted_and_the_session_goe
         assert not [f for f in frames if f["type"] in ("session.error", "agent.error")]
         starts = [json.loads(line) for line in (tmp_path / "starts.jsonl").read_text().splitlines()]
         assert starts[0] == [] and starts[1] == ["--resume", "silent-1"]
-        info = await (await client.get(f"/v1/session/{session['session_id']}")).json()
+        info = await (await client.get(f"/v1/session/{master.session_id}")).json()
         assert info["state"] == "IDLE"
     finally:
         await client.close()
