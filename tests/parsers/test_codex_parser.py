@@ -21,7 +21,7 @@ from parsers.base import get as get_parser
 from parsers.codex import CodexParser
 from parsers.codex.stdout import _MAX_OPEN_CALLS
 from tests.support.gateway_peer import Master, create_session, make_config, start_gateway
-from tests.support.parsing import Files, feed, line
+from tests.support.parsing import Files, feed, line, whole_text, whole_thinking
 from tests.support.paths import HOSTILE
 
 
@@ -78,12 +78,7 @@ def test_DPS_4_1_text_a_message_is_one_delta_and_its_end():
         completed({"id": "item_0", "type": "reasoning", "text": "**Plan**\n\nthink"}),
         completed({"id": "item_1", "type": "agent_message", "text": "Hello."}),
     )
-    assert events == [
-        ev.ThinkingDelta(block="item_0", text="**Plan**\n\nthink"),
-        ev.ThinkingEnd(block="item_0"),
-        ev.TextDelta(block="item_1", text="Hello."),
-        ev.TextEnd(block="item_1"),
-    ]
+    assert events == whole_thinking("item_0", "**Plan**\n\nthink") + whole_text("item_1", "Hello.")
 
 
 def test_DPS_5_3_1_result_command_exit_code_decides_the_status():

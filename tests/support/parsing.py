@@ -23,6 +23,16 @@ def feed(parser: AgentParser, *objs: dict[str, Any]) -> list[ev.AgentEvent]:
     return out
 
 
+def whole_text(block: str, text: str) -> list[ev.AgentEvent]:
+    """A text block said in one piece: its text, then its end."""
+    return [ev.TextDelta(block=block, text=text), ev.TextEnd(block=block)]
+
+
+def whole_thinking(block: str, text: str) -> list[ev.AgentEvent]:
+    """A thinking block said in one piece: its text, then its end."""
+    return [ev.ThinkingDelta(block=block, text=text), ev.ThinkingEnd(block=block)]
+
+
 class Files:
     """Paths to texts; ``root`` goes before each name given. A path it does not hold is not
     found, as on disk; tests change ``files`` between a parser's reads."""
