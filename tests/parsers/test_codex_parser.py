@@ -21,7 +21,7 @@ from parsers.base import get as get_parser
 from parsers.codex import CodexParser
 from parsers.codex.stdout import _MAX_OPEN_CALLS
 from tests.support.gateway_peer import Master, create_session, make_config, start_gateway
-from tests.support.parsing import Files, feed, line, whole_text, whole_thinking
+from tests.support.parsing import Files, feed, line, tokens, whole_text, whole_thinking
 from tests.support.paths import HOSTILE
 
 
@@ -347,13 +347,7 @@ def test_DPS_7_3_usage_is_the_turns_share_of_the_threads_cumulative_count():
     feed(parser, {"type": "thread.started", "thread_id": "t1"})
     (first,) = feed(parser, usage(300, 40, cached=100, reasoning=12))
     assert isinstance(first, ev.TurnEnded) and first.stop_reason == "end_turn"
-    assert first.usage == ev.UsageInfo(
-        input_tokens=200,
-        output_tokens=40,
-        cache_read_tokens=100,
-        cache_write_tokens=0,
-        thinking_tokens=12,
-    )
+    assert first.usage == tokens(200, 40, cache_read=100, cache_write=0, thinking=12)
     # The resumed thread: same thread id, counts cumulative.
     feed(parser, {"type": "thread.started", "thread_id": "t1"})
     (second,) = feed(parser, usage(700, 60, cached=300, reasoning=12))

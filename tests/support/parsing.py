@@ -23,6 +23,19 @@ def feed(parser: AgentParser, *objs: dict[str, Any]) -> list[ev.AgentEvent]:
     return out
 
 
+def tokens(
+    input_: int, output: int, cache_read: int, cache_write: int, thinking: int
+) -> ev.UsageInfo:
+    """A usage of these counts, in the order of DPS ``token_usage``."""
+    return ev.UsageInfo(
+        input_tokens=input_,
+        output_tokens=output,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+        thinking_tokens=thinking,
+    )
+
+
 def whole_text(block: str, text: str) -> list[ev.AgentEvent]:
     """A text block said in one piece: its text, then its end."""
     return [ev.TextDelta(block=block, text=text), ev.TextEnd(block=block)]
