@@ -31,8 +31,7 @@ envelope fields (``turn_id``, ``parent_id``, ``metadata``...) are compared when 
 
 The machine is built with a deterministic ``FrameFactory`` (a seeded random source, a fixed
 clock), and it is reached through ``MachineAdapter`` alone: the one place that knows the
-machine's method names, its timer keys and its process, so a change of the machine's API is a
-change there.
+machine's method names and its timer keys, so a change of the machine's API is a change there.
 """
 
 from __future__ import annotations
@@ -709,7 +708,8 @@ def deterministic_factory(session_id: str = SESSION, seed: int = 0) -> FrameFact
 
 class MachineAdapter:
     """The one place that knows ``SessionMachine``'s API: how it is built, which method takes
-    each input, and what its timer keys are called."""
+    each input, and what its timer keys are called. Scenarios say inputs and actions in their own
+    words (``Input``, ``Timer``), so a change of the machine's methods or keys is a change here."""
 
     _TIMERS: ClassVar[dict[str, Timer]] = {
         "cancel": CANCEL_SIGINT,
