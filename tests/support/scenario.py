@@ -54,11 +54,18 @@ from gateway.protocol.factory import Clock, FrameFactory, UuidSource
 from parsers import events as ev
 from parsers.base import get as get_parser
 
+try:  # the machine's typed timer keys, where it has them (else the keys are strings)
+    from gateway.protocol.states import TimerKey as _TimerKey  # type: ignore[import-not-found]
+    from gateway.protocol.states import TimerKind as _TimerKind  # type: ignore[import-not-found]
+except ImportError:
+    _TimerKey = _TimerKind = None  # type: ignore[assignment,misc]
+
 __all__ = [
     "ANY",
     "CANCEL_SIGINT",
     "CANCEL_STOP",
     "CLAUDE",
+    "REATTACH_WINDOW",
     "SESSION",
     "STALL",
     "Input",
@@ -74,6 +81,7 @@ __all__ = [
     "compact",
     "delete",
     "deleted",
+    "detach",
     "deterministic_factory",
     "emit",
     "escalation_ends",
@@ -544,6 +552,7 @@ class Timer(NamedTuple):
 CANCEL_SIGINT: Final = Timer("cancel-sigint")  # SIGINT if the interrupt did not end the turn
 CANCEL_STOP: Final = Timer("cancel-stop")  # stop the agent if the turn still runs
 STALL: Final = Timer("stall")  # the stall watchdog's tick
+REATTACH_WINDOW: Final = Timer("reattach-window")  # no master came back: the session ends
 
 
 def escalation_ends() -> list[Any]:
@@ -573,6 +582,11 @@ def start() -> Input:
 
 def attach(conn: str = "c1") -> Input:
     return Input("attach", {"conn": conn}, f"attach {conn}")
+
+
+def detach(conn: str = "c1") -> Input:
+    """A master's connection is gone (a machine that keeps the reattach window has ``detached``)."""
+    return Input("detach", {"conn": conn}, f"detach {conn}")
 
 
 def line(data: bytes | str | Mapping[str, Any]) -> Input:
@@ -711,10 +725,13 @@ class MachineAdapter:
     each input, and what its timer keys are called. Scenarios say inputs and actions in their own
     words (``Input``, ``Timer``), so a change of the machine's methods or keys is a change here."""
 
+    # The machine's name of each timer (the interaction timer's, before its id).
     _TIMERS: ClassVar[dict[str, Timer]] = {
         "cancel": CANCEL_SIGINT,
         "cancel-kill": CANCEL_STOP,
-        sm.STALL_TIMER: STALL,
+        "stall": STALL,
+        "interaction": Timer("interaction"),
+        "reattach-window": REATTACH_WINDOW,
     }
 
     def __init__(
@@ -738,15 +755,21 @@ class MachineAdapter:
         self._refusal: tuple[str, str] | None = None
         self._sent = 0
 
-    def timer_key(self, timer: Timer) -> str:
-        if timer.name == "interaction":
-            return f"interaction:{timer.id}"
-        return next(k for k, v in self._TIMERS.items() if v == timer)
+    def timer_key(self, timer: Timer) -> Any:
+        """The machine's key of ``timer``: a string (``"interaction:<id>"`` for an interaction's),
+        or a ``TimerKey`` where the machine has typed keys."""
+        name = next(k for k, v in self._TIMERS.items() if v.name == timer.name)
+        if _TimerKey is None:
+            return name if timer.id is None else f"{name}:{timer.id}"
+        return _TimerKey(_TimerKind(name), timer.id)
 
-    def timer(self, key: str) -> Timer:
-        if key.startswith("interaction:"):
-            return Timer.interaction(key.partition(":")[2])
-        return self._TIMERS[key]
+    def timer(self, key: Any) -> Timer:
+        """The scenario's ``Timer`` for a key the machine used."""
+        if isinstance(key, str):
+            name, _, interaction_id = key.partition(":")
+        else:
+            name, interaction_id = key.kind.value, key.interaction_id
+        return Timer(self._TIMERS[name].name, interaction_id or None)
 
     def feed(self, step: Input, bound: Mapping[str, Any]) -> list[act.Action]:
         m, a = self.machine, _resolve(step.args, bound)
@@ -755,6 +778,8 @@ class MachineAdapter:
                 return m.start()
             case "attach":
                 return m.attached(a["conn"])
+            case "detach":
+                return m.detached(a["conn"])  # type: ignore[attr-defined]
             case "line":
                 data = a["data"]
                 return m.agent_line(data if isinstance(data, bytes) else json.dumps(data).encode())
