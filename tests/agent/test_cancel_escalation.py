@@ -14,134 +14,137 @@ from dataclasses import replace
 
 from gateway.agent.profiles import builtin_profiles
 from gateway.protocol import actions as act
-from gateway.protocol import machine as sm
-from gateway.protocol.states import Lifecycle, ProcessState
+from gateway.protocol.actions import Log
 from gateway.server import SESSIONS
-from parsers.base import get as get_parser
 from tests.support.gateway_peer import (
     Master,
-    create_session,
-    envelope,
     make_config,
     of,
     prompt_and_wait,
     start_gateway,
 )
 from tests.support.paths import HOSTILE
+from tests.support.scenario import (
+    CANCEL_SIGINT,
+    CANCEL_STOP,
+    CLAUDE,
+    Placeholder,
+    Scenario,
+    cancel,
+    escalation_ends,
+    exited,
+    fire,
+    line,
+    prompt,
+    relayed,
+    spawn,
+    start,
+    turn_end,
+    turn_start,
+)
 
 STUBBORN = str(HOSTILE / "ignores_cancel.py")
 
 
-def running_turn(**config: object) -> tuple[sm.SessionMachine, str]:
-    """A machine whose agent runs (its session id "agent-7") and is in a turn; the turn's id."""
-    spec = get_parser("claude-code")
-    m = sm.SessionMachine("s-1", spec.parser(), spec.input(), sm.SessionConfig(**config))
-    m.start()
-    m.attached("c1")
-    prompt(m, "go")
-    m.agent_line(b'{"type": "system", "subtype": "init", "session_id": "agent-7"}')
-    assert m.turn is not None
-    return m, m.turn.turn_id
+TURN, AGAIN = Placeholder("TURN"), Placeholder("AGAIN")
 
 
-def prompt(m: sm.SessionMachine, text: str) -> list[act.Action]:
-    frame = envelope("s-1", "control.prompt.request", {"prompt_text": text})
-    return m.receive("c1", json.dumps(frame))
+def running_turn(**config: object) -> Scenario:
+    """A session whose agent runs (its session id "agent-7") and is in a turn, ``TURN``."""
+    return (
+        Scenario(logs=True, **config)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("go", TURN)
+        >> CLAUDE.introduced("agent-7", TURN)
+    )
 
 
-def cancel(m: sm.SessionMachine, turn_id: str) -> list[act.Action]:
-    frame = envelope("s-1", "control.prompt.cancel", {"target_turn_id": turn_id})
-    return m.receive("c1", json.dumps(frame))
+def cancelled(**config: object) -> Scenario:
+    """That turn cancelled by a master: the interrupt, then SIGINT and the stop on their timers."""
+    sigint, stop = config.get("cancel_sigint_sec", 2.0), config.get("cancel_stop_sec", 10.0)
+    return (
+        running_turn(**config)
+        >> cancel(TURN)
+        << relayed("control.prompt.cancel")
+        << CLAUDE.escalation(sigint, stop)
+    )
 
 
-def ends(actions: list[act.Action]) -> list[str]:
-    return [
-        a.frame.payload.stop_reason  # type: ignore[attr-defined]
-        for a in actions
-        if isinstance(a, act.Emit) and a.frame.TYPE == "session.turn.end"
-    ]
-
-
-def types(actions: list[act.Action]) -> list[str]:
-    """The types of the frames the gateway makes (not a master's frame relayed to the others)."""
-    return [
-        a.frame.TYPE
-        for a in actions
-        if isinstance(a, act.Emit) and not a.frame.TYPE.startswith("control.")
-    ]
+STOPPING = Log("warning", "the agent ignored the cancel; stopping it")
+EXITED_ON_CANCEL = Log("info", "the agent exited on a cancel", {"returncode": -15, "signal": 15})
 
 
 def test_DPS_6_1_2_cancel_interrupts_then_sigint_after_2_s_then_stops_after_10_s():
     """DPS-6.1.2-cancel: the stop of an agent that ignored the cancel ends the turn
     ``cancelled``, with no fatal error; the session goes on with no process, and the next prompt
     starts the agent again resumed with its session id, in a new turn."""
-    m, turn_id = running_turn()
-    actions = cancel(m, turn_id)
-    (write,) = [a for a in actions if isinstance(a, act.WriteStdin)]
-    assert json.loads(write.data)["request"]["subtype"] == "interrupt"
-    timers = [a for a in actions if isinstance(a, act.StartTimer)]
-    assert timers == [
-        act.StartTimer(sm.CANCEL_SIGINT_TIMER, 2.0),
-        act.StartTimer(sm.CANCEL_STOP_TIMER, 10.0),
-    ]
-    assert not [a for a in actions if isinstance(a, act.Signal | act.Terminate)]
-    assert m.timer_fired(sm.CANCEL_SIGINT_TIMER) == [act.Signal(signal.SIGINT)]
-    stop = m.timer_fired(sm.CANCEL_STOP_TIMER)
-    assert isinstance(stop[-1], act.Terminate)
-    exited = m.agent_exited("signal", -15, 15)
-    assert ends(exited) == ["cancelled"]  # the turn ends with the process
-    assert "agent.error" not in types(exited) and "session.deleted" not in types(exited)
-    assert not [a for a in exited if isinstance(a, act.CloseAll | act.Spawn)]
-    assert (m.lifecycle, m.process) == (Lifecycle.IDLE, ProcessState.NONE)
-    again = prompt(m, "again")
-    assert types(again)[0] == "session.turn.start" and m.turn is not None
-    assert m.turn.turn_id != turn_id
-    assert act.Spawn(prompt="again", resume_id="agent-7") in again
+    assert (
+        cancelled()
+        >> fire(CANCEL_SIGINT)
+        << act.Signal(signal.SIGINT)
+        >> fire(CANCEL_STOP)
+        << STOPPING
+        << act.Terminate()
+        >> exited("signal", -15, 15)
+        << EXITED_ON_CANCEL
+        << turn_end(TURN, "cancelled", settles=None)  # the turn ends with the process
+        >> prompt("again")
+        << relayed("control.prompt.request", prompt_text="again")
+        << turn_start(AGAIN, 1)
+        << spawn(prompt="again", resume_id="agent-7")
+    )
 
 
 def test_DPS_6_1_2_a_prompt_while_the_stopped_agent_exits_waits_for_its_exit():
     """The turn ended (the agent finished it after all) while the gateway was stopping the agent
     for the cancel: the next prompt is not written to the process that is going away, and its exit
     is no fatal error; the prompt's process starts when that exit is reported."""
-    m, turn_id = running_turn()
-    cancel(m, turn_id)
-    m.timer_fired(sm.CANCEL_STOP_TIMER)
-    ended = m.agent_line(b'{"type": "result", "subtype": "success", "is_error": false}')
-    assert ends(ended) == ["cancelled"]
-    again = prompt(m, "again")
-    assert types(again) == ["session.turn.start"]
-    assert not [a for a in again if isinstance(a, act.WriteStdin | act.Spawn)]
-    exited = m.agent_exited("signal", -15, 15)
-    assert "agent.error" not in types(exited) and "session.deleted" not in types(exited)
-    assert exited[-1] == act.Spawn(prompt="again", resume_id="agent-7")
-    assert m.turn is not None and m.process is ProcessState.ALIVE
+    assert (
+        cancelled()
+        >> fire(CANCEL_STOP)
+        << STOPPING
+        << act.Terminate()
+        >> line(CLAUDE.result)
+        << CANCEL_SIGINT.cancelled()
+        << turn_end(TURN, "cancelled", settles=None)
+        >> prompt("again")
+        << relayed("control.prompt.request", prompt_text="again")
+        << turn_start(AGAIN, 1)
+        >> exited("signal", -15, 15)
+        << EXITED_ON_CANCEL
+        << spawn(prompt="again", resume_id="agent-7")
+    )
 
 
 def test_DPS_6_1_2_a_single_turn_process_gets_sigint_at_once():
-    m, turn_id = running_turn(single_turn_process=True)
-    actions = cancel(m, turn_id)
-    assert act.Signal(signal.SIGINT) in actions
-    assert not [a for a in actions if isinstance(a, act.WriteStdin)]
-    assert [a for a in actions if isinstance(a, act.StartTimer)] == [
-        act.StartTimer(sm.CANCEL_STOP_TIMER, 10.0)
-    ]
+    assert (
+        Scenario(single_turn_process=True)
+        >> start()
+        >> prompt("go")
+        << relayed("control.prompt.request")
+        << turn_start(TURN)
+        << spawn(prompt="go")
+        >> CLAUDE.introduced("agent-7", TURN)
+        >> cancel(TURN)
+        << relayed("control.prompt.cancel")
+        << act.Signal(signal.SIGINT)
+        << CANCEL_STOP.started(10.0)
+    )
 
 
 def test_timers_of_a_turn_that_ended_do_nothing():
-    m, turn_id = running_turn()
-    cancel(m, turn_id)
-    m.agent_line(b'{"type": "result", "subtype": "success", "is_error": false}')
-    assert m.turn is None
-    assert m.timer_fired(sm.CANCEL_SIGINT_TIMER) == [] and m.timer_fired(sm.CANCEL_STOP_TIMER) == []
+    assert (
+        cancelled()
+        >> line(CLAUDE.result)
+        << escalation_ends()
+        << turn_end(TURN, "cancelled", settles=None)
+        >> fire(CANCEL_SIGINT)
+        >> fire(CANCEL_STOP)
+    )
 
 
 def test_the_escalation_durations_are_the_configs():
-    m, turn_id = running_turn(cancel_sigint_sec=0.5, cancel_stop_sec=3.0)
-    timers = [a for a in cancel(m, turn_id) if isinstance(a, act.StartTimer)]
-    assert timers == [
-        act.StartTimer(sm.CANCEL_SIGINT_TIMER, 0.5),
-        act.StartTimer(sm.CANCEL_STOP_TIMER, 3.0),
-    ]
+    assert cancelled(cancel_sigint_sec=0.5, cancel_stop_sec=3.0)
 
 
 async def test_DPS_6_1_2_an_agent_that_ignores_the_cancel_gets_each_step_then_is_stopped(tmp_path):
@@ -153,12 +156,11 @@ async def test_DPS_6_1_2_an_agent_that_ignores_the_cancel_gets_each_step_then_is
     profile = replace(base, name="stubborn", command=(sys.executable, STUBBORN), env={})
     client = await start_gateway(make_config(tmp_path, agents={"stubborn": profile}))
     try:
-        sid = (await create_session(client, "stubborn"))["session_id"]
-        live = client.server.app[SESSIONS][sid]
+        master = await Master.open(client, "stubborn")
+        live = client.server.app[SESSIONS][master.session_id]
         live.machine.config = replace(
             live.machine.config, cancel_sigint_sec=0.2, cancel_stop_sec=0.8
         )
-        master = await Master.attach(client, sid)
         await master.send("control.prompt.request", {"prompt_text": "a long story"})
         start = await master.until("session.turn.start")
         await master.until("agent.text.delta")

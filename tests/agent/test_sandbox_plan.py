@@ -277,16 +277,10 @@ def test_paths_in_the_profiles_own_home_move_to_the_sessions():
     session's HOME started as a copy of it, and what named a path in it names that path in the
     session's HOME."""
     lay = layout()
+    home = "/etc/agent-home"
+    given = {"HOME": home, "CODEX_HOME": f"{home}/.codex", "TMPDIR": f"{home}/tmp"}
     env = sandbox_environment(
-        {
-            "HOME": "/etc/agent-home",
-            "CODEX_HOME": "/etc/agent-home/.codex",
-            "TMPDIR": "/etc/agent-home/tmp",
-            "OTHER": "/etc/agent-homely",
-        },
-        SANDBOX,
-        lay,
-        template="/etc/agent-home/",
+        {**given, "OTHER": "/etc/agent-homely"}, SANDBOX, lay, template=f"{home}/"
     )
     assert env == {
         "HOME": lay.home,

@@ -15,9 +15,11 @@ from gateway.config.strict import Locator
 from tests.support.servers import CLI
 
 
-def write(tmp_path: Path, text: str) -> Path:
+def write(tmp_path: Path, text: str, workspace_root: Path | None = None) -> Path:
+    """A config file of ``text`` after ``[server]`` (its workspace root ``tmp_path``, or the one
+    given)."""
     path = tmp_path / "gateway.toml"
-    path.write_text(f'[server]\nworkspace_root = "{tmp_path}"\n{text}')
+    path.write_text(f'[server]\nworkspace_root = "{workspace_root or tmp_path}"\n{text}')
     return path
 
 
@@ -193,13 +195,11 @@ def test_isolation_defaults_and_a_whole_table(tmp_path):
     assert config.isolation.mode == "none"
     (tmp_path / "tools").mkdir()
     (tmp_path / "work").mkdir()
-    path = tmp_path / "gateway.toml"
-    path.write_text(
-        f'[server]\nworkspace_root = "{tmp_path}/work"\n'
+    isolation = (
         f'[isolation]\nmode = "sandbox"\nnetwork = "none"\nbind_ro = ["{tmp_path}/tools/"]\n'
         "bind_rw = []\nmax_processes = 64\nmax_memory_mb = 1024\n"
     )
-    config = load_config(path, environ={})
+    config = load_config(write(tmp_path, isolation, tmp_path / "work"), environ={})
     iso = config.isolation
     assert (iso.mode, iso.network, iso.bind_ro, iso.bind_rw) == (
         "sandbox",

@@ -22,6 +22,7 @@ from parsers.claude_code import (
     preserved_elements,
 )
 from parsers.file_changes import new_file_diff, unified_diff
+from tests.support.parsing import tokens
 from tests.support.paths import FIXTURES
 
 CLAUDE_CODE = FIXTURES / "claude-code"
@@ -73,6 +74,11 @@ def assistant(message_id: str, *blocks: dict[str, Any], **extra: Any) -> dict[st
         "parent_tool_use_id": None,
         **extra,
     }
+
+
+def system(subtype: str, **fields: Any) -> dict[str, Any]:
+    """A ``system`` line of the CLI (init, api_retry, permission_denied...)."""
+    return {"type": "system", "subtype": subtype, **fields}
 
 
 def tool_use(call_id: str, name: str, **tool_input: Any) -> dict[str, Any]:
@@ -594,20 +600,15 @@ def test_can_use_tool_is_a_permission_request_with_affected_paths():
 
 
 def test_init_names_mcp_tools_by_server():
-    (started,) = feed(
-        ClaudeCodeParser(),
-        {
-            "type": "system",
-            "subtype": "init",
-            "session_id": "s-1",
-            "tools": ["Bash", "mcp__echo__ping", "mcp__other__x"],
-            "mcp_servers": [
-                {"name": "echo", "status": "failed"},
-                {"name": "other", "status": "connected"},
-            ],
-            "slash_commands": ["compact", "mine"],
-        },
+    servers = [{"name": "echo", "status": "failed"}, {"name": "other", "status": "connected"}]
+    init = system(
+        "init",
+        session_id="s-1",
+        tools=["Bash", "mcp__echo__ping", "mcp__other__x"],
+        mcp_servers=servers,
+        slash_commands=["compact", "mine"],
     )
+    (started,) = feed(ClaudeCodeParser(), init)
     assert isinstance(started, ev.SessionStarted)
     assert started.agent_session_id == "s-1"
     assert started.mcp_servers[0].tools == ["mcp__echo__ping"]
@@ -616,30 +617,19 @@ def test_init_names_mcp_tools_by_server():
 
 def test_api_retry_and_permission_denied_are_notices():
     parser = ClaudeCodeParser()
-    (retry,) = feed(
-        parser,
-        {
-            "type": "system",
-            "subtype": "api_retry",
-            "attempt": 1,
-            "max_retries": 3,
-            "retry_delay_ms": 500,
-            "error_status": 529,
-            "error": "overloaded",
-        },
+    retrying = system(
+        "api_retry",
+        attempt=1,
+        max_retries=3,
+        retry_delay_ms=500,
+        error_status=529,
+        error="overloaded",
     )
+    (retry,) = feed(parser, retrying)
     assert isinstance(retry, ev.Notice) and retry.severity == "warning" and retry.recoverable
     assert retry.http_status == 529
-    (denied,) = feed(
-        parser,
-        {
-            "type": "system",
-            "subtype": "permission_denied",
-            "tool_name": "Write",
-            "tool_use_id": "t1",
-            "message": "no",
-        },
-    )
+    refusal = system("permission_denied", tool_name="Write", tool_use_id="t1", message="no")
+    (denied,) = feed(parser, refusal)
     assert isinstance(denied, ev.Notice) and denied.call_id == "t1" and denied.tool_name == "Write"
 
 
@@ -783,13 +773,7 @@ def test_result_usage_and_context_window():
         },
     )
     assert isinstance(ended, ev.TurnEnded)
-    assert ended.usage == ev.UsageInfo(
-        input_tokens=10,
-        output_tokens=4,
-        cache_read_tokens=5,
-        cache_write_tokens=1,
-        thinking_tokens=3,
-    )
+    assert ended.usage == tokens(10, 4, cache_read=5, cache_write=1, thinking=3)
     assert (ended.context_window, ended.context_used, ended.cost_usd, ended.num_turns) == (
         1000000,
         20,

@@ -22,7 +22,7 @@ from parsers.base import get as get_parser
 from parsers.codex import CodexParser
 from parsers.codex.stdout import _MAX_OPEN_CALLS
 from tests.support.gateway_peer import Master, create_session, make_config, start_gateway
-from tests.support.parsing import Files, feed, line
+from tests.support.parsing import Files, feed, line, tokens, whole_text, whole_thinking
 from tests.support.paths import HOSTILE
 
 
@@ -79,12 +79,7 @@ def test_DPS_4_1_text_a_message_is_one_delta_and_its_end():
         completed({"id": "item_0", "type": "reasoning", "text": "**Plan**\n\nthink"}),
         completed({"id": "item_1", "type": "agent_message", "text": "Hello."}),
     )
-    assert events == [
-        ev.ThinkingDelta(block="item_0", text="**Plan**\n\nthink"),
-        ev.ThinkingEnd(block="item_0"),
-        ev.TextDelta(block="item_1", text="Hello."),
-        ev.TextEnd(block="item_1"),
-    ]
+    assert events == whole_thinking("item_0", "**Plan**\n\nthink") + whole_text("item_1", "Hello.")
 
 
 def test_DPS_5_3_1_result_command_exit_code_decides_the_status():
@@ -353,13 +348,7 @@ def test_DPS_7_3_usage_is_the_turns_share_of_the_threads_cumulative_count():
     feed(parser, {"type": "thread.started", "thread_id": "t1"})
     (first,) = feed(parser, usage(300, 40, cached=100, reasoning=12))
     assert isinstance(first, ev.TurnEnded) and first.stop_reason == "end_turn"
-    assert first.usage == ev.UsageInfo(
-        input_tokens=200,
-        output_tokens=40,
-        cache_read_tokens=100,
-        cache_write_tokens=0,
-        thinking_tokens=12,
-    )
+    assert first.usage == tokens(200, 40, cache_read=100, cache_write=0, thinking=12)
     # The resumed thread: same thread id, counts cumulative.
     feed(parser, {"type": "thread.started", "thread_id": "t1"})
     (second,) = feed(parser, usage(700, 60, cached=300, reasoning=12))

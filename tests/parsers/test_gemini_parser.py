@@ -17,7 +17,7 @@ from parsers.base import NoInput
 from parsers.base import get as get_parser
 from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
 from parsers.gemini import GeminiParser
-from tests.support.parsing import Files, feed, line
+from tests.support.parsing import Files, feed, line, whole_text
 
 TS0 = "2026-11-29T21:20:54.185Z"
 TS1 = "2026-11-29T21:20:54.624Z"
@@ -99,12 +99,7 @@ def test_DPS_4_1_text_the_prompt_echo_is_skipped_and_chunks_make_one_block():
 
 def test_a_whole_assistant_message_is_a_block_of_its_own():
     events = feed(GeminiParser(), say("Part "), say("Whole answer.", delta=None))
-    assert events == [
-        ev.TextDelta(block="text-1", text="Part "),
-        ev.TextEnd(block="text-1"),
-        ev.TextDelta(block="text-2", text="Whole answer."),
-        ev.TextEnd(block="text-2"),
-    ]
+    assert events == whole_text("text-1", "Part ") + whole_text("text-2", "Whole answer.")
 
 
 def test_DPS_5_3_1_result_pairs_by_tool_id_with_the_duration_between_the_lines():

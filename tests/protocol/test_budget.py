@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gateway.protocol import actions as act
+from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
 from gateway.protocol.budget import (
     BUDGET_EXCEEDED,
@@ -18,9 +18,21 @@ from gateway.protocol.budget import (
     check_limit,
     limits_of,
 )
-from gateway.protocol.states import ProcessState
-from parsers import events as ev
-from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
+from tests.support.scenario import (
+    CLAUDE,
+    Placeholder,
+    Scenario,
+    budget_notice,
+    compact,
+    emit,
+    escalation_ends,
+    gate,
+    line,
+    prompt,
+    refused,
+    relayed,
+    turn_end,
+)
 
 DAY, NEXT_DAY = "2026-12-06", "2026-12-07"
 
@@ -205,65 +217,57 @@ def test_limits_are_bounded():
 # --- the session machine ---------------------------------------------------------------------
 
 
-def machine() -> sm.SessionMachine:
-    m = sm.SessionMachine("s1", ClaudeCodeParser(), ClaudeCodeInput(), sm.SessionConfig())
-    m.process = ProcessState.ALIVE
-    return m
-
-
-def prompt(m: sm.SessionMachine, text: str = "hello") -> list[act.Action]:
-    frame = {
-        "v": 1,
-        "type": "control.prompt.request",
-        "message_id": f"m-{text}",
-        "timestamp": "2026-12-06T00:00:00.000Z",
-        "session_id": "s1",
-        "payload": {"prompt_text": text},
-    }
-    return m.receive("c1", json.dumps(frame))
+TURN, NEXT = Placeholder("TURN"), Placeholder("NEXT")
 
 
 def test_a_gated_prompt_gets_budget_exceeded_and_nothing_starts():
-    m = machine()
-    m.prompt_gate = lambda: (BUDGET_EXCEEDED, "this session's budget of $1.00 is spent")
-    actions = prompt(m)
-    # The prompt is relayed to the other masters as any is; only the error follows it.
-    assert [type(a) for a in actions] == [act.Emit, act.Emit]
-    only = actions[-1]
-    assert isinstance(only, act.Emit) and only.to == "c1"
-    payload = only.frame.payload
-    assert (payload.error_code, payload.fatal) == (BUDGET_EXCEEDED, False)
-    assert only.frame.parent_id == "m-hello"
-    assert m.turn is None
-    m.prompt_gate = lambda: None
-    assert any(isinstance(a, act.WriteStdin) for a in prompt(m, "again"))
-    assert m.turn is not None
+    """The prompt is relayed to the other masters as any is; only the error follows it, to its
+    sender; when the budgets let prompts through again, the next one starts the first turn."""
+    spent = (BUDGET_EXCEEDED, "this session's budget of $1.00 is spent")
+    assert (
+        Scenario()
+        >> CLAUDE.started()
+        >> gate(spent)
+        >> prompt("hello", mid="m-hello")
+        << relayed("control.prompt.request")
+        << refused(BUDGET_EXCEEDED, parent_id="m-hello", message=spent[1])
+        >> gate(None)
+        >> CLAUDE.prompted("again", TURN)
+    )
+
+
+def test_a_compaction_is_gated_like_a_prompt():
+    """docs/budgets.md: a compaction is a turn the agent is paid for, refused alike."""
+    assert (
+        Scenario(features=F.Features(context_compaction=True))
+        >> CLAUDE.started()
+        >> gate((BUDGET_EXCEEDED, "spent"))
+        >> compact(mid="m-compact")
+        << relayed("control.session.compact")
+        << refused(BUDGET_EXCEEDED, parent_id="m-compact")
+    )
 
 
 def test_a_budget_spent_mid_turn_cancels_it_and_tells_every_master():
-    m = machine()
-    prompt(m)
-    turn = m.turn
-    assert turn is not None
-    actions = m.budget_notice(
-        BUDGET_EXCEEDED, "spent", {"scope": "session", "spent_usd": 1.2, "limit_usd": 1.0},
-        cancel=True,
-    )  # fmt: skip
-    first = actions[0]
-    assert isinstance(first, act.Emit) and first.to is None
-    assert first.frame.TYPE == "session.error"
-    assert first.frame.metadata == {
-        sm.BUDGET_KEY: {"scope": "session", "spent_usd": 1.2, "limit_usd": 1.0}
-    }
-    assert first.frame.turn_id == turn.turn_id
-    assert turn.cancel_requested
-    (interrupt,) = [a for a in actions if isinstance(a, act.WriteStdin)]
-    assert json.loads(interrupt.data)["request"]["subtype"] == "interrupt"
-    # Once only; and a warning cancels nothing.
-    again = m.budget_notice(BUDGET_EXCEEDED, "spent", {}, cancel=True)
-    assert [a for a in again if not isinstance(a, act.Emit)] == []
-    m.agent_events([ev.TurnEnded(stop_reason="cancelled")])
-    assert m.turn is None
-    assert [type(a) for a in m.budget_notice("BUDGET_WARNING", "80%", {}, cancel=False)] == [
-        act.Emit
-    ]
+    """Every master is told (a broadcast in the turn, the budget in metadata), and the turn is
+    cancelled as a master's cancel would be; once only; and a warning cancels nothing."""
+    budget = {"scope": "session", "spent_usd": 1.2, "limit_usd": 1.0}
+    assert (
+        Scenario()
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("hello", TURN)
+        >> budget_notice(BUDGET_EXCEEDED, "spent", budget, cancel=True)
+        << emit(
+            F.SessionError(error_code=BUDGET_EXCEEDED, message="spent", fatal=False),
+            turn_id=TURN,
+            metadata={sm.BUDGET_KEY: budget},
+        )
+        << CLAUDE.escalation()
+        >> budget_notice(BUDGET_EXCEEDED, "spent", {}, cancel=True)
+        << emit("session.error", error_code=BUDGET_EXCEEDED, turn_id=TURN)
+        >> line(CLAUDE.result)
+        << escalation_ends()
+        << turn_end(TURN, "cancelled", settles=None)
+        >> budget_notice("BUDGET_WARNING", "80%", {}, cancel=False)
+        << emit("session.error", error_code="BUDGET_WARNING", fatal=False, turn_id=None)
+    )

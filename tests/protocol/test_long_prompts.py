@@ -20,7 +20,6 @@ from gateway.config import (
 )
 from tests.support.gateway_peer import (
     Master,
-    create_session,
     make_config,
     of,
     prompt_and_wait,
@@ -58,8 +57,7 @@ async def test_a_prompt_too_long_for_argv_goes_to_stdin(tmp_path):
     on stdin; a short prompt still goes in argv; the session goes on."""
     client = await start_gateway(make_config(tmp_path, agents={"reader": reader()}))
     try:
-        session = await create_session(client, "reader")
-        master = await Master.attach(client, session["session_id"])
+        master = await Master.open(client, "reader")
         assert await run_turn(master, LONG) == (
             "end_turn",
             f"stdin {len(LONG)} MARKER-END",
@@ -76,15 +74,14 @@ async def test_a_prompt_too_long_for_a_profile_without_stdin_is_refused_not_fata
     spawned, and the next prompt is answered."""
     client = await start_gateway(make_config(tmp_path))
     try:
-        session = await create_session(client, "plain")
-        master = await Master.attach(client, session["session_id"])
+        master = await Master.open(client, "plain")
         await master.send("control.prompt.request", {"prompt_text": LONG})
         error = await master.until("session.error")
         assert error["payload"]["error_code"] == "PROMPT_TOO_LONG"
         assert error["payload"]["fatal"] is False
         assert str(MAX_ARGV_PROMPT_BYTES) in error["payload"]["message"]
         assert "session.turn.start" not in master.types()
-        info = await (await client.get(f"/v1/session/{session['session_id']}")).json()
+        info = await (await client.get(f"/v1/session/{master.session_id}")).json()
         assert info["state"] == "IDLE"
         assert await run_turn(master, "still here") == ("end_turn", "still here")
     finally:

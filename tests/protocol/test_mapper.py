@@ -584,20 +584,13 @@ def test_DPS_12_1_commands_and_catalog_published_only_when_changed():
 
 def test_DPS_4_4_error_notice_names_the_call():
     m = mapper()
-    frames = run(
-        m,
-        call("t1", "Write"),
-        ev.Notice(
-            severity="warning",
-            code="PERMISSION_DENIED",
-            message="no",
-            tool_name="Write",
-            call_id="t1",
-        ),
-        ev.Notice(
-            severity="error", code="API_ERROR", message="500", recoverable=False, http_status=500
-        ),
+    denied_call = ev.Notice(
+        severity="warning", code="PERMISSION_DENIED", message="no", tool_name="Write", call_id="t1"
     )
+    api_error = ev.Notice(
+        severity="error", code="API_ERROR", message="500", recoverable=False, http_status=500
+    )
+    frames = run(m, call("t1", "Write"), denied_call, api_error)
     denied, api = of(frames, "agent.error")
     assert denied.details.related_invocation_id == m.invocation_id("t1")
     assert denied.details.related_tool == "Write" and denied.recoverable is True

@@ -3,19 +3,30 @@ calls, events and frames in, decisions and actions out. Nothing runs."""
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from gateway.protocol import actions as act
 from gateway.protocol import machine as sm
 from gateway.protocol.policy import MAX_MATCH_CHARS, Glob, Rule, decide
-from gateway.protocol.states import ProcessState
 from parsers import events as ev
-from parsers.claude_code import ClaudeCodeInput, ClaudeCodeParser
 from tests.support.acp_rig import Rig, permission
+from tests.support.scenario import (
+    CLAUDE,
+    Input,
+    Partial,
+    Placeholder,
+    Scenario,
+    Timer,
+    emit,
+    events,
+    set_policy,
+    stdin,
+    turn_start,
+)
 
 WS = "/srv/ws-1"
 
@@ -156,97 +167,108 @@ def test_a_backtracking_glob_on_a_long_value_is_bounded():
 # --- in the session machine ---------------------------------------------------------------------
 
 
-def machine(rules, **config) -> sm.SessionMachine:
-    m = sm.SessionMachine(
-        "s1",
-        ClaudeCodeParser(),
-        ClaudeCodeInput(),
-        sm.SessionConfig(policy=rules, workspace=WS, **config),
+TURN, CALL, ASK = Placeholder("TURN"), Placeholder("CALL"), Placeholder("ASK")
+
+
+def session(rules, *, role: str | None = "operator", running: bool = True, **config) -> Scenario:
+    """A session under ``rules`` whose owner has ``role``, in a turn with one Bash call, ``CALL``;
+    ``running``: its agent runs (else the call is read back, with no process to answer)."""
+    sc = Scenario(policy=rules, workspace=WS, **config) >> set_policy(rules, role)
+    if running:
+        sc >> CLAUDE.started()
+    return (
+        sc
+        >> events(ev.ToolCall(call_id="t1", name="Bash", input={"command": "git push -f"}))
+        << turn_start(TURN)
+        << emit("agent.state.changed", current_state="tool_calling", turn_id=TURN)
+        << emit("tool.invoke.request", invocation_id=CALL, tool_name="Bash", turn_id=TURN)
     )
-    m.owner_role = "operator"
-    m.agent_events([ev.ToolCall(call_id="t1", name="Bash", input={"command": "git push -f"})])
-    return m
 
 
-def bash(command: str, tool: str = "Bash") -> ev.PermissionRequest:
-    return ev.PermissionRequest(
-        request_id="r1", tool_name=tool, input={"command": command}, call_id="t1"
+def bash(command: str, tool: str = "Bash") -> Input:
+    return events(
+        ev.PermissionRequest(
+            request_id="r1", tool_name=tool, input={"command": command}, call_id="t1"
+        )
     )
 
 
-def answers(actions: list[act.Action]) -> list[dict]:
-    return [json.loads(a.data) for a in actions if isinstance(a, act.WriteStdin)]
+def allowed(command: str) -> Any:
+    return stdin(CLAUDE.answer("allow", updatedInput={"command": command}))
+
+
+def asked(**metadata: str) -> list[Any]:
+    """The permission asked of the masters (DPS-6.2-interaction)."""
+    return [
+        emit(
+            "agent.interaction.request",
+            interaction_id=ASK,
+            metadata={"invocation_id": CALL, **metadata},
+        ),
+        emit("agent.state.changed", current_state="awaiting_input"),
+        Timer.interaction(ASK).started(60.0),
+    ]
 
 
 def test_a_deny_answers_the_agent_with_the_rules_message_and_asks_nobody():
-    m = machine(STARTER)
-    m.process = ProcessState.ALIVE
-    actions = m.agent_events([bash("git push --force origin")])
-    assert not [a for a in actions if isinstance(a, act.Emit)]
-    (answer,) = answers(actions)
-    assert answer["response"]["response"] == {
-        "behavior": "deny",
-        "message": "force pushes need a person",
-    }
-    assert [a for a in actions if isinstance(a, act.PolicyDecided)] == [
-        act.PolicyDecided("no-force-push", "deny", "Bash", {"command": "git push --force origin"})
-    ]
-    assert m.interactions == {}
-    # The call's result records which rule answered.
-    frames = [
-        a.frame
-        for a in m.agent_events([ev.ToolResult(call_id="t1", is_error=True, output="denied")])
-        if isinstance(a, act.Emit)
-    ]
-    (result,) = [f for f in frames if f.TYPE == "tool.invoke.result"]
-    assert result.metadata[sm.POLICY_KEY] == "no-force-push"
+    force = {"command": "git push --force origin"}
+    assert (
+        session(STARTER)
+        >> bash("git push --force origin")
+        << act.PolicyDecided("no-force-push", "deny", "Bash", force)
+        << stdin(CLAUDE.answer("deny", message="force pushes need a person"))
+        # The call's result records which rule answered.
+        >> events(ev.ToolResult(call_id="t1", is_error=True, output="denied"))
+        << emit(
+            "tool.invoke.result",
+            invocation_id=CALL,
+            status="error",
+            metadata=Partial({sm.POLICY_KEY: "no-force-push", sm.POLICY_DECISION_KEY: "deny"}),
+        )
+        << emit("agent.state.changed", current_state="thinking", reason="tool_result")
+    )
 
 
 def test_a_deny_without_a_message_says_which_rule():
-    m = machine((rule("no-bash", "deny", tools=["Bash"]),))
-    m.process = ProcessState.ALIVE
-    (answer,) = answers(m.agent_events([bash("ls")]))
-    assert "no-bash" in answer["response"]["response"]["message"]
+    assert (
+        session((rule("no-bash", "deny", tools=["Bash"]),))
+        >> bash("ls")
+        << act.PolicyDecided("no-bash", "deny", "Bash", {"command": "ls"})
+        << stdin(CLAUDE.answer("deny", message="Denied by the gateway's policy no-bash."))
+    )
 
 
 def test_an_allow_beats_no_auto_allow_and_an_ask_beats_auto_allow():
-    m = machine((rule("ls", "allow", match={"command": "ls*"}),))
-    m.process = ProcessState.ALIVE
-    (answer,) = answers(m.agent_events([bash("ls -l")]))
-    assert answer["response"]["response"]["behavior"] == "allow"
-
-    m = machine((rule("careful", "ask", tools=["Bash"]),), auto_allow=frozenset({"Bash"}))
-    m.process = ProcessState.ALIVE
-    actions = m.agent_events([bash("ls")])
-    assert answers(actions) == []
-    (asked,) = [
-        a.frame
-        for a in actions
-        if isinstance(a, act.Emit) and a.frame.TYPE == "agent.interaction.request"
-    ]
-    assert asked.metadata[sm.POLICY_KEY] == "careful"
+    assert (
+        session((rule("ls", "allow", match={"command": "ls*"}),))
+        >> bash("ls -l")
+        << act.PolicyDecided("ls", "allow", "Bash", {"command": "ls -l"})
+        << allowed("ls -l")
+    )
+    assert (
+        session((rule("careful", "ask", tools=["Bash"]),), auto_allow=frozenset({"Bash"}))
+        >> bash("ls")
+        << act.PolicyDecided("careful", "ask", "Bash", {"command": "ls"})
+        << asked(**{sm.POLICY_KEY: "careful"})
+    )
 
 
 def test_no_rule_leaves_auto_allow_and_the_masters_as_before():
-    m = machine((rule("other", "deny", tools=["Write"]),), auto_allow=frozenset({"Bash"}))
-    m.process = ProcessState.ALIVE
-    (answer,) = answers(m.agent_events([bash("ls")]))
-    assert answer["response"]["response"]["behavior"] == "allow"
-    m = machine(())
-    frames = [a.frame for a in m.agent_events([bash("ls")]) if isinstance(a, act.Emit)]
-    assert next(f.TYPE for f in frames) == "agent.interaction.request"
+    other = (rule("other", "deny", tools=["Write"]),)
+    assert session(other, auto_allow=frozenset({"Bash"})) >> bash("ls") << allowed("ls")
+    assert session(()) >> bash("ls") << asked()
 
 
 def test_the_owners_role_and_set_policy():
     rules = (rule("admins-push", "allow", tools=["Bash"], roles=["admin"]),)
-    m = machine(rules)
-    m.process = ProcessState.ALIVE
-    assert answers(m.agent_events([bash("git push")])) == []  # an operator: asked
-    m = machine(())
-    m.process = ProcessState.ALIVE
-    m.set_policy(rules, "admin")
-    (answer,) = answers(m.agent_events([bash("git push")]))
-    assert answer["response"]["response"]["behavior"] == "allow"
+    assert session(rules) >> bash("git push") << asked()  # an operator: asked
+    assert (
+        session((), role=None)
+        >> set_policy(rules, "admin")
+        >> bash("git push")
+        << act.PolicyDecided("admins-push", "allow", "Bash", {"command": "git push"})
+        << allowed("git push")
+    )
 
 
 @pytest.mark.parametrize(("decision", "option"), [("allow", "proceed_once"), ("deny", "cancel")])
@@ -271,6 +293,4 @@ def test_an_acp_agent_gets_its_own_allow_once_or_reject_once(decision, option):
 
 def test_a_question_with_no_process_to_answer_is_not_audited():
     """A transcript read back asks again, and no process runs: nobody is answered, or audited."""
-    m = machine(STARTER)
-    actions = m.agent_events([bash("git push --force origin")])
-    assert not [a for a in actions if isinstance(a, (act.PolicyDecided, act.WriteStdin))]
+    assert session(STARTER, running=False) >> bash("git push --force origin")

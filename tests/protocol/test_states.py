@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from gateway.protocol import actions as act
-from gateway.protocol import machine as sm
 from gateway.protocol.states import (
     ATTACHMENT,
     LIFECYCLE,
@@ -18,7 +17,19 @@ from gateway.protocol.states import (
     ProcessState,
     move,
 )
-from parsers.base import get as get_parser
+from tests.support.scenario import (
+    CLAUDE,
+    REATTACH_WINDOW,
+    Scenario,
+    attach,
+    deleted,
+    detach,
+    emit,
+    exited,
+    fire,
+    restore,
+    start,
+)
 
 
 @pytest.mark.parametrize(
@@ -37,39 +48,48 @@ def test_a_step_the_table_does_not_hold_raises_and_says_which():
         move("lifecycle", LIFECYCLE, Lifecycle.TERMINATED, LifecycleStep.TURN_OPENED)
 
 
-def machine(**config: object) -> sm.SessionMachine:
-    spec = get_parser("claude-code")
-    return sm.SessionMachine("s-1", spec.parser(), spec.input(), sm.SessionConfig(**config))
-
-
-def window(seconds: float) -> act.StartTimer:
-    return act.StartTimer(sm.REATTACH_WINDOW_TIMER, seconds)
-
-
 def test_DPS_7_7_deleted_the_window_runs_while_no_master_is_attached_then_deletes():
-    m = machine(reattach_window_sec=5.0)
-    assert m.start()[-1] == window(5.0)  # no master yet
-    assert m.attached("c1")[0] == act.CancelTimer(sm.REATTACH_WINDOW_TIMER)
-    assert act.CancelTimer(sm.REATTACH_WINDOW_TIMER) not in m.attached("c2")
-    assert m.attachment is Attachment.ATTACHED
-    assert m.detached("c1") == [] and m.detached("c1") == []
-    assert m.detached("c2") == [window(5.0)] and m.attachment is Attachment.DETACHED
-    ended = m.timer_fired(sm.REATTACH_WINDOW_TIMER)
-    assert ended == [act.Terminate()] and m.lifecycle is Lifecycle.TERMINATING
-    deleted = m.agent_exited("signal", -15, 15)
-    (frame,) = [a.frame for a in deleted if isinstance(a, act.Emit)]
-    assert (frame.payload.reason, frame.payload.deleted_by) == ("timeout", "system")
-    assert m.lifecycle is Lifecycle.TERMINATED and m.process is ProcessState.NONE
+    greeted = emit("session.capabilities", to="c2")
+    assert (
+        Scenario(reattach_window_sec=5.0)
+        >> CLAUDE.started()
+        << REATTACH_WINDOW.started(5.0)  # no master yet
+        >> attach("c1")
+        << REATTACH_WINDOW.cancelled()
+        << emit("session.capabilities", to="c1")
+        >> attach("c2")
+        << greeted  # the window is closed already
+        >> detach("c1")
+        >> detach("c1")  # told twice: nothing more
+        >> detach("c2")
+        << REATTACH_WINDOW.started(5.0)  # the last one left
+        >> fire(REATTACH_WINDOW)
+        << act.Terminate()
+        >> exited("signal", -15, 15)
+        << deleted("timeout", "system")
+    )
 
 
 def test_a_window_that_fires_after_a_master_came_back_does_nothing():
-    m = machine(reattach_window_sec=5.0, single_turn_process=True)
-    m.start()
-    m.attached("c1")
-    assert m.timer_fired(sm.REATTACH_WINDOW_TIMER) == [] and m.lifecycle is Lifecycle.IDLE
+    assert (
+        Scenario(reattach_window_sec=5.0, single_turn_process=True)
+        >> start()
+        << REATTACH_WINDOW.started(5.0)
+        >> attach("c1")
+        << REATTACH_WINDOW.cancelled()
+        << emit("session.capabilities", to="c1")
+        >> fire(REATTACH_WINDOW)  # it was already on its way: the session goes on
+        >> detach("c1")
+        << REATTACH_WINDOW.started(5.0)
+        >> fire(REATTACH_WINDOW)
+        << deleted("timeout", "system")  # no process: at once
+    )
 
 
 def test_a_restored_session_starts_no_agent_but_opens_its_window():
-    m = machine(reattach_window_sec=2.0)
-    m.restore(name=None, mode="default", turn_count=3, agent_session_id="agent-7")
-    assert m.start() == [window(2.0)] and m.process is ProcessState.NONE
+    assert (
+        Scenario(reattach_window_sec=2.0)
+        >> restore(name=None, mode="default", turn_count=3, agent_session_id="agent-7")
+        >> start()
+        << REATTACH_WINDOW.started(2.0)  # no spawn: the next prompt resumes agent-7
+    )

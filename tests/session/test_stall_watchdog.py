@@ -6,132 +6,172 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import pytest
 
 from gateway.config import ConfigError, builtin_profiles, load_config
 from gateway.protocol import actions as act
-from gateway.protocol import frames as F
-from gateway.protocol import machine as sm
-from gateway.protocol.states import Lifecycle, ProcessState
-from parsers.base import get as get_parser
-from tests.support.gateway_peer import Master, create_session, envelope, make_config, start_gateway
+from gateway.protocol.actions import Log
+from tests.support.gateway_peer import Master, make_config, start_gateway
 from tests.support.paths import HOSTILE
+from tests.support.scenario import (
+    CLAUDE,
+    STALL,
+    Placeholder,
+    Scenario,
+    Timer,
+    delete,
+    deleted,
+    emit,
+    exited,
+    fire,
+    line,
+    prompt,
+    rejected,
+    relayed,
+    spawn,
+    start,
+    turn_end,
+    turn_start,
+)
 
 SILENT = str(HOSTILE / "goes_silent.py")
 
 
-def machine(warning: float, timeout: float, *, single_turn: bool = False) -> sm.SessionMachine:
-    spec = get_parser("claude-code")
-    config = sm.SessionConfig(
-        stall_warning_sec=warning, stall_timeout_sec=timeout, single_turn_process=single_turn
+TURN, AGAIN, ASK = Placeholder("TURN"), Placeholder("AGAIN"), Placeholder("ASK")
+TICK = 0.25  # a quarter of the shorter limit
+
+
+def ticks(n: int) -> list[object]:
+    """``n`` ticks of the watchdog that find nothing to say: each only starts the next."""
+    return [fire(STALL), STALL.started(TICK)] * n
+
+
+def stalled(severity: str) -> Any:
+    """DPS-4.4-error: ``agent.error`` AGENT_STALLED, recoverable, in the turn."""
+    return emit(
+        "agent.error",
+        error_code="AGENT_STALLED",
+        severity=severity,
+        recoverable=True,
+        turn_id=TURN,
     )
-    m = sm.SessionMachine("s-1", spec.parser(), spec.input(), config)
-    m.start()
-    m.attached("c1")
-    return m
 
 
-def prompt(m: sm.SessionMachine, text: str = "hi") -> list[act.Action]:
-    frame = envelope("s-1", "control.prompt.request", {"prompt_text": text})
-    return m.receive("c1", json.dumps(frame))
-
-
-def errors(actions: list[act.Action]) -> list[F.AgentError]:
+def stopped_for_silence(silent_sec: float) -> list[object]:
     return [
-        a.frame.payload  # type: ignore[attr-defined]
-        for a in actions
-        if isinstance(a, act.Emit) and isinstance(a.frame.payload, F.AgentError)  # type: ignore[attr-defined]
+        stalled("error"),
+        Log("warning", "agent stalled; restarting it", {"silent_sec": silent_sec}),
+        act.Terminate(),
     ]
 
 
-def ticks(m: sm.SessionMachine, n: int) -> list[act.Action]:
-    out: list[act.Action] = []
-    for _ in range(n):
-        out += m.timer_fired(sm.STALL_TIMER)
-    return out
-
-
 def test_the_watchdog_ticks_only_during_a_turn_and_only_when_on():
-    m = machine(1.0, 4.0)
-    assert m.config.stall_tick_sec == 0.25
-    actions = prompt(m)
-    assert act.StartTimer(sm.STALL_TIMER, 0.25) in actions
-    off = machine(0, 0)
-    assert off.config.stall_tick_sec == 0
-    assert not [a for a in prompt(off) if isinstance(a, act.StartTimer)]
+    assert (
+        Scenario(stall_warning_sec=1.0, stall_timeout_sec=4.0)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("hi", TURN, stall_tick=TICK)
+        >> line(CLAUDE.result)
+        << STALL.cancelled()
+        << turn_end(TURN, settles=None)
+        >> fire(STALL)  # between turns: nothing to watch
+    )
+    assert Scenario() >> CLAUDE.started() >> CLAUDE.prompted("hi", TURN)  # off: no timer at all
 
 
 def test_silence_warns_once_then_stops_the_agent_and_restarts_it_resumed():
     """DPS-4.4-error: after stall_warning_sec of silence, agent.error AGENT_STALLED, severity warning,
     recoverable; after stall_timeout_sec: severity error and Terminate; the exit that follows ends
-    the turn with error and starts the agent again with its session id (not a fatal error)."""
-    m = machine(1.0, 2.0)
-    prompt(m)
-    m.agent_line(b'{"type": "system", "subtype": "init", "session_id": "agent-7"}')
-    # The first tick sees the init line; silence is counted from there, a tick (0.25 s) at a time.
-    assert errors(ticks(m, 4)) == []
-    (warning,) = errors(ticks(m, 1))
-    assert (warning.error_code, warning.severity, warning.recoverable) == (
-        "AGENT_STALLED",
-        "warning",
-        True,
+    the turn with error and starts the agent again with its session id (not a fatal error), idle
+    with a live process: the next prompt is written to it."""
+    assert (
+        Scenario(logs=True, stall_warning_sec=1.0, stall_timeout_sec=2.0)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("hi", TURN, stall_tick=TICK)
+        >> CLAUDE.introduced("agent-7", TURN)
+        # The first tick sees the init line; silence is counted from there, a tick at a time.
+        >> ticks(4)
+        >> fire(STALL)
+        << STALL.started(TICK)
+        << stalled("warning")
+        >> ticks(3)  # warned once
+        >> fire(STALL)
+        << stopped_for_silence(2.0)
+        >> [fire(STALL)] * 4  # stopped ticking
+        >> exited("signal", -15, 15)
+        << turn_end(TURN, "error", settles=None)
+        << spawn(resume_id="agent-7")
+        >> CLAUDE.prompted("again", AGAIN, 1, stall_tick=TICK)
     )
-    assert errors(ticks(m, 3)) == []  # warned once
-    last = ticks(m, 1)
-    (error,) = errors(last)
-    assert (error.error_code, error.severity, error.recoverable) == ("AGENT_STALLED", "error", True)
-    assert any(isinstance(a, act.Terminate) for a in last)
-    assert ticks(m, 4) == []  # stopped ticking
-    after = m.agent_exited("signal", -15, 15)
-    assert not [e for e in errors(after) if e.severity == "fatal"]
-    ends = [
-        a.frame.payload  # type: ignore[attr-defined]
-        for a in after
-        if isinstance(a, act.Emit) and isinstance(a.frame.payload, F.TurnEnd)  # type: ignore[attr-defined]
-    ]
-    assert [e.stop_reason for e in ends] == ["error"]
-    assert act.Spawn(resume_id="agent-7", mode="default") in after
-    assert (m.lifecycle, m.process) == (Lifecycle.IDLE, ProcessState.ALIVE)
-    assert not [a for a in after if isinstance(a, act.CloseAll)]
 
 
 def test_output_and_pending_questions_are_not_silence():
-    m = machine(1.0, 2.0)
-    prompt(m)
-    for _ in range(20):
-        ticks(m, 3)
-        m.agent_line(b'{"type": "system", "subtype": "init", "session_id": "a"}')
-    assert errors(ticks(m, 3)) == []
-    # A permission question waits for a master: the silence is theirs.
+    init = {"type": "system", "subtype": "init", "session_id": "a"}
     request = {
         "type": "control_request",
         "request_id": "r1",
         "request": {"subtype": "can_use_tool", "tool_name": "Bash", "input": {"command": "ls"}},
     }
-    m.agent_line(json.dumps(request).encode())
-    assert m.interactions
-    assert errors(ticks(m, 40)) == []
+    sc = (
+        Scenario(stall_warning_sec=1.0, stall_timeout_sec=2.0)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("hi", TURN, stall_tick=TICK)
+        >> ticks(3)
+        >> CLAUDE.introduced("a", TURN)
+    )
+    for _ in range(19):
+        sc >> ticks(3) >> line(init)
+    # A permission question waits for a master: the silence is theirs.
+    assert (
+        sc
+        >> ticks(3)
+        >> line(request)
+        << emit("agent.interaction.request", interaction_id=ASK, turn_id=TURN)
+        << emit("agent.state.changed", current_state="awaiting_input")
+        << Timer.interaction(ASK).started(60.0)
+        >> ticks(40)
+    )
 
 
 def test_a_single_turn_agent_stopped_for_silence_is_started_by_the_next_prompt():
-    m = machine(0, 1.0, single_turn=True)
-    prompt(m)
-    assert any(isinstance(a, act.Terminate) for a in ticks(m, 4))
-    after = m.agent_exited("signal", -15, 15)
-    assert not [a for a in after if isinstance(a, act.Spawn)]
-    assert (m.lifecycle, m.process) == (Lifecycle.IDLE, ProcessState.NONE)
-    assert any(isinstance(a, act.Spawn) for a in prompt(m, "again"))
+    assert (
+        Scenario(logs=True, stall_timeout_sec=1.0, single_turn_process=True)
+        >> start()
+        >> prompt("hi")
+        << relayed("control.prompt.request")
+        << turn_start(TURN)
+        << STALL.started(TICK)
+        << spawn(prompt="hi")
+        >> ticks(3)
+        >> fire(STALL)
+        << stopped_for_silence(1.0)
+        >> exited("signal", -15, 15)
+        << turn_end(TURN, "error", settles=None)  # and no process until the next prompt
+        >> prompt("again")
+        << relayed("control.prompt.request")
+        << turn_start(AGAIN, 1)
+        << STALL.started(TICK)
+        << spawn(prompt="again")
+    )
 
 
-def test_delete_while_restarting_ends_the_session(tmp_path):
-    m = machine(0, 1.0)
-    prompt(m)
-    ticks(m, 4)
-    m.delete()
-    after = m.agent_exited("signal", -15, 15)
-    assert not [a for a in after if isinstance(a, act.Spawn)]
-    assert m.lifecycle is Lifecycle.TERMINATED
+def test_delete_while_restarting_ends_the_session():
+    assert (
+        Scenario(stall_timeout_sec=1.0)
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("hi", TURN, stall_tick=TICK)
+        >> ticks(3)
+        >> fire(STALL)
+        << stalled("error")
+        << act.Terminate()
+        >> delete()
+        << act.Terminate()
+        >> exited("signal", -15, 15)
+        << turn_end(TURN, "error", settles=None)
+        << deleted()
+        >> rejected(prompt("again"), "SESSION_TERMINATED")
+    )
 
 
 def test_config_keys_are_per_profile_and_checked(tmp_path):
@@ -168,8 +208,7 @@ async def test_a_silent_agent_is_warned_about_then_restarted_and_the_session_goe
         make_config(tmp_path, agents={"silent": profile}, shutdown_grace_sec=1.0)
     )
     try:
-        session = await create_session(client, "silent")
-        master = await Master.attach(client, session["session_id"])
+        master = await Master.open(client, "silent")
         await master.send("control.prompt.request", {"prompt_text": "please hang"})
         warning = await master.until("agent.error", timeout=10, severity="warning")
         # The stalled turn is still the running one until it ends.
@@ -191,7 +230,7 @@ async def test_a_silent_agent_is_warned_about_then_restarted_and_the_session_goe
         assert not [f for f in frames if f["type"] in ("session.error", "agent.error")]
         starts = [json.loads(line) for line in (tmp_path / "starts.jsonl").read_text().splitlines()]
         assert starts[0] == [] and starts[1] == ["--resume", "silent-1"]
-        info = await (await client.get(f"/v1/session/{session['session_id']}")).json()
+        info = await (await client.get(f"/v1/session/{master.session_id}")).json()
         assert info["state"] == "IDLE"
     finally:
         await client.close()

@@ -20,6 +20,7 @@ from acp import PROTOCOL_VERSION, RequestError, spawn_agent_process, text_block
 from acp.schema import AllowedOutcome, ClientCapabilities, DeniedOutcome, RequestPermissionResponse
 
 from tests.support.paths import REPO
+from tests.support.procs import reap
 from tests.support.servers import CLI, free_port
 
 TS_SDK_PREFIX = REPO / ".agents" / "acp-sdk"
@@ -258,11 +259,7 @@ async def ts_editor(argv: list[str], env: dict[str, str], tmp: Path) -> AsyncIte
         finally:
             with contextlib.suppress(Exception):
                 await editor._send({"op": "exit"})
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+            await reap(proc)
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader

@@ -81,6 +81,17 @@ def envelope(session_id: str, type_: str, payload: dict[str, Any], **extra: Any)
     return frame
 
 
+async def receive_json(ws: aiohttp.ClientWebSocketResponse, timeout: float) -> dict[str, Any]:
+    """The next text message of ``ws``, decoded; a close or a binary message is an error. One
+    deadline for the whole wait: aiohttp's own receive timeout starts again at each ping it
+    answers, so past the gateway's heartbeat interval it would never fire."""
+    async with asyncio.timeout(timeout):
+        msg = await ws.receive()
+    if msg.type != aiohttp.WSMsgType.TEXT:
+        raise ConnectionError(f"not a text message: {msg.type} {msg.data!r} {msg.extra!r}")
+    return json.loads(msg.data)
+
+
 class Master:
     """A master on one WebSocket of a session."""
 
@@ -89,6 +100,13 @@ class Master:
         self.session_id = session_id
         self.frames: list[dict[str, Any]] = []
         self.end: aiohttp.WSMessage | None = None  # what drain_until_closed stopped at
+
+    @classmethod
+    async def open(cls, client: TestClient, agent: str = "demo", **session: Any) -> Master:
+        """A new session of ``agent`` (``session``: ``create_session``'s keywords) and a master
+        attached to it."""
+        created = await create_session(client, agent, **session)
+        return await cls.attach(client, created["session_id"])
 
     @classmethod
     async def attach(
@@ -129,13 +147,7 @@ class Master:
         return frame
 
     async def next(self, timeout: float = 10.0) -> dict[str, Any]:
-        # One deadline for the whole wait: aiohttp's own receive timeout starts again at each ping
-        # it answers, so past the gateway's heartbeat interval it would never fire.
-        async with asyncio.timeout(timeout):
-            msg = await self.ws.receive()
-        if msg.type != aiohttp.WSMsgType.TEXT:
-            raise ConnectionError(f"connection ended: {msg.type} {msg.data!r} {msg.extra!r}")
-        frame = json.loads(msg.data)
+        frame = await receive_json(self.ws, timeout)
         self.frames.append(frame)
         return frame
 

@@ -23,6 +23,29 @@ def feed(parser: AgentParser, *objs: dict[str, Any]) -> list[ev.AgentEvent]:
     return out
 
 
+def tokens(
+    input_: int, output: int, cache_read: int, cache_write: int, thinking: int
+) -> ev.UsageInfo:
+    """A usage of these counts, in the order of DPS ``token_usage``."""
+    return ev.UsageInfo(
+        input_tokens=input_,
+        output_tokens=output,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+        thinking_tokens=thinking,
+    )
+
+
+def whole_text(block: str, text: str) -> list[ev.AgentEvent]:
+    """A text block said in one piece: its text, then its end."""
+    return [ev.TextDelta(block=block, text=text), ev.TextEnd(block=block)]
+
+
+def whole_thinking(block: str, text: str) -> list[ev.AgentEvent]:
+    """A thinking block said in one piece: its text, then its end."""
+    return [ev.ThinkingDelta(block=block, text=text), ev.ThinkingEnd(block=block)]
+
+
 class Files:
     """Paths to texts; ``root`` goes before each name given. A path it does not hold is not
     found, as on disk; tests change ``files`` between a parser's reads."""

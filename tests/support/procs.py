@@ -6,6 +6,7 @@ how the tests find them, whichever gateway (in-process or a ``serve`` process) s
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Iterator
@@ -100,3 +101,13 @@ def group_alive(pgid: int) -> bool:
     except PermissionError:  # pragma: no cover - not ours, but there
         return True
     return True
+
+
+async def reap(proc: asyncio.subprocess.Process, grace: float = 10.0) -> None:
+    """Wait for ``proc`` (told to end already) at most ``grace`` seconds, then SIGKILL it: a
+    helper process never outlives its test."""
+    try:
+        await asyncio.wait_for(proc.wait(), grace)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()

@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.support.procs import reap
 from tests.support.servers import free_port
 
 
@@ -74,11 +75,7 @@ async def run_prometheus(
     finally:
         if proc.returncode is None:
             proc.terminate()
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+            await reap(proc)
         log.close()
 
 

@@ -11,6 +11,8 @@ from typing import Any
 import aiohttp
 from aiohttp.test_utils import TestClient
 
+from tests.support.gateway_peer import receive_json
+
 __all__ = ["RawAcp"]
 
 
@@ -35,12 +37,7 @@ class RawAcp:
             await self.ws.send_str(data if isinstance(data, str) else json.dumps(data))
 
     async def next(self, timeout: float = 30.0) -> dict[str, Any]:
-        # One deadline: aiohttp's own receive timeout starts again at each ping it answers.
-        async with asyncio.timeout(timeout):
-            msg = await self.ws.receive()
-        if msg.type != aiohttp.WSMsgType.TEXT:
-            raise ConnectionError(f"not a text message: {msg.type} {msg.data!r}")
-        message = json.loads(msg.data)
+        message = await receive_json(self.ws, timeout)
         self.messages.append(message)
         return message
 
