@@ -8,7 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["EVENTS", "WEBHOOK_KEYS", "NotifyConfigError", "Webhook", "parse_webhooks"]
+__all__ = [
+    "EVENTS",
+    "WEBHOOK_KEYS",
+    "NotifyConfigError",
+    "NotifySettings",
+    "Webhook",
+    "parse_notify",
+]
 
 # What a webhook may ask to hear of (also the values of the notifications metric's event label).
 EVENTS: Final = (
@@ -46,8 +53,20 @@ class Webhook:
     retry_for_sec: float = RETRY_FOR_S
 
 
+@dataclass(frozen=True)
+class NotifySettings:
+    """``[notify]``: its webhooks."""
+
+    webhooks: tuple[Webhook, ...] = ()
+
+
 class NotifyConfigError(ValueError):
     pass
+
+
+def parse_notify(table: Any, where: str) -> NotifySettings:
+    """``[notify]`` with its ``[[notify.webhooks]]``."""
+    return NotifySettings(parse_webhooks(table, where))
 
 
 def parse_webhooks(table: Any, where: str) -> tuple[Webhook, ...]:

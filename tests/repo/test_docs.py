@@ -39,7 +39,7 @@ def code_cell(text: str, value: str) -> bool:
 
 
 def test_every_route_of_the_server_is_documented(tmp_path):
-    app = create_app(config.Config(workspace_root=tmp_path))
+    app = create_app(config.Config(server=config.ServerSettings(workspace_root=tmp_path)))
     text = doc("http-api.md")
     routes = {(r.method, r.resource.canonical) for r in app.router.routes() if r.method != "HEAD"}
     assert routes
