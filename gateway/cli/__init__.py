@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from gateway import __version__
 
@@ -80,11 +81,12 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     for key in declared(ServerSettings).values():
         if key.flag is not None:
             default = shown_default(key).replace("`", "")
+            typed: dict[str, Any] = {"type": int} if key.kind == "int" else {}
             serve.add_argument(
                 key.flag,
-                type={"int": int, "float": float}.get(key.kind),
                 choices=key.setting.choices,
                 help=f"{key.setting.doc} (default: {default})",
+                **typed,
             )
 
 

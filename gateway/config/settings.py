@@ -16,6 +16,7 @@ metadata mappings of ``Setting``'s fields, so that package needs nothing of this
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,12 +25,16 @@ from typing import Any, Final
 from gateway.config.checks import ConfigError, check_type
 
 __all__ = [
+    "Key",
     "Setting",
+    "as_path",
     "build",
     "declared",
     "environment_values",
+    "file_values",
     "setting",
     "shown_default",
+    "shown_value",
 ]
 
 # The TOML types a field's type takes, when its Setting names none: an integer is a float too.
@@ -91,6 +96,10 @@ class Key:
     def flag(self) -> str | None:
         return f"--{self.name.replace('_', '-')}" if self.setting.flag else None
 
+    @property
+    def required(self) -> bool:
+        return self.field.default is self.field.default_factory is dataclasses.MISSING
+
     def default(self) -> Any:
         if self.field.default_factory is not dataclasses.MISSING:
             return self.field.default_factory()
@@ -113,7 +122,14 @@ def shown_default(key: Key) -> str:
     """The default as docs/configuration.md writes it, in backticks unless it is words."""
     if key.setting.shown is not None:
         return key.setting.shown
-    value = key.default()
+    if key.required:
+        return "(required)"
+    return shown_value(key.default())
+
+
+def shown_value(value: Any) -> str:
+    """A default value as docs/configuration.md writes it: its TOML spelling in backticks, or
+    ``none``."""
     if isinstance(value, str):
         return f'`"{value}"`'
     if isinstance(value, bool):
@@ -121,7 +137,7 @@ def shown_default(key: Key) -> str:
     if isinstance(value, float) and value.is_integer():
         return f"`{int(value)}`"
     if isinstance(value, tuple | frozenset | list):
-        return "`[]`" if not value else f"`{list(value)}`"
+        return f"`{json.dumps(sorted(value) if isinstance(value, frozenset) else list(value))}`"
     if value is None:
         return "none"
     return f"`{value}`"
@@ -154,11 +170,14 @@ def build(cls: type, values: Mapping[str, Any], where: str = "") -> Any:
     ``where`` (``FILE [fleet]``) starts a message when the values all come from the file."""
     keys = declared(cls)
     kw: dict[str, Any] = {}
-    for name, value in values.items():
-        try:
+    try:
+        for name, value in values.items():
             kw[name] = _checked(keys[name], value)
-        except ValueError as err:
-            raise ConfigError(f"{where}: {err}" if where else str(err)) from None
+        for name, key in keys.items():
+            if key.required and name not in kw:
+                raise ValueError(f"{name} is required")
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}" if where else str(err)) from None
     return cls(**kw)
 
 

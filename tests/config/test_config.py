@@ -271,3 +271,36 @@ def test_config_shapes_that_used_to_be_tracebacks(tmp_path, text, message):
     the first permission request."""
     with pytest.raises(ConfigError, match=message):
         load_config(write(tmp_path, text), {"workspace_root": str(tmp_path)}, environ={})
+
+
+def test_budgets_are_read_into_the_ledgers_limits(tmp_path):
+    """``[budgets]`` (docs/budgets.md): each key bounded, the table read in gateway/config/."""
+    from gateway.protocol.budget import Limits
+
+    root = {"workspace_root": str(tmp_path)}
+    assert load_config(None, root, environ={}).budgets == Limits(0.0, 0.0, 0.8)
+    path = write(tmp_path, "[budgets]\nsession_usd = 5\nuser_daily_usd = 50.5\nwarn_at = 1\n")
+    assert load_config(path, root, environ={}).budgets == Limits(5.0, 50.5, 1.0)
+    for table, says in (
+        ("session_usd = -1", r"\[budgets\]: session_usd must be from 0 to 1,000,000"),
+        ("user_daily_usd = nan", "user_daily_usd must be a finite number"),
+        ("session_usd = '5'", "session_usd must be int or float"),
+        ("session_usd = true", "session_usd must be int or float"),
+        ("warn_at = 0", "warn_at must be above 0"),
+        ("warn_at = 1.5", "warn_at must be at most 1"),
+        ("budgets = 1", r"\[budgets\] must be a table"),
+    ):
+        text = f"{table}\n" if table.startswith("budgets") else f"[budgets]\n{table}\n"
+        with pytest.raises(ConfigError, match=says):
+            load_config(write(tmp_path, text), root, environ={})
+
+
+def test_every_unknown_name_is_reported_in_one_line(tmp_path):
+    path = write(tmp_path, "[server]\nprot = 1\nzzz = 2\n[budgets]\nsesion_usd = 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    assert str(err.value) == (
+        f"{path}:2: unknown key [server] prot; did you mean port?; "
+        f"{path}:3: unknown key [server] zzz; "
+        f"{path}:5: unknown key [budgets] sesion_usd; did you mean session_usd?"
+    )
