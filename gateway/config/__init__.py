@@ -72,8 +72,11 @@ from gateway.protocol.budget import Limits
 # The profile names are gateway/agent/profiles.py's, re-exported: a Config holds profiles, and
 # whoever builds one names them with it.
 __all__ = [
+    "CLAUDE_VARIABLE",
+    "ISOLATION_KEYS",
     "MAX_ARGV_PROMPT_BYTES",
     "MAX_PEERS",
+    "SCHEMA",
     "SECTIONS",
     "TOKEN_VARIABLE",
     "AcpSettings",
@@ -151,7 +154,7 @@ SECTIONS: Final[dict[str, type]] = {
 }
 _READ_HERE: Final = ("server", "fleet", "acp", "budgets")
 # Every name the file may use; any other is an error (gateway/config/strict.py).
-_SCHEMA: Final[Schema] = {
+SCHEMA: Final[Schema] = {
     **{name: known_names(declared(SECTIONS[name])) for name in _READ_HERE},
     "agents": {ANY_NAME: {**known_names(PROFILE_KEYS), "features": known_names(FEATURE_NAMES)}},
     "auth": {**known_names(AUTH_KEYS), "oidc": known_names(OIDC_KEYS)},
@@ -223,7 +226,7 @@ def _read(path: str | os.PathLike[str]) -> tuple[dict[str, Any], Locator]:
     except RecursionError:  # tomllib reads nested arrays and tables recursively
         raise ConfigError(f"{where}: not valid TOML: nested too deeply") from None
     locate = Locator(where, text)
-    unknown = unknown_names(data, _SCHEMA)
+    unknown = unknown_names(data, SCHEMA)
     if unknown:  # one line still: the start fails with one line on stderr
         raise ConfigError("; ".join(f"{locate(name)}: {message}" for name, message in unknown))
     return data, locate

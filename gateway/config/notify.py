@@ -47,7 +47,7 @@ class Webhook:
 
     url: str = setting(check=_url, doc="where to POST, http or https")
     events: frozenset[str] = setting(
-        frozenset(EVENTS), toml=list, check=_events, shown="all", doc="what it hears of"
+        frozenset(EVENTS), toml=list, check=_events, shown="all seven", doc="what it hears of"
     )
     secret_file: str | None = setting(
         None, toml=str, doc="the HMAC-SHA256 secret that signs each body, read at start"

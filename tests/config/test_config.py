@@ -206,7 +206,9 @@ def test_a_token_needs_an_explicit_workspace_root(tmp_path):
 
 
 def test_max_sessions_from_file_and_environment(tmp_path):
-    assert load_config(None, {"workspace_root": str(tmp_path)}, environ={}).server.max_sessions == 64
+    assert (
+        load_config(None, {"workspace_root": str(tmp_path)}, environ={}).server.max_sessions == 64
+    )
     path = write(tmp_path, f'[server]\nworkspace_root = "{tmp_path}"\nmax_sessions = 3\n')
     assert load_config(path, environ={}).server.max_sessions == 3
     env = {"RAWP_GATEWAY_MAX_SESSIONS": "5"}
@@ -242,7 +244,9 @@ def test_a_port_past_65535_is_an_error_not_another_port(tmp_path):
     """99999 used to be taken modulo 65536 by the socket layer: the gateway listened on 34463."""
     with pytest.raises(ConfigError, match="port must be at most 65535"):
         load_config(None, {"workspace_root": str(tmp_path), "port": 99999}, environ={})
-    assert load_config(None, {"workspace_root": str(tmp_path), "port": 65535}, environ={}).server.port
+    assert load_config(
+        None, {"workspace_root": str(tmp_path), "port": 65535}, environ={}
+    ).server.port
 
 
 def test_files_that_are_not_utf8_are_clear_errors(tmp_path):

@@ -164,9 +164,9 @@ async def test_prompts_an_agent_does_not_read_are_bounded_and_refused_clearly(tm
 
 
 def test_max_stdin_bytes_has_a_default_a_toml_key_and_a_lower_bound(tmp_path):
-    assert load_config(None, {"workspace_root": str(tmp_path)}, environ={}).server.max_stdin_bytes == (
-        4 * 1024 * 1024
-    )
+    assert load_config(
+        None, {"workspace_root": str(tmp_path)}, environ={}
+    ).server.max_stdin_bytes == (4 * 1024 * 1024)
     path = tmp_path / "gateway.toml"
     path.write_text("[server]\nmax_stdin_bytes = 1048576\n")
     config = load_config(path, {"workspace_root": str(tmp_path)}, environ={})
