@@ -107,6 +107,8 @@ CLAUDE_VARIABLE: Final = "RAWP_GATEWAY_CLAUDE"
 
 @dataclass(frozen=True)
 class Config:
+    """The effective configuration: one object per section, and what no section holds."""
+
     server: ServerSettings = field(default_factory=ServerSettings)
     fleet: FleetSettings = field(default_factory=FleetSettings)
     acp: AcpSettings = field(default_factory=AcpSettings)
@@ -260,10 +262,10 @@ def _build(
     if (token or auth.configured) and "workspace_root" not in values:
         # A token means others reach the gateway: which directory their agents work in must be a
         # decision, not wherever the gateway happened to be started.
+        key = declared(ServerSettings)["workspace_root"]
         raise ConfigError(
-            f"with a token, workspace_root must be set (--workspace-root, [server] workspace_root "
-            f"or RAWP_GATEWAY_WORKSPACE_ROOT); it would otherwise be the current directory, "
-            f"{Path.cwd()}"
+            f"with a token, workspace_root must be set ({key.flag}, [server] workspace_root "
+            f"or {key.setting.env}); it would otherwise be the current directory, {Path.cwd()}"
         )
     root = server.workspace_root.expanduser().resolve()
     if not root.is_dir():

@@ -25,8 +25,8 @@ EVENTS: Final = (
 )
 FORMATS: Final = ("json", "slack", "ntfy")
 MAX_WEBHOOKS: Final = 32
-TIMEOUT_S: Final = 5.0  # per attempt, at most
-RETRY_FOR_S: Final = 60.0  # from the first attempt, at most
+TIMEOUT_SEC: Final = 5.0  # per attempt, at most
+RETRY_FOR_SEC: Final = 60.0  # from the first attempt, at most
 
 
 def _url(value: str, name: str) -> str:
@@ -56,9 +56,9 @@ class Webhook:
     remind_after_sec: float = setting(
         300.0, low=0, high=7 * 24 * 3600, doc="a permission still pending is told again"
     )
-    timeout_sec: float = setting(TIMEOUT_S, low=0.1, high=TIMEOUT_S, doc="per attempt")
+    timeout_sec: float = setting(TIMEOUT_SEC, low=0.1, high=TIMEOUT_SEC, doc="per attempt")
     retry_for_sec: float = setting(
-        RETRY_FOR_S, low=0, high=RETRY_FOR_S, doc="from the first attempt; then dropped"
+        RETRY_FOR_SEC, low=0, high=RETRY_FOR_SEC, doc="from the first attempt; then dropped"
     )
     secret: bytes | None = None  # secret_file's content
 

@@ -228,7 +228,7 @@ class ServerSettings:
         check=_upper,
         choices=POLICIES,
         env="RAWP_GATEWAY_BUFFER_POLICY",
-        doc="a session's replay buffer policy, by default (case-insensitive)",
+        doc="a session's buffer policy (what its replay buffer keeps), by default; any case",
     )
     buffer_max_bytes: int = setting(
         8 * _MiB,

@@ -5,7 +5,7 @@ types the file may use when they are not the field's own, the bounds, the ``RAWP
 variable and the ``serve`` flag that override it (where there are), how docs/configuration.md
 shows its default when that is not the default's literal, its one-line doc, and a ``check`` for
 what bounds cannot say (an enumeration, a URL). From that one declaration come the names
-gateway/config/strict.py knows, the type and bound checks of ``section_values`` and ``build``,
+gateway/config/strict.py knows, the type and bound checks of ``file_values`` and ``build``,
 the variables and flags ``load_config`` layers, the ``serve`` flags of gateway/cli/ and the test
 that docs/configuration.md lists every key with its default (tests/repo/test_docs.py).
 
@@ -16,10 +16,12 @@ metadata mappings of ``Setting``'s fields, so that package needs nothing of this
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Final
 
 from gateway.config.checks import ConfigError, check_type
@@ -106,16 +108,20 @@ class Key:
         return self.field.default
 
 
-def declared(cls: type) -> dict[str, Key]:
-    """The keys a section class declares, in its order."""
+@functools.cache
+def declared(cls: type) -> Mapping[str, Key]:
+    """The keys a section class declares, in its order (a field without a Setting is no key:
+    ``AuthSettings.oidc`` is a table of its own, ``Webhook.secret`` is read from a key's file)."""
     keys = {}
     for f in dataclasses.fields(cls):
         meta = f.metadata.get("setting")
         if meta is None:
             continue
         found = meta if isinstance(meta, Setting) else Setting(**meta)
-        keys[f.name] = Key(f.name, str(f.type), found, f)
-    return keys
+        # The type as written: a string under ``from __future__ import annotations``.
+        kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        keys[f.name] = Key(f.name, kind, found, f)
+    return MappingProxyType(keys)
 
 
 def shown_default(key: Key) -> str:
@@ -165,17 +171,19 @@ def environment_values(
 
 
 def build(cls: type, values: Mapping[str, Any], where: str = "") -> Any:
-    """The section's object from its layered values (a key not among them keeps its default):
+    """The section's object from its layered values (a key not among them has its default):
     numbers converted (the flags and variables are text) and bounded, then each key's ``check``.
     ``where`` (``FILE [fleet]``) starts a message when the values all come from the file."""
     keys = declared(cls)
     kw: dict[str, Any] = {}
     try:
-        for name, value in values.items():
-            kw[name] = _checked(keys[name], value)
         for name, key in keys.items():
-            if key.required and name not in kw:
+            if name in values:
+                kw[name] = _checked(key, values[name])
+            elif key.required:
                 raise ValueError(f"{name} is required")
+            else:  # checked as well: a default taken from the machine (the host name) may be bad
+                kw[name] = _checked(key, key.default())
     except ValueError as err:
         raise ConfigError(f"{where}: {err}" if where else str(err)) from None
     return cls(**kw)
