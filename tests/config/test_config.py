@@ -308,3 +308,23 @@ def test_every_unknown_name_is_reported_in_one_line(tmp_path):
         f"{path}:3: unknown key [server] zzz; "
         f"{path}:5: unknown key [budgets] sesion_usd; did you mean session_usd?"
     )
+
+
+def test_only_server_keys_have_variables_and_flags():
+    """load_config layers variables and flags over [server] alone: a variable or flag declared on
+    another section's key would be documented and never read."""
+    from gateway.config import SECTIONS
+    from gateway.config.settings import declared
+
+    others = [
+        (section, key.name)
+        for section, cls in SECTIONS.items()
+        if section != "server"
+        for key in declared(cls).values()
+        if key.setting.env or key.setting.flag
+    ]
+    assert others == []
+    server = declared(SECTIONS["server"])
+    assert {k for k, key in server.items() if key.setting.flag} == {
+        "host", "port", "workspace_root", "token_file", "log_format", "state_dir"
+    }  # fmt: skip
