@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE))
 from bench_claude_parser import transcript  # noqa: E402
 from bench_session_path import _DiscardingTransport, _no_drain, feed_lines  # noqa: E402
 
-from gateway.config import Config, builtin_profiles  # noqa: E402
+from gateway.config import Config, ServerSettings, builtin_profiles  # noqa: E402
 from gateway.metrics import GatewayMetrics  # noqa: E402
 from gateway.session import LiveSession  # noqa: E402
 from gateway.session.acp_client import AcpClient  # noqa: E402
@@ -53,7 +53,7 @@ class _CountingTransport(_DiscardingTransport):
 
 
 async def one_pass(lines: list[bytes], root: Path, acp: bool) -> tuple[float, int]:
-    config = Config(workspace_root=root)
+    config = Config(server=ServerSettings(workspace_root=root))
     session = LiveSession(
         SESSION_ID, builtin_profiles()["demo"], root, config=config, metrics=GatewayMetrics()
     )

@@ -298,7 +298,7 @@ def worker(args: argparse.Namespace) -> None:
     import bench_session_path as path
     import msgspec
 
-    from gateway.config import Config, builtin_profiles
+    from gateway.config import Config, ServerSettings, builtin_profiles
     from gateway.session import LiveSession
 
     compiled = [
@@ -311,7 +311,7 @@ def worker(args: argparse.Namespace) -> None:
         """The broadcast frames of the transcript, message ids and timestamps left out, hashed."""
         session = LiveSession(
             "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a", builtin_profiles()["demo"], root,
-            config=Config(workspace_root=root), metrics=path.GatewayMetrics(),
+            config=Config(server=ServerSettings(workspace_root=root)), metrics=path.GatewayMetrics(),
         )  # fmt: skip
         session.history.max_bytes = 1 << 40  # keep every frame
         path.start_session(session, 1)

@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE))
 from bench_claude_parser import transcript  # noqa: E402
 from bench_session_path import feed_lines, start_session  # noqa: E402
 
-from gateway.config import Config, builtin_profiles  # noqa: E402
+from gateway.config import Config, ServerSettings, builtin_profiles  # noqa: E402
 from gateway.metrics import GatewayMetrics  # noqa: E402
 from gateway.session import LiveSession  # noqa: E402
 from gateway.storage.state_dir import StateDir  # noqa: E402
@@ -49,7 +49,7 @@ async def one_pass(
         saved = StateDir(state).create(SESSION_ID)
     session = LiveSession(
         SESSION_ID, builtin_profiles()["demo"], root,
-        config=Config(workspace_root=root), metrics=GatewayMetrics(), saved=saved,
+        config=Config(server=ServerSettings(workspace_root=root)), metrics=GatewayMetrics(), saved=saved,
     )  # fmt: skip
     start_session(session, fanout)
     start = time.process_time()

@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 from bench_claude_parser import transcript  # noqa: E402
 
 from gateway.agent.stdout import StdoutLine  # noqa: E402
-from gateway.config import Config, builtin_profiles  # noqa: E402
+from gateway.config import Config, ServerSettings, builtin_profiles  # noqa: E402
 from gateway.metrics import GatewayMetrics  # noqa: E402
 from gateway.session import LiveSession  # noqa: E402
 from parsers import events as ev  # noqa: E402
@@ -139,7 +139,7 @@ async def feed_lines(
 async def one_pass(
     lines: list[bytes], metrics, fanout: int, root: Path, pause_s: float = 0.0
 ) -> float:
-    config = Config(workspace_root=root)
+    config = Config(server=ServerSettings(workspace_root=root))
     session = LiveSession(
         "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a", builtin_profiles()["demo"], root,
         config=config, metrics=metrics,

@@ -548,14 +548,18 @@ def serve_gateway(port: int, workspace: str, tree: str, state_dir: str, profiles
         agents[name] = replace(
             agents[p["base"]], name=name, command=tuple(p["command"]), env=p["env"]
         )
-    extra = {}
+    extra: dict = {"port": port, "workspace_root": Path(workspace), "reattach_window_sec": 600.0}
     if "max_sessions" in Config.__dataclass_fields__:  # bench_fanout runs 100 sessions and more
         extra["max_sessions"] = 1000
     if state_dir:
         extra["state_dir"] = Path(state_dir)
-    config = Config(
-        port=port, workspace_root=Path(workspace), agents=agents, reattach_window_sec=600.0, **extra
-    )
+    if "server" in Config.__dataclass_fields__:  # the [server] keys in a section of their own
+        from gateway.config import ServerSettings
+
+        extra["max_sessions"] = 1000
+        config = Config(server=ServerSettings(**extra), agents=agents)
+    else:  # a tree from before they were (a bench run at an older commit)
+        config = Config(agents=agents, **extra)
     import logging
 
     logging.basicConfig(level=logging.WARNING)

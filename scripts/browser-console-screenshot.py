@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from aiohttp import web  # noqa: E402
 
-from gateway.config import Config, builtin_profiles  # noqa: E402
+from gateway.config import Config, ServerSettings, builtin_profiles  # noqa: E402
 from gateway.server import create_app  # noqa: E402
 from tests.support.browser import Browser  # noqa: E402
 
@@ -37,7 +37,10 @@ async def make(out: Path) -> None:
     WORKSPACE.mkdir(parents=True)
     (WORKSPACE / "main.py").write_text("print('hello')\n")
     (WORKSPACE / "notes.txt").write_text("first draft\nto be replaced\n")
-    config = Config(host="127.0.0.1", port=0, workspace_root=WORKSPACE, agents=builtin_profiles())
+    config = Config(
+        server=ServerSettings(host="127.0.0.1", port=0, workspace_root=WORKSPACE),
+        agents=builtin_profiles(),
+    )
     runner = web.AppRunner(create_app(config), handle_signals=False, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from gateway import __version__
 
@@ -27,20 +28,7 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = command("serve", "run the gateway server")
     serve.add_argument("--config", type=Path, help="TOML configuration file (default: none)")
-    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port to listen on (default 8765; 0 picks one)")
-    serve.add_argument(
-        "--token-file", help="file holding the bearer token masters must send (default: none)"
-    )
-    serve.add_argument(
-        "--workspace-root",
-        help="directory every session workspace must be in (default: the current directory; "
-        "required with a token)",
-    )
-    serve.add_argument("--log-format", choices=("text", "json"), help="log format (default text)")
-    serve.add_argument(
-        "--state-dir", help="keep sessions here so they survive a restart (default: in memory)"
-    )
+    _serve_flags(serve)
 
     tr = command("translate", "turn an agent's recorded stdout into DPS frames (one JSON per line)")
     tr.add_argument(
@@ -83,6 +71,23 @@ def _parser() -> argparse.ArgumentParser:
     add_acp_arguments(acp)
     parser.set_defaults(subparsers=sub.choices)
     return parser
+
+
+def _serve_flags(serve: argparse.ArgumentParser) -> None:
+    """``serve``'s flags: the ``[server]`` keys declared with one (gateway/config/server.py)."""
+    from gateway.config.server import ServerSettings
+    from gateway.config.settings import declared, shown_default
+
+    for key in declared(ServerSettings).values():
+        if key.flag is not None:
+            default = shown_default(key).replace("`", "")
+            typed: dict[str, Any] = {"type": int} if key.kind == "int" else {}
+            serve.add_argument(
+                key.flag,
+                choices=key.setting.choices,
+                help=f"{key.setting.doc} (default: {default})",
+                **typed,
+            )
 
 
 def _chat_arguments(parser: argparse.ArgumentParser, *, with_url: bool) -> None:

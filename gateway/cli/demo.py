@@ -19,7 +19,7 @@ from typing import TextIO
 from aiohttp import web
 
 from gateway.chat.command import _run_until_interrupted, run_chat
-from gateway.config import Config, builtin_profiles
+from gateway.config import Config, ServerSettings, builtin_profiles
 from gateway.server import create_app
 from gateway.server.refusals import JsonErrorRunner
 
@@ -43,11 +43,12 @@ async def run_demo_async(
             root.mkdir(parents=True, exist_ok=True)
         else:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rawp-demo-")))
-        config = Config(host="127.0.0.1", port=0, workspace_root=root, agents=builtin_profiles())
+        server = ServerSettings(host="127.0.0.1", port=0, workspace_root=root)
+        config = Config(server=server, agents=builtin_profiles())
         runner = JsonErrorRunner(create_app(config), handle_signals=False, access_log=None)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, config.host, 0)
+            site = web.TCPSite(runner, config.server.host, 0)
             await site.start()
             port = runner.addresses[0][1]
             url = f"http://127.0.0.1:{port}"

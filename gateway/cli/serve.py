@@ -10,24 +10,19 @@ import sys
 def serve_command(args: argparse.Namespace) -> int:
     """``rawp-gateway serve``: the configuration from the file, environment and flags, then the
     server until a signal stops it; 2 when the configuration or the start fails."""
-    from gateway.config import ConfigError, load_config
+    from gateway.config import ConfigError, ServerSettings, load_config
+    from gateway.config.settings import declared
     from gateway.server import StartError, serve
     from gateway.storage.state_dir import StateDirError
 
-    flags = {
-        "host": args.host,
-        "port": args.port,
-        "token_file": args.token_file,
-        "workspace_root": args.workspace_root,
-        "log_format": args.log_format,
-        "state_dir": args.state_dir,
-    }
+    keys = declared(ServerSettings).values()
+    flags = {key.name: getattr(args, key.name) for key in keys if key.flag is not None}
     try:
         config = load_config(args.config, flags)
     except ConfigError as err:
         print(f"rawp-gateway: {err}", file=sys.stderr)
         return 2
-    _setup_logging(config.log_format)
+    _setup_logging(config.server.log_format)
     try:
         serve(config)
     except (StateDirError, StartError) as err:

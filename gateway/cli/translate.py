@@ -62,8 +62,8 @@ def translate(
     defaults = Config()
     files = FileStore(
         session_id,
-        max_session_bytes=defaults.max_session_file_bytes,
-        max_upload_bytes=defaults.max_upload_bytes,
+        max_session_bytes=defaults.server.max_session_file_bytes,
+        max_upload_bytes=defaults.server.max_upload_bytes,
         url_of=lambda _transfer_id, path: path.as_uri(),
     )
     parser = spec.parser()

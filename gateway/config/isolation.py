@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import fields
 from pathlib import Path as FsPath
 from typing import Any, Final
 
-from gateway.agent.sandbox import DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_PROCESSES, Isolation
+from gateway.agent.sandbox import Isolation
 from gateway.config.checks import ConfigError
 from gateway.config.strict import Path
 
@@ -21,7 +22,9 @@ __all__ = [
     "parse_isolation",
 ]
 
-ISOLATION_KEYS: Final = ("mode", "network", "bind_ro", "bind_rw", "max_processes", "max_memory_mb")
+# Its keys are the fields of Isolation, and their defaults Isolation's.
+ISOLATION_KEYS: Final = tuple(f.name for f in fields(Isolation))
+_DEFAULT: Final = Isolation()
 MAX_BINDS: Final = 64  # entries of bind_ro and of bind_rw, each
 MAX_BIND_CHARS: Final = 1024  # one path's length
 # Bounds of the limits: below them no agent starts (node alone has a few threads and a heap of
@@ -34,13 +37,13 @@ def parse_isolation(table: Any, locate: Callable[[Path], str]) -> Isolation:
     """``[isolation]`` checked: a ``ConfigError`` naming the line of the first thing wrong."""
     if not isinstance(table, dict):
         raise ConfigError(f"{locate(('isolation',))}: [isolation] must be a table")
-    mode = table.get("mode", "none")
+    mode = table.get("mode", _DEFAULT.mode)
     if mode not in ("none", "sandbox"):
         raise ConfigError(
             f'{locate(("isolation", "mode"))}: [isolation] mode must be "none" or "sandbox", '
             f"got {mode!r}"
         )
-    network = table.get("network", "host")
+    network = table.get("network", _DEFAULT.network)
     if network not in ("host", "none"):
         raise ConfigError(
             f'{locate(("isolation", "network"))}: [isolation] network must be "host" or "none", '
@@ -49,16 +52,16 @@ def parse_isolation(table: Any, locate: Callable[[Path], str]) -> Isolation:
     return Isolation(
         mode=mode,
         network=network,
-        bind_ro=_binds(table.get("bind_ro", []), "bind_ro", locate),
-        bind_rw=_binds(table.get("bind_rw", []), "bind_rw", locate),
+        bind_ro=_binds(table.get("bind_ro", list(_DEFAULT.bind_ro)), "bind_ro", locate),
+        bind_rw=_binds(table.get("bind_rw", list(_DEFAULT.bind_rw)), "bind_rw", locate),
         max_processes=_limit(
-            table.get("max_processes", DEFAULT_MAX_PROCESSES),
+            table.get("max_processes", _DEFAULT.max_processes),
             "max_processes",
             PROCESSES_RANGE,
             locate,
         ),
         max_memory_mb=_limit(
-            table.get("max_memory_mb", DEFAULT_MAX_MEMORY_MB),
+            table.get("max_memory_mb", _DEFAULT.max_memory_mb),
             "max_memory_mb",
             MEMORY_MB_RANGE,
             locate,

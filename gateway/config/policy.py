@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -24,6 +25,7 @@ __all__ = [
     "MAX_RULES",
     "POLICY_SCHEMA",
     "RULE_KEYS",
+    "PolicySettings",
     "parse_policy",
     "read_policy",
 ]
@@ -42,8 +44,19 @@ POLICY_SCHEMA: Final[Schema] = {"rules": [known_names(RULE_KEYS)]}
 _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
 
 
-def parse_policy(table: Any, where: str) -> tuple[Rule, ...]:
+@dataclass(frozen=True)
+class PolicySettings:
     """``[policy]``: its rules, in the file's order (the first that matches decides)."""
+
+    rules: tuple[Rule, ...] = ()
+
+
+def parse_policy(table: Any, where: str) -> PolicySettings:
+    """``[policy]`` checked."""
+    return PolicySettings(_rules(table, where))
+
+
+def _rules(table: Any, where: str) -> tuple[Rule, ...]:
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: [policy] must be a table")
     entries = table.get("rules", [])
@@ -98,7 +111,7 @@ def read_policy(path: str | Path) -> tuple[Rule, ...]:
     if unknown is not None:
         name, message = unknown
         raise ConfigError(f"{Locator(where, text)(name)}: {message}")
-    return parse_policy(policy, where)
+    return _rules(policy, where)
 
 
 def _rule(entry: Any, where: str) -> Rule:

@@ -25,6 +25,7 @@ __all__ = [
     "Schema",
     "known_names",
     "unknown_name",
+    "unknown_names",
 ]
 
 # A name's place in the file: table and key names, and 1-based positions in arrays of tables.
@@ -46,6 +47,12 @@ def unknown_name(data: Mapping[str, Any], schema: Schema) -> tuple[Path, str] | 
     """The first name of ``data`` (in the file's order) that ``schema`` does not know, and what to
     say of it (``unknown key [server] prot; did you mean port?``); None if there is none."""
     return next(_unknown(data, schema, ()), None)
+
+
+def unknown_names(data: Mapping[str, Any], schema: Schema) -> list[tuple[Path, str]]:
+    """Every name of ``data`` that ``schema`` does not know, in the file's order, each with what
+    to say of it: a file with several misspellings is fixed in one round, not one per start."""
+    return list(_unknown(data, schema, ()))
 
 
 def _unknown(data: Mapping[str, Any], schema: Schema, path: Path) -> Iterator[tuple[Path, str]]:

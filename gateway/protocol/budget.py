@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -42,7 +41,6 @@ __all__ = [
     "LedgerError",
     "Limits",
     "check_limit",
-    "limits_of",
 ]
 
 BUDGET_EXCEEDED: Final = "BUDGET_EXCEEDED"  # session.error: a prompt refused, a budget reached
@@ -66,13 +64,43 @@ class LedgerError(ValueError):
     """A saved ledger that cannot be used, and why."""
 
 
+def check_limit(value: Any, what: str) -> float:
+    """A budget in USD: a number from 0 to MAX_USD (0: none); ValueError says what is wrong."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} must be a number of USD, got {value!r:.64}")
+    if not (math.isfinite(value) and 0 <= value <= MAX_USD):
+        raise ValueError(f"{what} must be from 0 to {MAX_USD:,.0f} USD (0: none), got {value}")
+    return float(value)
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """``[budgets]`` (docs/budgets.md): 0 is no budget."""
+    """``[budgets]`` (docs/budgets.md): 0 is no budget. Each field declares its key as
+    gateway/config/settings.py reads them (there the file's table is parsed into one)."""
 
-    session_usd: float = 0.0
-    user_daily_usd: float = 0.0
-    warn_at: float = DEFAULT_WARN_AT
+    session_usd: float = field(
+        default=0.0,
+        metadata={"setting": {"check": check_limit, "doc": "USD a session may spend"}},
+    )
+    user_daily_usd: float = field(
+        default=0.0,
+        metadata={
+            "setting": {
+                "check": check_limit,
+                "doc": "USD an owner's sessions may spend together in a UTC day",
+            }
+        },
+    )
+    warn_at: float = field(
+        default=DEFAULT_WARN_AT,
+        metadata={
+            "setting": {
+                "above": 0,
+                "high": 1,
+                "doc": "the share of a budget at which budget.warning is sent",
+            }
+        },
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,26 +330,3 @@ def _name(value: Any, what: str) -> str:
     if not isinstance(value, str) or len(value) > MAX_NAME_CHARS:
         raise LedgerError(f"{what} must be text of at most {MAX_NAME_CHARS} characters")
     return value
-
-
-def check_limit(value: Any, what: str) -> float:
-    """A budget in USD: a number from 0 to MAX_USD (0: none); ValueError says what is wrong."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{what} must be a number of USD, got {value!r:.64}")
-    if not (math.isfinite(value) and 0 <= value <= MAX_USD):
-        raise ValueError(f"{what} must be from 0 to {MAX_USD:,.0f} USD (0: none), got {value}")
-    return float(value)
-
-
-def limits_of(table: Mapping[str, Any]) -> Limits:
-    """``[budgets]`` read into ``Limits``; ValueError names the key that is wrong."""
-    session = check_limit(table.get("session_usd", 0.0), "session_usd")
-    daily = check_limit(table.get("user_daily_usd", 0.0), "user_daily_usd")
-    warn_at = table.get("warn_at", DEFAULT_WARN_AT)
-    if (
-        isinstance(warn_at, bool)
-        or not isinstance(warn_at, int | float)
-        or not (0 < warn_at <= 1)  # False for NaN
-    ):
-        raise ValueError(f"warn_at must be a share above 0 and at most 1, got {warn_at!r:.64}")
-    return Limits(session, daily, float(warn_at))

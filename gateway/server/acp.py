@@ -95,7 +95,7 @@ async def acp_websocket(request: web.Request) -> web.StreamResponse:
         raise ApiError(404, "AGENT_NOT_FOUND", f"no agent profile {agent[:64]!r}; known: {names}")
     conn_id = str(uuid.uuid4())
     ws = web.WebSocketResponse(
-        max_msg_size=config.max_frame_size,
+        max_msg_size=config.server.max_frame_size,
         heartbeat=app[HEARTBEAT],
         compress=False,
     )
@@ -122,7 +122,7 @@ async def acp_websocket(request: web.Request) -> web.StreamResponse:
             transport=transport,
             drain=request.writer.drain,
             role="acp",
-            max_queue_bytes=config.send_queue_bytes,
+            max_queue_bytes=config.server.send_queue_bytes,
             abort=transport.abort,
         )
         client = AcpClient(conn_id, out, roles.Sender(_caller(request), request.remote))
@@ -261,12 +261,12 @@ class _Handler:
             "agentInfo": {"name": "rawp-gateway", "title": "RAWP gateway", "version": __version__},
             "authMethods": [],
         }
-        if self.config.route_prefix:  # a fleet: which gateway this is, and its own /acp
+        if self.config.server.route_prefix:  # a fleet: which gateway this is, and its own /acp
             result["_meta"] = {
                 "rawp": {
-                    "pod": self.config.pod_name,
-                    "routePrefix": self.config.route_prefix,
-                    "acpPath": self.config.route_prefix + "/acp",
+                    "pod": self.config.server.pod_name,
+                    "routePrefix": self.config.server.route_prefix,
+                    "acpPath": self.config.server.route_prefix + "/acp",
                 }
             }
         self.reply(got, result)
@@ -304,7 +304,7 @@ class _Handler:
         rawp = (params.meta or {}).get("rawp")
         asked = rawp.get("agent") if isinstance(rawp, dict) else None
         agent = self.agent or (asked if isinstance(asked, str) else None)
-        agent = agent or self.config.acp_default_agent
+        agent = agent or self.config.acp.default_agent
         names = ", ".join(sorted(self.config.agents))
         if agent is None:
             why = f"name the agent: ?agent= on the URL, _meta.rawp.agent, or [acp] default_agent; known: {names}"

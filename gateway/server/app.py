@@ -76,20 +76,20 @@ def create_app(
     app = web.Application(
         middlewares=[
             errors_middleware,
-            fleet.forwarded_middleware(config.trusted_proxies),
+            fleet.forwarded_middleware(config.server.trusted_proxies),
             browser_guard_middleware(config),
             auth_middleware(websocket, (acp_websocket, ACP_TICKETS)),
         ],
-        client_max_size=config.max_request_bytes,
-        handler_args=handler_args(config.header_timeout_sec),
+        client_max_size=config.server.max_request_bytes,
+        handler_args=handler_args(config.server.header_timeout_sec),
     )
     app[CONFIG] = config
     app[HEARTBEAT] = heartbeat_sec
     app[METRICS] = metrics or GatewayMetrics(agents=config.agents.keys())
     app[SESSIONS] = {}
-    app[POLICY] = PolicyRules(config.policy)
-    if config.state_dir is not None:
-        app[STATE] = StateDir(config.state_dir)
+    app[POLICY] = PolicyRules(config.policy.rules)
+    if config.server.state_dir is not None:
+        app[STATE] = StateDir(config.server.state_dir)
         app.on_startup.append(_restore_sessions)
         app.on_cleanup.append(_release_state_dir)
     # A users file that cannot be read stops the start (ValueError); later, SIGHUP reloads it.
@@ -97,7 +97,9 @@ def create_app(
     app[AUDIT] = AuditLog(
         config.auth.audit_log, max_bytes=config.auth.audit_max_bytes, keep=config.auth.audit_keep
     )
-    app[NOTIFIER] = Notifier(config.webhooks, app[METRICS], public_url=config.public_url)
+    app[NOTIFIER] = Notifier(
+        config.notify.webhooks, app[METRICS], public_url=config.server.public_url
+    )
     state = app.get(STATE)
     app[BUDGETS] = Budgets(config.budgets, app[METRICS], state.ledger() if state else None)
     if app[NOTIFIER].enabled:
@@ -107,7 +109,7 @@ def create_app(
     app.on_cleanup.append(_stop_reporting)
     app[TICKETS] = TicketStore()
     app[ACP_OPEN] = set()
-    app[GUARD] = ConnectionGuard(config.max_pending_connections)
+    app[GUARD] = ConnectionGuard(config.server.max_pending_connections)
     app[STATIC] = load_static()
     fleet.setup(app, config, on_drain=app[METRICS].draining)
     app.router.add_get("/", console_redirect)
@@ -131,7 +133,9 @@ def create_app(
     app.router.add_get("/acp", acp_websocket)  # ACP clients (docs/acp-masters.md)
     app.router.add_post("/v1/acp/ws-ticket", acp_ticket)
     app.router.add_get("/v1/session/{session_id}/files/{transfer_id}", get_file)
-    fleet.add_prefixed_routes(app, config.route_prefix)  # after every route: it copies them all
+    fleet.add_prefixed_routes(
+        app, config.server.route_prefix
+    )  # after every route: it copies them all
     app.on_shutdown.append(_shutdown_sessions)
     return app
 
@@ -194,7 +198,7 @@ async def _restore_sessions(app: web.Application) -> None:
     config, metrics = app[CONFIG], app[METRICS]
     crashed: list[str] = []
     # One session at a time: only the one being restored has its log in memory.
-    for got in app[STATE].load(max_buffer_bytes=config.max_buffer_bytes):
+    for got in app[STATE].load(max_buffer_bytes=config.server.max_buffer_bytes):
         if isinstance(got, LoadError):
             _restore_failed(metrics, got.session_id, got.reason, got.message)
             continue

@@ -111,7 +111,7 @@ def auth_middleware(upgrade: Handler, acp: tuple[Handler, str] | None = None):
 
     @web.middleware
     async def middleware(request: web.Request, handler):
-        if _public(fleet.strip_prefix(request.path, request.app[CONFIG].route_prefix)):
+        if _public(fleet.strip_prefix(request.path, request.app[CONFIG].server.route_prefix)):
             return await handler(request)
         authenticator = request.app[AUTH]
         credential = _bearer(request)
@@ -184,7 +184,7 @@ def browser_guard_middleware(config: Config):
     * with no token, the gateway answers only requests addressed to a loopback host (``Host``
       127.0.0.0/8, ``localhost`` or ``[::1]``): anything else is 403 ``HOST_FORBIDDEN``.
     """
-    allowed = config.allowed_origins
+    allowed = config.server.allowed_origins
     tokenless = not config.authenticated
 
     @web.middleware

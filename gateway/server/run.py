@@ -31,10 +31,14 @@ class StartError(Exception):
 
 def check_bind(config: Config) -> None:
     """With no token the gateway serves loopback only (docs/http-api.md, Security)."""
-    loopback = config.host in ("127.0.0.1", "localhost", "::1") or config.host.startswith("127.")
+    loopback = config.server.host in (
+        "127.0.0.1",
+        "localhost",
+        "::1",
+    ) or config.server.host.startswith("127.")
     if not config.authenticated and not loopback:
         raise StartError(
-            f"refusing to listen on {config.host} without a token: give --token-file FILE (or "
+            f"refusing to listen on {config.server.host} without a token: give --token-file FILE (or "
             "set RAWP_GATEWAY_TOKEN, or [auth] users_file, [auth.oidc]) with --workspace-root "
             "DIR, which a token needs, or listen on 127.0.0.1"
         )
@@ -79,7 +83,7 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
         raise SystemExit(f"rawp-gateway: {err}") from None
     runner = GatewayRunner(app, app[GUARD], handle_signals=False, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port)
+    site = web.TCPSite(runner, config.server.host, config.server.port)
     try:
         await site.start()
     except OSError as err:  # a name that does not resolve, a port in use: one line, no traceback
@@ -87,12 +91,20 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
         # aiohttp's strerror repeats the address; the errno's own words do not.
         why = os.strerror(err.errno) if err.errno else str(err)
         if err.errno == errno.EADDRINUSE:
-            why = f"port {config.port} is in use (another gateway? --port 0 picks a free one)"
-        raise StartError(f"cannot listen on {config.host}:{config.port}: {why}") from None
-    port = runner.addresses[0][1] if runner.addresses else config.port
+            why = (
+                f"port {config.server.port} is in use (another gateway? --port 0 picks a free one)"
+            )
+        raise StartError(
+            f"cannot listen on {config.server.host}:{config.server.port}: {why}"
+        ) from None
+    port = runner.addresses[0][1] if runner.addresses else config.server.port
     log.info(
         "listening",
-        extra={"host": config.host, "port": port, "workspace_root": str(config.workspace_root)},
+        extra={
+            "host": config.server.host,
+            "port": port,
+            "workspace_root": str(config.server.workspace_root),
+        },
     )
     if ready is not None:
         ready(port)

@@ -38,7 +38,7 @@ def check_upgrade_origin(request: web.Request) -> None:
     """403 ``ORIGIN_FORBIDDEN`` for an upgrade from a page of an origin not allowed (every
     WebSocket of the gateway: this one, ``/acp``)."""
     try:
-        check_origin(request, request.app[CONFIG].allowed_origins)
+        check_origin(request, request.app[CONFIG].server.allowed_origins)
     except OriginForbidden as exc:
         raise ApiError(
             403,
@@ -98,11 +98,11 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     # every connection (gateway/session/fanout.py), which a per-connection compressor would undo.
     ws = web.WebSocketResponse(
         protocols=(SUBPROTOCOL,),
-        max_msg_size=config.max_frame_size,
+        max_msg_size=config.server.max_frame_size,
         heartbeat=request.app[HEARTBEAT],
         compress=False,
     )
-    limit = config.max_connections_per_session
+    limit = config.server.max_connections_per_session
     with request.app[GUARD].upgrade(session.id, len(session.connections), limit) as place:
         if not place:
             raise ApiError(

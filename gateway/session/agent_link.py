@@ -158,7 +158,7 @@ class AgentLink:
                 env=self.profile.env,
                 session_id=self.id,
                 workspace=self.workspace,
-                grace=self.config.shutdown_grace_sec,
+                grace=self.config.server.shutdown_grace_sec,
                 sandbox=self.sandbox(given),
             )
         except (AgentStartError, OSError, ValueError) as err:
@@ -306,7 +306,7 @@ class AgentLink:
         proc = self.process
         if proc is not None and proc.returncode is None:
             try:
-                proc.write(data, limit=self.config.max_stdin_bytes)
+                proc.write(data, limit=self.config.server.max_stdin_bytes)
             except AgentStdinFull:
                 self._stdin_full_error(None)
             except Exception as err:  # the pipe closed under us: the exit will be reported
@@ -325,12 +325,12 @@ class AgentLink:
 
     def _stdin_full(self, size: int) -> bool:
         backlog = self._stdin_backlog()
-        return backlog > 0 and backlog + size > self.config.max_stdin_bytes
+        return backlog > 0 and backlog + size > self.config.server.max_stdin_bytes
 
     def _stdin_full_error(self, parent_id: str | None, to: str | None = None) -> None:
         """``session.error`` ``AGENT_STDIN_FULL`` (non-fatal): to the sender of a refused prompt,
         or to every master when other input (an interrupt, a permission answer) was dropped."""
-        backlog, limit = self._stdin_backlog(), self.config.max_stdin_bytes
+        backlog, limit = self._stdin_backlog(), self.config.server.max_stdin_bytes
         log.warning(
             "agent stdin full", extra={"session": self.id, "backlog": backlog, "limit": limit}
         )
@@ -357,5 +357,5 @@ class AgentLink:
         proc = self.process
         if proc is None:
             return False
-        await proc.terminate(self.config.shutdown_grace_sec)
+        await proc.terminate(self.config.server.shutdown_grace_sec)
         return True

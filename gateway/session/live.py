@@ -74,21 +74,23 @@ class LiveSession(AgentLink, Masters):
         self.budgets: Any = None  # the gateway's (gateway/team/budgets.py), when wired
         self.created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.reattach_window_sec = (
-            config.reattach_window_sec if reattach_window_sec is None else reattach_window_sec
+            config.server.reattach_window_sec
+            if reattach_window_sec is None
+            else reattach_window_sec
         )
         if history is None:
-            history = History(config.buffer_policy, config.buffer_max_bytes)  # type: ignore[arg-type]
+            history = History(config.server.buffer_policy, config.server.buffer_max_bytes)  # type: ignore[arg-type]
         self.history = history
         spec = get_parser(profile.parser)
         parser, self.agent_input = spec.make()
         self.files = FileStore(
             session_id,
-            max_session_bytes=config.max_session_file_bytes,
-            max_upload_bytes=config.max_upload_bytes,
+            max_session_bytes=config.server.max_session_file_bytes,
+            max_upload_bytes=config.server.max_upload_bytes,
             metrics=metrics,
             directory=(saved.dir_fd, saved.path) if saved is not None else None,
             url_of=lambda transfer_id, _path: (
-                config.route_prefix + files_path(session_id, transfer_id)
+                config.server.route_prefix + files_path(session_id, transfer_id)
             ),
         )
         set_workspace = getattr(parser, "set_workspace", None)
@@ -104,7 +106,7 @@ class LiveSession(AgentLink, Masters):
                 single_turn_process=profile.single_turn_process,
                 auto_allow=profile.auto_allow,
                 permission_timeout_sec=profile.permission_timeout_sec,
-                max_frame_size=config.max_frame_size,
+                max_frame_size=config.server.max_frame_size,
                 accepts_images=(
                     profile.image_flag is not None
                     if profile.prompt_in_argv
@@ -119,7 +121,7 @@ class LiveSession(AgentLink, Masters):
                 ),
                 tools=profile.tools,
                 credentials=spec.credentials,
-                policy=config.policy,
+                policy=config.policy.rules,
                 workspace=str(workspace),
                 reattach_window_sec=self.reattach_window_sec,
             ),
@@ -185,7 +187,7 @@ class LiveSession(AgentLink, Masters):
             "turn_index": self.machine.turn_count,
             "connections": len(self.connections),
             "created_at": self.created_at,
-            "ws_path": f"{self.config.route_prefix}/v1/session/{self.id}/ws",
+            "ws_path": f"{self.config.server.route_prefix}/v1/session/{self.id}/ws",
             "workspace_path": str(self.workspace),
             "owner": self.owner,
             "members": dict(self.members),
@@ -195,8 +197,8 @@ class LiveSession(AgentLink, Masters):
             obj["budget"] = self.budgets.view(self)
         if self.machine.agent_session_id:
             obj["agent_session_id"] = self.machine.agent_session_id
-        if self.config.route_prefix:  # a fleet: the gateway that holds it (docs/fleet.md)
-            obj["pod"] = self.config.pod_name
+        if self.config.server.route_prefix:  # a fleet: the gateway that holds it (docs/fleet.md)
+            obj["pod"] = self.config.server.pod_name
         return obj
 
     # --- lifecycle ------------------------------------------------------------------------------

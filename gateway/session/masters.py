@@ -112,7 +112,7 @@ class Masters:
             transport=transport,
             drain=drain,
             role=role,
-            max_queue_bytes=self.config.send_queue_bytes,
+            max_queue_bytes=self.config.server.send_queue_bytes,
             observe_latency_ns=self.metrics.observe_latency_ns,
             clock_ns=time.perf_counter_ns,
             abort=abort,
@@ -188,7 +188,7 @@ class Masters:
             last_sync_timestamp=replay.last_timestamp or self.machine.factory.clock(),
             policy=self.history.policy,
             buffer_high_watermark=self.history.high_watermark,
-            max_frame_size=self.config.max_frame_size,
+            max_frame_size=self.config.server.max_frame_size,
             max_total_bytes=conn.max_queue_bytes - conn.queued_bytes - reserve,
         )
         for data in frames:

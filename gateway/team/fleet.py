@@ -230,7 +230,7 @@ def setup(
     of the drain), and an HTTP client for peers."""
     app[READINESS] = Readiness(on_drain=on_drain)
     app[_CONFIG] = config
-    if config.fleet_peers:
+    if config.fleet.peers:
         app.on_startup.append(_open_peer_http)
         app.on_cleanup.append(_close_peer_http)
 
@@ -335,7 +335,7 @@ async def _peer_lists(request: web.Request) -> list[tuple[str, list[Any] | None]
     """Each peer's base URL and its own sessions as it lists them to the caller (None: no
     answer in time)."""
     config = request.app[_CONFIG]
-    urls = await peer_urls(config.fleet_peers, config.host, config.port)
+    urls = await peer_urls(config.fleet.peers, config.server.host, config.server.port)
     authorization = request.headers.get("Authorization")
     http = request.app[_PEER_HTTP]
     answers = await asyncio.gather(*(_ask_peer(http, url, authorization) for url in urls))
@@ -346,7 +346,7 @@ async def sessions_answer(request: web.Request, local: list[dict[str, Any]]) -> 
     """The body of a fleet-wide ``GET /v1/sessions``: this gateway's sessions, and with peers
     configured those of every peer, plus ``unreachable``."""
     config = request.app[_CONFIG]
-    if not config.fleet_peers:
+    if not config.fleet.peers:
         return {"sessions": local}
     sessions = list(local)
     unreachable = []
@@ -372,7 +372,7 @@ async def find_on_peers(
     """The peer that lists ``session_id`` to the caller, if one does, and the peers that did not
     answer (one of them may hold it)."""
     config = request.app[_CONFIG]
-    if not config.fleet_peers or not session_id:
+    if not config.fleet.peers or not session_id:
         return None, []
     unreachable = []
     for url, answer in await _peer_lists(request):

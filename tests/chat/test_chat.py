@@ -1180,7 +1180,10 @@ async def chat_with_profile(tmp_path: Any, profile: Any, stdin: str) -> tuple[in
     from gateway import config as config_mod
     from gateway import server as server_mod
 
-    config = config_mod.Config(workspace_root=tmp_path.resolve(), agents={"agent": profile})
+    config = config_mod.Config(
+        server=config_mod.ServerSettings(workspace_root=tmp_path.resolve()),
+        agents={"agent": profile},
+    )
     server = TestServer(server_mod.create_app(config))
     await server.start_server()
     try:

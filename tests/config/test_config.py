@@ -17,8 +17,8 @@ def write(tmp_path, text: str):
 
 def test_defaults(tmp_path):
     config = load_config(None, {"workspace_root": str(tmp_path)}, environ={})
-    assert (config.host, config.port, config.token) == ("127.0.0.1", 8765, None)
-    assert config.max_frame_size == 1024 * 1024
+    assert (config.server.host, config.server.port, config.token) == ("127.0.0.1", 8765, None)
+    assert config.server.max_frame_size == 1024 * 1024
     assert {"claude-code", "claude-code-oneshot", "demo"} <= set(config.agents)
 
 
@@ -36,12 +36,16 @@ max_frame_size = 65536
 """,
     )
     config = load_config(path, {"port": 9100}, environ={})
-    assert (config.host, config.port, config.token) == ("127.0.0.2", 9100, "from-file")
-    assert config.max_frame_size == 65536
+    assert (config.server.host, config.server.port, config.token) == (
+        "127.0.0.2",
+        9100,
+        "from-file",
+    )
+    assert config.server.max_frame_size == 65536
     config = load_config(
         path, {"port": 9100}, environ={"RAWP_GATEWAY_PORT": "9200", "RAWP_GATEWAY_TOKEN": "env"}
     )
-    assert (config.port, config.token) == (9200, "env")
+    assert (config.server.port, config.token) == (9200, "env")
 
 
 def test_agent_profiles_replace_and_add(tmp_path):
@@ -123,15 +127,15 @@ def test_state_dir_from_file_flag_and_environment(tmp_path):
     """Unset: sessions in memory only. Set in the file, by --state-dir or RAWP_GATEWAY_STATE_DIR
     (each overriding the one before); an empty value means unset."""
     root = {"workspace_root": str(tmp_path)}
-    assert load_config(None, root, environ={}).state_dir is None
+    assert load_config(None, root, environ={}).server.state_dir is None
     path = tmp_path / "c.toml"
     path.write_text('[server]\nstate_dir = "/var/lib/rawp"\n')
-    assert str(load_config(path, root, environ={}).state_dir) == "/var/lib/rawp"
+    assert str(load_config(path, root, environ={}).server.state_dir) == "/var/lib/rawp"
     flag = load_config(path, {**root, "state_dir": str(tmp_path / "s")}, environ={})
-    assert flag.state_dir == tmp_path / "s"
+    assert flag.server.state_dir == tmp_path / "s"
     env = load_config(path, root, environ={"RAWP_GATEWAY_STATE_DIR": str(tmp_path / "e")})
-    assert env.state_dir == tmp_path / "e"
-    assert load_config(path, root, environ={"RAWP_GATEWAY_STATE_DIR": ""}).state_dir is None
+    assert env.server.state_dir == tmp_path / "e"
+    assert load_config(path, root, environ={"RAWP_GATEWAY_STATE_DIR": ""}).server.state_dir is None
 
 
 def test_a_profile_of_ones_own_announces_what_its_parser_supports(tmp_path):
@@ -192,21 +196,23 @@ def test_builtin_profiles_announce_their_parsers_features():
 
 def test_a_token_needs_an_explicit_workspace_root(tmp_path):
     """Without a token the root defaults to the current directory; with one it must be chosen."""
-    assert load_config(None, {}, environ={}).workspace_root == Path.cwd().resolve()
+    assert load_config(None, {}, environ={}).server.workspace_root == Path.cwd().resolve()
     with pytest.raises(ConfigError, match="with a token, workspace_root must be set"):
         load_config(None, {}, environ={"RAWP_GATEWAY_TOKEN": "t"})
     config = load_config(
         None, {}, environ={"RAWP_GATEWAY_TOKEN": "t", "RAWP_GATEWAY_WORKSPACE_ROOT": str(tmp_path)}
     )
-    assert config.workspace_root == tmp_path.resolve()
+    assert config.server.workspace_root == tmp_path.resolve()
 
 
 def test_max_sessions_from_file_and_environment(tmp_path):
-    assert load_config(None, {"workspace_root": str(tmp_path)}, environ={}).max_sessions == 64
+    assert (
+        load_config(None, {"workspace_root": str(tmp_path)}, environ={}).server.max_sessions == 64
+    )
     path = write(tmp_path, f'[server]\nworkspace_root = "{tmp_path}"\nmax_sessions = 3\n')
-    assert load_config(path, environ={}).max_sessions == 3
+    assert load_config(path, environ={}).server.max_sessions == 3
     env = {"RAWP_GATEWAY_MAX_SESSIONS": "5"}
-    assert load_config(path, environ=env).max_sessions == 5
+    assert load_config(path, environ=env).server.max_sessions == 5
     with pytest.raises(ConfigError, match="max_sessions must be at least 1"):
         load_config(path, environ={"RAWP_GATEWAY_MAX_SESSIONS": "0"})
 
@@ -238,7 +244,9 @@ def test_a_port_past_65535_is_an_error_not_another_port(tmp_path):
     """99999 used to be taken modulo 65536 by the socket layer: the gateway listened on 34463."""
     with pytest.raises(ConfigError, match="port must be at most 65535"):
         load_config(None, {"workspace_root": str(tmp_path), "port": 99999}, environ={})
-    assert load_config(None, {"workspace_root": str(tmp_path), "port": 65535}, environ={}).port
+    assert load_config(
+        None, {"workspace_root": str(tmp_path), "port": 65535}, environ={}
+    ).server.port
 
 
 def test_files_that_are_not_utf8_are_clear_errors(tmp_path):
@@ -267,3 +275,56 @@ def test_config_shapes_that_used_to_be_tracebacks(tmp_path, text, message):
     the first permission request."""
     with pytest.raises(ConfigError, match=message):
         load_config(write(tmp_path, text), {"workspace_root": str(tmp_path)}, environ={})
+
+
+def test_budgets_are_read_into_the_ledgers_limits(tmp_path):
+    """``[budgets]`` (docs/budgets.md): each key bounded, the table read in gateway/config/."""
+    from gateway.protocol.budget import Limits
+
+    root = {"workspace_root": str(tmp_path)}
+    assert load_config(None, root, environ={}).budgets == Limits(0.0, 0.0, 0.8)
+    path = write(tmp_path, "[budgets]\nsession_usd = 5\nuser_daily_usd = 50.5\nwarn_at = 1\n")
+    assert load_config(path, root, environ={}).budgets == Limits(5.0, 50.5, 1.0)
+    for table, says in (
+        ("session_usd = -1", r"\[budgets\]: session_usd must be from 0 to 1,000,000"),
+        ("user_daily_usd = nan", "user_daily_usd must be a finite number"),
+        ("session_usd = '5'", "session_usd must be int or float"),
+        ("session_usd = true", "session_usd must be int or float"),
+        ("warn_at = 0", "warn_at must be above 0"),
+        ("warn_at = 1.5", "warn_at must be at most 1"),
+        ("budgets = 1", r"\[budgets\] must be a table"),
+    ):
+        text = f"{table}\n" if table.startswith("budgets") else f"[budgets]\n{table}\n"
+        with pytest.raises(ConfigError, match=says):
+            load_config(write(tmp_path, text), root, environ={})
+
+
+def test_every_unknown_name_is_reported_in_one_line(tmp_path):
+    path = write(tmp_path, "[server]\nprot = 1\nzzz = 2\n[budgets]\nsesion_usd = 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    assert str(err.value) == (
+        f"{path}:2: unknown key [server] prot; did you mean port?; "
+        f"{path}:3: unknown key [server] zzz; "
+        f"{path}:5: unknown key [budgets] sesion_usd; did you mean session_usd?"
+    )
+
+
+def test_only_server_keys_have_variables_and_flags():
+    """load_config layers variables and flags over [server] alone: a variable or flag declared on
+    another section's key would be documented and never read."""
+    from gateway.config import SECTIONS
+    from gateway.config.settings import declared
+
+    others = [
+        (section, key.name)
+        for section, cls in SECTIONS.items()
+        if section != "server"
+        for key in declared(cls).values()
+        if key.setting.env or key.setting.flag
+    ]
+    assert others == []
+    server = declared(SECTIONS["server"])
+    assert {k for k, key in server.items() if key.setting.flag} == {
+        "host", "port", "workspace_root", "token_file", "log_format", "state_dir"
+    }  # fmt: skip

@@ -47,7 +47,7 @@ def refused(tmp_path, text: str) -> str:
 
 def test_rules_are_read_in_order(tmp_path):
     path, config = load(tmp_path, GOOD)
-    first, second = config.policy
+    first, second = config.policy.rules
     assert (first.name, first.decision, first.message) == (
         "no-force-push",
         "deny",
@@ -62,7 +62,7 @@ def test_rules_are_read_in_order(tmp_path):
 
 
 def test_no_rules(tmp_path):
-    assert load(tmp_path, "")[1].policy == ()
+    assert load(tmp_path, "")[1].policy.rules == ()
 
 
 @pytest.mark.parametrize(

@@ -139,7 +139,7 @@ def test_every_documented_section_loads(tmp_path):
         environ={},
     )
     assert config.agents["claude-code"].env == {"IS_SANDBOX": "1"}
-    assert config.webhooks[0].secret == b"s3cret"
+    assert config.notify.webhooks[0].secret == b"s3cret"
 
 
 @pytest.mark.parametrize(
@@ -253,7 +253,7 @@ def test_the_gateway_files_are_known_for_masking(tmp_path):
         "audit.jsonl.1",
         "audit.jsonl.2",
     }
-    assert str(config.workspace_root) in config.hidden_paths
+    assert str(config.server.workspace_root) in config.hidden_paths
 
 
 def test_a_profile_may_not_hand_the_agent_a_gateway_setting(tmp_path):

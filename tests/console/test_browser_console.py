@@ -151,7 +151,7 @@ async def test_console_drives_a_demo_session(gateway, page):
     assert await page.js("document.getElementById('ask-dialog').contains(document.activeElement)")
     assert await page.js("document.activeElement.dataset.value") == "allow"
     assert re.fullmatch(r"\d+ s left to answer", await text_of(page, "#ask-remaining"))
-    target = gateway.server.app[CONFIG].workspace_root / "ws" / "a.txt"
+    target = gateway.server.app[CONFIG].server.workspace_root / "ws" / "a.txt"
     assert await text_of(page, "#ask-question") == f"Allow Write: {target}?"
     await shot(page, "permission")
     await page.key("Enter")
@@ -532,7 +532,7 @@ def requests_to(page: Page, path_part: str) -> list[dict]:
 async def test_an_image_the_agent_reads_is_shown_in_the_page(gateway, page):
     """The demo agent reads a PNG as Claude Code does; the gateway sends agent.file.transfer and a
     binary_ref result; the page fetches the real file_url with the token and shows the image."""
-    root = gateway.server.app[CONFIG].workspace_root
+    root = gateway.server.app[CONFIG].server.workspace_root
     (root / "ws" / "dot.png").write_bytes(PNG)
     session_id = await log_in_and_create(page, gateway, "image", TOKEN)
     await prompt(page, "read dot.png")

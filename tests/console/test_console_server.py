@@ -286,7 +286,7 @@ def test_allowed_origins_config(tmp_path):
     path = tmp_path / "gw.toml"
     path.write_text('[server]\nallowed_origins = ["https://Console.example:8443/", "http://a.b"]\n')
     config = load_config(path, environ={})
-    assert config.allowed_origins == {"https://console.example:8443", "http://a.b"}
+    assert config.server.allowed_origins == {"https://console.example:8443", "http://a.b"}
     for bad in ('["ftp://x"]', '["https://x/path"]', '["x"]', "[1]", '"https://x"'):
         path.write_text(f"[server]\nallowed_origins = {bad}\n")
         with pytest.raises(ConfigError, match="allowed_origins"):

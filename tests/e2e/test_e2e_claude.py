@@ -730,7 +730,7 @@ async def test_10_mib_tool_output_is_cut_below_max_frame_size(max_frame_size):
     16 KiB the gateway cuts further. Every frame fits; the session keeps working."""
     kw = {} if max_frame_size is None else {"max_frame_size": max_frame_size}
     async with gateway("big-output", auto_allow=frozenset({"Bash"}), **kw) as rig:
-        limit = rig.gw.server.app[CONFIG].max_frame_size
+        limit = rig.gw.server.app[CONFIG].server.max_frame_size
         assert limit == (max_frame_size or 1024 * 1024)
         session = await rig.create()
         sid = session["session_id"]

@@ -16,7 +16,6 @@ from gateway.protocol.budget import (
     LedgerError,
     Limits,
     check_limit,
-    limits_of,
 )
 from tests.support.scenario import (
     CLAUDE,
@@ -195,23 +194,17 @@ def test_a_saved_ledger_that_cannot_be_used_says_why(saved, says):
         Ledger.from_json(saved, Limits())
 
 
-def test_limits_are_bounded():
-    assert limits_of({}) == Limits(0.0, 0.0, 0.8)
-    assert limits_of({"session_usd": 5, "user_daily_usd": 50.5, "warn_at": 1}) == Limits(
-        5.0, 50.5, 1.0
-    )
-    for table, says in (
-        ({"session_usd": -1}, "session_usd must be from 0 to 1,000,000"),
-        ({"user_daily_usd": float("nan")}, "user_daily_usd must be from 0"),
-        ({"session_usd": "5"}, "session_usd must be a number"),
-        ({"session_usd": True}, "session_usd must be a number"),
-        ({"warn_at": 0}, "warn_at must be a share"),
-        ({"warn_at": 1.5}, "warn_at must be a share"),
+def test_a_budget_an_admin_sets_is_bounded():
+    assert check_limit(5, "budget_usd") == 5.0
+    for value, says in (
+        (2e6, "budget_usd must be from 0 to 1,000,000"),
+        (-1, "budget_usd must be from 0"),
+        (float("nan"), "budget_usd must be from 0"),
+        ("5", "budget_usd must be a number"),
+        (True, "budget_usd must be a number"),
     ):
         with pytest.raises(ValueError, match=says):
-            limits_of(table)
-    with pytest.raises(ValueError, match="budget_usd"):
-        check_limit(2e6, "budget_usd")
+            check_limit(value, "budget_usd")
 
 
 # --- the session machine ---------------------------------------------------------------------

@@ -368,7 +368,7 @@ def test_termination_grace_covers_the_suspend():
     handshake), must end well before Kubernetes' SIGKILL."""
     from gateway.config import Config
 
-    grace = gateway_config()["server"].get("shutdown_grace_sec", Config().shutdown_grace_sec)
+    grace = gateway_config()["server"].get("shutdown_grace_sec", Config().server.shutdown_grace_sec)
     from gateway.session.fanout import CLOSE_TIMEOUT_SEC
 
     assert gateway_pod()["terminationGracePeriodSeconds"] >= 2 * (grace + 2 * CLOSE_TIMEOUT_SEC)
@@ -558,7 +558,7 @@ def test_deployed_config_loads_with_the_gateways_own_loader(source, tmp_path):
     workspace.mkdir()
     environ = {"RAWP_GATEWAY_TOKEN_FILE": str(token), "RAWP_GATEWAY_WORKSPACE_ROOT": str(workspace)}
     config = load_config(path, environ=environ)  # an unknown key would raise
-    assert (config.host, config.port, config.token) == ("0.0.0.0", 8765, "a-token")
+    assert (config.server.host, config.server.port, config.token) == ("0.0.0.0", 8765, "a-token")
     assert "claude-code" in config.agents
 
 

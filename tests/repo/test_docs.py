@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gateway import cli, config
 from gateway.agent import profiles
+from gateway.agent.sandbox import Isolation
+from gateway.config import settings, strict
 from gateway.protocol import codec, frames
 from gateway.server import create_app
 from parsers.base import _BUILTIN
@@ -39,7 +43,7 @@ def code_cell(text: str, value: str) -> bool:
 
 
 def test_every_route_of_the_server_is_documented(tmp_path):
-    app = create_app(config.Config(workspace_root=tmp_path))
+    app = create_app(config.Config(server=config.ServerSettings(workspace_root=tmp_path)))
     text = doc("http-api.md")
     routes = {(r.method, r.resource.canonical) for r in app.router.routes() if r.method != "HEAD"}
     assert routes
@@ -79,12 +83,85 @@ def test_the_handshake_and_reattach_are_documented():
 # --------------------------------------------------------------------------- configuration.md
 
 
-def test_every_server_key_and_variable_is_documented():
+# A sub-table documented as one key of its section, its names checked one by one below
+# (test_every_feature_and_builtin_profile_is_documented).
+TABLES_AS_KEYS = {("agents.NAME", "features")}
+
+
+def known_keys(schema: Mapping[str, Any], label: str = "") -> Iterator[tuple[str, str]]:
+    """Every (section, key) the file may have, from the names the strict reading knows, the
+    section as docs/configuration.md writes it inside its brackets (``server``,
+    ``agents.NAME``, ``[policy.rules]`` for ``[[policy.rules]]``)."""
+    for name, sub in schema.items():
+        inner = "NAME" if name == strict.ANY_NAME else name
+        section = f"{label}.{inner}" if label else inner
+        if isinstance(sub, list):
+            yield from known_keys(sub[0], f"[{section}]")
+        elif isinstance(sub, Mapping) and (label, name) not in TABLES_AS_KEYS:
+            yield from known_keys(sub, section)
+        else:
+            yield label, name
+
+
+def documented_keys(text: str) -> dict[tuple[str, str], dict[str, str]]:
+    """Each key a table of docs/configuration.md lists, with its row's cells by column name: the
+    section is the heading's, or written before the key (`[auth] users_file`)."""
+    found: dict[tuple[str, str], dict[str, str]] = {}
+    sections: list[str] = []
+    columns: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            sections, columns = re.findall(r"`\[(\[?[^`\]]+\]?)\]`", line), []
+        elif line.startswith("| key |"):
+            columns = [c.strip() for c in line.strip()[1:-1].split("|")]
+        elif columns and line.startswith("| `"):
+            cells = dict(
+                zip(columns, (c.strip() for c in line.strip()[1:-1].split("|")), strict=True)
+            )
+            section = sections[0] if len(sections) == 1 else ""
+            for name in re.findall(r"`([^`]+)`", cells["key"]):
+                written = re.fullmatch(r"\[(\[?[^\]]+\]?)\] (\w+)", name)
+                if written:
+                    section, name = written.groups()
+                assert section, f"{name}: no section ({line})"
+                found[section, name] = cells
+        elif not line.startswith("|"):
+            columns = []
+    return found
+
+
+def test_every_key_of_every_section_is_documented_with_its_default():
+    """The docs list every key the file may have and no other; where a key is declared with a
+    Setting (gateway/config/settings.py), its row shows its default and its variable."""
     text = doc("configuration.md")
-    missing = [k for k in config._SERVER_KEYS if f"| `{k}` |" not in text]
-    missing += [v for v in config._ENV if f"`{v}`" not in text]
-    missing += [v for v in ("RAWP_GATEWAY_TOKEN", "RAWP_GATEWAY_CLAUDE") if f"`{v}`" not in text]
-    assert missing == []
+    rows = documented_keys(text)
+    known = set(known_keys(config.SCHEMA))
+    assert {"server", "auth.oidc", "[notify.webhooks]", "[policy.rules]", "agents.NAME"} <= {
+        s for s, _ in known
+    }
+    assert sorted(known - set(rows)) == []  # a key the docs do not list
+    assert sorted(set(rows) - known) == []  # a key the docs list that does not exist
+    wrong = []
+    for section, cls in config.SECTIONS.items():
+        for name, key in settings.declared(cls).items():
+            cells = rows[section, name]
+            if settings.shown_default(key) not in cells["default"]:
+                wrong.append((section, name, settings.shown_default(key), cells["default"]))
+            said = set(re.findall(r"RAWP_GATEWAY_\w+", cells.get("variable", "")))
+            if said != ({key.setting.env} if key.setting.env else set()):
+                wrong.append((section, name, key.setting.env, said))
+    isolation = Isolation()
+    for name in config.ISOLATION_KEYS:
+        shown = settings.shown_value(getattr(isolation, name))
+        if shown not in rows["isolation", name]["default"]:
+            wrong.append(("isolation", name, shown, rows["isolation", name]["default"]))
+    assert wrong == []
+
+
+def test_every_other_variable_is_documented():
+    text = doc("configuration.md")
+    for var in (config.TOKEN_VARIABLE, config.CLAUDE_VARIABLE):
+        assert f"| `{var}` |" in text, var
 
 
 def profile_toml_keys(tmp_path: Path) -> list[str]:

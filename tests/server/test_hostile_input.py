@@ -331,7 +331,7 @@ async def test_DPS_7_1_a_long_history_comes_in_parts_that_each_fit_max_frame_siz
         parts = []
         while True:
             msg = await raw.ws.receive(timeout=30)
-            assert len(msg.data.encode()) <= config.max_frame_size
+            assert len(msg.data.encode()) <= config.server.max_frame_size
             frame = json.loads(msg.data)
             if frame["type"] == "session.history":
                 parts.append(frame)
@@ -351,7 +351,7 @@ async def test_DPS_7_1_a_long_history_comes_in_parts_that_each_fit_max_frame_siz
         url = str(client.make_url("/")).rstrip("/")
         async with GatewayClient(url) as gateway:
             conn = await gateway.attach(
-                sid, last_message_id=start["message_id"], max_msg_size=config.max_frame_size
+                sid, last_message_id=start["message_id"], max_msg_size=config.server.max_frame_size
             )
             while True:
                 frame = await conn.receive()

@@ -46,7 +46,7 @@ async def test_a_large_agent_line_is_cut_to_max_frame_size_and_the_session_goes_
         result = next(f for f in frames if f["type"] == "tool.invoke.result")
         assert result["payload"]["status"] == "success"
         assert result["payload"]["truncated"] is True
-        assert len(json.dumps(result).encode()) <= config.max_frame_size
+        assert len(json.dumps(result).encode()) <= config.server.max_frame_size
         frames = await prompt_and_wait(master, "hello again")
         assert frames[-1]["type"] == "session.usage"
     finally:

@@ -24,7 +24,7 @@ from aiohttp import WSMsgType
 from aiohttp._websocket.writer import WebSocketWriter
 
 from gateway.cli.translate import SENT_PREFIX
-from gateway.config import Config, builtin_profiles
+from gateway.config import Config, ServerSettings, builtin_profiles
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import actions as act
 from gateway.protocol import codec
@@ -151,7 +151,7 @@ async def replay(fixture: Path, tmp_path: Path) -> tuple[OldPathSession, dict[st
         "3f0c2a1b-4d5e-4f60-8a7b-9c0d1e2f3a4b",
         builtin_profiles()[agent],
         tmp_path,
-        config=Config(workspace_root=tmp_path),
+        config=Config(server=ServerSettings(workspace_root=tmp_path)),
         metrics=GatewayMetrics(agents=[agent]),
     )
     sinks = {}
@@ -222,7 +222,7 @@ async def test_DPS_7_1_history_a_reattach_leaves_room_in_the_send_queue_for_the_
         "3f0c2a1b-4d5e-4f60-8a7b-9c0d1e2f3a4b",
         builtin_profiles()["claude-code"],
         tmp_path,
-        config=Config(workspace_root=tmp_path, send_queue_bytes=65536),
+        config=Config(server=ServerSettings(workspace_root=tmp_path, send_queue_bytes=65536)),
         metrics=GatewayMetrics(agents=["claude-code"]),
     )
     commands = [ev.SlashCommand(name=f"command-{i}", description="d" * 200) for i in range(60)]

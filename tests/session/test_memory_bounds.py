@@ -90,12 +90,12 @@ async def test_a_20_MB_line_never_closes_masters_that_keep_reading(tmp_path):
         await masters[0].send("control.prompt.request", {"prompt_text": "go"})
         await asyncio.gather(*(m.until("session.usage", timeout=60) for m in masters))
         line = "0123456789abcdef" * (20 * 65536) + "\n"
-        kept = line[: config.max_frame_size]
+        kept = line[: config.server.max_frame_size]
         for master in masters:
             assert master.ws.close_code is None and not master.ws.closed
             deltas = [f for f in master.frames if f["type"] == "agent.text.delta"]
             assert "".join(d["payload"]["text"] for d in deltas) == kept
-            assert all(len(json.dumps(f).encode()) <= config.max_frame_size for f in deltas)
+            assert all(len(json.dumps(f).encode()) <= config.server.max_frame_size for f in deltas)
             assert deltas[-1]["metadata"]["text_truncated"] is True
             assert deltas[-1]["metadata"]["omitted_chars"] == len(line) - len(kept)
             warning = next(f for f in master.frames if f["type"] == "agent.error")["payload"]
@@ -164,13 +164,13 @@ async def test_prompts_an_agent_does_not_read_are_bounded_and_refused_clearly(tm
 
 
 def test_max_stdin_bytes_has_a_default_a_toml_key_and_a_lower_bound(tmp_path):
-    assert load_config(None, {"workspace_root": str(tmp_path)}, environ={}).max_stdin_bytes == (
-        4 * 1024 * 1024
-    )
+    assert load_config(
+        None, {"workspace_root": str(tmp_path)}, environ={}
+    ).server.max_stdin_bytes == (4 * 1024 * 1024)
     path = tmp_path / "gateway.toml"
     path.write_text("[server]\nmax_stdin_bytes = 1048576\n")
     config = load_config(path, {"workspace_root": str(tmp_path)}, environ={})
-    assert config.max_stdin_bytes == 1024 * 1024
+    assert config.server.max_stdin_bytes == 1024 * 1024
     path.write_text("[server]\nmax_stdin_bytes = 10\n")
     with pytest.raises(ConfigError, match="max_stdin_bytes must be at least"):
         load_config(path, {"workspace_root": str(tmp_path)}, environ={})

@@ -725,10 +725,13 @@ def test_file_limits_and_image_flag_are_configurable(tmp_path):
         'image_flag = "--attach {path}"\n'
     )
     config = load_config(toml, environ={})
-    assert (config.max_upload_bytes, config.max_session_file_bytes) == (1000, 5000)
+    assert (config.server.max_upload_bytes, config.server.max_session_file_bytes) == (1000, 5000)
     assert config.agents["mine"].image_flag == "--attach {path}"
     assert config.agents["codex"].image_flag == "--image {path}"
-    assert (Config().max_upload_bytes, Config().max_session_file_bytes) == (20 << 20, 256 << 20)
+    assert (Config().server.max_upload_bytes, Config().server.max_session_file_bytes) == (
+        20 << 20,
+        256 << 20,
+    )
 
 
 async def test_client_uploads_and_downloads(gw):

@@ -16,7 +16,7 @@ from unittest.mock import ANY
 import aiohttp
 import pytest
 
-from gateway.config import Config, builtin_profiles
+from gateway.config import Config, ServerSettings, builtin_profiles
 from gateway.protocol import recovery
 from gateway.protocol.history import History
 from gateway.server import SESSIONS, create_app
@@ -325,7 +325,10 @@ async def test_a_session_whose_profile_or_workspace_is_gone_is_skipped(tmp_path,
     ws.rmdir()
     no_demo = {k: v for k, v in builtin_profiles().items() if k != "demo"}
     gw = await start_gateway(
-        Config(workspace_root=tmp_path.resolve(), agents=no_demo, state_dir=state)
+        Config(
+            server=ServerSettings(workspace_root=tmp_path.resolve(), state_dir=state),
+            agents=no_demo,
+        )
     )
     try:
         listed, metrics = await restored(gw)

@@ -17,7 +17,14 @@ import aiohttp
 import msgspec
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.config import Config, builtin_profiles
+from gateway.config import (
+    AcpSettings,
+    Config,
+    NotifySettings,
+    PolicySettings,
+    ServerSettings,
+    builtin_profiles,
+)
 from gateway.protocol.capabilities import ALL_FEATURES
 from gateway.server import create_app
 from gateway.server.refusals import JsonErrorRunner
@@ -34,9 +41,20 @@ UPGRADE = {
 
 
 def make_config(root: Path, **kw: Any) -> Config:
+    """A config serving ``root``: ``agents`` over the built-ins, the other ``kw`` any of Config's
+    fields or a ``[server]`` key, ``policy`` its rules and ``webhooks`` ``[notify]``'s."""
     agents = dict(builtin_profiles())
     agents.update(kw.pop("agents", {}))
-    return Config(workspace_root=root.resolve(), agents=agents, **kw)
+    server = {k: kw.pop(k) for k in list(kw) if k in ServerSettings.__dataclass_fields__}
+    if "policy" in kw:
+        kw["policy"] = PolicySettings(kw["policy"])
+    if "webhooks" in kw:
+        kw["notify"] = NotifySettings(kw.pop("webhooks"))
+    if "acp_default_agent" in kw:
+        kw["acp"] = AcpSettings(kw.pop("acp_default_agent"))
+    return Config(
+        server=ServerSettings(workspace_root=root.resolve(), **server), agents=agents, **kw
+    )
 
 
 def fast_demo(delay_ms: int = 1, **changes: Any):

@@ -23,7 +23,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.config import ConfigError, load_config
+from gateway.config import ConfigError, FleetSettings, load_config
 from gateway.server import create_app
 from gateway.team import fleet
 from tests.support import serve_process
@@ -65,18 +65,18 @@ def load(tmp_path, text: str, environ: dict[str, str] | None = None):
 
 
 def test_pod_name_defaults_to_the_downward_api_variable_then_the_host_name(tmp_path):
-    assert load(tmp_path, "").pod_name == socket.gethostname()
+    assert load(tmp_path, "").server.pod_name == socket.gethostname()
     named = load(tmp_path, "", {"RAWP_GATEWAY_POD_NAME": "rawp-gateway-2"})
-    assert named.pod_name == "rawp-gateway-2"
+    assert named.server.pod_name == "rawp-gateway-2"
     # The file's pod_name wins over the variable (which is a default).
     config = load(tmp_path, 'pod_name = "gw-a"\n', {"RAWP_GATEWAY_POD_NAME": "rawp-gateway-2"})
-    assert config.pod_name == "gw-a"
+    assert config.server.pod_name == "gw-a"
 
 
 def test_route_prefix_fills_in_the_pod_name(tmp_path):
     config = load(tmp_path, 'route_prefix = "/pods/{pod}"\n', {"RAWP_GATEWAY_POD_NAME": "gw-3"})
-    assert config.route_prefix == "/pods/gw-3"
-    assert load(tmp_path, "").route_prefix == ""
+    assert config.server.route_prefix == "/pods/gw-3"
+    assert load(tmp_path, "").server.route_prefix == ""
 
 
 @pytest.mark.parametrize(
@@ -101,14 +101,18 @@ def test_bad_fleet_settings_are_refused(tmp_path, line):
 
 def test_trusted_proxies_are_networks(tmp_path):
     config = load(tmp_path, 'trusted_proxies = ["10.0.0.0/8", "127.0.0.1", "fd00::/8"]\n')
-    assert [str(n) for n in config.trusted_proxies] == ["10.0.0.0/8", "127.0.0.1/32", "fd00::/8"]
+    assert [str(n) for n in config.server.trusted_proxies] == [
+        "10.0.0.0/8",
+        "127.0.0.1/32",
+        "fd00::/8",
+    ]
 
 
 def test_fleet_peers_are_base_urls_or_one_dns_name(tmp_path):
     listed = load(tmp_path, '[fleet]\npeers = ["http://10.1.2.3:8765/", "https://gw.example"]\n')
-    assert listed.fleet_peers == ("http://10.1.2.3:8765", "https://gw.example")
+    assert listed.fleet.peers == ("http://10.1.2.3:8765", "https://gw.example")
     dns = load(tmp_path, '[fleet]\npeers = "dns:rawp-gateway-headless:8765"\n')
-    assert dns.fleet_peers == ("dns:rawp-gateway-headless:8765",)
+    assert dns.fleet.peers == ("dns:rawp-gateway-headless:8765",)
     for bad in ('"rawp-gateway-headless:8765"', '"dns:name"', '"dns:n:99999"', '["10.1.2.3"]'):
         with pytest.raises(ConfigError):
             load(tmp_path, f"[fleet]\npeers = {bad}\n")
@@ -259,13 +263,14 @@ async def peered_gateways(tmp_path: Path, *more_peers: str) -> AsyncIterator[lis
     try:
         for i, port in enumerate(ports):
             (tmp_path / str(i)).mkdir()
-            config = replace(
-                fleet_config(tmp_path / str(i)),
+            base = fleet_config(tmp_path / str(i))
+            server = replace(
+                base.server,
                 pod_name=f"rawp-gateway-{i}",
                 route_prefix=f"/pods/rawp-gateway-{i}",
                 port=port,
-                fleet_peers=peers,
             )
+            config = replace(base, server=server, fleet=FleetSettings(peers))
             client = TestClient(TestServer(create_app(config), port=port))
             await client.start_server()
             clients.append(client)

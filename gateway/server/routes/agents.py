@@ -58,8 +58,8 @@ async def list_conversations(request: web.Request) -> web.Response:
         profile,
         str(workspace),
         int(limit),
-        timeout=config.conversations_timeout_sec,
-        grace=config.shutdown_grace_sec,
+        timeout=config.server.conversations_timeout_sec,
+        grace=config.server.shutdown_grace_sec,
         sandboxes=own_sandboxes(request, agent, workspace),
     )
     return web.json_response(await listing)

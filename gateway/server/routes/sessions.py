@@ -96,7 +96,7 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
 def _resolve_workspace(config: Config, requested: Any) -> Path:
     """The session's workspace directory: an existing directory inside the root, named by a
     bounded path (checked before anything is touched)."""
-    root = config.workspace_root
+    root = config.server.workspace_root
     if requested is None:
         return root
     if not isinstance(requested, str) or not requested:
@@ -164,7 +164,7 @@ async def create_session(request: web.Request) -> web.Response:
     origin = body.get("origin", "remote")
     if origin not in ("remote", "local"):
         raise ApiError(400, "INVALID_REQUEST", "origin must be remote or local")
-    window = body.get("reattach_window_sec", config.reattach_window_sec)
+    window = body.get("reattach_window_sec", config.server.reattach_window_sec)
     if (
         isinstance(window, bool)
         or not isinstance(window, int | float)
@@ -193,16 +193,16 @@ async def create_session(request: web.Request) -> web.Response:
             str(workspace),
             resume,
             own,
-            timeout=config.conversations_timeout_sec,
-            grace=config.shutdown_grace_sec,
+            timeout=config.server.conversations_timeout_sec,
+            grace=config.server.shutdown_grace_sec,
         )
     elif resume is not None:  # read and translated before anything is created
         transcript = await conversations.load_conversation(
             profile,
             str(workspace),
             resume,
-            timeout=config.conversations_timeout_sec,
-            grace=config.shutdown_grace_sec,
+            timeout=config.server.conversations_timeout_sec,
+            grace=config.server.shutdown_grace_sec,
         )
     session = await start_session(
         request,
@@ -238,7 +238,9 @@ async def start_session(
     app = request.app
     config = app[CONFIG]
     agent = profile.name
-    window = config.reattach_window_sec if reattach_window_sec is None else reattach_window_sec
+    window = (
+        config.server.reattach_window_sec if reattach_window_sec is None else reattach_window_sec
+    )
     if config.isolation.sandboxed:  # never an agent outside it, single-turn ones included
         problem = await sandbox_probe(config.isolation, agent_environment(profile.env))
         if problem is not None:
@@ -247,11 +249,11 @@ async def start_session(
             )
     # Everything is valid: only now is anything created (the session, its agent).
     _check_taking(app, new_session=True)
-    if _held(app) >= config.max_sessions:
+    if _held(app) >= config.server.max_sessions:
         raise ApiError(
             503,
             "TOO_MANY_SESSIONS",
-            f"this gateway runs at most {config.max_sessions} sessions (max_sessions); "
+            f"this gateway runs at most {config.server.max_sessions} sessions (max_sessions); "
             "delete one first",
         )
     session_id = str(uuid.uuid4())
@@ -284,7 +286,8 @@ async def start_session(
         app[SESSIONS].pop(session_id, None)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(
-                asyncio.shield(session.delete("error", "client")), config.shutdown_grace_sec + 5
+                asyncio.shield(session.delete("error", "client")),
+                config.server.shutdown_grace_sec + 5,
             )
         raise
     if session.start_error is not None:
@@ -344,22 +347,22 @@ def _wire(app: web.Application, session: LiveSession, role: str | None = None) -
 
 def _history_from(buffer: Any, config: Config) -> History:
     if buffer is None:
-        return History(config.buffer_policy, config.buffer_max_bytes)  # type: ignore[arg-type]
+        return History(config.server.buffer_policy, config.server.buffer_max_bytes)  # type: ignore[arg-type]
     if not isinstance(buffer, dict):
         raise ApiError(400, "INVALID_REQUEST", "buffer must be an object {policy, max_bytes}")
-    policy = buffer.get("policy", config.buffer_policy)
+    policy = buffer.get("policy", config.server.buffer_policy)
     if policy not in POLICIES:
         raise ApiError(
             400, "INVALID_REQUEST", f"buffer.policy must be one of {', '.join(POLICIES)}"
         )
-    max_bytes = buffer.get("max_bytes", config.buffer_max_bytes)
+    max_bytes = buffer.get("max_bytes", config.server.buffer_max_bytes)
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
         raise ApiError(400, "INVALID_REQUEST", "buffer.max_bytes must be an integer >= 0")
-    if max_bytes > config.max_buffer_bytes:
+    if max_bytes > config.server.max_buffer_bytes:
         raise ApiError(
             400,
             "INVALID_REQUEST",
-            f"buffer.max_bytes may be at most {config.max_buffer_bytes} on this gateway",
+            f"buffer.max_bytes may be at most {config.server.max_buffer_bytes} on this gateway",
         )
     return History(policy, max_bytes)
 
