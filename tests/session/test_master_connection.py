@@ -70,6 +70,8 @@ async def test_DPS_2_4_broadcast_a_third_master_protocol_gets_the_typed_frames_o
         session.attach(
             "dps", None, role="master", last_message_id=None, transport=sink, drain=no_drain
         )
+        await asyncio.sleep(0)  # the DPS connection's writes leave at the end of the iteration
+        dps_greeting = len(messages(bytes(sink.data)))
         recorder = session.attach_connection(Recorder("third"))
         assert session.connections["third"] is recorder
         greeting = len(recorder.sent)
@@ -95,13 +97,14 @@ async def test_DPS_2_4_broadcast_a_third_master_protocol_gets_the_typed_frames_o
             assert out.data == codec.encode(out.frame)
             assert out.framed == text_frame(out.data)
 
-        await asyncio.sleep(0)  # the DPS connection's writes leave at the end of the iteration
-        dps = [json.loads(m) for m in messages(bytes(sink.data))]
-        relayed = [f for f in dps if f["type"] == "control.prompt.request"]
-        assert [f["message_id"] for f in relayed] == [prompt["message_id"]]
-        after = [f for f in dps if f["type"] != "control.prompt.request"]
-        start = next(i for i, f in enumerate(after) if f["type"] == "session.turn.start")
-        assert after[start : start + len(turn)] == [json.loads(out.data) for out in turn]
+        await asyncio.sleep(0)
+        dps = [json.loads(m) for m in messages(bytes(sink.data))][dps_greeting:]
+        relayed, rest = dps[0], dps[1:]
+        assert (relayed["type"], relayed["message_id"]) == (
+            "control.prompt.request",
+            prompt["message_id"],
+        )
+        assert rest[: len(turn)] == [json.loads(out.data) for out in turn]
     finally:
         await asyncio.wait_for(session.delete(), 30)
     assert recorder.closed.is_set() and recorder.close_code == 1000
