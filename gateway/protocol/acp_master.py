@@ -6,9 +6,9 @@ Toward masters the gateway also speaks the Agent Client Protocol as an ACP *agen
 (docs/acp-masters.md). An ACP client attached to a session is one more master of it: the session
 hands its ``AcpView`` the very frames it hands every DPS master, typed (``take(frame)``; the frames
 a ``session.history`` carries are JSON, read by ``frame(data)``), and it returns the ACP messages
-that frame becomes, already encoded: at most one message per frame, each carrying ``_meta.rawp.messageId`` (the frame's ``message_id``), so that
-a client that lost its connection can load again after the last one it saw, as a DPS master
-reattaches with ``last_message_id``.
+that frame becomes, already encoded: at most one message per frame, each carrying
+``_meta.rawp.messageId`` (the frame's ``message_id``), so that a client that lost its connection
+can load again after the last one it saw, as a DPS master reattaches with ``last_message_id``.
 
 What the client asks becomes the control frames a DPS master would send (``prompt``, ``cancel``,
 ``set_mode``, ``answer``): the shell feeds them to the session as it feeds a DPS master's frame, so

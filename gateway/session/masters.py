@@ -108,9 +108,10 @@ class Masters:
         abort: Callable[[], None] | None = None,
         sender: roles.Sender | None = None,
     ) -> WebSocketConnection:
-        """A new DPS master's WebSocket; with ``last_message_id`` a reattach, with ``full_history`` a master
-        that has nothing yet and asks for everything buffered (``?history=all``). ``sender``: who
-        is on it, whose role on the session decides what it may send (None: no checks)."""
+        """A new DPS master's WebSocket; with ``last_message_id`` a reattach, with
+        ``full_history`` a master that has nothing yet and asks for everything buffered
+        (``?history=all``). ``sender``: who is on it, whose role on the session decides what it
+        may send (None: no checks)."""
         conn = WebSocketConnection(
             conn_id,
             ws,
