@@ -35,7 +35,7 @@ from gateway.config import Config, ServerSettings, builtin_profiles  # noqa: E40
 from gateway.metrics import GatewayMetrics  # noqa: E402
 from gateway.session import LiveSession  # noqa: E402
 from gateway.session.acp_client import AcpClient  # noqa: E402
-from gateway.session.fanout import MasterConnection  # noqa: E402
+from gateway.session.fanout import WebSocketConnection  # noqa: E402
 from gateway.team import roles  # noqa: E402
 from parsers import events as ev  # noqa: E402
 
@@ -60,7 +60,7 @@ async def one_pass(lines: list[bytes], root: Path, acp: bool) -> tuple[float, in
     transport = _CountingTransport()
     client = None
     if acp:
-        out = MasterConnection("acp", None, transport=transport, drain=_no_drain, role="acp")
+        out = WebSocketConnection("acp", None, transport=transport, drain=_no_drain, role="acp")
         client = AcpClient("acp", out, roles.Sender(roles.LOCAL, None))
         client.attach(session)
     else:

@@ -20,7 +20,7 @@ is compiled as it is, but for these changes to the copy:
 A Struct is an interpreted class in any case (its metaclass keeps mypyc from making it native), so
 the frames and events stay what they are; the functions and the plain classes and dataclasses
 (``SessionMachine``, ``Mapper``, ``FrameFactory``, the parsers, ``LiveSession``, ``History``,
-``MasterConnection``, the metrics) become C.
+``WebSocketConnection``, the metrics) become C.
 
 The measurement is ``bench_session_path.py``'s: its ``one_pass`` (each line of a long Claude Code
 transcript through ``LiveSession.take_lines``: parser, session machine, encode once,
@@ -89,6 +89,7 @@ COMPILED = (
     "gateway/protocol/interactions.py",
     "gateway/protocol/prompts.py",
     "gateway/protocol/tools.py",
+    "gateway/session/connection.py",
     "gateway/session/fanout.py",
     "gateway/storage/files.py",
     "gateway/protocol/history.py",

@@ -4,11 +4,11 @@ Theory of operation
 -------------------
 Toward masters the gateway also speaks the Agent Client Protocol as an ACP *agent*
 (docs/acp-masters.md). An ACP client attached to a session is one more master of it: the session
-hands its ``AcpView`` the very bytes it hands every DPS master (each frame encoded once, in the
-session), and ``frame(data)`` returns the ACP messages that frame becomes, already encoded: at most
-one message per frame, each carrying ``_meta.rawp.messageId`` (the frame's ``message_id``), so that
-a client that lost its connection can load again after the last one it saw, as a DPS master
-reattaches with ``last_message_id``.
+hands its ``AcpView`` the very frames it hands every DPS master, typed (``take(frame)``; the frames
+a ``session.history`` carries are JSON, read by ``frame(data)``), and it returns the ACP messages
+that frame becomes, already encoded: at most one message per frame, each carrying
+``_meta.rawp.messageId`` (the frame's ``message_id``), so that a client that lost its connection
+can load again after the last one it saw, as a DPS master reattaches with ``last_message_id``.
 
 What the client asks becomes the control frames a DPS master would send (``prompt``, ``cancel``,
 ``set_mode``, ``answer``): the shell feeds them to the session as it feeds a DPS master's frame, so
@@ -152,12 +152,16 @@ class AcpView:
     # --- frames in, ACP messages out --------------------------------------------------------
 
     def frame(self, data: bytes | memoryview) -> list[bytes]:
-        """The ACP messages one frame the session sent becomes (none, one, or the replies it
-        carries for this client's requests)."""
+        """``take`` of a frame as JSON (one a ``session.history`` carries)."""
         try:
             frame = _frame_decoder.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError):  # not a frame the gateway makes
             return []
+        return self.take(frame)
+
+    def take(self, frame: F.Frame) -> list[bytes]:
+        """The ACP messages one frame the session sent becomes (none, one, or the replies it
+        carries for this client's requests)."""
         payload = frame.payload
         if isinstance(payload, F.History):
             out: list[bytes] = []

@@ -56,18 +56,21 @@ def history_frames(
     buffer_high_watermark: int | None,
     max_frame_size: int,
     max_total_bytes: int | None = None,
-) -> tuple[list[bytes], int]:
-    """The encoded ``session.history`` frames for a reattach, and how many buffered frames could
-    not be sent (see the module docstring)."""
+) -> tuple[list[tuple[F.Frame, bytes]], int]:
+    """The ``session.history`` frames for a reattach, each with its encoding, and how many
+    buffered frames could not be sent (see the module docstring)."""
 
-    def build(part: list[bytes], status: F.BufferStatus, mid: str, ts: str, meta: Any) -> bytes:
+    def build(
+        part: list[bytes], status: F.BufferStatus, mid: str, ts: str, meta: Any
+    ) -> tuple[F.Frame, bytes]:
         payload = F.History(
             frames=[msgspec.Raw(data) for data in part],
             buffer_status=status,
             last_sync_timestamp=ts,
             last_message_id=mid,
         )
-        return codec.encode(factory.frame(payload, metadata=meta))
+        frame = factory.frame(payload, metadata=meta)
+        return frame, codec.encode(frame)
 
     n = len(frames)
     worst = F.BufferStatus(
@@ -77,7 +80,7 @@ def history_frames(
         buffer_high_watermark=buffer_high_watermark,
     )
     widest = {"history_part": n + 1, "history_parts": n + 1}
-    overhead = len(build([], worst, last_message_id, last_sync_timestamp, widest)) + _SLACK
+    overhead = len(build([], worst, last_message_id, last_sync_timestamp, widest)[1]) + _SLACK
     room = max_frame_size - overhead
     sendable = [data for data in frames if len(data) <= room]
     if max_total_bytes is not None:
@@ -110,7 +113,7 @@ def history_frames(
         lost_frame_count=lost_frame_count,
         buffer_high_watermark=buffer_high_watermark,
     )
-    out: list[bytes] = []
+    out: list[tuple[F.Frame, bytes]] = []
     for index, part in enumerate(parts, 1):
         mid, ts = last_message_id, last_sync_timestamp
         if index < len(parts):

@@ -54,7 +54,7 @@ from gateway.server.routes.sessions import (
 from gateway.server.websocket import check_upgrade_origin, read_socket
 from gateway.session import LiveSession
 from gateway.session.acp_client import MAX_ATTACHED, AcpAttachment, AcpClient
-from gateway.session.fanout import MasterConnection
+from gateway.session.fanout import WebSocketConnection
 from gateway.team import fleet, roles
 from parsers.acp import schema as S
 
@@ -116,7 +116,7 @@ async def acp_websocket(request: web.Request) -> web.StreamResponse:
         transport = request.transport
         if transport is None:  # the peer left during the handshake
             return ws
-        out = MasterConnection(
+        out = WebSocketConnection(
             conn_id,
             ws,
             transport=transport,

@@ -30,7 +30,7 @@ from gateway.server.keys import (
 )
 from gateway.server.middleware import _caller, is_loopback
 from gateway.server.routes.sessions import _check_taking, _live, _session
-from gateway.session.fanout import CLOSE_TIMEOUT_SEC, MasterConnection
+from gateway.session.fanout import CLOSE_TIMEOUT_SEC, WebSocketConnection
 from gateway.team import roles
 
 
@@ -149,7 +149,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
 
 async def read_socket(
     ws: web.WebSocketResponse,
-    conn: MasterConnection,
+    conn: WebSocketConnection,
     take: Callable[[str | None], Awaitable[None]],
 ) -> None:
     """Hand ``take`` each text message the peer sends (None for a binary one) until the peer
@@ -179,7 +179,7 @@ async def read_socket(
 
 
 async def _close(
-    ws: web.WebSocketResponse, code: int, reason: bytes, conn: MasterConnection
+    ws: web.WebSocketResponse, code: int, reason: bytes, conn: WebSocketConnection
 ) -> None:
     """The close handshake, for at most ``CLOSE_TIMEOUT_SEC``: aiohttp would wait 10 s for the
     peer's close frame, and without limit for a full socket to take ours. A peer that reads

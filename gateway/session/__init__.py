@@ -43,6 +43,11 @@ path, ``take_lines`` to ``_emit`` to the connections, has no hop between objects
 * ``agent_link.py``: the agent's side (spawn, stdout lines, stdin);
 * ``masters.py``: the masters' side (attach, detach, receive, who may send what, routes);
 * ``fanout.py``: one master's connection, written to without a task per frame.
+
+Beside them, ``connection.py`` is the seam to the master protocols: the session knows each
+connection only as a ``MasterConnection`` and sends it ``Outgoing`` frames (the typed frame, its
+JSON, its WebSocket message); the DPS WebSocket (``fanout.py``) and an ACP client's view
+(``acp_client.py``) are its two implementations.
 """
 
 from gateway.session.live import LiveSession

@@ -1,11 +1,12 @@
 """An ACP client's WebSocket as masters of sessions (docs/acp-masters.md): ``AcpClient`` is one
 ``/acp`` connection, ``AcpAttachment`` its place among a session's connections.
 
-The session treats an attachment as it treats a DPS master's socket (``Masters.attach_connection``):
-it hands it the same framed bytes it hands every connection (``send``), replies to it alone, and
-closes it (``close_after_flush``). The attachment gives those bytes to its ``AcpView``
+An attachment is a ``MasterConnection`` (gateway/session/connection.py), the ACP one: the session
+treats it as it treats a DPS master's socket (``Masters.attach_connection``): it hands it the same
+``Outgoing`` frames it hands every connection (``send``), replies to it alone, and closes it
+(``close_after_flush``). The attachment gives each typed frame to its ``AcpView``
 (gateway/protocol/acp_master.py, sans-IO), and what the view makes goes out on the client's one
-writer: a ``MasterConnection`` of the WebSocket itself (gateway/session/fanout.py), so the ACP
+writer: a ``WebSocketConnection`` of the WebSocket itself (gateway/session/fanout.py), so the ACP
 messages of every session of the connection and the responses to its requests leave in order,
 without a task per message, bounded by ``send_queue_bytes`` (past it the socket is closed with
 1013, and the client loads its sessions again after the last ``messageId`` it saw).
@@ -21,7 +22,8 @@ from aiohttp import WSCloseCode
 from gateway.protocol import frames as F
 from gateway.protocol.acp_master import AcpView
 from gateway.protocol.capabilities import ConnectionFilter, agreed_features
-from gateway.session.fanout import MasterConnection
+from gateway.session.connection import Outgoing
+from gateway.session.fanout import WebSocketConnection
 from gateway.team import roles
 
 if TYPE_CHECKING:
@@ -43,7 +45,6 @@ class AcpAttachment:
 
     def __init__(self, conn_id: str, client: AcpClient, session: LiveSession, view: AcpView):
         self.id = conn_id
-        self.ws = None
         self.role = "master"
         self.client = client
         self.session = session
@@ -51,8 +52,6 @@ class AcpAttachment:
         self.filter = ConnectionFilter(agreed_features(_WANTED, session.machine.config.features))
         self.closed = asyncio.Event()
         self.close_ready = asyncio.Event()
-        self.frames_sent = 0
-        self.overflowed = False
         # Messages kept back until ``release``: a new session's greeting must follow the answer
         # that tells the client the session's id.
         self.held: list[bytes] | None = None
@@ -69,22 +68,18 @@ class AcpAttachment:
     def queued_bytes(self) -> int:
         return self.client.out.queued_bytes
 
-    def send(self, framed: bytes, t_ns: int = 0) -> None:
-        """A frame as every connection gets it (``text_frame``): its JSON is after the header."""
-        size = framed[1] & 0x7F
-        start = 2 if size < 126 else 4 if size == 126 else 10
-        self.offer(memoryview(framed)[start:], t_ns)
-
-    def offer(self, data: bytes | memoryview, t_ns: int = 0) -> None:
+    def send(self, out: Outgoing) -> None:
+        """A frame as every connection gets it: the view reads the typed frame."""
         if self.closed.is_set():
             return
-        messages = self.view.frame(data)
+        messages = self.view.take(out.frame)
         if self.held is not None:
             self.held += messages
             return
-        out = self.client.out
+        writer = self.client.out
+        t_ns = out.t_ns
         for message in messages:
-            out.offer(message, t_ns)
+            writer.offer(message, t_ns)
             t_ns = 0
 
     def release(self) -> None:
@@ -107,7 +102,7 @@ class AcpAttachment:
 class AcpClient:
     """One ``/acp`` WebSocket: its writer, who is on it, and the sessions it is attached to."""
 
-    def __init__(self, conn_id: str, out: MasterConnection, sender: roles.Sender) -> None:
+    def __init__(self, conn_id: str, out: WebSocketConnection, sender: roles.Sender) -> None:
         self.id = conn_id
         self.out = out
         self.sender = sender
@@ -143,7 +138,7 @@ class AcpClient:
         view.greeting = True
         try:
             session.attach_connection(
-                att,  # type: ignore[arg-type]  # a connection by its interface
+                att,
                 last_message_id=last_message_id,
                 full_history=history and last_message_id is None,
                 sender=self.sender,

@@ -2,9 +2,12 @@
 
 Theory of operation
 -------------------
-A session encodes each frame once and frames it once (``text_frame``: the WebSocket header and the
-JSON, RFC 6455, unmasked, uncompressed), then hands the same bytes to every admitted
-``MasterConnection`` (``send``). Sending never waits and never awaits:
+``WebSocketConnection`` is the DPS master's ``MasterConnection`` (gateway/session/connection.py).
+A session encodes each frame once and frames it once (``Outgoing.framed``: the WebSocket header and
+the JSON, RFC 6455, unmasked, uncompressed), then hands the same ``Outgoing`` to every admitted
+connection (``send``): each DPS connection writes the same bytes. ``offer`` writes JSON that is not
+a session's frame (the ACP socket's messages, gateway/session/acp_client.py). Sending never waits
+and never awaits:
 
 * While the connection's transport is under its high-water mark, the bytes join a list that is
   written with one ``transport.write`` when the session's ``Flusher`` runs: at the end of a
@@ -33,35 +36,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import struct
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 from aiohttp import WSCloseCode
 
 from gateway.protocol.capabilities import ConnectionFilter
+from gateway.session.connection import Outgoing, text_frame
 
-__all__ = ["CLOSE_TIMEOUT_SEC", "Flusher", "MasterConnection", "text_frame"]
+__all__ = ["CLOSE_TIMEOUT_SEC", "Flusher", "WebSocketConnection"]
 
 OVERFLOW_CODE: Final = WSCloseCode.TRY_AGAIN_LATER
 # How long a connection the gateway closes gets, first for its last frames and then for the close
 # handshake, before its socket is dropped: a master that stopped reading must not hold up a
 # deletion or a stop (container engines SIGKILL 10 s after SIGTERM). docs/limits.md.
 CLOSE_TIMEOUT_SEC: Final = 2.0
-_LEN7: Final = struct.Struct("!BB").pack
-_LEN16: Final = struct.Struct("!BBH").pack
-_LEN64: Final = struct.Struct("!BBQ").pack
-_FIN_TEXT: Final = 0x81
-
-
-def text_frame(data: bytes) -> bytes:
-    """``data`` as one final, unmasked WebSocket text frame (a server's frame, RFC 6455 §5.2)."""
-    n = len(data)
-    if n < 126:
-        return _LEN7(_FIN_TEXT, n) + data
-    if n < 65536:
-        return _LEN16(_FIN_TEXT, 126, n) + data
-    return _LEN64(_FIN_TEXT, 127, n) + data
 
 
 class Flusher:
@@ -71,12 +60,12 @@ class Flusher:
     __slots__ = ("_dirty", "_held", "_scheduled", "_spare")
 
     def __init__(self) -> None:
-        self._dirty: list[MasterConnection] = []
-        self._spare: list[MasterConnection] = []
+        self._dirty: list[WebSocketConnection] = []
+        self._spare: list[WebSocketConnection] = []
         self._scheduled = False
         self._held = False
 
-    def mark(self, conn: MasterConnection) -> None:
+    def mark(self, conn: WebSocketConnection) -> None:
         self._dirty.append(conn)
         if not self._scheduled and not self._held:
             self._scheduled = True
@@ -103,8 +92,9 @@ class Flusher:
             self.flush()
 
 
-class MasterConnection:
-    """A WebSocket bound to a session; ``send()`` framed bytes, they are written in order."""
+class WebSocketConnection:
+    """A WebSocket bound to a session (a DPS master's ``MasterConnection``), or the one ACP
+    socket of an ACP client; what it is given is written in order."""
 
     def __init__(
         self,
@@ -151,12 +141,36 @@ class MasterConnection:
         self._loop = asyncio.get_running_loop()
         self._flusher = flusher if flusher is not None else Flusher()
 
-    def offer(self, data: bytes, t_ns: int = 0) -> None:
-        """Send one encoded frame (JSON bytes) to this connection alone."""
-        self.send(text_frame(data), t_ns)
+    def send(self, out: Outgoing) -> None:
+        """One frame of the session's: its WebSocket message, framed once for every connection."""
+        # The step of every frame's fan-out to each connection: the usual case (nothing held,
+        # room in the queue) is ``write_framed``'s written out here, a call less per connection.
+        framed = out.framed
+        size = len(framed)
+        queued = self.queued_bytes
+        if (
+            self._drainer is not None
+            or self._closing is not None
+            or (queued and queued + size > self.max_queue_bytes)
+        ):
+            self.write_framed(framed, out.t_ns)
+            return
+        self.queued_bytes = queued + size
+        self._pending.append(framed)
+        self._pending_bytes += size
+        t_ns = out.t_ns
+        if t_ns:
+            self._times.append(t_ns)
+        if not self._dirty:
+            self._dirty = True
+            self._flusher.mark(self)
 
-    def send(self, framed: bytes, t_ns: int = 0) -> None:
-        """Send one WebSocket message made by ``text_frame`` (the same bytes may go to many)."""
+    def offer(self, data: bytes, t_ns: int = 0) -> None:
+        """Send one JSON message (framed here) to this connection alone."""
+        self.write_framed(text_frame(data), t_ns)
+
+    def write_framed(self, framed: bytes, t_ns: int = 0) -> None:
+        """Send one WebSocket message made by ``text_frame``."""
         if self._closing is not None:
             return
         size = len(framed)

@@ -28,7 +28,8 @@ from gateway.protocol.history import History
 from gateway.protocol.states import Lifecycle, TimerKey
 from gateway.protocol.usage import CONTEXT_FULL, UsageTally
 from gateway.session.agent_link import AgentLink
-from gateway.session.fanout import CLOSE_TIMEOUT_SEC, Flusher, MasterConnection, text_frame
+from gateway.session.connection import MasterConnection, Outgoing, text_frame
+from gateway.session.fanout import CLOSE_TIMEOUT_SEC, Flusher
 from gateway.session.masters import Masters, Route
 from gateway.storage.files import FileStore, files_path, store_tool_files
 from gateway.storage.state_dir import COMPACT_SLACK, FORMAT, VERSION, Loaded, SavedSession
@@ -416,7 +417,7 @@ class LiveSession(AgentLink, Masters):
         if action.to is not None:
             conn = self.connections.get(action.to)
             if conn is not None:
-                self._send_to(conn, frame, text_frame(data))
+                self._send_to(conn, Outgoing.of(frame, data))
             return
         t_ns = self._line_t_ns
         type_ = frame.TYPE
@@ -434,15 +435,16 @@ class LiveSession(AgentLink, Masters):
         # Each variant of the frame is encoded and framed once, for every connection it goes to.
         exclude = action.exclude
         if strip and frame.metadata and "subagent_context" in frame.metadata:
-            flat = text_frame(codec.encode(strip_subagent_context(frame)))
+            stripped = strip_subagent_context(frame)
+            flat = Outgoing.of(stripped, codec.encode(stripped), t_ns)
             for conn in strip:
                 if conn.id != exclude:
-                    conn.send(flat, t_ns)
+                    conn.send(flat)
             targets = keepers
-        framed = text_frame(data)
+        out = Outgoing(frame, data, text_frame(data), t_ns)
         for conn in targets:
             if conn.id != exclude:
-                conn.send(framed, t_ns)
+                conn.send(out)
 
     def _keep(self, frame: F.Frame, data: bytes) -> None:
         """A broadcast frame into the history (and the frame log of a saved session)."""

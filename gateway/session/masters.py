@@ -1,11 +1,14 @@
-"""The masters' side of a live session: a WebSocket connection attached (its greeting, and on
-reattach the history it missed) and detached, a frame received from it, who may send what
+"""The masters' side of a live session: a connection attached (its greeting, and on reattach the
+history it missed) and detached, a frame received from it, who may send what
 (``_permitted``: the rule is ``gateway/team/roles.py``'s, checked here against the sender's role on
 this session; the machine settles what is answered), the audit of control frames, and which
 connections a broadcast frame type goes to (``_route``).
 
 ``Masters`` is a part of ``LiveSession`` (``gateway/session/live.py``), not an object of its own:
-``attach``, ``receive`` and ``detach`` are the session's methods the WebSocket handler calls.
+``attach``, ``receive`` and ``detach`` are the session's methods the WebSocket handler calls. A
+connection of another master protocol (an ACP client's view) is made by its own side and attached
+with ``attach_connection``: the session knows every connection as a ``MasterConnection``
+(``gateway/session/connection.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import msgspec
 
@@ -23,7 +26,8 @@ from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
 from gateway.protocol.history import History, Replay
 from gateway.protocol.replay import history_frames
-from gateway.session.fanout import Flusher, MasterConnection, text_frame
+from gateway.session.connection import MasterConnection, Outgoing
+from gateway.session.fanout import Flusher, WebSocketConnection
 from gateway.team import roles
 from gateway.team.audit import cut_input as audit_input
 
@@ -39,6 +43,7 @@ __all__ = ["Masters", "Route"]
 Route = tuple[
     tuple[MasterConnection, ...], tuple[MasterConnection, ...], tuple[MasterConnection, ...]
 ]
+Conn = TypeVar("Conn", bound=MasterConnection)
 
 
 class Masters:
@@ -102,11 +107,12 @@ class Masters:
         drain: Callable[[], Awaitable[None]],
         abort: Callable[[], None] | None = None,
         sender: roles.Sender | None = None,
-    ) -> MasterConnection:
-        """A new connection; with ``last_message_id`` a reattach, with ``full_history`` a master
-        that has nothing yet and asks for everything buffered (``?history=all``). ``sender``: who
-        is on it, whose role on the session decides what it may send (None: no checks)."""
-        conn = MasterConnection(
+    ) -> WebSocketConnection:
+        """A new DPS master's WebSocket; with ``last_message_id`` a reattach, with
+        ``full_history`` a master that has nothing yet and asks for everything buffered
+        (``?history=all``). ``sender``: who is on it, whose role on the session decides what it
+        may send (None: no checks)."""
+        conn = WebSocketConnection(
             conn_id,
             ws,
             transport=transport,
@@ -124,14 +130,15 @@ class Masters:
 
     def attach_connection(
         self,
-        conn: MasterConnection,
+        conn: Conn,
         *,
         last_message_id: str | None = None,
         full_history: bool = False,
         sender: roles.Sender | None = None,
-    ) -> MasterConnection:
-        """``attach`` of a connection made elsewhere: an ACP client's view of the session
-        (gateway/session/acp_client.py) takes the same frames as a DPS master's socket."""
+    ) -> Conn:
+        """``attach`` of a connection of any master protocol, made by its side (an ACP client's
+        view of the session, gateway/session/acp_client.py): it takes the frames a DPS master's
+        socket takes, as ``Outgoing``."""
         conn_id = conn.id
         self.connections[conn_id] = conn
         if sender is not None:
@@ -141,16 +148,16 @@ class Masters:
         # The greeting (Emits to this connection alone), each frame encoded once: capabilities
         # first, then (on reattach) the history in the room the rest leaves in the send queue, then
         # catalog/commands/interactions. The rest (the reattach window closing) is done at once.
-        greeting = []
+        greeting: list[Outgoing] = []
         for a in self.machine.attached(conn_id):
             if type(a) is act.Emit:
-                greeting.append((a.frame, text_frame(codec.encode(a.frame))))
+                greeting.append(Outgoing.of(a.frame, codec.encode(a.frame)))
             else:
                 self._act_other(a)
         first, rest = greeting[0], greeting[1:]
-        self._send_to(conn, *first)
+        self._send_to(conn, first)
         if last_message_id is not None or full_history:
-            after = sum(len(framed) for _, framed in rest)
+            after = sum(len(out.framed) for out in rest)
             if last_message_id is not None:
                 replay = self.history.since(last_message_id)
                 lost = self._send_history(conn, replay, last_message_id, after)
@@ -158,19 +165,20 @@ class Masters:
             else:
                 # An empty history is still in sync with the capabilities just sent (they are
                 # marked in the buffer): a later reattach after that id is exact.
-                greeting_id = first[0].message_id
+                greeting_id = first.frame.message_id
                 self._send_history(conn, self.history.everything(), greeting_id, after)
-        for frame, framed in rest:
-            self._send_to(conn, frame, framed)
+        for out in rest:
+            self._send_to(conn, out)
         self._track_state()
         return conn
 
-    def _send_to(self, conn: MasterConnection, frame: F.Frame, framed: bytes) -> None:
-        """A frame (``text_frame``) for one connection alone: queued for it and marked in the
-        history, so that a reattach naming it replays what came after it."""
-        conn.send(framed)
-        if self.history.mark(frame.message_id) and self.saved is not None:
-            self.saved.append(self.history.last_seq, frame.message_id, None)
+    def _send_to(self, conn: MasterConnection, out: Outgoing) -> None:
+        """A frame for one connection alone: sent to it and marked in the history, so that a
+        reattach naming it replays what came after it."""
+        conn.send(out)
+        message_id = out.frame.message_id
+        if self.history.mark(message_id) and self.saved is not None:
+            self.saved.append(self.history.last_seq, message_id, None)
 
     def _send_history(
         self, conn: MasterConnection, replay: Replay, since: str, reserve: int
@@ -191,8 +199,8 @@ class Masters:
             max_frame_size=self.config.server.max_frame_size,
             max_total_bytes=conn.max_queue_bytes - conn.queued_bytes - reserve,
         )
-        for data in frames:
-            conn.offer(data)
+        for frame, data in frames:
+            conn.send(Outgoing.of(frame, data))
         lost = (replay.lost_frame_count or 0) + unsent
         return lost or (1 if replay.truncated else 0)
 

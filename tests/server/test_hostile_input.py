@@ -388,7 +388,8 @@ def test_history_parts_never_exceed_max_frame_size_and_count_what_cannot_fit():
         buffer_high_watermark=1,
         max_frame_size=4096,
     )
-    out, unsent = history_frames(factory, frames, **kwargs)
+    parts, unsent = history_frames(factory, frames, **kwargs)
+    out = [data for _, data in parts]
     assert unsent == 2  # the 5000 and the 4090 byte frames cannot fit with the history around them
     assert all(len(data) <= 4096 for data in out)
     payloads = [json.loads(data)["payload"] for data in out]
@@ -396,7 +397,8 @@ def test_history_parts_never_exceed_max_frame_size_and_count_what_cannot_fit():
     assert all(p["buffer_status"] == payloads[0]["buffer_status"] for p in payloads)
     assert payloads[0]["buffer_status"]["truncated"] is True
     assert payloads[0]["buffer_status"]["lost_frame_count"] == 2
-    out, unsent = history_frames(factory, frames, **kwargs, max_total_bytes=4000)
+    parts, unsent = history_frames(factory, frames, **kwargs, max_total_bytes=4000)
+    out = [data for _, data in parts]
     assert all(len(data) <= 4096 for data in out) and sum(map(len, out)) <= 4000
     kept = [f for data in out for f in json.loads(data)["payload"]["frames"]]
     assert kept == [json.loads(d) for d in frames[-len(kept) :]]  # the newest are kept

@@ -108,10 +108,10 @@ class OldPathSession(LiveSession):
                     self._send_old(conn.id, data)
         super()._emit(action)
 
-    def _send_to(self, conn: Any, frame: Any, framed: bytes) -> None:
+    def _send_to(self, conn: Any, out: Any) -> None:
         # The greeting of attach: as it was, one send_frame per frame.
-        self._send_old(conn.id, codec.encode(frame))
-        super()._send_to(conn, frame, framed)
+        self._send_old(conn.id, codec.encode(out.frame))
+        super()._send_to(conn, out)
 
     def _act_other(self, action: act.Action) -> None:
         if isinstance(action, act.Spawn | act.WriteStdin | act.Signal | act.Terminate):
