@@ -36,6 +36,19 @@ An agent that converses (ACP: it asks the gateway things and must be answered) i
 is both parser and input (``ParserSpec.converses``; ``make()`` gives it twice): its ``opening``
 is written when the process starts, and ``feed`` returns ``StdinWrite`` events for its answers.
 
+These optional capabilities (``describe_exit``, ``set_workspace``, ``initialize``, ``opening``,
+``accepts_images`` with ``prompt(text, images=...)``, ``sigint_on_cancel``) are named by the
+protocols below and found once, when a session makes its parser and input
+(``ParserSpec.plugin()``, ``AgentPlugin.of``): a method of that name, or the flag, is the
+capability, as the documentation has always promised a third-party parser. The gateway then calls
+what ``AgentPlugin`` holds and never asks an object again what it can do.
+
+A parser or input that raises anyway (a bug in a plugin: the protocols say "never raises on bad
+input") does not hang its session: the shell catches it and the session machine ends the session
+as after any fatal agent error, with ``agent.error`` ``PARSER_FAILED`` (the exception's type and
+message, never its traceback) to every master (``SessionMachine.plugin_failed``); the gateway log
+has the traceback.
+
 A parser may come with a reader of the conversations its agent saves (``ParserSpec.saved``, a
 ``parsers.saved.SavedFormat``): what lets the gateway list them and replay one it resumes.
 
@@ -54,11 +67,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from importlib.metadata import entry_points
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, cast
 
 import msgspec
 
@@ -70,14 +83,17 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "AgentInput",
     "AgentParser",
+    "AgentPlugin",
     "DescribesExit",
     "ExitDescription",
     "Initializes",
     "JsonLinesParser",
     "NoInput",
+    "Opens",
     "ParserSpec",
     "PromptImage",
     "ReadsWorkspace",
+    "TakesImages",
     "available",
     "elapsed_ms",
     "get",
@@ -149,6 +165,71 @@ class AgentInput(Protocol):
     ) -> bytes | None: ...
 
     def set_mode(self, request_id: str, mode: str) -> bytes | None: ...
+
+
+class Opens(Protocol):
+    """Optional on an ``AgentInput`` of an agent that converses (ACP): what to write each time its
+    process starts (a handshake, resuming ``resume_id`` where the agent can), or None."""
+
+    def opening(self, resume_id: str | None) -> bytes | None: ...
+
+
+class TakesImages(Protocol):
+    """Optional on an ``AgentInput`` that says ``accepts_images = True``: its prompt also takes
+    the images a master attached (passed by keyword, only to such an input)."""
+
+    def prompt(self, text: str, *, images: Sequence[PromptImage] = ()) -> bytes | None: ...
+
+
+PromptWithImages = Callable[[str, Sequence[PromptImage]], "bytes | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPlugin:
+    """A session's parser and input, with what they can do beyond ``AgentParser`` and
+    ``AgentInput`` found once (``of``): each optional method is here or None, so the gateway calls
+    it or does without, and never looks it up again per call."""
+
+    parser: AgentParser
+    input: AgentInput
+    describe_exit: Callable[[int], ExitDescription | None] | None = None  # DescribesExit
+    set_workspace: Callable[[str], None] | None = None  # ReadsWorkspace
+    initialize: Callable[[str], bytes | None] | None = None  # Initializes
+    opening: Callable[[str | None], bytes | None] | None = None  # Opens
+    # TakesImages: the prompt with its images; None when the input takes none.
+    prompt_with_images: PromptWithImages | None = None
+    # False: a cancel writes the input's interrupt and sends no SIGINT (ACP agents).
+    sigint_on_cancel: bool = True
+
+    @property
+    def accepts_images(self) -> bool:
+        return self.prompt_with_images is not None
+
+    @classmethod
+    def of(cls, parser: AgentParser, agent_input: AgentInput) -> AgentPlugin:
+        """The capabilities of ``parser`` and ``agent_input``, by the names the protocols give them
+        (duck typing, as for the built-in parsers: a class need not name the protocols)."""
+        images = None
+        if getattr(agent_input, "accepts_images", False):
+            images = _prompt_with_images(cast(TakesImages, agent_input))
+        return cls(
+            parser,
+            agent_input,
+            describe_exit=getattr(parser, "describe_exit", None),
+            set_workspace=getattr(parser, "set_workspace", None),
+            initialize=getattr(agent_input, "initialize", None),
+            opening=getattr(agent_input, "opening", None),
+            prompt_with_images=images,
+            sigint_on_cancel=bool(getattr(agent_input, "sigint_on_cancel", True)),
+        )
+
+
+def _prompt_with_images(agent_input: TakesImages) -> PromptWithImages:
+    # By keyword, as the documentation says an input takes them (``images`` may be keyword-only).
+    def prompt(text: str, images: Sequence[PromptImage]) -> bytes | None:
+        return agent_input.prompt(text, images=images)
+
+    return prompt
 
 
 MAX_LINE_IN_EVENT = 1024  # a ParseError keeps at most this much of its line
@@ -275,8 +356,12 @@ class ParserSpec:
         """A parser and an input for one session."""
         if self.converses:
             both = self.parser()
-            return both, both  # type: ignore[return-value]
+            return both, cast(AgentInput, both)  # the one object is both (see ``converses``)
         return self.parser(), self.input()
+
+    def plugin(self) -> AgentPlugin:
+        """A parser and an input for one session, their optional capabilities resolved."""
+        return AgentPlugin.of(*self.make())
 
 
 # Built-ins are found by module path so importing the registry stays cheap.

@@ -153,12 +153,13 @@ from gateway.protocol.states import (
 )
 from gateway.protocol.tools import lookup
 from parsers import events as ev
-from parsers.base import AgentInput, AgentParser, ExitDescription
+from parsers.base import AgentInput, AgentParser, AgentPlugin, ExitDescription
 from parsers.saved import ReplayedTurn
 
 __all__ = [
     "CANCEL_SIGINT_TIMER",
     "CANCEL_STOP_TIMER",
+    "PARSER_FAILED",
     "REATTACH_WINDOW_TIMER",
     "STALL_TIMER",
     "SessionConfig",
@@ -181,6 +182,8 @@ POLICY_KEY: Final = "rawp_policy"  # metadata: the rule that answered a permissi
 POLICY_DECISION_KEY: Final = "rawp_policy_decision"  # metadata: what that rule decided
 BUDGET_KEY: Final = "rawp_budget"  # metadata: the budget a session.error is about
 UPLOAD_NOT_PLACED: Final = "UPLOAD_NOT_PLACED"  # agent.error warning: see file_not_placed
+PARSER_FAILED: Final = "PARSER_FAILED"  # fatal agent.error: see plugin_failed
+MAX_PLUGIN_ERROR_CHARS: Final = 200  # of the exception's message (and of its type) in it
 
 
 _DELTAS: Final = frozenset({ev.TextDelta, ev.ThinkingDelta})
@@ -282,12 +285,15 @@ class SessionMachine:
         factory: FrameFactory | None = None,
         seen_window: int = 4096,
         files: Mapping[str, ev.StoredFile] | None = None,
+        plugin: AgentPlugin | None = None,
     ) -> None:
         self.session_id = session_id
         self.config = config or SessionConfig()
         self.factory = factory or FrameFactory(session_id)
         self.parser = parser
         self.input = agent_input
+        # Their optional capabilities, found once (the shell's, when it made them).
+        self.plugin = plugin if plugin is not None else AgentPlugin.of(parser, agent_input)
         # The session's stored files by transfer_id (the shell's FileStore index, read only).
         self.files: Mapping[str, ev.StoredFile] = files if files is not None else {}
         self.mapper = Mapper(
@@ -399,9 +405,12 @@ class SessionMachine:
         out: list[Action] = [Spawn(resume_id=resume_id, mode=self.mode), *self._opening(resume_id)]
         # docs/http-api.md promises the commands right after session.capabilities: an agent that
         # lists them only when a prompt starts a run (Claude Code) is asked at once.
-        initialize = getattr(self.input, "initialize", None)
-        if initialize is not None:
-            data = initialize(self._next_request_id("initialize"))
+        initialize = self.plugin.initialize
+        if initialize is not None and not self._ending:  # (ending: the opening raised)
+            try:
+                data = initialize(self._next_request_id("initialize"))
+            except Exception as err:
+                return out + self.plugin_failed(err, "initialize")
             if data is not None:
                 out.append(WriteStdin(data))
         return out + self._window_opens()
@@ -513,10 +522,18 @@ class SessionMachine:
     # --- the agent's side ----------------------------------------------------------------------
 
     def agent_line(self, line: bytes) -> list[Action]:
-        return self.agent_events(self.parser.feed(line))
+        try:
+            events = self.parser.feed(line)
+        except Exception as err:
+            return self.plugin_failed(err, "feed")
+        return self.agent_events(events)
 
     def agent_stdout_closed(self) -> list[Action]:
-        return self.agent_events(self.parser.end())
+        try:
+            events = self.parser.end()
+        except Exception as err:
+            return self.plugin_failed(err, "end")
+        return self.agent_events(events)
 
     def agent_events(self, events: list[ev.AgentEvent]) -> list[Action]:
         self._activity += 1
@@ -633,15 +650,21 @@ class SessionMachine:
     def _opening(self, resume_id: str | None) -> list[Action]:
         """What a conversing agent (ACP) is told each time its process starts: the handshake,
         resuming ``resume_id`` where the agent can."""
-        opening = getattr(self.input, "opening", None)
+        opening = self.plugin.opening
         if opening is None:
             return []
-        data = opening(resume_id)
+        try:
+            data = opening(resume_id)
+        except Exception as err:
+            return self.plugin_failed(err, "opening")
         out: list[Action] = [WriteStdin(data)] if data else []
         if self.mode == "plan":
             # The session's mode outlives the process (a restart, a restored session): the agent
             # is told again once its session exists.
-            again = self.input.set_mode(self._next_request_id("set_mode"), "plan")
+            try:
+                again = self.input.set_mode(self._next_request_id("set_mode"), "plan")
+            except Exception as err:
+                return out + self.plugin_failed(err, "set_mode")
             out += [WriteStdin(again)] if again else []
         return out
 
@@ -800,18 +823,25 @@ class SessionMachine:
 
     def _fatal_exit(self, exit: AgentExit) -> list[Action]:
         """A fatal agent error ends the session (DPS-4.4-error, §18.2: TERMINATED)."""
-        out: list[Action] = [Emit(self._make(self._exit_error(exit), turn=True))]
+        out: list[Action] = []
+        named: ExitDescription | None = None
+        if exit.start_error is None:
+            try:
+                named = self._describe_exit(exit.returncode)
+            except Exception as err:  # a plugin's bug: the generic error is said instead
+                out.append(self._plugin_log(err, "describe_exit"))
+        out.append(Emit(self._make(self._exit_error(exit, named), turn=True)))
         if self.turn is not None:
             out += self._end_turn("error")
         self._delete_reason = ("error", "client")
         return out + self._finish_delete()
 
-    def _exit_error(self, exit: AgentExit) -> F.AgentError:
+    def _exit_error(self, exit: AgentExit, named: ExitDescription | None) -> F.AgentError:
+        """The fatal ``agent.error`` of an exit; ``named``: the parser's name for its code."""
         returncode, signum, stderr_tail = exit.returncode, exit.signal, exit.stderr_tail
         code = "SIGNAL_EXIT" if exit.kind == "signal" else "AGENT_EXIT"
         how = f"signal {signum}" if exit.kind == "signal" else f"exit code {returncode}"
         message = f"the agent process ended with {how}"
-        named = self._describe_exit(returncode) if exit.start_error is None else None
         if exit.start_error is not None:
             code = "AGENT_START_FAILED"
             message = f"the {self.config.agent} agent could not start: {exit.start_error}"
@@ -891,7 +921,7 @@ class SessionMachine:
 
     def _describe_exit(self, returncode: int | None) -> ExitDescription | None:
         """The parser's name for a positive exit code (``parsers.base.DescribesExit``), if any."""
-        describe = getattr(self.parser, "describe_exit", None)
+        describe = self.plugin.describe_exit
         if describe is None or returncode is None or returncode <= 0:
             return None  # no code to explain: killed by a signal, or no parser opinion
         return describe(returncode)
@@ -1089,7 +1119,10 @@ class SessionMachine:
             return out
         if images:
             return out + [WritePrompt(text, images)]
-        data = self.input.prompt(text)
+        try:
+            data = self.input.prompt(text)
+        except Exception as err:
+            return out + self.plugin_failed(err, "prompt")
         if data is None:  # cannot happen for a long-lived profile with stdin prompts
             return out + [Log("error", "agent cannot take prompts on stdin")]
         return out + [WriteStdin(data)]
@@ -1137,10 +1170,13 @@ class SessionMachine:
         # argv and stdin is closed): interrupt it as a terminal would, at once, not after the grace.
         data = None
         if not self.config.single_turn_process:
-            data = self.input.interrupt(self._next_request_id("interrupt"))
+            try:
+                data = self.input.interrupt(self._next_request_id("interrupt"))
+            except Exception as err:
+                return out + self.plugin_failed(err, "interrupt")
         if data is not None:
             out.append(WriteStdin(data))
-            if getattr(self.input, "sigint_on_cancel", True):
+            if self.plugin.sigint_on_cancel:
                 out.append(StartTimer(CANCEL_SIGINT_TIMER, self.config.cancel_sigint_sec))
         else:
             out.append(Signal(_signal.SIGINT))
@@ -1300,9 +1336,12 @@ class SessionMachine:
         # ``option``: the agent's own option chosen (None: no choice, ACP's "cancelled"); only
         # for an agent that offered options.
         extra: dict[str, Any] = {} if isinstance(option, NoOption) else {"option": option}
-        data = self.input.permission(
-            request_id, allow=allow, message=message, updated_input=updated_input, **extra
-        )
+        try:
+            data = self.input.permission(
+                request_id, allow=allow, message=message, updated_input=updated_input, **extra
+            )
+        except Exception as err:
+            return self.plugin_failed(err, "permission")
         return [WriteStdin(data)] if data is not None and self.process is not _NO_PROCESS else []
 
     def _settle(
@@ -1419,7 +1458,10 @@ class SessionMachine:
         if self.process is not _NO_PROCESS and not self.config.single_turn_process:
             # review is enforced by the gateway; the CLI itself runs in default mode then.
             cli_mode = "plan" if switch.mode == "plan" else "default"
-            data = self.input.set_mode(self._next_request_id("set_mode"), cli_mode)
+            try:
+                data = self.input.set_mode(self._next_request_id("set_mode"), cli_mode)
+            except Exception as err:
+                return out + self.plugin_failed(err, "set_mode")
             if data is not None:
                 out.append(WriteStdin(data))
         state = self.mapper.state
@@ -1540,3 +1582,37 @@ class SessionMachine:
         out.append(Log("info", "session deleted", {"reason": reason, "deleted_by": deleted_by}))
         out.append(CloseAll(f"session deleted ({reason})"))
         return out
+
+    # --- a plugin that raised ---------------------------------------------------------------------
+
+    def plugin_failed(self, err: Exception, where: str) -> list[Action]:
+        """The session's parser or input (a plugin: ``parsers/base.py``) raised in ``where`` (its
+        method's name), which the protocols forbid: a bug, after which nothing it says or writes
+        can be trusted. It ends the session as any fatal agent error does (DPS-4.4-error: the
+        process is cleaned up): ``agent.error`` ``PARSER_FAILED`` to every master with the
+        exception's type and message, never its traceback (the log's), then the agent is stopped
+        and the cleanup frames, ``session.turn.end`` ``error`` and ``session.deleted`` follow its
+        exit. A plugin that raises again while the session ends is only logged."""
+        logged = self._plugin_log(err, where)
+        if self._ending:
+            return [logged]
+        part = "parser" if where in ("feed", "end") else "input"
+        said = str(err)
+        if len(said) > MAX_PLUGIN_ERROR_CHARS:
+            said = said[: MAX_PLUGIN_ERROR_CHARS - 1] + "…"
+        kind = type(err).__qualname__
+        if type(err).__module__ not in ("builtins", "__main__"):
+            kind = f"{type(err).__module__}.{kind}"[-MAX_PLUGIN_ERROR_CHARS:]
+        message = f"the {self.config.agent} agent's {part} raised {kind} in {where}"
+        error = F.AgentError(
+            error_code=PARSER_FAILED,
+            message=f"{message}: {said}" if said else message,
+            severity="fatal",
+            recoverable=False,
+            details=F.ErrorDetails(module=part),
+        )
+        return [Emit(self._make(error, turn=True)), logged, *self.delete("error", "client")]
+
+    def _plugin_log(self, err: Exception, where: str) -> Log:
+        fields = {"plugin": self.config.agent, "method": where, "error": repr(err)[:512]}
+        return Log("error", "agent plugin raised", fields, exc=err)

@@ -71,6 +71,7 @@ class AgentLink:
         _stdin_pending: list[bytes]
         _unplaced: list[tuple[str, str]]
         _line_t_ns: int
+        _parser_failed: bool
         _lines: AgentLineMetrics
         _suspended: bool
         _flusher: Flusher
@@ -194,7 +195,8 @@ class AgentLink:
         self._line_t_ns = 0
         if self._suspended:
             return
-        self.perform(self.machine.agent_stdout_closed())
+        if not self._parser_failed:  # a parser that raised is not asked anything again
+            self.perform(self.machine.agent_stdout_closed())
         status = await proc.wait()
         self.metrics.process_exited(self.profile.name, status.kind)
         log.info(
@@ -212,7 +214,8 @@ class AgentLink:
         )
 
     def _take_delivered(self, batch: list[StdoutLine]) -> None:
-        if not self._suspended:  # stopping, what the agent says is no longer the session's
+        # Stopping, or its parser raised: what the agent says is no longer the session's.
+        if not (self._suspended or self._parser_failed):
             self.take_lines(batch)
 
     def take_lines(self, batch: list[StdoutLine]) -> None:
@@ -233,7 +236,12 @@ class AgentLink:
                 if item.cut:
                     events = self._cut_line(item)
                 else:
-                    events = store_tool_files(parser.feed(item.line), files, workspace)
+                    try:
+                        events = parser.feed(item.line)
+                    except Exception as err:  # a plugin's bug (free in 3.11 until it happens)
+                        self._parser_raised(err)
+                        break
+                    events = store_tool_files(events, files, workspace)
                 actions = machine.agent_events(events)
                 elapsed = clock() - t0
                 if events:
@@ -255,6 +263,12 @@ class AgentLink:
             flusher.flush()
         self._track_state()
 
+    def _parser_raised(self, err: Exception) -> None:
+        """The parser raised on a line: the session ends (``SessionMachine.plugin_failed``), and
+        the parser is fed nothing more, not even the end of stdout."""
+        self._parser_failed = True
+        self.perform(self.machine.plugin_failed(err, "feed"))
+
     def _cut_line(self, item: StdoutLine) -> list[ev.AgentEvent]:
         """A line over the reader's limit: only its head was kept, so it cannot be parsed. It is
         counted as a parse error and the masters are told that something of the agent's was lost."""
@@ -268,11 +282,22 @@ class AgentLink:
         ]
 
     def _prompt_bytes(self, text: str, images: list[ev.StoredFile]) -> bytes | None:
-        """The prompt for the agent's stdin, its images read from the file store."""
-        if not images:
+        """The prompt for the agent's stdin, its images read from the file store (the machine
+        gives images only to an input that takes them); None when the input raised, which ends
+        the session (``SessionMachine.plugin_failed``)."""
+        with_images = self.machine.plugin.prompt_with_images
+        attached = (
+            [PromptImage(f.mime_type, self.files.read(f.transfer_id)) for f in images]
+            if with_images is not None
+            else []
+        )
+        try:
+            if with_images is not None and attached:
+                return with_images(text, attached)
             return self.agent_input.prompt(text)
-        attached = [PromptImage(f.mime_type, self.files.read(f.transfer_id)) for f in images]
-        return self.agent_input.prompt(text, images=attached)  # type: ignore[call-arg]
+        except Exception as err:
+            self.perform(self.machine.plugin_failed(err, "prompt"))
+            return None
 
     def _place_file(self, action: act.PlaceFile) -> None:
         """An uploaded file into the workspace (``.rawp/uploads/<name>``), never through a link:

@@ -82,7 +82,8 @@ class LiveSession(AgentLink, Masters):
             history = History(config.server.buffer_policy, config.server.buffer_max_bytes)  # type: ignore[arg-type]
         self.history = history
         spec = get_parser(profile.parser)
-        parser, self.agent_input = spec.make()
+        plugin = spec.plugin()
+        parser, self.agent_input = plugin.parser, plugin.input
         self.files = FileStore(
             session_id,
             max_session_bytes=config.server.max_session_file_bytes,
@@ -93,9 +94,8 @@ class LiveSession(AgentLink, Masters):
                 config.server.route_prefix + files_path(session_id, transfer_id)
             ),
         )
-        set_workspace = getattr(parser, "set_workspace", None)
-        if set_workspace is not None:  # parsers.base.ReadsWorkspace: it reads the agent's files
-            set_workspace(str(workspace))
+        if plugin.set_workspace is not None:  # parsers.base.ReadsWorkspace: it reads files
+            plugin.set_workspace(str(workspace))
         self.machine = sm.SessionMachine(
             session_id,
             parser,
@@ -110,7 +110,7 @@ class LiveSession(AgentLink, Masters):
                 accepts_images=(
                     profile.image_flag is not None
                     if profile.prompt_in_argv
-                    else getattr(self.agent_input, "accepts_images", False)
+                    else plugin.accepts_images
                 ),
                 stall_warning_sec=profile.stall_warning_sec,
                 stall_timeout_sec=profile.stall_timeout_sec,
@@ -126,6 +126,7 @@ class LiveSession(AgentLink, Masters):
                 reattach_window_sec=self.reattach_window_sec,
             ),
             files=self.files.files,
+            plugin=plugin,
         )
         self.machine.name = name
         self.connections: dict[str, MasterConnection] = {}
@@ -140,6 +141,7 @@ class LiveSession(AgentLink, Masters):
         self._timers: dict[TimerKey, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._line_t_ns = 0
+        self._parser_failed = False
         self._turn_started = 0.0
         self._lines = metrics.agent_lines(profile.name)
         self.terminated = asyncio.Event()
@@ -408,6 +410,7 @@ class LiveSession(AgentLink, Masters):
                 logging.getLevelName(action.level.upper()),
                 action.message,
                 extra={"session": self.id, **action.fields},
+                exc_info=action.exc,
             )
 
     def _emit(self, action: act.Emit) -> None:
