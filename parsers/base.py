@@ -119,6 +119,8 @@ ExitDescription = tuple[str, str]
 class DescribesExit(Protocol):
     """Optional on an ``AgentParser``: what a non-zero exit code of this agent means."""
 
+    __slots__ = ()  # a slotted parser that names it stays slotted
+
     def describe_exit(self, returncode: int) -> ExitDescription | None:
         """``(error_code, message)`` for ``agent.error``, or None to keep the generic one."""
         ...
@@ -128,6 +130,8 @@ class ReadsWorkspace(Protocol):
     """Optional on an ``AgentParser``: told the session's workspace (the agent's cwd) once, right
     after it is made, before any line. A parser that reads the paths its agent names reads them
     there, and only there; untold, it reads nothing."""
+
+    __slots__ = ()  # a slotted parser that names it stays slotted
 
     def set_workspace(self, workspace: str) -> None: ...
 
@@ -142,6 +146,8 @@ class PromptImage:
 
 class Initializes(Protocol):
     """Optional on an ``AgentInput``: what to write at spawn so the agent lists its commands."""
+
+    __slots__ = ()  # a slotted parser that names it stays slotted
 
     def initialize(self, request_id: str) -> bytes | None: ...
 
@@ -171,12 +177,16 @@ class Opens(Protocol):
     """Optional on an ``AgentInput`` of an agent that converses (ACP): what to write each time its
     process starts (a handshake, resuming ``resume_id`` where the agent can), or None."""
 
+    __slots__ = ()  # a slotted parser that names it stays slotted
+
     def opening(self, resume_id: str | None) -> bytes | None: ...
 
 
 class TakesImages(Protocol):
     """Optional on an ``AgentInput`` that says ``accepts_images = True``: its prompt also takes
     the images a master attached (passed by keyword, only to such an input)."""
+
+    __slots__ = ()  # a slotted parser that names it stays slotted
 
     def prompt(self, text: str, *, images: Sequence[PromptImage] = ()) -> bytes | None: ...
 

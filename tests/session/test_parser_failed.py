@@ -18,14 +18,8 @@ import pytest
 
 from gateway.config import builtin_profiles
 from gateway.protocol.machine import MAX_ERROR_MESSAGE
-from tests.support.gateway_peer import (
-    Master,
-    create_session,
-    make_config,
-    of,
-    prompt_and_wait,
-    start_gateway,
-)
+from tests.support import gateway_peer as peer
+from tests.support.gateway_peer import Master, of
 from tests.support.logs import SESSION_LOGGER
 from tests.support.paths import HOSTILE
 from tests.support.raising_parser import MESSAGE, NAME, ParserBug, register
@@ -71,16 +65,16 @@ async def test_DPS_4_4_error_a_parser_that_raises_ends_its_session_and_nothing_e
     register(tmp_path / "site")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     caplog.set_level(logging.INFO, logger=SESSION_LOGGER)
-    config = make_config(tmp_path, agents={"breaks": breaking_profile()})
-    client = await start_gateway(config)
+    config = peer.make_config(tmp_path, agents={"breaks": breaking_profile()})
+    client = await peer.start_gateway(config)
     try:
-        session_id = (await create_session(client, "breaks"))["session_id"]
-        other_id = (await create_session(client, "breaks"))["session_id"]
+        session_id = (await peer.create_session(client, "breaks"))["session_id"]
+        other_id = (await peer.create_session(client, "breaks"))["session_id"]
         one = await Master.attach(client, session_id)
         two = await Master.attach(client, session_id)
         other = await Master.attach(client, other_id)
         # A turn the parser can read, then one it cannot.
-        first = await prompt_and_wait(one, "hello")
+        first = await peer.prompt_and_wait(one, "hello")
         pid = pid_in(first)
         await one.send("control.prompt.request", {"prompt_text": "please break"})
         seen_one = await one.drain_until_closed()
@@ -115,7 +109,7 @@ async def test_DPS_4_4_error_a_parser_that_raises_ends_its_session_and_nothing_e
         ]
 
         # Another session, of the same parser, goes on.
-        done = await prompt_and_wait(other, "still here")
+        done = await peer.prompt_and_wait(other, "still here")
         assert of(done, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
         resp = await client.get(f"/v1/session/{other_id}")
         assert resp.status == 200, await resp.text()
