@@ -13,7 +13,8 @@ list of *actions* for the shell (``gateway/session/``) to carry out:
 * ``attached(conn_id)`` / ``detached(conn_id)``: a master's connection came or went;
 * ``timer_fired(key)``, a ``states.TimerKey``: a timer the machine started ran out;
 * ``start``, ``restore``, ``replay``, ``delete``, ``rename``, ``budget_notice``, ...: the
-  control plane.
+  control plane;
+* ``plugin_failed(err, where)``: the session's parser or input raised where the shell called it.
 
 Actions (``actions.py``): ``Emit`` (a frame: broadcast, or to/away from one connection),
 ``WriteStdin``, ``WritePrompt`` (a prompt with images, whose bytes only the shell's file store
@@ -1604,9 +1605,11 @@ class SessionMachine:
         if type(err).__module__ not in ("builtins", "__main__"):
             kind = f"{type(err).__module__}.{kind}"[-MAX_PLUGIN_ERROR_CHARS:]
         message = f"the {self.config.agent} agent's {part} raised {kind} in {where}"
+        if said:
+            message = f"{message}: {said}"[:MAX_ERROR_MESSAGE]
         error = F.AgentError(
             error_code=PARSER_FAILED,
-            message=f"{message}: {said}" if said else message,
+            message=message,
             severity="fatal",
             recoverable=False,
             details=F.ErrorDetails(module=part),
@@ -1614,5 +1617,5 @@ class SessionMachine:
         return [Emit(self._make(error, turn=True)), logged, *self.delete("error", "client")]
 
     def _plugin_log(self, err: Exception, where: str) -> Log:
-        fields = {"plugin": self.config.agent, "method": where, "error": repr(err)[:512]}
+        fields = {"agent": self.config.agent, "method": where, "error": repr(err)[:512]}
         return Log("error", "agent plugin raised", fields, exc=err)
