@@ -92,6 +92,7 @@ __all__ = [
     "Opens",
     "ParserSpec",
     "PromptImage",
+    "PromptWithImages",
     "ReadsWorkspace",
     "TakesImages",
     "available",
@@ -119,7 +120,7 @@ ExitDescription = tuple[str, str]
 class DescribesExit(Protocol):
     """Optional on an ``AgentParser``: what a non-zero exit code of this agent means."""
 
-    __slots__ = ()  # a slotted parser that names it stays slotted
+    __slots__ = ()  # a slotted class that names it stays slotted
 
     def describe_exit(self, returncode: int) -> ExitDescription | None:
         """``(error_code, message)`` for ``agent.error``, or None to keep the generic one."""
@@ -131,7 +132,7 @@ class ReadsWorkspace(Protocol):
     after it is made, before any line. A parser that reads the paths its agent names reads them
     there, and only there; untold, it reads nothing."""
 
-    __slots__ = ()  # a slotted parser that names it stays slotted
+    __slots__ = ()  # a slotted class that names it stays slotted
 
     def set_workspace(self, workspace: str) -> None: ...
 
@@ -147,7 +148,7 @@ class PromptImage:
 class Initializes(Protocol):
     """Optional on an ``AgentInput``: what to write at spawn so the agent lists its commands."""
 
-    __slots__ = ()  # a slotted parser that names it stays slotted
+    __slots__ = ()  # a slotted class that names it stays slotted
 
     def initialize(self, request_id: str) -> bytes | None: ...
 
@@ -168,7 +169,10 @@ class AgentInput(Protocol):
         allow: bool,
         message: str = "",
         updated_input: dict[str, Any] | None = None,
-    ) -> bytes | None: ...
+    ) -> bytes | None:
+        """The answer to a ``PermissionRequest``. One that came with the agent's own ``options``
+        is answered with ``option=`` too: the option chosen, None for a timeout or a cancel."""
+        ...
 
     def set_mode(self, request_id: str, mode: str) -> bytes | None: ...
 
@@ -177,7 +181,7 @@ class Opens(Protocol):
     """Optional on an ``AgentInput`` of an agent that converses (ACP): what to write each time its
     process starts (a handshake, resuming ``resume_id`` where the agent can), or None."""
 
-    __slots__ = ()  # a slotted parser that names it stays slotted
+    __slots__ = ()  # a slotted class that names it stays slotted
 
     def opening(self, resume_id: str | None) -> bytes | None: ...
 
@@ -186,11 +190,12 @@ class TakesImages(Protocol):
     """Optional on an ``AgentInput`` that says ``accepts_images = True``: its prompt also takes
     the images a master attached (passed by keyword, only to such an input)."""
 
-    __slots__ = ()  # a slotted parser that names it stays slotted
+    __slots__ = ()  # a slotted class that names it stays slotted
 
     def prompt(self, text: str, *, images: Sequence[PromptImage] = ()) -> bytes | None: ...
 
 
+# ``AgentPlugin.prompt_with_images``: the prompt's text and its images, by position.
 PromptWithImages = Callable[[str, Sequence[PromptImage]], "bytes | None"]
 
 
@@ -218,7 +223,7 @@ class AgentPlugin:
     @classmethod
     def of(cls, parser: AgentParser, agent_input: AgentInput) -> AgentPlugin:
         """The capabilities of ``parser`` and ``agent_input``, by the names the protocols give them
-        (duck typing, as for the built-in parsers: a class need not name the protocols)."""
+        (duck typing: a class need not name the protocols; the built-in ones do, for mypy)."""
         images = None
         if getattr(agent_input, "accepts_images", False):
             images = _prompt_with_images(cast(TakesImages, agent_input))
