@@ -28,6 +28,7 @@ from gateway.protocol import actions as act
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
 from gateway.protocol import prompts
+from gateway.protocol.states import ProcessState
 from gateway.storage import nofollow
 from gateway.storage.files import FileError, store_tool_files
 from parsers import events as ev
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from gateway.session.fanout import Flusher
     from gateway.storage.files import FileStore
     from gateway.storage.state_dir import SavedSession
-    from parsers.base import AgentInput
 
 __all__ = ["BATCH_LINES", "LINE_TOO_LONG", "AgentLink"]
 
@@ -61,7 +61,6 @@ class AgentLink:
         config: cfg.Config
         metrics: GatewayMetrics
         machine: sm.SessionMachine
-        agent_input: AgentInput
         files: FileStore
         saved: SavedSession | None
         process: AgentProcess | None
@@ -71,7 +70,6 @@ class AgentLink:
         _stdin_pending: list[bytes]
         _unplaced: list[tuple[str, str]]
         _line_t_ns: int
-        _parser_failed: bool
         _lines: AgentLineMetrics
         _suspended: bool
         _flusher: Flusher
@@ -195,8 +193,7 @@ class AgentLink:
         self._line_t_ns = 0
         if self._suspended:
             return
-        if not self._parser_failed:  # a parser that raised is not asked anything again
-            self.perform(self.machine.agent_stdout_closed())
+        self.perform(self.machine.agent_stdout_closed())
         status = await proc.wait()
         self.metrics.process_exited(self.profile.name, status.kind)
         log.info(
@@ -214,8 +211,9 @@ class AgentLink:
         )
 
     def _take_delivered(self, batch: list[StdoutLine]) -> None:
-        # Stopping, or its parser raised: what the agent says is no longer the session's.
-        if not (self._suspended or self._parser_failed):
+        # Stopping, or its parser raised: what the agent says is no longer the session's (and a
+        # parser that raised is fed nothing more; its successor reads the next process).
+        if not (self._suspended or self.machine.process is ProcessState.STOPPING_FOR_PLUGIN):
             self.take_lines(batch)
 
     def take_lines(self, batch: list[StdoutLine]) -> None:
@@ -264,9 +262,9 @@ class AgentLink:
         self._track_state()
 
     def _parser_raised(self, err: Exception) -> None:
-        """The parser raised on a line: the session ends (``SessionMachine.plugin_failed``), and
-        the parser is fed nothing more, not even the end of stdout."""
-        self._parser_failed = True
+        """The parser raised on a line: its turn ends and the agent is stopped
+        (``SessionMachine.plugin_failed``); the rest of the batch, and of the process's output,
+        is not fed to it (``_take_delivered``)."""
         self.perform(self.machine.plugin_failed(err, "feed"))
 
     def _cut_line(self, item: StdoutLine) -> list[ev.AgentEvent]:
@@ -284,7 +282,7 @@ class AgentLink:
     def _prompt_bytes(self, text: str, images: list[ev.StoredFile]) -> bytes | None:
         """The prompt for the agent's stdin, its images read from the file store (the machine
         gives images only to an input that takes them); None when the input raised, which ends
-        the session (``SessionMachine.plugin_failed``)."""
+        the turn and stops the agent being spawned (``SessionMachine.plugin_failed``)."""
         with_images = self.machine.plugin.prompt_with_images
         attached = (
             [PromptImage(f.mime_type, self.files.read(f.transfer_id)) for f in images]
@@ -294,7 +292,7 @@ class AgentLink:
         try:
             if with_images is not None and attached:
                 return with_images(text, attached)
-            return self.agent_input.prompt(text)
+            return self.machine.input.prompt(text)
         except Exception as err:
             self.perform(self.machine.plugin_failed(err, "prompt"))
             return None

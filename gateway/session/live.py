@@ -33,6 +33,7 @@ from gateway.session.masters import Masters, Route
 from gateway.storage.files import FileStore, files_path, store_tool_files
 from gateway.storage.state_dir import COMPACT_SLACK, FORMAT, VERSION, Loaded, SavedSession
 from gateway.team import roles
+from parsers.base import AgentPlugin
 from parsers.base import get as get_parser
 from parsers.saved import Transcript
 
@@ -82,8 +83,6 @@ class LiveSession(AgentLink, Masters):
             history = History(config.server.buffer_policy, config.server.buffer_max_bytes)  # type: ignore[arg-type]
         self.history = history
         spec = get_parser(profile.parser)
-        plugin = spec.plugin()
-        parser, self.agent_input = plugin.parser, plugin.input
         self.files = FileStore(
             session_id,
             max_session_bytes=config.server.max_session_file_bytes,
@@ -94,12 +93,20 @@ class LiveSession(AgentLink, Masters):
                 config.server.route_prefix + files_path(session_id, transfer_id)
             ),
         )
-        if plugin.set_workspace is not None:  # parsers.base.ReadsWorkspace: it reads files
-            plugin.set_workspace(str(workspace))
+
+        def new_plugin() -> AgentPlugin:
+            """The session's parser and input, at its start and after one raised (the machine
+            asks for a fresh pair then): told the workspace before the first line."""
+            plugin = spec.plugin()
+            if plugin.set_workspace is not None:  # parsers.base.ReadsWorkspace: it reads files
+                plugin.set_workspace(str(workspace))
+            return plugin
+
+        plugin = new_plugin()
         self.machine = sm.SessionMachine(
             session_id,
-            parser,
-            self.agent_input,
+            plugin.parser,
+            plugin.input,
             sm.SessionConfig(
                 agent=profile.name,
                 features=profile.features,
@@ -127,6 +134,7 @@ class LiveSession(AgentLink, Masters):
             ),
             files=self.files.files,
             plugin=plugin,
+            plugins=new_plugin,
         )
         self.machine.name = name
         self.connections: dict[str, MasterConnection] = {}
@@ -141,7 +149,6 @@ class LiveSession(AgentLink, Masters):
         self._timers: dict[TimerKey, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._line_t_ns = 0
-        self._parser_failed = False
         self._turn_started = 0.0
         self._lines = metrics.agent_lines(profile.name)
         self.terminated = asyncio.Event()
