@@ -1,5 +1,6 @@
-"""A third-party parser that raises, on a real server: its session ends with ``agent.error``
-``PARSER_FAILED`` instead of hanging, and nothing else of the gateway notices. The parser is
+"""A third-party parser that raises, on a real server: its turn ends with ``agent.error``
+``PARSER_FAILED`` instead of hanging, the session goes on with a fresh parser, and nothing else of
+the gateway notices. The parser is
 registered as an installed package's would be (``tests/support/raising_parser.py``), the agent is
 ``tests/support/hostile/breaks_parser.py``."""
 
@@ -54,14 +55,23 @@ async def gone(pid: int, timeout: float = 5.0) -> bool:
     return False
 
 
-async def test_DPS_4_4_error_a_parser_that_raises_ends_its_session_and_nothing_else(
+def stream(master: Master) -> list[str]:
+    """The ids of what the session said to ``master``: every frame but the masters' own relayed
+    control frames (a master is not sent its own)."""
+    return [f["message_id"] for f in master.frames if not f["type"].startswith("control.")]
+
+
+async def test_DPS_4_4_error_a_parser_that_raises_ends_its_turn_and_the_session_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """DPS-4.4-error, DPS-17.2.2-exit: the parser raises on a line mid-turn. Both masters of the
-    session get the same fatal ``agent.error`` ``PARSER_FAILED`` naming the exception's type and
-    (bounded) message, no traceback; the turn ends ``error``, the agent process is stopped and the
-    session ends as after any fatal agent error. Another session with the same parser completes a
-    turn afterwards, and the gateway's log has the traceback with the session's id."""
+    """DPS-4.4-error: the parser raises on a line mid-turn. Both masters of the session get the
+    same ``agent.error`` ``PARSER_FAILED`` (severity error, recoverable) naming the exception's
+    type and (bounded) message, no traceback; the turn ends ``error`` and the agent process is
+    stopped, nothing it printed after the bad line reaching anyone. The session goes on: the same
+    master's next prompt starts a new agent process (DPS-18-respawn) read by a fresh parser (the
+    one that raised raises on every line after), and completes its turn, which the second master
+    sees too. Another session with the same parser is not touched; the gateway's log has the
+    traceback, once, with the session's id."""
     register(tmp_path / "site")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     caplog.set_level(logging.INFO, logger=SESSION_LOGGER)
@@ -73,52 +83,56 @@ async def test_DPS_4_4_error_a_parser_that_raises_ends_its_session_and_nothing_e
         one = await Master.attach(client, session_id)
         two = await Master.attach(client, session_id)
         other = await Master.attach(client, other_id)
-        # A turn the parser can read, then one it cannot.
-        first = await peer.prompt_and_wait(one, "hello")
-        pid = pid_in(first)
-        await one.send("control.prompt.request", {"prompt_text": "please break"})
-        seen_one = await one.drain_until_closed()
-        seen_two = await two.drain_until_closed()
+        # A turn the parser can read, then one it cannot, then one more.
+        pid = pid_in(await peer.prompt_and_wait(one, "hello"))
+        broken = await peer.prompt_and_wait(one, "please break")
 
-        errors = of(seen_one, "agent.error")
+        errors = of(broken, "agent.error")
         assert [e["payload"]["error_code"] for e in errors] == ["PARSER_FAILED"]
         error = errors[0]["payload"]
-        assert (error["severity"], error["recoverable"]) == ("fatal", False)
-        assert "trace" not in error["details"]
+        assert (error["severity"], error["recoverable"]) == ("error", True)
+        assert error["details"] == {"module": "parser"}  # no trace
         assert error["message"].startswith(
             "the breaks agent's parser raised tests.support.raising_parser.ParserBug in feed: "
             "cannot read this line x"
         )
         assert len(error["message"]) <= MAX_ERROR_MESSAGE < len(MESSAGE)
-        assert "Traceback" not in json.dumps(seen_one)
-        # The turn ends, then the session, as after any fatal error; nothing after the bad line.
-        kinds = [f["type"] for f in seen_one]
-        turn_end = of(seen_one, "session.turn.end")
-        assert [t["payload"]["stop_reason"] for t in turn_end] == ["error"]
+        assert "Traceback" not in json.dumps(broken)
+        kinds = [f["type"] for f in broken]
+        assert [t["payload"]["stop_reason"] for t in of(broken, "session.turn.end")] == ["error"]
         assert kinds.index("agent.error") < kinds.index("session.turn.end")
-        assert kinds[-1] == "session.deleted"
-        assert seen_one[-1]["payload"]["reason"] == "error"
-        said = "".join(f["payload"]["text"] for f in of(seen_one, "agent.text.delta"))
-        assert "after the boom" not in said
+        assert errors[0]["turn_id"] == of(broken, "session.turn.end")[0]["turn_id"]
         assert await gone(pid)
-        # The second master saw the same frames from the error on.
-        since = kinds.index("agent.error")
-        ids_two = [f["message_id"] for f in seen_two]
-        assert ids_two[ids_two.index(seen_one[since]["message_id"]) :] == [
-            f["message_id"] for f in seen_one[since:]
-        ]
+
+        again = await peer.prompt_and_wait(one, "hello again")
+        assert of(again, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
+        assert pid_in(again) != pid  # a new agent process
+        said = "".join(f["payload"]["text"] for f in of(one.frames, "agent.text.delta"))
+        assert "after the boom" not in said
+        assert not of(again, "agent.error") and not of(again, "session.deleted")
+        # The second master saw the same frames, from the error to the new turn's end.
+        since, last = errors[0]["message_id"], of(again, "session.usage")[0]["message_id"]
+        while last not in stream(two):
+            await two.next()
+        ones, twos = stream(one), stream(two)
+        assert (
+            twos[twos.index(since) : twos.index(last) + 1]
+            == (ones[ones.index(since) : ones.index(last) + 1])
+        )
+        resp = await client.get(f"/v1/session/{session_id}")
+        assert resp.status == 200, await resp.text()
 
         # Another session, of the same parser, goes on.
         done = await peer.prompt_and_wait(other, "still here")
         assert of(done, "session.turn.end")[0]["payload"]["stop_reason"] == "end_turn"
-        resp = await client.get(f"/v1/session/{other_id}")
-        assert resp.status == 200, await resp.text()
+        assert not of(other.frames, "agent.error")
 
         raised = [
             r
             for r in caplog.records
             if r.getMessage() == "agent plugin raised" and getattr(r, "session", None) == session_id
         ]
+        # Once: the broken parser was fed nothing more (it would have raised on every line).
         assert len(raised) == 1
         assert raised[0].exc_info is not None and raised[0].exc_info[0] is ParserBug
         assert "raise ParserBug(MESSAGE)" in caplog.text  # the traceback, for the operator

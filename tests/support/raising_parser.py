@@ -1,6 +1,8 @@
 """A third-party parser with a bug, as a package would register it (``rawp_gateway.parsers``): it
 reads ``tests/support/hostile/breaks_parser.py``'s lines like ``plain`` does, ends a turn at
-``DONE``, and raises on a line ``BOOM`` (the message is long, to show the gateway bounds it).
+``DONE``, and raises on a line ``BOOM`` (the message is long, to show the gateway bounds it). Once
+it has raised it is broken for good, as a plugin with a bug may be: it raises on every line after,
+so a session that reads its agent again must have made a fresh one.
 
 ``register(directory)`` writes a distribution's metadata naming it under the entry-point group, for
 a test to put ``directory`` on ``sys.path``: the same lookup as for an installed package.
@@ -28,9 +30,11 @@ class RaisingParser:
     def __init__(self) -> None:
         self._block: str | None = None
         self._blocks = 0
+        self._broken = False
 
     def feed(self, line: bytes) -> list[ev.AgentEvent]:
-        if line == TRIGGER:
+        if line == TRIGGER or self._broken:
+            self._broken = True
             raise ParserBug(MESSAGE)
         if line == b"DONE":
             self._block = None
