@@ -44,9 +44,10 @@ capability, as the documentation has always promised a third-party parser. The g
 what ``AgentPlugin`` holds and never asks an object again what it can do.
 
 A parser or input that raises anyway (a bug in a plugin: the protocols say "never raises on bad
-input") does not hang its session: the shell catches it and the session machine ends the session
-as after any fatal agent error, with ``agent.error`` ``PARSER_FAILED`` (the exception's type and
-message, never its traceback) to every master (``SessionMachine.plugin_failed``); the gateway log
+input") does not hang its session: the shell catches it and the session machine ends the turn
+with ``agent.error`` ``PARSER_FAILED`` (the exception's type and message, never its traceback) to
+every master and stops the agent (``SessionMachine.plugin_failed``); the session goes on, and
+its next process is read by a fresh parser and input from the ``ParserSpec``. The gateway log
 has the traceback.
 
 A parser may come with a reader of the conversations its agent saves (``ParserSpec.saved``, a
