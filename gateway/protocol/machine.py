@@ -203,8 +203,9 @@ _TURNLESS: Final = (ev.SessionStarted, ev.CommandsListed, ev.Unknown)
 _WATCHED: Final = frozenset(
     {ProcessState.ALIVE, ProcessState.EXITING_BEFORE_RESPAWN, ProcessState.STOPPING_FOR_CANCEL}
 )
-# The process states the gateway is stopping it in while no turn of its runs (the turn ended as
-# the stop began): a prompt waits for the exit.
+# The process states in which the gateway is stopping the agent while the session may be idle (a
+# cancelled turn the agent ended itself; a turn ended as its plugin raised): a prompt waits for
+# the exit.
 _PROMPTS_WAIT: Final = frozenset(
     {ProcessState.STOPPING_FOR_CANCEL, ProcessState.STOPPING_FOR_PLUGIN}
 )
@@ -1155,9 +1156,9 @@ class SessionMachine:
         # A long-lived agent takes the prompt on stdin, unless the gateway is stopping it.
         if self.config.single_turn_process or process in _PROMPTS_WAIT:
             # The previous turn ended but its process is still exiting (codex exec writes its
-            # thread after turn.completed; an agent stopped for a cancel or for its plugin's
-            # raise, whose turn ended when it raised): a second process must
-            # not resume the session beside it, so this one starts when that exit is reported.
+            # thread after turn.completed; an agent stopped for a cancel, or after its parser or
+            # input raised): a second process must not resume the session beside it, so this
+            # one starts when that exit is reported.
             self._waiting = (text, overrides, images)
             self._process_step(ProcessStep.PROMPT_WAITS)
             return out
