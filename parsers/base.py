@@ -36,6 +36,20 @@ An agent that converses (ACP: it asks the gateway things and must be answered) i
 is both parser and input (``ParserSpec.converses``; ``make()`` gives it twice): its ``opening``
 is written when the process starts, and ``feed`` returns ``StdinWrite`` events for its answers.
 
+These optional capabilities (``describe_exit``, ``set_workspace``, ``initialize``, ``opening``,
+``accepts_images`` with ``prompt(text, images=...)``, ``sigint_on_cancel``) are named by the
+protocols below and found once, when a session makes its parser and input
+(``ParserSpec.plugin()``, ``AgentPlugin.of``): a method of that name, or the flag, is the
+capability, as the documentation has always promised a third-party parser. The gateway then calls
+what ``AgentPlugin`` holds and never asks an object again what it can do.
+
+A parser or input that raises anyway (a bug in a plugin: the protocols say "never raises on bad
+input") does not hang its session: the shell catches it and the session machine ends the turn
+with ``agent.error`` ``PARSER_FAILED`` (the exception's type and message, never its traceback) to
+every master and stops the agent (``SessionMachine.plugin_failed``); the session goes on, and
+its next process is read by a fresh parser and input from the ``ParserSpec``. The gateway log
+has the traceback.
+
 A parser may come with a reader of the conversations its agent saves (``ParserSpec.saved``, a
 ``parsers.saved.SavedFormat``): what lets the gateway list them and replay one it resumes.
 
@@ -54,11 +68,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from importlib.metadata import entry_points
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, cast
 
 import msgspec
 
@@ -70,14 +84,18 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "AgentInput",
     "AgentParser",
+    "AgentPlugin",
     "DescribesExit",
     "ExitDescription",
     "Initializes",
     "JsonLinesParser",
     "NoInput",
+    "Opens",
     "ParserSpec",
     "PromptImage",
+    "PromptWithImages",
     "ReadsWorkspace",
+    "TakesImages",
     "available",
     "elapsed_ms",
     "get",
@@ -103,6 +121,8 @@ ExitDescription = tuple[str, str]
 class DescribesExit(Protocol):
     """Optional on an ``AgentParser``: what a non-zero exit code of this agent means."""
 
+    __slots__ = ()  # a slotted class that names it stays slotted
+
     def describe_exit(self, returncode: int) -> ExitDescription | None:
         """``(error_code, message)`` for ``agent.error``, or None to keep the generic one."""
         ...
@@ -112,6 +132,8 @@ class ReadsWorkspace(Protocol):
     """Optional on an ``AgentParser``: told the session's workspace (the agent's cwd) once, right
     after it is made, before any line. A parser that reads the paths its agent names reads them
     there, and only there; untold, it reads nothing."""
+
+    __slots__ = ()  # a slotted class that names it stays slotted
 
     def set_workspace(self, workspace: str) -> None: ...
 
@@ -126,6 +148,8 @@ class PromptImage:
 
 class Initializes(Protocol):
     """Optional on an ``AgentInput``: what to write at spawn so the agent lists its commands."""
+
+    __slots__ = ()  # a slotted class that names it stays slotted
 
     def initialize(self, request_id: str) -> bytes | None: ...
 
@@ -146,9 +170,82 @@ class AgentInput(Protocol):
         allow: bool,
         message: str = "",
         updated_input: dict[str, Any] | None = None,
-    ) -> bytes | None: ...
+    ) -> bytes | None:
+        """The answer to a ``PermissionRequest``. One that came with the agent's own ``options``
+        is answered with ``option=`` too: the option chosen, None for a timeout or a cancel."""
+        ...
 
     def set_mode(self, request_id: str, mode: str) -> bytes | None: ...
+
+
+class Opens(Protocol):
+    """Optional on an ``AgentInput`` of an agent that converses (ACP): what to write each time its
+    process starts (a handshake, resuming ``resume_id`` where the agent can), or None."""
+
+    __slots__ = ()  # a slotted class that names it stays slotted
+
+    def opening(self, resume_id: str | None) -> bytes | None: ...
+
+
+class TakesImages(Protocol):
+    """Optional on an ``AgentInput`` that says ``accepts_images = True``: its prompt also takes
+    the images a master attached (passed by keyword, only to such an input)."""
+
+    __slots__ = ()  # a slotted class that names it stays slotted
+
+    def prompt(self, text: str, *, images: Sequence[PromptImage] = ()) -> bytes | None: ...
+
+
+# ``AgentPlugin.prompt_with_images``: the prompt's text and its images, by position.
+PromptWithImages = Callable[[str, Sequence[PromptImage]], "bytes | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPlugin:
+    """A session's parser and input, with what they can do beyond ``AgentParser`` and
+    ``AgentInput`` found once (``of``): each optional method is here or None, so the gateway calls
+    it or does without, and never looks it up again per call."""
+
+    parser: AgentParser
+    input: AgentInput
+    describe_exit: Callable[[int], ExitDescription | None] | None = None  # DescribesExit
+    set_workspace: Callable[[str], None] | None = None  # ReadsWorkspace
+    initialize: Callable[[str], bytes | None] | None = None  # Initializes
+    opening: Callable[[str | None], bytes | None] | None = None  # Opens
+    # TakesImages: the prompt with its images; None when the input takes none.
+    prompt_with_images: PromptWithImages | None = None
+    # False: a cancel writes the input's interrupt and sends no SIGINT (ACP agents).
+    sigint_on_cancel: bool = True
+
+    @property
+    def accepts_images(self) -> bool:
+        return self.prompt_with_images is not None
+
+    @classmethod
+    def of(cls, parser: AgentParser, agent_input: AgentInput) -> AgentPlugin:
+        """The capabilities of ``parser`` and ``agent_input``, by the names the protocols give them
+        (duck typing: a class need not name the protocols; the built-in ones do, for mypy)."""
+        images = None
+        if getattr(agent_input, "accepts_images", False):
+            images = _prompt_with_images(cast(TakesImages, agent_input))
+        return cls(
+            parser,
+            agent_input,
+            describe_exit=getattr(parser, "describe_exit", None),
+            set_workspace=getattr(parser, "set_workspace", None),
+            initialize=getattr(agent_input, "initialize", None),
+            opening=getattr(agent_input, "opening", None),
+            prompt_with_images=images,
+            sigint_on_cancel=bool(getattr(agent_input, "sigint_on_cancel", True)),
+        )
+
+
+def _prompt_with_images(agent_input: TakesImages) -> PromptWithImages:
+    # By keyword, as the documentation says an input takes them (``images`` may be keyword-only).
+    def prompt(text: str, images: Sequence[PromptImage]) -> bytes | None:
+        return agent_input.prompt(text, images=images)
+
+    return prompt
 
 
 MAX_LINE_IN_EVENT = 1024  # a ParseError keeps at most this much of its line
@@ -275,8 +372,12 @@ class ParserSpec:
         """A parser and an input for one session."""
         if self.converses:
             both = self.parser()
-            return both, both  # type: ignore[return-value]
+            return both, cast(AgentInput, both)  # the one object is both (see ``converses``)
         return self.parser(), self.input()
+
+    def plugin(self) -> AgentPlugin:
+        """A parser and an input for one session, their optional capabilities resolved."""
+        return AgentPlugin.of(*self.make())
 
 
 # Built-ins are found by module path so importing the registry stays cheap.

@@ -118,6 +118,8 @@ class Log:
     level: Literal["debug", "info", "warning", "error"]
     message: str
     fields: dict[str, Any] = field(default_factory=dict)
+    # An exception whose traceback the log gets (a plugin's bug): for the operator, never a frame.
+    exc: BaseException | None = None
 
 
 @dataclass(slots=True)

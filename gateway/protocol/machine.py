@@ -13,7 +13,8 @@ list of *actions* for the shell (``gateway/session/``) to carry out:
 * ``attached(conn_id)`` / ``detached(conn_id)``: a master's connection came or went;
 * ``timer_fired(key)``, a ``states.TimerKey``: a timer the machine started ran out;
 * ``start``, ``restore``, ``replay``, ``delete``, ``rename``, ``budget_notice``, ...: the
-  control plane.
+  control plane;
+* ``plugin_failed(err, where)``: the session's parser or input raised where the shell called it.
 
 Actions (``actions.py``): ``Emit`` (a frame: broadcast, or to/away from one connection),
 ``WriteStdin``, ``WritePrompt`` (a prompt with images, whose bytes only the shell's file store
@@ -41,7 +42,7 @@ doing (their wrong input is answered with an error frame).
   goes, cancelled when one comes) and its end deletes the session (``timeout``, by ``system``).
 * **Process**: ``NONE``, ``ALIVE`` (from the ``Spawn``; a start that fails is reported as an
   exit), ``EXITING_BEFORE_RESPAWN``, ``STOPPING_FOR_CANCEL``, ``STOPPING_FOR_STALL``,
-  ``STOPPING_FOR_DELETE``. What an exit does is the table ``_EXITS``, from the state the process
+  ``STOPPING_FOR_DELETE``, ``STOPPING_FOR_PLUGIN``. What an exit does is the table ``_EXITS``, from the state the process
   was in to its handler. Agent processes are either long-lived (prompts on stdin) or single-turn
   (§18: prompt on the command line, respawned with the agent's session id for the next prompt).
 
@@ -84,6 +85,13 @@ get an ``agent.error`` (``AGENT_STALLED``, severity warning, recoverable); after
 the turn ends with ``error`` and a long-lived agent is started again (resumed with its session id
 where the profile can), instead of the exit ending the session. 0 turns a limit off. Counting
 output per line is one integer; no timer is touched per line.
+
+A parser or input that raises (a plugin's bug, which its protocol forbids; the shell catches what
+it calls itself) is ``plugin_failed``: it ends the turn, not the session. The masters get
+``agent.error`` ``PARSER_FAILED`` (recoverable), the turn ends ``error``, the agent is stopped
+(``STOPPING_FOR_PLUGIN``: the plugin is asked nothing more, the process's last lines are dropped,
+its exit says nothing), and the session goes on idle: the next prompt starts the agent again with
+a fresh parser and input (``plugins``), since the one that raised is in a state nobody knows.
 """
 
 from __future__ import annotations
@@ -153,12 +161,13 @@ from gateway.protocol.states import (
 )
 from gateway.protocol.tools import lookup
 from parsers import events as ev
-from parsers.base import AgentInput, AgentParser, ExitDescription
+from parsers.base import AgentInput, AgentParser, AgentPlugin, ExitDescription
 from parsers.saved import ReplayedTurn
 
 __all__ = [
     "CANCEL_SIGINT_TIMER",
     "CANCEL_STOP_TIMER",
+    "PARSER_FAILED",
     "REATTACH_WINDOW_TIMER",
     "STALL_TIMER",
     "SessionConfig",
@@ -181,6 +190,8 @@ POLICY_KEY: Final = "rawp_policy"  # metadata: the rule that answered a permissi
 POLICY_DECISION_KEY: Final = "rawp_policy_decision"  # metadata: what that rule decided
 BUDGET_KEY: Final = "rawp_budget"  # metadata: the budget a session.error is about
 UPLOAD_NOT_PLACED: Final = "UPLOAD_NOT_PLACED"  # agent.error warning: see file_not_placed
+PARSER_FAILED: Final = "PARSER_FAILED"  # agent.error that ends the turn: see plugin_failed
+MAX_PLUGIN_ERROR_CHARS: Final = 200  # of the exception's message (and of its type) in it
 
 
 _DELTAS: Final = frozenset({ev.TextDelta, ev.ThinkingDelta})
@@ -192,6 +203,16 @@ _TURNLESS: Final = (ev.SessionStarted, ev.CommandsListed, ev.Unknown)
 _WATCHED: Final = frozenset(
     {ProcessState.ALIVE, ProcessState.EXITING_BEFORE_RESPAWN, ProcessState.STOPPING_FOR_CANCEL}
 )
+# The process states in which the gateway is stopping the agent while the session may be idle (a
+# cancelled turn the agent ended itself; a turn ended as its plugin raised): a prompt waits for
+# the exit.
+_PROMPTS_WAIT: Final = frozenset(
+    {ProcessState.STOPPING_FOR_CANCEL, ProcessState.STOPPING_FOR_PLUGIN}
+)
+# No process to tell, or one whose input raised and is not asked anything more.
+_NO_INPUT: Final = frozenset({ProcessState.NONE, ProcessState.STOPPING_FOR_PLUGIN})
+# Stopping already: a plugin's raise then needs no Terminate of its own.
+_STOPPING: Final = frozenset({ProcessState.STOPPING_FOR_CANCEL, ProcessState.STOPPING_FOR_STALL})
 
 
 def interaction_timer(interaction_id: str) -> TimerKey:
@@ -282,12 +303,21 @@ class SessionMachine:
         factory: FrameFactory | None = None,
         seen_window: int = 4096,
         files: Mapping[str, ev.StoredFile] | None = None,
+        plugin: AgentPlugin | None = None,
+        plugins: Callable[[], AgentPlugin] | None = None,
     ) -> None:
         self.session_id = session_id
         self.config = config or SessionConfig()
         self.factory = factory or FrameFactory(session_id)
         self.parser = parser
         self.input = agent_input
+        # Their optional capabilities, found once (the shell's, when it made them).
+        self.plugin = plugin if plugin is not None else AgentPlugin.of(parser, agent_input)
+        # Makes a fresh parser and input for the session (the shell's ``ParserSpec.plugin``, told
+        # the workspace): one that raised is replaced once its process is gone. None (the core on
+        # its own, whose caller owns the parser): the instance stays.
+        self._plugins = plugins
+        self._plugin_failing = False  # plugin_failed is running: a raise inside it is only logged
         # The session's stored files by transfer_id (the shell's FileStore index, read only).
         self.files: Mapping[str, ev.StoredFile] = files if files is not None else {}
         self.mapper = Mapper(
@@ -399,9 +429,12 @@ class SessionMachine:
         out: list[Action] = [Spawn(resume_id=resume_id, mode=self.mode), *self._opening(resume_id)]
         # docs/http-api.md promises the commands right after session.capabilities: an agent that
         # lists them only when a prompt starts a run (Claude Code) is asked at once.
-        initialize = getattr(self.input, "initialize", None)
-        if initialize is not None:
-            data = initialize(self._next_request_id("initialize"))
+        initialize = self.plugin.initialize
+        if initialize is not None and self.process is ProcessState.ALIVE:  # (else opening raised)
+            try:
+                data = initialize(self._next_request_id("initialize"))
+            except Exception as err:
+                return out + self.plugin_failed(err, "initialize")
             if data is not None:
                 out.append(WriteStdin(data))
         return out + self._window_opens()
@@ -486,7 +519,8 @@ class SessionMachine:
                     ended = event
                 else:
                     actions += self._agent_event(event)
-            actions += self._end_turn(ended.stop_reason if ended else "end_turn", ended)
+            if self.turn is not None:  # (None: the input raised answering it, which ended it)
+                actions += self._end_turn(ended.stop_reason if ended else "end_turn", ended)
             frames += [
                 msgspec.structs.replace(a.frame, metadata={**(a.frame.metadata or {}), **replayed})
                 for a in actions
@@ -513,10 +547,22 @@ class SessionMachine:
     # --- the agent's side ----------------------------------------------------------------------
 
     def agent_line(self, line: bytes) -> list[Action]:
-        return self.agent_events(self.parser.feed(line))
+        if self.process is ProcessState.STOPPING_FOR_PLUGIN:
+            return []  # the parser raised: the stopped agent's last lines are nobody's
+        try:
+            events = self.parser.feed(line)
+        except Exception as err:
+            return self.plugin_failed(err, "feed")
+        return self.agent_events(events)
 
     def agent_stdout_closed(self) -> list[Action]:
-        return self.agent_events(self.parser.end())
+        if self.process is ProcessState.STOPPING_FOR_PLUGIN:
+            return []  # a parser that raised is not asked anything again
+        try:
+            events = self.parser.end()
+        except Exception as err:
+            return self.plugin_failed(err, "end")
+        return self.agent_events(events)
 
     def agent_events(self, events: list[ev.AgentEvent]) -> list[Action]:
         self._activity += 1
@@ -633,15 +679,21 @@ class SessionMachine:
     def _opening(self, resume_id: str | None) -> list[Action]:
         """What a conversing agent (ACP) is told each time its process starts: the handshake,
         resuming ``resume_id`` where the agent can."""
-        opening = getattr(self.input, "opening", None)
+        opening = self.plugin.opening
         if opening is None:
             return []
-        data = opening(resume_id)
+        try:
+            data = opening(resume_id)
+        except Exception as err:
+            return self.plugin_failed(err, "opening")
         out: list[Action] = [WriteStdin(data)] if data else []
         if self.mode == "plan":
             # The session's mode outlives the process (a restart, a restored session): the agent
             # is told again once its session exists.
-            again = self.input.set_mode(self._next_request_id("set_mode"), "plan")
+            try:
+                again = self.input.set_mode(self._next_request_id("set_mode"), "plan")
+            except Exception as err:
+                return out + self.plugin_failed(err, "set_mode")
             out += [WriteStdin(again)] if again else []
         return out
 
@@ -768,6 +820,20 @@ class SessionMachine:
             out += self._end_turn("error")
         return out + self._finish_delete()
 
+    def _exited_on_plugin(self, exit: AgentExit, waiting: _Waiting | None) -> list[Action]:
+        """STOPPING_FOR_PLUGIN: the agent stopped after its parser or input raised. Its exit says
+        nothing more, whatever its code (``PARSER_FAILED`` said why); a fresh parser and input
+        take over, and the session goes on idle with no process, or a prompt that came meanwhile
+        gets its process now."""
+        out = self._renew_plugin()
+        if self._ending:
+            return out  # no fresh parser could be made: the session ended
+        if waiting is not None and self.turn is not None:
+            return out + self._respawn(*waiting)
+        if self.turn is not None:
+            out += self._end_turn("error")
+        return out
+
     _EXITS: ClassVar[dict[ProcessState, Callable[..., list[Action]]]] = {
         ProcessState.NONE: _exited,
         ProcessState.ALIVE: _exited,
@@ -775,6 +841,7 @@ class SessionMachine:
         ProcessState.STOPPING_FOR_CANCEL: _exited_on_cancel,
         ProcessState.STOPPING_FOR_STALL: _exited_on_stall,
         ProcessState.STOPPING_FOR_DELETE: _exited_on_delete,
+        ProcessState.STOPPING_FOR_PLUGIN: _exited_on_plugin,
     }
 
     def _cancel_exit(self, exit: AgentExit, *, stopped: bool = False) -> tuple[list[Action], bool]:
@@ -800,18 +867,25 @@ class SessionMachine:
 
     def _fatal_exit(self, exit: AgentExit) -> list[Action]:
         """A fatal agent error ends the session (DPS-4.4-error, §18.2: TERMINATED)."""
-        out: list[Action] = [Emit(self._make(self._exit_error(exit), turn=True))]
+        out: list[Action] = []
+        named: ExitDescription | None = None
+        if exit.start_error is None:
+            try:
+                named = self._describe_exit(exit.returncode)
+            except Exception as err:  # a plugin's bug: the generic error is said instead
+                out.append(self._plugin_log(err, "describe_exit"))
+        out.append(Emit(self._make(self._exit_error(exit, named), turn=True)))
         if self.turn is not None:
             out += self._end_turn("error")
         self._delete_reason = ("error", "client")
         return out + self._finish_delete()
 
-    def _exit_error(self, exit: AgentExit) -> F.AgentError:
+    def _exit_error(self, exit: AgentExit, named: ExitDescription | None) -> F.AgentError:
+        """The fatal ``agent.error`` of an exit; ``named``: the parser's name for its code."""
         returncode, signum, stderr_tail = exit.returncode, exit.signal, exit.stderr_tail
         code = "SIGNAL_EXIT" if exit.kind == "signal" else "AGENT_EXIT"
         how = f"signal {signum}" if exit.kind == "signal" else f"exit code {returncode}"
         message = f"the agent process ended with {how}"
-        named = self._describe_exit(returncode) if exit.start_error is None else None
         if exit.start_error is not None:
             code = "AGENT_START_FAILED"
             message = f"the {self.config.agent} agent could not start: {exit.start_error}"
@@ -891,7 +965,7 @@ class SessionMachine:
 
     def _describe_exit(self, returncode: int | None) -> ExitDescription | None:
         """The parser's name for a positive exit code (``parsers.base.DescribesExit``), if any."""
-        describe = getattr(self.parser, "describe_exit", None)
+        describe = self.plugin.describe_exit
         if describe is None or returncode is None or returncode <= 0:
             return None  # no code to explain: killed by a signal, or no parser opinion
         return describe(returncode)
@@ -1080,16 +1154,20 @@ class SessionMachine:
             self._process_step(ProcessStep.SPAWNED)
             return out + self._spawn(text, overrides, images)
         # A long-lived agent takes the prompt on stdin, unless the gateway is stopping it.
-        if self.config.single_turn_process or process is ProcessState.STOPPING_FOR_CANCEL:
+        if self.config.single_turn_process or process in _PROMPTS_WAIT:
             # The previous turn ended but its process is still exiting (codex exec writes its
-            # thread after turn.completed; an agent stopped for a cancel): a second process must
-            # not resume the session beside it, so this one starts when that exit is reported.
+            # thread after turn.completed; an agent stopped for a cancel, or after its parser or
+            # input raised): a second process must not resume the session beside it, so this
+            # one starts when that exit is reported.
             self._waiting = (text, overrides, images)
             self._process_step(ProcessStep.PROMPT_WAITS)
             return out
         if images:
             return out + [WritePrompt(text, images)]
-        data = self.input.prompt(text)
+        try:
+            data = self.input.prompt(text)
+        except Exception as err:
+            return out + self.plugin_failed(err, "prompt")
         if data is None:  # cannot happen for a long-lived profile with stdin prompts
             return out + [Log("error", "agent cannot take prompts on stdin")]
         return out + [WriteStdin(data)]
@@ -1137,10 +1215,13 @@ class SessionMachine:
         # argv and stdin is closed): interrupt it as a terminal would, at once, not after the grace.
         data = None
         if not self.config.single_turn_process:
-            data = self.input.interrupt(self._next_request_id("interrupt"))
+            try:
+                data = self.input.interrupt(self._next_request_id("interrupt"))
+            except Exception as err:
+                return out + self.plugin_failed(err, "interrupt")
         if data is not None:
             out.append(WriteStdin(data))
-            if getattr(self.input, "sigint_on_cancel", True):
+            if self.plugin.sigint_on_cancel:
                 out.append(StartTimer(CANCEL_SIGINT_TIMER, self.config.cancel_sigint_sec))
         else:
             out.append(Signal(_signal.SIGINT))
@@ -1300,9 +1381,14 @@ class SessionMachine:
         # ``option``: the agent's own option chosen (None: no choice, ACP's "cancelled"); only
         # for an agent that offered options.
         extra: dict[str, Any] = {} if isinstance(option, NoOption) else {"option": option}
-        data = self.input.permission(
-            request_id, allow=allow, message=message, updated_input=updated_input, **extra
-        )
+        if self.process is ProcessState.STOPPING_FOR_PLUGIN:
+            return []  # its input raised: nothing more is asked of it, the agent is being stopped
+        try:
+            data = self.input.permission(
+                request_id, allow=allow, message=message, updated_input=updated_input, **extra
+            )
+        except Exception as err:
+            return self.plugin_failed(err, "permission")
         return [WriteStdin(data)] if data is not None and self.process is not _NO_PROCESS else []
 
     def _settle(
@@ -1416,10 +1502,15 @@ class SessionMachine:
             ]
         previous, self.mode = self.mode, switch.mode
         out: list[Action] = []
-        if self.process is not _NO_PROCESS and not self.config.single_turn_process:
+        if self.process not in _NO_INPUT and not self.config.single_turn_process:
             # review is enforced by the gateway; the CLI itself runs in default mode then.
             cli_mode = "plan" if switch.mode == "plan" else "default"
-            data = self.input.set_mode(self._next_request_id("set_mode"), cli_mode)
+            try:
+                data = self.input.set_mode(self._next_request_id("set_mode"), cli_mode)
+            except Exception as err:
+                # The mode is the session's all the same: the next process starts in it.
+                data = None
+                out += self.plugin_failed(err, "set_mode")
             if data is not None:
                 out.append(WriteStdin(data))
         state = self.mapper.state
@@ -1540,3 +1631,73 @@ class SessionMachine:
         out.append(Log("info", "session deleted", {"reason": reason, "deleted_by": deleted_by}))
         out.append(CloseAll(f"session deleted ({reason})"))
         return out
+
+    # --- a plugin that raised ---------------------------------------------------------------------
+
+    def plugin_failed(self, err: Exception, where: str) -> list[Action]:
+        """The session's parser or input (a plugin: ``parsers/base.py``) raised in ``where`` (its
+        method's name), which the protocols forbid: a bug, after which nothing it says or writes
+        can be trusted. It ends the turn, not the session: ``agent.error`` ``PARSER_FAILED``
+        (severity error, recoverable) to every master with the exception's type and message, never
+        its traceback (the log's); the open turn ends ``error`` (its open calls cancelled first,
+        as for any turn cut short); the agent is stopped (``STOPPING_FOR_PLUGIN``) and its exit
+        says nothing more. The session goes on idle, its masters attached: the next prompt starts
+        the agent again (resumed with its session id where the profile can, DPS-18-respawn) with
+        a fresh parser and input. A plugin that raises again meanwhile, or while the session is
+        deleted, is only logged."""
+        logged = self._plugin_log(err, where)
+        if self._ending or self._plugin_failing or self.process is ProcessState.STOPPING_FOR_PLUGIN:
+            return [logged]
+        self._plugin_failing = True
+        try:
+            return self._plugin_failed(err, where, logged)
+        finally:
+            self._plugin_failing = False
+
+    def _plugin_failed(self, err: Exception, where: str, logged: Log) -> list[Action]:
+        out: list[Action] = [Emit(self._make(self._plugin_error(err, where), turn=True)), logged]
+        process = self.process
+        if process is not ProcessState.NONE:
+            self._waiting = None  # the prompt waiting for the exit: its turn ends here
+            self._process_step(ProcessStep.STOP_FOR_PLUGIN)
+        if self.turn is not None:
+            out += self._end_turn("error")
+        if process is ProcessState.NONE:
+            return out + self._renew_plugin()  # no process to stop: the fresh one now
+        return out if process in _STOPPING else [*out, Terminate()]
+
+    def _plugin_error(self, err: Exception, where: str) -> F.AgentError:
+        """``PARSER_FAILED``: the plugin's method, the exception's type and its bounded message."""
+        part = "parser" if where in ("feed", "end") else "input"
+        said = str(err)
+        if len(said) > MAX_PLUGIN_ERROR_CHARS:
+            said = said[: MAX_PLUGIN_ERROR_CHARS - 1] + "…"
+        kind = type(err).__qualname__
+        if type(err).__module__ not in ("builtins", "__main__"):
+            kind = f"{type(err).__module__}.{kind}"[-MAX_PLUGIN_ERROR_CHARS:]
+        message = f"the {self.config.agent} agent's {part} raised {kind} in {where}"
+        if said:
+            message = f"{message}: {said}"[:MAX_ERROR_MESSAGE]
+        return F.AgentError(
+            error_code=PARSER_FAILED,
+            message=message,
+            severity="error",
+            recoverable=True,
+            details=F.ErrorDetails(module=part),
+        )
+
+    def _renew_plugin(self) -> list[Action]:
+        """A fresh parser and input in place of the ones that raised (``plugins``). One that
+        cannot be made ends the session: nothing could read its agent."""
+        if self._plugins is None:
+            return []
+        try:
+            plugin = self._plugins()
+        except Exception as err:
+            return [self._plugin_log(err, "a new parser"), *self.delete("error", "client")]
+        self.plugin, self.parser, self.input = plugin, plugin.parser, plugin.input
+        return []
+
+    def _plugin_log(self, err: Exception, where: str) -> Log:
+        fields = {"agent": self.config.agent, "method": where, "error": repr(err)[:512]}
+        return Log("error", "agent plugin raised", fields, exc=err)

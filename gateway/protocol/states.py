@@ -15,8 +15,10 @@ fields; which state it is in is one value of each enum.
   failing is reported as an exit, so starting is not a state of its own). ``EXITING_BEFORE_RESPAWN``:
   its turn ended but it is still exiting (codex exec writes its thread after ``turn.completed``), and
   a prompt waits for that exit to spawn the next. ``STOPPING_FOR_CANCEL``, ``STOPPING_FOR_STALL``,
-  ``STOPPING_FOR_DELETE``: the gateway is stopping it for an ignored cancel, for the stall watchdog,
-  for a delete; what its exit then means is each state's (``SessionMachine._EXITS``).
+  ``STOPPING_FOR_DELETE``, ``STOPPING_FOR_PLUGIN``: the gateway is stopping it for an ignored
+  cancel, for the stall watchdog, for a delete, because the session's parser or input raised (its
+  turn ended with ``PARSER_FAILED``, and the next process gets a fresh parser and input); what its
+  exit then means is each state's (``SessionMachine._EXITS``).
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ class ProcessState(enum.Enum):
     STOPPING_FOR_CANCEL = "stopping for a cancel"
     STOPPING_FOR_STALL = "stopping for a stall"
     STOPPING_FOR_DELETE = "stopping for a delete"
+    STOPPING_FOR_PLUGIN = "stopping for a plugin that raised"
 
 
 class ProcessStep(enum.Enum):
@@ -116,6 +119,7 @@ class ProcessStep(enum.Enum):
     STOP_FOR_CANCEL = "stopped for an ignored cancel"
     STOP_FOR_STALL = "stopped by the stall watchdog"
     STOP_FOR_DELETE = "stopped for a delete"
+    STOP_FOR_PLUGIN = "stopped for its parser or input that raised"
     EXITED = "exited"
 
 
@@ -130,6 +134,7 @@ PROCESS: Final[dict[ProcessState, dict[ProcessStep, ProcessState]]] = {
         ProcessStep.STOP_FOR_CANCEL: ProcessState.STOPPING_FOR_CANCEL,
         ProcessStep.STOP_FOR_STALL: ProcessState.STOPPING_FOR_STALL,
         ProcessStep.STOP_FOR_DELETE: ProcessState.STOPPING_FOR_DELETE,
+        ProcessStep.STOP_FOR_PLUGIN: ProcessState.STOPPING_FOR_PLUGIN,
         ProcessStep.EXITED: ProcessState.NONE,
     },
     ProcessState.EXITING_BEFORE_RESPAWN: {
@@ -139,6 +144,7 @@ PROCESS: Final[dict[ProcessState, dict[ProcessStep, ProcessState]]] = {
         ProcessStep.PROMPT_WITHDRAWN: ProcessState.ALIVE,
         ProcessStep.STOP_FOR_STALL: ProcessState.STOPPING_FOR_STALL,
         ProcessStep.STOP_FOR_DELETE: ProcessState.STOPPING_FOR_DELETE,
+        ProcessStep.STOP_FOR_PLUGIN: ProcessState.STOPPING_FOR_PLUGIN,
         ProcessStep.EXITED: ProcessState.NONE,
     },
     # A prompt that comes while the agent is stopped for a cancel waits for its exit too; the
@@ -148,15 +154,25 @@ PROCESS: Final[dict[ProcessState, dict[ProcessStep, ProcessState]]] = {
         ProcessStep.PROMPT_WITHDRAWN: ProcessState.STOPPING_FOR_CANCEL,
         ProcessStep.STOP_FOR_STALL: ProcessState.STOPPING_FOR_STALL,
         ProcessStep.STOP_FOR_DELETE: ProcessState.STOPPING_FOR_DELETE,
+        ProcessStep.STOP_FOR_PLUGIN: ProcessState.STOPPING_FOR_PLUGIN,
         ProcessStep.EXITED: ProcessState.NONE,
     },
     ProcessState.STOPPING_FOR_STALL: {
         ProcessStep.PROMPT_WAITS: ProcessState.STOPPING_FOR_STALL,
         ProcessStep.PROMPT_WITHDRAWN: ProcessState.STOPPING_FOR_STALL,
         ProcessStep.STOP_FOR_DELETE: ProcessState.STOPPING_FOR_DELETE,
+        ProcessStep.STOP_FOR_PLUGIN: ProcessState.STOPPING_FOR_PLUGIN,
         ProcessStep.EXITED: ProcessState.NONE,
     },
     ProcessState.STOPPING_FOR_DELETE: {ProcessStep.EXITED: ProcessState.NONE},
+    # The turn ended when the plugin raised, so a prompt may come before the exit: it waits for
+    # it (a new process, with a fresh parser and input, must not run beside the old one).
+    ProcessState.STOPPING_FOR_PLUGIN: {
+        ProcessStep.PROMPT_WAITS: ProcessState.STOPPING_FOR_PLUGIN,
+        ProcessStep.PROMPT_WITHDRAWN: ProcessState.STOPPING_FOR_PLUGIN,
+        ProcessStep.STOP_FOR_DELETE: ProcessState.STOPPING_FOR_DELETE,
+        ProcessStep.EXITED: ProcessState.NONE,
+    },
 }
 
 _S = TypeVar("_S", bound=enum.Enum)

@@ -28,6 +28,7 @@ from gateway.protocol import actions as act
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
 from gateway.protocol import prompts
+from gateway.protocol.states import ProcessState
 from gateway.storage import nofollow
 from gateway.storage.files import FileError, store_tool_files
 from parsers import events as ev
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from gateway.session.fanout import Flusher
     from gateway.storage.files import FileStore
     from gateway.storage.state_dir import SavedSession
-    from parsers.base import AgentInput
 
 __all__ = ["BATCH_LINES", "LINE_TOO_LONG", "AgentLink"]
 
@@ -61,7 +61,6 @@ class AgentLink:
         config: cfg.Config
         metrics: GatewayMetrics
         machine: sm.SessionMachine
-        agent_input: AgentInput
         files: FileStore
         saved: SavedSession | None
         process: AgentProcess | None
@@ -212,7 +211,9 @@ class AgentLink:
         )
 
     def _take_delivered(self, batch: list[StdoutLine]) -> None:
-        if not self._suspended:  # stopping, what the agent says is no longer the session's
+        # Stopping, or its parser raised: what the agent says is no longer the session's (and a
+        # parser that raised is fed nothing more; its successor reads the next process).
+        if not (self._suspended or self.machine.process is ProcessState.STOPPING_FOR_PLUGIN):
             self.take_lines(batch)
 
     def take_lines(self, batch: list[StdoutLine]) -> None:
@@ -233,7 +234,12 @@ class AgentLink:
                 if item.cut:
                     events = self._cut_line(item)
                 else:
-                    events = store_tool_files(parser.feed(item.line), files, workspace)
+                    try:
+                        events = parser.feed(item.line)
+                    except Exception as err:  # a plugin's bug (free in 3.11 until it happens)
+                        self._parser_raised(err)
+                        break
+                    events = store_tool_files(events, files, workspace)
                 actions = machine.agent_events(events)
                 elapsed = clock() - t0
                 if events:
@@ -255,6 +261,12 @@ class AgentLink:
             flusher.flush()
         self._track_state()
 
+    def _parser_raised(self, err: Exception) -> None:
+        """The parser raised on a line: its turn ends and the agent is stopped
+        (``SessionMachine.plugin_failed``); the rest of the batch, and of the process's output,
+        is not fed to it (``_take_delivered``)."""
+        self.perform(self.machine.plugin_failed(err, "feed"))
+
     def _cut_line(self, item: StdoutLine) -> list[ev.AgentEvent]:
         """A line over the reader's limit: only its head was kept, so it cannot be parsed. It is
         counted as a parse error and the masters are told that something of the agent's was lost."""
@@ -268,11 +280,22 @@ class AgentLink:
         ]
 
     def _prompt_bytes(self, text: str, images: list[ev.StoredFile]) -> bytes | None:
-        """The prompt for the agent's stdin, its images read from the file store."""
-        if not images:
-            return self.agent_input.prompt(text)
-        attached = [PromptImage(f.mime_type, self.files.read(f.transfer_id)) for f in images]
-        return self.agent_input.prompt(text, images=attached)  # type: ignore[call-arg]
+        """The prompt for the agent's stdin, its images read from the file store (the machine
+        gives images only to an input that takes them); None when the input raised, which ends
+        the turn and stops the agent being spawned (``SessionMachine.plugin_failed``)."""
+        with_images = self.machine.plugin.prompt_with_images
+        attached = (
+            [PromptImage(f.mime_type, self.files.read(f.transfer_id)) for f in images]
+            if with_images is not None
+            else []
+        )
+        try:
+            if with_images is not None and attached:
+                return with_images(text, attached)
+            return self.machine.input.prompt(text)
+        except Exception as err:
+            self.perform(self.machine.plugin_failed(err, "prompt"))
+            return None
 
     def _place_file(self, action: act.PlaceFile) -> None:
         """An uploaded file into the workspace (``.rawp/uploads/<name>``), never through a link:

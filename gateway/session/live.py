@@ -34,6 +34,7 @@ from gateway.session.masters import Masters, Route
 from gateway.storage.files import FileStore, files_path, store_tool_files
 from gateway.storage.state_dir import COMPACT_SLACK, FORMAT, VERSION, Loaded, SavedSession
 from gateway.team import roles
+from parsers.base import AgentPlugin
 from parsers.base import get as get_parser
 from parsers.saved import Transcript
 
@@ -83,7 +84,6 @@ class LiveSession(AgentLink, Masters):
             history = History(config.server.buffer_policy, config.server.buffer_max_bytes)  # type: ignore[arg-type]
         self.history = history
         spec = get_parser(profile.parser)
-        parser, self.agent_input = spec.make()
         self.files = FileStore(
             session_id,
             max_session_bytes=config.server.max_session_file_bytes,
@@ -94,13 +94,20 @@ class LiveSession(AgentLink, Masters):
                 config.server.route_prefix + files_path(session_id, transfer_id)
             ),
         )
-        set_workspace = getattr(parser, "set_workspace", None)
-        if set_workspace is not None:  # parsers.base.ReadsWorkspace: it reads the agent's files
-            set_workspace(str(workspace))
+
+        def new_plugin() -> AgentPlugin:
+            """The session's parser and input, at its start and after one raised (the machine
+            asks for a fresh pair then): told the workspace before the first line."""
+            plugin = spec.plugin()
+            if plugin.set_workspace is not None:  # parsers.base.ReadsWorkspace: it reads files
+                plugin.set_workspace(str(workspace))
+            return plugin
+
+        plugin = new_plugin()
         self.machine = sm.SessionMachine(
             session_id,
-            parser,
-            self.agent_input,
+            plugin.parser,
+            plugin.input,
             sm.SessionConfig(
                 agent=profile.name,
                 features=profile.features,
@@ -111,7 +118,7 @@ class LiveSession(AgentLink, Masters):
                 accepts_images=(
                     profile.image_flag is not None
                     if profile.prompt_in_argv
-                    else getattr(self.agent_input, "accepts_images", False)
+                    else plugin.accepts_images
                 ),
                 stall_warning_sec=profile.stall_warning_sec,
                 stall_timeout_sec=profile.stall_timeout_sec,
@@ -127,6 +134,8 @@ class LiveSession(AgentLink, Masters):
                 reattach_window_sec=self.reattach_window_sec,
             ),
             files=self.files.files,
+            plugin=plugin,
+            plugins=new_plugin,
         )
         self.machine.name = name
         self.connections: dict[str, MasterConnection] = {}
@@ -409,6 +418,7 @@ class LiveSession(AgentLink, Masters):
                 logging.getLevelName(action.level.upper()),
                 action.message,
                 extra={"session": self.id, **action.fields},
+                exc_info=action.exc,
             )
 
     def _emit(self, action: act.Emit) -> None:

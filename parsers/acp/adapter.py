@@ -62,7 +62,14 @@ from typing import Any, ClassVar, Final
 import msgspec
 
 from .. import events as ev
-from ..base import MAX_LINE_IN_EVENT, JsonLinesParser, PromptImage
+from ..base import (
+    MAX_LINE_IN_EVENT,
+    JsonLinesParser,
+    Opens,
+    PromptImage,
+    ReadsWorkspace,
+    TakesImages,
+)
 from ..json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 from . import schema as S
 from .content import _block_text, _Call, _item_text, _quota_usage, _tool_result, _without_images
@@ -121,7 +128,7 @@ def _cut(text: str | None) -> str:
     return (text or "")[:MAX_ID_CHARS]
 
 
-class AcpAdapter(JsonLinesParser):
+class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
     """One agent process's ACP conversation: parser (``feed``/``end``) and input (``prompt``,
     ``interrupt``, ``permission``, ``set_mode``, ``opening``) at once."""
 

@@ -9,12 +9,12 @@ from typing import Any, ClassVar, Final
 
 import msgspec
 
-from ..base import PromptImage
+from ..base import Initializes, PromptImage, TakesImages
 
 _encode: Final = msgspec.json.encode
 
 
-class ClaudeCodeInput:
+class ClaudeCodeInput(Initializes, TakesImages):
     """What the gateway writes on Claude Code's stdin (``--input-format stream-json``): one JSON
     object per line."""
 

@@ -66,7 +66,7 @@ import msgspec
 
 from .. import events as ev
 from ..api_errors import http_error_code
-from ..base import ExitDescription, JsonLinesParser
+from ..base import DescribesExit, ExitDescription, JsonLinesParser, ReadsWorkspace
 from ..file_changes import FileChanges, Reader, no_files, workspace_reader
 from ..json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 
@@ -203,7 +203,7 @@ WEB_SEARCH: Final = "web_search"
 UPDATE_PLAN: Final = "update_plan"
 
 
-class CodexParser(JsonLinesParser):
+class CodexParser(JsonLinesParser, DescribesExit, ReadsWorkspace):
     """``codex exec --json`` stdout, one line at a time (see the module docstring)."""
 
     __slots__ = (

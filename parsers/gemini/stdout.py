@@ -45,7 +45,7 @@ import msgspec
 
 from .. import events as ev
 from ..api_errors import HTTP_ERROR_CODES, http_error_code
-from ..base import ExitDescription, JsonLinesParser, elapsed_ms
+from ..base import DescribesExit, ExitDescription, JsonLinesParser, ReadsWorkspace, elapsed_ms
 from ..file_changes import FileChanges, Reader, no_files, workspace_reader
 from ..json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 
@@ -159,7 +159,7 @@ class _Call(msgspec.Struct):
     started: str | None
 
 
-class GeminiParser(JsonLinesParser):
+class GeminiParser(JsonLinesParser, DescribesExit, ReadsWorkspace):
     """Gemini CLI stream-json stdout, one line at a time (see the module docstring)."""
 
     __slots__ = (

@@ -53,6 +53,7 @@ from gateway.protocol import machine as sm
 from gateway.protocol.factory import Clock, FrameFactory, UuidSource
 from gateway.protocol.states import TimerKey, TimerKind
 from parsers import events as ev
+from parsers.base import AgentPlugin
 from parsers.base import get as get_parser
 
 __all__ = [
@@ -87,6 +88,7 @@ __all__ = [
     "line",
     "master",
     "master_frame",
+    "plugin_failed",
     "prompt",
     "raw",
     "refused",
@@ -615,6 +617,12 @@ def exited(
     return Input("exited", args, f"agent exited {kind} {returncode} {signum or ''}".rstrip())
 
 
+def plugin_failed(error: Exception, where: str = "feed") -> Input:
+    """The session's parser or input raised ``error`` in its method ``where``, where the shell
+    called it (the shell feeds the parser itself on the per-line path)."""
+    return Input("plugin_failed", {"error": error, "where": where}, f"{where} raises {error!r}")
+
+
 def fire(timer: Timer) -> Input:
     return Input("fire", {"timer": timer}, f"timer {timer!r} fires")
 
@@ -735,20 +743,32 @@ class MachineAdapter:
         parser: str = "claude-code",
         session_id: str = SESSION,
         files: Mapping[str, ev.StoredFile] | None = None,
+        plugins: Callable[[], AgentPlugin] | None = None,
         **config: Any,
     ) -> None:
-        spec = get_parser(parser)
         self.session_id = session_id
+        # ``plugins``: makes the session's parser and input (else the named parser's), at the
+        # start and each time one raised; ``made`` keeps each pair, the session's first first.
+        self._plugins = plugins or get_parser(parser).plugin
+        self.made: list[AgentPlugin] = []
+        first = self._new_plugin()
         self.machine = sm.SessionMachine(
             session_id,
-            spec.parser(),
-            spec.input(),
+            first.parser,
+            first.input,
             sm.SessionConfig(**config),
             factory=deterministic_factory(session_id),
             files=files,
+            plugin=first,
+            plugins=self._new_plugin,
         )
         self._refusal: tuple[str, str] | None = None
         self._sent = 0
+
+    def _new_plugin(self) -> AgentPlugin:
+        plugin = self._plugins()
+        self.made.append(plugin)
+        return plugin
 
     def timer_key(self, timer: Timer) -> TimerKey:
         """The machine's key of ``timer``."""
@@ -782,6 +802,8 @@ class MachineAdapter:
                 return m.agent_exited(kind, code, signum, stderr, **a)
             case "fire":
                 return m.timer_fired(self.timer_key(a["timer"]))
+            case "plugin_failed":
+                return m.plugin_failed(a["error"], a["where"])
             case "delete":
                 return m.delete(a["reason"], a["by"])
             case "rename":
