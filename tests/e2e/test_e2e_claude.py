@@ -342,6 +342,17 @@ async def test_DPS_6_3_2_plan_mode_blocks_a_write():
         assert (rig.cli.cwd / "plan.txt").read_text() == "written after plan mode\n"
 
 
+async def first_turn(rig, text: str):
+    """A new session with a master attached and ``text`` prompted, once its turn has started: the
+    session id, the master, where the turn's frames begin in ``master.frames``, the turn's start."""
+    session = await rig.create()
+    sid = session["session_id"]
+    master = await rig.attach(sid)
+    start_at = len(master.frames)
+    await prompt(master, text)
+    return sid, master, start_at, await master.until("session.turn.start")
+
+
 # --- cancel -------------------------------------------------------------------------------------
 
 
@@ -350,12 +361,7 @@ async def test_DPS_6_1_2_cancel_mid_stream():
     ends cancelled with its usage; the same CLI process then answers the next prompt.
     DPS-17.3.2-one-prompt: a prompt sent during the turn is refused and not delivered."""
     async with gateway("cancel-stream") as rig:
-        session = await rig.create()
-        sid = session["session_id"]
-        master = await rig.attach(sid)
-        start_at = len(master.frames)
-        await prompt(master, "Write a long story.")
-        start = await master.until("session.turn.start")
+        sid, master, start_at, start = await first_turn(rig, "Write a long story.")
         await master.until("agent.text.delta", timeout=30)
         pid = rig.session(sid).process.pid
         # DPS-17.3.2-one-prompt: a second prompt meanwhile is refused and never reaches the CLI
@@ -390,11 +396,7 @@ async def test_DPS_6_1_2_cancel_while_the_model_streams_ends_open_blocks_cancell
     block is open, every block open at that moment ends with is_cancelled, although the CLI closes
     an interrupted thinking block as if it were complete; the next prompt is answered as usual."""
     async with gateway("cancel-streaming") as rig:
-        session = await rig.create()
-        master = await rig.attach(session["session_id"])
-        start_at = len(master.frames)
-        await prompt(master, "Write a long story.")
-        start = await master.until("session.turn.start")
+        _, master, start_at, start = await first_turn(rig, "Write a long story.")
         await master.until(open_block, timeout=30)
         frames = master.frames[start_at:]
         done_before = {f["payload"]["content_index"] for f in frames if f["type"].endswith(".done")}
@@ -418,12 +420,7 @@ async def test_DPS_6_1_2_cancel_mid_tool():
     """DPS-6.1.2-cancel: while a Bash command runs, cancel gives the open call a cancelled result,
     the turn ends cancelled, the command's process is gone, and the session keeps working."""
     async with gateway("cancel-tool", auto_allow=frozenset({"Bash"})) as rig:
-        session = await rig.create()
-        sid = session["session_id"]
-        master = await rig.attach(sid)
-        start_at = len(master.frames)
-        await prompt(master, "Wait for a while.")
-        start = await master.until("session.turn.start")
+        sid, master, start_at, start = await first_turn(rig, "Wait for a while.")
         request = await master.until("tool.invoke.request", timeout=30)
         assert request["payload"]["tool_name"] == "Bash"
         pid = rig.session(sid).process.pid
@@ -758,12 +755,7 @@ async def test_DPS_6_1_2_cancel_while_a_permission_is_pending():
     answer denies it, gives the call a cancelled result and ends the turn cancelled; the file is
     not written and the session keeps working."""
     async with gateway("cancel-permission") as rig:
-        session = await rig.create()
-        sid = session["session_id"]
-        master = await rig.attach(sid)
-        start_at = len(master.frames)
-        await prompt(master, "Write never.txt.")
-        start = await master.until("session.turn.start")
+        _, master, start_at, start = await first_turn(rig, "Write never.txt.")
         request = await master.until("tool.invoke.request", timeout=30)
         ask = await master.until("agent.interaction.request", timeout=30)
         await master.send("control.prompt.cancel", {"target_turn_id": start["payload"]["turn_id"]})
@@ -857,12 +849,7 @@ async def test_DPS_6_1_2_cancel_on_the_oneshot_profile():
     turn still ends cancelled, promptly, with the text block cancelled; the next prompt respawns
     the CLI with --resume and is answered (DPS-18-respawn)."""
     async with gateway("oneshot-cancel", profile="claude-code-oneshot") as rig:
-        session = await rig.create()
-        sid = session["session_id"]
-        master = await rig.attach(sid)
-        start_at = len(master.frames)
-        await prompt(master, "Write a long story.")
-        start = await master.until("session.turn.start")
+        sid, master, start_at, start = await first_turn(rig, "Write a long story.")
         await master.until("agent.text.delta", timeout=30)
         # SIGINT at once, not after a grace: with every escalation timer far beyond the test's own
         # limit, the turn can end only by the signal the cancel sends itself.

@@ -66,6 +66,13 @@ class Watched:
         self.deadline = max(self.deadline, time.monotonic() + DEADLINE_S)
         return self.master.frames[start:]
 
+    async def turns(self, *texts: str) -> list[dict[str, Any]]:
+        """``turn`` for each prompt in order, their frames together; the model server was asked
+        nothing it had no answer for."""
+        frames = [f for text in texts for f in await self.turn(text)]
+        assert not self.cli.server.unexpected
+        return frames
+
     async def equals(self, promql: str, expected: float) -> None:
         await wait_for_value(self.http, self.prometheus, promql, expected, self.deadline)
 
@@ -229,9 +236,7 @@ async def test_claude_code_tokens_cost_and_context_reach_prometheus(tmp_path):
     ]
     auto = frozenset({"Agent", "Task"})
     async with watched("claude-code", calls, tmp_path, auto_allow=auto) as w:
-        frames = await w.turn("The first prompt.")
-        frames += await w.turn("Delegate a greeting.")
-        assert not w.cli.server.unexpected
+        frames = await w.turns("The first prompt.", "Delegate a greeting.")
         usages = main_usages(frames)
         assert len(usages) == 2
         assert [f for f in frames if f["type"] == "agent.subagent.ended"]
@@ -389,9 +394,7 @@ async def test_codex_turn_shares_of_the_thread_total_reach_prometheus(tmp_path):
         {"input_tokens": 2600, "cached_tokens": 400, "output_tokens": 81},
     )
     async with watched("codex", calls, tmp_path) as w:
-        frames = await w.turn("The first prompt.")
-        frames += await w.turn("The second prompt.")
-        assert not w.cli.server.unexpected
+        frames = await w.turns("The first prompt.", "The second prompt.")
         expected = {"input": 1200 + 2200, "output": 70 + 81, "cache_read": 300 + 400}
         expected["cache_write"] = 0
         assert token_sums(main_usages(frames)) == expected
@@ -413,9 +416,7 @@ async def test_gemini_run_stats_reach_prometheus(tmp_path):
         {"prompt": 2900, "candidates": 61, "cached": 0},
     )
     async with watched("gemini", calls, tmp_path) as w:
-        frames = await w.turn("The first prompt.")
-        frames += await w.turn("The second prompt.")
-        assert not w.cli.server.unexpected
+        frames = await w.turns("The first prompt.", "The second prompt.")
         expected = {"input": 1500 + 2900, "output": 90 + 61, "cache_read": 200, "cache_write": 0}
         assert token_sums(main_usages(frames)) == expected
         await check_tokens(w, GEMINI_MODEL, expected)
