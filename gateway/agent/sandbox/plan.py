@@ -30,17 +30,20 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 __all__ = [
     "DEFAULT_MAX_MEMORY_MB",
     "DEFAULT_MAX_PROCESSES",
     "MASK_TMPFS_BYTES",
+    "MAX_BINDS",
+    "MAX_BIND_CHARS",
     "SYSTEM_DIRS",
     "Isolation",
     "Layout",
     "Mask",
     "bwrap_argv",
+    "check_binds",
     "is_visible",
     "limit_named",
     "module_run",
@@ -49,6 +52,13 @@ __all__ = [
 
 DEFAULT_MAX_PROCESSES: Final = 512
 DEFAULT_MAX_MEMORY_MB: Final = 4096
+# Bounds of the limits: below them no agent starts (node alone has a few threads and a heap of
+# some hundred MiB); above them the setting bounds nothing a pod could give.
+PROCESSES_RANGE: Final = (16, 1 << 20)
+MEMORY_MB_RANGE: Final = (256, 1 << 24)
+MAX_BINDS: Final = 64  # entries of bind_ro and of bind_rw, each
+MAX_BIND_CHARS: Final = 1024  # one path's length
+_BINDS: Final = f"a list of at most {MAX_BINDS} paths"
 # What the agent sees of the system, read-only, when it exists (a link is kept as a link).
 SYSTEM_DIRS: Final = (
     "/usr",
@@ -77,16 +87,92 @@ Mode = Literal["none", "sandbox"]
 Network = Literal["host", "none"]
 
 
+def check_binds(value: list[Any], name: str) -> tuple[str, ...]:
+    """``bind_ro`` or ``bind_rw`` as written: at most MAX_BINDS absolute paths, each short. That
+    each exists and is not ``/`` is gateway/config/isolation.py's to check: it looks at the disk."""
+    if len(value) > MAX_BINDS:
+        raise ValueError(f"{name} must be {_BINDS}")
+    for path in value:
+        if (
+            not isinstance(path, str)
+            or not path.startswith("/")
+            or len(path) > MAX_BIND_CHARS
+            or "\0" in path
+        ):
+            raise ValueError(
+                f"{name} entries must be absolute paths of at most {MAX_BIND_CHARS} characters, "
+                f"got {str(path)[:100]!r}"
+            )
+    return tuple(value)
+
+
 @dataclass(frozen=True, slots=True)
 class Isolation:
-    """``[isolation]`` (docs/configuration.md), checked by gateway/config/isolation.py."""
+    """``[isolation]`` (docs/configuration.md): each field declares its key as
+    gateway/config/settings.py reads them; gateway/config/isolation.py reads the table."""
 
-    mode: Mode = "none"
-    network: Network = "host"
-    bind_ro: tuple[str, ...] = ()
-    bind_rw: tuple[str, ...] = ()
-    max_processes: int = DEFAULT_MAX_PROCESSES
-    max_memory_mb: int = DEFAULT_MAX_MEMORY_MB
+    mode: Mode = field(
+        default="none",
+        metadata={
+            "setting": {
+                "toml": str,
+                "choices": ("none", "sandbox"),
+                "doc": "sandbox: each agent under bubblewrap, seeing nothing of the gateway",
+            }
+        },
+    )
+    network: Network = field(
+        default="host",
+        metadata={
+            "setting": {
+                "toml": str,
+                "choices": ("host", "none"),
+                "doc": "none: a network namespace of the agent's own, loopback only",
+            }
+        },
+    )
+    bind_ro: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "setting": {
+                "toml": list,
+                "expected": _BINDS,
+                "check": check_binds,
+                "doc": "more paths the agent may read",
+            }
+        },
+    )
+    bind_rw: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "setting": {
+                "toml": list,
+                "expected": _BINDS,
+                "check": check_binds,
+                "doc": "more paths the agent may write",
+            }
+        },
+    )
+    max_processes: int = field(
+        default=DEFAULT_MAX_PROCESSES,
+        metadata={
+            "setting": {
+                "low": PROCESSES_RANGE[0],
+                "high": PROCESSES_RANGE[1],
+                "doc": "processes of one agent's sandbox, threads included (RLIMIT_NPROC)",
+            }
+        },
+    )
+    max_memory_mb: int = field(
+        default=DEFAULT_MAX_MEMORY_MB,
+        metadata={
+            "setting": {
+                "low": MEMORY_MB_RANGE[0],
+                "high": MEMORY_MB_RANGE[1],
+                "doc": "private writable memory of each process (RLIMIT_DATA), and of /tmp",
+            }
+        },
+    )
 
     @property
     def sandboxed(self) -> bool:
