@@ -184,9 +184,11 @@ def shown_value(value: Any) -> str:
 
 def file_values(cls: type, table: Mapping[str, Any], where: Where) -> dict[str, Any]:
     """A section's table of the file, each value of the TOML type its key takes (its names are
-    known already: gateway/config/strict.py)."""
+    known already: gateway/config/strict.py says where an unknown one is, and which is near)."""
     keys = declared(cls)
     for name, value in table.items():
+        if name not in keys:
+            raise ConfigError(f"{_prefix(where, name)}unknown key {name}")
         toml = keys[name].toml
         # A TOML boolean is no number: ``port = true`` is a mistake, not 1.
         if not isinstance(value, toml) or (isinstance(value, bool) and toml is not bool):
@@ -225,8 +227,13 @@ def build(cls: type, values: Mapping[str, Any], where: Where = "") -> Any:
     for name, key in declared(cls).items():
         if name not in values and key.required:
             raise ConfigError(f"{_prefix(where, name)}{name} is required")
+        if name in values:
+            kw[name] = _checked_at(where, key, values[name])
+            continue
         # A default is checked as well: one taken from the machine (the host name) may be bad.
-        kw[name] = _checked_at(where, key, values[name] if name in values else key.default())
+        # None is "not set" (``roles``: any), nothing to check.
+        default = key.default()
+        kw[name] = default if default is None else _checked_at(where, key, default)
     return cls(**kw)
 
 
