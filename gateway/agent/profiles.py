@@ -11,6 +11,11 @@ are here; configured ones (``[agents.NAME]``) are read by gateway/config/agents.
 Features: a parser declares what its agent supports (``ParserSpec.features``); a profile announces
 exactly that unless configured otherwise (gateway/config/agents.py).
 
+Each field an ``[agents.NAME]`` table may set declares its key as gateway/config/settings.py reads
+them (plain metadata: this package needs nothing of config/): its type, bounds and the check of its
+shape. What depends on the parser (its features and tools, whether it reports its cost) and on the
+built-in profile a table changes is gateway/config/agents.py's.
+
 Resuming (a single-turn agent's next prompt, with the session id the agent reported): either
 ``resume_flag`` (``--resume {session_id}``) is appended to ``command``, or, when the CLI resumes
 through a subcommand that must come before the prompt, ``resume_command`` replaces ``command``.
@@ -33,6 +38,7 @@ from parsers.base import get as get_parser
 __all__ = [
     "FEATURE_NAMES",
     "MAX_ARGV_PROMPT_BYTES",
+    "MAX_STALL_SEC",
     "AgentProfile",
     "acp_profiles",
     "builtin_profiles",
@@ -44,51 +50,148 @@ __all__ = [
 
 DEFAULT_STALL_WARNING_SEC: Final = 300.0
 DEFAULT_STALL_TIMEOUT_SEC: Final = 1800.0
+MAX_STALL_SEC: Final = 86400.0
 # A prompt longer than this (UTF-8 bytes) never goes in argv: Linux refuses one argument over
 # 128 KiB (E2BIG) and all of argv and the environment over ARG_MAX. It goes to the CLI's stdin where
 # the profile says how (``stdin_prompt_arg``); elsewhere it is refused.
 MAX_ARGV_PROMPT_BYTES: Final = 100 * 1024
 
 
+_ARGV: Final = "a non-empty list of strings (no shell)"
+_STRINGS: Final = "a table of strings"
+
+
+def _argv(value: list[Any], name: str) -> tuple[str, ...]:
+    if not value or not all(isinstance(a, str) for a in value):
+        raise ValueError(f"{name} must be {_ARGV}")
+    return tuple(value)
+
+
+def _strings(value: Mapping[str, Any], name: str) -> dict[str, str]:
+    if not all(isinstance(v, str) for v in value.values()):
+        raise ValueError(f"{name} must be {_STRINGS}")
+    return dict(value)
+
+
+def _tool_names(value: list[Any] | frozenset[str], name: str) -> frozenset[str]:
+    if not all(isinstance(a, str) for a in value):
+        raise ValueError(f"{name} must be a list of tool names")
+    return frozenset(value)
+
+
+def _switches(value: Mapping[str, Any], name: str) -> dict[str, bool]:
+    """The features a table turns on or off, over its parser's (gateway/config/agents.py)."""
+    for key, on in value.items():
+        if not isinstance(on, bool):
+            raise ValueError(f"{name}: {key} must be true or false, got {on!r}")
+    return dict(value)
+
+
+def _key(doc: str, **setting: Any) -> dict[str, Any]:
+    """A field's metadata declaring its key (gateway/config/settings.py's ``Setting``)."""
+    return {"setting": {"doc": doc, **setting}}
+
+
 @dataclass(frozen=True)
 class AgentProfile:
     name: str
-    parser: str
-    command: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
-    single_turn_process: bool = False
-    resume_flag: str | None = None
+    parser: str = field(metadata=_key("a registered parser", shown="(required for a new profile)"))
+    command: tuple[str, ...] = field(
+        metadata=_key(
+            "the argv, never run through a shell",
+            toml=list,
+            expected=_ARGV,
+            check=_argv,
+            shown="(required for a new profile)",
+        )
+    )
+    env: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=_key(
+            "added to the agent's environment", toml=dict, expected=_STRINGS, check=_strings
+        ),
+    )
+    single_turn_process: bool = field(
+        default=False, metadata=_key("one process per prompt, respawned and resumed")
+    )
+    resume_flag: str | None = field(
+        default=None, metadata=_key("appended when respawning, with {session_id}", toml=str)
+    )
     # Replaces ``command`` when resuming, for CLIs whose resume is a subcommand before the prompt
     # (``codex exec resume <id> <prompt>``): ``{session_id}`` is the agent's session id.
-    resume_command: tuple[str, ...] | None = None
-    mode_flag: str | None = None  # e.g. "--permission-mode {mode}", used when (re)spawning
+    resume_command: tuple[str, ...] | None = field(
+        default=None,
+        metadata=_key("replaces command when resuming", toml=list, expected=_ARGV, check=_argv),
+    )
+    mode_flag: str | None = field(  # e.g. "--permission-mode {mode}", used when (re)spawning
+        default=None, metadata=_key("added when (re)spawning in plan mode", toml=str)
+    )
     # How a single-turn CLI is given an image with its prompt: "--image {path}", once per image
     # (Codex). Without it (and without a stdin input that takes images), images are uploads like
     # any other file: written into the workspace and named in the prompt.
-    image_flag: str | None = None
-    override_flags: Mapping[str, str] = field(
-        default_factory=dict
-    )  # allowed_tools → "--allowedTools"
-    features: Features = field(default_factory=Features)
+    image_flag: str | None = field(
+        default=None, metadata=_key("how the CLI takes an image with a prompt", toml=str)
+    )
+    override_flags: Mapping[str, str] = field(  # allowed_tools → "--allowedTools"
+        default_factory=dict,
+        metadata=_key(
+            "the CLI flag of each config_override", toml=dict, expected=_STRINGS, check=_strings
+        ),
+    )
+    # In the file, the features turned on or off over the parser's (a table of true/false).
+    features: Features = field(
+        default_factory=Features,
+        metadata=_key(
+            "the DPS features announced",
+            toml=dict,
+            expected="a table of true/false",
+            check=_switches,
+            shown="its parser's",
+        ),
+    )
     # The agent's tools before it reports them: the first tool.catalog.publish (the parser's
     # ``ParserSpec.tools`` unless a built-in profile knows its flags change them).
     tools: tuple[str, ...] = ()
-    auto_allow: frozenset[str] = frozenset()
-    permission_timeout_sec: float = 60.0
+    auto_allow: frozenset[str] = field(
+        default=frozenset(),
+        metadata=_key(
+            "tools allowed without asking a master",
+            toml=list,
+            expected="a list of tool names",
+            check=_tool_names,
+        ),
+    )
+    permission_timeout_sec: float = field(
+        default=60.0, metadata=_key("how long a permission question waits", above=0)
+    )
     # For a prompt too long for argv (MAX_ARGV_PROMPT_BYTES): what replaces the argument holding
     # ``{prompt}`` ("" drops it) while the prompt is written to stdin. None: refused.
-    stdin_prompt_arg: str | None = None
+    stdin_prompt_arg: str | None = field(
+        default=None, metadata=_key("replaces {prompt} for a prompt sent on stdin", toml=str)
+    )
     # The stall watchdog (0: off): silence in a turn after which masters are warned, and after
     # which the turn ends with error and the agent is restarted. Long enough for a silent tool.
-    stall_warning_sec: float = DEFAULT_STALL_WARNING_SEC
-    stall_timeout_sec: float = DEFAULT_STALL_TIMEOUT_SEC
-    description: str = ""
+    stall_warning_sec: float = field(
+        default=DEFAULT_STALL_WARNING_SEC,
+        metadata=_key("silence before AGENT_STALLED; 0: off", low=0, high=MAX_STALL_SEC),
+    )
+    stall_timeout_sec: float = field(
+        default=DEFAULT_STALL_TIMEOUT_SEC,
+        metadata=_key("silence before the agent is stopped; 0: off", low=0, high=MAX_STALL_SEC),
+    )
+    description: str = field(default="", metadata=_key("shown by GET /v1/agents"))
     # Whether the agent's own saved conversations are listed and resumed (gateway/agent/conversations/),
     # where its parser can read them: off for a program that speaks another agent's format.
-    conversations: bool = True
+    conversations: bool = field(
+        default=True, metadata=_key("its saved conversations listed and continued")
+    )
     # The agent reports what it costs (session.usage's cost): budgets count it (docs/budgets.md).
-    # One that does not is unbudgeted, and said to be so.
-    reports_cost: bool = False
+    # One that does not is unbudgeted, and said to be so. A new profile's default is its
+    # parser's (gateway/config/agents.py).
+    reports_cost: bool = field(
+        default=False,
+        metadata=_key("budgets count what it costs", shown="`true` for the `claude-code` parser"),
+    )
 
     @property
     def prompt_in_argv(self) -> bool:
