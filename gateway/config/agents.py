@@ -29,6 +29,8 @@ __all__ = ["PROFILE_KEYS", "parse_profile"]
 
 # The keys of an [agents.NAME] table (its features' are FEATURE_NAMES).
 PROFILE_KEYS: Final = tuple(declared(AgentProfile))
+# What a new profile must set (a built-in's table changes what it names): parser and command.
+_REQUIRED: Final = tuple(name for name, key in declared(AgentProfile).items() if key.required)
 
 
 def parse_profile(
@@ -63,7 +65,7 @@ def parse_profile(
     changes["features"] = msgspec.structs.replace(features, **switches)
     if base is not None:
         return _conversing_checked(replace(base, **changes), where)
-    for required in ("parser", "command"):
+    for required in _REQUIRED:
         if required not in changes:
             raise ConfigError(f"{where}: a new profile needs {required}")
     # Claude Code's stream-json carries the cost; an ACP agent may or may not (docs/budgets.md).

@@ -30,7 +30,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 __all__ = [
     "DEFAULT_MAX_MEMORY_MB",
@@ -116,7 +116,7 @@ class Isolation:
         metadata={
             "setting": {
                 "toml": str,
-                "choices": ("none", "sandbox"),
+                "choices": get_args(Mode),
                 "doc": "sandbox: each agent under bubblewrap, seeing nothing of the gateway",
             }
         },
@@ -126,7 +126,7 @@ class Isolation:
         metadata={
             "setting": {
                 "toml": str,
-                "choices": ("host", "none"),
+                "choices": get_args(Network),
                 "doc": "none: a network namespace of the agent's own, loopback only",
             }
         },
