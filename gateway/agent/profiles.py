@@ -11,9 +11,8 @@ are here; configured ones (``[agents.NAME]``) are read by gateway/config/agents.
 Features: a parser declares what its agent supports (``ParserSpec.features``); a profile announces
 exactly that unless configured otherwise (gateway/config/agents.py).
 
-Each field an ``[agents.NAME]`` table may set declares its key as gateway/config/settings.py reads
-them (plain metadata: this package needs nothing of config/): its type, bounds and the check of its
-shape. What depends on the parser (its features and tools, whether it reports its cost) and on the
+Each field an ``[agents.NAME]`` table may set declares its key (``setting``, gateway/setting.py):
+its type, bounds and the check of its shape. What depends on the parser (its features and tools, whether it reports its cost) and on the
 built-in profile a table changes is gateway/config/agents.py's.
 
 Resuming (a single-turn agent's next prompt, with the session id the agent reported): either
@@ -26,13 +25,14 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
 
 from gateway.agent.demo import ALL_TOOLS as DEMO_TOOLS
 from gateway.protocol.frames import Features
+from gateway.setting import setting
 from parsers.base import get as get_parser
 
 __all__ = [
@@ -87,110 +87,99 @@ def _switches(value: Mapping[str, Any], name: str) -> dict[str, bool]:
     return dict(value)
 
 
-def _key(doc: str, **setting: Any) -> dict[str, Any]:
-    """A field's metadata declaring its key (gateway/config/settings.py's ``Setting``)."""
-    return {"setting": {"doc": doc, **setting}}
-
-
 @dataclass(frozen=True)
 class AgentProfile:
+    """How to run one agent. The fields an ``[agents.NAME]`` table may set declare their keys
+    (gateway/setting.py); ``name`` and ``tools`` are no keys."""
+
     name: str
-    parser: str = field(metadata=_key("a registered parser", shown="(required for a new profile)"))
-    command: tuple[str, ...] = field(
-        metadata=_key(
-            "the argv, never run through a shell",
-            toml=list,
-            expected=_ARGV,
-            check=_argv,
-            shown="(required for a new profile)",
-        )
+    parser: str = setting(shown="(required for a new profile)", doc="a registered parser")
+    command: tuple[str, ...] = setting(
+        toml=list,
+        expected=_ARGV,
+        check=_argv,
+        shown="(required for a new profile)",
+        doc="the argv, never run through a shell",
     )
-    env: Mapping[str, str] = field(
-        default_factory=dict,
-        metadata=_key(
-            "added to the agent's environment", toml=dict, expected=_STRINGS, check=_strings
-        ),
+    env: Mapping[str, str] = setting(
+        factory=dict,
+        toml=dict,
+        expected=_STRINGS,
+        check=_strings,
+        doc="added to the agent's environment",
     )
-    single_turn_process: bool = field(
-        default=False, metadata=_key("one process per prompt, respawned and resumed")
-    )
-    resume_flag: str | None = field(
-        default=None, metadata=_key("appended when respawning, with {session_id}", toml=str)
+    single_turn_process: bool = setting(False, doc="one process per prompt, respawned, resumed")
+    resume_flag: str | None = setting(
+        None, toml=str, doc="appended when respawning, with {session_id}"
     )
     # Replaces ``command`` when resuming, for CLIs whose resume is a subcommand before the prompt
     # (``codex exec resume <id> <prompt>``): ``{session_id}`` is the agent's session id.
-    resume_command: tuple[str, ...] | None = field(
-        default=None,
-        metadata=_key("replaces command when resuming", toml=list, expected=_ARGV, check=_argv),
+    resume_command: tuple[str, ...] | None = setting(
+        None, toml=list, expected=_ARGV, check=_argv, doc="replaces command when resuming"
     )
-    mode_flag: str | None = field(  # e.g. "--permission-mode {mode}", used when (re)spawning
-        default=None, metadata=_key("added when (re)spawning in plan mode", toml=str)
-    )
+    # e.g. "--permission-mode {mode}", used when (re)spawning
+    mode_flag: str | None = setting(None, toml=str, doc="added when (re)spawning in plan mode")
     # How a single-turn CLI is given an image with its prompt: "--image {path}", once per image
     # (Codex). Without it (and without a stdin input that takes images), images are uploads like
     # any other file: written into the workspace and named in the prompt.
-    image_flag: str | None = field(
-        default=None, metadata=_key("how the CLI takes an image with a prompt", toml=str)
-    )
-    override_flags: Mapping[str, str] = field(  # allowed_tools → "--allowedTools"
-        default_factory=dict,
-        metadata=_key(
-            "the CLI flag of each config_override", toml=dict, expected=_STRINGS, check=_strings
-        ),
+    image_flag: str | None = setting(None, toml=str, doc="how the CLI takes an image with a prompt")
+    override_flags: Mapping[str, str] = setting(  # allowed_tools → "--allowedTools"
+        factory=dict,
+        toml=dict,
+        expected=_STRINGS,
+        check=_strings,
+        doc="the CLI flag of each config_override",
     )
     # In the file, the features turned on or off over the parser's (a table of true/false).
-    features: Features = field(
-        default_factory=Features,
-        metadata=_key(
-            "the DPS features announced",
-            toml=dict,
-            expected="a table of true/false",
-            check=_switches,
-            shown="its parser's",
-        ),
+    features: Features = setting(
+        factory=Features,
+        toml=dict,
+        expected="a table of true/false",
+        check=_switches,
+        shown="its parser's",
+        doc="the DPS features announced",
     )
     # The agent's tools before it reports them: the first tool.catalog.publish (the parser's
     # ``ParserSpec.tools`` unless a built-in profile knows its flags change them).
     tools: tuple[str, ...] = ()
-    auto_allow: frozenset[str] = field(
-        default=frozenset(),
-        metadata=_key(
-            "tools allowed without asking a master",
-            toml=list,
-            expected="a list of tool names",
-            check=_tool_names,
-        ),
+    auto_allow: frozenset[str] = setting(
+        frozenset(),
+        toml=list,
+        expected="a list of tool names",
+        check=_tool_names,
+        doc="tools allowed without asking a master",
     )
-    permission_timeout_sec: float = field(
-        default=60.0, metadata=_key("how long a permission question waits", above=0)
+    permission_timeout_sec: float = setting(
+        60.0, above=0, doc="how long a permission question waits"
     )
     # For a prompt too long for argv (MAX_ARGV_PROMPT_BYTES): what replaces the argument holding
     # ``{prompt}`` ("" drops it) while the prompt is written to stdin. None: refused.
-    stdin_prompt_arg: str | None = field(
-        default=None, metadata=_key("replaces {prompt} for a prompt sent on stdin", toml=str)
+    stdin_prompt_arg: str | None = setting(
+        None, toml=str, doc="replaces {prompt} for a prompt sent on stdin"
     )
     # The stall watchdog (0: off): silence in a turn after which masters are warned, and after
     # which the turn ends with error and the agent is restarted. Long enough for a silent tool.
-    stall_warning_sec: float = field(
-        default=DEFAULT_STALL_WARNING_SEC,
-        metadata=_key("silence before AGENT_STALLED; 0: off", low=0, high=MAX_STALL_SEC),
+    stall_warning_sec: float = setting(
+        DEFAULT_STALL_WARNING_SEC,
+        low=0,
+        high=MAX_STALL_SEC,
+        doc="silence before AGENT_STALLED; 0: off",
     )
-    stall_timeout_sec: float = field(
-        default=DEFAULT_STALL_TIMEOUT_SEC,
-        metadata=_key("silence before the agent is stopped; 0: off", low=0, high=MAX_STALL_SEC),
+    stall_timeout_sec: float = setting(
+        DEFAULT_STALL_TIMEOUT_SEC,
+        low=0,
+        high=MAX_STALL_SEC,
+        doc="silence before it is stopped; 0: off",
     )
-    description: str = field(default="", metadata=_key("shown by GET /v1/agents"))
+    description: str = setting("", doc="shown by GET /v1/agents")
     # Whether the agent's own saved conversations are listed and resumed (gateway/agent/conversations/),
     # where its parser can read them: off for a program that speaks another agent's format.
-    conversations: bool = field(
-        default=True, metadata=_key("its saved conversations listed and continued")
-    )
+    conversations: bool = setting(True, doc="its saved conversations listed and continued")
     # The agent reports what it costs (session.usage's cost): budgets count it (docs/budgets.md).
     # One that does not is unbudgeted, and said to be so. A new profile's default is its
     # parser's (gateway/config/agents.py).
-    reports_cost: bool = field(
-        default=False,
-        metadata=_key("budgets count what it costs", shown="`true` for the `claude-code` parser"),
+    reports_cost: bool = setting(
+        False, shown="`true` for the `claude-code` parser", doc="budgets count what it costs"
     )
 
     @property

@@ -1,4 +1,5 @@
-"""A section's keys declared once: each a dataclass field whose metadata is a ``Setting``.
+"""A section's keys declared once: each a dataclass field whose metadata is a ``Setting``
+(gateway/setting.py, re-exported here).
 
 The field gives a key's name, its type and its default; its ``Setting`` gives the rest: the TOML
 types the file may use when they are not the field's own, the bounds, the ``RAWP_GATEWAY_*``
@@ -15,9 +16,9 @@ What a value must be is said one way for every key (``Key.expected``): its choic
 out of that range get the same sentence.
 
 A class of a lower package (the budget ledger's ``Limits``, the sandbox's ``Isolation``, an agent
-profile, a permission rule) is declared the same way with plain metadata mappings of
-``Setting``'s fields, so that package needs nothing of this one; what its own checks cannot see
-(a path on disk, a line of the file) its room in config/ checks after the build.
+profile, a permission rule) is declared the same way, with ``setting(...)`` from the leaf
+gateway/setting.py, so that package needs nothing of this one; what its own checks cannot see (a
+path on disk, a line of the file, another section) its room in config/ checks after the build.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from gateway.config.checks import ConfigError
+from gateway.setting import Setting, setting
 
 __all__ = [
     "Key",
@@ -59,36 +61,6 @@ _TOML_TYPES: Final[dict[Any, type | tuple[type, ...]]] = {
 # Where a key's error is: ``FILE [fleet]`` (the message follows after ": "), or, for a section
 # whose errors name the line, what the message follows for that key (``FILE:4: [isolation] ``).
 Where = str | Callable[[str], str]
-
-
-@dataclasses.dataclass(frozen=True)
-class Setting:
-    """What one key is besides its name, type and default (the dataclass field's)."""
-
-    doc: str
-    toml: type | tuple[type, ...] | None = None  # the file's types, if not the field's own
-    low: float | None = None  # bounds, inclusive
-    high: float | None = None
-    above: float | None = None  # an exclusive lower bound
-    env: str | None = None  # the RAWP_GATEWAY_* variable that overrides the file and the flags
-    env_is_default: bool = False  # the variable is only a default, below the file
-    flag: bool = False  # ``serve --key-name`` sets it
-    choices: tuple[str, ...] | None = None  # the values it may take (after ``check``)
-    # What the value must be, in words, when its type alone does not say (``a table of strings``):
-    # the sentence of a wrong type. A ``check`` says its own sentence, with these words.
-    expected: str | None = None
-    shown: str | None = None  # the default as docs/configuration.md says it, if not its literal
-    # ``check(value, name)``: the value, its type and bounds checked, as the field holds it (a
-    # Path, a set); a ValueError's message is the error's. The flags and variables give text.
-    check: Callable[[Any, str], Any] | None = None
-
-
-def setting(default: Any = dataclasses.MISSING, *, factory: Any = None, **kw: Any) -> Any:
-    """A dataclass field declaring a key: its default (or ``factory``) and its ``Setting``."""
-    meta = {"setting": Setting(**kw)}
-    if factory is not None:
-        return dataclasses.field(default_factory=factory, metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,10 +119,9 @@ def declared(cls: type) -> Mapping[str, Key]:
     ``AuthSettings.oidc`` is a table of its own, ``Webhook.secret`` is read from a key's file)."""
     keys = {}
     for f in dataclasses.fields(cls):
-        meta = f.metadata.get("setting")
-        if meta is None:
+        found = f.metadata.get("setting")
+        if found is None:
             continue
-        found = meta if isinstance(meta, Setting) else Setting(**meta)
         # The type as written: a string under ``from __future__ import annotations``.
         kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
         keys[f.name] = Key(f.name, kind, found, f)

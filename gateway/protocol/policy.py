@@ -16,8 +16,7 @@ applies when it denies or asks and never when it allows (a padded command cannot
 ``deny``). ``{workspace}`` in a glob is the session's workspace (its own glob characters escaped),
 compiled once per workspace and kept (``MAX_WORKSPACES`` of them).
 
-A rule's fields declare its keys as gateway/config/settings.py reads them (plain metadata: this
-package needs nothing of config/), with the checks of what the file may say: every size is bounded
+A rule's fields declare its keys (``setting``, gateway/setting.py), with the checks of what the file may say: every size is bounded
 before it is looked at (globs and match fields in a rule, roles and agents, the length of each
 name, glob and message), so a hostile file is refused in time and memory the bounds allow.
 """
@@ -27,8 +26,10 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
+
+from gateway.setting import setting
 
 __all__ = [
     "DECISIONS",
@@ -164,6 +165,10 @@ def _names(value: list[Any], name: str) -> frozenset[str]:
     return frozenset(value)
 
 
+# roles and agents: names, or none (any)
+_NAMES: Final = {"toml": list, "expected": "a list of names", "check": _names, "shown": "any"}
+
+
 def _message(value: str, name: str) -> str:
     if len(value) > MAX_MESSAGE_CHARS:
         raise ValueError(f"{name} must be {_MESSAGE_WORDS}")
@@ -172,80 +177,34 @@ def _message(value: str, name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """One ``[[policy.rules]]`` entry: each field declares its key (docs/policies.md)."""
+    """One ``[[policy.rules]]`` entry (docs/policies.md): each field declares its key
+    (gateway/setting.py); gateway/config/policy.py reads the file's rules into them."""
 
-    name: str = field(
-        metadata={
-            "setting": {
-                "expected": _NAME_WORDS,
-                "check": _name,
-                "doc": "unique; in the audit log and metadata.rawp_policy",
-            }
-        }
+    name: str = setting(
+        expected=_NAME_WORDS, check=_name, doc="unique; in the audit log and metadata.rawp_policy"
     )
-    decision: str = field(
-        metadata={"setting": {"choices": DECISIONS, "doc": "what the rule answers"}}
+    decision: str = setting(choices=DECISIONS, doc="what the rule answers")
+    tools: tuple[Glob, ...] = setting(  # none: every tool
+        (),
+        toml=list,
+        expected="a list of globs",
+        check=_globs,
+        doc="globs on the tool's name (ACP: also its title or kind)",
     )
-    # none: every tool
-    tools: tuple[Glob, ...] = field(
-        default=(),
-        metadata={
-            "setting": {
-                "toml": list,
-                "expected": "a list of globs",
-                "check": _globs,
-                "doc": "globs on the tool's name (ACP: also its title or kind)",
-            }
-        },
+    match: tuple[tuple[str, Glob], ...] = setting(  # (field, glob): every one must hold
+        (),
+        toml=dict,
+        expected="a table of field = glob",
+        check=_match,
+        shown="`{}`",
+        doc="globs on the tool's input",
     )
-    # (field, glob): every one must hold
-    match: tuple[tuple[str, Glob], ...] = field(
-        default=(),
-        metadata={
-            "setting": {
-                "toml": dict,
-                "expected": "a table of field = glob",
-                "check": _match,
-                "shown": "`{}`",
-                "doc": "globs on the tool's input",
-            }
-        },
+    roles: frozenset[str] | None = setting(  # None: any owner
+        None, **_NAMES, doc="only sessions whose owner has one of these roles"
     )
-    # None: any owner
-    roles: frozenset[str] | None = field(
-        default=None,
-        metadata={
-            "setting": {
-                "toml": list,
-                "expected": "a list of names",
-                "check": _names,
-                "shown": "any",
-                "doc": "only sessions whose owner has one of these roles",
-            }
-        },
-    )
-    # None: any profile
-    agents: frozenset[str] | None = field(
-        default=None,
-        metadata={
-            "setting": {
-                "toml": list,
-                "expected": "a list of names",
-                "check": _names,
-                "shown": "any",
-                "doc": "only these profiles",
-            }
-        },
-    )
-    message: str = field(
-        default="",
-        metadata={
-            "setting": {
-                "expected": _MESSAGE_WORDS,
-                "check": _message,
-                "doc": "what the agent is told on deny",
-            }
-        },
+    agents: frozenset[str] | None = setting(None, **_NAMES, doc="only these profiles")  # None: any
+    message: str = setting(
+        "", expected=_MESSAGE_WORDS, check=_message, doc="what the agent is told on deny"
     )
 
 

@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
+from gateway.setting import setting
+
 __all__ = [
     "DEFAULT_MAX_MEMORY_MB",
     "DEFAULT_MAX_PROCESSES",
@@ -54,8 +56,10 @@ DEFAULT_MAX_PROCESSES: Final = 512
 DEFAULT_MAX_MEMORY_MB: Final = 4096
 # Bounds of the limits: below them no agent starts (node alone has a few threads and a heap of
 # some hundred MiB); above them the setting bounds nothing a pod could give.
-PROCESSES_RANGE: Final = (16, 1 << 20)
-MEMORY_MB_RANGE: Final = (256, 1 << 24)
+MIN_PROCESSES: Final = 16
+MAX_PROCESSES: Final = 1 << 20
+MIN_MEMORY_MB: Final = 256
+MAX_MEMORY_MB: Final = 1 << 24
 MAX_BINDS: Final = 64  # entries of bind_ro and of bind_rw, each
 MAX_BIND_CHARS: Final = 1024  # one path's length
 _BINDS: Final = f"a list of at most {MAX_BINDS} paths"
@@ -108,70 +112,38 @@ def check_binds(value: list[Any], name: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Isolation:
-    """``[isolation]`` (docs/configuration.md): each field declares its key as
-    gateway/config/settings.py reads them; gateway/config/isolation.py reads the table."""
+    """``[isolation]`` (docs/configuration.md): each field declares its key (gateway/setting.py);
+    gateway/config/isolation.py reads the table into one."""
 
-    mode: Mode = field(
-        default="none",
-        metadata={
-            "setting": {
-                "toml": str,
-                "choices": get_args(Mode),
-                "doc": "sandbox: each agent under bubblewrap, seeing nothing of the gateway",
-            }
-        },
+    mode: Mode = setting(
+        "none",
+        toml=str,
+        choices=get_args(Mode),
+        doc="sandbox: each agent under bubblewrap, seeing nothing of the gateway",
     )
-    network: Network = field(
-        default="host",
-        metadata={
-            "setting": {
-                "toml": str,
-                "choices": get_args(Network),
-                "doc": "none: a network namespace of the agent's own, loopback only",
-            }
-        },
+    network: Network = setting(
+        "host",
+        toml=str,
+        choices=get_args(Network),
+        doc="none: a network namespace of the agent's own, loopback only",
     )
-    bind_ro: tuple[str, ...] = field(
-        default=(),
-        metadata={
-            "setting": {
-                "toml": list,
-                "expected": _BINDS,
-                "check": check_binds,
-                "doc": "more paths the agent may read",
-            }
-        },
+    bind_ro: tuple[str, ...] = setting(
+        (), toml=list, expected=_BINDS, check=check_binds, doc="more paths the agent may read"
     )
-    bind_rw: tuple[str, ...] = field(
-        default=(),
-        metadata={
-            "setting": {
-                "toml": list,
-                "expected": _BINDS,
-                "check": check_binds,
-                "doc": "more paths the agent may write",
-            }
-        },
+    bind_rw: tuple[str, ...] = setting(
+        (), toml=list, expected=_BINDS, check=check_binds, doc="more paths the agent may write"
     )
-    max_processes: int = field(
-        default=DEFAULT_MAX_PROCESSES,
-        metadata={
-            "setting": {
-                "low": PROCESSES_RANGE[0],
-                "high": PROCESSES_RANGE[1],
-                "doc": "processes of one agent's sandbox, threads included (RLIMIT_NPROC)",
-            }
-        },
+    max_processes: int = setting(
+        DEFAULT_MAX_PROCESSES,
+        low=MIN_PROCESSES,
+        high=MAX_PROCESSES,
+        doc="processes of one agent's sandbox, threads included (RLIMIT_NPROC)",
     )
-    max_memory_mb: int = field(
-        default=DEFAULT_MAX_MEMORY_MB,
-        metadata={
-            "setting": {
-                "low": MEMORY_MB_RANGE[0],
-                "high": MEMORY_MB_RANGE[1],
-                "doc": "private writable memory of each process (RLIMIT_DATA), and of /tmp",
-            }
-        },
+    max_memory_mb: int = setting(
+        DEFAULT_MAX_MEMORY_MB,
+        low=MIN_MEMORY_MB,
+        high=MAX_MEMORY_MB,
+        doc="private writable memory of each process (RLIMIT_DATA), and of /tmp",
     )
 
     @property
