@@ -132,7 +132,8 @@ def documented_keys(text: str) -> dict[tuple[str, str], dict[str, str]]:
 def test_every_key_of_every_section_is_documented_with_its_default():
     """Every section's keys are declared with a Setting (gateway/config/settings.py), and the names
     the strict reading knows are exactly those; the docs list every declared key and no other,
-    each row with its default and its variable."""
+    each row with its default and its variable, and, in a table with a type column, its bounds
+    and choices."""
     text = doc("configuration.md")
     rows = documented_keys(text)
     known = set(known_keys(config.SCHEMA))
@@ -158,6 +159,15 @@ def test_every_key_of_every_section_is_documented_with_its_default():
         said = set(re.findall(r"RAWP_GATEWAY_\w+", cells.get("variable", "")))
         if said != ({key.setting.env} if key.setting.env else set()):
             wrong.append((section, name, key.setting.env, said))
+        if "type" in cells:  # a table with a type column says each key's bounds and choices
+            rule = key.setting
+            bounds = [
+                settings.shown_value(b) for b in (rule.low, rule.above, rule.high) if b is not None
+            ]
+            choices = [f'"{c}"' for c in rule.choices or ()]
+            told = [b.strip("`") for b in bounds] + choices
+            if any(t not in cells["type"] for t in told):
+                wrong.append((section, name, told, cells["type"]))
     assert wrong == []
 
 
