@@ -11,6 +11,10 @@ are here; configured ones (``[agents.NAME]``) are read by gateway/config/agents.
 Features: a parser declares what its agent supports (``ParserSpec.features``); a profile announces
 exactly that unless configured otherwise (gateway/config/agents.py).
 
+Each field an ``[agents.NAME]`` table may set declares its key (``setting``, gateway/setting.py):
+its type, bounds and the check of its shape. What depends on the parser (its features and tools, whether it reports its cost) and on the
+built-in profile a table changes is gateway/config/agents.py's.
+
 Resuming (a single-turn agent's next prompt, with the session id the agent reported): either
 ``resume_flag`` (``--resume {session_id}``) is appended to ``command``, or, when the CLI resumes
 through a subcommand that must come before the prompt, ``resume_command`` replaces ``command``.
@@ -21,18 +25,20 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
 
 from gateway.agent.demo import ALL_TOOLS as DEMO_TOOLS
 from gateway.protocol.frames import Features
+from gateway.setting import setting
 from parsers.base import get as get_parser
 
 __all__ = [
     "FEATURE_NAMES",
     "MAX_ARGV_PROMPT_BYTES",
+    "MAX_STALL_SEC",
     "AgentProfile",
     "acp_profiles",
     "builtin_profiles",
@@ -44,51 +50,137 @@ __all__ = [
 
 DEFAULT_STALL_WARNING_SEC: Final = 300.0
 DEFAULT_STALL_TIMEOUT_SEC: Final = 1800.0
+MAX_STALL_SEC: Final = 86400.0
 # A prompt longer than this (UTF-8 bytes) never goes in argv: Linux refuses one argument over
 # 128 KiB (E2BIG) and all of argv and the environment over ARG_MAX. It goes to the CLI's stdin where
 # the profile says how (``stdin_prompt_arg``); elsewhere it is refused.
 MAX_ARGV_PROMPT_BYTES: Final = 100 * 1024
 
 
+_ARGV: Final = "a non-empty list of strings (no shell)"
+_STRINGS: Final = "a table of strings"
+
+
+def _argv(value: list[Any], name: str) -> tuple[str, ...]:
+    if not value or not all(isinstance(a, str) for a in value):
+        raise ValueError(f"{name} must be {_ARGV}")
+    return tuple(value)
+
+
+def _strings(value: Mapping[str, Any], name: str) -> dict[str, str]:
+    if not all(isinstance(v, str) for v in value.values()):
+        raise ValueError(f"{name} must be {_STRINGS}")
+    return dict(value)
+
+
+def _tool_names(value: list[Any] | frozenset[str], name: str) -> frozenset[str]:
+    if not all(isinstance(a, str) for a in value):
+        raise ValueError(f"{name} must be a list of tool names")
+    return frozenset(value)
+
+
+def _switches(value: Mapping[str, Any], name: str) -> dict[str, bool]:
+    """The features a table turns on or off, over its parser's (gateway/config/agents.py)."""
+    for key, on in value.items():
+        if not isinstance(on, bool):
+            raise ValueError(f"{name}: {key} must be true or false, got {on!r}")
+    return dict(value)
+
+
 @dataclass(frozen=True)
 class AgentProfile:
+    """How to run one agent. The fields an ``[agents.NAME]`` table may set declare their keys
+    (gateway/setting.py); ``name`` and ``tools`` are no keys."""
+
     name: str
-    parser: str
-    command: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
-    single_turn_process: bool = False
-    resume_flag: str | None = None
+    parser: str = setting(shown="(required for a new profile)", doc="a registered parser")
+    command: tuple[str, ...] = setting(
+        toml=list,
+        expected=_ARGV,
+        check=_argv,
+        shown="(required for a new profile)",
+        doc="the argv, never run through a shell",
+    )
+    env: Mapping[str, str] = setting(
+        factory=dict,
+        toml=dict,
+        expected=_STRINGS,
+        check=_strings,
+        doc="added to the agent's environment",
+    )
+    single_turn_process: bool = setting(False, doc="one process per prompt, respawned, resumed")
+    resume_flag: str | None = setting(
+        None, toml=str, doc="appended when respawning, with {session_id}"
+    )
     # Replaces ``command`` when resuming, for CLIs whose resume is a subcommand before the prompt
     # (``codex exec resume <id> <prompt>``): ``{session_id}`` is the agent's session id.
-    resume_command: tuple[str, ...] | None = None
-    mode_flag: str | None = None  # e.g. "--permission-mode {mode}", used when (re)spawning
+    resume_command: tuple[str, ...] | None = setting(
+        None, toml=list, expected=_ARGV, check=_argv, doc="replaces command when resuming"
+    )
+    # e.g. "--permission-mode {mode}", used when (re)spawning
+    mode_flag: str | None = setting(None, toml=str, doc="added when (re)spawning in plan mode")
     # How a single-turn CLI is given an image with its prompt: "--image {path}", once per image
     # (Codex). Without it (and without a stdin input that takes images), images are uploads like
     # any other file: written into the workspace and named in the prompt.
-    image_flag: str | None = None
-    override_flags: Mapping[str, str] = field(
-        default_factory=dict
-    )  # allowed_tools → "--allowedTools"
-    features: Features = field(default_factory=Features)
+    image_flag: str | None = setting(None, toml=str, doc="how the CLI takes an image with a prompt")
+    override_flags: Mapping[str, str] = setting(  # allowed_tools → "--allowedTools"
+        factory=dict,
+        toml=dict,
+        expected=_STRINGS,
+        check=_strings,
+        doc="the CLI flag of each config_override",
+    )
+    # In the file, the features turned on or off over the parser's (a table of true/false).
+    features: Features = setting(
+        factory=Features,
+        toml=dict,
+        expected="a table of true/false",
+        check=_switches,
+        shown="its parser's",
+        doc="the DPS features announced",
+    )
     # The agent's tools before it reports them: the first tool.catalog.publish (the parser's
     # ``ParserSpec.tools`` unless a built-in profile knows its flags change them).
     tools: tuple[str, ...] = ()
-    auto_allow: frozenset[str] = frozenset()
-    permission_timeout_sec: float = 60.0
+    auto_allow: frozenset[str] = setting(
+        frozenset(),
+        toml=list,
+        expected="a list of tool names",
+        check=_tool_names,
+        doc="tools allowed without asking a master",
+    )
+    permission_timeout_sec: float = setting(
+        60.0, above=0, doc="how long a permission question waits"
+    )
     # For a prompt too long for argv (MAX_ARGV_PROMPT_BYTES): what replaces the argument holding
     # ``{prompt}`` ("" drops it) while the prompt is written to stdin. None: refused.
-    stdin_prompt_arg: str | None = None
+    stdin_prompt_arg: str | None = setting(
+        None, toml=str, doc="replaces {prompt} for a prompt sent on stdin"
+    )
     # The stall watchdog (0: off): silence in a turn after which masters are warned, and after
     # which the turn ends with error and the agent is restarted. Long enough for a silent tool.
-    stall_warning_sec: float = DEFAULT_STALL_WARNING_SEC
-    stall_timeout_sec: float = DEFAULT_STALL_TIMEOUT_SEC
-    description: str = ""
+    stall_warning_sec: float = setting(
+        DEFAULT_STALL_WARNING_SEC,
+        low=0,
+        high=MAX_STALL_SEC,
+        doc="silence before AGENT_STALLED; 0: off",
+    )
+    stall_timeout_sec: float = setting(
+        DEFAULT_STALL_TIMEOUT_SEC,
+        low=0,
+        high=MAX_STALL_SEC,
+        doc="silence before it is stopped; 0: off",
+    )
+    description: str = setting("", doc="shown by GET /v1/agents")
     # Whether the agent's own saved conversations are listed and resumed (gateway/agent/conversations/),
     # where its parser can read them: off for a program that speaks another agent's format.
-    conversations: bool = True
+    conversations: bool = setting(True, doc="its saved conversations listed and continued")
     # The agent reports what it costs (session.usage's cost): budgets count it (docs/budgets.md).
-    # One that does not is unbudgeted, and said to be so.
-    reports_cost: bool = False
+    # One that does not is unbudgeted, and said to be so. A new profile's default is its
+    # parser's (gateway/config/agents.py).
+    reports_cost: bool = setting(
+        False, shown="`true` for the `claude-code` parser", doc="budgets count what it costs"
+    )
 
     @property
     def prompt_in_argv(self) -> bool:

@@ -21,8 +21,11 @@ type, default, bounds, variable, flag and doc line; parsing, the bounds, the var
 ``serve`` flags and the docs test all read that declaration. The sections have rooms of their own:
 ``[server]``, ``[fleet]`` and ``[acp]`` in server.py, ``[agents.NAME]`` in agents.py, ``[auth]`` in
 auth.py, ``[notify]`` in notify.py, ``[isolation]`` in isolation.py, ``[[policy.rules]]`` in
-policy.py, ``[budgets]`` declared on the ledger's ``Limits`` (gateway/protocol/budget.py) and read
-here; this module holds ``Config``, the names each section knows and the layering.
+policy.py. Four are declared on the class of the lower package that consumes them, in plain
+metadata: ``[budgets]`` on the ledger's ``Limits`` (gateway/protocol/budget.py, read here),
+``[[policy.rules]]`` on ``Rule`` (gateway/protocol/policy.py), ``[isolation]`` on the sandbox's
+``Isolation`` and ``[agents.NAME]`` on ``AgentProfile`` (gateway/agent/). This module holds
+``Config``, every section's class (``SECTIONS``), the names each section knows and the layering.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ from gateway.config.server import (
 from gateway.config.settings import build, declared, environment_values, file_values
 from gateway.config.strict import ANY_NAME, Locator, Schema, known_names, unknown_names
 from gateway.protocol.budget import Limits
+from gateway.protocol.policy import Rule
 
 # The profile names are gateway/agent/profiles.py's, re-exported: a Config holds profiles, and
 # whoever builds one names them with it.
@@ -143,8 +147,9 @@ class Config:
         return tuple(str(p) for p in (*self.gateway_files, *dirs))
 
 
-# The sections whose keys are declared on their class (gateway/config/settings.py), by the name
-# docs/configuration.md gives them. The first four are read here; the others by their own modules.
+# Every section of the file, its keys declared on its class (gateway/config/settings.py), by the
+# name docs/configuration.md gives it. The first four are read here; the others by their own
+# modules (a profile over its built-in, a rule among the rules, [isolation] with its binds' disk).
 SECTIONS: Final[dict[str, type]] = {
     "server": ServerSettings,
     "fleet": FleetSettings,
@@ -153,9 +158,13 @@ SECTIONS: Final[dict[str, type]] = {
     "auth": AuthSettings,
     "auth.oidc": OidcSettings,
     "[notify.webhooks]": Webhook,
+    "isolation": Isolation,
+    "agents.NAME": AgentProfile,
+    "[policy.rules]": Rule,
 }
 _READ_HERE: Final = ("server", "fleet", "acp", "budgets")
-# Every name the file may use; any other is an error (gateway/config/strict.py).
+# Every name the file may use; any other is an error (gateway/config/strict.py). Each section's
+# names are its declared keys (the tests/repo/test_docs.py check says so).
 SCHEMA: Final[Schema] = {
     **{name: known_names(declared(SECTIONS[name])) for name in _READ_HERE},
     "agents": {ANY_NAME: {**known_names(PROFILE_KEYS), "features": known_names(FEATURE_NAMES)}},

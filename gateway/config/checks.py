@@ -1,6 +1,6 @@
-"""What every section of the configuration shares: ``ConfigError``, the check of one value's
-type that names the file, the section and the key, and ``read_toml`` for a file read again while
-the gateway runs (the users file, the permission rules)."""
+"""What every section of the configuration shares: ``ConfigError``, and ``read_toml`` for a file
+read again while the gateway runs (the users file, the permission rules). A value's type is
+checked as its key declares it (settings.py)."""
 
 from __future__ import annotations
 
@@ -12,17 +12,6 @@ from typing import Any
 
 class ConfigError(ValueError):
     """A configuration value is missing or wrong; the message says where and what."""
-
-
-def check_type(where: str, key: str, value: Any, expected: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, expected):
-        names = (
-            expected.__name__
-            if isinstance(expected, type)
-            else " or ".join(t.__name__ for t in expected)
-        )
-        raise ConfigError(f"{where}: {key} must be {names}, got {value!r}")
-    return value
 
 
 def read_toml(

@@ -1,16 +1,24 @@
-"""A section's keys declared once: each a dataclass field whose metadata is a ``Setting``.
+"""A section's keys declared once: each a dataclass field whose metadata is a ``Setting``
+(gateway/setting.py, re-exported here).
 
 The field gives a key's name, its type and its default; its ``Setting`` gives the rest: the TOML
 types the file may use when they are not the field's own, the bounds, the ``RAWP_GATEWAY_*``
 variable and the ``serve`` flag that override it (where there are), how docs/configuration.md
 shows its default when that is not the default's literal, its one-line doc, and a ``check`` for
 what bounds cannot say (an enumeration, a URL). From that one declaration come the names
-gateway/config/strict.py knows, the type and bound checks of ``file_values`` and ``build``,
-the variables and flags ``load_config`` layers, the ``serve`` flags of gateway/cli/ and the test
-that docs/configuration.md lists every key with its default (tests/repo/test_docs.py).
+gateway/config/strict.py knows, the type and bound checks of ``file_values``, ``checked_values``
+and ``build``, the variables and flags ``load_config`` layers, the ``serve`` flags of gateway/cli/
+and the test that docs/configuration.md lists every key with its default (tests/repo/test_docs.py).
 
-A class of a lower package (the budget ledger's ``Limits``) is declared the same way with plain
-metadata mappings of ``Setting``'s fields, so that package needs nothing of this one.
+What a value must be is said one way for every key (``Key.expected``): its choices (``"none" or
+"sandbox"``), its range (``an integer from 16 to 1048576``), true or false, or the words its
+``Setting`` gives (``a list of at most 64 paths``), else its TOML type; a wrong type and a value
+out of that range get the same sentence.
+
+A class of a lower package (the budget ledger's ``Limits``, the sandbox's ``Isolation``, an agent
+profile, a permission rule) is declared the same way, with ``setting(...)`` from the leaf
+gateway/setting.py, so that package needs nothing of this one; what its own checks cannot see (a
+path on disk, a line of the file, another section) its room in config/ checks after the build.
 """
 
 from __future__ import annotations
@@ -24,13 +32,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from gateway.config.checks import ConfigError, check_type
+from gateway.config.checks import ConfigError
+from gateway.setting import Setting, setting
 
 __all__ = [
     "Key",
     "Setting",
+    "Where",
     "as_path",
     "build",
+    "checked_values",
     "declared",
     "environment_values",
     "file_values",
@@ -47,32 +58,9 @@ _TOML_TYPES: Final[dict[Any, type | tuple[type, ...]]] = {
     "bool": bool,
 }
 
-
-@dataclasses.dataclass(frozen=True)
-class Setting:
-    """What one key is besides its name, type and default (the dataclass field's)."""
-
-    doc: str
-    toml: type | tuple[type, ...] | None = None  # the file's types, if not the field's own
-    low: float | None = None  # bounds, inclusive
-    high: float | None = None
-    above: float | None = None  # an exclusive lower bound
-    env: str | None = None  # the RAWP_GATEWAY_* variable that overrides the file and the flags
-    env_is_default: bool = False  # the variable is only a default, below the file
-    flag: bool = False  # ``serve --key-name`` sets it
-    choices: tuple[str, ...] | None = None  # the values it may take (after ``check``)
-    shown: str | None = None  # the default as docs/configuration.md says it, if not its literal
-    # ``check(value, name)``: the value, its type and bounds checked, as the field holds it (a
-    # Path, a set); a ValueError's message is the error's. The flags and variables give text.
-    check: Callable[[Any, str], Any] | None = None
-
-
-def setting(default: Any = dataclasses.MISSING, *, factory: Any = None, **kw: Any) -> Any:
-    """A dataclass field declaring a key: its default (or ``factory``) and its ``Setting``."""
-    meta = {"setting": Setting(**kw)}
-    if factory is not None:
-        return dataclasses.field(default_factory=factory, metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+# Where a key's error is: ``FILE [fleet]`` (the message follows after ": "), or, for a section
+# whose errors name the line, what the message follows for that key (``FILE:4: [isolation] ``).
+Where = str | Callable[[str], str]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +83,23 @@ class Key:
         return self.kind in ("int", "float")
 
     @property
+    def expected(self) -> str:
+        """What the value must be, as an error says it (``must be ...``)."""
+        rule = self.setting
+        if rule.expected is not None:
+            return rule.expected
+        if rule.choices is not None:
+            shown = [f'"{c}"' for c in rule.choices]
+            return " or ".join(shown) if len(shown) == 2 else f"one of {', '.join(shown)}"
+        if self.kind == "bool":
+            return "true or false"
+        if self.numeric and rule.low is not None and rule.high is not None:
+            what = "an integer" if self.kind == "int" else "a number"
+            return f"{what} from {_plain(rule.low)} to {_plain(rule.high)}"
+        toml = self.toml
+        return " or ".join(t.__name__ for t in (toml if isinstance(toml, tuple) else (toml,)))
+
+    @property
     def flag(self) -> str | None:
         return f"--{self.name.replace('_', '-')}" if self.setting.flag else None
 
@@ -114,10 +119,9 @@ def declared(cls: type) -> Mapping[str, Key]:
     ``AuthSettings.oidc`` is a table of its own, ``Webhook.secret`` is read from a key's file)."""
     keys = {}
     for f in dataclasses.fields(cls):
-        meta = f.metadata.get("setting")
-        if meta is None:
+        found = f.metadata.get("setting")
+        if found is None:
             continue
-        found = meta if isinstance(meta, Setting) else Setting(**meta)
         # The type as written: a string under ``from __future__ import annotations``.
         kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
         keys[f.name] = Key(f.name, kind, found, f)
@@ -149,11 +153,20 @@ def shown_value(value: Any) -> str:
     return f"`{value}`"
 
 
-def file_values(cls: type, table: Mapping[str, Any], where: str) -> dict[str, Any]:
+def file_values(cls: type, table: Mapping[str, Any], where: Where) -> dict[str, Any]:
     """A section's table of the file, each value of the TOML type its key takes (its names are
-    known already: gateway/config/strict.py)."""
+    known already: gateway/config/strict.py says where an unknown one is, and which is near)."""
     keys = declared(cls)
-    return {key: check_type(where, key, value, keys[key].toml) for key, value in table.items()}
+    for name, value in table.items():
+        if name not in keys:
+            raise ConfigError(f"{_prefix(where, name)}unknown key {name}")
+        toml = keys[name].toml
+        # A TOML boolean is no number: ``port = true`` is a mistake, not 1.
+        if not isinstance(value, toml) or (isinstance(value, bool) and toml is not bool):
+            raise ConfigError(
+                f"{_prefix(where, name)}{name} must be {keys[name].expected}, got {value!r}"
+            )
+    return dict(table)
 
 
 def environment_values(
@@ -170,50 +183,83 @@ def environment_values(
     return over, under
 
 
-def build(cls: type, values: Mapping[str, Any], where: str = "") -> Any:
+def checked_values(cls: type, values: Mapping[str, Any], where: Where = "") -> dict[str, Any]:
+    """The values given, each converted, bounded and checked as its key says (what is not given
+    is left out: a profile changes only the keys its table sets)."""
+    keys = declared(cls)
+    return {name: _checked_at(where, keys[name], value) for name, value in values.items()}
+
+
+def build(cls: type, values: Mapping[str, Any], where: Where = "") -> Any:
     """The section's object from its layered values (a key not among them has its default):
     numbers converted (the flags and variables are text) and bounded, then each key's ``check``.
     ``where`` (``FILE [fleet]``) starts a message when the values all come from the file."""
-    keys = declared(cls)
     kw: dict[str, Any] = {}
-    try:
-        for name, key in keys.items():
-            if name in values:
-                kw[name] = _checked(key, values[name])
-            elif key.required:
-                raise ValueError(f"{name} is required")
-            else:  # checked as well: a default taken from the machine (the host name) may be bad
-                kw[name] = _checked(key, key.default())
-    except ValueError as err:
-        raise ConfigError(f"{where}: {err}" if where else str(err)) from None
+    for name, key in declared(cls).items():
+        if name not in values and key.required:
+            raise ConfigError(f"{_prefix(where, name)}{name} is required")
+        if name in values:
+            kw[name] = _checked_at(where, key, values[name])
+            continue
+        # A default is checked as well: one taken from the machine (the host name) may be bad.
+        # None is "not set" (``roles``: any), nothing to check.
+        default = key.default()
+        kw[name] = default if default is None else _checked_at(where, key, default)
     return cls(**kw)
+
+
+def _prefix(where: Where, name: str) -> str:
+    if callable(where):
+        return where(name)
+    return f"{where}: " if where else ""
+
+
+def _checked_at(where: Where, key: Key, value: Any) -> Any:
+    try:
+        return _checked(key, value)
+    except ValueError as err:
+        raise ConfigError(f"{_prefix(where, key.name)}{err}") from None
 
 
 def _checked(key: Key, value: Any) -> Any:
     name, rule = key.name, key.setting
     if key.numeric:
-        value = _number(name, value, int if key.kind == "int" else float, rule)
+        value = _number(key, value)
     if rule.check is not None:
         value = rule.check(value, name)
     if rule.choices is not None and value not in rule.choices:
-        raise ValueError(f"{name} must be one of {', '.join(rule.choices)}, got {value!r}")
+        raise ValueError(f"{name} must be {key.expected}, got {value!r}")
     return value
 
 
-def _number(name: str, value: Any, kind: type, rule: Setting) -> Any:
+def _number(key: Key, value: Any) -> Any:
+    name, low, high = key.name, key.setting.low, key.setting.high
+    ranged = low is not None and high is not None
     try:
-        value = kind(value)
+        value = (int if key.kind == "int" else float)(value)
     except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
+        raise ValueError(
+            f"{name} must be {key.expected if ranged else 'a number'}, got {value!r}"
+        ) from None
+    if low is not None and high is not None:  # both bounds: one sentence says the range
+        if not (math.isfinite(value) and low <= value <= high):
+            raise ValueError(f"{name} must be {key.expected}, got {value!r}")
+        return value
     if not math.isfinite(value):  # "nan" and "inf" parse as floats
         raise ValueError(f"{name} must be a finite number, got {value}")
-    if rule.low is not None and value < rule.low:
-        raise ValueError(f"{name} must be at least {rule.low}, got {value}")
-    if rule.above is not None and not value > rule.above:
-        raise ValueError(f"{name} must be above {rule.above}, got {value}")
-    if rule.high is not None and value > rule.high:
-        raise ValueError(f"{name} must be at most {rule.high}, got {value}")
+    if low is not None and value < low:
+        raise ValueError(f"{name} must be at least {low}, got {value}")
+    above = key.setting.above
+    if above is not None and not value > above:
+        raise ValueError(f"{name} must be above {above}, got {value}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be at most {high}, got {value}")
     return value
+
+
+def _plain(bound: float) -> str:
+    """A bound as a person writes it: ``5``, not ``5.0``."""
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
 
 
 def as_path(value: Any, name: str) -> Path:

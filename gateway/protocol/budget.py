@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from gateway.protocol.usage import cost_increase
+from gateway.setting import setting
 
 __all__ = [
     "BUDGET_EXCEEDED",
@@ -75,31 +76,18 @@ def check_limit(value: Any, what: str) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """``[budgets]`` (docs/budgets.md): 0 is no budget. Each field declares its key as
-    gateway/config/settings.py reads them (there the file's table is parsed into one)."""
+    """``[budgets]`` (docs/budgets.md): 0 is no budget. Each field declares its key
+    (gateway/setting.py); gateway/config/ reads the file's table into one."""
 
-    session_usd: float = field(
-        default=0.0,
-        metadata={"setting": {"check": check_limit, "doc": "USD a session may spend"}},
+    session_usd: float = setting(0.0, check=check_limit, doc="USD a session may spend")
+    user_daily_usd: float = setting(
+        0.0, check=check_limit, doc="USD an owner's sessions may spend together in a UTC day"
     )
-    user_daily_usd: float = field(
-        default=0.0,
-        metadata={
-            "setting": {
-                "check": check_limit,
-                "doc": "USD an owner's sessions may spend together in a UTC day",
-            }
-        },
-    )
-    warn_at: float = field(
-        default=DEFAULT_WARN_AT,
-        metadata={
-            "setting": {
-                "above": 0,
-                "high": 1,
-                "doc": "the share of a budget at which budget.warning is sent",
-            }
-        },
+    warn_at: float = setting(
+        DEFAULT_WARN_AT,
+        above=0,
+        high=1,
+        doc="the share of a budget at which budget.warning is sent",
     )
 
 

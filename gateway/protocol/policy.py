@@ -1,6 +1,6 @@
 """Permission policies: the rules a team writes once, and the decision they give a tool call, sans-IO.
 
-A ``Rule`` (``[[policy.rules]]`` of docs/policies.md, checked by gateway/config/policy.py) names
+A ``Rule`` (``[[policy.rules]]`` of docs/policies.md, read by gateway/config/policy.py) names
 the tools it covers (globs on the tool's name; an ACP tool call's title or kind too), globs on
 fields of the tool's input (``match``), the owner roles and agent profiles it is limited to, and
 its decision: ``allow``, ``deny`` or ``ask``. ``decide`` walks the rules in order and returns the
@@ -15,6 +15,10 @@ an atomic group, so a glob cannot backtrack exponentially, and a field longer th
 applies when it denies or asks and never when it allows (a padded command cannot slip past a
 ``deny``). ``{workspace}`` in a glob is the session's workspace (its own glob characters escaped),
 compiled once per workspace and kept (``MAX_WORKSPACES`` of them).
+
+A rule's fields declare its keys (``setting``, gateway/setting.py), with the checks of what the file may say: every size is bounded
+before it is looked at (globs and match fields in a rule, roles and agents, the length of each
+name, glob and message), so a hostile file is refused in time and memory the bounds allow.
 """
 
 from __future__ import annotations
@@ -25,14 +29,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gateway.setting import setting
+
 __all__ = [
     "DECISIONS",
+    "MAX_GLOB_CHARS",
     "MAX_MATCH_CHARS",
     "WORKSPACE",
     "Decision",
     "Glob",
     "Rule",
     "decide",
+    "is_rule_name",
 ]
 
 DECISIONS: Final = ("allow", "deny", "ask")
@@ -41,6 +49,16 @@ MAX_MATCH_CHARS: Final = 16 * 1024  # of one input field a glob is matched again
 MAX_WORKSPACES: Final = 64  # compiled forms of a {workspace} glob kept at once
 # Fields a rule may match that come from the request itself when the input has no such field.
 REQUEST_FIELDS: Final = ("title", "kind", "locations")
+# What one rule may hold.
+MAX_GLOBS: Final = 64  # tools of a rule
+MAX_MATCH_FIELDS: Final = 16
+MAX_NAMES: Final = 64  # roles, agents of a rule
+MAX_GLOB_CHARS: Final = 512
+MAX_NAME_CHARS: Final = 128  # a rule's name, a field, a role, an agent
+MAX_MESSAGE_CHARS: Final = 1024
+_RULE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
+_NAME_WORDS: Final = f"letters, digits, '.', '_', ':' or '-' (at most {MAX_NAME_CHARS} characters)"
+_MESSAGE_WORDS: Final = f"text of at most {MAX_MESSAGE_CHARS} characters"
 
 _GLOB_CHARS: Final = re.compile(r"([*?\[])")
 
@@ -86,15 +104,108 @@ class Glob:
         return f"Glob({self.text!r})"
 
 
+def is_rule_name(value: Any) -> bool:
+    return (
+        isinstance(value, str)
+        and len(value) <= MAX_NAME_CHARS
+        and bool(_RULE_NAME.fullmatch(value))
+    )
+
+
+def _show(value: Any) -> str:
+    """A value quoted for an error message, cut: the file may be hostile."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _name(value: str, name: str) -> str:
+    if not is_rule_name(value):
+        raise ValueError(f"{name} must be {_NAME_WORDS}, got {_show(value)}")
+    return value
+
+
+def _glob(value: Any, what: str) -> Glob:
+    if not isinstance(value, str) or not value.lstrip("!"):
+        raise ValueError(f"{what}: a glob must be non-empty text, got {_show(value)}")
+    if len(value) > MAX_GLOB_CHARS:
+        raise ValueError(f"{what}: a glob is at most {MAX_GLOB_CHARS} characters, got {len(value)}")
+    try:
+        return Glob(value)
+    except (re.error, RecursionError, OverflowError) as err:
+        raise ValueError(f"{what}: not a usable glob {_show(value)}: {err}") from None
+
+
+def _globs(value: list[Any], name: str) -> tuple[Glob, ...]:
+    if len(value) > MAX_GLOBS:
+        raise ValueError(f"{name} may list at most {MAX_GLOBS} entries")
+    return tuple(_glob(g, name) for g in value)
+
+
+def _match(value: dict[str, Any] | tuple[()], name: str) -> tuple[tuple[str, Glob], ...]:
+    if not value:  # the file's {} or the default's ()
+        return ()
+    if len(value) > MAX_MATCH_FIELDS:
+        raise ValueError(f"{name} may name at most {MAX_MATCH_FIELDS} fields")
+    fields = []
+    for field_name, glob in value.items():
+        if len(field_name) > MAX_NAME_CHARS:
+            raise ValueError(f"{name} field names are at most {MAX_NAME_CHARS} characters")
+        fields.append((field_name, _glob(glob, f"{name}.{field_name}")))
+    return tuple(fields)
+
+
+def _names(value: list[Any], name: str) -> frozenset[str]:
+    if len(value) > MAX_NAMES:
+        raise ValueError(f"{name} may list at most {MAX_NAMES} entries")
+    for entry in value:
+        if not isinstance(entry, str) or not entry or len(entry) > MAX_NAME_CHARS:
+            raise ValueError(
+                f"{name} must be names of at most {MAX_NAME_CHARS} characters, got {_show(entry)}"
+            )
+    return frozenset(value)
+
+
+# roles and agents: names, or none (any)
+_NAMES: Final = {"toml": list, "expected": "a list of names", "check": _names, "shown": "any"}
+
+
+def _message(value: str, name: str) -> str:
+    if len(value) > MAX_MESSAGE_CHARS:
+        raise ValueError(f"{name} must be {_MESSAGE_WORDS}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
-    name: str
-    decision: str  # one of DECISIONS
-    tools: tuple[Glob, ...] = ()  # none: every tool
-    match: tuple[tuple[str, Glob], ...] = ()  # (field, glob): every one must hold
-    roles: frozenset[str] | None = None  # None: any owner
-    agents: frozenset[str] | None = None  # None: any profile
-    message: str = ""  # what the agent is told on deny
+    """One ``[[policy.rules]]`` entry (docs/policies.md): each field declares its key
+    (gateway/setting.py); gateway/config/policy.py reads the file's rules into them."""
+
+    name: str = setting(
+        expected=_NAME_WORDS, check=_name, doc="unique; in the audit log and metadata.rawp_policy"
+    )
+    decision: str = setting(choices=DECISIONS, doc="what the rule answers")
+    tools: tuple[Glob, ...] = setting(  # none: every tool
+        (),
+        toml=list,
+        expected="a list of globs",
+        check=_globs,
+        doc="globs on the tool's name (ACP: also its title or kind)",
+    )
+    match: tuple[tuple[str, Glob], ...] = setting(  # (field, glob): every one must hold
+        (),
+        toml=dict,
+        expected="a table of field = glob",
+        check=_match,
+        shown="`{}`",
+        doc="globs on the tool's input",
+    )
+    roles: frozenset[str] | None = setting(  # None: any owner
+        None, **_NAMES, doc="only sessions whose owner has one of these roles"
+    )
+    agents: frozenset[str] | None = setting(None, **_NAMES, doc="only these profiles")  # None: any
+    message: str = setting(
+        "", expected=_MESSAGE_WORDS, check=_message, doc="what the agent is told on deny"
+    )
 
 
 @dataclass(frozen=True, slots=True)

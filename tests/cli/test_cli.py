@@ -134,7 +134,10 @@ def test_serve_config_errors_are_one_clear_line(tmp_path):
         [*CLI, "serve", "--config", str(bad)], capture_output=True, text=True, timeout=30
     )
     assert done.returncode == 2
-    assert done.stderr.strip() == f"rawp-gateway: {bad} [server]: port must be int, got 'x'"
+    assert (
+        done.stderr.strip()
+        == f"rawp-gateway: {bad} [server]: port must be an integer from 0 to 65535, got 'x'"
+    )
 
 
 def test_translate_a_recorded_fixture():

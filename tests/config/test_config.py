@@ -84,7 +84,7 @@ features = {{ plan_mode = false, thinking_stream = true }}
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
-        ("[server]\nport = 'high'", "port must be int"),
+        ("[server]\nport = 'high'", "port must be an integer from 0 to 65535, got 'high'"),
         ("[server\n", "not valid TOML"),
         ("[agents.x]\ncommand = 'claude -p'", "command must be a non-empty list"),
         ("[agents.x]\ncommand = ['a']", "a new profile needs parser"),
@@ -242,7 +242,7 @@ def test_an_empty_token_variable_is_an_error_not_no_auth(tmp_path):
 
 def test_a_port_past_65535_is_an_error_not_another_port(tmp_path):
     """99999 used to be taken modulo 65536 by the socket layer: the gateway listened on 34463."""
-    with pytest.raises(ConfigError, match="port must be at most 65535"):
+    with pytest.raises(ConfigError, match="port must be an integer from 0 to 65535, got 99999"):
         load_config(None, {"workspace_root": str(tmp_path), "port": 99999}, environ={})
     assert load_config(
         None, {"workspace_root": str(tmp_path), "port": 65535}, environ={}

@@ -164,7 +164,7 @@ def test_every_documented_section_loads(tmp_path):
         ),
         (
             '[isolation]\nbind_ro = "/usr"\n',
-            "FILE:4: [isolation] bind_ro must be a list of at most 64 paths",
+            "FILE:4: [isolation] bind_ro must be a list of at most 64 paths, got '/usr'",
         ),
         (
             "[isolation]\nbind_ro = [" + ", ".join(['"/usr"'] * 65) + "]\n",

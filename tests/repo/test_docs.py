@@ -14,7 +14,6 @@ import pytest
 
 from gateway import cli, config
 from gateway.agent import profiles
-from gateway.agent.sandbox import Isolation
 from gateway.config import settings, strict
 from gateway.protocol import codec, frames
 from gateway.server import create_app
@@ -131,30 +130,44 @@ def documented_keys(text: str) -> dict[tuple[str, str], dict[str, str]]:
 
 
 def test_every_key_of_every_section_is_documented_with_its_default():
-    """The docs list every key the file may have and no other; where a key is declared with a
-    Setting (gateway/config/settings.py), its row shows its default and its variable."""
+    """Every section's keys are declared with a Setting (gateway/config/settings.py), and the names
+    the strict reading knows are exactly those; the docs list every declared key and no other,
+    each row with its default and its variable, and, in a table with a type column, its bounds
+    and choices."""
     text = doc("configuration.md")
     rows = documented_keys(text)
     known = set(known_keys(config.SCHEMA))
-    assert {"server", "auth.oidc", "[notify.webhooks]", "[policy.rules]", "agents.NAME"} <= {
+    declared = {
+        (section, name)
+        for section, cls in config.SECTIONS.items()
+        for name in settings.declared(cls)
+    }
+    assert {s for s, _ in declared} == set(config.SECTIONS)  # no section without a key
+    assert {"server", "isolation", "agents.NAME", "[policy.rules]", "[notify.webhooks]"} <= {
         s for s, _ in known
     }
-    assert sorted(known - set(rows)) == []  # a key the docs do not list
-    assert sorted(set(rows) - known) == []  # a key the docs list that does not exist
+    assert sorted(known - declared) == []  # a name the file may use that declares nothing
+    assert sorted(declared - known) == []  # a declared key the file may not use
+    assert sorted(declared - set(rows)) == []  # a key the docs do not list
+    assert sorted(set(rows) - declared) == []  # a key the docs list that does not exist
     wrong = []
-    for section, cls in config.SECTIONS.items():
-        for name, key in settings.declared(cls).items():
-            cells = rows[section, name]
-            if settings.shown_default(key) not in cells["default"]:
-                wrong.append((section, name, settings.shown_default(key), cells["default"]))
-            said = set(re.findall(r"RAWP_GATEWAY_\w+", cells.get("variable", "")))
-            if said != ({key.setting.env} if key.setting.env else set()):
-                wrong.append((section, name, key.setting.env, said))
-    isolation = Isolation()
-    for name in config.ISOLATION_KEYS:
-        shown = settings.shown_value(getattr(isolation, name))
-        if shown not in rows["isolation", name]["default"]:
-            wrong.append(("isolation", name, shown, rows["isolation", name]["default"]))
+    for section, name in sorted(declared):
+        key = settings.declared(config.SECTIONS[section])[name]
+        cells = rows[section, name]
+        if settings.shown_default(key) not in cells["default"]:
+            wrong.append((section, name, settings.shown_default(key), cells["default"]))
+        said = set(re.findall(r"RAWP_GATEWAY_\w+", cells.get("variable", "")))
+        if said != ({key.setting.env} if key.setting.env else set()):
+            wrong.append((section, name, key.setting.env, said))
+        if "type" in cells:  # a table with a type column says each key's bounds and choices
+            rule = key.setting
+            bounds = [
+                settings.shown_value(b) for b in (rule.low, rule.above, rule.high) if b is not None
+            ]
+            choices = [f'"{c}"' for c in rule.choices or ()]
+            told = [b.strip("`") for b in bounds] + choices
+            if any(t not in cells["type"] for t in told):
+                wrong.append((section, name, told, cells["type"]))
     assert wrong == []
 
 

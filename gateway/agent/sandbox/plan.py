@@ -30,17 +30,22 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal, get_args
+
+from gateway.setting import setting
 
 __all__ = [
     "DEFAULT_MAX_MEMORY_MB",
     "DEFAULT_MAX_PROCESSES",
     "MASK_TMPFS_BYTES",
+    "MAX_BINDS",
+    "MAX_BIND_CHARS",
     "SYSTEM_DIRS",
     "Isolation",
     "Layout",
     "Mask",
     "bwrap_argv",
+    "check_binds",
     "is_visible",
     "limit_named",
     "module_run",
@@ -49,6 +54,15 @@ __all__ = [
 
 DEFAULT_MAX_PROCESSES: Final = 512
 DEFAULT_MAX_MEMORY_MB: Final = 4096
+# Bounds of the limits: below them no agent starts (node alone has a few threads and a heap of
+# some hundred MiB); above them the setting bounds nothing a pod could give.
+MIN_PROCESSES: Final = 16
+MAX_PROCESSES: Final = 1 << 20
+MIN_MEMORY_MB: Final = 256
+MAX_MEMORY_MB: Final = 1 << 24
+MAX_BINDS: Final = 64  # entries of bind_ro and of bind_rw, each
+MAX_BIND_CHARS: Final = 1024  # one path's length
+_BINDS: Final = f"a list of at most {MAX_BINDS} paths"
 # What the agent sees of the system, read-only, when it exists (a link is kept as a link).
 SYSTEM_DIRS: Final = (
     "/usr",
@@ -77,16 +91,60 @@ Mode = Literal["none", "sandbox"]
 Network = Literal["host", "none"]
 
 
+def check_binds(value: list[Any], name: str) -> tuple[str, ...]:
+    """``bind_ro`` or ``bind_rw`` as written: at most MAX_BINDS absolute paths, each short. That
+    each exists and is not ``/`` is gateway/config/isolation.py's to check: it looks at the disk."""
+    if len(value) > MAX_BINDS:
+        raise ValueError(f"{name} must be {_BINDS}")
+    for path in value:
+        if (
+            not isinstance(path, str)
+            or not path.startswith("/")
+            or len(path) > MAX_BIND_CHARS
+            or "\0" in path
+        ):
+            raise ValueError(
+                f"{name} entries must be absolute paths of at most {MAX_BIND_CHARS} characters, "
+                f"got {str(path)[:100]!r}"
+            )
+    return tuple(value)
+
+
 @dataclass(frozen=True, slots=True)
 class Isolation:
-    """``[isolation]`` (docs/configuration.md), checked by gateway/config/isolation.py."""
+    """``[isolation]`` (docs/configuration.md): each field declares its key (gateway/setting.py);
+    gateway/config/isolation.py reads the table into one."""
 
-    mode: Mode = "none"
-    network: Network = "host"
-    bind_ro: tuple[str, ...] = ()
-    bind_rw: tuple[str, ...] = ()
-    max_processes: int = DEFAULT_MAX_PROCESSES
-    max_memory_mb: int = DEFAULT_MAX_MEMORY_MB
+    mode: Mode = setting(
+        "none",
+        toml=str,
+        choices=get_args(Mode),
+        doc="sandbox: each agent under bubblewrap, seeing nothing of the gateway",
+    )
+    network: Network = setting(
+        "host",
+        toml=str,
+        choices=get_args(Network),
+        doc="none: a network namespace of the agent's own, loopback only",
+    )
+    bind_ro: tuple[str, ...] = setting(
+        (), toml=list, expected=_BINDS, check=check_binds, doc="more paths the agent may read"
+    )
+    bind_rw: tuple[str, ...] = setting(
+        (), toml=list, expected=_BINDS, check=check_binds, doc="more paths the agent may write"
+    )
+    max_processes: int = setting(
+        DEFAULT_MAX_PROCESSES,
+        low=MIN_PROCESSES,
+        high=MAX_PROCESSES,
+        doc="processes of one agent's sandbox, threads included (RLIMIT_NPROC)",
+    )
+    max_memory_mb: int = setting(
+        DEFAULT_MAX_MEMORY_MB,
+        low=MIN_MEMORY_MB,
+        high=MAX_MEMORY_MB,
+        doc="private writable memory of each process (RLIMIT_DATA), and of /tmp",
+    )
 
     @property
     def sandboxed(self) -> bool:
