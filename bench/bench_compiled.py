@@ -92,7 +92,7 @@ COMPILED = (
     "gateway/session/connection.py",
     "gateway/session/fanout.py",
     "gateway/storage/files.py",
-    "gateway/protocol/history.py",
+    "gateway/protocol/buffer.py",
     "gateway/metrics/__init__.py",
     "gateway/metrics/hot_path.py",
     "gateway/metrics/labels.py",
@@ -109,7 +109,7 @@ TESTS = (
     "tests/parsers/test_claude_code_parser.py", "tests/parsers/test_claude_code_fixtures.py",
     "tests/parsers/test_codex_parser.py", "tests/parsers/test_gemini_parser.py", "tests/parsers/test_plain_parser.py",
     "tests/parsers/test_codex_gemini_fixtures.py", "tests/protocol/test_mapper.py", "tests/protocol/test_codec.py",
-    "tests/protocol/test_factory.py", "tests/protocol/test_machine.py", "tests/protocol/test_history.py",
+    "tests/protocol/test_factory.py", "tests/protocol/test_machine.py", "tests/protocol/test_buffer.py",
     "tests/session/test_fanout_bytes.py", "tests/metrics/test_metrics.py", "tests/protocol/test_capabilities.py",
     "tests/protocol/test_tools.py", "tests/storage/test_files.py", "tests/server/test_server.py",
     "tests/server/test_hostile_input.py", "tests/storage/test_persistence.py", "tests/session/test_memory_bounds.py",
@@ -314,19 +314,19 @@ def worker(args: argparse.Namespace) -> None:
             "0b6c2a8e-5d8f-4c1e-9a3b-2f1e0d9c8b7a", builtin_profiles()["demo"], root,
             config=Config(server=ServerSettings(workspace_root=root)), metrics=path.GatewayMetrics(),
         )  # fmt: skip
-        session.history.max_bytes = 1 << 40  # keep every frame
+        session.buffer.max_bytes = 1 << 40  # keep every frame
         path.start_session(session, 1)
         await path.feed_lines(session, lines)
         h = hashlib.sha256()
         ids: dict[bytes, bytes] = {}  # turn ids and the like are random: numbered as they come
-        for data in session.history.everything().frames:
+        for data in session.buffer.everything().frames:
             frame = msgspec.json.decode(data)
             del frame["message_id"], frame["timestamp"]
             text = msgspec.json.encode(frame, order="sorted")
             h.update(_UUID.sub(lambda m: ids.setdefault(m[0], b"#%d" % len(ids)), text))
         for conn in list(session.connections.values()):
             await conn.aclose()
-        return f"{h.hexdigest()[:16]} ({len(session.history)} frames)"
+        return f"{h.hexdigest()[:16]} ({len(session.buffer)} frames)"
 
     async def serve() -> None:
         reply = {"compiled": compiled, "frames": await frames_digest()}

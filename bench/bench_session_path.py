@@ -122,22 +122,22 @@ def start_session(session: LiveSession, fanout: int) -> None:
 
 
 async def feed_lines(
-    session: LiveSession, lines: list[bytes], per_iteration: int = 1, pause_s: float = 0.0
+    session: LiveSession, lines: list[bytes], per_iteration: int = 1, pause_sec: float = 0.0
 ) -> None:
     """``LiveSession.take_lines`` (what ``_pump`` does with each batch the reader hands out) with
     batches of ``per_iteration`` lines; the event loop turns between batches, letting the
-    connections' writers drain as they would. ``pause_s``: asleep that long before each batch."""
+    connections' writers drain as they would. ``pause_sec``: asleep that long before each batch."""
     clock = time.perf_counter_ns
     for i in range(0, len(lines), per_iteration):
-        if pause_s:
-            time.sleep(pause_s)
+        if pause_sec:
+            time.sleep(pause_sec)
         now = clock()
         session.take_lines([StdoutLine(line, now) for line in lines[i : i + per_iteration]])
         await asyncio.sleep(0)
 
 
 async def one_pass(
-    lines: list[bytes], metrics, fanout: int, root: Path, pause_s: float = 0.0
+    lines: list[bytes], metrics, fanout: int, root: Path, pause_sec: float = 0.0
 ) -> float:
     config = Config(server=ServerSettings(workspace_root=root))
     session = LiveSession(
@@ -146,7 +146,7 @@ async def one_pass(
     )  # fmt: skip
     start_session(session, fanout)
     start = time.process_time()
-    await feed_lines(session, lines, pause_s=pause_s)
+    await feed_lines(session, lines, pause_sec=pause_sec)
     elapsed = time.process_time() - start
     for conn in list(session.connections.values()):
         await conn.aclose()
@@ -178,11 +178,11 @@ async def main_async(args: argparse.Namespace) -> None:
         )
 
 
-def sleeping_cpu(n: int, pause_s: float) -> float:
+def sleeping_cpu(n: int, pause_sec: float) -> float:
     """CPU time of ``n`` pauses with nothing between them: what the pauses add to a pass."""
     start = time.process_time()
     for _ in range(n):
-        time.sleep(pause_s)
+        time.sleep(pause_sec)
     return time.process_time() - start
 
 

@@ -30,7 +30,7 @@ A parser that reads files the agent names (Codex and Gemini diff the files their
 gateway calls it once, right after making the parser, with the session's workspace, which is the
 agent's cwd. The parser then reads paths as the agent sees them (a relative path from the
 workspace) and only inside it. A parser without the method is made as before; one with it that is
-never told (a replay: ``translate``) reads nothing.
+never told (a transcript: ``translate``) reads nothing.
 
 An agent that converses (ACP: it asks the gateway things and must be answered) is one object that
 is both parser and input (``ParserSpec.converses``; ``make()`` gives it twice): its ``opening``

@@ -25,7 +25,7 @@ reads only a regular file inside it once symlinks are resolved. A path outside (
 ``..``, through a link that leads out), a directory, a FIFO or a device reads as None: no diff, the
 change is still reported. A FIFO or device is refused before it is opened (opening a FIFO would
 block the gateway, a device may do anything); a file that does not exist inside the workspace is a
-file to be created. A parser never told its workspace (``no_files``: a replay of a recording, whose
+file to be created. A parser never told its workspace (``no_files``: a recorded transcript, whose
 paths are not on this machine) reads nothing.
 
 After the check the file is opened from the workspace one name at a time, following no link: a

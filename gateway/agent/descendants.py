@@ -23,14 +23,25 @@ from collections.abc import Collection
 from typing import Final, NamedTuple, Protocol
 
 __all__ = [
-    "DEFAULT_GRACE_S",
+    "DEFAULT_GRACE_SEC",
+    "Proc",
+    "adopted",
+    "all_processes",
+    "become_subreaper",
     "kill_all_groups",
     "kill_left_behind",
+    "killpg",
     "live_groups",
+    "live_process_groups",
+    "running_pids",
+    "schedule_reaps",
+    "session_id_of",
+    "signal_pids",
+    "subtree",
     "terminate_all",
 ]
 
-DEFAULT_GRACE_S: Final = 5.0
+DEFAULT_GRACE_SEC: Final = 5.0
 
 
 class _Group(Protocol):
@@ -41,22 +52,22 @@ class _Group(Protocol):
 
     async def terminate(self, grace: float = ...) -> object: ...
 
-    def _signal_all(self, sig: int, procs: dict[int, _Proc] | None = None) -> bool: ...
+    def _signal_all(self, sig: int, procs: dict[int, Proc] | None = None) -> bool: ...
 
 
 # --------------------------------------------------------------------------- group registry
 
 # pgid -> process; groups that may still have members. Kept at module level so that shutdown and
 # atexit can reach every agent no matter which session owns it.
-_live_groups: dict[int, _Group] = {}
+live_process_groups: dict[int, _Group] = {}
 
 
 def live_groups() -> list[int]:
     """Process-group ids the gateway may still have to kill (for tests and diagnostics)."""
-    return list(_live_groups)
+    return list(live_process_groups)
 
 
-def _killpg(pgid: int, sig: int) -> bool:
+def killpg(pgid: int, sig: int) -> bool:
     """Signal a group; False when it has no members any more."""
     try:
         os.killpg(pgid, sig)
@@ -71,19 +82,19 @@ def _killpg(pgid: int, sig: int) -> bool:
 def kill_all_groups(sig: int = signal.SIGKILL) -> None:
     """Send `sig` to every registered group and every descendant that left one, now,
     synchronously. The last resort (atexit)."""
-    procs = _processes()
-    for pgid, owner in list(_live_groups.items()):
+    procs = all_processes()
+    for pgid, owner in list(live_process_groups.items()):
         owner._signal_all(sig, procs)
         if sig == signal.SIGKILL:
-            _live_groups.pop(pgid, None)
+            live_process_groups.pop(pgid, None)
     # Orphans of agents already forgotten (adopted by the gateway as their subreaper).
-    _signal_pids(_adopted_from_agents(procs), sig, procs)
+    signal_pids(_adopted_from_agents(procs), sig, procs)
     _reap(procs)
 
 
-async def terminate_all(grace: float = DEFAULT_GRACE_S) -> None:
+async def terminate_all(grace: float = DEFAULT_GRACE_SEC) -> None:
     """Terminate every live agent concurrently (DPS-17.2.3); for the server's shutdown."""
-    procs = [p for p in _live_groups.values() if p.returncode is None]
+    procs = [p for p in live_process_groups.values() if p.returncode is None]
     if procs:
         await asyncio.gather(*(p.terminate(grace) for p in procs), return_exceptions=True)
     # Stragglers in groups whose leader is gone are killed now rather than at their own deadline:
@@ -100,12 +111,12 @@ def kill_left_behind(session_ids: Collection[str]) -> int:
     wanted = set(session_ids)
     if not wanted:
         return 0
-    procs = _processes()
+    procs = all_processes()
     me = os.getpid()
-    roots = {p.pid for p in procs.values() if p.pid != me and _session_id_of(p.pid) in wanted}
-    found = _subtree(roots, procs) - {me} if roots else set()
+    roots = {p.pid for p in procs.values() if p.pid != me and session_id_of(p.pid) in wanted}
+    found = subtree(roots, procs) - {me} if roots else set()
     # No procs: they are init's children since their gateway died, not ours to reap.
-    _signal_pids(found, signal.SIGKILL)
+    signal_pids(found, signal.SIGKILL)
     return len(found)
 
 
@@ -124,10 +135,10 @@ _subreaper_tried = False
 _to_reap: dict[int, int] = {}
 # Agents whose exit the event loop has not reported yet (registered or not): never adopted orphans,
 # never reaped here (their exit status is the loop's child watcher's).
-_running: set[int] = set()
+running_pids: set[int] = set()
 
 
-class _Proc(NamedTuple):
+class Proc(NamedTuple):
     pid: int
     ppid: int
     pgrp: int
@@ -136,7 +147,7 @@ class _Proc(NamedTuple):
     zombie: bool
 
 
-def _become_subreaper() -> None:
+def become_subreaper() -> None:
     global _subreaper_tried
     if _subreaper_tried or not sys.platform.startswith("linux"):
         return
@@ -146,7 +157,7 @@ def _become_subreaper() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def _stat(pid: int) -> _Proc | None:
+def _stat(pid: int) -> Proc | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
@@ -155,14 +166,14 @@ def _stat(pid: int) -> _Proc | None:
     # The command name may hold spaces and parentheses: the fields follow its last ")".
     fields = data[data.rfind(b")") + 2 :].split()
     try:
-        return _Proc(
+        return Proc(
             pid, int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]), fields[0] in b"ZX"
         )
     except (IndexError, ValueError):
         return None
 
 
-def _processes() -> dict[int, _Proc]:
+def all_processes() -> dict[int, Proc]:
     """Every process of the machine, from /proc (empty where there is none)."""
     try:
         names = os.listdir("/proc")
@@ -175,7 +186,7 @@ def _processes() -> dict[int, _Proc]:
     return procs
 
 
-def _session_id_of(pid: int) -> str | None:
+def session_id_of(pid: int) -> str | None:
     """The RAWP_SESSION_ID a process inherited, if its environment is readable."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
@@ -188,7 +199,7 @@ def _session_id_of(pid: int) -> str | None:
     return None
 
 
-def _subtree(roots: set[int], procs: dict[int, _Proc]) -> set[int]:
+def subtree(roots: set[int], procs: dict[int, Proc]) -> set[int]:
     children: dict[int, list[int]] = {}
     for p in procs.values():
         children.setdefault(p.ppid, []).append(p.pid)
@@ -201,25 +212,25 @@ def _subtree(roots: set[int], procs: dict[int, _Proc]) -> set[int]:
     return found
 
 
-def _adopted(procs: dict[int, _Proc]) -> list[_Proc]:
+def adopted(procs: dict[int, Proc]) -> list[Proc]:
     """Children of the gateway that it did not start: orphans of agents' descendants."""
     me = os.getpid()
     return [
         p
         for p in procs.values()
-        if p.ppid == me and p.pid not in _live_groups and p.pid not in _running
+        if p.ppid == me and p.pid not in live_process_groups and p.pid not in running_pids
     ]
 
 
-def _adopted_from_agents(procs: dict[int, _Proc]) -> set[int]:
+def _adopted_from_agents(procs: dict[int, Proc]) -> set[int]:
     # An adopted orphan carrying a session id came from an agent; not the gateway's own id, which
     # it has when it runs under another gateway and passes on to what else it starts.
     own = os.environ.get("RAWP_SESSION_ID")
-    roots = {p.pid for p in _adopted(procs) if _session_id_of(p.pid) not in (None, own)}
-    return _subtree(roots, procs) if roots else set()
+    roots = {p.pid for p in adopted(procs) if session_id_of(p.pid) not in (None, own)}
+    return subtree(roots, procs) if roots else set()
 
 
-def _signal_pids(pids: set[int], sig: int, procs: dict[int, _Proc] | None = None) -> None:
+def signal_pids(pids: set[int], sig: int, procs: dict[int, Proc] | None = None) -> None:
     for pid in pids:
         try:
             os.kill(pid, sig)
@@ -229,7 +240,7 @@ def _signal_pids(pids: set[int], sig: int, procs: dict[int, _Proc] | None = None
             _to_reap[pid] = procs[pid].start
 
 
-def _reap(procs: dict[int, _Proc] | None = None) -> None:
+def _reap(procs: dict[int, Proc] | None = None) -> None:
     """Collect signalled orphans that died as the gateway's children (it is their subreaper). Only
     pids the gateway signalled and that are still the same processes: never an agent, whose exit
     status belongs to the event loop's child watcher."""
@@ -238,7 +249,7 @@ def _reap(procs: dict[int, _Proc] | None = None) -> None:
     me = os.getpid()
     for pid, start in list(_to_reap.items()):
         p = procs.get(pid) if procs is not None else _stat(pid)
-        if p is None or p.start != start or pid in _live_groups or pid in _running:
+        if p is None or p.start != start or pid in live_process_groups or pid in running_pids:
             del _to_reap[pid]
         elif p.ppid == me and p.zombie:
             del _to_reap[pid]
@@ -246,7 +257,7 @@ def _reap(procs: dict[int, _Proc] | None = None) -> None:
                 os.waitpid(pid, os.WNOHANG)
 
 
-def _schedule_reaps(loop: asyncio.AbstractEventLoop) -> None:
+def schedule_reaps(loop: asyncio.AbstractEventLoop) -> None:
     # Signalled processes die a moment later; collect them then.
     if loop.is_closed():  # atexit
         return

@@ -34,7 +34,7 @@ The pipes are driven by a `SubprocessProtocol` of our own instead of `asyncio.St
 
 The agent's exit is seen when the agent itself exits, not at stdout EOF: its exit status is
 reported at once, what it left behind gets SIGTERM, and SIGKILL when the grace ends; stdout (and
-stderr) are read on until EOF or for `EXIT_DRAIN_S` at most (up to five times that while the
+stderr) are read on until EOF or for `EXIT_DRAIN_SEC` at most (up to five times that while the
 consumer is behind and reading is paused: the pipe then holds the agent's own output), then closed,
 so a descendant still holding the pipe cannot keep the consumer waiting. Lines already read are
 still handed out.
@@ -60,18 +60,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, cast
 
 from gateway.agent.descendants import (
-    DEFAULT_GRACE_S,
-    _adopted,
-    _become_subreaper,
-    _killpg,
-    _live_groups,
-    _Proc,
-    _processes,
-    _running,
-    _schedule_reaps,
-    _session_id_of,
-    _signal_pids,
-    _subtree,
+    DEFAULT_GRACE_SEC,
+    Proc,
+    adopted,
+    all_processes,
+    become_subreaper,
+    killpg,
+    live_process_groups,
+    running_pids,
+    schedule_reaps,
+    session_id_of,
+    signal_pids,
+    subtree,
 )
 from gateway.agent.environment import agent_environment
 from gateway.agent.exit import (
@@ -84,9 +84,9 @@ from gateway.agent.exit import (
 )
 from gateway.agent.sandbox import SpawnSandbox
 from gateway.agent.stdout import (
-    _STDOUT_FD,
     DEFAULT_HIGH_WATER,
     DEFAULT_MAX_LINE_BYTES,
+    STDOUT_FD,
     StdoutReader,
 )
 
@@ -95,7 +95,7 @@ __all__ = ["AgentProcess"]
 DEFAULT_STDERR_LIMIT: Final = 64 * 1024
 # After the agent exits, what is left on its stdout is read for at most this long: its own output is
 # already in the pipe; only a descendant still holding the pipe open could make it longer.
-EXIT_DRAIN_S: Final = 2.0
+EXIT_DRAIN_SEC: Final = 2.0
 _STDERR_FD: Final = 2
 _STDIN_FD: Final = 0
 
@@ -134,13 +134,13 @@ class _Protocol(asyncio.SubprocessProtocol):
         self._owner._on_connected(cast(asyncio.SubprocessTransport, transport))
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if fd == _STDOUT_FD:
+        if fd == STDOUT_FD:
             self._owner._on_stdout(data)
         elif fd == _STDERR_FD:
             self._owner._on_stderr(data)
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd == _STDOUT_FD:
+        if fd == STDOUT_FD:
             self._owner._on_stdout_eof()
         elif fd == _STDERR_FD:
             self._owner._on_stderr_eof()
@@ -203,7 +203,7 @@ class AgentProcess(StdoutReader):
         high_water: int = DEFAULT_HIGH_WATER,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         stderr_limit: int = DEFAULT_STDERR_LIMIT,
-        grace: float = DEFAULT_GRACE_S,
+        grace: float = DEFAULT_GRACE_SEC,
         sandbox: SpawnSandbox | None = None,
     ) -> AgentProcess:
         """Spawn `argv` (no shell) in a new process group, with exactly fds 0, 1 and 2.
@@ -237,7 +237,7 @@ class AgentProcess(StdoutReader):
         self._grace = grace
         loop = self._loop = asyncio.get_running_loop()
         self._exit = loop.create_future()
-        _become_subreaper()
+        become_subreaper()
         # The stdlib loop spawns with close_fds=True. uvloop leaves the child the original numbers
         # of its stdio socket pairs (and whatever the gateway holds without O_CLOEXEC) besides
         # 0-2: a descendant that puts 0-2 on /dev/null would still hold the agent's stdout.
@@ -273,8 +273,8 @@ class AgentProcess(StdoutReader):
         pid = transport.get_pid()
         assert pid is not None
         self._pid = pid
-        _live_groups[pid] = self
-        _running.add(pid)
+        live_process_groups[pid] = self
+        running_pids.add(pid)
 
     def _init_state(self, high_water: int, max_line_bytes: int, stderr_limit: int) -> None:
         self._init_stdout(high_water, max_line_bytes)
@@ -405,7 +405,7 @@ class AgentProcess(StdoutReader):
         assert rc is not None
         if not self._exit.done():
             self._exit.set_result(classify_exit(rc))
-        _running.discard(self._pid)
+        running_pids.discard(self._pid)
         # The agent's exit is its own: what it started and left behind is asked to stop now and
         # killed when the grace ends (at terminate()'s deadline if that is under way) ...
         if self._signal_all(signal.SIGTERM):
@@ -416,11 +416,11 @@ class AgentProcess(StdoutReader):
                 self._straggler_timer = self._loop.call_at(when, self._kill_stragglers)
         else:
             self._forget()
-        # ... and its output is read until EOF, or for EXIT_DRAIN_S at most (never past that
+        # ... and its output is read until EOF, or for EXIT_DRAIN_SEC at most (never past that
         # deadline): a descendant holding the pipe cannot keep the agent's turn open.
         if not (self._stdout_eof and self._stderr_eof) and not self._closing:
             now = self._loop.time()
-            when, self._drain_by = now + EXIT_DRAIN_S, now + 5 * EXIT_DRAIN_S
+            when, self._drain_by = now + EXIT_DRAIN_SEC, now + 5 * EXIT_DRAIN_SEC
             if self._kill_at is not None:
                 when, self._drain_by = min(when, self._kill_at), min(self._drain_by, self._kill_at)
             self._drain_timer = self._loop.call_at(when, self._end_output)
@@ -434,7 +434,7 @@ class AgentProcess(StdoutReader):
             # agent's own output. Look again soon, up to a hard limit.
             self._drain_timer = self._loop.call_later(0.1, self._end_output)
             return
-        for fd, eof in ((_STDOUT_FD, self._stdout_eof), (_STDERR_FD, self._stderr_eof)):
+        for fd, eof in ((STDOUT_FD, self._stdout_eof), (_STDERR_FD, self._stderr_eof)):
             pipe = self._transport.get_pipe_transport(fd)
             if not eof and pipe is not None:
                 pipe.close()  # reported through pipe_connection_lost, as a real EOF is
@@ -481,8 +481,8 @@ class AgentProcess(StdoutReader):
         return status
 
     def _forget(self) -> None:
-        if _live_groups.get(self._pid) is self:
-            del _live_groups[self._pid]
+        if live_process_groups.get(self._pid) is self:
+            del live_process_groups[self._pid]
         if self._straggler_timer is not None:
             self._straggler_timer.cancel()
             self._straggler_timer = None
@@ -493,52 +493,52 @@ class AgentProcess(StdoutReader):
 
     def send_signal(self, sig: int) -> bool:
         """Send `sig` to the agent's whole process group. False when the group is gone."""
-        if _live_groups.get(self._pid) is not self:
+        if live_process_groups.get(self._pid) is not self:
             return False  # never signal a pgid that may have been reused
         if self._sandboxed and sig != signal.SIGKILL:
-            return self._signal_inside(sig, _processes())
-        if not _killpg(self._pid, sig):
+            return self._signal_inside(sig, all_processes())
+        if not killpg(self._pid, sig):
             if self._exit.done():
                 self._forget()
             return False
         return True
 
-    def _descendants(self, procs: dict[int, _Proc]) -> set[int]:
+    def _descendants(self, procs: dict[int, Proc]) -> set[int]:
         """Live processes that came from the agent, itself excluded: members of its group or
         session, its subtree, and orphans adopted by the gateway that carry its session id or were
         seen under it before."""
         agent = self._pid
         roots = set()
-        if _live_groups.get(agent) is self:  # else the pid may be another process's by now
+        if live_process_groups.get(agent) is self:  # else the pid may be another process's by now
             roots = {p.pid for p in procs.values() if agent in (p.pgrp, p.sid)}
             if not self._exit.done():
                 roots.add(agent)
-        for p in _adopted(procs):
-            if self._seen.get(p.pid) == p.start or _session_id_of(p.pid) == self._session_id:
+        for p in adopted(procs):
+            if self._seen.get(p.pid) == p.start or session_id_of(p.pid) == self._session_id:
                 roots.add(p.pid)
-        found = _subtree(roots, procs) if roots else set()
+        found = subtree(roots, procs) if roots else set()
         found.discard(agent)
         found = {pid for pid in found if not procs[pid].zombie}
         for pid in found:
             self._seen[pid] = procs[pid].start
         return found
 
-    def _signal_all(self, sig: int, procs: dict[int, _Proc] | None = None) -> bool:
+    def _signal_all(self, sig: int, procs: dict[int, Proc] | None = None) -> bool:
         """`sig` to the agent's group and to every descendant found, wherever it went. True when
         something besides the agent itself may still be alive."""
         if procs is None:
-            procs = _processes()
+            procs = all_processes()
         if self._sandboxed and sig != signal.SIGKILL:
             return self._signal_inside(sig, procs)
-        group = _live_groups.get(self._pid) is self and _killpg(self._pid, sig)
+        group = live_process_groups.get(self._pid) is self and killpg(self._pid, sig)
         found = self._descendants(procs)
         if found:
-            _signal_pids(found, sig, procs)
-            _schedule_reaps(self._loop)
+            signal_pids(found, sig, procs)
+            schedule_reaps(self._loop)
         # /proc tells live members from zombies; without it, any member of the group counts.
         return bool(found) if procs else group
 
-    def _signal_inside(self, sig: int, procs: dict[int, _Proc]) -> bool:
+    def _signal_inside(self, sig: int, procs: dict[int, Proc]) -> bool:
         """In the sandbox: `sig` to every process in it but bubblewrap's own two, its outer
         process (the agent's pid here) and the namespace's init (that one's child). Either one
         ended by the signal would end the whole sandbox at once, with SIGKILL."""
@@ -547,17 +547,17 @@ class AgentProcess(StdoutReader):
         # Oldest first, as a group signal would reach them at once: the agent before the tool
         # it runs, so that it never sees its tool die and goes on before its own signal comes.
         for pid in sorted(found, key=lambda pid: procs[pid].start):
-            _signal_pids({pid}, sig, procs)
+            signal_pids({pid}, sig, procs)
         return bool(found) or not self._exit.done()
 
-    async def terminate(self, grace: float = DEFAULT_GRACE_S) -> ExitStatus:
+    async def terminate(self, grace: float = DEFAULT_GRACE_SEC) -> ExitStatus:
         """DPS-17.2.3: SIGTERM to the group and the agent's descendants, SIGKILL to them after
         `grace` s; the exit status.
 
         Returns once the agent itself has exited. Descendants that outlive it get SIGKILL when the
         grace period ends, and its output is not waited for past then.
         """
-        if _live_groups.get(self._pid) is not self:
+        if live_process_groups.get(self._pid) is not self:
             # Exited and nothing is known to be left: probing the pgid again could hit a recycled
             # pid.
             return await self.wait()
@@ -575,7 +575,7 @@ class AgentProcess(StdoutReader):
             status = await self.wait()
             self._end_output()
             return status
-        if _live_groups.get(self._pid) is self:
+        if live_process_groups.get(self._pid) is self:
             timer = self._straggler_timer
             if timer is None or timer.when() > self._kill_at:
                 if timer is not None:

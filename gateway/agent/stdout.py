@@ -32,9 +32,9 @@ line rates it also gathers lines: an agent like Claude Code writes each line on 
 line read alone is a wake-up of the event loop (a pipe read, the consumer's turn, a socket write per
 master) costing several times the line's own work. When lines come faster than one per
 `NAP_BELOW_GAP_NS` (smoothed over recent batches) and the batches are small, stdout is left unread
-for `NAP_S` after each batch (a `FineTimer`: uvloop's timers count whole milliseconds), so the lines
-of that half millisecond are read, mapped and sent together. No line waits longer than that; at
-1,000 lines/s nothing waits.
+for `NAP_SEC` after each batch (a `FineTimer`: uvloop's timers count whole milliseconds), so the
+lines of that half millisecond are read, mapped and sent together. No line waits longer than that;
+at 1,000 lines/s nothing waits.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ __all__ = [
     "CUT_HEAD_BYTES",
     "DEFAULT_HIGH_WATER",
     "DEFAULT_MAX_LINE_BYTES",
+    "STDOUT_FD",
     "StdoutLine",
     "StdoutReader",
 ]
@@ -60,13 +61,14 @@ DEFAULT_MAX_LINE_BYTES: Final = 32 * 1024 * 1024
 CUT_HEAD_BYTES: Final = 1024  # what is kept of a line over the limit, for the diagnostic
 # Gathering lines at high rates (see the module docstring): when the time between lines, smoothed
 # over the recent batches, is under NAP_BELOW_GAP_NS and a batch holds fewer than NAP_MAX_BATCH
-# lines, stdout is not read for NAP_S after it, so that the next batch brings several lines for one
-# wake-up. The smoothing keeps one pair of close lines at a moderate rate from making anyone wait.
-NAP_S: Final = 0.0005
+# lines, stdout is not read for NAP_SEC after it, so that the next batch brings several lines for
+# one wake-up. The smoothing keeps one pair of close lines at a moderate rate from making anyone
+# wait.
+NAP_SEC: Final = 0.0005
 NAP_BELOW_GAP_NS: Final = 250_000  # i.e. above 4,000 lines/s
 NAP_MAX_BATCH: Final = 32  # a batch this big (a burst) already shares its wake-up
 _GAP_CAP_NS: Final = 10_000_000  # an idle pause counts as this much: the rate is found again soon
-_STDOUT_FD: Final = 1
+STDOUT_FD: Final = 1
 
 
 class StdoutLine(NamedTuple):
@@ -99,7 +101,7 @@ class StdoutReader:
     _cut_len: int
     _stdout_eof: bool
     _stdout_paused: bool  # by backpressure: the consumer is behind
-    _napping: bool  # stdout left unread for NAP_S to gather lines
+    _napping: bool  # stdout left unread for NAP_SEC to gather lines
     _nap_timer: FineTimer | None
     _last_batch_ns: int
     _line_gap_ns: float  # between lines, smoothed over the batches handed out
@@ -268,7 +270,7 @@ class StdoutReader:
         self._maybe_close_transport()
 
     def _pause_stdout(self) -> None:
-        pipe = self._transport.get_pipe_transport(_STDOUT_FD)
+        pipe = self._transport.get_pipe_transport(STDOUT_FD)
         if pipe is not None and not pipe.is_closing():
             pipe.pause_reading()  # type: ignore[attr-defined]
             self._stdout_paused = True
@@ -280,13 +282,13 @@ class StdoutReader:
             self._resume_pipe()
 
     def _resume_pipe(self) -> None:
-        pipe = self._transport.get_pipe_transport(_STDOUT_FD)
+        pipe = self._transport.get_pipe_transport(STDOUT_FD)
         if pipe is not None and not pipe.is_closing():
             pipe.resume_reading()  # type: ignore[attr-defined]
 
     def _nap(self) -> None:
-        """Leave stdout unread for NAP_S (see the module docstring)."""
-        pipe = self._transport.get_pipe_transport(_STDOUT_FD)
+        """Leave stdout unread for NAP_SEC (see the module docstring)."""
+        pipe = self._transport.get_pipe_transport(STDOUT_FD)
         if pipe is None or pipe.is_closing():
             return
         if self._nap_timer is None:
@@ -298,7 +300,7 @@ class StdoutReader:
         if not self._stdout_paused:
             pipe.pause_reading()  # type: ignore[attr-defined]
         self._napping = True
-        self._nap_timer.start(NAP_S)
+        self._nap_timer.start(NAP_SEC)
         self.naps += 1
 
     def _end_nap(self) -> None:

@@ -17,12 +17,12 @@ from gateway.chat.lines import EOF, LineSource
 from gateway.chat.render import (
     Printer,
     Screen,
-    _depth_indent,
-    _shown,
+    answer_shown,
     answer_value,
     answered_text,
     compacted_text,
     deleted_text,
+    depth_indent,
     format_totals,
     missing_text,
     permission_question,
@@ -48,11 +48,11 @@ if TYPE_CHECKING:
     from gateway.chat.editor import EditedLines
 
 MODES: Final = ("default", "plan", "review")
-ACK_TIMEOUT_S: Final = 10.0  # mode switch: the gateway answers at once or not at all
-TURN_END_GRACE_S: Final = 0.5  # how long a turn end waits for its session.usage
+ACK_TIMEOUT_SEC: Final = 10.0  # mode switch: the gateway answers at once or not at all
+TURN_END_GRACE_SEC: Final = 0.5  # how long a turn end waits for its session.usage
 # About 2 minutes of tries: long enough for a gateway that restarts (state_dir) to come back; it
 # keeps a detached session for reattach_window_sec (300 s by default).
-REATTACH_DELAYS_S: Final = (0.2, 0.5, 1.0, 2.0, 4.0, *(8.0,) * 13)
+REATTACH_DELAYS_SEC: Final = (0.2, 0.5, 1.0, 2.0, 4.0, *(8.0,) * 13)
 
 _CLIENT_COMMANDS: Final = frozenset({*MODES, "compact", "help", "quit", "exit"})
 HELP: Final = """\
@@ -112,8 +112,8 @@ class Chat:
         lines: LineSource | EditedLines,
         interactive: bool,
         auto_answer: str | None,
-        reattach_delays: tuple[float, ...] = REATTACH_DELAYS_S,
-        turn_end_grace_s: float = TURN_END_GRACE_S,
+        reattach_delays: tuple[float, ...] = REATTACH_DELAYS_SEC,
+        turn_end_grace_sec: float = TURN_END_GRACE_SEC,
         role: str | None = None,
     ) -> None:
         self.client = client
@@ -129,7 +129,7 @@ class Chat:
         self.interactive = interactive
         self.auto_answer = auto_answer
         self.reattach_delays = reattach_delays
-        self.turn_end_grace_s = turn_end_grace_s
+        self.turn_end_grace_sec = turn_end_grace_sec
         self.status = 0
         self.commands: list[F.Command] = []
         self._queue: asyncio.Queue[str | None] = asyncio.Queue()
@@ -297,7 +297,7 @@ class Chat:
         )
 
     async def _switch_mode(self, mode: F.Mode) -> None:
-        awaiting = await self._send_and_wait("mode", F.ModeSwitch(mode=mode), ACK_TIMEOUT_S)
+        awaiting = await self._send_and_wait("mode", F.ModeSwitch(mode=mode), ACK_TIMEOUT_SEC)
         if awaiting is None:
             return
         outcome = awaiting.outcome
@@ -379,10 +379,10 @@ class Chat:
             self.screen.line(
                 f"? {what or req.question_text} (waiting for an operator)",
                 style=self.s.yellow,
-                indent=_depth_indent(request),
+                indent=depth_indent(request),
             )
             return
-        indent = _depth_indent(request)
+        indent = depth_indent(request)
         if ruled := policy_note(request):  # a rule said ask (docs/policies.md)
             self.screen.line(f"({ruled})", style=self.s.dim, indent=indent)
         prompt = f"{indent}{self.s.yellow}{question_text(req)}{self.s.reset}"
@@ -394,7 +394,7 @@ class Chat:
                 note = "stdin is not a terminal; --yes to allow"
             else:
                 note = "--yes" if self.auto_answer == "allow" else "--no"
-            self.screen.answer(f"{_shown(req, value)} ({note})")
+            self.screen.answer(f"{answer_shown(req, value)} ({note})")
         else:
             self._answer = asyncio.get_running_loop().create_future()
             self.screen.ask(prompt)
@@ -564,7 +564,7 @@ class Chat:
             who = (frame.metadata or {}).get("rawp_user")
             if who:  # relayed from another master: who decided (docs/identities.md)
                 text = f"({answered_text(p)} by {who})"
-                self.screen.line(text, style=s.dim, indent=_depth_indent(frame))
+                self.screen.line(text, style=s.dim, indent=depth_indent(frame))
         elif isinstance(p, F.SessionError):
             fatal = " (fatal)" if p.fatal else ""
             self.screen.line(f"✗ {p.error_code}: {p.message}{fatal}", style=s.red)
@@ -585,7 +585,7 @@ class Chat:
             self.printer.stream_to(None)
             # Printed with the session.usage that follows it (DPS-7.5.2-usage), or alone.
             handle = asyncio.get_running_loop().call_later(
-                self.turn_end_grace_s, self._flush_turn_end
+                self.turn_end_grace_sec, self._flush_turn_end
             )
             self._turn_end = (frame, handle)
             self._withdraw_stale_question()

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 import aiohttp
 
-from gateway.chat.app import REATTACH_DELAYS_S, Chat, completions
+from gateway.chat.app import REATTACH_DELAYS_SEC, Chat, completions
 from gateway.chat.lines import LineSource
-from gateway.chat.render import ANSI, PLAIN, Screen, _one_line
+from gateway.chat.render import ANSI, PLAIN, Screen, one_line
 from gateway.client import GatewayClient, GatewayError, read_token
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ async def run_chat(
     color: bool | None = None,
     interactive: bool | None = None,
     handle_sigint: bool | None = None,
-    reattach_delays: tuple[float, ...] = REATTACH_DELAYS_S,
+    reattach_delays: tuple[float, ...] = REATTACH_DELAYS_SEC,
     resume: str | None = None,
     on_session: Callable[[str], None] | None = None,
     line_editor: bool | None = None,
@@ -199,7 +199,7 @@ async def choose_conversation(
     for n, conv in enumerate(found, 1):
         turns = conv.get("turns")
         facts = [conv.get("updated_at") or "?", f"{turns} turns" if turns is not None else ""]
-        title = _one_line(str(conv.get("title") or "(untitled)"), 60)
+        title = one_line(str(conv.get("title") or "(untitled)"), 60)
         screen.line(f"{n:>3}  {title}  ", style=screen.s.bold)
         screen.line(f"     {conv['id']} · {' · '.join(f for f in facts if f)}", style=screen.s.dim)
     if not listing.get("complete", True):
@@ -358,10 +358,10 @@ async def run_chat_from_args(
 
 def run_chat_command(args: argparse.Namespace) -> int:
     """``rawp-gateway chat``: the chat on a fresh event loop."""
-    return _run_until_interrupted(run_chat_from_args(args))
+    return run_until_interrupted(run_chat_from_args(args))
 
 
-def _run_until_interrupted(main: Coroutine[Any, Any, int]) -> int:
+def run_until_interrupted(main: Coroutine[Any, Any, int]) -> int:
     # Without a terminal the chat leaves SIGINT to asyncio.run, which cancels the chat (so it
     # still deletes its session on the way out) and then raises KeyboardInterrupt.
     try:

@@ -110,7 +110,7 @@ class Screen:
         self._write(("  → " if self.whole_lines else "") + text + "\n")
 
 
-def _one_line(text: str, width: int) -> str:
+def one_line(text: str, width: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -136,9 +136,9 @@ def describe_call(tool_name: str, tool_input: dict[str, Any] | None) -> str:
     for key in _CALL_FIELDS:
         value = tool_input.get(key)
         if isinstance(value, str) and value:
-            return f"{tool_name}: {_one_line(value, CALL_WIDTH)}"
+            return f"{tool_name}: {one_line(value, CALL_WIDTH)}"
     if tool_input:
-        return f"{tool_name}: {_one_line(json.dumps(tool_input, ensure_ascii=False), CALL_WIDTH)}"
+        return f"{tool_name}: {one_line(json.dumps(tool_input, ensure_ascii=False), CALL_WIDTH)}"
     return tool_name
 
 
@@ -181,7 +181,7 @@ def summarize_result(result: F.InvokeResult) -> tuple[str, list[str]]:
     text = output_text(result.output).rstrip("\n")
     lines = text.split("\n") if text else []
     if result.status == "cancelled" and lines:
-        return f"{status}: {_one_line(lines[0], PREVIEW_WIDTH)}", []
+        return f"{status}: {one_line(lines[0], PREVIEW_WIDTH)}", []
     if result.output_type == "diff" and result.status == "success":
         changes = diff_preview(lines)
         if changes is not None:
@@ -198,7 +198,7 @@ def summarize_result(result: F.InvokeResult) -> tuple[str, list[str]]:
         head += f" {result.duration_ms} ms"
     # "… 1 more" would take the line the last one needs: show it instead.
     shown = lines if len(lines) <= PREVIEW_LINES + 1 else lines[:PREVIEW_LINES]
-    preview = [_one_line(line, PREVIEW_WIDTH) for line in shown]
+    preview = [one_line(line, PREVIEW_WIDTH) for line in shown]
     if len(lines) > len(shown):
         preview.append(f"… {len(lines) - len(shown)} more")
     return head, preview
@@ -423,7 +423,7 @@ def answered_text(p: F.InteractionResponse | F.InteractionTimeout) -> str:
     return ", ".join(str(v) for v in (value if isinstance(value, list) else [value]))
 
 
-def _shown(req: F.InteractionRequest, value: str | list[str] | None) -> str:
+def answer_shown(req: F.InteractionRequest, value: str | list[str] | None) -> str:
     """How an answer given on the user's behalf reads after the question."""
     if value is None:
         return "no answer"
@@ -435,7 +435,7 @@ def _shown(req: F.InteractionRequest, value: str | list[str] | None) -> str:
     return ", ".join(value) if isinstance(value, list) else value
 
 
-def _depth_indent(frame: F.Frame) -> str:
+def depth_indent(frame: F.Frame) -> str:
     ctx = (frame.metadata or {}).get("subagent_context")
     depth = ctx.get("depth", 0) if isinstance(ctx, dict) else 0
     return "  " * int(depth or 0)
@@ -473,7 +473,7 @@ def present(printer: Printer, frame: F.Frame) -> bool:
     p = payload_of(frame)
     screen = printer.screen
     s = screen.s
-    indent = _depth_indent(frame)
+    indent = depth_indent(frame)
     sub = (frame.metadata or {}).get("subagent_context") or {}
     parent = sub.get("parent_invocation_id") if isinstance(sub, dict) else None
 

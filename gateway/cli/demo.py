@@ -18,7 +18,7 @@ from typing import TextIO
 
 from aiohttp import web
 
-from gateway.chat.command import _run_until_interrupted, run_chat
+from gateway.chat.command import run_chat, run_until_interrupted
 from gateway.config import Config, ServerSettings, builtin_profiles
 from gateway.server import create_app
 from gateway.server.refusals import JsonErrorRunner
@@ -108,4 +108,4 @@ def _on_stop_signals(callback: Callable[[], None]) -> Iterator[None]:
 
 def run_demo(args: argparse.Namespace) -> int:
     """``rawp-gateway demo`` on a fresh event loop."""
-    return _run_until_interrupted(run_demo_async(args))
+    return run_until_interrupted(run_demo_async(args))

@@ -71,7 +71,7 @@ def translate(
     # client's lines wrapped as {"sent": ...}; the parser then writes nothing of its own.
     sent = getattr(parser, "sent", None)
     if sent is not None:
-        parser.replay()  # type: ignore[attr-defined]
+        parser.read_transcript()  # type: ignore[attr-defined]
     machine = sm.SessionMachine(
         session_id,
         parser,

@@ -16,7 +16,7 @@ Every name here is the library's public API; import them from ``gateway.client``
 from __future__ import annotations
 
 from gateway.client.http import (
-    DEFAULT_HTTP_TIMEOUT_S,
+    DEFAULT_HTTP_TIMEOUT_SEC,
     MAX_SESSION_PATHS,
     GatewayClient,
     GatewayError,
@@ -42,7 +42,7 @@ from gateway.client.websocket import (
 )
 
 __all__ = [
-    "DEFAULT_HTTP_TIMEOUT_S",
+    "DEFAULT_HTTP_TIMEOUT_SEC",
     "DEFAULT_MAX_MESSAGE",
     "DISCONNECTED",
     "MAX_SESSION_PATHS",

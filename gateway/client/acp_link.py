@@ -31,8 +31,8 @@ from gateway.client.websocket import DEFAULT_MAX_MESSAGE
 __all__ = ["Backoff", "acp_url", "run_relay"]
 
 LOG_PREFIX: Final = "rawp-gateway acp: "
-HEARTBEAT_S: Final = 30.0  # pings keep routers from closing a quiet socket; a dead peer is seen
-CONNECT_TIMEOUT_S: Final = 10.0
+HEARTBEAT_SEC: Final = 30.0  # pings keep routers from closing a quiet socket; a dead peer is seen
+CONNECT_TIMEOUT_SEC: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ class _Shell:
                 ws = await http.ws_connect(
                     url,
                     headers=self.headers,
-                    heartbeat=HEARTBEAT_S,
+                    heartbeat=HEARTBEAT_SEC,
                     max_msg_size=DEFAULT_MAX_MESSAGE,
                     timeout=aiohttp.ClientWSTimeout(ws_close=5.0),
                 )
@@ -226,7 +226,7 @@ async def run_relay(
     shell = _Shell(url, agent, token, relay, stdout, stderr or sys.stderr, backoff or Backoff())
     shell.log(f"relaying stdio to {acp_url(url, agent)}")
     async with aiohttp.ClientSession(
-        timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_S)
+        timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_SEC)
     ) as http:
         shell.http = http
         editor = asyncio.create_task(shell.editor(stdin))

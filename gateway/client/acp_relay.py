@@ -98,7 +98,7 @@ class Relay:
         self._loading: dict[str, SeenWindow] = {}  # an editor's load: what it already got
         self._prompts: dict[str, R.Prompt] = {}  # session -> the editor's prompt on it
         # A reload from before a turn's start: session -> that start's id, until it is replayed
-        self._own_prompt_replay: dict[str, str | None] = {}
+        self._own_prompt_reloaded: dict[str, str | None] = {}
         self._questions: dict[int, R.Question] = {}
         self._by_key: dict[str, int] = {}
 
@@ -297,11 +297,11 @@ class Relay:
         placed = M.decode_placed(env.params)
         session, message_id = placed.sessionId, placed.rawp.messageId
         before = self._mark.get(session)
-        if session in self._own_prompt_replay:
+        if session in self._own_prompt_reloaded:
             # Replayed from before the turn's start: the editor's own prompt, which it never got
             # as an update (the gateway relays a prompt to the other masters only), stays out.
-            if message_id is not None and message_id == self._own_prompt_replay[session]:
-                del self._own_prompt_replay[session]
+            if message_id is not None and message_id == self._own_prompt_reloaded[session]:
+                del self._own_prompt_reloaded[session]
             elif placed.update is not None and placed.update.sessionUpdate == "user_message_chunk":
                 return []
         if message_id is not None:
@@ -420,7 +420,7 @@ class Relay:
             # knows the running turn (a session/cancel needs it); what the editor already got
             # of the turn is dropped as seen.
             mark = prompt.before_start
-            self._own_prompt_replay[session] = prompt.start_id
+            self._own_prompt_reloaded[session] = prompt.start_id
         if mark:
             params["_meta"] = {"rawp": {"lastMessageId": mark}}
         ln.reloads_left += 1
@@ -471,7 +471,7 @@ class Relay:
         """A load answered: where the replay left off, what the gateway's buffer had lost, and
         the prompt of this session whose connection dropped."""
         out: list[Action] = []
-        self._own_prompt_replay.pop(session, None)
+        self._own_prompt_reloaded.pop(session, None)
         rawp = M.Rawp() if failed else M.decode_placed(env.result).rawp
         if rawp.lastMessageId:
             self._mark[session] = rawp.lastMessageId

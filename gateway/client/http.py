@@ -19,7 +19,7 @@ from gateway.client.websocket import DEFAULT_MAX_MESSAGE, SUBPROTOCOL, Connectio
 from gateway.protocol import frames as F
 from gateway.protocol.capabilities import ALL_FEATURES, SUPPORTED_NAMESPACES
 
-DEFAULT_HTTP_TIMEOUT_S: Final = 30.0
+DEFAULT_HTTP_TIMEOUT_SEC: Final = 30.0
 
 # docs/http-api.md's error codes for the refusals a WebSocket upgrade can meet.
 _HANDSHAKE_CODES: Final = {
@@ -75,13 +75,13 @@ class GatewayClient:
         *,
         token: str | None = None,
         http: aiohttp.ClientSession | None = None,
-        timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
+        timeout_sec: float = DEFAULT_HTTP_TIMEOUT_SEC,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = http
         self._owns_http = http is None
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._timeout = aiohttp.ClientTimeout(total=timeout_sec)
         self._paths: dict[str, str] = {}  # session id -> its path, from the session's ws_path
 
     async def __aenter__(self) -> GatewayClient:
@@ -209,7 +209,7 @@ class GatewayClient:
         full_history: bool = False,
         features: F.Features = ALL_FEATURES,
         max_msg_size: int = DEFAULT_MAX_MESSAGE,
-        heartbeat_s: float | None = 30.0,
+        heartbeat_sec: float | None = 30.0,
     ) -> Connection:
         """Open the session's WebSocket and announce our capabilities.
 
@@ -238,7 +238,7 @@ class GatewayClient:
                 headers=self._headers,
                 params=params,
                 max_msg_size=max_msg_size,
-                heartbeat=heartbeat_s,
+                heartbeat=heartbeat_sec,
             )
         except aiohttp.WSServerHandshakeError as err:
             # aiohttp keeps the refusal's status but not its JSON body: name the error by status,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from gateway.config.settings import as_path, setting
-from gateway.protocol.history import POLICIES
+from gateway.protocol.buffer import BUFFER_POLICIES
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -226,7 +226,7 @@ class ServerSettings:
     buffer_policy: str = setting(
         "RING",
         check=_upper,
-        choices=POLICIES,
+        choices=BUFFER_POLICIES,
         env="RAWP_GATEWAY_BUFFER_POLICY",
         doc="a session's buffer policy (what its replay buffer keeps), by default; any case",
     )

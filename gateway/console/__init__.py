@@ -10,13 +10,13 @@
 
 from gateway.console.origin import OriginForbidden, check_origin
 from gateway.console.static import CSP, load_static, static_response
-from gateway.console.tickets import MAX_TICKETS, MAX_TICKETS_PER_OWNER, TICKET_TTL_S, TicketStore
+from gateway.console.tickets import MAX_TICKETS, MAX_TICKETS_PER_OWNER, TICKET_TTL_SEC, TicketStore
 
 __all__ = [
     "CSP",
     "MAX_TICKETS",
     "MAX_TICKETS_PER_OWNER",
-    "TICKET_TTL_S",
+    "TICKET_TTL_SEC",
     "OriginForbidden",
     "TicketStore",
     "check_origin",

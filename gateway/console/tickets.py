@@ -3,7 +3,7 @@
 A browser cannot put ``Authorization`` on a WebSocket upgrade, and a token in a URL ends up in logs
 and history. So a page that holds the token asks ``POST /v1/session/{id}/ws-ticket`` (authenticated
 as usual) for a ticket and puts that in the upgrade's URL instead: random, good once, for that
-session only, for ``TICKET_TTL_S`` seconds, spent only by an upgrade that succeeds (one refused
+session only, for ``TICKET_TTL_SEC`` seconds, spent only by an upgrade that succeeds (one refused
 for another reason, or a plain GET, leaves it usable). ``TicketStore`` keeps at most
 ``MAX_TICKETS`` unused ones, and at most ``MAX_TICKETS_PER_OWNER`` of one user (the server's
 ``ticket_owner``, gateway/server/routes/console.py), so one client cannot take them all; each
@@ -21,9 +21,9 @@ from typing import Final
 
 from gateway.team.roles import LOCAL, Identity
 
-__all__ = ["MAX_TICKETS", "MAX_TICKETS_PER_OWNER", "TICKET_TTL_S", "TicketStore"]
+__all__ = ["MAX_TICKETS", "MAX_TICKETS_PER_OWNER", "TICKET_TTL_SEC", "TicketStore"]
 
-TICKET_TTL_S: Final = 30
+TICKET_TTL_SEC: Final = 30
 MAX_TICKETS: Final = 1024  # unused tickets held at once, across all sessions
 MAX_TICKETS_PER_OWNER: Final = 64  # unused tickets of one user
 
@@ -43,11 +43,11 @@ class TicketStore:
     def __init__(
         self,
         *,
-        ttl_s: float = TICKET_TTL_S,
+        ttl_sec: float = TICKET_TTL_SEC,
         capacity: int = MAX_TICKETS,
         per_owner: int = MAX_TICKETS_PER_OWNER,
     ) -> None:
-        self.ttl_s = ttl_s
+        self.ttl_sec = ttl_sec
         self.capacity = capacity
         self.per_owner = per_owner
         self._tickets: OrderedDict[str, _Ticket] = OrderedDict()  # oldest first
@@ -80,7 +80,7 @@ class TicketStore:
         if len(self._tickets) >= self.capacity or self._owners[owner] >= self.per_owner:
             return None
         ticket = secrets.token_urlsafe(32)
-        self._tickets[ticket] = _Ticket(session_id, now + self.ttl_s, owner, identity)
+        self._tickets[ticket] = _Ticket(session_id, now + self.ttl_sec, owner, identity)
         self._owners[owner] += 1
         return ticket
 

@@ -15,7 +15,7 @@ prometheus-client object:
 - histogram observations and line kinds are *appended* to an `array('q')` / a list, through the
   container's own bound `append` handed out as the method: a call straight into C, no Python
   frame. `fold()` sorts them into bucket counts, also in C, on every scrape and every
-  `FOLD_INTERVAL_S` (a timer `start()` sets; sooner while observations come fast, so that no fold
+  `FOLD_INTERVAL_SEC` (a timer `start()` sets; sooner while observations come fast, so that no fold
   holds the loop long), so pending memory stays bounded.
 
 A custom collector turns all this into metric families when `/metrics` is scraped. The gateway
@@ -133,15 +133,15 @@ class GatewayMetrics:
     `tool_result`, `interaction`, `process_started`, `process_exited`, `history_released`,
     `usage`, `context_limit_turn`, `compacted`, `context_fill`.
     Folding: `start()` (called by the first `agent_lines()` made inside a running loop, so the
-    server need not) folds every FOLD_INTERVAL_S; `close()` stops it.
+    server need not) folds every FOLD_INTERVAL_SEC; `close()` stops it.
     """
 
     #: How often the pending hot-path observations are folded into counts (see `start`), and how
     #: often while they come fast (more than FOLD_BUSY_SAMPLES latencies in one interval): a fold
     #: holds the event loop for about 0.1 µs per observation, so 16 masters at 10,000 frames/s
     #: would make a 4 ms pause of every quarter second.
-    FOLD_INTERVAL_S: Final = 0.25
-    FOLD_BUSY_INTERVAL_S: Final = 0.02
+    FOLD_INTERVAL_SEC: Final = 0.25
+    FOLD_BUSY_INTERVAL_SEC: Final = 0.02
     FOLD_BUSY_SAMPLES: Final = 2048
 
     clock_ns: Final = staticmethod(clock_ns)
@@ -419,7 +419,7 @@ class GatewayMetrics:
 
     def fold(self) -> None:
         """Sort pending hot-path observations into their counts. Every scrape does it first;
-        `start()` also does it every FOLD_INTERVAL_S so that memory stays bounded by the rate
+        `start()` also does it every FOLD_INTERVAL_SEC so that memory stays bounded by the rate
         times that interval (8 bytes per observation) between scrapes."""
         self._latency.fold()
         for agent in self._agents.values():
@@ -429,7 +429,7 @@ class GatewayMetrics:
         """Fold periodically on the running event loop, until `close()`."""
         if self._fold_timer is None:
             self._fold_timer = asyncio.get_running_loop().call_later(
-                self.FOLD_INTERVAL_S, self._fold_tick
+                self.FOLD_INTERVAL_SEC, self._fold_tick
             )
 
     def close(self) -> None:
@@ -442,7 +442,7 @@ class GatewayMetrics:
     def _fold_tick(self) -> None:
         busy = len(self._latency.pending) > self.FOLD_BUSY_SAMPLES
         self.fold()
-        interval = self.FOLD_BUSY_INTERVAL_S if busy else self.FOLD_INTERVAL_S
+        interval = self.FOLD_BUSY_INTERVAL_SEC if busy else self.FOLD_INTERVAL_SEC
         self._fold_timer = asyncio.get_running_loop().call_later(interval, self._fold_tick)
 
     def history_appended(self, nbytes: int) -> None:

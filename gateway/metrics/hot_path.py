@@ -33,7 +33,7 @@ from gateway.metrics.labels import (
 __all__ = [
     "AgentLineMetrics",
     "HotPathCollector",
-    "HotPathState",
+    "HotPathCounters",
     "NsHistogram",
     "Tally",
     "clock_ns",
@@ -144,7 +144,7 @@ class AgentLineMetrics:
         self.parse.fold()
 
 
-class HotPathState(Protocol):
+class HotPathCounters(Protocol):
     """What the collector reads of its ``GatewayMetrics`` (which keeps these as its own attributes,
     so the per-line methods reach them in one hop)."""
 
@@ -160,7 +160,7 @@ class HotPathState(Protocol):
 class HotPathCollector:
     """Turns the plain ints of the hot path into metric families at scrape time."""
 
-    def __init__(self, owner: HotPathState) -> None:
+    def __init__(self, owner: HotPathCounters) -> None:
         self._owner = owner
 
     def describe(self) -> Iterator[Metric]:

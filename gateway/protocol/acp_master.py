@@ -139,7 +139,7 @@ class AcpView:
         self._turns: dict[str, RpcId] = {}  # turn id -> the session/prompt its end answers
         self._tools: OrderedDict[str, _Tool] = OrderedDict()
         self.asked: dict[str, str] = {}  # our session/request_permission id -> interaction_id
-        self.replaying = False
+        self.in_history = False
         # The newest frame seen: a load after it (``_meta.rawp.lastMessageId``) misses nothing.
         self.last_seen: str | None = None
         self.lost_frames = 0  # of a load: frames the buffer no longer had (1: some, uncounted)
@@ -165,14 +165,14 @@ class AcpView:
         payload = frame.payload
         if isinstance(payload, F.History):
             out: list[bytes] = []
-            # The replay comes inside the greeting, but it is the session's news, not its state:
+            # The history comes inside the greeting, but it is the session's news, not its state:
             # its messages carry no ``state`` mark, so a client keeps their ids to load after.
-            greeting, self.greeting, self.replaying = self.greeting, False, True
+            greeting, self.greeting, self.in_history = self.greeting, False, True
             try:
                 for raw in payload.frames:
                     out += self.frame(raw)
             finally:
-                self.replaying, self.greeting = False, greeting
+                self.in_history, self.greeting = False, greeting
             self.last_seen = payload.last_message_id
             status = payload.buffer_status
             self.lost_frames += status.lost_frame_count or (1 if status.truncated else 0)
@@ -337,7 +337,7 @@ class AcpView:
     def _turn_start(self, start: F.TurnStart, mid: str) -> list[bytes]:
         self.turn_id = start.turn_id
         self._agent_error = None
-        if self._prompt is not None and not self.replaying:
+        if self._prompt is not None and not self.in_history:
             # This client's prompt opened this turn (the machine opens it in the same call).
             prompt_mid, rpc_id = self._prompt
             self._prompt = None
@@ -350,7 +350,7 @@ class AcpView:
         if self.turn_id == end.turn_id:
             self.turn_id = None
         out = self._turn_event(end.turn_id, "end", end.stop_reason, mid)
-        rpc_id = None if self.replaying else self._turns.pop(end.turn_id, None)
+        rpc_id = None if self.in_history else self._turns.pop(end.turn_id, None)
         if rpc_id is None:
             return out
         stop = STOP_REASONS.get(end.stop_reason)
@@ -394,8 +394,8 @@ class AcpView:
         return [error_response(rpc_id, REFUSED, error.message, error.error_code)]
 
     def _ask(self, frame: F.Frame, req: F.InteractionRequest) -> list[bytes]:
-        if self.replaying:
-            return []  # asked and answered long ago; an open question comes after the replay
+        if self.in_history:
+            return []  # asked and answered long ago; an open question comes after the history
         metadata = frame.metadata or {}
         context = req.context or F.InteractionContext()
         invocation_id = metadata.get("invocation_id")

@@ -179,8 +179,8 @@ __all__ = [
 MAX_ERROR_MESSAGE: Final = 512
 # Characters of an earlier prompt a replayed turn shows (and at most a quarter of a frame).
 MAX_REPLAYED_PROMPT_CHARS: Final = 64 * 1024
-CANCEL_GRACE_S: Final = 2.0  # interrupt, then SIGINT if the turn has not ended
-CANCEL_KILL_S: Final = 10.0  # then stop the process: a turn must end
+CANCEL_GRACE_SEC: Final = 2.0  # interrupt, then SIGINT if the turn has not ended
+CANCEL_KILL_SEC: Final = 10.0  # then stop the process: a turn must end
 STALL_TIMER: Final = TimerKey(TimerKind.STALL)
 CANCEL_SIGINT_TIMER: Final = TimerKey(TimerKind.CANCEL_SIGINT)
 CANCEL_STOP_TIMER: Final = TimerKey(TimerKind.CANCEL_STOP)
@@ -243,8 +243,8 @@ class SessionConfig:
     stall_timeout_sec: float = 0.0  # 0: off
     # A cancel's escalation (docs/protocol-notes.md): the interrupt, SIGINT this long after it if
     # the turn has not ended, the process stopped this long after the cancel.
-    cancel_sigint_sec: float = CANCEL_GRACE_S
-    cancel_stop_sec: float = CANCEL_KILL_S
+    cancel_sigint_sec: float = CANCEL_GRACE_SEC
+    cancel_stop_sec: float = CANCEL_KILL_SEC
     tools: tuple[str, ...] = ()  # the agent's tools before it reports them (the first catalog)
     credentials: str = ""  # where the agent reads them (ParserSpec.credentials), for error hints
     # The permission rules (docs/policies.md), decided before auto_allow and the masters, with
@@ -309,15 +309,7 @@ class SessionMachine:
         self.session_id = session_id
         self.config = config or SessionConfig()
         self.factory = factory or FrameFactory(session_id)
-        self.parser = parser
-        self.input = agent_input
-        # Their optional capabilities, found once (the shell's, when it made them).
-        self.plugin = plugin if plugin is not None else AgentPlugin.of(parser, agent_input)
-        # Makes a fresh parser and input for the session (the shell's ``ParserSpec.plugin``, told
-        # the workspace): one that raised is replaced once its process is gone. None (the core on
-        # its own, whose caller owns the parser): the instance stays.
-        self._plugins = plugins
-        self._plugin_failing = False  # plugin_failed is running: a raise inside it is only logged
+        self._take_plugins(parser, agent_input, plugin, plugins)
         # The session's stored files by transfer_id (the shell's FileStore index, read only).
         self.files: Mapping[str, ev.StoredFile] = files if files is not None else {}
         self.mapper = Mapper(
@@ -349,6 +341,23 @@ class SessionMachine:
         self._capabilities(None)
         if self.config.tools:
             self.mapper.expect_tools(self.config.tools)
+
+    def _take_plugins(
+        self,
+        parser: AgentParser,
+        agent_input: AgentInput,
+        plugin: AgentPlugin | None,
+        plugins: Callable[[], AgentPlugin] | None,
+    ) -> None:
+        self.parser = parser
+        self.input = agent_input
+        # Their optional capabilities, found once (the shell's, when it made them).
+        self.plugin = plugin if plugin is not None else AgentPlugin.of(parser, agent_input)
+        # Makes a fresh parser and input for the session (the shell's ``ParserSpec.plugin``, told
+        # the workspace): one that raised is replaced once its process is gone. None (the core on
+        # its own, whose caller owns the parser): the instance stays.
+        self._plugins = plugins
+        self._plugin_failing = False  # plugin_failed is running: a raise inside it is only logged
 
     def _charts(self) -> None:
         """The three charts (``states.py``), each one value moved only by ``_step``,
@@ -654,7 +663,7 @@ class SessionMachine:
         """The agent changed its own mode (ACP ``current_mode_update``): the masters see it as a
         mode switch does (the agent's own mode id in ``metadata.agent_mode``)."""
         previous, self.mode = self.mode, event.mode
-        state = self.mapper.state
+        state = self.mapper.agent_state
         change = F.StateChanged(previous_state=state, current_state=state, reason="mode_switch")
         metadata = {"mode": event.mode, "previous_mode": previous, "agent_mode": event.agent_mode}
         turn_id = self.turn.turn_id if self.turn is not None else None
@@ -1417,7 +1426,7 @@ class SessionMachine:
             option=option,
         )
         if not self.interactions and self.turn is not None:
-            frames = self.mapper.set_state("tool_calling", "permission_answered")
+            frames = self.mapper.set_agent_state("tool_calling", "permission_answered")
             if self._sender is not None:  # who answered, for every master (and the history)
                 by = {USER_KEY: self._sender, "interaction_id": interaction.interaction_id}
                 frames = [
@@ -1513,7 +1522,7 @@ class SessionMachine:
                 out += self.plugin_failed(err, "set_mode")
             if data is not None:
                 out.append(WriteStdin(data))
-        state = self.mapper.state
+        state = self.mapper.agent_state
         change = F.StateChanged(previous_state=state, current_state=state, reason="mode_switch")
         frame = self.factory.frame(
             change, metadata={"mode": switch.mode, "previous_mode": previous}

@@ -122,7 +122,7 @@ class _Block:
             self.text.write(text)
 
 
-class _Call:
+class _Invocation:
     __slots__ = (
         "background",
         "blocked",
@@ -184,14 +184,14 @@ class Mapper:
         self.turn_id: str | None = None
         self.catalog: F.Frame | None = None
         self.commands: F.Frame | None = None
-        self.state: str = "idle"
+        self.agent_state: str = "idle"
         self.tool_invocation_count = 0
         # The turn runs a compaction a master asked for: its session.compacted says "requested".
         self._compaction_requested = False
         self.dropped_results = 0  # results for calls never seen (or already ended): not sent
         self._next_index = 0
         self._blocks: dict[str, _Block] = {}
-        self._calls: dict[str, _Call] = {}
+        self._calls: dict[str, _Invocation] = {}
         self._groups: dict[str, str] = {}
         # Subagent contexts by parent call id; kept past the call's result so that a background
         # subagent's late frames still say where they come from.
@@ -251,11 +251,15 @@ class Mapper:
         out: list[F.Frame] = []
         if note.asks is not None:
             out.append(self._question(note.asks, call, getattr(event, "parent", None), note))
-            out += self.set_state("awaiting_input", "permission_request")
+            out += self.set_agent_state("awaiting_input", "permission_request")
         return out + self.map(event)
 
     def _question(
-        self, payload: F.InteractionRequest, call: _Call | None, parent: str | None, note: Note
+        self,
+        payload: F.InteractionRequest,
+        call: _Invocation | None,
+        parent: str | None,
+        note: Note,
     ) -> F.Frame:
         metadata: dict[str, Any] = {}
         if call is not None:
@@ -288,7 +292,7 @@ class Mapper:
             )
         )
         out.append(self.usage_frame(ended) if ended is not None else self._usage_frame(None))
-        out += self.set_state("idle", "turn_end")
+        out += self.set_agent_state("idle", "turn_end")
         self.turn_id = None
         self._compaction_requested = False
         self._groups.clear()
@@ -299,11 +303,11 @@ class Mapper:
         """``session.usage`` for a ``TurnEnded`` (also one that arrives outside any turn)."""
         return self._usage_frame(ended)
 
-    def set_state(self, state: str, reason: str | None = None) -> list[F.Frame]:
+    def set_agent_state(self, state: str, reason: str | None = None) -> list[F.Frame]:
         """``agent.state.changed`` when ``state`` differs from the current one."""
-        if state == self.state:
+        if state == self.agent_state:
             return []
-        previous, self.state = self.state, state
+        previous, self.agent_state = self.agent_state, state
         return [
             self._frame(F.StateChanged(previous_state=previous, current_state=state, reason=reason))
         ]
@@ -333,11 +337,11 @@ class Mapper:
         context = self._context(parent) if parent is not None else None
         return {"subagent_context": context} if context is not None else None
 
-    def _main_state(self, parent: str | None, state: str, reason: str) -> list[F.Frame]:
+    def _main_agent_state(self, parent: str | None, state: str, reason: str) -> list[F.Frame]:
         # Only the main agent moves the session's state (see the module docstring).
-        if parent is not None or state == self.state:
+        if parent is not None or state == self.agent_state:
             return []
-        return self.set_state(state, reason)
+        return self.set_agent_state(state, reason)
 
     # --- content ----------------------------------------------------------------------------------
 
@@ -358,12 +362,12 @@ class Mapper:
         if (
             block is not None
             and len(text) <= self._text_chunk
-            and (event.parent is not None or self.state == "thinking")
+            and (event.parent is not None or self.agent_state == "thinking")
         ):
             # Most deltas: an open block, one frame, no state change (what the rest would do).
             block.keep(text, self._full_text_limit)
             return [self._frame(F.TextDelta(content_index=block.index, text=text), block.metadata)]
-        out = self._main_state(event.parent, "thinking", "generating")
+        out = self._main_agent_state(event.parent, "thinking", "generating")
         block = self._open_block(event.block, "text", event.parent, event.role)
         chunks, omitted = self._chunks(event.text)
         for text in chunks:
@@ -376,7 +380,7 @@ class Mapper:
         return out
 
     def _thinking_delta(self, event: ev.ThinkingDelta) -> list[F.Frame]:
-        out = self._main_state(event.parent, "thinking", "thinking")
+        out = self._main_agent_state(event.parent, "thinking", "thinking")
         block = self._open_block(event.block, "thinking", event.parent, None)
         chunks, omitted = self._chunks(event.text)
         for text in chunks:
@@ -456,13 +460,13 @@ class Mapper:
     def _tool_call(self, event: ev.ToolCall) -> list[F.Frame]:
         if event.call_id in self._calls:
             return []  # the same call announced again: it already has its request
-        out = self._main_state(event.parent, "tool_calling", "tool_call")
+        out = self._main_agent_state(event.parent, "tool_calling", "tool_call")
         spec = lookup(event.name)
         context = self._context(event.parent)
         metadata: dict[str, Any] = {"agent_call_id": event.call_id}
         if context is not None:
             metadata["subagent_context"] = context
-        call = _Call(self._factory.new_id(), event.name, spec, context, metadata)
+        call = _Invocation(self._factory.new_id(), event.name, spec, context, metadata)
         call.background = event.background
         if event.group is None:
             group_id = self._factory.new_id()
@@ -501,7 +505,7 @@ class Mapper:
             out.append(self._frame(started, self._call_meta(call)))
         return out
 
-    def _call_meta(self, call: _Call) -> dict[str, Any] | None:
+    def _call_meta(self, call: _Invocation) -> dict[str, Any] | None:
         """Metadata of the frames about a call (stream, subagent life cycle, result)."""
         return call.metadata
 
@@ -551,7 +555,7 @@ class Mapper:
         out = self._transfers(call, event)
         return [*out, self._result_frame(call, event), *self._after_result(call)]
 
-    def _transfers(self, call: _Call, event: ev.ToolResult) -> list[F.Frame]:
+    def _transfers(self, call: _Invocation, event: ev.ToolResult) -> list[F.Frame]:
         """``agent.file.transfer`` (download) for each file the shell stored from the result, sent
         before the ``binary_ref`` result that points at them (docs/files.md)."""
         if not event.files or event.is_error or event.cancelled or call.blocked:
@@ -574,11 +578,13 @@ class Mapper:
             out.append(self._frame(payload, self._call_meta(call)))
         return out
 
-    def _after_result(self, call: _Call) -> list[F.Frame]:
+    def _after_result(self, call: _Invocation) -> list[F.Frame]:
         if not call.main:
             return []
         waiting = any(c.main and c.held is None for c in self._calls.values())
-        return self._main_state(None, "tool_calling" if waiting else "thinking", "tool_result")
+        return self._main_agent_state(
+            None, "tool_calling" if waiting else "thinking", "tool_result"
+        )
 
     def _subagent_ended(self, event: ev.SubagentEnded) -> list[F.Frame]:
         call = self._calls.get(event.call_id)
@@ -606,7 +612,7 @@ class Mapper:
     def _finish_subagent(
         self,
         call_id: str,
-        call: _Call,
+        call: _Invocation,
         result: ev.ToolResult,
         ended: ev.SubagentEnded,
         *,
@@ -623,7 +629,7 @@ class Mapper:
         out = [self._frame(payload, self._call_meta(call)), self._result_frame(call, result)]
         return out + self._after_result(call) if settle else out
 
-    def _close_call(self, call_id: str, call: _Call, cancelled: bool) -> list[F.Frame]:
+    def _close_call(self, call_id: str, call: _Invocation, cancelled: bool) -> list[F.Frame]:
         """End of turn with the call still open (see ``end_turn``)."""
         if call.held is not None:
             # A background subagent outlives the turn: it is ended here for the master, its held
@@ -653,7 +659,7 @@ class Mapper:
         del self._calls[call_id]
         return [self._result_frame(call, result)]
 
-    def _result_frame(self, call: _Call, event: ev.ToolResult) -> F.Frame:
+    def _result_frame(self, call: _Invocation, event: ev.ToolResult) -> F.Frame:
         if call.blocked:
             status: F.InvokeStatus = "error"
             output: Any = BLOCKED_OUTPUT

@@ -52,7 +52,7 @@ class OpenItems:
     calls: dict[str, tuple[str, Meta]] = field(default_factory=dict)  # invocation id → name, meta
     subagents: dict[str, Meta] = field(default_factory=dict)  # parent invocation id → metadata
     tool_invocation_count: int = 0
-    state: str = "idle"
+    agent_state: str = "idle"
 
 
 def _decode(data: bytes) -> _Peek | None:
@@ -70,7 +70,7 @@ def open_items(frames: Iterable[bytes], turn_id: str) -> OpenItems:
         if f is None:
             continue
         if f.type == "agent.state.changed":
-            items.state = str(f.payload.get("current_state", items.state))
+            items.agent_state = str(f.payload.get("current_state", items.agent_state))
         if f.turn_id != turn_id:
             continue
         p = f.payload
@@ -94,7 +94,7 @@ def open_items(frames: Iterable[bytes], turn_id: str) -> OpenItems:
             case "agent.subagent.ended":
                 items.subagents.pop(str(p.get("parent_invocation_id")), None)
             case "session.turn.end":
-                return OpenItems(turn_id, state=items.state)  # it was closed after all
+                return OpenItems(turn_id, agent_state=items.agent_state)  # it was closed after all
     return items
 
 
@@ -162,9 +162,9 @@ def closing_payloads(items: OpenItems) -> list[tuple[F.Payload, Meta]]:
         time_to_reset="PT0S",  # as the mapper says it: no limit applies, nothing resets
     )
     out.append((usage, None))
-    if items.state != "idle":
+    if items.agent_state != "idle":
         change = F.StateChanged(
-            previous_state=items.state,  # type: ignore[arg-type]
+            previous_state=items.agent_state,  # type: ignore[arg-type]
             current_state="idle",
             reason="turn_end",
         )

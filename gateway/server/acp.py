@@ -27,7 +27,7 @@ from gateway import __version__
 from gateway.agent.environment import agent_environment
 from gateway.agent.exit import missing_executable
 from gateway.api_error import ApiError
-from gateway.console.tickets import TICKET_TTL_S
+from gateway.console.tickets import TICKET_TTL_SEC
 from gateway.protocol import acp_rpc
 from gateway.protocol.acp_master import (
     INTERNAL_ERROR,
@@ -42,13 +42,13 @@ from gateway.protocol.acp_master import (
 )
 from gateway.server.acp_peer import PeerSockets
 from gateway.server.keys import CONFIG, GUARD, HEARTBEAT, SESSIONS, STREAMING, TICKET, TICKETS
-from gateway.server.middleware import _audit, _caller
+from gateway.server.middleware import audit, caller
 from gateway.server.routes.console import ticket_owner
 from gateway.server.routes.sessions import (
     TerminatedSession,
-    _check_taking,
-    _resolve_workspace,
-    _role_on,
+    check_taking,
+    resolve_workspace,
+    role_on,
     start_session,
 )
 from gateway.server.websocket import check_upgrade_origin, read_socket
@@ -77,18 +77,18 @@ _MODES: Final = (
 async def acp_ticket(request: web.Request) -> web.Response:
     """``POST /v1/acp/ws-ticket``: a one-time ticket for an ``/acp`` upgrade (as ``ws-ticket``)."""
     ticket = request.app[TICKETS].issue(
-        ACP_TICKETS, time.monotonic(), ticket_owner(request), _caller(request)
+        ACP_TICKETS, time.monotonic(), ticket_owner(request), caller(request)
     )
     if ticket is None:
         raise ApiError(429, "TOO_MANY_TICKETS", "too many unused WebSocket tickets; retry shortly")
-    return web.json_response({"ticket": ticket, "expires_in": TICKET_TTL_S})
+    return web.json_response({"ticket": ticket, "expires_in": TICKET_TTL_SEC})
 
 
 async def acp_websocket(request: web.Request) -> web.StreamResponse:
     app = request.app
     config = app[CONFIG]
     check_upgrade_origin(request)
-    _check_taking(app, new_session=False)
+    check_taking(app, new_session=False)
     agent = request.query.get("agent")
     if agent is not None and agent not in config.agents:
         names = ", ".join(sorted(config.agents))
@@ -125,7 +125,7 @@ async def acp_websocket(request: web.Request) -> web.StreamResponse:
             max_queue_bytes=config.server.send_queue_bytes,
             abort=transport.abort,
         )
-        client = AcpClient(conn_id, out, roles.Sender(_caller(request), request.remote))
+        client = AcpClient(conn_id, out, roles.Sender(caller(request), request.remote))
         open_clients.add(client)
     handler = _Handler(request, client, agent)
     try:
@@ -149,7 +149,7 @@ class _Handler:
         self.config = request.app[CONFIG]
         self.client = client
         self.agent = agent
-        self.identity = _caller(request)
+        self.identity = caller(request)
         self.limit = acp_rpc.RateLimit(time.monotonic())
         self.init_params = b""  # the client's initialize params: a relay's initialize reuses them
         self.peers: PeerSockets | None = None  # sessions other gateways hold (acp_peer.py)
@@ -296,7 +296,7 @@ class _Handler:
         if params is None:
             return
         if not roles.at_least(self.identity.role, "operator"):
-            _audit(self.request, "session.create", None, result="refused",
+            audit(self.request, "session.create", None, result="refused",
                    detail={"needs": "operator", "has": self.identity.role})  # fmt: skip
             why = f"session/new needs role operator; {self.identity.user} has {self.identity.role}"
             self.refuse(got, REFUSED, why, "FORBIDDEN")
@@ -319,7 +319,7 @@ class _Handler:
             why = f"one /acp connection holds at most {MAX_ATTACHED} sessions"
             self.refuse(got, REFUSED, why, "TOO_MANY_SESSIONS")
             return
-        workspace = _resolve_workspace(self.config, params.cwd or None)
+        workspace = resolve_workspace(self.config, params.cwd or None)
         missing = missing_executable(profile.command[0], agent_environment(profile.env))
         if missing is not None:
             raise ApiError(
@@ -339,7 +339,7 @@ class _Handler:
         if params is None:
             return
         request = self.request
-        visible = [s.to_json() for s in self.app[SESSIONS].values() if _role_on(request, s)]
+        visible = [s.to_json() for s in self.app[SESSIONS].values() if role_on(request, s)]
         answer = await fleet.sessions_answer(request, visible)
         sessions = []
         for s in answer["sessions"]:
@@ -429,7 +429,7 @@ class _Handler:
 
     def _visible(self, session_id: str) -> LiveSession | TerminatedSession | None:
         session = self.app[SESSIONS].get(session_id)
-        if session is None or _role_on(self.request, session) is None:
+        if session is None or role_on(self.request, session) is None:
             return None
         return session  # type: ignore[no-any-return]
 

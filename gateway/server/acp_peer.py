@@ -36,8 +36,8 @@ __all__ = ["PeerSockets"]
 log = logging.getLogger("rawp_gateway.acp")
 
 MAX_PEER_MESSAGE: Final = 16 * 1024 * 1024  # one message from a peer's /acp
-PEER_INIT_S: Final = 10.0  # the peer's answer to the relay's initialize
-HEARTBEAT_S: Final = 30.0
+PEER_INIT_SEC: Final = 10.0  # the peer's answer to the relay's initialize
+HEARTBEAT_SEC: Final = 30.0
 # The owner's close codes the client gets as they are; any other end is a restart to the client.
 _MIRRORED: Final = frozenset({WSCloseCode.SERVICE_RESTART, WSCloseCode.POLICY_VIOLATION, 1013})
 
@@ -60,14 +60,14 @@ class PeerSockets:
         """Connect the relay of ``session_id`` to the ``/acp`` at ``url``; None, or why not."""
         try:
             ws = await self.http.ws_connect(
-                url, headers=headers, heartbeat=HEARTBEAT_S, max_msg_size=MAX_PEER_MESSAGE
+                url, headers=headers, heartbeat=HEARTBEAT_SEC, max_msg_size=MAX_PEER_MESSAGE
             )
         except aiohttp.WSServerHandshakeError as err:
             return f"its gateway refused the relay: HTTP {err.status}"
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
             return f"its gateway could not be reached: {err or type(err).__name__}"
         try:
-            async with asyncio.timeout(PEER_INIT_S):
+            async with asyncio.timeout(PEER_INIT_SEC):
                 await ws.send_str(initialize_request(init_params).decode())
                 msg = await ws.receive()
         except (TimeoutError, aiohttp.ClientError, OSError, ConnectionError):

@@ -35,7 +35,7 @@ from gateway.server.keys import (
     NOTIFIER,
     POLICY,
     SESSIONS,
-    STATE,
+    STATE_DIR,
     STATIC,
     TICKETS,
     WS_ROUTE,
@@ -49,15 +49,15 @@ from gateway.server.routes.files import get_file, put_file
 from gateway.server.routes.ops import healthz, metrics_handler
 from gateway.server.routes.policy import decide_policy, reload_policy
 from gateway.server.routes.sessions import (
-    _resolve_workspace,
-    _terminated,
-    _wire,
     create_session,
     delete_session,
     get_session,
     list_sessions,
     patch_session,
+    resolve_workspace,
+    session_ended,
     whoami,
+    wire_session,
 )
 from gateway.server.websocket import websocket
 from gateway.session import LiveSession
@@ -89,7 +89,7 @@ def create_app(
     app[SESSIONS] = {}
     app[POLICY] = PolicyRules(config.policy.rules)
     if config.server.state_dir is not None:
-        app[STATE] = StateDir(config.server.state_dir)
+        app[STATE_DIR] = StateDir(config.server.state_dir)
         app.on_startup.append(_restore_sessions)
         app.on_cleanup.append(_release_state_dir)
     # A users file that cannot be read stops the start (ValueError); later, SIGHUP reloads it.
@@ -100,8 +100,8 @@ def create_app(
     app[NOTIFIER] = Notifier(
         config.notify.webhooks, app[METRICS], public_url=config.server.public_url
     )
-    state = app.get(STATE)
-    app[BUDGETS] = Budgets(config.budgets, app[METRICS], state.ledger() if state else None)
+    state_dir = app.get(STATE_DIR)
+    app[BUDGETS] = Budgets(config.budgets, app[METRICS], state_dir.ledger() if state_dir else None)
     if app[NOTIFIER].enabled:
         app[BUDGETS].notifier = app[NOTIFIER]
     _say_unbudgeted(config)
@@ -136,7 +136,7 @@ def create_app(
     fleet.add_prefixed_routes(
         app, config.server.route_prefix
     )  # after every route: it copies them all
-    app.on_shutdown.append(_shutdown_sessions)
+    app.on_shutdown.append(shutdown_sessions)
     return app
 
 
@@ -198,7 +198,7 @@ async def _restore_sessions(app: web.Application) -> None:
     config, metrics = app[CONFIG], app[METRICS]
     crashed: list[str] = []
     # One session at a time: only the one being restored has its log in memory.
-    for got in app[STATE].load(max_buffer_bytes=config.server.max_buffer_bytes):
+    for got in app[STATE_DIR].load(max_buffer_bytes=config.server.max_buffer_bytes):
         if isinstance(got, LoadError):
             _restore_failed(metrics, got.session_id, got.reason, got.message)
             continue
@@ -215,7 +215,7 @@ async def _restore_sessions(app: web.Application) -> None:
         try:
             # The record is input like a request body (the agent can write the state directory):
             # the very check of POST /v1/session, symlinks followed.
-            workspace = _resolve_workspace(config, record["workspace_path"])
+            workspace = resolve_workspace(config, record["workspace_path"])
         except ApiError as err:
             got.saved.release()
             _restore_failed(metrics, record["session_id"], "workspace", err.message)
@@ -227,13 +227,13 @@ async def _restore_sessions(app: web.Application) -> None:
                 workspace,
                 config=config,
                 metrics=metrics,
-                on_terminated=lambda s: _terminated(app, s),
+                on_terminated=lambda s: session_ended(app, s),
             )
         except (KeyError, TypeError, ValueError) as err:
             got.saved.release()
             _restore_failed(metrics, record["session_id"], "corrupt", f"unusable record: {err}")
             continue
-        _wire(app, session)
+        wire_session(app, session)
         app[SESSIONS][session.id] = session
         await session.start()
         metrics.session_restored()
@@ -255,7 +255,7 @@ async def _restore_sessions(app: web.Application) -> None:
 
 
 async def _release_state_dir(app: web.Application) -> None:
-    app[STATE].close()
+    app[STATE_DIR].close()
 
 
 def _restore_failed(metrics: GatewayMetrics, session_id: str, reason: str, message: str) -> None:
@@ -267,11 +267,11 @@ def _restore_failed(metrics: GatewayMetrics, session_id: str, reason: str, messa
     )
 
 
-async def _shutdown_sessions(app: web.Application) -> None:
+async def shutdown_sessions(app: web.Application) -> None:
     live = [s for s in app[SESSIONS].values() if s.state != "TERMINATED"]
     if live:
         log.info("shutting down", extra={"sessions": len(live)})
-        if STATE in app:  # they live on: suspended, read back at the next start
+        if STATE_DIR in app:  # they live on: suspended, read back at the next start
             ending = (s.suspend() for s in live)
         else:
             ending = (s.delete("error", "client") for s in live)

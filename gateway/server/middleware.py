@@ -5,7 +5,7 @@ trace; once a WebSocket is open, a close with 1011 instead). ``browser_guard_mid
 pages in the user's browser from driving a gateway they can reach. ``auth_middleware`` makes the
 ``Authorization: Bearer`` credential, or a WebSocket upgrade's one-time ticket
 (``gateway/console/tickets.py``), an identity on the request (``gateway/team/auth.py``), or refuses
-the request. ``_require`` and ``_forbidden`` check the caller's own role and audit a refusal, for
+the request. ``require`` and ``forbidden`` check the caller's own role and audit a refusal, for
 the handlers.
 """
 
@@ -123,10 +123,10 @@ def auth_middleware(upgrade: Handler, acp: tuple[Handler, str] | None = None):
         else:
             found = await authenticator.authenticate(credential)
         if isinstance(found, auth.AuthFailure):
-            _audit(request, "auth.failed", None, result="refused", detail={"reason": found.reason})
+            audit(request, "auth.failed", None, result="refused", detail={"reason": found.reason})
             return ApiError(401, "UNAUTHORIZED", "missing or invalid credentials").response()
         if found.role is None:
-            _audit(request, "auth.failed", None, found, "refused", {"reason": "no known role"})
+            audit(request, "auth.failed", None, found, "refused", {"reason": "no known role"})
             return ApiError(
                 403, "FORBIDDEN", f"user {found.user} has no role on this gateway"
             ).response()
@@ -137,7 +137,7 @@ def auth_middleware(upgrade: Handler, acp: tuple[Handler, str] | None = None):
     return middleware
 
 
-def _audit(
+def audit(
     request: web.Request,
     action: str,
     session_id: str | None,
@@ -155,22 +155,22 @@ def _audit(
     )
 
 
-def _caller(request: web.Request) -> roles.Identity:
+def caller(request: web.Request) -> roles.Identity:
     return request.get(IDENTITY) or roles.LOCAL
 
 
-def _require(request: web.Request, role: str, action: str, session_id: str | None = None) -> None:
+def require(request: web.Request, role: str, action: str, session_id: str | None = None) -> None:
     """403 ``FORBIDDEN`` (audited) unless the caller's own role is at least ``role``."""
-    identity = _caller(request)
+    identity = caller(request)
     if not roles.at_least(identity.role, role):
-        _forbidden(request, action, session_id, role, identity.role)
+        forbidden(request, action, session_id, role, identity.role)
 
 
-def _forbidden(
+def forbidden(
     request: web.Request, action: str, session_id: str | None, needed: str, has: str | None
 ) -> None:
-    _audit(request, action, session_id, result="refused", detail={"needs": needed, "has": has})
-    raise ApiError(403, "FORBIDDEN", f"this needs role {needed}; {_caller(request).user} has {has}")
+    audit(request, action, session_id, result="refused", detail={"needs": needed, "has": has})
+    raise ApiError(403, "FORBIDDEN", f"this needs role {needed}; {caller(request).user} has {has}")
 
 
 def browser_guard_middleware(config: Config):

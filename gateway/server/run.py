@@ -16,10 +16,10 @@ from aiohttp import web
 
 from gateway.agent import sandbox
 from gateway.config import Config
-from gateway.server.app import _shutdown_sessions, create_app, reload
+from gateway.server.app import create_app, reload, shutdown_sessions
 from gateway.server.keys import GUARD
 from gateway.server.limits import GatewayRunner
-from gateway.server.routes.sessions import _held
+from gateway.server.routes.sessions import sessions_held
 from gateway.team import fleet
 
 log = logging.getLogger("rawp_gateway.server")
@@ -122,7 +122,7 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
         # still answers, so readiness, new sessions and reattaches get 503 SHUTTING_DOWN.
         fleet.begin_stopping(app)
         log.info("stopping")
-        await _shutdown_sessions(app)
+        await shutdown_sessions(app)
     finally:
         await runner.cleanup()
 
@@ -137,4 +137,4 @@ def serve(config: Config, *, ready: Callable[[int], None] | None = None) -> None
 
 
 def _set_draining(app: web.Application, on: bool) -> None:
-    fleet.set_draining(app, on, _held(app))
+    fleet.set_draining(app, on, sessions_held(app))

@@ -28,8 +28,8 @@ from gateway.server.keys import (
     TICKET,
     TICKETS,
 )
-from gateway.server.middleware import _caller, is_loopback
-from gateway.server.routes.sessions import _check_taking, _live, _session
+from gateway.server.middleware import caller, is_loopback
+from gateway.server.routes.sessions import check_taking, still_live, visible_session
 from gateway.session.fanout import CLOSE_TIMEOUT_SEC, WebSocketConnection
 from gateway.team import roles
 
@@ -50,8 +50,8 @@ def check_upgrade_origin(request: web.Request) -> None:
 async def websocket(request: web.Request) -> web.StreamResponse:
     config = request.app[CONFIG]
     check_upgrade_origin(request)
-    session = _session(request)
-    _check_taking(request.app, new_session=False)
+    session = visible_session(request)
+    check_taking(request.app, new_session=False)
     offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
     if SUBPROTOCOL not in offered:
         raise ApiError(
@@ -59,7 +59,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
             "SUBPROTOCOL_REQUIRED",
             f"offer the WebSocket subprotocol {SUBPROTOCOL} (RAWP-1.0-Legacy is not supported)",
         )
-    session = _live(session)
+    session = still_live(session)
     role = "local_ui" if request.query.get("role") == "local-ui" else "master"
     if role == "local_ui" and not is_loopback(request.remote):
         # A local UI runs on the gateway's own machine: the role (the only way into a local
@@ -131,7 +131,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
             transport=transport,
             drain=request.writer.drain,
             abort=transport.abort,
-            sender=roles.Sender(_caller(request), request.remote),
+            sender=roles.Sender(caller(request), request.remote),
         )
 
     async def take(data: str | None) -> None:

@@ -3,12 +3,12 @@
 Theory of operation
 -------------------
 ``LiveSession`` owns what the sans-IO machine may not touch: the agent process, the WebSocket
-connections, the history buffer, timers and metrics. It feeds the machine (agent lines, master
+connections, the buffer, timers and metrics. It feeds the machine (agent lines, master
 frames, exits, timers) and carries out the actions it returns, in order, in ``perform``:
 
-* ``Emit`` broadcast: encode once, append to history, offer the same bytes to every connection whose
-  announced features admit the frame (a second encoding without ``subagent_context`` is made at
-  most once per frame, for connections that did not announce it);
+* ``Emit`` broadcast: encode once, append to the buffer, offer the same bytes to every connection
+  whose announced features admit the frame (a second encoding without ``subagent_context`` is made
+  at most once per frame, for connections that did not announce it);
 * ``Emit`` to one connection: a reply (``session.error``) or a greeting; not buffered;
 * ``Spawn``/``WriteStdin``/``Signal``/``Terminate``: the agent process (writes made while the process
   is still starting are queued and flushed once it runs). Input the agent has not read (that queue,

@@ -1,6 +1,6 @@
 """``LiveSession``: one session's lifecycle (start, restore, suspend, delete), its record on disk,
 the actions of the machine carried out in order (``perform``, ``_act``, ``_emit``: a broadcast
-encoded once, kept in the history, offered to the connections), what the shell does with some of
+encoded once, kept in the buffer, offered to the connections), what the shell does with some of
 the frames it broadcasts (turn, tool, usage and record hooks, webhooks) and its timers and tasks.
 The agent's side is ``agent_link.py``'s, the masters' side ``masters.py``'s (see the package's
 docstring).
@@ -23,8 +23,8 @@ from gateway.protocol import actions as act
 from gateway.protocol import codec, recovery
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
+from gateway.protocol.buffer import FrameBuffer
 from gateway.protocol.capabilities import ConnectionFilter, strip_subagent_context
-from gateway.protocol.history import History
 from gateway.protocol.states import Lifecycle, TimerKey
 from gateway.protocol.usage import CONTEXT_FULL, UsageTally
 from gateway.session.agent_link import AgentLink
@@ -55,7 +55,7 @@ class LiveSession(AgentLink, Masters):
         name: str | None = None,
         origin: str = "remote",
         reattach_window_sec: float | None = None,
-        history: History | None = None,
+        buffer: FrameBuffer | None = None,
         on_terminated: Callable[[LiveSession], None] | None = None,
         saved: SavedSession | None = None,
     ) -> None:
@@ -80,9 +80,9 @@ class LiveSession(AgentLink, Masters):
             if reattach_window_sec is None
             else reattach_window_sec
         )
-        if history is None:
-            history = History(config.server.buffer_policy, config.server.buffer_max_bytes)  # type: ignore[arg-type]
-        self.history = history
+        if buffer is None:
+            buffer = FrameBuffer(config.server.buffer_policy, config.server.buffer_max_bytes)  # type: ignore[arg-type]
+        self.buffer = buffer
         spec = get_parser(profile.parser)
         self.files = FileStore(
             session_id,
@@ -165,8 +165,8 @@ class LiveSession(AgentLink, Masters):
         self._suspended = False
         self._last_record: dict[str, Any] | None = None  # what the record on disk says
         if saved is not None:
-            saved.entries = history.entries
-            saved.compact_above = 2 * history.max_bytes + COMPACT_SLACK
+            saved.entries = buffer.entries
+            saved.compact_above = 2 * buffer.max_bytes + COMPACT_SLACK
         sandboxes.register_workspace(session_id, str(workspace))  # masked from other agents
 
     # --- public view -------------------------------------------------------------------------
@@ -192,7 +192,7 @@ class LiveSession(AgentLink, Masters):
             "agent": self.profile.name,
             "origin": self.origin,
             "state": self.state,
-            "agent_state": self.machine.mapper.state,
+            "agent_state": self.machine.mapper.agent_state,
             "mode": self.machine.mode,
             "turn_index": self.machine.turn_count,
             "connections": len(self.connections),
@@ -243,12 +243,14 @@ class LiveSession(AgentLink, Masters):
         """The session ``loaded`` from its files after a restart (then ``start()`` it). Raises
         ValueError when its record cannot be used."""
         record = loaded.record
-        buffer = record["buffer"]
-        history = History(buffer.get("policy", "RING"), int(buffer.get("max_bytes", 0)))
+        saved_buffer = record["buffer"]
+        buffer = FrameBuffer(
+            saved_buffer.get("policy", "RING"), int(saved_buffer.get("max_bytes", 0))
+        )
         frames = [data for _, _, data in loaded.entries if data is not None]
         last = frames[-1] if frames else None
         boundary = record.get("crash_boundary")
-        history.load(
+        buffer.load(
             loaded.entries,
             last_timestamp=recovery.timestamp_of(last) if last else None,
             crashed=not record["clean"] or loaded.torn,
@@ -263,7 +265,7 @@ class LiveSession(AgentLink, Masters):
             name=record.get("name"),
             origin=record["origin"],
             reattach_window_sec=float(record["reattach_window_sec"]),
-            history=history,
+            buffer=buffer,
             on_terminated=on_terminated,
             saved=loaded.saved,
         )
@@ -286,7 +288,7 @@ class LiveSession(AgentLink, Masters):
             catalog=_decoded(newest.get("tool.catalog.publish")),
             commands=_decoded(newest.get("agent.commands.publish")),
         )
-        machine.factory.clock_not_before(history.last_timestamp)
+        machine.factory.clock_not_before(buffer.last_timestamp)
         session.usage.restore(record.get("usage"))
         open_turn = record.get("open_turn_id")
         session._restored = (
@@ -338,9 +340,9 @@ class LiveSession(AgentLink, Masters):
             "reattach_window_sec": self.reattach_window_sec,
             "agent_session_id": machine.agent_session_id,
             "usage": self.usage.to_json(),
-            "buffer": {"policy": self.history.policy, "max_bytes": self.history.max_bytes},
+            "buffer": {"policy": self.buffer.buffer_policy, "max_bytes": self.buffer.max_bytes},
             "clean": clean,
-            "crash_boundary": self.history.crash_boundary,
+            "crash_boundary": self.buffer.crash_boundary,
         }
 
     def _save_record(self, *, clean: bool = False) -> None:
@@ -457,11 +459,11 @@ class LiveSession(AgentLink, Masters):
                 conn.send(out)
 
     def _keep(self, frame: F.Frame, data: bytes) -> None:
-        """A broadcast frame into the history (and the frame log of a saved session)."""
+        """A broadcast frame into the buffer (and the frame log of a saved session)."""
         metrics = self.metrics
-        kept, evicted, evicted_bytes = self.history.append(frame.message_id, frame.timestamp, data)
+        kept, evicted, evicted_bytes = self.buffer.append(frame.message_id, frame.timestamp, data)
         if self.saved is not None:
-            self.saved.append(self.history.last_seq, frame.message_id, data)
+            self.saved.append(self.buffer.last_seq, frame.message_id, data)
         if kept:
             metrics.history_appended(len(data))
         if evicted:
@@ -575,7 +577,7 @@ class LiveSession(AgentLink, Masters):
         conns = list(self.connections.values())
         if conns:
             await asyncio.wait([asyncio.ensure_future(c.closed.wait()) for c in conns], timeout=10)
-        self.metrics.history_released(self.history.clear())
+        self.metrics.history_released(self.buffer.clear())
         self.metrics.context_fill(self.usage.fill, None)
         self.files.close()
         if self.saved is not None:

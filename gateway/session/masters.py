@@ -24,8 +24,8 @@ from gateway.protocol import actions as act
 from gateway.protocol import codec
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
-from gateway.protocol.history import History, Replay
-from gateway.protocol.replay import history_frames
+from gateway.protocol.buffer import Backlog, FrameBuffer
+from gateway.protocol.history_frames import history_frames
 from gateway.session.connection import MasterConnection, Outgoing
 from gateway.session.fanout import Flusher, WebSocketConnection
 from gateway.team import roles
@@ -55,7 +55,7 @@ class Masters:
         config: cfg.Config
         metrics: GatewayMetrics
         machine: sm.SessionMachine
-        history: History
+        buffer: FrameBuffer
         saved: SavedSession | None
         owner: str
         members: dict[str, str]
@@ -159,14 +159,14 @@ class Masters:
         if last_message_id is not None or full_history:
             after = sum(len(out.framed) for out in rest)
             if last_message_id is not None:
-                replay = self.history.since(last_message_id)
-                lost = self._send_history(conn, replay, last_message_id, after)
+                backlog = self.buffer.since(last_message_id)
+                lost = self._send_history(conn, backlog, last_message_id, after)
                 self.metrics.reattached(lost_frames=lost)
             else:
                 # An empty history is still in sync with the capabilities just sent (they are
                 # marked in the buffer): a later reattach after that id is exact.
                 greeting_id = first.frame.message_id
-                self._send_history(conn, self.history.everything(), greeting_id, after)
+                self._send_history(conn, self.buffer.everything(), greeting_id, after)
         for out in rest:
             self._send_to(conn, out)
         self._track_state()
@@ -177,32 +177,33 @@ class Masters:
         reattach naming it replays what came after it."""
         conn.send(out)
         message_id = out.frame.message_id
-        if self.history.mark(message_id) and self.saved is not None:
-            self.saved.append(self.history.last_seq, message_id, None)
+        if self.buffer.mark(message_id) and self.saved is not None:
+            self.saved.append(self.buffer.last_seq, message_id, None)
 
     def _send_history(
-        self, conn: MasterConnection, replay: Replay, since: str, reserve: int
+        self, conn: MasterConnection, backlog: Backlog, since: str, reserve: int
     ) -> int:
-        """``session.history`` in frames that fit ``max_frame_size`` (``protocol/replay.py``), no
-        more in all than the connection's send queue takes beside the ``reserve`` still to come.
-        ``since`` is the id the history is in sync with when the session has produced nothing.
-        Returns the frames lost (1 when some are and their number is unknown)."""
+        """``session.history`` in frames that fit ``max_frame_size``
+        (``protocol/history_frames.py``), no more in all than the connection's send queue takes
+        beside the ``reserve`` still to come. ``since`` is the id the history is in sync with when
+        the session has produced nothing. Returns the frames lost (1 when some are and their number
+        is unknown)."""
         frames, unsent = history_frames(
             self.machine.factory,
-            replay.frames,
-            truncated=replay.truncated,
-            lost_frame_count=replay.lost_frame_count,
-            last_message_id=replay.last_message_id or since,
-            last_sync_timestamp=replay.last_timestamp or self.machine.factory.clock(),
-            policy=self.history.policy,
-            buffer_high_watermark=self.history.high_watermark,
+            backlog.frames,
+            truncated=backlog.truncated,
+            lost_frame_count=backlog.lost_frame_count,
+            last_message_id=backlog.last_message_id or since,
+            last_sync_timestamp=backlog.last_timestamp or self.machine.factory.clock(),
+            buffer_policy=self.buffer.buffer_policy,
+            buffer_high_watermark=self.buffer.high_watermark,
             max_frame_size=self.config.server.max_frame_size,
             max_total_bytes=conn.max_queue_bytes - conn.queued_bytes - reserve,
         )
         for frame, data in frames:
             conn.send(Outgoing.of(frame, data))
-        lost = (replay.lost_frame_count or 0) + unsent
-        return lost or (1 if replay.truncated else 0)
+        lost = (backlog.lost_frame_count or 0) + unsent
+        return lost or (1 if backlog.truncated else 0)
 
     def detach(self, conn_id: str) -> None:
         conn = self.connections.pop(conn_id, None)

@@ -13,12 +13,12 @@ With ``[server] state_dir`` set, every session has a directory ``<state_dir>/ses
   connection only (a master may name it as the last frame it saw). Encoded JSON never holds a raw
   newline, so a line is a frame.
 
-Flush policy: frames are collected in memory and written to the file ``FLUSH_INTERVAL_S`` (10 ms)
+Flush policy: frames are collected in memory and written to the file ``FLUSH_INTERVAL_SEC`` (10 ms)
 after the first of them (one ``writev`` for all the frames of that interval), so a crash of the
 gateway process loses at most its last 10 ms of frames; the log is fsynced (in a worker thread) at the end of
 every turn and at shutdown, so a crash of the machine loses at most the running
-turn's frames. The log stays bounded: once it has grown past twice the history's size (plus
-``COMPACT_SLACK``), it is rewritten from what the in-memory history still holds.
+turn's frames. The log stays bounded: once it has grown past twice the buffer's size (plus
+``COMPACT_SLACK``), it is rewritten from what the in-memory buffer still holds.
 
 Loading never raises: a session whose files are unreadable, corrupt or of another format version is
 reported as a ``LoadError`` and skipped; its files stay where they are for a person to look at.
@@ -70,12 +70,12 @@ LOCK: Final = "lock"
 COMPACT_SLACK: Final = 4 * 1024 * 1024
 MAX_RECORD_BYTES: Final = 1024 * 1024  # a record is a few hundred bytes; more is not ours
 _IOV_MAX: Final = 1024  # the buffers one writev takes on Linux
-FLUSH_INTERVAL_S: Final = 0.01  # frames are written at most this long after they were made
+FLUSH_INTERVAL_SEC: Final = 0.01  # frames are written at most this long after they were made
 
 
 def max_log_bytes(max_buffer_bytes: int) -> int:
-    """The largest frame log a session with a history of at most ``max_buffer_bytes`` can leave:
-    compaction rewrites it past twice the history and ``COMPACT_SLACK``, and one flush interval's
+    """The largest frame log a session with a buffer of at most ``max_buffer_bytes`` can leave:
+    compaction rewrites it past twice the buffer and ``COMPACT_SLACK``, and one flush interval's
     frames may come on top. A larger file is not the gateway's and is not read."""
     return 2 * max_buffer_bytes + 2 * COMPACT_SLACK
 
@@ -383,14 +383,14 @@ class SavedSession:
     # --- the frame log ------------------------------------------------------------------------
 
     def append(self, seq: int, message_id: str, data: bytes | None) -> None:
-        """Add a frame (``None``: an id only); written within ``FLUSH_INTERVAL_S``."""
+        """Add a frame (``None``: an id only); written within ``FLUSH_INTERVAL_SEC``."""
         if data is None:
             self._pending.append(b"%d %s -\n" % (seq, message_id.encode()))
         else:  # the frame's own bytes, not a copy: written with writev
             self._pending += (b"%d %s " % (seq, message_id.encode()), data, b"\n")
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_later(FLUSH_INTERVAL_S, self.flush)
+            asyncio.get_running_loop().call_later(FLUSH_INTERVAL_SEC, self.flush)
 
     def _log_fd(self) -> int:
         if self._fd is None:

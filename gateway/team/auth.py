@@ -17,11 +17,12 @@ knows it, in this order:
   ``none``, never HMAC: an ``HS256`` token "signed" with the issuer's public key is refused before
   any key is looked at). The keys come from the issuer's JWKS (``jwks_url``, or the ``jwks_uri`` of
   its ``/.well-known/openid-configuration``), fetched with PyJWT's ``PyJWKClient`` in a worker
-  thread (never on the event loop), one fetch at a time, cached for ``JWKS_LIFESPAN_S``. A token
+  thread (never on the event loop), one fetch at a time, cached for ``JWKS_LIFESPAN_SEC``. A token
   whose ``kid`` is unknown refetches the set (key rotation), at most ``MAX_KID_REFETCHES`` times a
   minute, so random ``kid``s cannot make the gateway hammer the issuer. An issuer that cannot be
-  reached leaves the keys fetched before in use and is asked again after ``RETRY_AFTER_S``. The user is the
-  ``user_claim``; the role the ``role_claim`` (a string or a list: the highest known role wins).
+  reached leaves the keys fetched before in use and is asked again after ``RETRY_AFTER_SEC``. The
+  user is the ``user_claim``; the role the ``role_claim`` (a string or a list: the highest known
+  role wins).
 
 With no credential configured at all, every request is user ``local`` with role ``admin`` (the
 gateway then listens on loopback only).
@@ -65,10 +66,10 @@ log = logging.getLogger("rawp_gateway.auth")
 MAX_USERS: Final = 1000  # entries of a users file (each request compares against all of them)
 MAX_USERS_FILE_BYTES: Final = 1024 * 1024
 MAX_BEARER_BYTES: Final = 16 * 1024  # a longer credential is refused unread (JWTs are ~1 KiB)
-JWKS_LIFESPAN_S: Final = 300.0  # a fetched key set is used this long, then fetched again
-JWKS_TIMEOUT_S: Final = 5.0
+JWKS_LIFESPAN_SEC: Final = 300.0  # a fetched key set is used this long, then fetched again
+JWKS_TIMEOUT_SEC: Final = 5.0
 MAX_KID_REFETCHES: Final = 5  # forced refetches for unknown kids, per minute
-RETRY_AFTER_S: Final = 5.0  # after a failed fetch, the issuer is not asked again before this
+RETRY_AFTER_SEC: Final = 5.0  # after a failed fetch, the issuer is not asked again before this
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +130,8 @@ class OidcVerifier:
         self.settings = settings
         self._jwks_url = settings.jwks_url
         self._keys: dict[str, PyJWK] = {}
-        self._fetched_at = -JWKS_LIFESPAN_S
-        self._failed_at = -RETRY_AFTER_S
+        self._fetched_at = -JWKS_LIFESPAN_SEC
+        self._failed_at = -RETRY_AFTER_SEC
         self._fetching: asyncio.Future[None] | None = None
         self._refetches: deque[float] = deque(maxlen=MAX_KID_REFETCHES)
 
@@ -175,7 +176,7 @@ class OidcVerifier:
         return Identity(user, highest_role(_claim(claims, s.role_claim)))
 
     async def _key(self, kid: str) -> PyJWK | None:
-        if time.monotonic() - self._fetched_at >= JWKS_LIFESPAN_S:
+        if time.monotonic() - self._fetched_at >= JWKS_LIFESPAN_SEC:
             await self._refresh()
         key = self._keys.get(kid)
         if key is None and self._may_refetch(time.monotonic()):
@@ -185,8 +186,8 @@ class OidcVerifier:
 
     async def _refresh(self) -> None:
         """Fetch the key set; an issuer that cannot be reached leaves the keys there were (a
-        short outage does not sign everyone out) and is not asked again for ``RETRY_AFTER_S``."""
-        if time.monotonic() - self._failed_at < RETRY_AFTER_S:
+        short outage does not sign everyone out) and is not asked again for ``RETRY_AFTER_SEC``."""
+        if time.monotonic() - self._failed_at < RETRY_AFTER_SEC:
             return
         try:
             await self._fetch()
@@ -215,7 +216,7 @@ class OidcVerifier:
     async def _fetch_now(self) -> None:
         url = self._jwks_url or await asyncio.to_thread(self._discover)
         self._jwks_url = url
-        client = PyJWKClient(url, cache_jwk_set=False, timeout=JWKS_TIMEOUT_S)
+        client = PyJWKClient(url, cache_jwk_set=False, timeout=JWKS_TIMEOUT_SEC)
         keyset: PyJWKSet = await asyncio.to_thread(client.get_jwk_set)
         self._keys = {
             k.key_id: k for k in keyset.keys if k.key_id and k.public_key_use in (None, "sig")
@@ -230,7 +231,7 @@ class OidcVerifier:
         doc = PyJWKClient(
             f"{issuer}/.well-known/openid-configuration",
             cache_jwk_set=False,
-            timeout=JWKS_TIMEOUT_S,
+            timeout=JWKS_TIMEOUT_SEC,
         ).fetch_data()
         uri = doc.get("jwks_uri")
         if not isinstance(uri, str) or not uri.startswith(("https://", "http://")):

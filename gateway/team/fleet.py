@@ -23,7 +23,7 @@ else is shared: no registry; only
 * ``sessions_answer``: ``GET /v1/sessions`` lists the sessions of this gateway and of every peer
   (``[fleet] peers``, a list or one DNS name resolved at each call), each peer asked
   ``?scope=local`` with the caller's own ``Authorization``, concurrently, within
-  ``PEER_TIMEOUT_S``; a peer that does not answer in time with a list is named in ``unreachable``.
+  ``PEER_TIMEOUT_SEC``; a peer that does not answer in time with a list is named in ``unreachable``.
 * ``find_on_peers``: which peer lists a session to the caller, and its base URL, so that ``/acp``
   can relay a session another gateway holds to that gateway's own ``/acp`` (``peer_ws_http``).
 """
@@ -62,8 +62,8 @@ __all__ = [
 
 log = logging.getLogger("rawp_gateway.fleet")
 
-PEER_TIMEOUT_S: Final = 2.0  # one peer's whole answer to GET /v1/sessions?scope=local
-PEER_CONNECT_S: Final = 5.0  # opening a WebSocket to a peer (an /acp relay of a session)
+PEER_TIMEOUT_SEC: Final = 2.0  # one peer's whole answer to GET /v1/sessions?scope=local
+PEER_CONNECT_SEC: Final = 5.0  # opening a WebSocket to a peer (an /acp relay of a session)
 MAX_PEER_ANSWER_BYTES: Final = 16 * 1024 * 1024  # a peer's list read at most (docs/limits.md)
 MAX_FORWARDED_CHARS: Final = 1024  # an X-Forwarded-* header longer than this is ignored
 _PEER_HTTP: Final = web.AppKey("peer_http", aiohttp.ClientSession)
@@ -209,12 +209,12 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def _open_peer_http(app: web.Application) -> None:
     app[_PEER_HTTP] = aiohttp.ClientSession(
-        timeout=aiohttp.ClientTimeout(total=PEER_TIMEOUT_S),
+        timeout=aiohttp.ClientTimeout(total=PEER_TIMEOUT_SEC),
         json_serialize=lambda obj: msgspec.json.encode(obj).decode(),
     )
 
     app[_PEER_WS] = aiohttp.ClientSession(
-        timeout=aiohttp.ClientTimeout(total=None, connect=PEER_CONNECT_S)
+        timeout=aiohttp.ClientTimeout(total=None, connect=PEER_CONNECT_SEC)
     )
 
 

@@ -14,7 +14,7 @@ one delivery per interested webhook on a bounded queue (``MAX_QUEUE`` for the wh
 queue drops the delivery and counts it. Nothing a session does ever waits on a receiver.
 ``WORKERS`` tasks deliver with one aiohttp client: ``timeout_sec`` (5 s) per attempt, redirects not
 followed, a 2xx answer is ``sent``; anything else is ``retried`` after a backoff that doubles from
-``FIRST_BACKOFF_S`` while the next attempt still starts within ``retry_for_sec`` (60 s) of the
+``FIRST_BACKOFF_SEC`` while the next attempt still starts within ``retry_for_sec`` (60 s) of the
 first, then ``dropped``. ``rawp_gateway_notifications_total{event,result}`` counts all three.
 
 A permission still unanswered ``remind_after_sec`` after it was asked is sent once more (with
@@ -50,9 +50,9 @@ log = logging.getLogger("rawp_gateway.notify")
 
 MAX_QUEUE: Final = 1000  # deliveries waiting, for the whole gateway
 WORKERS: Final = 4  # deliveries in flight at once
-FIRST_BACKOFF_S: Final = 0.5
-MAX_BACKOFF_S: Final = 15.0
-CLOSE_GRACE_S: Final = 2.0  # at shutdown, for what is still queued
+FIRST_BACKOFF_SEC: Final = 0.5
+MAX_BACKOFF_SEC: Final = 15.0
+CLOSE_GRACE_SEC: Final = 2.0  # at shutdown, for what is still queued
 MAX_TEXT_CHARS: Final = 2000  # of a question or an error message in a body
 SIGNATURE_HEADER: Final = "X-Rawp-Signature"
 
@@ -104,7 +104,7 @@ class Notifier:
         self._workers = [asyncio.create_task(self._worker()) for _ in range(WORKERS)]
 
     async def close(self) -> None:
-        """Stop; what is queued (the sessions' ends at shutdown) gets ``CLOSE_GRACE_S`` to go
+        """Stop; what is queued (the sessions' ends at shutdown) gets ``CLOSE_GRACE_SEC`` to go
         out, what is left then is counted as dropped."""
         for handles in self._reminders.values():
             for handle in handles:
@@ -112,7 +112,7 @@ class Notifier:
         self._reminders.clear()
         if self._workers:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._queue.join(), CLOSE_GRACE_S)
+                await asyncio.wait_for(self._queue.join(), CLOSE_GRACE_SEC)
         while not self._queue.empty():
             self.metrics.notification(self._queue.get_nowait().event, "dropped")
         for task in self._workers:
@@ -244,7 +244,7 @@ class Notifier:
         hook = d.hook
         payload, headers = render(hook.format, d.body)
         first = loop.time()
-        backoff = FIRST_BACKOFF_S
+        backoff = FIRST_BACKOFF_SEC
         while True:
             error = await self._attempt(hook, payload, headers)
             if error is None:
@@ -259,7 +259,7 @@ class Notifier:
                 return
             self.metrics.notification(d.event, "retried")
             await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, MAX_BACKOFF_S)
+            backoff = min(backoff * 2, MAX_BACKOFF_SEC)
 
     async def _attempt(self, hook: Webhook, payload: bytes, headers: dict[str, str]) -> str | None:
         """One POST; None when the receiver took it (2xx), else why not."""

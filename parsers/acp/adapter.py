@@ -41,9 +41,9 @@ unknown method each give an ``agent.error`` warning (``Notice``, said outside an
 opening one; the first ``MAX_PROTOCOL_WARNINGS`` of a process, then only logs), and the
 conversation goes on.
 
-Replay (``rawp-gateway translate``): ``replay()`` makes the adapter write nothing of its own; the
-transcript's client lines (``{"sent": <message>}``) are given to ``sent`` so answers are read as
-they were.
+A transcript (``rawp-gateway translate``): ``read_transcript()`` makes the adapter write nothing of
+its own; the transcript's client lines (``{"sent": <message>}``) are given to ``sent`` so answers
+are read as they were.
 
 This module is large on purpose: ``AcpAdapter`` is one state machine (the process's stage, the
 requests either side has open, the open block and tool calls, the queued writes) whose every
@@ -72,9 +72,18 @@ from ..base import (
 )
 from ..json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 from . import schema as S
-from .content import _block_text, _Call, _item_text, _quota_usage, _tool_result, _without_images
+from .content import AcpToolCall, block_text, item_text, quota_usage, tool_result, without_images
 
-__all__ = ["MAX_OPEN_CALLS", "MAX_PENDING", "MAX_PROTOCOL_WARNINGS", "AcpAdapter"]
+__all__ = [
+    "MAX_OPEN_CALLS",
+    "MAX_PENDING",
+    "MAX_PROTOCOL_WARNINGS",
+    "AcpAdapter",
+    "decode_block",
+    "decode_message",
+    "initialize_params",
+    "json_line",
+]
 
 CLIENT_NAME: Final = "rawp-gateway"
 CLIENT_VERSION: Final = "0.1.0"
@@ -91,11 +100,11 @@ MAX_ID_CHARS: Final = 128  # a JSON-RPC id or tool call id kept (longer ones are
 PLAN_TOOL: Final = "update_plan"
 
 _encode: Final = msgspec.json.encode
-_decode_message: Final = msgspec.json.Decoder(S.Message).decode
+decode_message: Final = msgspec.json.Decoder(S.Message).decode
 _decode_envelope: Final = msgspec.json.Decoder(S.Envelope).decode
 _decode_sent: Final = msgspec.json.Decoder(S.Sent).decode
 _decode_answer: Final = msgspec.json.Decoder(S.SentAnswer).decode
-_decode_block: Final = msgspec.json.Decoder(S.ContentBlock).decode
+decode_block: Final = msgspec.json.Decoder(S.ContentBlock).decode
 _decode_tool_content: Final = msgspec.json.Decoder(list[S.ToolCallContent]).decode
 
 # The stop reasons of ACP → (DPS stop_reason, agent.error code or None, severity, message)
@@ -120,7 +129,7 @@ _PLAN_WORDS: Final = ("plan", "architect")
 _COMPACT_COMMANDS: Final = ("compact", "compress")  # Claude's, Gemini's
 
 
-def _line(message: dict[str, Any]) -> bytes:
+def json_line(message: dict[str, Any]) -> bytes:
     return _encode(message) + b"\n"
 
 
@@ -141,9 +150,9 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
     def __init__(self) -> None:
         super().__init__()
         self.workspace = ""
-        self.replaying = False
+        self.reading_transcript = False
         self.session_id: str | None = None  # the ACP session, kept across processes (resume)
-        self.dropped_replay = 0  # updates of a session/load's replay, not passed on
+        self.dropped_load_updates = 0  # updates of a session/load's replay, not passed on
         self.stray_updates = 0  # content outside any prompt, not passed on
         self._compact: str | None = None  # the agent's compaction command, when it lists one
         self._model: str | None = None  # session/new's models.currentModelId
@@ -153,7 +162,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
         self._next_id = 0
         self._sent: dict[int | str, tuple[str, str | None]] = {}  # id → (method, machine's id)
         self._asked: dict[str, int | str] = {}  # the agent's open requests: str(id) → id
-        self._allowing: set[str] = set()  # option ids that allow (a replay reads answers)
+        self._allowing: set[str] = set()  # option ids that allow (a transcript's answers)
         self._stage = "closed"  # closed, initializing, creating, loading, ready
         self._resume_id: str | None = None
         self._can_load = False
@@ -169,7 +178,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
         self._after_cancel = False  # the last prompt answered was cancelled
         self._warnings = 0
         self._context: tuple[int | None, int | None, float | None] = (None, None, None)
-        self._calls: OrderedDict[str, _Call] = OrderedDict()
+        self._calls: OrderedDict[str, AcpToolCall] = OrderedDict()
         self._block: tuple[str, str] | None = None  # (kind, key) of the open text/thought block
         self._blocks = 0
         self._message_id: str | None = None
@@ -181,13 +190,13 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
         """``ReadsWorkspace``: the session's cwd, sent as ``cwd`` (ACP wants an absolute path)."""
         self.workspace = workspace
 
-    def replay(self) -> None:
+    def read_transcript(self) -> None:
         """A recorded transcript is read: nothing is written, the client's lines come by ``sent``."""
-        self.replaying = True
+        self.reading_transcript = True
 
     def translate_only(self) -> None:
         """Updates are read as in a prompt and nothing is written (``StoreQuery``'s replay)."""
-        self.replaying = True
+        self.reading_transcript = True
         self._stage, self._prompt = "ready", -1
 
     def sent(self, line: bytes) -> list[ev.AgentEvent]:
@@ -217,15 +226,15 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
     def opening(self, resume_id: str | None) -> bytes | None:
         """The process was (re)started: ``initialize``, then a session (new, or ``resume_id``
         loaded) when it answers."""
-        session_id, dropped, stray = self.session_id, self.dropped_replay, self.stray_updates
+        session_id, dropped, stray = self.session_id, self.dropped_load_updates, self.stray_updates
         kept = (self._queued, self._modes, self._default_mode)
         self._reset_process()
-        self.session_id, self.dropped_replay, self.stray_updates = session_id, dropped, stray
+        self.session_id, self.dropped_load_updates, self.stray_updates = session_id, dropped, stray
         # A prompt given before the process started; the modes of the session it may load.
         self._queued, self._modes, self._default_mode = kept
         self._resume_id = resume_id
         self._stage = "initializing"
-        return self._request("initialize", _initialize_params())
+        return self._request("initialize", initialize_params())
 
     def prompt(self, text: str, images: Sequence[PromptImage] = ()) -> bytes | None:
         if self._compact is not None and (text == "/compact" or text.startswith("/compact ")):
@@ -241,7 +250,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
                 }
             )
         if self._stage == "ready" and not self._images:
-            blocks = _without_images(blocks)  # (a prompt that waits is checked when it goes)
+            blocks = without_images(blocks)  # (a prompt that waits is checked when it goes)
         return self._session_request("session/prompt", {"prompt": blocks})
 
     def interrupt(self, request_id: str) -> bytes | None:
@@ -253,7 +262,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
             self._cancel_waiting = len(kept) < len(self._queued)
             self._queued = kept
             return b""
-        return _line(
+        return json_line(
             {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": self.session_id}}
         )
 
@@ -274,7 +283,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
         outcome: dict[str, Any] = {"outcome": "cancelled"}
         if option is not None:
             outcome = {"outcome": "selected", "optionId": option}
-        return _line({"jsonrpc": "2.0", "id": rpc_id, "result": {"outcome": outcome}})
+        return json_line({"jsonrpc": "2.0", "id": rpc_id, "result": {"outcome": outcome}})
 
     def set_mode(self, request_id: str, mode: str) -> bytes | None:
         """DPS ``plan`` → the agent's plan mode; ``default`` → the mode it started in."""
@@ -291,7 +300,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
         return None
 
     def _request(self, method: str, params: dict[str, Any], machine_id: str | None = None):
-        if self.replaying:
+        if self.reading_transcript:
             return None
         rpc_id = self._next_id
         self._next_id += 1
@@ -300,7 +309,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
         self._sent[rpc_id] = (method, machine_id)
         if method == "session/prompt":
             self._prompt, self._cancelled, self._said = rpc_id, False, False
-        return _line({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
+        return json_line({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
 
     def _session_request(
         self, method: str, params: dict[str, Any], machine_id: str | None = None
@@ -315,7 +324,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
 
     def feed(self, line: bytes) -> list[ev.AgentEvent]:
         try:
-            msg = _decode_message(line)
+            msg = decode_message(line)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as err:
             return self._not_usable(line, err) + self._answer_malformed(line)
         if msg.method is not None:
@@ -473,7 +482,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
         queued, self._queued = self._queued, []
         for method_, (params, machine_id) in queued:
             if method_ == "session/prompt" and not self._images:
-                params = {"prompt": _without_images(params["prompt"])}
+                params = {"prompt": without_images(params["prompt"])}
             data = self._request(method_, {"sessionId": self.session_id, **params}, machine_id)
             if data is not None:
                 out.append(ev.StdinWrite(data=data))
@@ -541,7 +550,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
                     "turn; its answer may come with the next prompt",
                 )
             )
-        usage = _quota_usage(result.meta)
+        usage = quota_usage(result.meta)
         if result.usage is not None:
             u = result.usage
             usage = ev.UsageInfo(
@@ -582,17 +591,19 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
         )
 
     def _answer_error(self, rpc_id: int | str, code: int, message: str) -> list[ev.AgentEvent]:
-        data = _line({"jsonrpc": "2.0", "id": rpc_id, "error": {"code": code, "message": message}})
-        return [] if self.replaying else [ev.StdinWrite(data=data)]
+        data = json_line(
+            {"jsonrpc": "2.0", "id": rpc_id, "error": {"code": code, "message": message}}
+        )
+        return [] if self.reading_transcript else [ev.StdinWrite(data=data)]
 
     def _permission_request(self, rpc_id: int | str, params: S.Params) -> list[ev.AgentEvent]:
         key = str(rpc_id)[:MAX_ID_CHARS]
         if self._prompt is None or len(self._asked) >= MAX_PENDING:
             # Asked outside any prompt (nobody could answer it in a turn), or one too many.
-            data = _line(
+            data = json_line(
                 {"jsonrpc": "2.0", "id": rpc_id, "result": {"outcome": {"outcome": "cancelled"}}}
             )
-            out: list[ev.AgentEvent] = [] if self.replaying else [ev.StdinWrite(data=data)]
+            out: list[ev.AgentEvent] = [] if self.reading_transcript else [ev.StdinWrite(data=data)]
             return out + self._warn(
                 "ACP_UNEXPECTED_REQUEST",
                 "the agent asked for a permission outside a prompt (or with "
@@ -600,7 +611,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
             )
         self._asked[key] = rpc_id
         self._said = True
-        if self.replaying and len(self._allowing) < MAX_COMMANDS:
+        if self.reading_transcript and len(self._allowing) < MAX_COMMANDS:
             for o in (params.options or [])[:16]:
                 if o.kind.startswith("allow"):
                     self._allowing.add(o.optionId)  # to read the transcript's answer (``sent``)
@@ -638,7 +649,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
             return self._unknown("session/update", line)
         kind = update.sessionUpdate
         if self._stage == "loading":
-            self.dropped_replay += 1  # the conversation replayed: masters have it already
+            self.dropped_load_updates += 1  # the conversation replayed: masters have it already
             return []
         if kind == "agent_message_chunk" or kind == "agent_thought_chunk":
             if self._prompt is None:
@@ -680,12 +691,12 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
 
     def _chunk(self, text: bool, update: S.Update) -> list[ev.AgentEvent]:
         try:
-            block = _decode_block(update.content) if len(update.content) else S.ContentBlock()
+            block = decode_block(update.content) if len(update.content) else S.ContentBlock()
         except (msgspec.DecodeError, msgspec.ValidationError):
             return self._warn(
                 "ACP_INVALID_MESSAGE", "a message chunk whose content is no ContentBlock"
             )
-        value = _block_text(block)
+        value = block_text(block)
         if not value:
             return []  # Claude's adapter sends an empty chunk after a tool
         self._said = True
@@ -751,12 +762,12 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
 
     # --- tool calls -------------------------------------------------------------------------------
 
-    def _merge(self, call_id: str, fields: S.ToolCallFields | S.Update) -> _Call:
+    def _merge(self, call_id: str, fields: S.ToolCallFields | S.Update) -> AcpToolCall:
         call = self._calls.get(call_id)
         if call is None:
             while len(self._calls) >= MAX_OPEN_CALLS:
                 self._calls.popitem(last=False)  # never ended (the agent lost it)
-            call = self._calls[call_id] = _Call()
+            call = self._calls[call_id] = AcpToolCall()
         if fields.title:
             call.title = fields.title
         if fields.kind:
@@ -776,7 +787,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
             call.locations = [loc.path for loc in fields.locations[:64] if loc.path]
         return call
 
-    def _announce(self, call_id: str, call: _Call) -> list[ev.AgentEvent]:
+    def _announce(self, call_id: str, call: AcpToolCall) -> list[ev.AgentEvent]:
         if call.announced:
             return []
         call.announced = True
@@ -822,7 +833,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
         if status in ("completed", "failed"):
             del self._calls[call_id]
             return out + [
-                _tool_result(call_id, call, status == "failed", call.content, update.rawOutput)
+                tool_result(call_id, call, status == "failed", call.content, update.rawOutput)
             ]
         if (
             content
@@ -835,7 +846,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
             # is pending) or given when it is announced (Gemini's working-directory note) says
             # what the call is, not what it printed. An update without a status leaves the
             # call's status as it was (ACP sends only what changed).
-            text = "".join(_item_text(item) for item in content if item.type == "content")
+            text = "".join(item_text(item) for item in content if item.type == "content")
             seen = "".join(call.streamed)
             new = text[len(seen) :] if text.startswith(seen) else text
             if new:
@@ -845,7 +856,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
         return out
 
 
-def _initialize_params() -> dict[str, Any]:
+def initialize_params() -> dict[str, Any]:
     return {
         "protocolVersion": S.PROTOCOL_VERSION,
         "clientCapabilities": {

@@ -1,8 +1,8 @@
 """What ACP's content becomes: pure conversions from the agent's ContentBlocks, tool call content
 and raw output to event fields, for ``adapter.py`` (and ``store_query.py``'s replay).
 
-``_Call`` is what the adapter knows of a tool call between its updates; ``_tool_result`` its one
-``ToolResult`` (a ``diff`` item → a unified diff, by ``parsers.file_changes``).
+``AcpToolCall`` is what the adapter knows of a tool call between its updates; ``tool_result`` its
+one ``ToolResult`` (a ``diff`` item → a unified diff, by ``parsers.file_changes``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _KIND_OUTPUT: Final[dict[str, str]] = {
 _WRITE_KINDS: Final = frozenset({"edit", "delete", "move"})
 
 
-class _Call:
+class AcpToolCall:
     __slots__ = (
         "announced",
         "content",
@@ -56,9 +56,9 @@ class _Call:
         self.content: list[S.ToolCallContent] | None = None
 
 
-def _tool_result(
+def tool_result(
     call_id: str,
-    call: _Call,
+    call: AcpToolCall,
     failed: bool,
     content: list[S.ToolCallContent] | None,
     raw_output: Any,
@@ -66,7 +66,7 @@ def _tool_result(
     """A tool call's one ``ToolResult``: its ``output_type`` from its kind and content."""
     items = content or []
     diffs = [_diff(item) for item in items if item.type == "diff"]
-    texts = [_item_text(item) for item in items if item.type == "content"]
+    texts = [item_text(item) for item in items if item.type == "content"]
     binary = [
         ev.BinaryData(
             data=item.content.data,
@@ -128,7 +128,7 @@ def _tool_result(
     )
 
 
-def _block_text(block: S.ContentBlock) -> str:
+def block_text(block: S.ContentBlock) -> str:
     """What a ContentBlock says as text: its text, a resource's text, a link's URI."""
     if block.type == "text":
         return block.text or ""
@@ -140,8 +140,8 @@ def _block_text(block: S.ContentBlock) -> str:
     return ""
 
 
-def _item_text(item: S.ToolCallContent) -> str:
-    return _block_text(item.content) if item.content is not None else ""
+def item_text(item: S.ToolCallContent) -> str:
+    return block_text(item.content) if item.content is not None else ""
 
 
 def _unfence(text: str) -> str:
@@ -155,7 +155,7 @@ def _unfence(text: str) -> str:
     return text
 
 
-def _without_images(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def without_images(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A prompt for an agent that declared no image prompts (ACP forbids sending it images): the
     images are named in the text instead."""
     images = [b["mimeType"] for b in blocks if b["type"] == "image"]
@@ -168,7 +168,7 @@ def _without_images(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text}]
 
 
-def _quota_usage(meta: dict[str, Any] | None) -> ev.UsageInfo | None:
+def quota_usage(meta: dict[str, Any] | None) -> ev.UsageInfo | None:
     """Gemini's token counts of a turn: ``_meta.quota.token_count`` of the prompt's answer."""
     quota = meta.get("quota") if meta else None
     counts = quota.get("token_count") if isinstance(quota, dict) else None

@@ -18,12 +18,12 @@ from .adapter import (
     MAX_PROTOCOL_WARNINGS,
     METHOD_NOT_FOUND,
     AcpAdapter,
-    _decode_block,
-    _decode_message,
-    _initialize_params,
-    _line,
+    decode_block,
+    decode_message,
+    initialize_params,
+    json_line,
 )
-from .content import _block_text
+from .content import block_text
 
 __all__ = ["LIST_ANSWER_BYTES", "REPLAY_BYTES", "StoreQuery"]
 
@@ -94,13 +94,13 @@ class StoreQuery:
         return "session/load" if self.load_id is not None else "session/list"
 
     def opening(self) -> bytes:
-        return self._request("initialize", _initialize_params())
+        return self._request("initialize", initialize_params())
 
     def _request(self, method: str, params: dict[str, Any]) -> bytes:
         rpc_id = self._next_id
         self._next_id += 1
         self._waiting = (rpc_id, method)
-        return _line({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
+        return json_line({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
 
     def _fail(self, kind: str, message: str) -> bytes:
         self.done, self.failure = True, (kind, message[:512])
@@ -121,7 +121,7 @@ class StoreQuery:
         if self.load_id is None and self._bytes > LIST_ANSWER_BYTES:
             return self._fail("agent", f"the agent's answer passed {LIST_ANSWER_BYTES} bytes")
         try:
-            msg = _decode_message(line)
+            msg = decode_message(line)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             self._bad_lines += 1
             if self._bad_lines > MAX_PROTOCOL_WARNINGS:
@@ -131,9 +131,9 @@ class StoreQuery:
             # Nothing is asked of this client: a permission is cancelled, the rest unknown.
             if msg.method == "session/request_permission":
                 result = {"outcome": {"outcome": "cancelled"}}
-                return _line({"jsonrpc": "2.0", "id": msg.id, "result": result})
+                return json_line({"jsonrpc": "2.0", "id": msg.id, "result": result})
             error = {"code": METHOD_NOT_FOUND, "message": f"method not found: {msg.method[:64]}"}
-            return _line({"jsonrpc": "2.0", "id": msg.id, "error": error})
+            return json_line({"jsonrpc": "2.0", "id": msg.id, "error": error})
         if msg.method == "session/update" and msg.params is not None:
             if self._loading:
                 self._replayed(msg.params, line)
@@ -234,7 +234,7 @@ class StoreQuery:
             return
         if update.sessionUpdate == "user_message_chunk":
             try:
-                text = _block_text(_decode_block(update.content)) if len(update.content) else ""
+                text = block_text(decode_block(update.content)) if len(update.content) else ""
             except (msgspec.DecodeError, msgspec.ValidationError):
                 self._left_out += 1
                 return

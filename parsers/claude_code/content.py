@@ -17,7 +17,7 @@ import msgspec
 from .. import events as ev
 from ..base import elapsed_ms
 from ..file_changes import new_file_diff, unified_diff
-from .wire import _ApiUsage, _ResultLine, _SystemLine, _UserBlock
+from .wire import ApiUsage, ResultLine, SystemLine, UserBlock
 
 _STOP_REASONS: Final = {
     "end_turn": "end_turn",
@@ -30,11 +30,11 @@ _STOP_REASONS: Final = {
 }
 
 
-def _str(value: Any) -> str | None:
+def nonempty_str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _count(value: Any) -> int | None:
+def count(value: Any) -> int | None:
     """A count or a duration from free-form JSON: a whole number, not negative (JSON ``true`` is
     an int to Python, and would make a frame field of type integer invalid)."""
     return value if type(value) is int and value >= 0 else None
@@ -46,14 +46,14 @@ def _mcp_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", name)
 
 
-def _text_of(content: Any) -> str:
+def text_of(content: Any) -> str:
     """Text of a message or tool_result content: a string, or a list of blocks."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         parts = []
         for block in content:
-            if isinstance(block, _UserBlock):
+            if isinstance(block, UserBlock):
                 parts.append(block.text or "")
             elif isinstance(block, dict) and block.get("type") == "text":
                 parts.append(str(block.get("text", "")))
@@ -62,19 +62,19 @@ def _text_of(content: Any) -> str:
 
 
 # What a slash command run by the CLI itself (/compact, /cost, /context, ...) printed.
-_LOCAL_OUTPUT: Final = re.compile(
+LOCAL_OUTPUT: Final = re.compile(
     r"<local-command-(?:stdout|stderr)>(.*?)</local-command-(?:stdout|stderr)>", re.S
 )
 
 _ERROR_TAGS: Final = re.compile(r"^<tool_use_error>(.*)</tool_use_error>$", re.S)
 
 
-def _strip_error_tags(text: str) -> str:
+def strip_error_tags(text: str) -> str:
     m = _ERROR_TAGS.match(text)
     return m.group(1) if m else text
 
 
-def _interrupted_meta(meta: list[dict[str, Any]] | None, call_id: str) -> bool:
+def interrupted_meta(meta: list[dict[str, Any]] | None, call_id: str) -> bool:
     """An interrupted call: "user-rejected" with no permission decision behind it (a refused
     permission says ``permission_decision: reject``)."""
     for entry in meta or ():
@@ -85,7 +85,7 @@ def _interrupted_meta(meta: list[dict[str, Any]] | None, call_id: str) -> bool:
     return False
 
 
-def _context_of(usage: _ApiUsage) -> int:
+def context_of(usage: ApiUsage) -> int:
     return (
         (usage.input_tokens or 0)
         + (usage.cache_read_input_tokens or 0)
@@ -94,15 +94,15 @@ def _context_of(usage: _ApiUsage) -> int:
     )
 
 
-def _usage_of(usage: Any) -> ev.UsageInfo | None:
+def usage_of(usage: Any) -> ev.UsageInfo | None:
     if isinstance(usage, dict):
         try:
-            usage = msgspec.convert(usage, _ApiUsage)
+            usage = msgspec.convert(usage, ApiUsage)
         except msgspec.ValidationError:  # free-form JSON (a subagent's tool_use_result)
             return None
-    if not isinstance(usage, _ApiUsage):
+    if not isinstance(usage, ApiUsage):
         return None
-    thinking = _count((usage.output_tokens_details or {}).get("thinking_tokens"))
+    thinking = count((usage.output_tokens_details or {}).get("thinking_tokens"))
     return ev.UsageInfo(
         input_tokens=usage.input_tokens or 0,
         output_tokens=usage.output_tokens or 0,
@@ -112,7 +112,7 @@ def _usage_of(usage: Any) -> ev.UsageInfo | None:
     )
 
 
-def _stop_reason(msg: _ResultLine) -> str:
+def stop_reason_of(msg: ResultLine) -> str:
     """The DPS stop_reason of a result line (§7.5.2)."""
     if msg.terminal_reason in ("aborted_streaming", "aborted_tools"):
         return "cancelled"
@@ -129,7 +129,7 @@ def _stop_reason(msg: _ResultLine) -> str:
     return _STOP_REASONS.get(msg.stop_reason, "end_turn")
 
 
-def _foreground_subagent_end(
+def foreground_subagent_end(
     call_id: str, result: ev.ToolResult, rich: Any, parent: str | None
 ) -> ev.SubagentEnded:
     """A foreground subagent's end, told from its ``Agent`` result (status, usage, duration)."""
@@ -140,8 +140,8 @@ def _foreground_subagent_end(
     if isinstance(rich, dict):
         if rich.get("status") not in (None, "completed") and status == "completed":
             status = "failed"
-        usage = _usage_of(rich.get("usage"))
-        if usage is not None and _count(rich.get("totalTokens")) is not None:
+        usage = usage_of(rich.get("usage"))
+        if usage is not None and count(rich.get("totalTokens")) is not None:
             usage.total_tokens = rich["totalTokens"]
     return ev.SubagentEnded(
         call_id=call_id,
@@ -152,7 +152,7 @@ def _foreground_subagent_end(
     )
 
 
-def _mcp_servers(msg: _SystemLine) -> list[ev.McpServer]:
+def mcp_servers_of(msg: SystemLine) -> list[ev.McpServer]:
     """The MCP servers an ``init`` line names, each with its tools (``mcp__<server>__<tool>``)."""
     servers = []
     for server in msg.mcp_servers:
@@ -168,27 +168,27 @@ def _mcp_servers(msg: _SystemLine) -> list[ev.McpServer]:
     return servers
 
 
-def _context_window(msg: _ResultLine) -> int | None:
+def context_window_of(msg: ResultLine) -> int | None:
     """The largest context window of the models a result line's turn used."""
     capacity = None
     for model in (msg.modelUsage or {}).values():
-        window = _count(model.get("contextWindow"))
+        window = count(model.get("contextWindow"))
         if window is not None:
             capacity = max(capacity or 0, window)
     return capacity
 
 
-def _duration(rich: Any, started: str | None, ended: str | None) -> int | None:
+def duration(rich: Any, started: str | None, ended: str | None) -> int | None:
     """The tool's own duration when it reports one, else the time between the CLI's timestamps of
     the call and of its result (the lines carry them; the core reads no clock)."""
     if isinstance(rich, dict):
         for key in ("durationMs", "totalDurationMs", "duration_ms"):
-            if (own := _count(rich.get(key))) is not None:
+            if (own := count(rich.get(key))) is not None:
                 return own
     return elapsed_ms(started, ended)
 
 
-def _paths_of(tool_input: dict[str, Any]) -> list[str]:
+def paths_of(tool_input: dict[str, Any]) -> list[str]:
     paths = []
     for key in ("file_path", "notebook_path", "path"):
         value = tool_input.get(key)
@@ -201,7 +201,7 @@ def _paths_of(tool_input: dict[str, Any]) -> list[str]:
     return paths
 
 
-def _shape_output(
+def shape_output(
     result: ev.ToolResult, name: str, tool_input: dict[str, Any], rich: dict[str, Any]
 ) -> None:
     """Fill ``output`` (and ``changed``/``listing``) from the tool's ``tool_use_result``."""
@@ -243,7 +243,7 @@ def _shape_output(
         result.output = _agent_output(rich, result.output)
 
 
-def _binary_blocks(content: Any, path: str | None) -> list[ev.BinaryData]:
+def binary_blocks(content: Any, path: str | None) -> list[ev.BinaryData]:
     """The base64 blocks of a tool_result's content: the image a ``Read`` of a PNG gives the model
     (``{"type": "image", "source": {"type": "base64", "media_type", "data"}}``), a document, or
     what an MCP tool returned. The line's ``tool_use_result`` repeats the same bytes; the content
@@ -277,7 +277,7 @@ _TOOLS_USED_TAG: Final = re.compile(
 def _agent_output(rich: dict[str, Any], fallback: Any) -> Any:
     """The subagent's result: its report text plus what the CLI says about the run."""
     content = rich.get("content")
-    text = _TOOLS_USED_TAG.sub("", _text_of(content)) if isinstance(content, list) else fallback
+    text = _TOOLS_USED_TAG.sub("", text_of(content)) if isinstance(content, list) else fallback
     out: dict[str, Any] = {"text": text}
     for src, dst in (
         ("status", "status"),
@@ -298,7 +298,7 @@ _SUMMARY_START: Final = re.compile(r"^Summary:\s*$", re.M)
 _SUMMARY_END: Final = re.compile(r"\n\s*If you need specific details from before compaction", re.S)
 
 
-def _summary_of(text: str) -> str:
+def summary_of(text: str) -> str:
     start = _SUMMARY_START.search(text)
     if start is None:
         return text.strip()
@@ -356,7 +356,7 @@ def _add_preserved(found: dict[str, list[Any]], key: str, text: str) -> None:
 
 
 # Descriptions of the built-in slash commands 2.1.328 lists; others are named by the CLI only.
-_COMMANDS: Final[dict[str, str]] = {
+COMMANDS: Final[dict[str, str]] = {
     "compact": "Compact the conversation, keeping a summary in context",
     "clear": "Clear the conversation history",
     "context": "Show the current context usage",

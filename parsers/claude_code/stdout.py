@@ -16,39 +16,39 @@ from .. import events as ev
 from ..base import JsonLinesParser
 from ..json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 from .content import (
-    _COMMANDS,
-    _LOCAL_OUTPUT,
-    _binary_blocks,
-    _context_of,
-    _context_window,
-    _count,
-    _duration,
-    _foreground_subagent_end,
-    _interrupted_meta,
-    _mcp_servers,
-    _paths_of,
-    _shape_output,
-    _stop_reason,
-    _str,
-    _strip_error_tags,
-    _summary_of,
-    _text_of,
-    _usage_of,
+    COMMANDS,
+    LOCAL_OUTPUT,
+    binary_blocks,
+    context_of,
+    context_window_of,
+    count,
+    duration,
+    foreground_subagent_end,
+    interrupted_meta,
+    mcp_servers_of,
+    nonempty_str,
+    paths_of,
     preserved_elements,
+    shape_output,
+    stop_reason_of,
+    strip_error_tags,
+    summary_of,
+    text_of,
+    usage_of,
 )
 from .wire import (
-    _KNOWN_KINDS,
-    _AssistantLine,
-    _Block,
-    _CompactMeta,
-    _ControlRequestLine,
-    _ControlResponseLine,
-    _line_decoder,
-    _ResultLine,
-    _StreamEventLine,
-    _SystemLine,
-    _UserBlock,
-    _UserLine,
+    LINE_KINDS,
+    AssistantLine,
+    Block,
+    CompactMeta,
+    ControlRequestLine,
+    ControlResponseLine,
+    ResultLine,
+    StreamEventLine,
+    SystemLine,
+    UserBlock,
+    UserLine,
+    line_decoder,
 )
 
 __all__ = ["MAX_OPEN_BLOCKS", "MAX_STREAMED_MESSAGES", "ClaudeCodeParser"]
@@ -78,7 +78,7 @@ _QUIET_SYSTEM: Final = frozenset(
 )
 
 
-class _Call(msgspec.Struct):
+class _ToolUse(msgspec.Struct):
     name: str
     input: dict[str, Any]
     parent: str | None
@@ -108,7 +108,7 @@ class ClaudeCodeParser(JsonLinesParser):
         "_whole_counts",
         "mode",
     )
-    KNOWN_KINDS = _KNOWN_KINDS
+    KNOWN_KINDS = LINE_KINDS
 
     def __init__(self) -> None:
         super().__init__()
@@ -118,7 +118,7 @@ class ClaudeCodeParser(JsonLinesParser):
         self._streamed: dict[str, str | None] = {}
         self._aborted_streams: set[str] = set()
         self._whole_counts: dict[str, int] = {}  # message id → whole blocks seen (for keys)
-        self._calls: dict[str, _Call] = {}  # open tool calls by tool_use id
+        self._calls: dict[str, _ToolUse] = {}  # open tool calls by tool_use id
         self._compaction: _PendingCompaction | None = None
         self._api_error_noticed = False
         self._context_used: int | None = None
@@ -132,11 +132,11 @@ class ClaudeCodeParser(JsonLinesParser):
 
     def feed(self, line: bytes) -> list[ev.AgentEvent]:
         try:
-            msg = _line_decoder.decode(line)
+            msg = line_decoder.decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as err:
             return self._undecodable(line, err)
         # The hot path first: a streamed text delta.
-        if type(msg) is _StreamEventLine and self._compaction is None:
+        if type(msg) is StreamEventLine and self._compaction is None:
             event = msg.event
             delta = event.delta
             if delta is not None and delta.type == "text_delta" and delta.text is not None:
@@ -157,19 +157,19 @@ class ClaudeCodeParser(JsonLinesParser):
         out: list[ev.AgentEvent] = []
         if self._compaction is not None and not _continues_compaction(msg):
             out += self._flush_compaction("")
-        if type(msg) is _StreamEventLine:
+        if type(msg) is StreamEventLine:
             return out + self._stream_event(msg)
-        if type(msg) is _AssistantLine:
+        if type(msg) is AssistantLine:
             return out + self._assistant(msg)
-        if type(msg) is _UserLine:
+        if type(msg) is UserLine:
             return out + self._user(msg)
-        if type(msg) is _SystemLine:
+        if type(msg) is SystemLine:
             return out + self._system(msg, line)
-        if type(msg) is _ResultLine:
+        if type(msg) is ResultLine:
             return out + self._result(msg)
-        if type(msg) is _ControlRequestLine:
+        if type(msg) is ControlRequestLine:
             return out + self._control_request(msg, line)
-        if type(msg) is _ControlResponseLine:
+        if type(msg) is ControlResponseLine:
             return out + self._control_response(msg)
         return out  # pragma: no cover (the union has no other member)
 
@@ -189,7 +189,7 @@ class ClaudeCodeParser(JsonLinesParser):
 
     # --- stream events ----------------------------------------------------------------------------
 
-    def _stream_event(self, msg: _StreamEventLine) -> list[ev.AgentEvent]:
+    def _stream_event(self, msg: StreamEventLine) -> list[ev.AgentEvent]:
         event = msg.event
         message_id = msg.api_message_id or ""
         kind = event.type
@@ -254,13 +254,13 @@ class ClaudeCodeParser(JsonLinesParser):
 
     # --- assistant lines --------------------------------------------------------------------------
 
-    def _assistant(self, msg: _AssistantLine) -> list[ev.AgentEvent]:
+    def _assistant(self, msg: AssistantLine) -> list[ev.AgentEvent]:
         message = msg.message
         parent = msg.parent_tool_use_id
         if msg.is_api_error_message:
             return self._api_error_message(msg)
         if parent is None and message.usage is not None:
-            self._context_used = _context_of(message.usage)
+            self._context_used = context_of(message.usage)
         streamed = message.id in self._streamed
         if msg.aborted and streamed:
             self._aborted_streams.add(message.id)
@@ -288,7 +288,7 @@ class ClaudeCodeParser(JsonLinesParser):
                 out.append(ev.ThinkingEnd(block=key, cancelled=msg.aborted, parent=parent))
         return out
 
-    def _tool_use(self, msg: _AssistantLine, block: _Block) -> list[ev.AgentEvent]:
+    def _tool_use(self, msg: AssistantLine, block: Block) -> list[ev.AgentEvent]:
         call_id = block.id or ""
         name = block.name or "?"
         tool_input = block.input or {}
@@ -298,7 +298,7 @@ class ClaudeCodeParser(JsonLinesParser):
         if len(self._calls) >= _MAX_OPEN_CALLS:
             # Calls whose result never came (the CLI died, an interrupt lost it): forget the oldest.
             del self._calls[next(iter(self._calls))]
-        self._calls[call_id] = _Call(name, tool_input, parent, msg.timestamp, background)
+        self._calls[call_id] = _ToolUse(name, tool_input, parent, msg.timestamp, background)
         call = ev.ToolCall(
             call_id=call_id,
             name=name,
@@ -310,8 +310,8 @@ class ClaudeCodeParser(JsonLinesParser):
         out: list[ev.AgentEvent] = []
         if subagent:
             # The CLI's default subagent is general-purpose when the model names none.
-            call.subagent_type = _str(tool_input.get("subagent_type")) or "general-purpose"
-            call.description = _str(tool_input.get("description"))
+            call.subagent_type = nonempty_str(tool_input.get("subagent_type")) or "general-purpose"
+            call.description = nonempty_str(tool_input.get("description"))
         elif name == "ExitPlanMode" and isinstance(tool_input.get("plan"), str):
             # The plan document is content for the user, marked as such (Appendix A.3).
             key = f"{call_id}:plan"
@@ -320,7 +320,7 @@ class ClaudeCodeParser(JsonLinesParser):
         out.append(call)
         return out
 
-    def _api_error_message(self, msg: _AssistantLine) -> list[ev.AgentEvent]:
+    def _api_error_message(self, msg: AssistantLine) -> list[ev.AgentEvent]:
         text = "".join(b.text or "" for b in msg.message.content if b.type == "text")
         self._api_error_noticed = True
         return [
@@ -336,13 +336,13 @@ class ClaudeCodeParser(JsonLinesParser):
 
     # --- user lines: tool results, subagent prompts, compaction summaries -------------------------
 
-    def _user(self, msg: _UserLine) -> list[ev.AgentEvent]:
+    def _user(self, msg: UserLine) -> list[ev.AgentEvent]:
         content = msg.message.content
         if self._compaction is not None and msg.isSynthetic:
-            return self._flush_compaction(_text_of(content))
+            return self._flush_compaction(text_of(content))
         if isinstance(content, str) or (content and all(b.type == "text" for b in content)):
             # A prompt (replayed) is what the master sent; a slash command's output is news.
-            return self._local_command_output(_text_of(content), msg.parent_tool_use_id)
+            return self._local_command_output(text_of(content), msg.parent_tool_use_id)
         out: list[ev.AgentEvent] = []
         results = [b for b in content if b.type == "tool_result"]
         for block in results:
@@ -350,7 +350,7 @@ class ClaudeCodeParser(JsonLinesParser):
         return out
 
     def _local_command_output(self, text: str, parent: str | None) -> list[ev.AgentEvent]:
-        found = _LOCAL_OUTPUT.findall(text)
+        found = LOCAL_OUTPUT.findall(text)
         if not found:
             return []
         self._local_outputs += 1
@@ -361,7 +361,7 @@ class ClaudeCodeParser(JsonLinesParser):
             ev.TextEnd(block=key, parent=parent),
         ]
 
-    def _tool_result(self, msg: _UserLine, block: _UserBlock, only: bool) -> list[ev.AgentEvent]:
+    def _tool_result(self, msg: UserLine, block: UserBlock, only: bool) -> list[ev.AgentEvent]:
         call_id = block.tool_use_id or ""
         call = self._calls.pop(call_id, None)
         name = call.name if call is not None else None
@@ -370,9 +370,9 @@ class ClaudeCodeParser(JsonLinesParser):
         # tool_use_result belongs to the line; with several results on one line it cannot be
         # told apart, so it is used only when the line has one.
         rich = msg.tool_use_result if only else None
-        text = _strip_error_tags(_text_of(block.content))
+        text = strip_error_tags(text_of(block.content))
         cancelled = is_error and (
-            rich == _INTERRUPT_RESULT or _interrupted_meta(msg.tool_result_meta, call_id)
+            rich == _INTERRUPT_RESULT or interrupted_meta(msg.tool_result_meta, call_id)
         )
         if isinstance(rich, dict) and rich.get("interrupted") is True:
             cancelled = True
@@ -384,12 +384,12 @@ class ClaudeCodeParser(JsonLinesParser):
             parent=parent,
         )
         if call is not None and not is_error and isinstance(rich, dict):
-            _shape_output(result, call.name, call.input, rich)
+            shape_output(result, call.name, call.input, rich)
         if not is_error:
             path = call.input.get("file_path") if call is not None else None
-            result.binary = _binary_blocks(block.content, path if isinstance(path, str) else None)
+            result.binary = binary_blocks(block.content, path if isinstance(path, str) else None)
         if call is not None:
-            result.duration_ms = _duration(rich, call.started, msg.timestamp)
+            result.duration_ms = duration(rich, call.started, msg.timestamp)
         out: list[ev.AgentEvent] = []
         if name in ("Agent", "Task") and call is not None:
             if isinstance(rich, dict) and rich.get("isAsync"):
@@ -398,7 +398,7 @@ class ClaudeCodeParser(JsonLinesParser):
                 result.background = True
             else:
                 self._forget_subagent(call_id)
-                out.append(_foreground_subagent_end(call_id, result, rich, parent))
+                out.append(foreground_subagent_end(call_id, result, rich, parent))
         out.append(result)
         return out
 
@@ -409,12 +409,12 @@ class ClaudeCodeParser(JsonLinesParser):
 
     # --- system lines -----------------------------------------------------------------------------
 
-    def _system(self, msg: _SystemLine, line: bytes) -> list[ev.AgentEvent]:
+    def _system(self, msg: SystemLine, line: bytes) -> list[ev.AgentEvent]:
         sub = msg.subtype
         if sub == "init":
             return [self._init(msg)]
         if sub == "compact_boundary":
-            meta = msg.compact_metadata or _CompactMeta()
+            meta = msg.compact_metadata or CompactMeta()
             post = meta.post_tokens if meta.post_tokens is not None else 0
             self._compaction = _PendingCompaction(meta.trigger, meta.pre_tokens, post)
             # The context is now what the compaction left: the turn's usage says so.
@@ -462,20 +462,20 @@ class ClaudeCodeParser(JsonLinesParser):
             return []
         return self._unknown(f"system/{sub}", line)
 
-    def _init(self, msg: _SystemLine) -> ev.SessionStarted:
+    def _init(self, msg: SystemLine) -> ev.SessionStarted:
         self.mode = msg.permissionMode
         return ev.SessionStarted(
             agent_session_id=msg.session_id,
             model=msg.model,
             tools=list(msg.tools),
-            mcp_servers=_mcp_servers(msg),
+            mcp_servers=mcp_servers_of(msg),
             commands=[
                 ev.SlashCommand(name=c, description=self._describe(c)) for c in msg.slash_commands
             ],
             permission_mode=msg.permissionMode,
         )
 
-    def _task_notification(self, msg: _SystemLine) -> list[ev.AgentEvent]:
+    def _task_notification(self, msg: SystemLine) -> list[ev.AgentEvent]:
         call_id = msg.tool_use_id
         if not call_id:
             return []
@@ -488,12 +488,12 @@ class ClaudeCodeParser(JsonLinesParser):
             msg.status or "", "failed" if msg.status == "error" else "completed"
         )
         usage = msg.usage or {}
-        total = _count(usage.get("total_tokens"))
+        total = count(usage.get("total_tokens"))
         return [
             ev.SubagentEnded(
                 call_id=call_id,
                 status=status,  # type: ignore[arg-type]
-                duration_ms=_count(usage.get("duration_ms")),
+                duration_ms=count(usage.get("duration_ms")),
                 summary=msg.summary,
                 usage=ev.UsageInfo(total_tokens=total) if total is not None else None,
             )
@@ -503,7 +503,7 @@ class ClaudeCodeParser(JsonLinesParser):
         pending = self._compaction
         assert pending is not None
         self._compaction = None
-        summary = _summary_of(text)
+        summary = summary_of(text)
         trigger: Literal["auto", "manual"] = "manual" if pending.trigger == "manual" else "auto"
         return [
             ev.Compacted(
@@ -528,7 +528,7 @@ class ClaudeCodeParser(JsonLinesParser):
         self._whole_counts.clear()
         self._api_error_noticed = False
 
-    def _result(self, msg: _ResultLine) -> list[ev.AgentEvent]:
+    def _result(self, msg: ResultLine) -> list[ev.AgentEvent]:
         noticed = self._api_error_noticed
         self._forget_turn()
         if self._blocks:
@@ -537,7 +537,7 @@ class ClaudeCodeParser(JsonLinesParser):
             # stream after the result: they stay.
             self._blocks = {k: b for k, b in self._blocks.items() if b[2] is not None}
         out: list[ev.AgentEvent] = []
-        stop = _stop_reason(msg)
+        stop = stop_reason_of(msg)
         api_error = msg.api_error_status is not None or msg.terminal_reason == "api_error"
         if api_error and not noticed:
             out.append(
@@ -555,10 +555,10 @@ class ClaudeCodeParser(JsonLinesParser):
         out.append(
             ev.TurnEnded(
                 stop_reason=stop,  # type: ignore[arg-type]
-                usage=_usage_of(msg.usage),
+                usage=usage_of(msg.usage),
                 cost_usd=msg.total_cost_usd,
                 num_turns=msg.num_turns,
-                context_window=_context_window(msg),
+                context_window=context_window_of(msg),
                 context_used=self._context_used,
                 is_error=msg.is_error,
                 error=error,
@@ -566,11 +566,11 @@ class ClaudeCodeParser(JsonLinesParser):
         )
         return out
 
-    def _control_request(self, msg: _ControlRequestLine, line: bytes) -> list[ev.AgentEvent]:
+    def _control_request(self, msg: ControlRequestLine, line: bytes) -> list[ev.AgentEvent]:
         req = msg.request
         if req.subtype != "can_use_tool":
             return self._unknown(f"control_request/{req.subtype}", line)
-        paths = _paths_of(req.input)
+        paths = paths_of(req.input)
         if req.blocked_path and req.blocked_path not in paths:
             paths.append(req.blocked_path)
         call = self._calls.get(req.tool_use_id or "")
@@ -586,7 +586,7 @@ class ClaudeCodeParser(JsonLinesParser):
             )
         ]
 
-    def _control_response(self, msg: _ControlResponseLine) -> list[ev.AgentEvent]:
+    def _control_response(self, msg: ControlResponseLine) -> list[ev.AgentEvent]:
         body = msg.response
         ok = body.subtype == "success"
         out: list[ev.AgentEvent] = []
@@ -602,12 +602,12 @@ class ClaudeCodeParser(JsonLinesParser):
     def _commands_listed(self, listed: list[Any]) -> ev.CommandsListed:
         commands = []
         for item in listed[:_MAX_COMMANDS]:
-            name = _str(item.get("name")) if isinstance(item, dict) else None
+            name = nonempty_str(item.get("name")) if isinstance(item, dict) else None
             if name is None:
                 continue
-            description = _str(item.get("description"))
+            description = nonempty_str(item.get("description"))
             remembered = len(self._command_descriptions) < _MAX_COMMANDS
-            if description is not None and name not in _COMMANDS and remembered:
+            if description is not None and name not in COMMANDS and remembered:
                 first = description.split("\n", 1)[0].strip()
                 if len(first) > _MAX_COMMAND_DESCRIPTION:
                     first = first[: _MAX_COMMAND_DESCRIPTION - 1].rstrip() + "…"
@@ -616,7 +616,7 @@ class ClaudeCodeParser(JsonLinesParser):
         return ev.CommandsListed(commands=commands)
 
     def _describe(self, command: str) -> str | None:
-        return _COMMANDS.get(command) or self._command_descriptions.get(command)
+        return COMMANDS.get(command) or self._command_descriptions.get(command)
 
 
 # --- pure helpers ---------------------------------------------------------------------------------
@@ -624,6 +624,6 @@ class ClaudeCodeParser(JsonLinesParser):
 
 def _continues_compaction(msg: object) -> bool:
     """Lines that may sit between compact_boundary and its summary without ending the wait."""
-    return type(msg) is _UserLine or (
-        type(msg) is _SystemLine and msg.subtype in ("init", "status")  # type: ignore[attr-defined]
+    return type(msg) is UserLine or (
+        type(msg) is SystemLine and msg.subtype in ("init", "status")  # type: ignore[attr-defined]
     )

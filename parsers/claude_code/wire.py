@@ -1,5 +1,5 @@
 """Claude Code's stream-json stdout lines as msgspec structs: one tagged union of the line kinds
-(``type``), decoded once per line by ``_line_decoder``.
+(``type``), decoded once per line by ``line_decoder``.
 
 Nested parts that only some lines need (a user line's ``tool_use_result``, a tool's ``input``) are
 typed loosely and read on demand; everything else is skipped by the decoder without building Python
@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import msgspec
 
-_KNOWN_KINDS: Final = frozenset(
+LINE_KINDS: Final = frozenset(
     {"stream_event", "assistant", "user", "system", "result", "control_request", "control_response"}
 )
 
@@ -46,13 +46,13 @@ class _StreamEvent(msgspec.Struct):
     message: _StartMessage | None = None
 
 
-class _StreamEventLine(msgspec.Struct, tag="stream_event", tag_field="type"):
+class StreamEventLine(msgspec.Struct, tag="stream_event", tag_field="type"):
     event: _StreamEvent = msgspec.field(default_factory=_StreamEvent)
     parent_tool_use_id: str | None = None
     api_message_id: str | None = None
 
 
-class _Block(msgspec.Struct):
+class Block(msgspec.Struct):
     type: str = ""
     text: str | None = None
     thinking: str | None = None
@@ -61,7 +61,7 @@ class _Block(msgspec.Struct):
     input: dict[str, Any] | None = None
 
 
-class _ApiUsage(msgspec.Struct):
+class ApiUsage(msgspec.Struct):
     input_tokens: int | None = 0
     output_tokens: int | None = 0
     cache_read_input_tokens: int | None = None
@@ -72,11 +72,11 @@ class _ApiUsage(msgspec.Struct):
 class _AssistantMessage(msgspec.Struct):
     id: str = ""
     model: str | None = None
-    content: list[_Block] = []
-    usage: _ApiUsage | None = None
+    content: list[Block] = []
+    usage: ApiUsage | None = None
 
 
-class _AssistantLine(msgspec.Struct, tag="assistant", tag_field="type"):
+class AssistantLine(msgspec.Struct, tag="assistant", tag_field="type"):
     message: _AssistantMessage = msgspec.field(default_factory=_AssistantMessage)
     parent_tool_use_id: str | None = None
     aborted: bool = False
@@ -87,7 +87,7 @@ class _AssistantLine(msgspec.Struct, tag="assistant", tag_field="type"):
     timestamp: str | None = None
 
 
-class _UserBlock(msgspec.Struct):
+class UserBlock(msgspec.Struct):
     type: str = ""
     text: str | None = None
     tool_use_id: str | None = None
@@ -96,10 +96,10 @@ class _UserBlock(msgspec.Struct):
 
 
 class _UserMessage(msgspec.Struct):
-    content: str | list[_UserBlock] = ""
+    content: str | list[UserBlock] = ""
 
 
-class _UserLine(msgspec.Struct, tag="user", tag_field="type"):
+class UserLine(msgspec.Struct, tag="user", tag_field="type"):
     message: _UserMessage = msgspec.field(default_factory=_UserMessage)
     parent_tool_use_id: str | None = None
     tool_use_result: Any = None
@@ -115,13 +115,13 @@ class _McpServerInfo(msgspec.Struct):
     error: str | None = None
 
 
-class _CompactMeta(msgspec.Struct):
+class CompactMeta(msgspec.Struct):
     trigger: str = "auto"
     pre_tokens: int = 0
     post_tokens: int | None = None
 
 
-class _SystemLine(msgspec.Struct, tag="system", tag_field="type"):
+class SystemLine(msgspec.Struct, tag="system", tag_field="type"):
     subtype: str = ""
     session_id: str | None = None
     # init
@@ -134,7 +134,7 @@ class _SystemLine(msgspec.Struct, tag="system", tag_field="type"):
     status: str | None = None
     compact_result: str | None = None
     # compact_boundary
-    compact_metadata: _CompactMeta | None = None
+    compact_metadata: CompactMeta | None = None
     # api_retry
     attempt: int | None = None
     max_retries: int | None = None
@@ -156,14 +156,14 @@ class _SystemLine(msgspec.Struct, tag="system", tag_field="type"):
     last_tool_name: str | None = None
 
 
-class _ResultLine(msgspec.Struct, tag="result", tag_field="type"):
+class ResultLine(msgspec.Struct, tag="result", tag_field="type"):
     subtype: str = ""
     is_error: bool = False
     stop_reason: str | None = None
     terminal_reason: str | None = None
     num_turns: int | None = None
     total_cost_usd: float | None = None
-    usage: _ApiUsage | None = None
+    usage: ApiUsage | None = None
     modelUsage: dict[str, dict[str, Any]] | None = None
     api_error_status: int | None = None
     result: str | None = None
@@ -179,7 +179,7 @@ class _ControlRequestBody(msgspec.Struct):
     blocked_path: str | None = None
 
 
-class _ControlRequestLine(msgspec.Struct, tag="control_request", tag_field="type"):
+class ControlRequestLine(msgspec.Struct, tag="control_request", tag_field="type"):
     request_id: str = ""
     request: _ControlRequestBody = msgspec.field(default_factory=_ControlRequestBody)
 
@@ -191,17 +191,17 @@ class _ControlResponseBody(msgspec.Struct):
     error: str | None = None
 
 
-class _ControlResponseLine(msgspec.Struct, tag="control_response", tag_field="type"):
+class ControlResponseLine(msgspec.Struct, tag="control_response", tag_field="type"):
     response: _ControlResponseBody = msgspec.field(default_factory=_ControlResponseBody)
 
 
 _Line = (
-    _StreamEventLine
-    | _AssistantLine
-    | _UserLine
-    | _SystemLine
-    | _ResultLine
-    | _ControlRequestLine
-    | _ControlResponseLine
+    StreamEventLine
+    | AssistantLine
+    | UserLine
+    | SystemLine
+    | ResultLine
+    | ControlRequestLine
+    | ControlResponseLine
 )
-_line_decoder: Final = msgspec.json.Decoder(_Line)
+line_decoder: Final = msgspec.json.Decoder(_Line)

@@ -153,7 +153,7 @@ _CLI_ERRORS: Final = (
 )
 
 
-class _Call(msgspec.Struct):
+class _PendingTool(msgspec.Struct):
     name: str
     input: dict[str, Any]
     started: str | None
@@ -176,7 +176,7 @@ class GeminiParser(JsonLinesParser, DescribesExit, ReadsWorkspace):
     def __init__(self, read_file: Reader = no_files) -> None:
         super().__init__()
         self._files = FileChanges(read_file)
-        self._calls: dict[str, _Call] = {}
+        self._calls: dict[str, _PendingTool] = {}
         self._text: str | None = None  # the open text block's key
         self._blocks = 0
         self._batch: str | None = None  # the group of the tool calls being printed together
@@ -277,7 +277,7 @@ class GeminiParser(JsonLinesParser, DescribesExit, ReadsWorkspace):
             self._files.before([msg.parameters["file_path"]])
         if len(self._calls) >= _MAX_OPEN_CALLS:
             del self._calls[next(iter(self._calls))]  # never answered (the CLI died): the oldest
-        self._calls[msg.tool_id] = _Call(msg.tool_name, msg.parameters, msg.timestamp)
+        self._calls[msg.tool_id] = _PendingTool(msg.tool_name, msg.parameters, msg.timestamp)
         return [
             ev.ToolCall(
                 call_id=msg.tool_id, name=msg.tool_name, input=msg.parameters, group=self._batch

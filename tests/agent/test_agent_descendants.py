@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from gateway.agent.descendants import kill_all_groups, live_groups
-from gateway.agent.process import EXIT_DRAIN_S, AgentProcess
+from gateway.agent.process import EXIT_DRAIN_SEC, AgentProcess
 from tests.support.gateway_exit import none_outlive_the_gateway
 from tests.support.loops import HOSTILE, HOWS, LOOPS, PY, run
 from tests.support.procs import alive, gone
@@ -67,7 +67,7 @@ def test_exit_ends_the_output_whatever_a_descendant_holds(
     loop_factory: Any, how: str, tmp_path: Path
 ) -> None:
     """The agent exits 0 leaving a descendant that ignores SIGTERM (and may hold stdout): every
-    line it printed arrives, then EOF (at most EXIT_DRAIN_S after the exit, not 120 s later);
+    line it printed arrives, then EOF (at most EXIT_DRAIN_SEC after the exit, not 120 s later);
     the descendant is killed when the grace ends and reaped."""
 
     async def scenario() -> None:
@@ -107,8 +107,8 @@ def test_terminate_reaches_descendants_that_left_the_group(
 
 def test_the_drain_after_exit_is_bounded(tmp_path: Path) -> None:
     """A descendant in the group that ignores SIGTERM and holds stdout, with a 60 s grace before
-    its SIGKILL: stdout still ends (EXIT_DRAIN_S after the exit, within the test's 20 s limit) with
-    every line the agent printed, while the descendant still lives."""
+    its SIGKILL: stdout still ends (EXIT_DRAIN_SEC after the exit, within the test's 20 s limit)
+    with every line the agent printed, while the descendant still lives."""
 
     async def scenario() -> None:
         proc = await hostile(tmp_path, "group", grace=60.0)
@@ -121,7 +121,7 @@ def test_the_drain_after_exit_is_bounded(tmp_path: Path) -> None:
         await eventually(lambda: gone(descendant), "the descendant to be reaped", timeout=10)
         assert proc.pid not in live_groups()
 
-    assert EXIT_DRAIN_S < 20
+    assert EXIT_DRAIN_SEC < 20
     run(asyncio.new_event_loop, scenario())
 
 
@@ -155,7 +155,7 @@ def test_kill_all_groups_reaches_escaped_descendants(tmp_path: Path) -> None:
 
 def test_the_drain_waits_for_a_consumer_that_is_behind(tmp_path: Path) -> None:
     """The agent writes more than the high-water mark and exits; the consumer reads nothing for
-    longer than EXIT_DRAIN_S: what was in the pipe was the agent's own output, and all of it
+    longer than EXIT_DRAIN_SEC: what was in the pipe was the agent's own output, and all of it
     arrives."""
 
     async def scenario() -> None:
@@ -169,7 +169,7 @@ def test_the_drain_waits_for_a_consumer_that_is_behind(tmp_path: Path) -> None:
         )
         assert (await proc.wait()).kind == "ok"
         await eventually(lambda: proc.stdout_pauses >= 1, "a pause of the stdout reader")
-        await asyncio.sleep(EXIT_DRAIN_S + 0.5)
+        await asyncio.sleep(EXIT_DRAIN_SEC + 0.5)
         lines = [item.line async for item in proc]
         assert lines == [b"x" * 9] * 5000
 

@@ -788,7 +788,7 @@ def test_close_releases_unread_output_of_an_exited_or_blocked_agent() -> None:
     async def scenario() -> None:
         # Fits in the pipe: the agent exits while we have paused reading it. It exits only once
         # the pause is seen (at the end of its stdin): from its exit on, its output is read for
-        # EXIT_DRAIN_S at most, and a loaded machine may not have read the first lines by then.
+        # EXIT_DRAIN_SEC at most, and a loaded machine may not have read the first lines by then.
         proc = await spawn(
             "import sys; sys.stdout.write(('x' * 9 + '\\n') * 3000 + '\\n' * 2000);"
             " sys.stdout.flush(); sys.stdin.read()",

@@ -919,7 +919,7 @@ async def test_real_server_DPS_7_8_reattach_unfinalizes_from_the_gateway_history
             synthetic = view.finalize()
             assert {f.TYPE for f in synthetic} >= {"agent.text.done", "session.turn.end"}
             # The turn goes on in the gateway, buffered: wait for a frame the master missed.
-            history = gw.sessions[sid].history
+            history = gw.sessions[sid].buffer
             await eventually(
                 lambda: history.since(conn.last_message_id).frames, "a frame after the drop"
             )

@@ -211,7 +211,7 @@ async def test_tickets_are_bounded_per_credential(gw):
 
 
 def test_ticket_store_bounds_each_owner_apart():
-    store = console.TicketStore(ttl_s=30, capacity=10, per_owner=2)
+    store = console.TicketStore(ttl_sec=30, capacity=10, per_owner=2)
     a = [store.issue("s", now=0.0, owner="a") for _ in range(3)]
     assert a[0] and a[1] and a[2] is None
     assert store.issue("s", now=0.0, owner="b") is not None  # another credential is not locked out
@@ -239,7 +239,7 @@ async def test_tickets_are_bounded(gw):
 
 
 def test_ticket_store_expiry_and_capacity():
-    store = console.TicketStore(ttl_s=30, capacity=2)
+    store = console.TicketStore(ttl_sec=30, capacity=2)
     t1 = store.issue("s1", now=0.0)
     assert t1 is not None and store.issue("s1", now=1.0) is not None
     assert store.issue("s1", now=2.0) is None  # full

@@ -33,7 +33,7 @@ from tests.support.rig.scenario import parse_scenario
 pytestmark = pytest.mark.realcli
 
 SCENARIO = RIG / "scenarios" / "claude-code-e2e"
-LIMIT_S = 90.0
+LIMIT_SEC = 90.0
 FIRST_PROMPT = "Remember the number 42."
 SECOND_PROMPT = "Which number did I ask you to remember?"
 
@@ -105,7 +105,7 @@ async def run_cli_directly(cli: CliSetup, conversation_id: str) -> None:
 @contextlib.asynccontextmanager
 async def rig(profile: str = "claude-code") -> AsyncIterator[Rig]:
     require_cli("claude-code")
-    async with scripted_cli(SCENARIO / "conversation.toml") as cli, asyncio.timeout(LIMIT_S):
+    async with scripted_cli(SCENARIO / "conversation.toml") as cli, asyncio.timeout(LIMIT_SEC):
         conversation_id = str(uuid.uuid4())
         await run_cli_directly(cli, conversation_id)
         base = builtin_profiles(claude=str(cli.binary))[profile]
@@ -294,7 +294,7 @@ CODEX_CALLS = [
 async def test_codex_thread_run_in_the_terminal_is_listed_and_continued() -> None:
     binary = require_cli("codex")
     scenario = parse_scenario({"calls": CODEX_CALLS}, name="conversation", agent="codex")
-    async with scripted_cli(scenario) as cli, asyncio.timeout(LIMIT_S):
+    async with scripted_cli(scenario) as cli, asyncio.timeout(LIMIT_SEC):
         out = await in_terminal(
             cli, cli.cwd, str(binary), "exec", "--json", "--skip-git-repo-check", FIRST_PROMPT
         )
@@ -342,7 +342,7 @@ GEMINI_CALLS = [
 async def test_gemini_session_run_in_the_terminal_is_listed_and_continued() -> None:
     binary = require_cli("gemini")
     scenario = parse_scenario({"calls": GEMINI_CALLS}, name="conversation", agent="gemini")
-    async with scripted_cli(scenario) as cli, asyncio.timeout(LIMIT_S):
+    async with scripted_cli(scenario) as cli, asyncio.timeout(LIMIT_SEC):
         out = await in_terminal(
             cli,
             cli.cwd,

@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.realcli, pytest.mark.prometheus]
 
 TOKEN = "usage-test-token"
 GEMINI_MODEL = "gemini-2.5-flash"  # without -m the CLI first makes a routing call ("auto")
-DEADLINE_S = 90.0  # CLI turns plus scrapes, on a busy machine
+DEADLINE_SEC = 90.0  # CLI turns plus scrapes, on a busy machine
 KINDS = ("input", "output", "cache_read", "cache_write")
 
 
@@ -58,12 +58,12 @@ class Watched:
 
     async def turn(self, text: str, timeout: float = 60) -> list[dict[str, Any]]:
         """Send a prompt, read up to the session.usage after its session.turn.end. The waits on
-        Prometheus that follow get DEADLINE_S from here."""
+        Prometheus that follow get DEADLINE_SEC from here."""
         start = len(self.master.frames)
         await self.master.send("control.prompt.request", {"prompt_text": text})
         await self.master.until("session.turn.end", timeout=timeout)
         assert (await self.master.next(timeout=10))["type"] == "session.usage"  # DPS-7.5.2-usage
-        self.deadline = max(self.deadline, time.monotonic() + DEADLINE_S)
+        self.deadline = max(self.deadline, time.monotonic() + DEADLINE_SEC)
         return self.master.frames[start:]
 
     async def turns(self, *texts: str) -> list[dict[str, Any]]:
@@ -123,7 +123,7 @@ async def watched(
                 aiohttp.ClientSession() as http,
             ):
                 w = Watched(agent, cli, client, session["session_id"], master, prometheus, http)
-                w.deadline = time.monotonic() + DEADLINE_S
+                w.deadline = time.monotonic() + DEADLINE_SEC
                 # Scraped before any turn: no token was counted yet.
                 await w.equals('count(up{job="rawp-gateway"} == 1)', 1)
                 assert await query(http, prometheus, "rawp_gateway_tokens_total") == []

@@ -313,7 +313,7 @@ async def test_start_folds_pending_observations_periodically():
 
 
 async def test_fast_observations_are_folded_sooner():
-    """Many latencies in one interval: the next fold comes after FOLD_BUSY_INTERVAL_S, so that
+    """Many latencies in one interval: the next fold comes after FOLD_BUSY_INTERVAL_SEC, so that
     a fold never holds the event loop for a quarter second's worth; idle, the interval returns."""
     m = GatewayMetrics()  # not started: each _fold_tick arms the one timer
     try:
@@ -323,10 +323,10 @@ async def test_fast_observations_are_folded_sooner():
         m._fold_tick()  # what the timer calls
         assert len(m._latency.pending) == 0
         assert m._fold_timer is not None
-        assert m._fold_timer.when() - loop.time() <= m.FOLD_BUSY_INTERVAL_S
+        assert m._fold_timer.when() - loop.time() <= m.FOLD_BUSY_INTERVAL_SEC
         m.observe_latency_ns(1_000)
         m._fold_tick()  # quiet again
-        assert m._fold_timer.when() - loop.time() > m.FOLD_BUSY_INTERVAL_S
+        assert m._fold_timer.when() - loop.time() > m.FOLD_BUSY_INTERVAL_SEC
     finally:
         m.close()
 

@@ -22,7 +22,7 @@ from tests.support.prometheus import prometheus_binary, query, run_prometheus, w
 pytestmark = pytest.mark.prometheus
 
 TOKEN = "decisions-test-token"
-DEADLINE_S = 30.0  # scrapes on a busy machine
+DEADLINE_SEC = 30.0  # scrapes on a busy machine
 RULES = (
     Rule("no-secrets", "deny", (Glob("Write"),), (("file_path", Glob("*secret*")),)),
     Rule("writes", "allow", (Glob("Write"),)),
@@ -48,7 +48,7 @@ async def test_decisions_and_budgets_reach_prometheus_and_the_dashboard_row(tmp_
             run_prometheus(tmp_path, TOKEN, [{"targets": [address]}]) as prometheus,
             aiohttp.ClientSession() as http,
         ):
-            deadline = time.monotonic() + DEADLINE_S
+            deadline = time.monotonic() + DEADLINE_SEC
 
             async def equals(promql: str, value: float) -> None:
                 await wait_for_value(http, prometheus, promql, value, deadline)

@@ -45,7 +45,7 @@ from tests.support.gateway_peer import (
 from tests.support.prometheus import prometheus_binary, query, run_prometheus, wait_for_value
 
 TOKEN = "scrape-test-token"
-SCRAPE_DEADLINE_S = 25.0  # an upper bound for a busy machine; typically done in 5-8 s
+SCRAPE_DEADLINE_SEC = 25.0  # an upper bound for a busy machine; typically done in 5-8 s
 TOTAL = 'sum(rawp_gateway_frames_total{job="rawp-gateway", direction="to_master"})'
 BY_TYPE = 'sum by (type) (rawp_gateway_frames_total{job="rawp-gateway", direction="to_master"})'
 
@@ -104,7 +104,7 @@ async def prom_by_type(http: aiohttp.ClientSession, base: str) -> Counter[str]:
 @pytest.mark.prometheus
 async def test_prometheus_scrapes_the_frame_count_a_session_produced(tmp_path):
     prometheus_binary()
-    deadline = time.monotonic() + SCRAPE_DEADLINE_S
+    deadline = time.monotonic() + SCRAPE_DEADLINE_SEC
     async with (
         start_gateway_target(tmp_path) as target,
         run_prometheus(tmp_path, target.token, [{"targets": [target.address]}]) as base,

@@ -494,7 +494,7 @@ def test_restart_loads_the_session_and_drops_its_replay():
     rig.agent(update("agent_message_chunk", content={"type": "text", "text": "old answer"}))
     rig.agent(rpc(id=load["id"], result=None))
     assert [f["type"] for f in rig.frames[before:]] == []  # nothing replayed, same session id
-    assert adapter.dropped_replay == 2
+    assert adapter.dropped_load_updates == 2
     pid = rig.prompt()
     rig.end(pid)
 

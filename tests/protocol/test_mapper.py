@@ -201,7 +201,7 @@ def test_DPS_4_6_state_follows_the_main_agent():
         ("tool_calling", "thinking"),
         ("thinking", "idle"),
     ]
-    assert m.set_state("idle") == []
+    assert m.set_agent_state("idle") == []
 
 
 # --- tools ---------------------------------------------------------------------------------------
@@ -524,7 +524,7 @@ def test_DPS_6_1_2_cancel_end_turn_closes_everything_in_order():
     end = of(frames, "session.turn.end")[0]
     assert (end.turn_id, end.stop_reason, end.tool_invocation_count) == (TURN, "cancelled", 2)
     assert all(f.turn_id == TURN for f in frames)
-    assert m.turn_id is None and m.state == "idle" and m.tool_invocation_count == 0
+    assert m.turn_id is None and m.agent_state == "idle" and m.tool_invocation_count == 0
 
 
 def test_DPS_7_5_2_usage_from_the_turn_end_event():

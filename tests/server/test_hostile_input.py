@@ -19,7 +19,7 @@ from gateway.client import GatewayClient, MasterView
 from gateway.protocol import codec
 from gateway.protocol import frames as F
 from gateway.protocol.factory import FrameFactory
-from gateway.protocol.replay import history_frames
+from gateway.protocol.history_frames import history_frames
 from gateway.protocol.states import TimerKey, TimerKind
 from gateway.server import SESSIONS, create_app, is_loopback
 from gateway.session import LiveSession
@@ -384,7 +384,7 @@ def test_history_parts_never_exceed_max_frame_size_and_count_what_cannot_fit():
         lost_frame_count=0,
         last_message_id="m",
         last_sync_timestamp="t",
-        policy="RING",
+        buffer_policy="RING",
         buffer_high_watermark=1,
         max_frame_size=4096,
     )

@@ -181,7 +181,7 @@ async def replay(fixture: Path, tmp_path: Path) -> tuple[OldPathSession, dict[st
     # `translate` reads it: the adapter then writes nothing of its own.
     sent = getattr(parser, "sent", None)
     if sent is not None:
-        parser.replay()
+        parser.read_transcript()
     session.perform(session.machine.agent_events([ev.SessionStarted()]))
     for i, line in enumerate(fixture.read_bytes().splitlines()):
         if sent is not None and line.startswith(SENT_PREFIX):
@@ -230,7 +230,7 @@ async def test_DPS_7_1_history_a_reattach_leaves_room_in_the_send_queue_for_the_
     session.perform(
         session.machine.agent_events([ev.SessionStarted(tools=tools, commands=commands)])
     )
-    seen = session.history.last_message_id  # the master left here and missed ~160 KB of text
+    seen = session.buffer.last_message_id  # the master left here and missed ~160 KB of text
     for _ in range(40):
         session.perform(session.machine.agent_events([ev.TextDelta(block="b", text="x" * 4000)]))
     sink = Sink()

@@ -41,8 +41,8 @@ async def test_a_deleted_session_is_freed_whole_and_only_its_summary_stays(tmp_p
         for _ in range(3):
             await prompt_and_wait(master, "a long answer " * 20)
         live = client.server.app[SESSIONS][sid]
-        assert len(live.history) > 0
-        refs = [weakref.ref(x) for x in (live, live.machine, live.history, live.machine.mapper)]
+        assert len(live.buffer) > 0
+        refs = [weakref.ref(x) for x in (live, live.machine, live.buffer, live.machine.mapper)]
         del live
         resp = await client.delete(f"/v1/session/{sid}")
         deleted = await resp.json()

@@ -18,7 +18,7 @@ import pytest
 
 from gateway.config import Config, ServerSettings, builtin_profiles
 from gateway.protocol import recovery
-from gateway.protocol.history import History
+from gateway.protocol.buffer import FrameBuffer
 from gateway.server import SESSIONS, create_app
 from gateway.storage.state_dir import (
     COMPACT_SLACK,
@@ -366,17 +366,17 @@ async def test_restored_session_window_runs_again_and_ends_with_timeout(tmp_path
 
 
 def test_history_entries_round_trip_and_marks():
-    h = History("RING", 200)
+    h = FrameBuffer("RING", 200)
     for i in range(10):
         h.append(f"m{i}", f"t{i}", b'{"n":%d,"pad":"xxxxxxxx"}' % i)
     h.mark("greet")
     saved = h.entries()
-    again = History("RING", 200)
+    again = FrameBuffer("RING", 200)
     again.load(saved, last_timestamp="t9", crashed=False)
     assert again.since("m7").frames == h.since("m7").frames
     assert again.since("m1").lost_frame_count == h.since("m1").lost_frame_count
     assert again.since("greet").frames == [] and not again.since("greet").truncated
-    crashed = History("RING", 200)
+    crashed = FrameBuffer("RING", 200)
     crashed.load(saved, last_timestamp="t9", crashed=True)
     assert crashed.since("m8").truncated is True
     crashed.mark("after-restart")
@@ -520,13 +520,13 @@ async def test_one_gateway_at_a_time_on_a_state_dir(tmp_path):
 def test_a_crash_is_remembered_across_later_clean_restarts():
     """After a crash, a reattach from before it replays as possibly incomplete (no count); the
     same holds after the restored buffer is saved and loaded again cleanly, not a count of 1."""
-    h = History("RING", 10_000)
+    h = FrameBuffer("RING", 10_000)
     for i in range(5):
         h.append(f"m{i}", f"t{i}", b'{"n":%d}' % i)
-    crashed = History("RING", 10_000)
+    crashed = FrameBuffer("RING", 10_000)
     crashed.load(h.entries(), last_timestamp="t4", crashed=True)
     crashed.append("after", "t5", b'{"n":5}')
-    again = History("RING", 10_000)
+    again = FrameBuffer("RING", 10_000)
     again.load(
         crashed.entries(),
         last_timestamp="t5",
@@ -575,13 +575,13 @@ async def test_the_frame_log_is_rewritten_from_the_history_past_twice_the_buffer
                 break  # rewritten: shorter than before the turn
         else:
             raise AssertionError(f"the log only grew: {sizes}")
-        assert live.history.evicted_frames > 0
+        assert live.buffer.evicted_frames > 0
         # Frames that came after the last write (the turn's last state change) wait for the next
         # one: write them now, so the log is compared with the history it was written from.
         live.saved.flush()
         # Every frame's id, in order (the history remembers the ids of frames it let go), and
         # only the bytes of frames still buffered when it was rewritten.
-        assert [e[:2] for e in logged()] == [e[:2] for e in live.history.entries()]
+        assert [e[:2] for e in logged()] == [e[:2] for e in live.buffer.entries()]
         assert any(data is None for seq, _, data in logged() if seq >= 0)
         last = master.frames[-1]["message_id"]
         middle = next(mid for _, mid, data in logged() if data is not None)

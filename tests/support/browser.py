@@ -40,7 +40,7 @@ FLAGS = (
     "--remote-debugging-address=127.0.0.1",
     "--remote-debugging-port=0",
 )
-START_TIMEOUT_S = 20.0
+START_TIMEOUT_SEC = 20.0
 
 
 def chromium_path() -> str | None:
@@ -78,7 +78,7 @@ class Browser:
         )
         port_file = self.profile / "DevToolsActivePort"
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + START_TIMEOUT_S
+        deadline = loop.time() + START_TIMEOUT_SEC
         while not (port_file.exists() and port_file.read_text().count("\n") >= 1):
             if self.proc.poll() is not None:
                 raise RuntimeError(f"chromium exited with {self.proc.returncode}")

@@ -32,7 +32,7 @@ READY = "ready.fleet.test"  # every pod, as the ready pods' headless Service (al
 TOKEN = "fleet-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
-START_TIMEOUT_S = 60.0  # a loaded machine starts Python slowly
+START_TIMEOUT_SEC = 60.0  # a loaded machine starts Python slowly
 
 
 NGINX = os.environ.get("RAWP_TEST_NGINX", "/usr/sbin/nginx")
@@ -173,7 +173,7 @@ class Pod:
             stderr=subprocess.PIPE,
             env=env,
         )
-        await wait_http(self.url, self.proc, START_TIMEOUT_S)
+        await wait_http(self.url, self.proc, START_TIMEOUT_SEC)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -255,7 +255,7 @@ class Router:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )  # fmt: skip
-        await wait_http(self.url, self.proc, START_TIMEOUT_S)
+        await wait_http(self.url, self.proc, START_TIMEOUT_SEC)
 
     def tries(self, method: str, uri: str) -> list[list[tuple[str, str]]]:
         """From the access log: for each such request, the (gateway address, status) tried."""

@@ -32,7 +32,7 @@ from tests.support.rig.run import CliSetup, scripted_cli
 from tests.support.rig.scenario import Scenario, parse_scenario
 
 GEMINI_MODEL = "gemini-2.5-flash"  # without -m the CLI first makes a routing call ("auto")
-TEST_LIMIT_S = 120.0  # one test's body, and separately the gateway's shutdown after it
+TEST_LIMIT_SEC = 120.0  # one test's body, and separately the gateway's shutdown after it
 MODEL_PATHS = ("/v1/messages", "/v1/responses")  # Anthropic, OpenAI; Gemini by its method name
 # The one setting that runs every real-CLI test in the agent sandbox: RAWP_TEST_ISOLATION=sandbox
 # (docs/isolation.md; needs bwrap). Unset or "none": as the gateway runs by default.
@@ -144,7 +144,7 @@ async def gateway(
     root. ``changes`` replace profile fields; ``server``: ``Config`` fields; ``token``: the
     gateway's bearer token (the rig sends it); ``isolation_mode``: "none" or "sandbox" (default:
     ``RAWP_TEST_ISOLATION``, see ``isolation``). A hang anywhere (CLI, gateway, a wait in the test)
-    fails after TEST_LIMIT_S instead of stalling the suite."""
+    fails after TEST_LIMIT_SEC instead of stalling the suite."""
     agent = agent_of(profile)
     binary = str(require_cli(agent))
     async with scripted_cli(scenario, agent=agent) as cli:
@@ -163,8 +163,8 @@ async def gateway(
         client = await start_gateway(config)
         headers = {"Authorization": f"Bearer {token}"} if token else None
         try:
-            async with asyncio.timeout(TEST_LIMIT_S):
+            async with asyncio.timeout(TEST_LIMIT_SEC):
                 yield Rig(cli, client, profile, headers)
         finally:
-            async with asyncio.timeout(TEST_LIMIT_S):
+            async with asyncio.timeout(TEST_LIMIT_SEC):
                 await client.close()  # deletes live sessions: the CLI is stopped

@@ -27,7 +27,7 @@ from gateway.config import ConfigError, FleetSettings, load_config
 from gateway.server import create_app
 from gateway.team import fleet
 from tests.support import serve_process
-from tests.support.fleet_rig import START_TIMEOUT_S
+from tests.support.fleet_rig import START_TIMEOUT_SEC
 from tests.support.gateway_peer import (
     Master,
     fast_demo,
@@ -314,7 +314,7 @@ async def serve(tmp_path: Path, toml: str) -> AsyncIterator[tuple[subprocess.Pop
     env = dict(os.environ, RAWP_GATEWAY_TOKEN=TOKEN)
     args = ("--config", str(config))
     async with serve_process.serve(*args, stdin=subprocess.DEVNULL, env=env) as (proc, url):
-        await wait_http(url, proc, START_TIMEOUT_S)
+        await wait_http(url, proc, START_TIMEOUT_SEC)
         yield proc, url
 
 

@@ -13,7 +13,7 @@ import sys
 
 from gateway.agent import demo
 from gateway.agent.demo import DEFAULT_DELAY_MS, DEFAULT_MODEL, PERMISSION_MODES
-from gateway.agent.demo.agent import DemoAgent, _warn
+from gateway.agent.demo.agent import DemoAgent, warn
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
 def main(argv: list[str] | None = None) -> int:
     opts, unknown = parse_args(argv)
     if unknown:
-        _warn(f"ignoring unsupported arguments: {' '.join(unknown)}")
+        warn(f"ignoring unsupported arguments: {' '.join(unknown)}")
     prompt: str | None = None
     if opts.input_format == "text" or (opts.input_format is None and opts.prompt is not None):
         prompt = opts.prompt if opts.prompt is not None else sys.stdin.read()
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         delay_ms = float(os.environ.get("RAWP_DEMO_DELAY_MS", DEFAULT_DELAY_MS))
     except ValueError:
         delay_ms = DEFAULT_DELAY_MS
-    agent = DemoAgent(opts, workspace=os.getcwd(), delay_s=max(0.0, delay_ms) / 1000)
+    agent = DemoAgent(opts, workspace=os.getcwd(), delay_sec=max(0.0, delay_ms) / 1000)
 
     async def amain() -> int:
         loop = asyncio.get_running_loop()

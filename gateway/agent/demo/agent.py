@@ -29,7 +29,7 @@ from gateway.agent.demo import (
     SLASH_COMMANDS,
     THOUGHT_TEXT,
 )
-from gateway.agent.demo.output import StreamJsonOutput, _block_stream, _new_id, _tokens, _Turn
+from gateway.agent.demo.output import StreamJsonOutput, Turn, block_stream, estimate_tokens, new_id
 from gateway.agent.demo.script import (
     Action,
     Prompt,
@@ -38,17 +38,17 @@ from gateway.agent.demo.script import (
     spent_usd,
     split_attachments,
 )
-from gateway.agent.demo.tools import ToolError, _inside, run_glob, run_read, run_write
+from gateway.agent.demo.tools import ToolError, inside_workspace, run_glob, run_read, run_write
 
 
 class DemoAgent(StreamJsonOutput):
     """The stream-json loop; see this module's and the package's docstrings."""
 
-    def __init__(self, opts: argparse.Namespace, *, workspace: str, delay_s: float) -> None:
+    def __init__(self, opts: argparse.Namespace, *, workspace: str, delay_sec: float) -> None:
         self.opts = opts
         self.workspace = workspace
-        self.delay_s = delay_s
-        self.session_id: str = opts.resume or opts.session_id or _new_id()
+        self.delay_sec = delay_sec
+        self.session_id: str = opts.resume or opts.session_id or new_id()
         self.mode: str = "bypassPermissions" if opts.dangerously_skip_permissions else opts.mode
         self.model: str = opts.model
         self.partial: bool = opts.include_partial_messages
@@ -59,7 +59,7 @@ class DemoAgent(StreamJsonOutput):
         self.total_out = 0
         self.total_cost_usd = 0.0  # what "spend N" prompts added: a model's cost, played
         self.prompts: asyncio.Queue[Prompt | None] = asyncio.Queue()
-        self.turn: _Turn | None = None
+        self.turn: Turn | None = None
         self.turn_task: asyncio.Task[None] | None = None
         self.permission_waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.exit_after_turn = False
@@ -69,13 +69,13 @@ class DemoAgent(StreamJsonOutput):
 
     async def _pause(self) -> None:
         # Always yield, so that an interrupt read from stdin can land between two deltas.
-        await asyncio.sleep(self.delay_s)
+        await asyncio.sleep(self.delay_sec)
 
-    def _event(self, turn: _Turn, kind: str, **fields: Any) -> None:
+    def _event(self, turn: Turn, kind: str, **fields: Any) -> None:
         assert turn.message_id is not None
         self._stream({"type": kind, **fields}, turn.message_id)
 
-    async def _message(self, turn: _Turn, blocks: list[dict[str, Any]], stop_reason: str) -> None:
+    async def _message(self, turn: Turn, blocks: list[dict[str, Any]], stop_reason: str) -> None:
         """Stream one assistant message the way the CLI relays the Messages API stream."""
         self._system("status", status="requesting")
         turn.messages += 1
@@ -94,7 +94,7 @@ class DemoAgent(StreamJsonOutput):
         }
         self._stream({"type": "message_start", "message": message}, turn.message_id, ttft_ms=1)
         for index, block in enumerate(blocks):
-            start, deltas = _block_stream(block)
+            start, deltas = block_stream(block)
             turn.block_index, turn.block, turn.block_announced = index, dict(start), False
             self._event(turn, "content_block_start", index=index, content_block=start)
             for delta in deltas:
@@ -106,14 +106,14 @@ class DemoAgent(StreamJsonOutput):
                     turn.block["thinking"] += delta["thinking"]
                     self._system(
                         "thinking_tokens",
-                        estimated_tokens=_tokens(turn.block["thinking"]),
-                        estimated_tokens_delta=_tokens(delta["thinking"]),
+                        estimated_tokens=estimate_tokens(turn.block["thinking"]),
+                        estimated_tokens_delta=estimate_tokens(delta["thinking"]),
                     )
                 self._event(turn, "content_block_delta", index=index, delta=delta)
             turn.block = block
             if block["type"] == "text":
                 turn.last_text = block["text"]
-            out_tokens += _tokens(json.dumps(block))
+            out_tokens += estimate_tokens(json.dumps(block))
             # The CLI prints a block's full assistant line before its content_block_stop.
             self._assistant(turn, block)
             turn.block_announced = True
@@ -140,10 +140,10 @@ class DemoAgent(StreamJsonOutput):
         return not (self.mode == "acceptEdits" and name in EDIT_TOOLS)
 
     async def _ask_permission(
-        self, turn: _Turn, tool_id: str, name: str, tool_input: dict[str, Any]
+        self, turn: Turn, tool_id: str, name: str, tool_input: dict[str, Any]
     ) -> dict[str, Any]:
         """A `can_use_tool` control request; waits for the host's `control_response`."""
-        request_id = _new_id()
+        request_id = new_id()
         request: dict[str, Any] = {
             "subtype": "can_use_tool",
             "tool_name": name,
@@ -173,13 +173,13 @@ class DemoAgent(StreamJsonOutput):
         return answer
 
     async def _use_tool(
-        self, turn: _Turn, tool_id: str, name: str, tool_input: dict[str, Any]
+        self, turn: Turn, tool_id: str, name: str, tool_input: dict[str, Any]
     ) -> tuple[bool, str | list[dict[str, Any]], Any]:
         """Ask if needed, run the tool, print the `user` tool_result line. (ok, content,
         `tool_use_result`); a refused or failed tool has no `tool_use_result` (None)."""
         try:
             if name in EDIT_TOOLS:
-                _inside(self.workspace, tool_input["file_path"])  # refuse before asking
+                inside_workspace(self.workspace, tool_input["file_path"])  # refuse before asking
             if self._needs_permission(name):
                 if self.prompt_tool != "stdio":
                     # No one to ask: the CLI refuses and says so in a system line first.
@@ -212,7 +212,7 @@ class DemoAgent(StreamJsonOutput):
             [{"tool_use_id": tool_id, "type": "tool_result", "content": text}],
             tool_use_result=result,
         )
-        self.context_tokens += _tokens(text if isinstance(text, str) else json.dumps(text))
+        self.context_tokens += estimate_tokens(text if isinstance(text, str) else json.dumps(text))
         return True, text, result
 
     def _refuse_without_asking(self, tool_id: str, name: str, tool_input: dict[str, Any]) -> None:
@@ -235,13 +235,13 @@ class DemoAgent(StreamJsonOutput):
     # ------------------------------------------------------------------ turns
 
     async def _turn(self, prompt: Prompt) -> None:
-        turn = self.turn = _Turn(started=time.monotonic())
+        turn = self.turn = Turn(started=time.monotonic())
         try:
             if prompt.text.strip().startswith("/compact"):
                 self._compact(turn)
                 return
             self._init_line()
-            self.context_tokens += _tokens(prompt.text)
+            self.context_tokens += estimate_tokens(prompt.text)
             await self._answer(turn, prompt)
             self._result(turn, error=False, stop_reason="end_turn", terminal="completed")
         except asyncio.CancelledError:
@@ -251,7 +251,7 @@ class DemoAgent(StreamJsonOutput):
         finally:
             self.turn = None
 
-    async def _answer(self, turn: _Turn, message: Prompt) -> None:
+    async def _answer(self, turn: Turn, message: Prompt) -> None:
         prompt, attached = split_attachments(message.text)
         notes = acknowledge(self.workspace, attached, message.images)
         spend = spent_usd(prompt)
@@ -320,14 +320,14 @@ class DemoAgent(StreamJsonOutput):
             return f"{action.path} has {count} line{'s' if count != 1 else ''}."
         return f"Done: I wrote {action.path}."
 
-    def _compact(self, turn: _Turn) -> None:
+    def _compact(self, turn: Turn) -> None:
         """/compact as the CLI prints it (status, init, boundary, summary, stdout, result)."""
         started = time.monotonic()
         pre = self.context_tokens
         self._system("status", status="compacting")
         self._system("status", status=None, compact_result="success")
         self._init_line()
-        self.context_tokens = _tokens(COMPACT_SUMMARY)
+        self.context_tokens = estimate_tokens(COMPACT_SUMMARY)
         self._system(
             "compact_boundary",
             compact_metadata={
@@ -342,7 +342,7 @@ class DemoAgent(StreamJsonOutput):
         turn.last_text = ""
         self._result(turn, error=False, stop_reason=None, terminal=None, local_command="compact")
 
-    def _close_interrupted(self, turn: _Turn) -> None:
+    def _close_interrupted(self, turn: Turn) -> None:
         """Close an interrupted turn with the lines the CLI prints, in its order."""
         if turn.pending is not None:
             request_id, tool_id, name, tool_input = turn.pending
@@ -376,7 +376,7 @@ class DemoAgent(StreamJsonOutput):
         turn.messages += 1
         self._result(turn, error=True, stop_reason=None, terminal="aborted_streaming")
 
-    def _ack_interrupt(self, turn: _Turn) -> None:
+    def _ack_interrupt(self, turn: Turn) -> None:
         if turn.interrupt_request_id is not None:
             self._control_response(turn.interrupt_request_id, {"still_queued": []})
 
@@ -400,7 +400,7 @@ class DemoAgent(StreamJsonOutput):
         try:
             msg = json.loads(raw)
         except ValueError:
-            _warn(f"ignoring a stdin line that is not JSON: {raw[:200]!r}")
+            warn(f"ignoring a stdin line that is not JSON: {raw[:200]!r}")
             return
         kind = msg.get("type") if isinstance(msg, dict) else None
         if kind == "user":
@@ -420,7 +420,7 @@ class DemoAgent(StreamJsonOutput):
             else:
                 waiter.set_result({"behavior": "deny", "message": str(response.get("error"))})
         else:
-            _warn(f"ignoring a stdin line of type {kind!r}")
+            warn(f"ignoring a stdin line of type {kind!r}")
 
     def _control_request(self, msg: dict[str, Any]) -> None:
         request_id = str(msg.get("request_id", ""))
@@ -526,7 +526,7 @@ def _images_of(content: Any) -> tuple[tuple[str, bytes], ...]:
         try:
             data = base64.b64decode(source.get("data", ""), validate=True)
         except (ValueError, TypeError):
-            _warn("ignoring an image block whose base64 is broken")
+            warn("ignoring an image block whose base64 is broken")
             continue
         out.append((str(source.get("media_type", "")), data))
     return tuple(out)
@@ -539,5 +539,5 @@ def _tool_list(spec: str | None) -> tuple[str, ...]:
     return tuple(t for t in ALL_TOOLS if t in wanted)
 
 
-def _warn(text: str) -> None:
+def warn(text: str) -> None:
     print(f"demo-agent: {text}", file=sys.stderr, flush=True)

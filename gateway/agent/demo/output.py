@@ -1,5 +1,5 @@
 """What the demo prints: the stream-json lines of the Claude Code CLI, in its shapes, field names
-and order (`StreamJsonOutput`, which `DemoAgent` inherits), and `_Turn`, what of the running turn
+and order (`StreamJsonOutput`, which `DemoAgent` inherits), and `Turn`, what of the running turn
 those lines report and an interrupt closes."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 from gateway.agent.demo import CONTEXT_WINDOW, DIALECT_VERSION, MAX_OUTPUT_TOKENS, SLASH_COMMANDS
 
 
-def _new_id() -> str:
+def new_id() -> str:
     return str(uuid.uuid4())
 
 
@@ -27,7 +27,7 @@ def _now_iso() -> str:
     )
 
 
-def _tokens(text: str) -> int:
+def estimate_tokens(text: str) -> int:
     """A deterministic stand-in for a tokenizer: about four characters a token."""
     return len(text) // 4 + 1
 
@@ -37,7 +37,7 @@ def _words(text: str) -> list[str]:
     return re.findall(r"\S+\s*", text) or [text]
 
 
-def _block_stream(block: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def block_stream(block: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A content block's `content_block_start` payload and its deltas, as the API streams them."""
     if block["type"] == "text":
         return {"type": "text", "text": ""}, [
@@ -55,7 +55,7 @@ def _block_stream(block: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str,
 
 
 @dataclass
-class _Turn:
+class Turn:
     """What an interrupt needs to know to close the turn the way the CLI does."""
 
     started: float
@@ -98,7 +98,7 @@ class StreamJsonOutput:
                 "subtype": subtype,
                 **fields,
                 "session_id": self.session_id,
-                "uuid": _new_id(),
+                "uuid": new_id(),
             }
         )
 
@@ -120,7 +120,7 @@ class StreamJsonOutput:
                 "agents": [],
                 "skills": [],
                 "plugins": [],
-                "uuid": _new_id(),
+                "uuid": new_id(),
             }
         )
 
@@ -132,7 +132,7 @@ class StreamJsonOutput:
                     "event": event,
                     "session_id": self.session_id,
                     "parent_tool_use_id": None,
-                    "uuid": _new_id(),
+                    "uuid": new_id(),
                     **extra,
                     "api_message_id": message_id,
                 }
@@ -146,7 +146,7 @@ class StreamJsonOutput:
             "output_tokens": output_tokens,
         }
 
-    def _assistant(self, turn: _Turn, block: dict[str, Any], **extra: Any) -> None:
+    def _assistant(self, turn: Turn, block: dict[str, Any], **extra: Any) -> None:
         assert turn.message_id is not None
         self.emit(
             {
@@ -164,7 +164,7 @@ class StreamJsonOutput:
                 },
                 "parent_tool_use_id": None,
                 "session_id": self.session_id,
-                "uuid": _new_id(),
+                "uuid": new_id(),
                 "timestamp": _now_iso(),
                 "request_id": f"req_demo_{turn.messages}",
                 **extra,
@@ -178,7 +178,7 @@ class StreamJsonOutput:
                 "message": {"role": "user", "content": content},
                 "parent_tool_use_id": None,
                 "session_id": self.session_id,
-                "uuid": _new_id(),
+                "uuid": new_id(),
                 "timestamp": _now_iso(),
                 **extra,
             }
@@ -194,7 +194,7 @@ class StreamJsonOutput:
 
     def _result(
         self,
-        turn: _Turn,
+        turn: Turn,
         *,
         error: bool,
         stop_reason: str | None,
@@ -237,5 +237,5 @@ class StreamJsonOutput:
         if terminal is not None:  # a local command's result (/compact) has none
             line["terminal_reason"] = terminal
         line |= extra
-        line["uuid"] = _new_id()
+        line["uuid"] = new_id()
         self.emit(line)

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from gateway.agent.demo import ALL_TOOLS, ATTACHED_HEADER, DEFAULT_FILE_CONTENT
-from gateway.agent.demo.tools import ToolError, _inside, image_info
+from gateway.agent.demo.tools import ToolError, image_info, inside_workspace
 
 _ATTACHED_IMAGE = re.compile(r"^- (.+) \((\S+), attached as an image\)$")
 _ATTACHED_FILE = re.compile(r"^- (\S.*) \((\S+), (\d+) bytes\)$")
@@ -79,7 +79,7 @@ def acknowledge(
             continue
         path = m.group(1)
         try:
-            size = os.path.getsize(_inside(workspace, path))
+            size = os.path.getsize(inside_workspace(workspace, path))
         except (ToolError, OSError):
             notes.append(f"I cannot find the attached file {path}.")
         else:

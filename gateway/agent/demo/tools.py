@@ -18,7 +18,7 @@ class ToolError(Exception):
     """A tool failed; the message goes to the model as an error tool_result."""
 
 
-def _inside(workspace: str, path: str) -> str:
+def inside_workspace(workspace: str, path: str) -> str:
     """The absolute path of `path` if it is inside `workspace` (symlinks resolved), else ToolError."""
     full = os.path.realpath(os.path.join(workspace, os.path.expanduser(path)))
     root = os.path.realpath(workspace)
@@ -63,7 +63,7 @@ def _glob_match(rel: str, pattern: str) -> bool:
 
 
 def run_read(workspace: str, file_path: str) -> tuple[str | list[dict[str, Any]], dict[str, Any]]:
-    full = _inside(workspace, file_path)
+    full = inside_workspace(workspace, file_path)
     if os.path.splitext(full)[1].lower() in IMAGE_EXTENSIONS and os.path.isfile(full):
         return run_read_image(file_path, full)
     try:
@@ -193,7 +193,7 @@ def _structured_patch(old: str, new: str) -> list[dict[str, Any]]:
 
 
 def run_write(workspace: str, file_path: str, content: str) -> tuple[str, dict[str, Any]]:
-    full = _inside(workspace, file_path)
+    full = inside_workspace(workspace, file_path)
     try:
         with open(full, encoding="utf-8") as f:
             original: str | None = f.read()

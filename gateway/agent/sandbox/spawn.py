@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 HOME_DIR: Final = "home"  # a session's HOME, in its state-dir directory
-PROBE_TIMEOUT_S: Final = 10.0
+PROBE_TIMEOUT_SEC: Final = 10.0
 # A HOME copied into a session that continues a conversation saved in it, at most.
 MAX_COPY_BYTES: Final = 256 << 20
 MAX_COPY_ENTRIES: Final = 20_000
@@ -208,13 +208,13 @@ async def probe(settings: Isolation, env: Mapping[str, str] | None = None) -> st
                 stderr=asyncio.subprocess.PIPE,
                 env={"PATH": env.get("PATH", os.defpath)},
             )
-            async with asyncio.timeout(PROBE_TIMEOUT_S):
+            async with asyncio.timeout(PROBE_TIMEOUT_SEC):
                 _, said_bytes = await proc.communicate()
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
-            return f"bwrap did not make a sandbox within {PROBE_TIMEOUT_S:g} s ({bwrap})"
+            return f"bwrap did not make a sandbox within {PROBE_TIMEOUT_SEC:g} s ({bwrap})"
         except OSError as exc:
             return f"cannot run {bwrap}: {exc.strerror or exc}; {_INSTALL_HINT}"
     if proc.returncode != 0:

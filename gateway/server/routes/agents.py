@@ -9,8 +9,8 @@ from aiohttp import web
 from gateway.agent import conversations
 from gateway.api_error import ApiError
 from gateway.server.keys import CONFIG, SESSIONS
-from gateway.server.middleware import _require
-from gateway.server.routes.sessions import _resolve_workspace, own_sandboxes
+from gateway.server.middleware import require
+from gateway.server.routes.sessions import own_sandboxes, resolve_workspace
 from gateway.session import LiveSession
 
 
@@ -37,13 +37,13 @@ async def list_agents(request: web.Request) -> web.Response:
 
 async def list_conversations(request: web.Request) -> web.Response:
     """``GET /v1/agents/{agent}/conversations?workspace=PATH&limit=N`` (gateway/agent/conversations/)."""
-    _require(request, "operator", "conversations.list")
+    require(request, "operator", "conversations.list")
     config = request.app[CONFIG]
     agent = request.match_info["agent"]
     profile = config.agents.get(agent)
     if profile is None:
         raise ApiError(404, "AGENT_NOT_FOUND", f"no agent profile {agent!r}")
-    workspace = _resolve_workspace(config, request.query.get("workspace"))
+    workspace = resolve_workspace(config, request.query.get("workspace"))
     limit = request.query.get("limit", str(conversations.DEFAULT_LIST_LIMIT))
     if (
         not (limit.isascii() and limit.isdigit())

@@ -11,27 +11,27 @@ from aiohttp import web
 
 from gateway.api_error import ApiError
 from gateway.console.static import static_response
-from gateway.console.tickets import TICKET_TTL_S
+from gateway.console.tickets import TICKET_TTL_SEC
 from gateway.server.keys import STATIC, TICKETS
-from gateway.server.middleware import _caller
-from gateway.server.routes.sessions import _live, _session
+from gateway.server.middleware import caller
+from gateway.server.routes.sessions import still_live, visible_session
 
 
 def ticket_owner(request: web.Request) -> str:
     """Whose tickets a ``ws-ticket`` request counts against (``MAX_TICKETS_PER_OWNER``): the
     user it was authenticated as (gateway/team/auth.py), whichever credential they used."""
-    return _caller(request).user
+    return caller(request).user
 
 
 async def ws_ticket(request: web.Request) -> web.Response:
-    session = _session(request)
-    session = _live(session)
+    session = visible_session(request)
+    session = still_live(session)
     ticket = request.app[TICKETS].issue(
-        session.id, time.monotonic(), ticket_owner(request), _caller(request)
+        session.id, time.monotonic(), ticket_owner(request), caller(request)
     )
     if ticket is None:
         raise ApiError(429, "TOO_MANY_TICKETS", "too many unused WebSocket tickets; retry shortly")
-    return web.json_response({"ticket": ticket, "expires_in": TICKET_TTL_S})
+    return web.json_response({"ticket": ticket, "expires_in": TICKET_TTL_SEC})
 
 
 async def console_page(request: web.Request) -> web.Response:

@@ -17,13 +17,13 @@ from aiohttp import web
 
 from gateway.api_error import ApiError
 from gateway.server.keys import SESSIONS
-from gateway.server.middleware import _audit
+from gateway.server.middleware import audit
 from gateway.server.routes.sessions import (
     TerminatedSession,
-    _live,
-    _require_on,
-    _role_on,
-    _session,
+    require_on,
+    role_on,
+    still_live,
+    visible_session,
 )
 from gateway.storage.files import FileError, check_mime_type
 
@@ -80,9 +80,9 @@ def upload_mime_type(header: str | None) -> str:
 async def put_file(request: web.Request) -> web.Response:
     """``PUT /v1/session/{id}/files?name=<file name>``: the raw body becomes a file of the session,
     streamed to disk and refused (413) as soon as it passes ``max_upload_bytes``."""
-    session = _session(request)
-    _require_on(request, session, "operator", "upload")
-    session = _live(session)
+    session = visible_session(request)
+    require_on(request, session, "operator", "upload")
+    session = still_live(session)
     store = session.files
     name = request.query.get("name")
     if name is None:
@@ -107,7 +107,7 @@ async def put_file(request: web.Request) -> web.Response:
     except ConnectionError:
         # The master went away mid-upload; the store kept nothing of it.
         raise ApiError(400, "INVALID_REQUEST", "the upload was interrupted") from None
-    _audit(
+    audit(
         request,
         "upload",
         session.id,
@@ -140,7 +140,7 @@ async def get_file(request: web.Request) -> web.StreamResponse:
     sessions = request.app[SESSIONS]
     session = sessions.get(request.match_info["session_id"])
     transfer_id = request.match_info["transfer_id"]
-    if session is None or _role_on(request, session) is None:  # not there for this caller
+    if session is None or role_on(request, session) is None:  # not there for this caller
         raise ApiError(404, "TRANSFER_NOT_FOUND", f"no file {transfer_id!r}: no such session")
     if isinstance(session, TerminatedSession):  # its files went with it
         raise ApiError(404, "TRANSFER_NOT_FOUND", f"no file {transfer_id!r}: the session has ended")

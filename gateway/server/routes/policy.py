@@ -16,7 +16,7 @@ from gateway.config.checks import ConfigError
 from gateway.config.policy import read_policy
 from gateway.protocol.policy import decide
 from gateway.server.keys import AUTH, CONFIG, POLICY, SESSIONS
-from gateway.server.middleware import _require
+from gateway.server.middleware import require
 from gateway.session import LiveSession
 from gateway.team import roles
 from parsers.json_depth import MAX_JSON_DEPTH, too_deep
@@ -70,7 +70,7 @@ def reload_policy(app: web.Application) -> None:
 async def decide_policy(request: web.Request) -> web.Response:
     """``GET /v1/policy/decide?agent=NAME&tool=NAME&input=JSON[&session=ID]``: what the rules in
     force decide, as ``{"decision", "rule"}`` (both null when no rule matches)."""
-    _require(request, "admin", "policy.decide")
+    require(request, "admin", "policy.decide")
     query = request.query
     agent = query.get("agent", "")
     tool = query.get("tool", "")

@@ -4,11 +4,11 @@
 Sessions live in ``app[SESSIONS]`` as ``LiveSession`` objects; the handlers only translate HTTP
 into calls on them. A request is validated whole before anything is created for it; the bounds
 are in docs/limits.md. A session that ended is replaced by a ``TerminatedSession``, the JSON the
-API shows of it and nothing else (its process, parser, machine, history and connections are
+API shows of it and nothing else (its process, parser, machine, buffer and connections are
 freed); the newest ``KEEP_TERMINATED`` of them stay listed. The handlers check the caller's role
 on the session (its owner and members) and audit what was done or refused; the helpers that find
-the session of a path and check that role (``_session``, ``_require_on``, ``_live``) serve the
-other resources of a session too.
+the session of a path and check that role (``visible_session``, ``require_on``, ``still_live``)
+serve the other resources of a session too.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from gateway.agent.sandbox import spawn as sandboxes
 from gateway.api_error import ApiError
 from gateway.config import AgentProfile, Config
 from gateway.protocol.budget import check_limit
-from gateway.protocol.history import POLICIES, History
+from gateway.protocol.buffer import BUFFER_POLICIES, FrameBuffer
 from gateway.server.keys import (
     AUDIT,
     BUDGETS,
@@ -45,9 +45,9 @@ from gateway.server.keys import (
     METRICS,
     NOTIFIER,
     SESSIONS,
-    STATE,
+    STATE_DIR,
 )
-from gateway.server.middleware import _audit, _caller, _forbidden, _require
+from gateway.server.middleware import audit, caller, forbidden, require
 from gateway.server.routes.policy import apply_policy
 from gateway.session import LiveSession
 from gateway.team import fleet, roles
@@ -93,7 +93,7 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _resolve_workspace(config: Config, requested: Any) -> Path:
+def resolve_workspace(config: Config, requested: Any) -> Path:
     """The session's workspace directory: an existing directory inside the root, named by a
     bounded path (checked before anything is touched)."""
     root = config.server.workspace_root
@@ -150,7 +150,7 @@ def _check_name(name: Any, *, required: bool) -> None:
 async def create_session(request: web.Request) -> web.Response:
     app = request.app
     config = app[CONFIG]
-    _require(request, "operator", "session.create")
+    require(request, "operator", "session.create")
     body = await _json_body(request)
     agent = body.get("agent")
     if not isinstance(agent, str) or not agent:
@@ -175,8 +175,8 @@ async def create_session(request: web.Request) -> web.Response:
             "INVALID_REQUEST",
             f"reattach_window_sec must be a number from 0 to {MAX_REATTACH_WINDOW_SEC}",
         )
-    history = _history_from(body.get("buffer"), config)
-    workspace = _resolve_workspace(config, body.get("workspace_path"))
+    buffer = buffer_from(body.get("buffer"), config)
+    workspace = resolve_workspace(config, body.get("workspace_path"))
     resume = body.get("resume_conversation")
     # A CLI that is not installed fails here for every profile, the same way: a single-turn one
     # would otherwise start (and fail) only at the first prompt. A continued conversation is shown
@@ -211,7 +211,7 @@ async def create_session(request: web.Request) -> web.Response:
         name=name,
         origin=origin,
         reattach_window_sec=float(window),
-        history=history,
+        buffer=buffer,
         resume=resume,
         transcript=transcript,
         seed=seed,
@@ -227,7 +227,7 @@ async def start_session(
     name: str | None = None,
     origin: str = "remote",
     reattach_window_sec: float | None = None,
-    history: History | None = None,
+    buffer: FrameBuffer | None = None,
     resume: Any = None,
     transcript: Any = None,
     seed: SpawnSandbox | None = None,
@@ -248,8 +248,8 @@ async def start_session(
                 502, "AGENT_START_FAILED", f"the {agent} agent could not start: {problem}"
             )
     # Everything is valid: only now is anything created (the session, its agent).
-    _check_taking(app, new_session=True)
-    if _held(app) >= config.server.max_sessions:
+    check_taking(app, new_session=True)
+    if sessions_held(app) >= config.server.max_sessions:
         raise ApiError(
             503,
             "TOO_MANY_SESSIONS",
@@ -257,7 +257,7 @@ async def start_session(
             "delete one first",
         )
     session_id = str(uuid.uuid4())
-    state = app.get(STATE)
+    state_dir = app.get(STATE_DIR)
     session = LiveSession(
         session_id,
         profile,
@@ -267,12 +267,12 @@ async def start_session(
         name=name,
         origin=origin,
         reattach_window_sec=float(window),
-        history=history,
-        on_terminated=lambda s: _terminated(app, s),
-        saved=state.create(session_id) if state is not None else None,
+        buffer=buffer,
+        on_terminated=lambda s: session_ended(app, s),
+        saved=state_dir.create(session_id) if state_dir is not None else None,
     )
-    session.owner = _caller(request).user
-    _wire(app, session, _caller(request).role)
+    session.owner = caller(request).user
+    wire_session(app, session, caller(request).role)
     try:
         if seed is not None:  # its agent resumes the conversation from a copy of that HOME
             await _copy_home(seed, session)
@@ -297,7 +297,7 @@ async def start_session(
         )
     log.info("session created", extra={"session": session_id, "agent": agent})
     detail = {"agent": agent} if resume is None else {"agent": agent, "resume_conversation": resume}
-    _audit(request, "session.create", session_id, detail=detail)
+    audit(request, "session.create", session_id, detail=detail)
     return session
 
 
@@ -307,7 +307,7 @@ def own_sandboxes(request: web.Request, agent: str, workspace: Path) -> list[Spa
     (docs/isolation.md). None when agents are not sandboxed."""
     if not request.app[CONFIG].isolation.sandboxed:
         return None
-    user = _caller(request).user
+    user = caller(request).user
     mine = [
         s
         for s in request.app[SESSIONS].values()
@@ -336,7 +336,7 @@ async def _copy_home(seed: SpawnSandbox, session: LiveSession) -> None:
         ) from None
 
 
-def _wire(app: web.Application, session: LiveSession, role: str | None = None) -> None:
+def wire_session(app: web.Application, session: LiveSession, role: str | None = None) -> None:
     """The gateway's audit log and notifier, for what the session's masters and agent do, and the
     permission rules in force with its owner's ``role``."""
     session.audit = app[AUDIT] if app[AUDIT].enabled else None
@@ -345,15 +345,15 @@ def _wire(app: web.Application, session: LiveSession, role: str | None = None) -
     apply_policy(app, session, role)
 
 
-def _history_from(buffer: Any, config: Config) -> History:
+def buffer_from(buffer: Any, config: Config) -> FrameBuffer:
     if buffer is None:
-        return History(config.server.buffer_policy, config.server.buffer_max_bytes)  # type: ignore[arg-type]
+        return FrameBuffer(config.server.buffer_policy, config.server.buffer_max_bytes)  # type: ignore[arg-type]
     if not isinstance(buffer, dict):
         raise ApiError(400, "INVALID_REQUEST", "buffer must be an object {policy, max_bytes}")
-    policy = buffer.get("policy", config.server.buffer_policy)
-    if policy not in POLICIES:
+    buffer_policy = buffer.get("policy", config.server.buffer_policy)
+    if buffer_policy not in BUFFER_POLICIES:
         raise ApiError(
-            400, "INVALID_REQUEST", f"buffer.policy must be one of {', '.join(POLICIES)}"
+            400, "INVALID_REQUEST", f"buffer.policy must be one of {', '.join(BUFFER_POLICIES)}"
         )
     max_bytes = buffer.get("max_bytes", config.server.buffer_max_bytes)
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
@@ -364,10 +364,10 @@ def _history_from(buffer: Any, config: Config) -> History:
             "INVALID_REQUEST",
             f"buffer.max_bytes may be at most {config.server.max_buffer_bytes} on this gateway",
         )
-    return History(policy, max_bytes)
+    return FrameBuffer(buffer_policy, max_bytes)
 
 
-def _terminated(app: web.Application, session: LiveSession) -> None:
+def session_ended(app: web.Application, session: LiveSession) -> None:
     """A session ended: its summary replaces it (freeing everything else), and the oldest
     summaries past ``KEEP_TERMINATED`` are forgotten."""
     sessions: dict[str, LiveSession | TerminatedSession] = app[SESSIONS]
@@ -380,29 +380,29 @@ def _terminated(app: web.Application, session: LiveSession) -> None:
         app[METRICS].session_state("TERMINATED", None)
 
 
-def _session(request: web.Request) -> LiveSession | TerminatedSession:
+def visible_session(request: web.Request) -> LiveSession | TerminatedSession:
     """The session of the path, if the caller may see it (one they may not is not there)."""
     session_id = request.match_info["session_id"]
     session = request.app[SESSIONS].get(session_id)
-    if session is None or _role_on(request, session) is None:
+    if session is None or role_on(request, session) is None:
         raise ApiError(404, "SESSION_NOT_FOUND", f"no session {session_id}")
     return session
 
 
-def _role_on(request: web.Request, session: LiveSession | TerminatedSession) -> str | None:
-    return roles.session_role(_caller(request), session.owner, session.members)
+def role_on(request: web.Request, session: LiveSession | TerminatedSession) -> str | None:
+    return roles.session_role(caller(request), session.owner, session.members)
 
 
-def _require_on(
+def require_on(
     request: web.Request, session: LiveSession | TerminatedSession, role: str, action: str
 ) -> None:
     """403 ``FORBIDDEN`` (audited) unless the caller's role on ``session`` is at least ``role``."""
-    has = _role_on(request, session)
+    has = role_on(request, session)
     if not roles.at_least(has, role):
-        _forbidden(request, action, session.id, role, has)
+        forbidden(request, action, session.id, role, has)
 
 
-def _live(session: LiveSession | TerminatedSession) -> LiveSession:
+def still_live(session: LiveSession | TerminatedSession) -> LiveSession:
     """The session if it is still live; 409 ``SESSION_TERMINATED`` for one that has ended, whether
     replaced by its summary yet or not (nothing can be done with it)."""
     if isinstance(session, TerminatedSession) or session.state == "TERMINATED":
@@ -416,13 +416,13 @@ async def list_sessions(request: web.Request) -> web.Response:
     scope = request.query.get("scope")
     if scope is not None and scope != "local":
         raise ApiError(400, "INVALID_REQUEST", "scope must be 'local' (or left out)")
-    visible = [s.to_json() for s in request.app[SESSIONS].values() if _role_on(request, s)]
+    visible = [s.to_json() for s in request.app[SESSIONS].values() if role_on(request, s)]
     if scope == "local":
         return web.json_response({"sessions": visible})
     return web.json_response(await fleet.sessions_answer(request, visible))
 
 
-def _check_taking(app: web.Application, *, new_session: bool) -> None:
+def check_taking(app: web.Application, *, new_session: bool) -> None:
     """503 ``SHUTTING_DOWN`` on a gateway that stops (nothing new lands on it) or is drained (no
     new session; its sessions go on): gateway/team/fleet.py."""
     why = fleet.refusal(app, new_session=new_session)
@@ -430,25 +430,25 @@ def _check_taking(app: web.Application, *, new_session: bool) -> None:
         raise ApiError(503, "SHUTTING_DOWN", why)
 
 
-def _held(app: web.Application) -> int:
+def sessions_held(app: web.Application) -> int:
     """The sessions not yet ended (what ``max_sessions`` bounds)."""
     return sum(1 for s in app[SESSIONS].values() if s.state != "TERMINATED")
 
 
 async def whoami(request: web.Request) -> web.Response:
-    identity = _caller(request)
+    identity = caller(request)
     return web.json_response({"user": identity.user, "role": identity.role})
 
 
 async def get_session(request: web.Request) -> web.Response:
-    return web.json_response(_session(request).to_json())
+    return web.json_response(visible_session(request).to_json())
 
 
 async def patch_session(request: web.Request) -> web.Response:
     """``{"name"}`` renames (admin), ``{"members"}`` replaces who it is shared with (the owner or
     an admin), ``{"budget_usd"}`` sets its budget (an admin of the gateway: docs/budgets.md); all
     are checked before any changes."""
-    session = _session(request)
+    session = visible_session(request)
     body = await _json_body(request)
     if not body.keys() & {"name", "members", "budget_usd"}:
         raise ApiError(
@@ -456,7 +456,7 @@ async def patch_session(request: web.Request) -> web.Response:
         )
     budget: float | None = None
     if "budget_usd" in body:
-        _require(request, "admin", "session.budget", session.id)
+        require(request, "admin", "session.budget", session.id)
         if body["budget_usd"] is not None:
             try:
                 budget = check_limit(body["budget_usd"], "budget_usd")
@@ -464,33 +464,33 @@ async def patch_session(request: web.Request) -> web.Response:
                 raise ApiError(400, "INVALID_REQUEST", str(err)) from None
     members = None
     if "members" in body:
-        if _caller(request).user != session.owner:
-            _require_on(request, session, "admin", "session.share")
+        if caller(request).user != session.owner:
+            require_on(request, session, "admin", "session.share")
         try:
             members = roles.check_members(body["members"])
         except ValueError as err:
             raise ApiError(400, "INVALID_REQUEST", str(err)) from None
     name = body.get("name")
     if "name" in body:
-        _require_on(request, session, "admin", "session.rename")
+        require_on(request, session, "admin", "session.rename")
         _check_name(name, required=True)
-    session = _live(session)
+    session = still_live(session)
     if members is not None:
         session.share(members)
-        _audit(request, "session.share", session.id, detail={"members": members})
+        audit(request, "session.share", session.id, detail={"members": members})
     if name is not None:
         session.rename(name)
-        _audit(request, "session.rename", session.id, detail={"name": name})
+        audit(request, "session.rename", session.id, detail={"name": name})
     if "budget_usd" in body:
         request.app[BUDGETS].set_limit(session, budget)
-        _audit(request, "session.budget", session.id, detail={"budget_usd": budget})
+        audit(request, "session.budget", session.id, detail={"budget_usd": budget})
     return web.json_response(session.to_json())
 
 
 async def delete_session(request: web.Request) -> web.Response:
-    session = _session(request)
-    _require_on(request, session, "admin", "session.delete")
+    session = visible_session(request)
+    require_on(request, session, "admin", "session.delete")
     if not isinstance(session, TerminatedSession) and session.state != "TERMINATED":
         await session.delete("master_request", "master")
-        _audit(request, "session.delete", session.id)
+        audit(request, "session.delete", session.id)
     return web.json_response(session.to_json())

@@ -1,4 +1,4 @@
-"""The per-session history buffer for reattach (§7.1), bounded in bytes.
+"""The per-session buffer for reattach (§7.1), bounded in bytes.
 
 Theory of operation
 -------------------
@@ -19,7 +19,7 @@ ask for ``everything()``: every buffered frame, truncated (with the exact count)
 produced since the session began are gone. The buffer is sans-IO: the server owns it and metrics
 read its counters.
 
-The frames are kept where the garbage collector does not look (``_Frames``: their bytes in one
+The frames are kept where the garbage collector does not look (``_FrameStore``: their bytes in one
 ``bytearray``, their ids in another, sequence numbers and lengths in arrays). Kept as a tuple
 each, every buffered frame was an object that each full collection walked: with hundreds of busy
 sessions that walk held the event loop for hundreds of milliseconds, growing with the buffers.
@@ -39,14 +39,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, Literal
 
-Policy = Literal["RING", "DROP", "NONE"]
-POLICIES: Final = ("RING", "DROP", "NONE")
+BufferPolicy = Literal["RING", "DROP", "NONE"]
+BUFFER_POLICIES: Final = ("RING", "DROP", "NONE")
 
-__all__ = ["POLICIES", "History", "Replay"]
+__all__ = ["BUFFER_POLICIES", "Backlog", "FrameBuffer"]
 
 
 @dataclass(frozen=True, slots=True)
-class Replay:
+class Backlog:
     frames: list[bytes]
     truncated: bool
     lost_frame_count: int | None
@@ -106,7 +106,7 @@ class _IdIndex:
         self._gens = deque([self._current])
 
 
-class _Frames:
+class _FrameStore:
     """The buffered frames, oldest first: ``append``, ``popleft``, ``after(seq)``, iteration as
     ``(seq, message_id, data)``. Nothing in it is an object the garbage collector tracks (see the
     module docstring). Frames leave the front by moving a start offset; the space they held is
@@ -170,7 +170,7 @@ class _Frames:
 
     def after(self, seq: int | None) -> list[bytes]:
         """The data of every frame whose seq is over ``seq`` (seqs only grow; ``None``: every
-        frame): a replay, which needs no ids."""
+        frame): a backlog, which needs no ids."""
         index = self._head if seq is None else bisect_right(self._seqs, seq, self._head)
         pos = self._start + sum(self._lens[self._head : index])
         data, out = self._data, []
@@ -183,17 +183,22 @@ class _Frames:
         self.__init__()  # type: ignore[misc]
 
 
-class History:
+class FrameBuffer:
     def __init__(
-        self, policy: Policy = "RING", max_bytes: int = 8 * 1024 * 1024, id_memory: int = 65536
+        self,
+        buffer_policy: BufferPolicy = "RING",
+        max_bytes: int = 8 * 1024 * 1024,
+        id_memory: int = 65536,
     ) -> None:
-        if policy not in POLICIES:
-            raise ValueError(f"buffer policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+        if buffer_policy not in BUFFER_POLICIES:
+            raise ValueError(
+                f"buffer policy must be one of {', '.join(BUFFER_POLICIES)}, not {buffer_policy!r}"
+            )
         if max_bytes < 0:
             raise ValueError("max_bytes must be >= 0")
-        self.policy: Policy = policy
-        self.max_bytes = max_bytes if policy != "NONE" else 0
-        self._frames = _Frames()
+        self.buffer_policy: BufferPolicy = buffer_policy
+        self.max_bytes = max_bytes if buffer_policy != "NONE" else 0
+        self._frames = _FrameStore()
         self._seq_of = _IdIndex(id_memory)
         self._next_seq = 0
         self.bytes = 0
@@ -217,7 +222,7 @@ class History:
         self.last_timestamp = timestamp
         size = len(data)
         total = self.bytes + size
-        if total > self.max_bytes and (self.policy != "RING" or size > self.max_bytes):
+        if total > self.max_bytes and (self.buffer_policy != "RING" or size > self.max_bytes):
             self.evicted_frames += 1  # NONE (max_bytes 0), DROP when full, or too big to keep
             return False, 0, 0
         self._frames.append(seq, message_id, data)
@@ -251,31 +256,31 @@ class History:
         """The sequence number of the newest frame (the one ``append`` just took)."""
         return self._next_seq - 1
 
-    def since(self, message_id: str) -> Replay:
+    def since(self, message_id: str) -> Backlog:
         """The frames after ``message_id`` that are still here, and how many are not."""
         seq = self._seq_of.get(message_id)
         restart = self._restart_seq
         if seq is None:
             after = -1 if restart is None else restart - 1
             frames = self._frames.after(after)
-            return Replay(frames, True, None, self.last_message_id, self.last_timestamp)
+            return Backlog(frames, True, None, self.last_message_id, self.last_timestamp)
         frames = self._frames.after(seq)
         produced_after = self._next_seq - seq - 1
         lost = produced_after - len(frames)
         if restart is not None and seq < restart - 1:
             # Frames the gateway sent before its crash may never have reached the disk.
-            return Replay(frames, True, None, self.last_message_id, self.last_timestamp)
-        return Replay(frames, lost > 0, lost, self.last_message_id, self.last_timestamp)
+            return Backlog(frames, True, None, self.last_message_id, self.last_timestamp)
+        return Backlog(frames, lost > 0, lost, self.last_message_id, self.last_timestamp)
 
-    def everything(self) -> Replay:
+    def everything(self) -> Backlog:
         """Every buffered frame, for a master that has seen none (``?history=all``), and how many
         of the frames produced since the session began are gone."""
         frames = self._frames.after(None)
         if self._restart_seq is not None:
             # Frames the gateway sent before its crash may never have reached the disk.
-            return Replay(frames, True, None, self.last_message_id, self.last_timestamp)
+            return Backlog(frames, True, None, self.last_message_id, self.last_timestamp)
         lost = self._next_seq - len(frames)  # seqs count every broadcast frame from 0
-        return Replay(frames, lost > 0, lost, self.last_message_id, self.last_timestamp)
+        return Backlog(frames, lost > 0, lost, self.last_message_id, self.last_timestamp)
 
     def entries(self) -> list[tuple[int, str, bytes | None]]:
         """What a reattach can still get, in order, for saving: every buffered frame, and every
@@ -301,7 +306,7 @@ class History:
         left one (ids from before it still replay as possibly incomplete)."""
         for seq, mid, data in entries:
             self._seq_of.add(mid, seq)  # in seq order: the oldest are forgotten past id_memory
-            if data is not None and self.policy != "NONE" and len(data) <= self.max_bytes:
+            if data is not None and self.buffer_policy != "NONE" and len(data) <= self.max_bytes:
                 self._frames.append(seq, mid, data)
                 self.bytes += len(data)
             self._next_seq = max(self._next_seq, seq + 1)

@@ -52,7 +52,7 @@ def history_frames(
     lost_frame_count: int | None,
     last_message_id: str,
     last_sync_timestamp: str,
-    policy: Literal["RING", "DROP", "NONE"],
+    buffer_policy: Literal["RING", "DROP", "NONE"],
     buffer_high_watermark: int | None,
     max_frame_size: int,
     max_total_bytes: int | None = None,
@@ -74,7 +74,7 @@ def history_frames(
 
     n = len(frames)
     worst = F.BufferStatus(
-        policy_applied=policy,
+        policy_applied=buffer_policy,
         truncated=True,
         lost_frame_count=(lost_frame_count or 0) + n,
         buffer_high_watermark=buffer_high_watermark,
@@ -108,7 +108,7 @@ def history_frames(
         parts[-1].append(data)
         size += extra
     status = F.BufferStatus(
-        policy_applied=policy,
+        policy_applied=buffer_policy,
         truncated=truncated,
         lost_frame_count=lost_frame_count,
         buffer_high_watermark=buffer_high_watermark,

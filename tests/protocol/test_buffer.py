@@ -1,21 +1,22 @@
-"""The reattach buffer (gateway/protocol/history.py): policies, byte bound, exact lost counts (DPS-7.1-history)."""
+"""The reattach buffer (gateway/protocol/buffer.py): policies, byte bound, exact lost counts
+(DPS-7.1-history)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.protocol.history import History
+from gateway.protocol.buffer import FrameBuffer
 
 
-def fill(history: History, n: int, size: int = 10) -> list[str]:
+def fill(buffer: FrameBuffer, n: int, size: int = 10) -> list[str]:
     ids = [f"m{i}" for i in range(n)]
     for mid in ids:
-        history.append(mid, f"t{mid}", b"x" * size)
+        buffer.append(mid, f"t{mid}", b"x" * size)
     return ids
 
 
 def test_DPS_7_1_history_ring_keeps_the_newest_within_max_bytes():
-    h = History("RING", max_bytes=50)
+    h = FrameBuffer("RING", max_bytes=50)
     fill(h, 8)
     assert h.bytes == 50 and len(h) == 5 and h.evicted_frames == 3
     replay = h.since("m4")
@@ -27,14 +28,14 @@ def test_DPS_7_1_history_ring_keeps_the_newest_within_max_bytes():
 
 
 def test_DPS_7_1_history_drop_keeps_the_oldest():
-    h = History("DROP", max_bytes=30)
+    h = FrameBuffer("DROP", max_bytes=30)
     fill(h, 5)
     replay = h.since("m0")
     assert (len(replay.frames), replay.truncated, replay.lost_frame_count) == (2, True, 2)
 
 
 def test_DPS_7_1_history_none_keeps_nothing_but_counts():
-    h = History("NONE")
+    h = FrameBuffer("NONE")
     fill(h, 3)
     replay = h.since("m0")
     assert (replay.frames, replay.truncated, replay.lost_frame_count) == ([], True, 2)
@@ -45,14 +46,14 @@ def test_DPS_7_1_history_none_keeps_nothing_but_counts():
 def test_everything_is_every_buffered_frame_with_the_exact_count_of_those_gone():
     """?history=all (a first attach): truncated only when frames produced since the session began
     are gone, with their exact number, whatever the policy."""
-    h = History("RING", max_bytes=100)
+    h = FrameBuffer("RING", max_bytes=100)
     fill(h, 3, size=10)
     h.mark("greeting")  # a frame to one connection is not a lost one
     replay = h.everything()
     assert (replay.frames, replay.truncated, replay.lost_frame_count) == ([b"x" * 10] * 3, False, 0)
     assert (replay.last_message_id, replay.last_timestamp) == ("m2", "tm2")
     for policy, kept in (("RING", 5), ("DROP", 5), ("NONE", 0)):
-        h = History(policy, max_bytes=50)
+        h = FrameBuffer(policy, max_bytes=50)
         fill(h, 8)
         replay = h.everything()
         assert (len(replay.frames), replay.truncated, replay.lost_frame_count) == (
@@ -60,20 +61,20 @@ def test_everything_is_every_buffered_frame_with_the_exact_count_of_those_gone()
             True,
             8 - kept,
         )
-    empty = History().everything()
+    empty = FrameBuffer().everything()
     assert (empty.frames, empty.truncated, empty.lost_frame_count) == ([], False, 0)
     assert empty.last_message_id is None
 
 
 def test_unknown_id_gets_everything_and_truncated():
-    h = History("RING", max_bytes=100)
+    h = FrameBuffer("RING", max_bytes=100)
     fill(h, 3)
     replay = h.since("never-seen")
     assert (len(replay.frames), replay.truncated, replay.lost_frame_count) == (3, True, None)
 
 
 def test_a_frame_sent_to_one_connection_stands_where_it_was_sent():
-    h = History("RING", max_bytes=100)
+    h = FrameBuffer("RING", max_bytes=100)
     fill(h, 2)
     h.mark("greeting")
     h.append("m2", "t", b"x")
@@ -84,7 +85,7 @@ def test_a_frame_sent_to_one_connection_stands_where_it_was_sent():
 
 
 def test_a_frame_larger_than_the_buffer_is_not_kept():
-    h = History("RING", max_bytes=5)
+    h = FrameBuffer("RING", max_bytes=5)
     kept, evicted, _ = h.append("big", "t", b"x" * 6)
     assert (kept, evicted, len(h)) == (False, 0, 0)
     assert h.since("big").lost_frame_count == 0
@@ -92,7 +93,7 @@ def test_a_frame_larger_than_the_buffer_is_not_kept():
 
 def test_bad_policy():
     with pytest.raises(ValueError, match="RING, DROP, NONE"):
-        History("LOSSY")  # type: ignore[arg-type]
+        FrameBuffer("LOSSY")  # type: ignore[arg-type]
 
 
 def test_clear_releases_the_frames_and_the_id_index():
@@ -103,7 +104,7 @@ def test_clear_releases_the_frames_and_the_id_index():
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        h = History("RING", max_bytes=1024)
+        h = FrameBuffer("RING", max_bytes=1024)
         fill(h, 65536, size=1)
         assert tracemalloc.get_traced_memory()[0] - before > 5_000_000
         h.clear()
@@ -117,7 +118,7 @@ def test_clear_releases_the_frames_and_the_id_index():
 def test_the_last_id_memory_ids_are_remembered_and_older_ones_forgotten():
     """A reattach naming any of the last ``id_memory`` ids gets an exact count; ids are forgotten
     a dict of 4,096 at a time, so at most that many more are remembered."""
-    h = History("RING", max_bytes=10, id_memory=10_000)  # keeps one frame
+    h = FrameBuffer("RING", max_bytes=10, id_memory=10_000)  # keeps one frame
     ids = fill(h, 30_000, size=10)
     for mid in ids[-10_000:]:
         replay = h.since(mid)
@@ -129,7 +130,7 @@ def test_the_last_id_memory_ids_are_remembered_and_older_ones_forgotten():
 def test_the_id_index_never_grows_one_dict_past_a_generation():
     """One dict of 65,536 ids with one in and one out per frame rehashed all of them every
     ~100,000 frames, holding the event loop for 8-9 ms: no dict of the index outgrows 4,096."""
-    h = History("RING", max_bytes=10)
+    h = FrameBuffer("RING", max_bytes=10)
     fill(h, 150_000, size=1)
     gens = h._seq_of._gens
     assert max(map(len, gens)) <= 4096
@@ -160,7 +161,7 @@ def test_buffered_frames_are_no_objects_the_garbage_collector_walks():
     has it visit about as much as a buffer of 10 (a tuple a frame made hundreds of busy sessions
     hold the event loop for hundreds of milliseconds per collection), and still replays every
     byte."""
-    small, big = History("RING"), History("RING")
+    small, big = FrameBuffer("RING"), FrameBuffer("RING")
     fill(small, 10, size=100)
     ids = fill(big, 20_000, size=100)
     # The id index keeps its ids in dicts of 4,096 (each one object the collector does not walk).
@@ -170,14 +171,14 @@ def test_buffered_frames_are_no_objects_the_garbage_collector_walks():
 
 
 def test_the_frame_store_keeps_order_ids_and_bytes_through_evictions_and_compactions():
-    """``_Frames`` against a deque of tuples, over random appends (ids of any str, seqs with
+    """``_FrameStore`` against a deque of tuples, over random appends (ids of any str, seqs with
     gaps, sizes up to 3 KB) and evictions enough to compact it many times."""
     import random
     from collections import deque
 
-    from gateway.protocol.history import _Frames
+    from gateway.protocol.buffer import _FrameStore
 
-    frames, model = _Frames(), deque()
+    frames, model = _FrameStore(), deque()
     rng = random.Random(7)
     seq = 0
     for step in range(60_000):
