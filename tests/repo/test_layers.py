@@ -84,21 +84,26 @@ MODULES = modules()
 def imported(name: str, path: Path) -> Iterator[tuple[str, int]]:
     """Every module ``name`` imports, anywhere in the file, resolved to a module of the tree or to
     the top-level name of a third-party or standard module."""
-    is_package = path.name == "__init__.py"
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split(".") if is_package else name.split(".")[:-1]
-                base = base[: len(base) - node.level + 1]
-                module = ".".join([*base, node.module] if node.module else base)
-            else:
-                module = node.module or ""
-            for alias in node.names:
-                sub = f"{module}.{alias.name}"
-                yield (sub if sub in MODULES else module), node.lineno
+            for target in imported_from(name, path, node):
+                yield target, node.lineno
+
+
+def imported_from(name: str, path: Path, node: ast.ImportFrom) -> list[str]:
+    """What each name of a ``from ... import`` resolves to: the module of the tree it names, else
+    the module it is taken from."""
+    is_package = path.name == "__init__.py"
+    if node.level:
+        base = name.split(".") if is_package else name.split(".")[:-1]
+        base = base[: len(base) - node.level + 1]
+        module = ".".join([*base, node.module] if node.module else base)
+    else:
+        module = node.module or ""
+    return [f"{module}.{a.name}" if f"{module}.{a.name}" in MODULES else module for a in node.names]
 
 
 def edges() -> list[Edge]:
@@ -247,3 +252,89 @@ def test_no_module_outgrows_its_room(name: str) -> None:
         assert "kept whole" in opening, f"{path.relative_to(REPO)} does not say why it is one file"
     else:
         assert lines <= MAX_LINES, f"{path.relative_to(REPO)} has {lines} lines"
+
+
+# --- contracts and words (docs/architecture.md, "Words") -----------------------------------------
+
+
+def private_uses(name: str, path: Path) -> Iterator[str]:
+    """``module._name`` for every private name of another module of the tree that ``name`` takes:
+    imported by name, or read as an attribute of a module it imported."""
+    tree = ast.parse(path.read_text(), str(path))
+    modules_bound: dict[str, str] = {}  # local name -> module of the tree
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in MODULES and alias.asname:
+                    modules_bound[alias.asname] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            targets = dict(
+                zip((a.name for a in node.names), imported_from(name, path, node), strict=True)
+            )
+            for alias in node.names:
+                target = targets[alias.name]
+                if target in MODULES and target.endswith(f".{alias.name}"):
+                    modules_bound[alias.asname or alias.name] = target
+                elif is_private(alias.name) and target in MODULES and target != name:
+                    yield f"{target}.{alias.name}"
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules_bound
+            and is_private(node.attr)
+            and modules_bound[node.value.id] != name
+        ):
+            yield f"{modules_bound[node.value.id]}.{node.attr}"
+
+
+def is_private(identifier: str) -> bool:
+    return identifier.startswith("_") and not identifier.startswith("__")
+
+
+def test_a_module_takes_only_the_public_names_of_another() -> None:
+    """A module's contract is public: what another module uses has no leading underscore (and is
+    in the module's ``__all__`` where it has one)."""
+    found = sorted({use for name, path in MODULES.items() for use in private_uses(name, path)})
+    assert found == []
+
+
+def identifiers(path: Path) -> Iterator[tuple[str, int]]:
+    """Every name the file binds or reads: variables, attributes, functions, classes, arguments."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Name):
+            yield node.id, node.lineno
+        elif isinstance(node, ast.Attribute):
+            yield node.attr, node.lineno
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            yield node.name, node.lineno
+        elif isinstance(node, ast.arg | ast.keyword) and node.arg:
+            yield node.arg, node.lineno
+
+
+def test_a_duration_in_seconds_ends_in_sec() -> None:
+    """One suffix for seconds, the one the TOML keys use (``reattach_window_sec``): ``_sec``, never
+    ``_s``."""
+    found = sorted(
+        f"{path.relative_to(REPO)}:{line} {word}"
+        for path in MODULES.values()
+        for word, line in identifiers(path)
+        if word.lower().endswith("_s") and word.strip("_").lower() != "s"
+    )
+    assert found == []
+
+
+MAX_MACHINE_FUNCTION_LINES = 50
+
+
+def test_no_function_of_the_session_machine_is_over_fifty_lines() -> None:
+    """The machine is read in one place, a transition at a time: a long function hides a state."""
+    path = MODULES["gateway.protocol.machine"]
+    long = [
+        f"{node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_MACHINE_FUNCTION_LINES
+    ]
+    assert long == []
