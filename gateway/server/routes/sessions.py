@@ -278,7 +278,7 @@ async def start_session(
         try:  # a record that cannot be written: no session (the cleanup below removes it all)
             session.write_first_record()
         except OSError as err:
-            raise _no_storage(app, session_id, "record", err) from None
+            raise _no_storage(session_id, "record", err) from None
         if seed is not None:  # its agent resumes the conversation from a copy of that HOME
             await _copy_home(seed, session)
         if transcript is not None:  # before it is listed: nobody may attach during the replay
@@ -315,13 +315,12 @@ def _session_directory(app: web.Application, session_id: str) -> SavedSession | 
     try:
         return state_dir.create(session_id)
     except OSError as err:
-        raise _no_storage(app, session_id, "create", err) from None
+        app[METRICS].state_dir_error("create")
+        raise _no_storage(session_id, "directory", err) from None
 
 
-def _no_storage(app: web.Application, session_id: str, file: str, err: OSError) -> ApiError:
+def _no_storage(session_id: str, file: str, err: OSError) -> ApiError:
     """507 ``INSUFFICIENT_STORAGE``: a new session's files cannot be written (a full disk)."""
-    metrics = app[METRICS]
-    metrics.state_dir_error(file)
     log.error(
         "session not created: its %s cannot be written",
         file,
