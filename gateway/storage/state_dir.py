@@ -58,11 +58,11 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
-
-import msgspec
+from typing import Any, Final
 
 from gateway.storage import nofollow
+from gateway.storage.frame_log import Entry, log_lines, parse_log, write_all
+from gateway.storage.health import StateHealth, StateMetrics
 from gateway.storage.ledger import LedgerFile
 
 __all__ = [
@@ -86,7 +86,6 @@ FRAMES: Final = "frames.log"
 LOCK: Final = "lock"
 COMPACT_SLACK: Final = 4 * 1024 * 1024
 MAX_RECORD_BYTES: Final = 1024 * 1024  # a record is a few hundred bytes; more is not ours
-_IOV_MAX: Final = 1024  # the buffers one writev takes on Linux
 FLUSH_INTERVAL_SEC: Final = 0.01  # frames are written at most this long after they were made
 RETRY_SEC: Final = 1.0  # a write that failed (a full disk) is tried again this long after
 MAX_UNSAVED_BYTES: Final = 8 * 1024 * 1024  # frames a session holds for its log while it fails
@@ -97,9 +96,6 @@ def max_log_bytes(max_buffer_bytes: int) -> int:
     compaction rewrites it past twice the buffer and ``COMPACT_SLACK``, and one flush interval's
     frames may come on top. A larger file is not the gateway's and is not read."""
     return 2 * max_buffer_bytes + 2 * COMPACT_SLACK
-
-
-Entry = tuple[int, str, bytes | None]  # (seq, message_id, frame bytes or None for an id only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,52 +121,6 @@ class StateDirError(Exception):
     """The state directory cannot be used (a file of that name, no permission, another gateway
     holds it): the gateway does not start, since it could not keep the sessions it promises to
     keep."""
-
-
-class StateMetrics(Protocol):
-    """What the state directory reports (``GatewayMetrics``)."""
-
-    def state_dir_error(self, file: str) -> None: ...
-
-    def state_dir_failing(self, sessions: int) -> None: ...
-
-    def history_gap(self, frames: int) -> None: ...
-
-
-class StateHealth:
-    """Which sessions' files cannot be written now (a full disk, an I/O error), and why: what
-    ``/readyz`` and the metrics say. A session leaves it when its writes go through again."""
-
-    def __init__(self, metrics: StateMetrics | None = None) -> None:
-        self.metrics = metrics
-        self.failing: dict[str, str] = {}  # session id -> the error of its last failed write
-
-    def failed(self, key: str, file: str, err: OSError) -> bool:
-        """A write of ``file`` (record, log, create) failed; whether ``key`` was fine before."""
-        new = key not in self.failing
-        self.failing[key] = err.strerror or str(err)
-        if self.metrics is not None:
-            self.metrics.state_dir_error(file)
-            self.metrics.state_dir_failing(len(self.failing))
-        return new
-
-    def recovered(self, key: str) -> bool:
-        """``key``'s writes go through again (or it is gone); whether it was failing."""
-        if self.failing.pop(key, None) is None:
-            return False
-        if self.metrics is not None:
-            self.metrics.state_dir_failing(len(self.failing))
-        return True
-
-    def problem(self) -> str | None:
-        """Why the state directory is failing now (for ``/readyz``), or None."""
-        if not self.failing:
-            return None
-        errors = sorted(set(self.failing.values()))
-        return (
-            f"the state directory cannot be written: {'; '.join(errors)} "
-            f"({len(self.failing)} session(s) hold what they could not write)"
-        )
 
 
 class StateDir:
@@ -350,7 +300,7 @@ def _load_from(dir_fd: int, parent_fd: int, path: Path, max_buffer: int) -> Load
         )
     except OSError as err:
         return LoadError(sid, "unreadable", f"cannot read {FRAMES}: {err.strerror}")
-    entries, torn_at = _parse_log(data)
+    entries, torn_at = parse_log(data)
     good = len(data) if torn_at is None else torn_at
     last_seq = entries[-1][0] if entries else -2
     saved = SavedSession(
@@ -389,90 +339,6 @@ def _check_record(record: dict[str, Any], sid: str, max_buffer: int) -> str | No
         if record.get(key) is not None and not isinstance(record[key], str):
             return f"{key} has the wrong type"
     return None
-
-
-def _parse_log(data: bytes) -> tuple[list[Entry], int | None]:
-    """The log's entries in order, up to the first line that is cut short or not ours, and that
-    line's offset (None: every line is whole). Every line is checked, not only the last: a write
-    cut short by a full disk, then a later one, fuse into a line that is no frame."""
-    entries: list[Entry] = []
-    last_seq = -2
-    pos, size = 0, len(data)
-    while pos < size:
-        end = data.find(b"\n", pos)
-        if end < 0:
-            return entries, pos  # the last write was cut short: that line is not a frame
-        entry = _entry(data[pos:end], last_seq)
-        if entry is None:
-            return entries, pos
-        entries.append(entry)
-        last_seq = entry[0]
-        pos = end + 1
-    return entries, None
-
-
-def _entry(line: bytes, last_seq: int) -> Entry | None:
-    """One line of the log, or None when it is not one we wrote whole."""
-    parts = line.split(b" ", 2)
-    if len(parts) != 3 or not parts[1] or not parts[0].lstrip(b"-").isdigit():
-        return None
-    seq = int(parts[0])  # -1: an id marked before the first frame
-    body = parts[2]
-    if seq < last_seq:
-        return None
-    if body == b"-":
-        return (seq, parts[1].decode("ascii", "replace"), None)
-    if not body.startswith(b"{") or not _whole_json(body):
-        return None
-    return (seq, parts[1].decode("ascii", "replace"), body)
-
-
-def _whole_json(body: bytes) -> bool:
-    try:
-        msgspec.json.decode(body, type=msgspec.Raw)  # checked whole, nothing built
-    except msgspec.DecodeError:
-        return False
-    return True
-
-
-def _lines(records: list[Entry]) -> tuple[list[bytes], list[int]]:
-    """The log lines of ``records`` as parts for writev (a frame's own bytes, not a copy), and
-    where each record ends, counted from the first."""
-    parts: list[bytes] = []
-    ends: list[int] = []
-    total = 0
-    for seq, mid, data in records:
-        if data is None:
-            line = b"%d %s -\n" % (seq, mid.encode())
-            parts.append(line)
-            total += len(line)
-        else:
-            head = b"%d %s " % (seq, mid.encode())
-            parts += (head, data, b"\n")
-            total += len(head) + len(data) + 1
-        ends.append(total)
-    return parts, ends
-
-
-def _write_all(fd: int, parts: list[bytes]) -> tuple[int, OSError | None]:
-    """Write every part, in order, with as few system calls as writev allows: the bytes written,
-    and the error that stopped it (a full disk) or None."""
-    total = 0
-    try:
-        for i in range(0, len(parts), _IOV_MAX):
-            chunk = parts[i : i + _IOV_MAX]
-            size = sum(map(len, chunk))
-            done = os.writev(fd, chunk)
-            total += done
-            if done < size:  # a short write (a full disk, a signal): the rest, byte by byte exact
-                rest = memoryview(b"".join(chunk))[done:]
-                while rest:
-                    n = os.write(fd, rest)
-                    total += n
-                    rest = rest[n:]
-    except OSError as err:
-        return total, err
-    return total, None
 
 
 class SavedSession:
@@ -563,13 +429,13 @@ class SavedSession:
         if not self._pending:
             return
         records, self._pending = self._pending, []
-        parts, ends = _lines(records)
+        parts, ends = log_lines(records)
         try:
             fd = self._log_fd()
         except OSError as cannot:
             self._not_written(records, cannot)
             return
-        written, err = _write_all(fd, parts)
+        written, err = write_all(fd, parts)
         whole = bisect_right(ends, written)  # the records written whole
         cut = ends[whole - 1] if whole else 0
         if whole:
@@ -652,7 +518,7 @@ class SavedSession:
         if self.entries is None or self.removed:
             return
         entries = self.entries()
-        parts, _ = _lines(entries)
+        parts, _ = log_lines(entries)
         data = b"".join(parts)
         try:
             nofollow.replace_file(self.dir_fd, FRAMES, data, fsync=True)

@@ -61,7 +61,9 @@ def ids_on_disk(log: Path) -> set[str]:
 
 
 def frame(n: int, size: int) -> bytes:
-    return json.dumps({"message_id": f"m{n}", "type": "agent.text.delta", "pad": "x" * size}).encode()
+    return json.dumps(
+        {"message_id": f"m{n}", "type": "agent.text.delta", "pad": "x" * size}
+    ).encode()
 
 
 async def test_a_write_the_disk_cuts_short_is_cut_back_and_written_when_space_returns(disk):
@@ -258,22 +260,24 @@ async def test_serve_on_a_disk_one_session_fills_loses_nothing_acknowledged(tmp_
         (disk / "rest").unlink()
         for sid in (other.session_id, filler.session_id):
             whole_lines(state / "sessions" / sid / FRAMES)  # nothing torn on disk
-        async with serve(*run, stdin=subprocess.DEVNULL, env=env) as (proc, url):
-            async with aiohttp.ClientSession(base_url=url) as http:
-                raw = await _reattach_raw(http, other.session_id, last_message_id=seen_before)
-                history = json.loads(raw)["payload"]  # whole JSON
-                assert history["buffer_status"]["truncated"] is True  # the gap is said
-                assert all(isinstance(f, dict) and f["type"] for f in history["frames"])
-                raw = await _reattach_raw(http, filler.session_id, history="all")
-                assert json.loads(raw)["payload"]["buffer_status"]["truncated"] is True
-                again = await _attach(http, other.session_id)
-                await again.until("agent.commands.publish")
-                after = await prompt_and_wait(again, "hello after the restart")
-                log = state / "sessions" / other.session_id / FRAMES
-                await eventually(
-                    lambda: {f["message_id"] for f in after} <= ids_on_disk(log),
-                    "the new frames written",
-                )
+        async with (
+            serve(*run, stdin=subprocess.DEVNULL, env=env) as (proc, url),
+            aiohttp.ClientSession(base_url=url) as http,
+        ):
+            raw = await _reattach_raw(http, other.session_id, last_message_id=seen_before)
+            history = json.loads(raw)["payload"]  # whole JSON
+            assert history["buffer_status"]["truncated"] is True  # the gap is said
+            assert all(isinstance(f, dict) and f["type"] for f in history["frames"])
+            raw = await _reattach_raw(http, filler.session_id, history="all")
+            assert json.loads(raw)["payload"]["buffer_status"]["truncated"] is True
+            again = await _attach(http, other.session_id)
+            await again.until("agent.commands.publish")
+            after = await prompt_and_wait(again, "hello after the restart")
+            log = state / "sessions" / other.session_id / FRAMES
+            await eventually(
+                lambda: {f["message_id"] for f in after} <= ids_on_disk(log),
+                "the new frames written",
+            )
 
 
 async def _attached(http: aiohttp.ClientSession, name: str) -> Master:
