@@ -423,7 +423,7 @@ class SavedSession:
 
     def flush(self) -> None:
         self._flush_scheduled = False
-        if self.removed:
+        if self.removed or self.dir_fd < 0:  # ended, or released: nothing is written any more
             self._pending.clear()
             return
         if not self._pending:
