@@ -14,6 +14,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from gateway.protocol.buffer import FrameBuffer
+from gateway.storage import state_dir
+from gateway.storage.frame_log import parse_log
 from gateway.storage.state_dir import FRAMES, RECORD, StateDir
 from tests.support.gateway_peer import (
     SUBPROTOCOL,
@@ -87,6 +90,53 @@ async def test_a_write_the_disk_cuts_short_is_cut_back_and_written_when_space_re
     got = whole_lines(saved.path / FRAMES)
     assert [f["message_id"] for f in got] == [f"m{n}" for n in range(11)]
     assert sd.health.problem() is None
+    saved.release()
+    sd.close()
+
+
+class GapCount:
+    """The part of the metrics a full disk reports, counted."""
+
+    def __init__(self) -> None:
+        self.gap = 0
+        self.errors: list[str] = []
+        self.failing = 0
+
+    def state_dir_error(self, file: str) -> None:
+        self.errors.append(file)
+
+    def state_dir_failing(self, sessions: int) -> None:
+        self.failing = sessions
+
+    def history_gap(self, frames: int) -> None:
+        self.gap += frames
+
+
+async def test_frames_held_past_the_bound_leave_an_exact_gap(disk, monkeypatch):
+    """While the disk stays full, a session holds at most MAX_UNSAVED_BYTES of frames: the
+    oldest go, counted, and one id-only line keeps their sequence numbers, so the history read
+    back says exactly how many are missing (DPS-7.1-history ``lost_frame_count``)."""
+    monkeypatch.setattr(state_dir, "MAX_UNSAVED_BYTES", 10_000)
+    counted = GapCount()
+    sd = StateDir(disk / "state", metrics=counted)
+    saved = sd.create("s")
+    fill(disk / "ballast")
+    for n in range(20):
+        saved.append(n, f"m{n}", frame(n, 2000))
+    saved.flush()
+    assert counted.errors == ["log"] and counted.failing == 1
+    (disk / "ballast").unlink()
+    await eventually(lambda: not saved.failing, "the held frames written")
+    assert counted.failing == 0
+    entries, torn_at = parse_log((saved.path / FRAMES).read_bytes())
+    assert torn_at is None
+    kept = [mid for _, mid, data in entries if data is not None]
+    assert kept == [f"m{n}" for n in range(20 - len(kept), 20)] and len(kept) < 20
+    assert counted.gap == 20 - len(kept)
+    buffer = FrameBuffer("RING", MiB)
+    buffer.load(entries, last_timestamp=None, crashed=False)
+    everything = buffer.everything()
+    assert (everything.truncated, everything.lost_frame_count) == (True, counted.gap)
     saved.release()
     sd.close()
 
