@@ -88,6 +88,7 @@ from gateway.metrics.labels import (
     PREFIX,
     RESTORE_FAILURES,
     SESSION_STATES,
+    STATE_FILES,
     STOP_REASONS,
     TO_MASTER,
     TOKEN_KINDS,
@@ -271,6 +272,32 @@ class GatewayMetrics:
             ("result",),
             registry=r,
         )
+        # The state directory (gateway/storage/state_dir.py): writes that fail (a full disk).
+        self._state_dir_errors = Counter(
+            PREFIX + "state_dir_write_errors",
+            "Writes to the state directory that failed (a full disk, an I/O error), by file: "
+            "create (a new session's directory), record (session.json), log (frames.log).",
+            ("file",),
+            registry=r,
+        )
+        self._state_dir_failing = Gauge(
+            PREFIX + "state_dir_failing_sessions",
+            "Sessions whose record or frames could not be written and are held in memory, tried "
+            "again every second; 0 when the state directory takes every write.",
+            registry=r,
+        )
+        self._history_gap = Counter(
+            PREFIX + "saved_history_gap_frames",
+            "Frames that never reached a session's frame log (held past the bound while the "
+            "disk was full): after a restart, a reattach across them is truncated.",
+            registry=r,
+        )
+        self._saved_logs_torn = Counter(
+            PREFIX + "saved_logs_torn",
+            "Frame logs read back at start that held a torn line: read up to it, cut there, and "
+            "a reattach from before the restart told frames may be missing.",
+            registry=r,
+        )
         # Files of sessions (gateway/storage/files.py): what is held on disk, and what was offered.
         self._file_bytes = Gauge(
             PREFIX + "session_file_bytes",
@@ -387,6 +414,8 @@ class GatewayMetrics:
             self._reattaches.labels(result)
         for result in ("restored", *RESTORE_FAILURES, OTHER):
             self._restored.labels(result)
+        for file in (*STATE_FILES, OTHER):
+            self._state_dir_errors.labels(file)
         for event in NOTIFY_EVENTS:
             for result in ("sent", "retried", "dropped"):
                 self._notifications.labels(event, result)
@@ -516,6 +545,22 @@ class GatewayMetrics:
         """A saved session could not be read back (`reason`: unreadable, corrupt, version,
         agent, workspace) and was skipped."""
         self._restored.labels(bounded(reason, RESTORE_FAILURES)).inc()
+
+    def state_dir_error(self, file: str) -> None:
+        """A write of the state directory failed: `file` create, record or log."""
+        self._state_dir_errors.labels(bounded(file, STATE_FILES)).inc()
+
+    def state_dir_failing(self, sessions: int) -> None:
+        """How many sessions hold what they could not write now."""
+        self._state_dir_failing.set(sessions)
+
+    def history_gap(self, frames: int) -> None:
+        """`frames` frames will never be in a session's frame log (the disk did not take them)."""
+        self._history_gap.inc(frames)
+
+    def saved_log_torn(self) -> None:
+        """A frame log read back at start held a torn line."""
+        self._saved_logs_torn.inc()
 
     def draining(self, on: bool) -> None:
         """An operator's drain began (SIGUSR1) or ended (SIGUSR2)."""

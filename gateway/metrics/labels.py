@@ -129,6 +129,7 @@ INTERACTION_TYPES: Final = ("YN", "SELECT", "MULTI_SELECT", "TEXT_INPUT", "PERMI
 INTERACTION_OUTCOMES: Final = ("allowed", "denied", "answered", "timed_out", "cancelled")
 EXIT_CLASSES: Final = ("ok", "error", "signal")
 RESTORE_FAILURES: Final = ("unreadable", "corrupt", "version", "agent", "workspace")
+STATE_FILES: Final = ("create", "record", "log")
 NOTIFY_EVENTS: Final = WEBHOOK_EVENTS
 DEFAULT_AGENTS: Final = ("claude-code", "codex", "gemini")
 

@@ -61,7 +61,7 @@ from gateway.server.routes.sessions import (
 )
 from gateway.server.websocket import websocket
 from gateway.session import LiveSession
-from gateway.storage.state_dir import LoadError, StateDir
+from gateway.storage.state_dir import Loaded, LoadError, StateDir
 from gateway.team import auth, fleet
 from gateway.team.audit import AuditLog
 from gateway.team.budgets import Budgets
@@ -89,7 +89,7 @@ def create_app(
     app[SESSIONS] = {}
     app[POLICY] = PolicyRules(config.policy.rules)
     if config.server.state_dir is not None:
-        app[STATE_DIR] = StateDir(config.server.state_dir)
+        app[STATE_DIR] = StateDir(config.server.state_dir, metrics=app[METRICS])
         app.on_startup.append(_restore_sessions)
         app.on_cleanup.append(_release_state_dir)
     # A users file that cannot be read stops the start (ValueError); later, SIGHUP reloads it.
@@ -112,6 +112,8 @@ def create_app(
     app[GUARD] = ConnectionGuard(config.server.max_pending_connections)
     app[STATIC] = load_static()
     fleet.setup(app, config, on_drain=app[METRICS].draining)
+    if STATE_DIR in app:
+        app[fleet.READINESS].storage_problem = app[STATE_DIR].health.problem
     app.router.add_get("/", console_redirect)
     app.router.add_get("/ui", console_page)
     app.router.add_get("/ui/{name}", console_file)
@@ -205,6 +207,8 @@ async def _restore_sessions(app: web.Application) -> None:
         record = got.record
         if not record["clean"]:
             crashed.append(record["session_id"])
+        if got.torn:
+            _torn(metrics, got)
         profile = config.agents.get(record["agent"])
         if profile is None:
             got.saved.release()
@@ -252,6 +256,19 @@ async def _restore_sessions(app: web.Application) -> None:
     killed = descendants.kill_left_behind(crashed)
     if killed:
         log.warning("agent processes left by the previous gateway killed", extra={"count": killed})
+
+
+def _torn(metrics: GatewayMetrics, got: Loaded) -> None:
+    """A log with a torn line is read up to it: say so (its reattach is told frames may be
+    missing: the buffer is loaded as after a crash)."""
+    metrics.saved_log_torn()
+    log.error(
+        "saved frame log torn at byte %d of %d: read up to it, the rest dropped; a reattach from "
+        "before the restart is told frames may be missing (truncated)",
+        got.torn_at or 0,
+        got.log_size,
+        extra={"session": got.record["session_id"], "frames": len(got.entries)},
+    )
 
 
 async def _release_state_dir(app: web.Application) -> None:

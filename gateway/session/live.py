@@ -9,6 +9,7 @@ docstring).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -307,8 +308,10 @@ class LiveSession(AgentLink, Masters):
         for key in list(self._timers):
             self._cancel_timer(key)
         await self._stop_agent()
-        self._save_record(clean=True)
         self.saved.sync()
+        # Clean only when every frame reached the log: frames a full disk kept out make the
+        # restart say a reattach is truncated there.
+        self._save_record(clean=not self.saved.failing)
         self.files.release()
         self.saved.release()
         conns = list(self.connections.values())
@@ -345,8 +348,17 @@ class LiveSession(AgentLink, Masters):
             "crash_boundary": self.buffer.crash_boundary,
         }
 
+    def write_first_record(self) -> None:
+        """Write a new session's record before anything else of it runs: ``OSError`` when it
+        cannot be written (a full disk), and then the session is not created."""
+        if self.saved is not None:
+            record = self._record()
+            self.saved.write_record(record)
+            self._last_record = record
+
     def _save_record(self, *, clean: bool = False) -> None:
-        """Rewrite the record if what it says changed (or, ``clean``, for a graceful stop)."""
+        """Rewrite the record if what it says changed (or, ``clean``, for a graceful stop). One
+        that cannot be written is tried again by the ``SavedSession`` (which logs it)."""
         saved = self.saved
         if saved is None or saved.removed or self.machine.lifecycle is Lifecycle.TERMINATED:
             return
@@ -354,10 +366,8 @@ class LiveSession(AgentLink, Masters):
         if record == self._last_record:
             return
         self._last_record = record
-        try:
+        with contextlib.suppress(OSError):
             saved.write_record(record)
-        except OSError as err:
-            log.error("cannot write the session record", extra={"session": self.id, "error": err})
 
     async def delete(
         self, reason: F.DeleteReason = "master_request", deleted_by: F.DeletedBy = "master"

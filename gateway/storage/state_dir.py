@@ -20,6 +20,19 @@ every turn and at shutdown, so a crash of the machine loses at most the running
 turn's frames. The log stays bounded: once it has grown past twice the buffer's size (plus
 ``COMPACT_SLACK``), it is rewritten from what the in-memory buffer still holds.
 
+A full disk (or any failed write) loses nothing acknowledged and serves nothing torn. A record
+that cannot be written is an error for its caller (a session create answers 507
+``INSUFFICIENT_STORAGE``); a later rewrite that fails is kept and tried again. A flush that fails
+part way is cut back to its last whole line (``ftruncate``); the frames not written stay in memory,
+in order (at most ``MAX_UNSAVED_BYTES`` a session: past it the oldest go, and one id-only line, the
+newest that went, keeps the sequence numbers exact, so a reattach after a restart is told how many
+frames are missing: ``truncated``, ``lost_frame_count``), and every ``RETRY_SEC`` the session tries
+again, by itself, until the disk takes them. While any session's files cannot be written,
+``StateHealth`` says so (``/readyz``, the metrics). Reading a log checks every line (a sequence
+number, an id, a whole JSON object) and stops at the first torn one: what follows it is not served,
+the log is cut back there before it is written again, and the restart says so (a log line, a
+metric, and a reattach from before it is ``truncated``).
+
 Loading never raises: a session whose files are unreadable, corrupt or of another format version is
 reported as a ``LoadError`` and skipped; its files stay where they are for a person to look at.
 
@@ -41,12 +54,15 @@ import fcntl
 import json
 import logging
 import os
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from gateway.storage import nofollow
+from gateway.storage.frame_log import Entry, log_lines, parse_log, write_all
+from gateway.storage.health import StateHealth, StateMetrics
 from gateway.storage.ledger import LedgerFile
 
 __all__ = [
@@ -57,6 +73,7 @@ __all__ = [
     "SavedSession",
     "StateDir",
     "StateDirError",
+    "StateHealth",
     "max_log_bytes",
 ]
 
@@ -69,8 +86,9 @@ FRAMES: Final = "frames.log"
 LOCK: Final = "lock"
 COMPACT_SLACK: Final = 4 * 1024 * 1024
 MAX_RECORD_BYTES: Final = 1024 * 1024  # a record is a few hundred bytes; more is not ours
-_IOV_MAX: Final = 1024  # the buffers one writev takes on Linux
 FLUSH_INTERVAL_SEC: Final = 0.01  # frames are written at most this long after they were made
+RETRY_SEC: Final = 1.0  # a write that failed (a full disk) is tried again this long after
+MAX_UNSAVED_BYTES: Final = 8 * 1024 * 1024  # frames a session holds for its log while it fails
 
 
 def max_log_bytes(max_buffer_bytes: int) -> int:
@@ -80,17 +98,16 @@ def max_log_bytes(max_buffer_bytes: int) -> int:
     return 2 * max_buffer_bytes + 2 * COMPACT_SLACK
 
 
-Entry = tuple[int, str, bytes | None]  # (seq, message_id, frame bytes or None for an id only)
-
-
 @dataclass(frozen=True, slots=True)
 class Loaded:
     """A session read back from disk."""
 
     record: dict[str, Any]
     entries: list[Entry]
-    torn: bool  # the log ended in a line that was cut short or unreadable (a crash mid-write)
+    torn: bool  # a line of the log was cut short or unreadable: the log was read up to it
     saved: SavedSession
+    torn_at: int | None = None  # the offset of that line in the log
+    log_size: int = 0  # the log's size as found
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +130,10 @@ class StateDir:
     open (the kernel lets go of it when the process dies, SIGKILL included). Two gateways on one
     directory would each restore, run and rewrite the same sessions."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, metrics: StateMetrics | None = None) -> None:
         self.root = root
         self.sessions = root / "sessions"
+        self.health = StateHealth(metrics)
         old = os.umask(0o077)
         try:
             with contextlib.suppress(FileExistsError):  # a file there: open_dir says so
@@ -177,11 +195,19 @@ class StateDir:
         return LedgerFile(self._root_fd)
 
     def create(self, session_id: str) -> SavedSession:
+        """A new session's directory (``OSError`` if it cannot be made: nothing is left)."""
         os.mkdir(session_id, 0o700, dir_fd=self._fd)
+        try:
+            dir_fd = nofollow.open_dir(session_id, dir_fd=self._fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.rmdir(session_id, dir_fd=self._fd)
+            raise
         return SavedSession(
             self.sessions / session_id,
-            dir_fd=nofollow.open_dir(session_id, dir_fd=self._fd),
+            dir_fd=dir_fd,
             parent_fd=os.dup(self._fd),
+            health=self.health,
         )
 
     def load(self, *, max_buffer_bytes: int = 256 * 1024 * 1024) -> Iterator[Loaded | LoadError]:
@@ -204,7 +230,10 @@ class StateDir:
                 )
         order.sort()
         for _, name in order:
-            yield _load_one(self._fd, self.sessions, name, max_buffer_bytes)
+            got = _load_one(self._fd, self.sessions, name, max_buffer_bytes)
+            if isinstance(got, Loaded):
+                got.saved.health = self.health
+            yield got
 
 
 def _created_at(parent_fd: int, name: str) -> str:
@@ -271,9 +300,13 @@ def _load_from(dir_fd: int, parent_fd: int, path: Path, max_buffer: int) -> Load
         )
     except OSError as err:
         return LoadError(sid, "unreadable", f"cannot read {FRAMES}: {err.strerror}")
-    entries, torn = _parse_log(data)
-    saved = SavedSession(path, dir_fd=dir_fd, parent_fd=os.dup(parent_fd), log_bytes=len(data))
-    return Loaded(record, entries, torn, saved)
+    entries, torn_at = parse_log(data)
+    good = len(data) if torn_at is None else torn_at
+    last_seq = entries[-1][0] if entries else -2
+    saved = SavedSession(
+        path, dir_fd=dir_fd, parent_fd=os.dup(parent_fd), log_bytes=good, last_seq=last_seq
+    )
+    return Loaded(record, entries, torn_at is not None, saved, torn_at, len(data))
 
 
 _FIELDS: Final[dict[str, type | tuple[type, ...]]] = {
@@ -308,127 +341,204 @@ def _check_record(record: dict[str, Any], sid: str, max_buffer: int) -> str | No
     return None
 
 
-def _parse_log(data: bytes) -> tuple[list[Entry], bool]:
-    """The log's entries in order; stops at the first line that is cut short or not ours."""
-    entries: list[Entry] = []
-    torn = False
-    last_seq = -2
-    for line in data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n"):
-        parts = line.split(b" ", 2)
-        if len(parts) != 3 or not parts[0].lstrip(b"-").isdigit() or not parts[1]:
-            torn = True
-            break
-        seq = int(parts[0])  # -1: an id marked before the first frame
-        body = parts[2]
-        if seq < last_seq or not (body == b"-" or (body.startswith(b"{") and body.endswith(b"}"))):
-            torn = True
-            break
-        last_seq = seq
-        entries.append((seq, parts[1].decode("ascii", "replace"), None if body == b"-" else body))
-    if data and not data.endswith(b"\n"):
-        torn = True  # the last write was cut short: that line is not a frame
-        if entries and entries[-1][2] is not None and not _whole_json(entries[-1][2]):
-            entries.pop()
-    return entries, torn
-
-
-def _whole_json(body: bytes) -> bool:
-    try:
-        json.loads(body)
-    except ValueError:
-        return False
-    return True
-
-
-def _write_all(fd: int, parts: list[bytes]) -> int:
-    """Write every part, in order, with as few system calls as writev allows."""
-    total = 0
-    for i in range(0, len(parts), _IOV_MAX):
-        chunk = parts[i : i + _IOV_MAX]
-        size = sum(map(len, chunk))
-        done = os.writev(fd, chunk)
-        if done < size:  # a short write (a full disk, a signal): the rest, byte by byte exact
-            rest = memoryview(b"".join(chunk))[done:]
-            while rest:
-                rest = rest[os.write(fd, rest) :]
-        total += size
-    return total
-
-
 class SavedSession:
     """One session's directory: the record and the frame log, reached through ``dir_fd`` (its
     descriptor, owned); ``parent_fd`` (owned) is ``sessions/``, to remove it."""
 
-    def __init__(self, path: Path, *, dir_fd: int, parent_fd: int, log_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        dir_fd: int,
+        parent_fd: int,
+        log_bytes: int = 0,
+        last_seq: int = -2,
+        health: StateHealth | None = None,
+    ) -> None:
         self.path = path  # for messages and the file store's own path
         self.dir_fd = dir_fd
         self._parent_fd = parent_fd
         self._fd: int | None = None
-        self._pending: list[bytes] = []
+        self._pending: list[Entry] = []  # not written yet: in order, after what the log has
         self._flush_scheduled = False
-        self.log_bytes = log_bytes
+        self.log_bytes = log_bytes  # the log's whole lines: what it is cut back to on a failure
+        self.last_seq = last_seq  # the seq of the log's last line
         self.compact_above: int | None = None  # set by the owner from its history's size
         self.entries: Callable[[], list[Entry]] | None = None  # the history's, for compaction
+        self.health = health or StateHealth()
+        self._record: bytes | None = None  # a record that could not be written yet
+        self._log_error: OSError | None = None  # the last write of the log failed (until one works)
+        self._retry: asyncio.TimerHandle | None = None
         self._sync: asyncio.Future[Any] | None = None
         self.removed = False
+
+    @property
+    def failing(self) -> bool:
+        """Something of this session could not be written and is held in memory meanwhile."""
+        return self._log_error is not None or self._record is not None
 
     # --- the record ---------------------------------------------------------------------------
 
     def write_record(self, record: dict[str, Any]) -> None:
+        """Rewrite the record; ``OSError`` if it cannot be (then it is tried again every
+        ``RETRY_SEC``, unless a newer one is written first)."""
         if self.removed or self.dir_fd < 0:
             return
-        data = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
-        nofollow.replace_file(self.dir_fd, RECORD, data, fsync=False)
+        self._record = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
+        self._write_record()
+
+    def _write_record(self) -> None:
+        assert self._record is not None
+        try:
+            nofollow.replace_file(self.dir_fd, RECORD, self._record, fsync=False)
+        except OSError as err:
+            self._failed("record", err)
+            raise
+        self._record = None
+        self._recovered()
 
     # --- the frame log ------------------------------------------------------------------------
 
     def append(self, seq: int, message_id: str, data: bytes | None) -> None:
-        """Add a frame (``None``: an id only); written within ``FLUSH_INTERVAL_SEC``."""
-        if data is None:
-            self._pending.append(b"%d %s -\n" % (seq, message_id.encode()))
-        else:  # the frame's own bytes, not a copy: written with writev
-            self._pending += (b"%d %s " % (seq, message_id.encode()), data, b"\n")
-        if not self._flush_scheduled:
+        """Add a frame (``None``: an id only); written within ``FLUSH_INTERVAL_SEC`` (while the
+        log cannot be written: at the next retry)."""
+        self._pending.append((seq, message_id, data))
+        if not self._flush_scheduled and self._retry is None:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_later(FLUSH_INTERVAL_SEC, self.flush)
 
     def _log_fd(self) -> int:
         if self._fd is None:
-            self._fd = nofollow.append_fd(self.dir_fd, FRAMES)
+            fd = nofollow.append_fd(self.dir_fd, FRAMES)
+            try:
+                # Whatever is past the last whole line (a torn line found at load, a cut-back that
+                # failed) goes before anything is appended: a new line never fuses with it.
+                if os.fstat(fd).st_size != self.log_bytes:
+                    os.ftruncate(fd, self.log_bytes)
+            except OSError:
+                os.close(fd)
+                raise
+            self._fd = fd
         return self._fd
 
     def flush(self) -> None:
         self._flush_scheduled = False
-        if not self._pending or self.removed:
+        if self.removed or self.dir_fd < 0:  # ended, or released: nothing is written any more
             self._pending.clear()
             return
-        parts, self._pending = self._pending, []
+        if not self._pending:
+            return
+        records, self._pending = self._pending, []
+        parts, ends = log_lines(records)
         try:
             fd = self._log_fd()
-            written = _write_all(fd, parts)
-        except OSError as err:
-            log.error("cannot write the frame log", extra={"path": str(self.path), "error": err})
+        except OSError as cannot:
+            self._not_written(records, cannot)
             return
-        self.log_bytes += written
-        if self.compact_above is not None and self.log_bytes > self.compact_above:
-            self.compact()
+        written, err = write_all(fd, parts)
+        whole = bisect_right(ends, written)  # the records written whole
+        cut = ends[whole - 1] if whole else 0
+        if whole:
+            self.last_seq = records[whole - 1][0]
+        if err is None:
+            self.log_bytes += cut
+            if self._log_error is not None:
+                self._log_error = None
+                self._recovered()
+            if self.compact_above is not None and self.log_bytes > self.compact_above:
+                self.compact()
+            return
+        try:  # the torn line goes: back to the last whole record
+            if written > cut:
+                os.ftruncate(fd, self.log_bytes + cut)
+        except OSError:
+            self._close_log()  # reopened (and cut back) by the next try
+        self.log_bytes += cut
+        self._not_written(records[whole:], err)
+
+    def _not_written(self, records: list[Entry], err: OSError) -> None:
+        """``records`` could not be written: held, in order, before what came since, for the
+        next try; past ``MAX_UNSAVED_BYTES`` the oldest go, and one id-only line (the newest of
+        them) stands for them, so the log's sequence numbers say how many are missing."""
+        self._pending[:0] = records
+        held = 0
+        keep = len(self._pending)
+        for i in range(len(self._pending) - 1, -1, -1):
+            data = self._pending[i][2]
+            held += 64 + (len(data) if data is not None else 0)
+            if held > MAX_UNSAVED_BYTES:
+                keep = len(self._pending) - 1 - i
+                break
+        if keep < len(self._pending):
+            gone = self._pending[: len(self._pending) - keep]
+            frames = sum(1 for _, _, data in gone if data is not None)
+            seq, mid, _ = gone[-1]
+            self._pending = [(seq, mid, None), *self._pending[len(gone) :]]
+            if self.health.metrics is not None and frames:
+                self.health.metrics.history_gap(frames)
+            log.error(
+                "frames dropped from the frame log: the disk did not take them in time",
+                extra={"path": str(self.path), "frames": frames},
+            )
+        self._log_error = err
+        self._failed("log", err)
+
+    def _failed(self, file: str, err: OSError) -> None:
+        if self.health.failed(self.path.name, file, err):
+            log.error(
+                "cannot write the session's %s; held in memory, tried again every %ss",
+                file,
+                RETRY_SEC,
+                extra={"path": str(self.path), "error": err},
+            )
+        if self._retry is None and not self.removed:
+            self._retry = asyncio.get_running_loop().call_later(RETRY_SEC, self._try_again)
+
+    def _recovered(self) -> None:
+        if not self.failing and self.health.recovered(self.path.name):
+            log.warning("the session's files are written again", extra={"path": str(self.path)})
+
+    def _try_again(self) -> None:
+        self._retry = None
+        if self.removed or self.dir_fd < 0:
+            return
+        if self._record is not None:
+            with contextlib.suppress(OSError):  # said once, when it first failed
+                self._write_record()
+        if self._pending:
+            self.flush()  # compacts too, once the log takes them
+        elif self.compact_above is not None and self.log_bytes > self.compact_above:
+            self.compact()  # what failed last
+        elif self._log_error is not None:
+            self._log_error = None
+            self._recovered()
 
     def compact(self) -> None:
         """Rewrite the log from the history's entries (it holds what a reattach can still get)."""
         if self.entries is None or self.removed:
             return
-        lines = [
-            b"%d %s -\n" % (seq, mid.encode())
-            if data is None
-            else b"%d %s %s\n" % (seq, mid.encode(), data)
-            for seq, mid, data in self.entries()
-        ]
-        data = b"".join(lines)
-        nofollow.replace_file(self.dir_fd, FRAMES, data, fsync=True)
+        entries = self.entries()
+        parts, _ = log_lines(entries)
+        data = b"".join(parts)
+        try:
+            nofollow.replace_file(self.dir_fd, FRAMES, data, fsync=True)
+        except OSError as err:  # the log as it is stays whole; tried again later
+            self._log_error = err
+            self._failed("log", err)
+            return
+        self._close_log()
+        self.log_bytes = len(data)
+        if entries:
+            self.last_seq = entries[-1][0]
+        self._pending = [e for e in self._pending if e[0] > self.last_seq]
+        if self._log_error is not None:
+            self._log_error = None
+            self._recovered()
+
+    def _close_log(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        self.log_bytes = len(data)
 
     def sync(self) -> None:
         """Write what is pending and fsync the log, now (shutdown)."""
@@ -454,13 +564,24 @@ class SavedSession:
 
     def close(self) -> None:
         self.flush()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._close_log()
 
     def release(self) -> None:
         """Close the directory's descriptors (the gateway stops; the files stay)."""
         self.close()
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        if self.failing:
+            log.error(
+                "the session's last frames or record could not be written before the stop; "
+                "a reattach after the restart is told frames are missing",
+                extra={"path": str(self.path), "frames": len(self._pending)},
+            )
+        self._pending.clear()
+        self._record = None
+        self._log_error = None
+        self.health.recovered(self.path.name)
         for fd in (self.dir_fd, self._parent_fd):
             if fd >= 0:
                 os.close(fd)
@@ -469,6 +590,8 @@ class SavedSession:
     def remove(self) -> None:
         """The session ended: its files go (never through a link: see ``nofollow.remove_tree``)."""
         self._pending.clear()
+        self._record = None
+        self._log_error = None
         self.removed = True
         parent_fd, self._parent_fd = self._parent_fd, -1
         self.release()

@@ -156,6 +156,8 @@ class Readiness:
     stopping: bool = False  # SIGTERM arrived: the sessions are being suspended
     draining: bool = False  # SIGUSR1 until SIGUSR2: no new session, the held ones go on
     on_drain: Callable[[bool], None] | None = None  # the rawp_gateway_draining gauge
+    # Why the state directory cannot be written now (a full disk), or None: said by /readyz.
+    storage_problem: Callable[[], str | None] | None = None
 
 
 READINESS: Final = web.AppKey("readiness", Readiness)
@@ -201,6 +203,12 @@ async def readyz(request: web.Request) -> web.Response:
     why = refusal(request.app, new_session=True)
     if why is not None:
         return web.json_response({"error_code": "SHUTTING_DOWN", "message": why}, status=503)
+    problem = request.app[READINESS].storage_problem
+    failing = problem() if problem is not None else None
+    if failing is not None:  # a new session's record could not be kept: send it elsewhere
+        return web.json_response(
+            {"error_code": "INSUFFICIENT_STORAGE", "message": failing}, status=503
+        )
     return web.json_response({"status": "ready"})
 
 

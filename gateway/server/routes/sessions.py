@@ -50,6 +50,7 @@ from gateway.server.keys import (
 from gateway.server.middleware import audit, caller, forbidden, require
 from gateway.server.routes.policy import apply_policy
 from gateway.session import LiveSession
+from gateway.storage.state_dir import SavedSession
 from gateway.team import fleet, roles
 from parsers.json_depth import MAX_JSON_DEPTH, too_deep
 
@@ -257,7 +258,7 @@ async def start_session(
             "delete one first",
         )
     session_id = str(uuid.uuid4())
-    state_dir = app.get(STATE_DIR)
+    saved = _session_directory(app, session_id)
     session = LiveSession(
         session_id,
         profile,
@@ -269,11 +270,15 @@ async def start_session(
         reattach_window_sec=float(window),
         buffer=buffer,
         on_terminated=lambda s: session_ended(app, s),
-        saved=state_dir.create(session_id) if state_dir is not None else None,
+        saved=saved,
     )
     session.owner = caller(request).user
     wire_session(app, session, caller(request).role)
     try:
+        try:  # a record that cannot be written: no session (the cleanup below removes it all)
+            session.write_first_record()
+        except OSError as err:
+            raise _no_storage(session_id, "record", err) from None
         if seed is not None:  # its agent resumes the conversation from a copy of that HOME
             await _copy_home(seed, session)
         if transcript is not None:  # before it is listed: nobody may attach during the replay
@@ -299,6 +304,33 @@ async def start_session(
     detail = {"agent": agent} if resume is None else {"agent": agent, "resume_conversation": resume}
     audit(request, "session.create", session_id, detail=detail)
     return session
+
+
+def _session_directory(app: web.Application, session_id: str) -> SavedSession | None:
+    """A new session's directory in the state directory (None without one); 507 when it cannot
+    be made."""
+    state_dir = app.get(STATE_DIR)
+    if state_dir is None:
+        return None
+    try:
+        return state_dir.create(session_id)
+    except OSError as err:
+        app[METRICS].state_dir_error("create")
+        raise _no_storage(session_id, "directory", err) from None
+
+
+def _no_storage(session_id: str, file: str, err: OSError) -> ApiError:
+    """507 ``INSUFFICIENT_STORAGE``: a new session's files cannot be written (a full disk)."""
+    log.error(
+        "session not created: its %s cannot be written",
+        file,
+        extra={"session": session_id, "error": err},
+    )
+    return ApiError(
+        507,
+        "INSUFFICIENT_STORAGE",
+        f"the session's record cannot be written to the state directory: {err.strerror or err}",
+    )
 
 
 def own_sandboxes(request: web.Request, agent: str, workspace: Path) -> list[SpawnSandbox] | None:
