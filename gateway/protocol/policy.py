@@ -337,8 +337,8 @@ def _path(value: str, workspace: str, paths: Mapping[str, str] | None) -> Judged
     if paths is None:
         return Judged((written,))
     real = paths.get(value)
-    if real is None:  # the shell could not say where it leads: never an allow
-        return Judged((written,), False)
+    if real is None:  # the shell could not say where it leads: as a value too long to judge
+        return _UNJUDGED
     return Judged((written,) if real == written else (written, real))
 
 
