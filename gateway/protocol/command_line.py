@@ -8,6 +8,9 @@ assignments in front of it dropped, so ``GIT_TRACE=0 git  push\\t'--force'`` is 
 command after the wrapper, or by its base name: a ``deny`` matches either spelling, an ``allow``
 must match both.
 
+A line that is only a shell running a quoted script (``/bin/bash -lc 'npm test'``, as Codex runs
+every command) is read as that script.
+
 ``Line.opaque`` says the line holds something a reader of its text cannot see through, so no
 ``allow`` rule may hold for it:
 
@@ -22,8 +25,10 @@ must match both.
 - a background job (``&``), a function definition, or any construct this reader does not know.
 
 A line that does not parse (the grammar's ERROR or missing nodes) is ``Line.parsed`` False: the
-rules judge its text as written, and never allow it. Nothing here reads a file or a clock; a
-line's reading is kept (``MAX_KEPT`` lines), since one permission question is judged by many rules.
+rules judge its text as written, and never allow it. A line with more syntax or simple commands
+than ``MAX_NODES``, ``MAX_PARTS`` and ``MAX_PART_CHARS`` allow is ``Line.too_big``: judged as a
+field too long is, never allowed, always denied. Nothing here reads a file or a clock; a line's
+reading is kept (``MAX_KEPT`` lines), since an agent asks about the same command again.
 """
 
 from __future__ import annotations
@@ -36,10 +41,15 @@ from typing import Final
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-__all__ = ["MAX_KEPT", "Line", "read_line"]
+__all__ = ["MAX_KEPT", "MAX_NODES", "MAX_PARTS", "MAX_PART_CHARS", "Line", "read_line"]
 
-MAX_KEPT: Final = 1024  # lines whose reading is kept
+MAX_KEPT: Final = 128  # lines whose reading is kept (each up to 16 KiB, its parts 64 KiB)
 MAX_NESTING: Final = 3  # nested -c and eval strings read into
+# A line larger than this is too big to judge, as a field too long is (docs/policies.md): the
+# walk stops, and each rule would match each part of it on a permission question.
+MAX_NODES: Final = 4096  # syntax nodes walked, nested strings included
+MAX_PARTS: Final = 128  # distinct simple commands
+MAX_PART_CHARS: Final = 64 * 1024  # of all simple commands together (each holds its arguments)
 _PARSER: Final = Parser(Language(tree_sitter_bash.language()))
 
 # Nodes a reader sees through: their commands are parts, their words are data.
@@ -76,34 +86,75 @@ _WRAPPERS: Final = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class Line:
-    """One command line read: its simple commands, and whether an allow may hold for it."""
+    """One command line read: its simple commands, whether an allow may hold for it, and whether
+    it was too big to read (``MAX_NODES``, ``MAX_PARTS``: then ``parts`` is empty)."""
 
     parts: tuple[str, ...]
     opaque: bool
     parsed: bool
+    too_big: bool = False
 
 
 @functools.lru_cache(maxsize=MAX_KEPT)
 def read_line(text: str) -> Line:
     """The simple commands of a shell command line (see the module docstring)."""
+    script = _shell_script(text)
+    if script is not None:  # Codex's "/bin/bash -lc '...'": the script is the line
+        return read_line(script)
     reader = _Reader()
     parsed = reader.read(text, 0)
-    return Line(tuple(dict.fromkeys(reader.parts)), reader.opaque or not parsed, parsed)
+    parts = tuple(dict.fromkeys(reader.parts))
+    if reader.budget < 0 or len(parts) > MAX_PARTS:
+        return Line((), True, parsed, too_big=True)
+    return Line(parts, reader.opaque or not parsed, parsed)
+
+
+def _shell_script(text: str) -> str | None:
+    """The script of a line that is only ``bash -c 'SCRIPT'`` (or ``-lc``, any shell of
+    ``_SHELLS``), as Codex runs every command: a quoted string with no expansion, else None."""
+    if len(text) > MAX_PART_CHARS:
+        return None
+    root = _PARSER.parse(text.encode()).root_node
+    if root.has_error or root.named_child_count != 1:
+        return None
+    command = root.named_children[0]
+    if command.type != "command" or command.named_child_count != 3:
+        return None
+    name, flag, script = command.named_children
+    shell = _word(name)
+    if (
+        name.type != "command_name"
+        or posixpath.basename(shell) not in _SHELLS
+        or _word(flag) not in ("-c", "-lc", "-cl")
+        or script.type not in ("raw_string", "string", "word")
+        or _expands(script)
+    ):
+        return None
+    return _word(script)
 
 
 class _Reader:
-    __slots__ = ("opaque", "parts")
+    __slots__ = ("budget", "chars", "opaque", "parts")
 
     def __init__(self) -> None:
         self.parts: list[str] = []
         self.opaque = False
+        self.budget = MAX_NODES
+        self.chars = MAX_PART_CHARS
+
+    def part(self, text: str) -> None:
+        self.parts.append(text)
+        self.chars -= len(text)
+        if self.chars < 0 or len(self.parts) > MAX_NODES:
+            self.budget = -1  # too big: the walk stops
 
     def read(self, text: str, depth: int) -> bool:
         """Reads ``text``'s commands into ``parts``; False when it does not parse."""
         root = _PARSER.parse(text.encode()).root_node
         parsed = not root.has_error
         stack = [root]  # not recursive: a deeply nested line cannot exhaust the stack
-        while stack:
+        while stack and self.budget >= 0:  # a nested string's walk shares the budget
+            self.budget -= 1
             node = stack.pop()
             kind = node.type
             if node.is_missing or kind in _OPAQUE:
@@ -111,7 +162,7 @@ class _Reader:
             elif kind == "command":
                 self._command(node, depth)
             elif kind in ("declaration_command", "unset_command"):
-                self.parts.append(" ".join(_word(c) for c in node.children))
+                self.part(" ".join(_word(c) for c in node.children))
             elif kind == "file_redirect":
                 self._redirect(node)
             elif kind == "heredoc_body" or kind == "&":
@@ -123,6 +174,9 @@ class _Reader:
         return parsed
 
     def _command(self, node: Node, depth: int) -> None:
+        if node.child_count > self.budget:
+            self.budget = -1  # its words alone are more than a line may hold
+            return
         words: list[str] = []
         for child in node.children:
             if child.type == "command_name":
@@ -133,7 +187,7 @@ class _Reader:
                 words.append(_word(child))
         if not words:
             return
-        self.parts.append(" ".join(words))
+        self.part(" ".join(words))
         self._unwrapped(words, node, depth)
 
     def _unwrapped(self, words: list[str], node: Node, depth: int) -> None:
@@ -143,7 +197,7 @@ class _Reader:
             name = words[seen]
             base = posixpath.basename(name) if "/" in name else name
             if base != name:
-                self.parts.append(" ".join([base, *words[seen + 1 :]]))
+                self.part(" ".join([base, *words[seen + 1 :]]))
             if base in _RUNS_TEXT:
                 self.opaque = True
             if base == "eval" and depth < MAX_NESTING:
@@ -158,7 +212,7 @@ class _Reader:
             if seen < len(words) and base in ("timeout", "nice") and words[seen][:1].isdigit():
                 seen += 1
             if seen < len(words):
-                self.parts.append(" ".join(words[seen:]))
+                self.part(" ".join(words[seen:]))
 
     def _nested_shell(self, args: list[str], depth: int) -> None:
         for i, arg in enumerate(args):

@@ -9,6 +9,14 @@ master decide, as without rules. Nothing here reads a clock, a file or a socket:
 machine calls ``decide`` on the permission path (never per line), and so does
 ``GET /v1/policy/decide``.
 
+A ``command`` field is judged by the simple commands of the line (gateway/protocol/command_line.py,
+tree-sitter's bash grammar): a ``deny`` or ``ask`` holds when any of them matches, an ``allow``
+when every one does and nothing in the line is opaque. A path field is judged where it leads:
+made absolute against the workspace and normalized here (``where_path``), and where the shell
+found it leads on the disk, symlinks followed (``paths``, gateway/session/tool_paths.py); a deny
+or ask holds when either form matches, an allow when both do. For a list, a deny or ask holds
+when some entry matches, an allow when every one does (``Judged``, ``_hits``, ``_allows``).
+
 Globs are ``fnmatch``'s (``*`` crosses ``/``), compiled once; on Python 3.11 their ``*`` becomes
 an atomic group, so a glob cannot backtrack exponentially, and a field longer than
 ``MAX_MATCH_CHARS`` is not matched at all: it is too long to judge, so a rule that needs it
@@ -344,6 +352,8 @@ def _path(value: str, workspace: str, paths: Mapping[str, str] | None) -> Judged
 
 def _command(value: str) -> Judged:
     line = read_line(value)
+    if line.too_big:
+        return _UNJUDGED
     if not line.parsed:
         return Judged((value,), False)
     return Judged(line.parts, not line.opaque)

@@ -383,7 +383,12 @@ def test_a_deny_or_ask_matches_any_command_of_an_opaque_line_and_an_argv_is_a_li
     # Codex-style argv: judged as the line that runs it (a nested shell's string is opaque).
     assert ask(NPM_TEST, command=["npm", "test"]) == ("allow", "npm-test")
     assert ask(NPM_TEST, command=["bash", "-lc", "npm test; curl x"]) is None
+    assert ask(NPM_TEST, command=["bash", "-lc", "npm test", "--", "x"]) is None
     assert ask(asks, command=["bash", "-lc", "npm test; curl x"]) == ("ask", "curl")
+    # Codex runs every command as `/bin/bash -lc '...'`: the script alone is the line.
+    assert ask(NPM_TEST, command="/bin/bash -lc 'npm test'") == ("allow", "npm-test")
+    assert ask(NPM_TEST, command="/bin/bash -lc 'npm test; curl x'") is None
+    assert ask(NPM_TEST, command='/bin/bash -lc "npm test $(curl x)"') is None
 
 
 # --- paths judged where the tool touches them --------------------------------------------------
@@ -445,3 +450,17 @@ def test_an_allow_on_a_list_needs_every_entry():
     inside = (rule("inside", "allow", match={"locations": "{workspace}/*"}),)
     assert ask(inside, locations=[f"{WS}/a", f"{WS}/b"]) == ("allow", "inside")
     assert ask(inside, locations=[f"{WS}/a", f"{WS}/../b"]) is None
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git push -f && " + "x && " * 3000,  # more syntax than a line may hold
+        "eval " * 3000 + "git push -f",
+        "git push -f; " + "; ".join(f"c{i}" for i in range(200)),  # more simple commands
+    ],
+)
+def test_a_line_too_big_to_read_never_allows_and_always_denies(command):
+    assert len(command) <= MAX_MATCH_CHARS
+    assert ask(FORCE_PUSH, command=command) == ("deny", "no-force-push")
+    assert ask((rule("any", "allow", match={"command": "*"}),), command=command) is None
