@@ -5,9 +5,10 @@ real gateway (docs/policies.md, docs/budgets.md).
 Rules: a ``mkdir`` by Bash is allowed, an ``rm`` denied with a message, a ``touch`` asked. The
 allowed command runs with no master attached; the denied one never runs and reaches the model as
 a refused tool call, carrying the rule's message where the agent takes one (Claude Code's
-permission prompt does; ACP's answer is an option only); the asked one waits for a master. Budgets: the
-scripted answers' tokens make Claude Code report a cost that crosses a tiny session budget; the
-next prompt is refused with ``BUDGET_EXCEEDED``, still after the gateway restarts on its state
+permission prompt does; ACP's answer is an option only); the asked one waits for a master. A
+Write through a symlink in the workspace that leads out of it is judged where it leads: denied at
+once by the starter rules about writes, never allowed. Budgets: the scripted answers' tokens make
+Claude Code report a cost that crosses a tiny session budget; the next prompt is refused with ``BUDGET_EXCEEDED``, still after the gateway restarts on its state
 dir, and goes on once an admin raises the budget.
 """
 
