@@ -8,8 +8,9 @@ a refused tool call, carrying the rule's message where the agent takes one (Clau
 permission prompt does; ACP's answer is an option only); the asked one waits for a master. A
 Write through a symlink in the workspace that leads out of it is judged where it leads: denied at
 once by the starter rules about writes, never allowed. Budgets: the scripted answers' tokens make
-Claude Code report a cost that crosses a tiny session budget; the next prompt is refused with ``BUDGET_EXCEEDED``, still after the gateway restarts on its state
-dir, and goes on once an admin raises the budget.
+Claude Code report a cost that crosses a tiny session budget; the next prompt is refused with
+``BUDGET_EXCEEDED``, still after the gateway restarts on its state dir, and goes on once an admin
+raises the budget.
 """
 
 from __future__ import annotations
