@@ -253,6 +253,9 @@ class PermissionRequest(AgentEvent):
     kind: str | None = (
         None  # what sort of call the agent says it is (ACP ``kind``: read, edit, ...)
     )
+    # Where each path of the call leads on the disk: set by the gateway's shell, never a parser
+    # (gateway/session/tool_paths.py), for the permission rules; None: nobody read the disk.
+    resolved_paths: dict[str, str] | None = None
 
 
 class ControlAck(AgentEvent):

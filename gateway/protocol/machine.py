@@ -1288,6 +1288,7 @@ class SessionMachine:
                 title=req.title,
                 kind=req.kind,
                 locations=req.affected_paths,
+                paths=req.resolved_paths,
             )
             if ruled is not None and ruled.decision != "ask":
                 allow = ruled.decision == ALLOW

@@ -9,6 +9,14 @@ master decide, as without rules. Nothing here reads a clock, a file or a socket:
 machine calls ``decide`` on the permission path (never per line), and so does
 ``GET /v1/policy/decide``.
 
+A ``command`` field is judged by the simple commands of the line (gateway/protocol/command_line.py,
+tree-sitter's bash grammar): a ``deny`` or ``ask`` holds when any of them matches, an ``allow``
+when every one does and nothing in the line is opaque. A path field is judged where it leads:
+made absolute against the workspace and normalized here (``where_path``), and where the shell
+found it leads on the disk, symlinks followed (``paths``, gateway/session/tool_paths.py); a deny
+or ask holds when either form matches, an allow when both do. For a list, a deny or ask holds
+when some entry matches, an allow when every one does (``Judged``, ``_hits``, ``_allows``).
+
 Globs are ``fnmatch``'s (``*`` crosses ``/``), compiled once; on Python 3.11 their ``*`` becomes
 an atomic group, so a glob cannot backtrack exponentially, and a field longer than
 ``MAX_MATCH_CHARS`` is not matched at all: it is too long to judge, so a rule that needs it
@@ -24,23 +32,30 @@ name, glob and message), so a hostile file is refused in time and memory the bou
 from __future__ import annotations
 
 import fnmatch
+import posixpath
 import re
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gateway.protocol.command_line import read_line
 from gateway.setting import setting
 
 __all__ = [
     "DECISIONS",
     "MAX_GLOB_CHARS",
     "MAX_MATCH_CHARS",
+    "PATH_FIELDS",
+    "SHELL_FIELDS",
     "WORKSPACE",
     "Decision",
     "Glob",
+    "Judged",
     "Rule",
     "decide",
     "is_rule_name",
+    "where_path",
 ]
 
 DECISIONS: Final = ("allow", "deny", "ask")
@@ -49,6 +64,10 @@ MAX_MATCH_CHARS: Final = 16 * 1024  # of one input field a glob is matched again
 MAX_WORKSPACES: Final = 64  # compiled forms of a {workspace} glob kept at once
 # Fields a rule may match that come from the request itself when the input has no such field.
 REQUEST_FIELDS: Final = ("title", "kind", "locations")
+# Fields judged as a shell reads them (Claude Code's Bash, Codex's and Gemini's shell commands,
+# an ACP execute call's input), and as paths where the tool touches them.
+SHELL_FIELDS: Final = ("command",)
+PATH_FIELDS: Final = ("file_path", "path", "notebook_path", "locations")
 # What one rule may hold.
 MAX_GLOBS: Final = 64  # tools of a rule
 MAX_MATCH_FIELDS: Final = 16
@@ -229,16 +248,20 @@ def decide(
     title: str | None = None,
     kind: str | None = None,
     locations: Sequence[str] = (),
+    paths: Mapping[str, str] | None = None,
 ) -> Decision | None:
     """The first rule that matches this tool call, or None (then auto_allow, then a master).
 
     ``title``, ``kind`` and ``locations`` are what an ACP agent says of its call: the tool globs
-    match the name, the title or the kind, and ``match`` may name them as fields."""
+    match the name, the title or the kind, and ``match`` may name them as fields. ``paths`` is
+    where each path of the call leads on the disk, as the shell read it (``where_path`` with the
+    symlinks of the part that exists followed); None: nobody read the disk, the paths are judged
+    as written, made absolute and normalized."""
     names = [n for n in (tool, title, kind) if n]
     # Rules share globs and fields: each is judged once per decision (a set of 1,000 rules
     # naming the same few tools costs one glob per rule, not three).
     tool_hits: dict[str, bool] = {}
-    fields: dict[str, tuple[Any, ...]] = {}
+    fields: dict[str, tuple[Judged, ...]] = {}
     for rule in rules:
         if rule.agents is not None and agent not in rule.agents:
             continue
@@ -253,23 +276,87 @@ def decide(
                     break
             else:
                 continue
+        allow = rule.decision == "allow"
         for name, glob in rule.match:
             values = fields.get(name)
             if values is None:
-                values = fields[name] = _values(name, tool_input, title, kind, locations)
-            match = glob.compiled or glob.for_workspace(workspace)
-            for value in values:
-                if value.__class__ is not str or len(value) > MAX_MATCH_CHARS:
-                    # Not text, or too long to judge: never an allow, always a deny or an ask.
-                    if rule.decision != "allow":
-                        break
-                elif (match(value) is None) is glob.negate:
-                    break
-            else:
-                break  # no value said yes: the rule does not match
+                values = fields[name] = _values(
+                    name, tool_input, title, kind, locations, workspace, paths
+                )
+            if not values or not (_allows if allow else _hits)(glob, values, workspace):
+                break  # the field does not hold: the rule does not match
         else:
             return Decision(rule.decision, rule)
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """One value of a field as the rules judge it: the forms a glob is matched against (a shell
+    line's simple commands, a path as written and where it leads), or None when the value cannot
+    be judged (not text, too long, a path from the home directory); ``allowable``: an allow may
+    hold for it (nothing opaque in the line, the path's place on the disk known)."""
+
+    forms: tuple[str, ...] | None
+    allowable: bool = True
+
+
+def _hits(glob: Glob, values: tuple[Judged, ...], workspace: str) -> bool:
+    """A deny or an ask: some value has some form the glob says yes to, or cannot be judged."""
+    match = glob.compiled or glob.for_workspace(workspace)
+    for value in values:
+        if value.forms is None:
+            return True
+        for form in value.forms:
+            if (match(form) is None) is glob.negate:
+                return True
+    return False
+
+
+def _allows(glob: Glob, values: tuple[Judged, ...], workspace: str) -> bool:
+    """An allow: the glob says yes to every form of every value, each one allowable."""
+    match = glob.compiled or glob.for_workspace(workspace)
+    for value in values:
+        if value.forms is None or not value.allowable or not value.forms:
+            return False
+        for form in value.forms:
+            if (match(form) is None) is not glob.negate:
+                return False
+    return True
+
+
+_UNJUDGED: Final = Judged(None, False)
+
+
+def where_path(text: str, workspace: str) -> str | None:
+    """Where a tool's path leads, by its text alone: made absolute against the workspace, ``.``,
+    ``..`` and repeated ``/`` resolved. None for a path from a home directory (``~``: whose home
+    the text does not say) or with a NUL."""
+    if not text or text[0] == "~" or "\0" in text:
+        return None
+    joined = posixpath.normpath(posixpath.join(workspace, text) if workspace else text)
+    return "/" + joined.lstrip("/") if joined.startswith("//") else joined
+
+
+def _path(value: str, workspace: str, paths: Mapping[str, str] | None) -> Judged:
+    written = where_path(value, workspace)
+    if written is None:
+        return _UNJUDGED
+    if paths is None:
+        return Judged((written,))
+    real = paths.get(value)
+    if real is None:  # the shell could not say where it leads: as a value too long to judge
+        return _UNJUDGED
+    return Judged((written,) if real == written else (written, real))
+
+
+def _command(value: str) -> Judged:
+    line = read_line(value)
+    if line.too_big:
+        return _UNJUDGED
+    if not line.parsed:
+        return Judged((value,), False)
+    return Judged(line.parts, not line.opaque)
 
 
 def _values(
@@ -278,9 +365,12 @@ def _values(
     title: str | None,
     kind: str | None,
     locations: Sequence[str],
-) -> tuple[Any, ...]:
-    """What a ``match`` field names: the input's field (a string, or each string of a list), else
-    the request's title, kind or locations."""
+    workspace: str,
+    paths: Mapping[str, str] | None,
+) -> tuple[Judged, ...]:
+    """What a ``match`` field names, judged: the input's field (a string, or each string of a
+    list), else the request's title, kind or locations. A shell command is read by its simple
+    commands (gateway/protocol/command_line.py), a path where it leads."""
     value = tool_input.get(name)
     if value is None:
         if name == "title":
@@ -291,6 +381,16 @@ def _values(
             value = list(locations) or None
     if value is None:
         return ()
-    if isinstance(value, list):
-        return tuple(value)
-    return (value,)
+    if name in SHELL_FIELDS and isinstance(value, list) and all(isinstance(a, str) for a in value):
+        value = shlex.join(value)  # an argv: judged as the line that runs it
+    out = []
+    for one in value if isinstance(value, list) else (value,):
+        if one.__class__ is not str or len(one) > MAX_MATCH_CHARS:
+            out.append(_UNJUDGED)  # not text, or too long to judge
+        elif name in SHELL_FIELDS:
+            out.append(_command(one))
+        elif name in PATH_FIELDS:
+            out.append(_path(one, workspace, paths))
+        else:
+            out.append(Judged((one,)))
+    return tuple(out)

@@ -29,6 +29,7 @@ from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
 from gateway.protocol import prompts
 from gateway.protocol.states import ProcessState
+from gateway.session.tool_paths import resolve_tool_paths
 from gateway.storage import nofollow
 from gateway.storage.files import FileError, store_tool_files
 from parsers import events as ev
@@ -223,6 +224,7 @@ class AgentLink:
         machine = self.machine
         parser = machine.parser
         files, workspace = self.files, self.workspace
+        workspace_text = machine.config.workspace
         clock = time.perf_counter_ns
         emit, act_other = self._emit, self._act_other
         flusher = self._flusher
@@ -240,6 +242,7 @@ class AgentLink:
                         self._parser_raised(err)
                         break
                     events = store_tool_files(events, files, workspace)
+                    resolve_tool_paths(events, workspace_text)
                 actions = machine.agent_events(events)
                 elapsed = clock() - t0
                 if events:

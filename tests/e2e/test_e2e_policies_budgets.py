@@ -2,13 +2,15 @@
 Code under claude-agent-acp (an ACP agent), each against the rig's scripted Messages API, in the
 real gateway (docs/policies.md, docs/budgets.md).
 
-Rules: an ``ls`` by Bash is allowed, an ``rm`` denied with a message, a ``touch`` asked. The
+Rules: a ``mkdir`` by Bash is allowed, an ``rm`` denied with a message, a ``touch`` asked. The
 allowed command runs with no master attached; the denied one never runs and reaches the model as
 a refused tool call, carrying the rule's message where the agent takes one (Claude Code's
-permission prompt does; ACP's answer is an option only); the asked one waits for a master. Budgets: the
-scripted answers' tokens make Claude Code report a cost that crosses a tiny session budget; the
-next prompt is refused with ``BUDGET_EXCEEDED``, still after the gateway restarts on its state
-dir, and goes on once an admin raises the budget.
+permission prompt does; ACP's answer is an option only); the asked one waits for a master. A
+Write through a symlink in the workspace that leads out of it is judged where it leads: denied at
+once by the starter rules about writes, never allowed. Budgets: the scripted answers' tokens make
+Claude Code report a cost that crosses a tiny session budget; the next prompt is refused with
+``BUDGET_EXCEEDED``, still after the gateway restarts on its state dir, and goes on once an admin
+raises the budget.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ STARTUP = 120.0  # a CLI's first answer on a busy machine
 DENIED = "rm is not allowed here: keep the files"
 SHELL = ["Bash", "execute"]  # Claude Code's tool; an ACP agent's kind for a command
 RULES = (
-    Rule("ls-allowed", "allow", tuple(map(Glob, SHELL)), (("command", Glob("ls*")),)),
+    Rule("mkdir-allowed", "allow", tuple(map(Glob, SHELL)), (("command", Glob("mkdir *")),)),
     Rule("no-rm", "deny", tuple(map(Glob, SHELL)), (("command", Glob("rm *")),), message=DENIED),
     Rule("ask-touch", "ask", tuple(map(Glob, SHELL)), (("command", Glob("touch *")),)),
 )
@@ -60,7 +62,7 @@ def tool_call_then(word: str, command: str, answer: str) -> list[dict[str, Any]]
 
 
 RULED_CALLS = [
-    *tool_call_then("List", "ls > listed.txt", "Listed."),
+    *tool_call_then("List", "mkdir listed", "Listed."),
     *tool_call_then("Remove", "rm keep.txt", "I may not remove it."),
     *tool_call_then("Touch", "touch asked.txt", "Touched."),
 ]
@@ -140,15 +142,15 @@ async def test_rules_allow_with_no_master_deny_to_the_model_and_ask(agent):
             await master.send("control.prompt.request", {"prompt_text": "List the files."})
             await master.until("session.turn.start", timeout=STARTUP)
             await master.ws.close()
-            listed = cli.cwd / "listed.txt"
-            await eventually(listed.exists, "the allowed ls to run", STARTUP)
+            listed = cli.cwd / "listed"
+            await eventually(listed.exists, "the allowed mkdir to run", STARTUP)
             session = gw.server.app[SESSIONS][sid]
             await eventually(lambda: session.machine.turn is None, "its turn to end", STARTUP)
             master = await attach(gw, sid)
             history = await history_of(gw, sid)
             results = of(history, "tool.invoke.result")
             assert results and results[0]["payload"]["status"] == "success"
-            assert results[0]["metadata"]["rawp_policy"] == "ls-allowed"
+            assert results[0]["metadata"]["rawp_policy"] == "mkdir-allowed"
             assert results[0]["metadata"]["rawp_policy_decision"] == "allow"
             assert of(history, "agent.interaction.request") == []
 
@@ -178,6 +180,54 @@ async def test_rules_allow_with_no_master_deny_to_the_model_and_ask(agent):
             )
             await master.until("session.turn.end", timeout=STARTUP)
             assert (cli.cwd / "asked.txt").exists()
+        finally:
+            await gw.close()
+
+
+# The starter rules of docs/policies.md about writes, and a Write through a symlink in the
+# workspace that leads out of it: judged where it leads, it is denied at once, not allowed.
+WRITE_RULES = (
+    Rule(
+        "writes-outside",
+        "deny",
+        (Glob("Write"),),  # claude-agent-acp names the call by Claude Code's tool too
+        (("file_path", Glob("!{workspace}/*")),),
+        message="write inside the project's workspace only",
+    ),
+    Rule("writes-inside", "allow", (Glob("Write"),)),
+)
+THROUGH_LINK = [
+    {
+        "match": {"last_user_contains": "Write"},
+        "content": [
+            {
+                "type": "tool_use",
+                "name": "Write",
+                "input": {"file_path": "{workspace}/link/planted.txt", "content": "planted\n"},
+            }
+        ],
+    },
+    {"match": {"tool_result": True}, "content": [{"type": "text", "text": "Done."}]},
+]
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "claude-acp"])
+async def test_a_write_through_a_symlink_out_of_the_workspace_is_not_allowed_at_once(
+    agent: str, tmp_path: Path
+):
+    async with rig(agent, THROUGH_LINK) as cli:
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        (cli.cwd / "link").symlink_to(outside)
+        gw = await start_gateway(config(cli, agent, policy=WRITE_RULES))
+        try:
+            master = await attach(gw, await new_session(gw, agent))
+            frames = await turn(master, "Write the planted file.")
+            assert not (outside / "planted.txt").exists()
+            results = of(frames, "tool.invoke.result")
+            assert results and results[0]["payload"]["status"] == "error"
+            assert results[0]["metadata"]["rawp_policy"] == "writes-outside"
+            assert results[0]["metadata"]["rawp_policy_decision"] == "deny"
         finally:
             await gw.close()
 

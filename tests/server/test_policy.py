@@ -234,3 +234,20 @@ async def test_decide_takes_an_acp_calls_title_and_kind_from_the_input(gw):
     reload(gw.app)
     query = {"agent": "demo", "tool": "tool", "input": json.dumps({"kind": "edit"})}
     assert (await decide(gw, **query))[1] == {"decision": "ask", "rule": "edits"}
+
+
+async def test_decide_with_a_session_judges_a_path_where_it_leads(gw, tmp_path):
+    """With ``session``, the paths are read in its workspace as a permission question's are: a
+    link to a secret is judged as the secret."""
+    (tmp_path / "plain.txt").symlink_to(tmp_path / "secret.txt")
+    sid = await session(gw)
+    write = json.dumps({"file_path": "plain.txt", "content": "x"})
+    assert await decide(gw, agent="demo", tool="Write", input=write, session=sid) == (
+        200,
+        {"decision": "deny", "rule": "no-secrets"},
+    )
+    # Without a session, nobody reads a disk: the path as written.
+    assert await decide(gw, agent="demo", tool="Write", input=write) == (
+        200,
+        {"decision": "allow", "rule": "writes"},
+    )

@@ -18,6 +18,7 @@ from gateway.protocol.policy import decide
 from gateway.server.keys import AUTH, CONFIG, POLICY, SESSIONS
 from gateway.server.middleware import require
 from gateway.session import LiveSession
+from gateway.session.tool_paths import where_paths
 from gateway.team import roles
 from parsers.json_depth import MAX_JSON_DEPTH, too_deep
 
@@ -84,13 +85,15 @@ async def decide_policy(request: web.Request) -> web.Response:
     if agent not in request.app[CONFIG].agents:
         raise ApiError(404, "AGENT_NOT_FOUND", f"no agent profile {agent}")
     tool_input = _input(query.get("input", "{}"))
-    workspace, role = "", "admin"
+    workspace, role, paths = "", "admin", None
     session_id = query.get("session")
     if session_id is not None:
         session = request.app[SESSIONS].get(session_id)
         if not isinstance(session, LiveSession):
             raise ApiError(404, "SESSION_NOT_FOUND", f"no live session {session_id}")
         workspace, role = str(session.workspace), session.machine.owner_role or ""
+        # Paths judged where they lead in that workspace, as a permission question's are.
+        paths = where_paths(tool_input, [], workspace)
     found = decide(
         request.app[POLICY].rules,
         tool=tool,
@@ -101,6 +104,7 @@ async def decide_policy(request: web.Request) -> web.Response:
         # What an ACP agent says of its call, when the input spells it out.
         title=_text(tool_input.get("title")),
         kind=_text(tool_input.get("kind")),
+        paths=paths,
     )
     if found is None:
         return web.json_response({"decision": None, "rule": None})
