@@ -400,11 +400,17 @@ class AcpView:
         context = req.context or F.InteractionContext()
         invocation_id = metadata.get("invocation_id")
         tool = self._tools.get(invocation_id) if isinstance(invocation_id, str) else None
-        tool_name = context.tool_name or (tool.name if tool is not None else "")
-        tool_input = context.tool_input or (tool.input if tool is not None else {})
+        if tool is not None:
+            tool_name, tool_input = tool.name, tool.input
+        else:
+            tool_name, tool_input = context.tool_name or "", context.tool_input or {}
         tool_call: dict[str, Any] = {
             "toolCallId": invocation_id if isinstance(invocation_id, str) else req.interaction_id,
-            "title": req.question_text[: C.MAX_TITLE_CHARS] or C.title(tool_name, tool_input),
+            # The call's own title, as its tool_call said it: clients take toolCall as an update
+            # of that call, so the question's words here would rename it. ACP 1 gives a
+            # permission request no title of its own (drafts of ACP 2 do): the question goes in
+            # _meta.rawp.question.
+            "title": C.title(tool_name, tool_input),
             "kind": C.kind(tool_name) if tool_name else "other",
             "status": "pending",
             "rawInput": tool_input,
@@ -429,6 +435,7 @@ class AcpView:
                 "rawp": {
                     **self._meta(frame.message_id)["rawp"],
                     "interactionId": req.interaction_id,
+                    "question": req.question_text[: C.MAX_TITLE_CHARS],
                 }
             },
         }

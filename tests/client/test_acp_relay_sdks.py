@@ -113,6 +113,12 @@ async def test_a_turn_with_a_permission_then_a_cancel(sdk, hop, tmp_path):
         question = await asked(ed, 0)
         assert question["sessionId"] == sid
         assert {o["optionId"] for o in question["options"]} >= {"allow", "deny"}
+        # The toolCall is an update of the call: it keeps the call's own title; the question's
+        # words are in _meta.rawp.question.
+        [call] = [u["update"] for u in ed.updates if u["update"]["sessionUpdate"] == "tool_call"]
+        assert question["toolCall"]["toolCallId"] == call["toolCallId"]
+        assert question["toolCall"]["title"] == call["title"]
+        assert question["_meta"]["rawp"]["question"] == f"Allow {call['title']}?"
         await ed.answer(0, "allow")
         done = await asyncio.wait_for(turn, TURN)
         assert done["stopReason"] == "end_turn"

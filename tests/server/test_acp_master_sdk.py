@@ -44,6 +44,7 @@ class Recorder:
     def __init__(self, choose: str | None = "allow") -> None:
         self.updates: list[tuple[str, Any]] = []
         self.asked: list[Any] = []
+        self.asked_meta: list[dict[str, Any]] = []  # each question's _meta
         self.choose = choose
         self.late: str | None = None  # with choose None: the answer given once released
         self.asked_event = asyncio.Event()
@@ -51,6 +52,7 @@ class Recorder:
 
     async def request_permission(self, session_id, tool_call, options, **kwargs):
         self.asked.append((session_id, tool_call, options))
+        self.asked_meta.append(kwargs)
         self.asked_event.set()
         if self.choose is None:
             await self.release.wait()
@@ -121,6 +123,12 @@ async def test_a_turn_with_a_permission_through_the_official_sdk(gw, tmp_path):
         assert (
             starts and starts[0].kind == "edit" and tool_call.tool_call_id == starts[0].tool_call_id
         )
+        # The question does not rename the call: its toolCall keeps the call's own title, and
+        # the question's words come in _meta.rawp.question.
+        assert tool_call.title == starts[0].title
+        assert tool_call.title.endswith("acp.txt") and "?" not in tool_call.title
+        question = rec.asked_meta[0]["rawp"]["question"]
+        assert question.startswith("Allow ") and question.endswith("acp.txt?")
         ends = [u for _, u in rec.updates if isinstance(u, ToolCallProgress) and u.status]
         assert ends[-1].status == "completed"
         assert any(c.type == "diff" and c.path.endswith("acp.txt") for c in ends[-1].content or [])
