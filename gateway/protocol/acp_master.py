@@ -148,6 +148,7 @@ class AcpView:
         # it replays come inside session.history.
         self.greeting = False
         self._agent_error: dict[str, str] | None = None  # the turn's last error of the agent
+        self._owed: list[bytes] = []  # a turn's answer, sent after its usage (``take``)
 
     # --- frames in, ACP messages out --------------------------------------------------------
 
@@ -179,7 +180,15 @@ class AcpView:
             return out
         if not self.greeting or self.last_seen is None:
             self.last_seen = frame.message_id
-        return self._translate(frame, payload)
+        out = self._translate(frame, payload)
+        owed = self._owed
+        if owed and not isinstance(payload, F.TurnEnd):
+            # The answer of a turn's session/prompt waits for the turn's usage_update: the
+            # session.usage comes right after the turn's end (DPS-7.5.2-usage), and a client
+            # reads its answer as the end of everything the turn says.
+            self._owed = []
+            return out + owed if isinstance(payload, F.Usage) else owed + out
+        return out
 
     def _translate(self, frame: F.Frame, payload: Any) -> list[bytes]:
         mid = frame.message_id
@@ -356,7 +365,7 @@ class AcpView:
         stop = STOP_REASONS.get(end.stop_reason)
         meta = {"rawp": {"turnId": end.turn_id}}
         if stop is not None:
-            out.append(result_response(rpc_id, {"stopReason": stop, "_meta": meta}))
+            self._owed.append(result_response(rpc_id, {"stopReason": stop, "_meta": meta}))
         else:
             code = FAILED_TURN.get(end.stop_reason, "TURN_FAILED")
             why = f"the turn ended with {end.stop_reason}"
@@ -366,7 +375,7 @@ class AcpView:
             extra = (
                 {"turnId": end.turn_id, "agentError": cause} if cause else {"turnId": end.turn_id}
             )
-            out.append(error_response(rpc_id, INTERNAL_ERROR, why, code, **extra))
+            self._owed.append(error_response(rpc_id, INTERNAL_ERROR, why, code, **extra))
         self._agent_error = None
         return out
 
@@ -465,7 +474,8 @@ class AcpView:
 
     def ended(self, error_code: str, message: str) -> list[bytes]:
         """The session ended or this view leaves it: every request still waiting is answered."""
-        out = [
+        out, self._owed = self._owed, []
+        out += [
             error_response(rpc_id, REFUSED, message, error_code)
             for rpc_id, _ in self._waiting.values()
         ]

@@ -138,6 +138,18 @@ async def test_a_turn_with_a_permission_then_a_cancel(sdk, hop, tmp_path):
         assert "reconnect" not in ed.stderr()
 
 
+async def test_a_turns_usage_update_comes_before_its_answer(sdk, hop, tmp_path):
+    """The turn's usage_update reaches the editor before the answer to its session/prompt (the
+    gateway sends it so, DPS-7.5.2-usage being a turn's end then its usage)."""
+    async with editor(sdk, hop, tmp_path) as ed:
+        sid = (await ed.request("session/new", {"cwd": str(tmp_path)}))["sessionId"]
+        for turns, text in enumerate(("hello", "hello again"), start=1):
+            done = await asyncio.wait_for(ed.request("session/prompt", prompt(sid, text)), TURN)
+            assert done["stopReason"] == "end_turn"
+            kinds = [u["update"]["sessionUpdate"] for u in ed.updates if u["sessionId"] == sid]
+            assert kinds.count("usage_update") == turns, "the usage came after the answer"
+
+
 async def test_an_editor_loads_a_session_a_dps_master_started(sdk, gw, hop, tmp_path):
     resp = await gw.post("/v1/session", json={"agent": "demo"}, headers=bearer(TOKENS["alice"]))
     sid = (await resp.json())["session_id"]

@@ -22,6 +22,7 @@ from acp.schema import (
     RequestPermissionResponse,
     ToolCallProgress,
     ToolCallStart,
+    UsageUpdate,
     UserMessageChunk,
 )
 from acp.ws.client import create_websocket_stream
@@ -141,6 +142,22 @@ async def test_a_turn_with_a_permission_through_the_official_sdk(gw, tmp_path):
             ),
             "the prompt and the answer in the audit log",
         )
+    finally:
+        await conn.close()
+
+
+async def test_a_turns_usage_update_comes_before_its_answer(gw, tmp_path):
+    """DPS sends a turn's session.usage right after its session.turn.end (DPS-7.5.2-usage); to
+    an ACP client the answer to session/prompt ends the turn, so its usage_update comes first."""
+    conn, rec = await connect(gw)
+    try:
+        new = await conn.new_session(cwd=str(tmp_path))
+        for turns, text in enumerate(("hello", "hello again"), start=1):
+            done = await conn.prompt(session_id=new.session_id, prompt=[text_block(text)])
+            assert done.stop_reason == "end_turn"
+            usage = [u for _, u in rec.updates if isinstance(u, UsageUpdate)]
+            assert len(usage) == turns, "the turn's usage_update came after its answer"
+            assert usage[-1].size > 0
     finally:
         await conn.close()
 
