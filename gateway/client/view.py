@@ -218,14 +218,14 @@ class MasterView:
                 o.interactions[p.interaction_id] = frame
         elif isinstance(p, F.InteractionResponse | F.InteractionTimeout):
             # Ours or relayed from another master (§2.4): either way nobody needs to ask again.
-            key = ("ask", p.interaction_id)
-            if o.interactions.pop(p.interaction_id, None) is None and key in self._closed:
+            asked = ("ask", p.interaction_id)
+            if o.interactions.pop(p.interaction_id, None) is None and asked in self._closed:
                 # Settled before (answered, timed out, its turn over): every control is relayed
                 # (DPS-2.4-relay), the refused ones too, so this one changed nothing.
                 self._late[frame.message_id] = None
                 if len(self._late) > self._closed_capacity:
                     self._late.popitem(last=False)
-            self._close(key, frame)
+            self._close(asked, frame)
         elif isinstance(p, F.TurnStart):
             if not self._closed_since(("turn", p.turn_id), frame):
                 o.turn = frame

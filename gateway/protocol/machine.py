@@ -185,6 +185,8 @@ STALL_TIMER: Final = TimerKey(TimerKind.STALL)
 CANCEL_SIGINT_TIMER: Final = TimerKey(TimerKind.CANCEL_SIGINT)
 CANCEL_STOP_TIMER: Final = TimerKey(TimerKind.CANCEL_STOP)
 REATTACH_WINDOW_TIMER: Final = TimerKey(TimerKind.REATTACH_WINDOW)
+# A session the stopping gateway deletes (no state dir): what its masters are told as it closes.
+SHUTDOWN_CLOSE: Final = "the gateway stopped; the session ended with it"
 USER_KEY: Final = "rawp_user"  # metadata: the user who sent a relayed control frame
 POLICY_KEY: Final = "rawp_policy"  # metadata: the rule that answered a permission
 POLICY_DECISION_KEY: Final = "rawp_policy_decision"  # metadata: what that rule decided
@@ -371,6 +373,7 @@ class SessionMachine:
         self._restored = False
         # (reason, deleted_by) once delete began: TERMINATING's and TERMINATED's data.
         self._delete_reason: tuple[F.DeleteReason, F.DeletedBy] | None = None
+        self._shutdown = False  # ...because the gateway stops (``delete``)
         # A prompt waiting for the previous process to finish exiting (EXITING_BEFORE_RESPAWN's
         # data, or STOPPING_FOR_CANCEL's when one came meanwhile): text, overrides, images.
         self._waiting: _Waiting | None = None
@@ -1611,13 +1614,20 @@ class SessionMachine:
         return [Emit(self._make(payload))]  # DPS-7.6-renamed: to every connection
 
     def delete(
-        self, reason: F.DeleteReason = "master_request", deleted_by: F.DeletedBy = "master"
+        self,
+        reason: F.DeleteReason = "master_request",
+        deleted_by: F.DeletedBy = "master",
+        *,
+        shutdown: bool = False,
     ) -> list[Action]:
         """End the session: deny what waits, stop the agent, then the cleanup frames (DPS-7.5.3),
-        ``session.deleted`` (DPS-7.7) and close. With no process the cleanup happens at once."""
+        ``session.deleted`` (DPS-7.7) and close. With no process the cleanup happens at once.
+        ``shutdown``: the gateway stops and keeps no sessions; the frame says it in DPS's words
+        (``reason``, ``deleted_by``), the log and the close reason in plain ones."""
         if self._ending:
             return []
         self._delete_reason = (reason, deleted_by)
+        self._shutdown = shutdown
         out = self._deny_all_interactions("the session is ending")
         if self.process is not ProcessState.NONE:
             self._waiting = None  # its prompt's turn ends with the session
@@ -1637,6 +1647,12 @@ class SessionMachine:
         out.append(Emit(self._make(deleted)))
         # Said in the log too: with no master attached (a reattach window that ran out) the
         # frame reaches nobody, and the log is where an operator learns why a session ended.
+        if self._shutdown:
+            out.append(
+                Log("info", "session deleted", {"reason": "shutdown", "deleted_by": "gateway"})
+            )
+            out.append(CloseAll(SHUTDOWN_CLOSE))
+            return out
         out.append(Log("info", "session deleted", {"reason": reason, "deleted_by": deleted_by}))
         out.append(CloseAll(f"session deleted ({reason})"))
         return out
