@@ -187,6 +187,14 @@ CANCEL_STOP_TIMER: Final = TimerKey(TimerKind.CANCEL_STOP)
 REATTACH_WINDOW_TIMER: Final = TimerKey(TimerKind.REATTACH_WINDOW)
 # A session the stopping gateway deletes (no state dir): what its masters are told as it closes.
 SHUTDOWN_CLOSE: Final = "the gateway stopped; the session ended with it"
+# ...and the open turn's error before its end (as a restart's GATEWAY_RESTARTED, recovery.py).
+SHUTDOWN_ERROR: Final = F.AgentError(
+    error_code="GATEWAY_STOPPED",
+    message=SHUTDOWN_CLOSE,
+    severity="error",
+    recoverable=False,
+    details=F.ErrorDetails(module="gateway"),
+)
 USER_KEY: Final = "rawp_user"  # metadata: the user who sent a relayed control frame
 POLICY_KEY: Final = "rawp_policy"  # metadata: the rule that answered a permission
 POLICY_DECISION_KEY: Final = "rawp_policy_decision"  # metadata: what that rule decided
@@ -828,9 +836,7 @@ class SessionMachine:
     def _exited_on_delete(self, exit: AgentExit, waiting: _Waiting | None) -> list[Action]:
         """STOPPING_FOR_DELETE: the cleanup frames, ``session.deleted`` and the close follow."""
         out, _ = self._cancel_exit(exit)
-        if self.turn is not None:
-            out += self._end_turn("error")
-        return out + self._finish_delete()
+        return out + self._turn_cut_by_delete() + self._finish_delete()
 
     def _exited_on_plugin(self, exit: AgentExit, waiting: _Waiting | None) -> list[Action]:
         """STOPPING_FOR_PLUGIN: the agent stopped after its parser or input raised. Its exit says
@@ -1636,12 +1642,18 @@ class SessionMachine:
             return out + [Terminate()]
         return out + self._finish_delete()
 
+    def _turn_cut_by_delete(self) -> list[Action]:
+        """The open turn ends ``error`` with its session; a shutdown's says why first (DPS's
+        stop reason cannot)."""
+        if self.turn is None:
+            return []
+        out: list[Action] = [Emit(self._make(SHUTDOWN_ERROR, turn=True))] if self._shutdown else []
+        return out + self._end_turn("error")
+
     def _finish_delete(self) -> list[Action]:
         assert self._delete_reason is not None
         reason, deleted_by = self._delete_reason
-        out: list[Action] = []
-        if self.turn is not None:
-            out += self._end_turn("error")
+        out = self._turn_cut_by_delete()
         self._step(LifecycleStep.DELETED)
         deleted = F.Deleted(session_id=self.session_id, reason=reason, deleted_by=deleted_by)
         out.append(Emit(self._make(deleted)))

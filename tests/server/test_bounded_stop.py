@@ -113,10 +113,14 @@ async def test_sigterm_without_a_state_dir_closes_every_connection_and_says_so(t
             code = await asyncio.to_thread(proc.wait, STOP_BOUND_SEC)
             assert code == 0
             assert await asyncio.wait_for(closes, 5) == [1000, 1001, 1001]
-            # The running turn ended with its session (DPS: session.turn.end error).
+            # The running turn ended with its session (DPS: session.turn.end error), and why.
             with pytest.raises(EditorError) as ended:
                 await asyncio.wait_for(turn, 30)
             assert ended.value.data["error_code"] == "TURN_FAILED"
+            assert ended.value.data["agentError"] == {
+                "error_code": "GATEWAY_STOPPED",
+                "message": "the gateway stopped; the session ended with it",
+            }
             # The relay knows: the next prompt is told so, not "send it again" or "load it".
             with pytest.raises(EditorError) as again:
                 await asyncio.wait_for(ed.request("session/prompt", prompt(sid, "hello")), 30)
