@@ -564,6 +564,8 @@ class Chat:
             who = (frame.metadata or {}).get("rawp_user")
             if who:  # relayed from another master: who decided (docs/identities.md)
                 text = f"({answered_text(p)} by {who})"
+                if self.view.changed_nothing(frame):  # relayed all the same, refused
+                    text = f"({answered_text(p)} by {who}: too late, it changed nothing)"
                 self.screen.line(text, style=s.dim, indent=depth_indent(frame))
         elif isinstance(p, F.SessionError):
             fatal = " (fatal)" if p.fatal else ""

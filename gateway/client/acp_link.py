@@ -168,11 +168,12 @@ class _Shell:
                 elif msg.type == aiohttp.WSMsgType.ERROR:
                     reason = str(ws.exception() or "error")
                     break
+            code = None if reason else ws.close_code
             if not reason:
                 reason = f"closed by the gateway (code {ws.close_code})"
             del self.ws[link]
             await ws.close()
-            await self.perform(relay.disconnected(reason, link))
+            await self.perform(relay.disconnected(reason, link, code))
 
 
 def _describe(err: BaseException) -> str:

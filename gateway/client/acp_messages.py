@@ -43,6 +43,10 @@ GATEWAY_UNREACHABLE: Final = "GATEWAY_UNREACHABLE"
 TOO_MANY_REQUESTS: Final = "TOO_MANY_REQUESTS"
 TOO_MANY_SESSIONS: Final = "TOO_MANY_SESSIONS"
 LINE_TOO_LONG: Final = "LINE_TOO_LONG"
+SESSION_TERMINATED: Final = "SESSION_TERMINATED"  # the gateway's own code for a session that ended
+# The close code of an /acp socket whose gateway stopped keeping no sessions (no state dir): its
+# sessions ended with it. A restart that keeps them closes with 1012, and they load again.
+GATEWAY_STOPPED: Final = 1001
 
 # A pod's name as the fleet's router takes it in /pods/<pod>/ (one DNS label): nothing the gateway
 # says can point the relay at another path or host.

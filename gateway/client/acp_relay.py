@@ -32,6 +32,11 @@ socket and the backoff and feeds this object:
 * **A permission question asked again** after a reload (the same ``_meta.rawp.interactionId``) is
   not shown twice: the editor's open question takes the new request's place, and an answer the
   editor gave while the socket was down goes to it.
+* **A gateway that stopped and kept nothing** closes its socket with 1001 (a restart that keeps
+  the sessions closes with 1012): the sessions of that link ended with it. They are not loaded
+  again; the prompts waiting on them, and every later request about them, are answered
+  ``SESSION_TERMINATED`` saying so and what to do (start a new session), never "send it again" or
+  "load it"; the relay reconnects for the sessions the editor starts next.
 * **A fleet.** ``--url`` may be a fleet's router, which sends ``/acp`` to any gateway. A session
   lives on one: the relay learns where from ``session/list`` (``_meta.rawp.pod``; the editor's
   own, or the relay's after a reconnect for the sessions it created) and speaks to it on a
@@ -53,7 +58,9 @@ from gateway.client import acp_messages as M
 from gateway.client import acp_state as R
 from gateway.client.acp_messages import (
     CONNECTION_LOST,
+    GATEWAY_STOPPED,
     GATEWAY_UNREACHABLE,
+    SESSION_TERMINATED,
     TOO_MANY_REQUESTS,
     Action,
     Connect,
@@ -77,6 +84,10 @@ ATTACHING: Final = frozenset({"session/new", "session/load", "session/resume"})
 # Requests about no one session: they go to the WebSocket at --url.
 UNPLACED: Final = frozenset({"initialize", "authenticate", "session/new", "session/list"})
 PRIMARY: Final = ""  # the link at --url
+ENDED: Final = (
+    "session {} ended with the gateway: it stopped, and a gateway without a state dir keeps no "
+    "sessions; start a new session (session/new)"
+)
 
 
 class Relay:
@@ -101,6 +112,7 @@ class Relay:
         self._own_prompt_reloaded: dict[str, str | None] = {}
         self._questions: dict[int, R.Question] = {}
         self._by_key: dict[str, int] = {}
+        self._ended: dict[str, None] = {}  # sessions that ended with their gateway (oldest first)
 
     @property
     def live(self) -> bool:
@@ -129,22 +141,36 @@ class Relay:
             self._own(ln, "initialize", params),
         ]
 
-    def disconnected(self, reason: str = "", link: str = PRIMARY) -> list[Action]:
-        """The WebSocket of ``link`` closed or failed."""
+    def disconnected(
+        self, reason: str = "", link: str = PRIMARY, code: int | None = None
+    ) -> list[Action]:
+        """The WebSocket of ``link`` closed (with ``code``) or failed."""
         ln = self._links[link]
         mine = [rid for rid, sent in self._sent.items() if sent.link == link]
-        if ln.phase == "connecting" and not mine:
+        ended = self._gateway_stopped(ln) if code == GATEWAY_STOPPED else []
+        if ln.phase == "connecting" and not mine and not ended:
             return []
         ln.phase = "connecting"
         out: list[Action] = [
             ln.says(f"connection to the gateway lost{_colon(reason)}; reconnecting")
         ]
+        if ended:
+            out = [
+                ln.says(
+                    f"the gateway stopped{_colon(reason)}; {len(ended)} session(s) ended with "
+                    "it: start new ones; reconnecting"
+                )
+            ]
         retry: list[tuple[dict[str, Any], int]] = []
         for rid in mine:
             sent = self._sent.pop(rid)
             if not sent.from_editor or sent.message is None:
                 continue
-            if sent.method in RETRY_SAFE:
+            if sent.session_id in self._ended:
+                out.append(
+                    self._error(sent.editor_id, SESSION_TERMINATED, ENDED.format(sent.session_id))
+                )
+            elif sent.method in RETRY_SAFE:
                 retry.append((sent.message, 0))
             elif sent.method == "session/prompt" and sent.session_id in self._prompts:
                 self._prompts[sent.session_id].orphan = True  # answered after the reload
@@ -155,6 +181,21 @@ class Relay:
         ln.queue[:0] = retry  # sent again first, in the order they were first sent
         self._queued += len(retry)
         return out
+
+    def _gateway_stopped(self, ln: R.Link) -> list[str]:
+        """The gateway of ``ln`` stopped keeping nothing: its sessions ended, and are not loaded
+        again. Those sessions."""
+        ended = [s for s, attached in self._sessions.items() if attached.link == ln.name]
+        for session in ended:
+            del self._sessions[session]
+            self._mark.pop(session, None)
+            self._loading.pop(session, None)
+            self._prompts.pop(session, None)  # its request in flight is answered as ended
+            self._own_prompt_reloaded.pop(session, None)
+            self._ended[session] = None
+            while len(self._ended) > self.limits.max_sessions:
+                del self._ended[next(iter(self._ended))]
+        return ended
 
     def connect_failed(self, reason: str, retry_in: float, link: str = PRIMARY) -> list[Action]:
         """An attempt to connect ``link`` failed; the shell tries again in ``retry_in`` s."""
@@ -205,6 +246,8 @@ class Relay:
     def _route(self, message: dict[str, Any], size: int) -> list[Action]:
         """Send on the link of the session the message is about, once that link is live."""
         session = M.session_params(message).sessionId
+        if session in self._ended and message["method"] not in UNPLACED:
+            return self._refuse(message, SESSION_TERMINATED, ENDED.format(session))
         name = PRIMARY
         if message["method"] not in UNPLACED and session:
             attached = self._sessions.get(session)

@@ -139,6 +139,7 @@ class MasterView:
         # What real frames closed, and when (bounded: only recent closures can be out of order).
         self._closed: OrderedDict[tuple[Any, ...], _dt.datetime] = OrderedDict()
         self._closed_capacity = 4096
+        self._late: OrderedDict[str, None] = OrderedDict()  # answers that came too late
 
     # -- what is open, for a UI
 
@@ -162,6 +163,11 @@ class MasterView:
     @property
     def pending_interactions(self) -> list[F.Frame]:
         return list(self._open.interactions.values())
+
+    def changed_nothing(self, frame: F.Frame) -> bool:
+        """True for an answer (or timeout) applied after its question was settled: the session
+        refused it (``INTERACTION_NOT_FOUND``) and the first answer stands."""
+        return frame.message_id in self._late
 
     @property
     def open_blocks(self) -> int:
@@ -212,8 +218,14 @@ class MasterView:
                 o.interactions[p.interaction_id] = frame
         elif isinstance(p, F.InteractionResponse | F.InteractionTimeout):
             # Ours or relayed from another master (§2.4): either way nobody needs to ask again.
-            o.interactions.pop(p.interaction_id, None)
-            self._close(("ask", p.interaction_id), frame)
+            asked = ("ask", p.interaction_id)
+            if o.interactions.pop(p.interaction_id, None) is None and asked in self._closed:
+                # Settled before (answered, timed out, its turn over): every control is relayed
+                # (DPS-2.4-relay), the refused ones too, so this one changed nothing.
+                self._late[frame.message_id] = None
+                if len(self._late) > self._closed_capacity:
+                    self._late.popitem(last=False)
+            self._close(asked, frame)
         elif isinstance(p, F.TurnStart):
             if not self._closed_since(("turn", p.turn_id), frame):
                 o.turn = frame

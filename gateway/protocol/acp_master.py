@@ -148,6 +148,7 @@ class AcpView:
         # it replays come inside session.history.
         self.greeting = False
         self._agent_error: dict[str, str] | None = None  # the turn's last error of the agent
+        self._owed: list[bytes] = []  # a turn's answer, sent after its usage (``take``)
 
     # --- frames in, ACP messages out --------------------------------------------------------
 
@@ -179,7 +180,15 @@ class AcpView:
             return out
         if not self.greeting or self.last_seen is None:
             self.last_seen = frame.message_id
-        return self._translate(frame, payload)
+        out = self._translate(frame, payload)
+        owed = self._owed
+        if owed and not isinstance(payload, F.TurnEnd):
+            # The answer of a turn's session/prompt waits for the turn's usage_update: the
+            # session.usage comes right after the turn's end (DPS-7.5.2-usage), and a client
+            # reads its answer as the end of everything the turn says.
+            self._owed = []
+            return out + owed if isinstance(payload, F.Usage) else owed + out
+        return out
 
     def _translate(self, frame: F.Frame, payload: Any) -> list[bytes]:
         mid = frame.message_id
@@ -356,7 +365,7 @@ class AcpView:
         stop = STOP_REASONS.get(end.stop_reason)
         meta = {"rawp": {"turnId": end.turn_id}}
         if stop is not None:
-            out.append(result_response(rpc_id, {"stopReason": stop, "_meta": meta}))
+            self._owed.append(result_response(rpc_id, {"stopReason": stop, "_meta": meta}))
         else:
             code = FAILED_TURN.get(end.stop_reason, "TURN_FAILED")
             why = f"the turn ended with {end.stop_reason}"
@@ -366,7 +375,7 @@ class AcpView:
             extra = (
                 {"turnId": end.turn_id, "agentError": cause} if cause else {"turnId": end.turn_id}
             )
-            out.append(error_response(rpc_id, INTERNAL_ERROR, why, code, **extra))
+            self._owed.append(error_response(rpc_id, INTERNAL_ERROR, why, code, **extra))
         self._agent_error = None
         return out
 
@@ -400,11 +409,17 @@ class AcpView:
         context = req.context or F.InteractionContext()
         invocation_id = metadata.get("invocation_id")
         tool = self._tools.get(invocation_id) if isinstance(invocation_id, str) else None
-        tool_name = context.tool_name or (tool.name if tool is not None else "")
-        tool_input = context.tool_input or (tool.input if tool is not None else {})
+        if tool is not None:
+            tool_name, tool_input = tool.name, tool.input
+        else:
+            tool_name, tool_input = context.tool_name or "", context.tool_input or {}
         tool_call: dict[str, Any] = {
             "toolCallId": invocation_id if isinstance(invocation_id, str) else req.interaction_id,
-            "title": req.question_text[: C.MAX_TITLE_CHARS] or C.title(tool_name, tool_input),
+            # The call's own title, as its tool_call said it: clients take toolCall as an update
+            # of that call, so the question's words here would rename it. ACP 1 gives a
+            # permission request no title of its own (drafts of ACP 2 do): the question goes in
+            # _meta.rawp.question.
+            "title": C.title(tool_name, tool_input),
             "kind": C.kind(tool_name) if tool_name else "other",
             "status": "pending",
             "rawInput": tool_input,
@@ -429,6 +444,7 @@ class AcpView:
                 "rawp": {
                     **self._meta(frame.message_id)["rawp"],
                     "interactionId": req.interaction_id,
+                    "question": req.question_text[: C.MAX_TITLE_CHARS],
                 }
             },
         }
@@ -458,7 +474,8 @@ class AcpView:
 
     def ended(self, error_code: str, message: str) -> list[bytes]:
         """The session ended or this view leaves it: every request still waiting is answered."""
-        out = [
+        out, self._owed = self._owed, []
+        out += [
             error_response(rpc_id, REFUSED, message, error_code)
             for rpc_id, _ in self._waiting.values()
         ]

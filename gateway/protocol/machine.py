@@ -185,6 +185,16 @@ STALL_TIMER: Final = TimerKey(TimerKind.STALL)
 CANCEL_SIGINT_TIMER: Final = TimerKey(TimerKind.CANCEL_SIGINT)
 CANCEL_STOP_TIMER: Final = TimerKey(TimerKind.CANCEL_STOP)
 REATTACH_WINDOW_TIMER: Final = TimerKey(TimerKind.REATTACH_WINDOW)
+# A session the stopping gateway deletes (no state dir): what its masters are told as it closes.
+SHUTDOWN_CLOSE: Final = "the gateway stopped; the session ended with it"
+# ...and the open turn's error before its end (as a restart's GATEWAY_RESTARTED, recovery.py).
+SHUTDOWN_ERROR: Final = F.AgentError(
+    error_code="GATEWAY_STOPPED",
+    message=SHUTDOWN_CLOSE,
+    severity="error",
+    recoverable=False,
+    details=F.ErrorDetails(module="gateway"),
+)
 USER_KEY: Final = "rawp_user"  # metadata: the user who sent a relayed control frame
 POLICY_KEY: Final = "rawp_policy"  # metadata: the rule that answered a permission
 POLICY_DECISION_KEY: Final = "rawp_policy_decision"  # metadata: what that rule decided
@@ -371,6 +381,7 @@ class SessionMachine:
         self._restored = False
         # (reason, deleted_by) once delete began: TERMINATING's and TERMINATED's data.
         self._delete_reason: tuple[F.DeleteReason, F.DeletedBy] | None = None
+        self._shutdown = False  # ...because the gateway stops (``delete``)
         # A prompt waiting for the previous process to finish exiting (EXITING_BEFORE_RESPAWN's
         # data, or STOPPING_FOR_CANCEL's when one came meanwhile): text, overrides, images.
         self._waiting: _Waiting | None = None
@@ -825,9 +836,7 @@ class SessionMachine:
     def _exited_on_delete(self, exit: AgentExit, waiting: _Waiting | None) -> list[Action]:
         """STOPPING_FOR_DELETE: the cleanup frames, ``session.deleted`` and the close follow."""
         out, _ = self._cancel_exit(exit)
-        if self.turn is not None:
-            out += self._end_turn("error")
-        return out + self._finish_delete()
+        return out + self._turn_cut_by_delete() + self._finish_delete()
 
     def _exited_on_plugin(self, exit: AgentExit, waiting: _Waiting | None) -> list[Action]:
         """STOPPING_FOR_PLUGIN: the agent stopped after its parser or input raised. Its exit says
@@ -1612,13 +1621,20 @@ class SessionMachine:
         return [Emit(self._make(payload))]  # DPS-7.6-renamed: to every connection
 
     def delete(
-        self, reason: F.DeleteReason = "master_request", deleted_by: F.DeletedBy = "master"
+        self,
+        reason: F.DeleteReason = "master_request",
+        deleted_by: F.DeletedBy = "master",
+        *,
+        shutdown: bool = False,
     ) -> list[Action]:
         """End the session: deny what waits, stop the agent, then the cleanup frames (DPS-7.5.3),
-        ``session.deleted`` (DPS-7.7) and close. With no process the cleanup happens at once."""
+        ``session.deleted`` (DPS-7.7) and close. With no process the cleanup happens at once.
+        ``shutdown``: the gateway stops and keeps no sessions; the frame says it in DPS's words
+        (``reason``, ``deleted_by``), the log and the close reason in plain ones."""
         if self._ending:
             return []
         self._delete_reason = (reason, deleted_by)
+        self._shutdown = shutdown
         out = self._deny_all_interactions("the session is ending")
         if self.process is not ProcessState.NONE:
             self._waiting = None  # its prompt's turn ends with the session
@@ -1627,17 +1643,29 @@ class SessionMachine:
             return out + [Terminate()]
         return out + self._finish_delete()
 
+    def _turn_cut_by_delete(self) -> list[Action]:
+        """The open turn ends ``error`` with its session; a shutdown's says why first (DPS's
+        stop reason cannot)."""
+        if self.turn is None:
+            return []
+        out: list[Action] = [Emit(self._make(SHUTDOWN_ERROR, turn=True))] if self._shutdown else []
+        return out + self._end_turn("error")
+
     def _finish_delete(self) -> list[Action]:
         assert self._delete_reason is not None
         reason, deleted_by = self._delete_reason
-        out: list[Action] = []
-        if self.turn is not None:
-            out += self._end_turn("error")
+        out = self._turn_cut_by_delete()
         self._step(LifecycleStep.DELETED)
         deleted = F.Deleted(session_id=self.session_id, reason=reason, deleted_by=deleted_by)
         out.append(Emit(self._make(deleted)))
         # Said in the log too: with no master attached (a reattach window that ran out) the
         # frame reaches nobody, and the log is where an operator learns why a session ended.
+        if self._shutdown:
+            out.append(
+                Log("info", "session deleted", {"reason": "shutdown", "deleted_by": "gateway"})
+            )
+            out.append(CloseAll(SHUTDOWN_CLOSE))
+            return out
         out.append(Log("info", "session deleted", {"reason": reason, "deleted_by": deleted_by}))
         out.append(CloseAll(f"session deleted ({reason})"))
         return out

@@ -13,7 +13,7 @@ gateway/protocol/acp_peers.py's, this module only connects, reads, writes and cl
   ``send_queue_bytes``, as every message to the client), so a client that does not read closes
   its socket (1013) and with it every relay.
 * The owner's socket closing closes the client's, with the owner's code (a restart: 1012, a user
-  no longer allowed: 1008) or 1012 when it just dropped: the client sees what it would see
+  no longer allowed: 1008, a stop that kept no sessions: 1001) or 1012 when it just dropped: the client sees what it would see
   connected to the owner directly, reconnects and loads again with ``lastMessageId``. The client
   leaving closes every relay.
 """
@@ -39,7 +39,10 @@ MAX_PEER_MESSAGE: Final = 16 * 1024 * 1024  # one message from a peer's /acp
 PEER_INIT_SEC: Final = 10.0  # the peer's answer to the relay's initialize
 HEARTBEAT_SEC: Final = 30.0
 # The owner's close codes the client gets as they are; any other end is a restart to the client.
-_MIRRORED: Final = frozenset({WSCloseCode.SERVICE_RESTART, WSCloseCode.POLICY_VIOLATION, 1013})
+# (1001: the owner stopped keeping no sessions, so the session ended with it.)
+_MIRRORED: Final = frozenset(
+    {WSCloseCode.SERVICE_RESTART, WSCloseCode.POLICY_VIOLATION, 1013, WSCloseCode.GOING_AWAY}
+)
 
 
 class PeerSockets:
@@ -105,6 +108,8 @@ class PeerSockets:
         code = ws.close_code
         code = code if code in _MIRRORED else WSCloseCode.SERVICE_RESTART
         why = f"the gateway that holds session {session_id} closed its relay: load it again"
+        if code == WSCloseCode.GOING_AWAY:
+            why = f"the gateway that held session {session_id} stopped; the session ended with it"
         log.info("relay of session %s ended (%s)", session_id, ws.close_code)
         self._end(session_id)
         out.close_after_flush(code, why[:120])

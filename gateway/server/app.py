@@ -6,15 +6,17 @@ On shutdown every live session is deleted the DPS way (SIGTERM, SIGKILL after th
 cleanup frames, ``session.deleted``, close), so no agent process outlives the gateway. With a state
 directory (``[server] state_dir``) sessions outlive the gateway instead: each is suspended (its agent
 stopped, its files written as a clean stop, its WebSockets closed with 1012) and read back when the
-gateway starts again (``gateway/storage/state_dir.py``).
+gateway starts again (``gateway/storage/state_dir.py``). Either way every ``/acp`` connection is
+closed then (``close_acp_clients``): nobody would answer on it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Final
 
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 
 from gateway.agent import descendants
 from gateway.api_error import ApiError
@@ -61,6 +63,7 @@ from gateway.server.routes.sessions import (
 )
 from gateway.server.websocket import websocket
 from gateway.session import LiveSession
+from gateway.session.fanout import CLOSE_TIMEOUT_SEC
 from gateway.storage.state_dir import Loaded, LoadError, StateDir
 from gateway.team import auth, fleet
 from gateway.team.audit import AuditLog
@@ -68,6 +71,15 @@ from gateway.team.budgets import Budgets
 from gateway.team.notify import Notifier
 
 log = logging.getLogger("rawp_gateway.server")
+
+# What an /acp client hears when the gateway stops: with a state dir its sessions live on (1012,
+# as a DPS master hears it: load them again once the gateway is back); without one they ended
+# with the gateway (1001, going away), and a client that loads them again would find nothing.
+ACP_RESTARTING: Final = (
+    WSCloseCode.SERVICE_RESTART,
+    "the gateway is restarting; load your sessions again",
+)
+ACP_STOPPED: Final = (WSCloseCode.GOING_AWAY, "the gateway stopped; its sessions ended with it")
 
 
 def create_app(
@@ -286,11 +298,31 @@ def _restore_failed(metrics: GatewayMetrics, session_id: str, reason: str, messa
 
 async def shutdown_sessions(app: web.Application) -> None:
     live = [s for s in app[SESSIONS].values() if s.state != "TERMINATED"]
+    kept = STATE_DIR in app
     if live:
         log.info("shutting down", extra={"sessions": len(live)})
-        if STATE_DIR in app:  # they live on: suspended, read back at the next start
+        if kept:  # they live on: suspended, read back at the next start
             ending = (s.suspend() for s in live)
         else:
-            ending = (s.delete("error", "client") for s in live)
+            ending = (s.delete("error", "client", shutdown=True) for s in live)
         await asyncio.gather(*ending, return_exceptions=True)
+    await close_acp_clients(app, *(ACP_RESTARTING if kept else ACP_STOPPED))
     await descendants.terminate_all()
+
+
+async def close_acp_clients(app: web.Application, code: int, reason: str) -> None:
+    """Every ``/acp`` connection closes once its sessions are gone (their views have written
+    their last answers): nobody would answer on it. A client that does not take its last messages
+    within ``CLOSE_TIMEOUT_SEC`` loses its socket, as a DPS master does (docs/limits.md)."""
+    open_clients = app[ACP_OPEN]
+    clients = list(open_clients)
+    if not clients:
+        return
+    for client in clients:
+        client.out.close_after_flush(code, reason)
+    await asyncio.wait(
+        [asyncio.ensure_future(c.out.closed.wait()) for c in clients], timeout=CLOSE_TIMEOUT_SEC
+    )
+    for client in clients:
+        if not client.out.closed.is_set():
+            client.out.abort()

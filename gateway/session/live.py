@@ -370,9 +370,13 @@ class LiveSession(AgentLink, Masters):
             saved.write_record(record)
 
     async def delete(
-        self, reason: F.DeleteReason = "master_request", deleted_by: F.DeletedBy = "master"
+        self,
+        reason: F.DeleteReason = "master_request",
+        deleted_by: F.DeletedBy = "master",
+        *,
+        shutdown: bool = False,
     ) -> None:
-        self.perform(self.machine.delete(reason, deleted_by))
+        self.perform(self.machine.delete(reason, deleted_by, shutdown=shutdown))
         await self.terminated.wait()
 
     def rename(self, name: str) -> None:

@@ -83,3 +83,38 @@ async def test_a_viewer_at_the_keyboard_is_shown_the_question_not_asked(gateway)
         pipe.close()
     assert await asyncio.wait_for(task, 20) == 0
     pipe.reader.close()
+
+
+async def test_a_late_answer_of_another_master_is_shown_as_changing_nothing(gateway):
+    """The chat allows (--yes); another master's deny comes after it. The gateway relays that
+    answer too (DPS-2.4-relay) and refuses it (INTERACTION_NOT_FOUND): the chat says it changed
+    nothing, not that the question was denied."""
+    resp = await gateway.post("/v1/session", json={"agent": "demo"}, headers=bearer(ALICE))
+    sid = (await resp.json())["session_id"]
+    phone = await Master.attach(gateway, sid, headers=bearer(ALICE))
+    pipe, out = Pipe(), io.StringIO()
+    url = str(gateway.make_url("")).rstrip("/")
+    task = asyncio.create_task(
+        run_chat(url, agent=None, session_id=sid, token=ALICE, stdin=pipe.reader, stdout=out,
+                 auto_answer="allow", interactive=True, handle_sigint=False)
+    )  # fmt: skip
+    try:
+        await shown(out, "Ctrl-D quits", task=task)
+        pipe.type("write late.txt")
+        ask = await phone.until("agent.interaction.request")
+        allowed = await phone.until("control.interaction.response")  # the chat's, relayed
+        assert allowed["payload"]["selected_value"] == "allow"
+        late = await phone.send(
+            "control.interaction.response",
+            {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "deny"},
+        )
+        error = await phone.until("session.error")
+        assert error["parent_id"] == late["message_id"]
+        assert error["payload"]["error_code"] == "INTERACTION_NOT_FOUND"
+        await shown(out, "(deny by alice: too late, it changed nothing)", task=task)
+        await shown(out, "— end_turn", task=task)
+        assert "(deny by alice)" not in out.getvalue()
+    finally:
+        pipe.close()
+    assert await asyncio.wait_for(task, 20) == 0
+    pipe.reader.close()

@@ -633,3 +633,25 @@ def test_a_question_whose_turn_ended_while_away_is_forgotten():
     # Another master answered it, the turn ended: the replay says so, nothing asks it again.
     reconnect(relay, replay=[turn("m2", "end", stop="end_turn")], after="m1")
     assert any("unknown request" in t for t in logs(relay.editor_line(allow(asked["id"]))))
+
+
+def test_a_gateway_that_stopped_keeping_nothing_ended_its_sessions_and_the_relay_says_so():
+    """Closed with 1001 (no state dir): the session is not loaded again; a prompt in flight and a
+    later one are answered SESSION_TERMINATED saying it ended with the gateway, not "send it
+    again" or "load it"; a new session goes to the gateway as ever."""
+    relay = live_session()
+    [sent] = to_gateway(relay.editor_line(request(5, "session/prompt", {"sessionId": SESSION})))
+    out = relay.disconnected("closed by the gateway (code 1001)", code=1001)
+    [answer] = to_editor(out)
+    assert answer["id"] == 5 and answer["error"]["data"]["error_code"] == "SESSION_TERMINATED"
+    assert "ended with the gateway" in answer["error"]["message"]
+    assert any("the gateway stopped" in text and "1 session(s) ended" in text for text in logs(out))
+    [init] = to_gateway(relay.connected())  # initialized again, nothing to load
+    assert init["method"] == "initialize"
+    assert to_gateway(relay.gateway_message(result(init["id"], {"protocolVersion": 1}))) == []
+    [refused] = to_editor(relay.editor_line(request(6, "session/prompt", {"sessionId": SESSION})))
+    assert refused["error"]["data"]["error_code"] == "SESSION_TERMINATED"
+    assert "start a new session" in refused["error"]["message"]
+    [new] = to_gateway(relay.editor_line(request(7, "session/new", {"cwd": "/srv/app"})))
+    assert new["method"] == "session/new"
+    assert sent["method"] == "session/prompt"

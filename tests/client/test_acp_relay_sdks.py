@@ -113,6 +113,12 @@ async def test_a_turn_with_a_permission_then_a_cancel(sdk, hop, tmp_path):
         question = await asked(ed, 0)
         assert question["sessionId"] == sid
         assert {o["optionId"] for o in question["options"]} >= {"allow", "deny"}
+        # The toolCall is an update of the call: it keeps the call's own title; the question's
+        # words are in _meta.rawp.question.
+        [call] = [u["update"] for u in ed.updates if u["update"]["sessionUpdate"] == "tool_call"]
+        assert question["toolCall"]["toolCallId"] == call["toolCallId"]
+        assert question["toolCall"]["title"] == call["title"]
+        assert question["_meta"]["rawp"]["question"] == f"Allow {call['title']}?"
         await ed.answer(0, "allow")
         done = await asyncio.wait_for(turn, TURN)
         assert done["stopReason"] == "end_turn"
@@ -130,6 +136,18 @@ async def test_a_turn_with_a_permission_then_a_cancel(sdk, hop, tmp_path):
         assert not (tmp_path / "never.txt").exists()
         # Never disconnected: the relay said where it relays and nothing else.
         assert "reconnect" not in ed.stderr()
+
+
+async def test_a_turns_usage_update_comes_before_its_answer(sdk, hop, tmp_path):
+    """The turn's usage_update reaches the editor before the answer to its session/prompt (the
+    gateway sends it so, DPS-7.5.2-usage being a turn's end then its usage)."""
+    async with editor(sdk, hop, tmp_path) as ed:
+        sid = (await ed.request("session/new", {"cwd": str(tmp_path)}))["sessionId"]
+        for turns, text in enumerate(("hello", "hello again"), start=1):
+            done = await asyncio.wait_for(ed.request("session/prompt", prompt(sid, text)), TURN)
+            assert done["stopReason"] == "end_turn"
+            kinds = [u["update"]["sessionUpdate"] for u in ed.updates if u["sessionId"] == sid]
+            assert kinds.count("usage_update") == turns, "the usage came after the answer"
 
 
 async def test_an_editor_loads_a_session_a_dps_master_started(sdk, gw, hop, tmp_path):

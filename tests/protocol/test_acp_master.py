@@ -189,17 +189,19 @@ def test_todos_and_plans_are_plan_updates_not_tool_calls(make):
     assert v.frame(frame(result)) == []
 
 
+USAGE = F.Usage(
+    token_usage=F.TokenUsage(input_tokens=1, output_tokens=2),
+    cost_usage=F.Quota(limit=-1, used=0.25, unit="USD"),
+    message_usage=F.Quota(limit=-1, used=1, unit="messages"),
+    time_to_reset="",
+    context_window=F.ContextWindow(capacity=1000, used=10),
+)
+
+
 def test_usage_commands_and_mode(make):
     f, frame = make
     v = view(f)
-    usage = F.Usage(
-        token_usage=F.TokenUsage(input_tokens=1, output_tokens=2),
-        cost_usage=F.Quota(limit=-1, used=0.25, unit="USD"),
-        message_usage=F.Quota(limit=-1, used=1, unit="messages"),
-        time_to_reset="",
-        context_window=F.ContextWindow(capacity=1000, used=10),
-    )
-    assert one_update(v.frame(frame(usage))) == {
+    assert one_update(v.frame(frame(USAGE))) == {
         "sessionUpdate": "usage_update", "used": 10, "size": 1000, "cost": {"amount": 0.25, "currency": "USD"}}  # fmt: skip
     commands = F.CommandsPublish(commands=[F.Command(name="compact", description="Compact")])
     assert one_update(v.frame(frame(commands)))["availableCommands"] == [
@@ -224,7 +226,10 @@ def test_a_prompt_is_answered_when_its_turn_ends(make):
     assert start["method"] == "_rawp/turn"
     assert start["params"]["event"] == "start" and start["params"]["requestId"] == 7
     assert v.settle(mid) == []  # the turn answers it, later
-    end, answer = decoded(v.frame(frame(F.TurnEnd(turn_id="T1", stop_reason="end_turn"))))
+    [end] = decoded(v.frame(frame(F.TurnEnd(turn_id="T1", stop_reason="end_turn"))))
+    # The answer waits for the turn's usage, which follows its end (DPS-7.5.2-usage).
+    usage, answer = decoded(v.frame(frame(USAGE)))
+    assert usage["params"]["update"]["sessionUpdate"] == "usage_update"
     assert end["params"] == {
         "sessionId": SID, "turnId": "T1", "event": "end", "stopReason": "end_turn",
         "_meta": {"rawp": {"messageId": end["params"]["_meta"]["rawp"]["messageId"]}}}  # fmt: skip
@@ -242,7 +247,8 @@ def test_a_turn_that_ends_as_acp_cannot_say_is_an_error_with_the_gateways_code(m
         error_code="AGENT_CRASHED", message="exit 1", severity="fatal", recoverable=False
     )
     assert v.frame(frame(died)) == []
-    [answer] = decoded(v.frame(frame(F.TurnEnd(turn_id="T", stop_reason=stop))))
+    assert v.frame(frame(F.TurnEnd(turn_id="T", stop_reason=stop))) == []
+    [_usage, answer] = decoded(v.frame(frame(USAGE)))
     assert answer["error"]["data"]["agentError"] == {
         "error_code": "AGENT_CRASHED",
         "message": "exit 1",

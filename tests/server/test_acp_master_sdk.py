@@ -22,6 +22,7 @@ from acp.schema import (
     RequestPermissionResponse,
     ToolCallProgress,
     ToolCallStart,
+    UsageUpdate,
     UserMessageChunk,
 )
 from acp.ws.client import create_websocket_stream
@@ -44,6 +45,7 @@ class Recorder:
     def __init__(self, choose: str | None = "allow") -> None:
         self.updates: list[tuple[str, Any]] = []
         self.asked: list[Any] = []
+        self.asked_meta: list[dict[str, Any]] = []  # each question's _meta
         self.choose = choose
         self.late: str | None = None  # with choose None: the answer given once released
         self.asked_event = asyncio.Event()
@@ -51,6 +53,7 @@ class Recorder:
 
     async def request_permission(self, session_id, tool_call, options, **kwargs):
         self.asked.append((session_id, tool_call, options))
+        self.asked_meta.append(kwargs)
         self.asked_event.set()
         if self.choose is None:
             await self.release.wait()
@@ -121,6 +124,12 @@ async def test_a_turn_with_a_permission_through_the_official_sdk(gw, tmp_path):
         assert (
             starts and starts[0].kind == "edit" and tool_call.tool_call_id == starts[0].tool_call_id
         )
+        # The question does not rename the call: its toolCall keeps the call's own title, and
+        # the question's words come in _meta.rawp.question.
+        assert tool_call.title == starts[0].title
+        assert tool_call.title.endswith("acp.txt") and "?" not in tool_call.title
+        question = rec.asked_meta[0]["rawp"]["question"]
+        assert question.startswith("Allow ") and question.endswith("acp.txt?")
         ends = [u for _, u in rec.updates if isinstance(u, ToolCallProgress) and u.status]
         assert ends[-1].status == "completed"
         assert any(c.type == "diff" and c.path.endswith("acp.txt") for c in ends[-1].content or [])
@@ -133,6 +142,22 @@ async def test_a_turn_with_a_permission_through_the_official_sdk(gw, tmp_path):
             ),
             "the prompt and the answer in the audit log",
         )
+    finally:
+        await conn.close()
+
+
+async def test_a_turns_usage_update_comes_before_its_answer(gw, tmp_path):
+    """DPS sends a turn's session.usage right after its session.turn.end (DPS-7.5.2-usage); to
+    an ACP client the answer to session/prompt ends the turn, so its usage_update comes first."""
+    conn, rec = await connect(gw)
+    try:
+        new = await conn.new_session(cwd=str(tmp_path))
+        for turns, text in enumerate(("hello", "hello again"), start=1):
+            done = await conn.prompt(session_id=new.session_id, prompt=[text_block(text)])
+            assert done.stop_reason == "end_turn"
+            usage = [u for _, u in rec.updates if isinstance(u, UsageUpdate)]
+            assert len(usage) == turns, "the turn's usage_update came after its answer"
+            assert usage[-1].size > 0
     finally:
         await conn.close()
 

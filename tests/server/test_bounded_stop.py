@@ -15,9 +15,13 @@ import signal
 import time
 
 import aiohttp
+import pytest
 
 from gateway.storage.state_dir import RECORD
-from tests.support.serve_process import serve, stalled_master
+from tests.client.test_acp_relay_sdks import prompt
+from tests.support.acp_editors import EditorError, python_editor, relay_argv, relay_env
+from tests.support.serve_process import attached, serve, stalled_master
+from tests.support.waiting import eventually
 
 ENGINE_STOP_TIMEOUT_SEC = 10.0  # docker stop / podman stop, before SIGKILL
 
@@ -54,3 +58,78 @@ async def test_sigterm_with_a_master_that_reads_nothing_exits_in_bounded_time(tm
     assert code == 0
     record = json.loads((state / "sessions" / session_id / RECORD).read_text())
     assert record["clean"] is True
+
+
+SHUTDOWN_GRACE_SEC = 5.0  # [server] shutdown_grace_sec's default
+# docs/limits.md: a stop takes at most shutdown_grace_sec + 4 s (the last frames, then the close
+# handshake, 2 s each): every connection is closed by then.
+STOP_BOUND_SEC = SHUTDOWN_GRACE_SEC + 4.0
+
+
+async def closed_by_the_gateway(ws: aiohttp.ClientWebSocketResponse) -> int | None:
+    """Read until the socket ends: the close code the gateway sent (a close frame, which only a
+    running gateway can send), or None when it just dropped (the process was gone)."""
+    async for _ in ws:
+        pass
+    return ws.close_code if ws.close_code != aiohttp.WSCloseCode.ABNORMAL_CLOSURE else None
+
+
+async def rpc(ws: aiohttp.ClientWebSocketResponse, n: int, method: str, params: dict) -> dict:
+    await ws.send_json({"jsonrpc": "2.0", "id": n, "method": method, "params": params})
+    async with asyncio.timeout(30):
+        while True:
+            got = await ws.receive_json()
+            if got.get("id") == n:
+                return got
+
+
+async def test_sigterm_without_a_state_dir_closes_every_connection_and_says_so(tmp_path):
+    """No state dir: SIGTERM deletes the sessions, and every connection is closed by the gateway
+    itself before it exits within the documented bound: a DPS master's WebSocket (1000), an
+    ``/acp`` WebSocket attached to a session and one attached to none (1001: the sessions ended
+    with the gateway), and ``rawp-gateway acp`` run by an editor (the official Python SDK), whose
+    waiting prompt and next prompt are told that the session ended with the gateway. The log says
+    a shutdown deleted the sessions."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    args = ("--workspace-root", str(workspace), "--log-format", "json")
+    async with serve(*args) as (proc, url), aiohttp.ClientSession() as http:
+        master = await attached(http, url, "demo")
+        acp = await http.ws_connect(url + "/acp")
+        init = {"protocolVersion": 1, "clientCapabilities": {}}
+        assert "result" in await rpc(acp, 1, "initialize", init)
+        load = {"sessionId": master.session_id, "cwd": str(workspace)}
+        assert "result" in await rpc(acp, 2, "session/load", load)
+        idle = await http.ws_connect(url + "/acp")
+        argv = relay_argv(url, agent="demo")
+        async with python_editor(argv, relay_env(), tmp_path) as ed:
+            await ed.request("initialize", init)
+            sid = (await ed.request("session/new", {"cwd": str(workspace)}))["sessionId"]
+            turn = asyncio.ensure_future(ed.request("session/prompt", prompt(sid, "write a.txt")))
+            await eventually(lambda: ed.questions, "the permission question", 30)
+            proc.send_signal(signal.SIGTERM)
+            closes = asyncio.gather(*(closed_by_the_gateway(ws) for ws in (master.ws, acp, idle)))
+            # TimeoutExpired fails the test: past the bound the gateway still ran.
+            code = await asyncio.to_thread(proc.wait, STOP_BOUND_SEC)
+            assert code == 0
+            assert await asyncio.wait_for(closes, 5) == [1000, 1001, 1001]
+            # The running turn ended with its session (DPS: session.turn.end error), and why.
+            with pytest.raises(EditorError) as ended:
+                await asyncio.wait_for(turn, 30)
+            assert ended.value.data["error_code"] == "TURN_FAILED"
+            assert ended.value.data["agentError"] == {
+                "error_code": "GATEWAY_STOPPED",
+                "message": "the gateway stopped; the session ended with it",
+            }
+            # The relay knows: the next prompt is told so, not "send it again" or "load it".
+            with pytest.raises(EditorError) as again:
+                await asyncio.wait_for(ed.request("session/prompt", prompt(sid, "hello")), 30)
+            assert again.value.data["error_code"] == "SESSION_TERMINATED"
+            assert "ended with the gateway" in str(again.value)
+            assert "start a new session" in str(again.value)
+            await eventually(lambda: "the gateway stopped" in ed.stderr(), "the relay's word", 30)
+    assert proc.stderr is not None
+    logs = [json.loads(line) for line in proc.stderr.read().splitlines() if line.startswith(b"{")]
+    deleted = [r for r in logs if r["msg"] == "session deleted"]
+    assert len(deleted) == 2
+    assert all((r["reason"], r["deleted_by"]) == ("shutdown", "gateway") for r in deleted)
