@@ -224,11 +224,15 @@ async def _body(request: web.Request) -> str:
         raise ApiError(415, "UNSUPPORTED_MEDIA_TYPE", "POST /acp takes application/json")
     if request.content_length is not None and request.content_length > limit:
         raise ApiError(413, "MESSAGE_TOO_LARGE", f"a message is at most {limit} bytes")
-    data = await request.content.read(limit + 1)
-    if len(data) > limit:
-        raise ApiError(413, "MESSAGE_TOO_LARGE", f"a message is at most {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.readany():  # a chunked body says no length first
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, "MESSAGE_TOO_LARGE", f"a message is at most {limit} bytes")
+        chunks.append(chunk)
     try:
-        return data.decode()
+        return b"".join(chunks).decode()
     except UnicodeDecodeError:
         raise ApiError(400, "BAD_REQUEST", "the body is not UTF-8") from None
 
