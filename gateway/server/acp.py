@@ -60,7 +60,6 @@ from parsers.acp import schema as S
 
 __all__ = [
     "ACP_OPEN",
-    "MAX_ACP_CONNECTIONS",
     "AcpHandler",
     "acp_ticket",
     "acp_websocket",

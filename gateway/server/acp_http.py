@@ -48,15 +48,7 @@ from gateway.server.middleware import caller
 from gateway.session.acp_client import MAX_ATTACHED, AcpClient
 from gateway.team import roles
 
-__all__ = [
-    "ACP_HTTP",
-    "IDLE_SEC",
-    "KEEPALIVE_SEC",
-    "SseWriter",
-    "acp_endpoint",
-    "close_http_connections",
-    "ticket_holder",
-]
+__all__ = ["SseWriter", "acp_endpoint", "close_http_connections", "ticket_holder"]
 
 log = logging.getLogger("rawp_gateway.acp")
 
@@ -356,7 +348,11 @@ async def _session_stream(
 
 def _event_stream() -> web.StreamResponse:
     response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",  # nginx (the fleet's router) passes each event at once
+        }
     )
     response.enable_chunked_encoding()
     return response
