@@ -10,7 +10,9 @@ and the client's answers to ``session/request_permission``. What a session says 
 the client's views (gateway/session/acp_client.py, gateway/protocol/acp_master.py); a session
 another gateway of the fleet holds is relayed to that gateway's ``/acp`` (acp_peer.py). A refusal is a
 JSON-RPC error whose ``data.error_code`` is the gateway's; nothing a client sends ends in a 500 or a
-traceback, and a session it is attached to goes on whatever the client does.
+traceback, and a session it is attached to goes on whatever the client does. The methods are
+``AcpHandler``'s, whatever the transport: the Streamable HTTP one (acp_http.py) hands it the
+messages of its POSTs as this WebSocket hands it its frames.
 """
 
 from __future__ import annotations

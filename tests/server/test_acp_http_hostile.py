@@ -193,3 +193,55 @@ async def test_credentials_bearer_or_the_ticket_that_opened_the_connection(tmp_p
         await by_bearer.close()
     finally:
         await gw.close()
+
+
+def update_ids(messages: list[dict]) -> list[str]:
+    return [
+        m["params"]["_meta"]["rawp"]["messageId"]
+        for m in messages
+        if m.get("method") == "session/update"
+    ]
+
+
+async def test_a_new_connection_loads_after_the_last_message_id_and_misses_nothing(gw, tmp_path):
+    """What a client does after its stream broke (the SDK does not reopen it): initialize again
+    and load after the last messageId it saw: exactly the updates after it come, as on the
+    WebSocket (test_acp_hostile.py)."""
+    acp = await RawHttpAcp.open(gw, path="/acp?agent=demo")
+    sid = (await acp.call("session/new", {"cwd": str(tmp_path)}))["result"]["sessionId"]
+    hi = {"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}
+    for _ in range(2):
+        assert (await acp.call("session/prompt", hi))["result"]["stopReason"] == "end_turn"
+    seen = update_ids(acp.messages)
+    assert len(seen) == len(set(seen)) > 6
+    mark = seen[len(seen) // 2]
+    await acp.close()  # the stream breaks; the connection expires on its own
+    again = await RawHttpAcp.open(gw)
+    loaded = await again.call(
+        "session/load",
+        {"sessionId": sid, "cwd": str(tmp_path), "_meta": {"rawp": {"lastMessageId": mark}}},
+    )
+    after = seen[len(seen) // 2 + 1 :]
+    assert [m for m in update_ids(again.messages) if m in set(after)] == after
+    assert not set(update_ids(again.messages)) & set(seen[: len(seen) // 2 + 1]) - {
+        m["params"]["_meta"]["rawp"]["messageId"]
+        for m in again.messages
+        if m.get("method") == "session/update" and m["params"]["_meta"]["rawp"].get("state")
+    }
+    assert loaded["result"]["_meta"]["rawp"]["lostFrames"] == 0
+    await again.close()
+
+
+async def test_a_stopping_gateway_ends_every_event_stream(tmp_path):
+    gw = await start_gateway(demo_config(tmp_path))
+    try:
+        acp = await RawHttpAcp.open(gw)
+        session = {**acp.headers, "Accept": "text/event-stream", "Acp-Session-Id": "s"}
+        session_stream = await gw.get("/acp", headers=session)
+        assert session_stream.status == 200
+        await gw.app.shutdown()
+        await acp.ended()  # the connection's stream ends, not left open until a timeout
+        assert await session_stream.content.read() == b""  # and the session's
+        assert not gw.app[ACP_HTTP] and not gw.app[ACP_OPEN]
+    finally:
+        await gw.close()
