@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 from typing import Any, Final
 
 import aiohttp
 from aiohttp.test_utils import TestClient
+
+from tests.support.hostile.acp_client import JsonRpcPeer
 
 __all__ = ["INITIALIZE", "RawHttpAcp"]
 
@@ -23,17 +24,16 @@ INITIALIZE: Final = {
 }
 
 
-class RawHttpAcp:
+class RawHttpAcp(JsonRpcPeer):
     """One Streamable HTTP connection; ``messages`` keeps every event received, in order."""
 
     def __init__(self, client: TestClient, conn_id: str, headers: dict[str, str], path: str):
+        super().__init__()
         self.client = client
         self.conn_id = conn_id
         self.headers = {**headers, "Acp-Connection-Id": conn_id}
         self.path = path
-        self.messages: list[dict[str, Any]] = []
         self._events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        self._ids = itertools.count(1)
         self._reader: asyncio.Task[None] | None = None
 
     @classmethod
@@ -89,6 +89,11 @@ class RawHttpAcp:
         await resp.read()
         return resp.status
 
+    async def send(self, data: Any) -> None:
+        """POST one message the gateway must take (202)."""
+        status = await self.post(data)
+        assert status == 202, status
+
     async def next(self, timeout: float = 30.0) -> dict[str, Any]:
         async with asyncio.timeout(timeout):
             message = await self._events.get()
@@ -103,16 +108,3 @@ class RawHttpAcp:
         with contextlib.suppress(ConnectionError):
             while True:
                 await self.next(timeout)
-
-    async def answer_to(self, rpc_id: Any, timeout: float = 30.0) -> dict[str, Any]:
-        """The next response with this id (what comes before it is kept in ``messages``)."""
-        while True:
-            message = await self.next(timeout)
-            if message.get("id") == rpc_id and "method" not in message:
-                return message
-
-    async def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        rpc_id = next(self._ids)
-        message = {"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params or {}}
-        assert await self.post(message) == 202
-        return await self.answer_to(rpc_id)
