@@ -63,18 +63,23 @@ class HttpConnection:
     """One Streamable HTTP ``/acp`` connection: its client, handler, writer and streams."""
 
     def __init__(
-        self, app: web.Application, client: AcpClient, handler: AcpHandler, ticket: str | None
+        self,
+        app: web.Application,
+        writer: SseWriter,
+        handler: AcpHandler,
+        ticket: str | None,
     ):
         self.app = app
-        self.client = client
+        self.client = handler.client
         self.handler = handler
-        self.writer: SseWriter = client.out  # type: ignore[assignment]
+        self.writer = writer  # the client's writer
         self.ticket = ticket  # the one-time ticket that opened it, if one did
         self.lock = asyncio.Lock()  # one message at a time, in the order they came
         self.streaming = False  # a connection stream is open
         self.session_streams: set[str] = set()
         self.ended = asyncio.Event()
         self._idle: asyncio.TimerHandle | None = None
+        self._ending: asyncio.Task[None] | None = None
         self.idle()
 
     def idle(self) -> None:
@@ -88,7 +93,7 @@ class HttpConnection:
 
     def _expire(self) -> None:
         log.info("ACP HTTP connection closed: no event stream", extra={"conn_id": self.client.id})
-        asyncio.get_running_loop().create_task(self.end())
+        self._ending = asyncio.get_running_loop().create_task(self.end())
 
     async def end(self) -> None:
         """Close the connection: its sessions let it go, its streams end, its id is forgotten."""
@@ -272,7 +277,7 @@ async def _initialize(request: web.Request) -> web.StreamResponse:
     ticket = request.get(TICKET)
     if ticket is not None and not app[TICKETS].spend(ticket):
         raise ApiError(401, "UNAUTHORIZED", "the ticket was used already")
-    conn = HttpConnection(app, client, handler, ticket)
+    conn = HttpConnection(app, writer, handler, ticket)
     app[ACP_HTTP][conn_id] = conn
     open_clients.add(client)
     return web.Response(
