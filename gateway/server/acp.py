@@ -10,7 +10,9 @@ and the client's answers to ``session/request_permission``. What a session says 
 the client's views (gateway/session/acp_client.py, gateway/protocol/acp_master.py); a session
 another gateway of the fleet holds is relayed to that gateway's ``/acp`` (acp_peer.py). A refusal is a
 JSON-RPC error whose ``data.error_code`` is the gateway's; nothing a client sends ends in a 500 or a
-traceback, and a session it is attached to goes on whatever the client does.
+traceback, and a session it is attached to goes on whatever the client does. The methods are
+``AcpHandler``'s, whatever the transport: the Streamable HTTP one (acp_http.py) hands it the
+messages of its POSTs as this WebSocket hands it its frames.
 """
 
 from __future__ import annotations
@@ -58,15 +60,21 @@ from gateway.session.fanout import WebSocketConnection
 from gateway.team import fleet, roles
 from parsers.acp import schema as S
 
-__all__ = ["acp_ticket", "acp_websocket"]
+__all__ = [
+    "ACP_OPEN",
+    "AcpHandler",
+    "acp_ticket",
+    "acp_websocket",
+    "opening",
+]
 
 log = logging.getLogger("rawp_gateway.acp")
 
-MAX_ACP_CONNECTIONS: Final = 256  # /acp WebSockets open at once on a gateway
+MAX_ACP_CONNECTIONS: Final = 256  # /acp connections (WebSocket or HTTP) open at once
 MAX_PROMPT_BLOCKS: Final = 256
 ACP_TICKETS: Final = "/acp"  # what a ticket of /acp is issued for (session ids are UUIDs)
 T = TypeVar("T")
-ACP_OPEN: Final = web.AppKey("acp_open", set)  # the AcpClient of each open /acp connection
+ACP_OPEN: Final = web.AppKey("acp_open", set[AcpClient])  # the client of each open /acp connection
 _MODES: Final = (
     ("default", "Default", "Asks before it edits files or runs commands"),
     ("plan", "Plan", "Plans only: no edits, no commands"),
@@ -87,12 +95,7 @@ async def acp_ticket(request: web.Request) -> web.Response:
 async def acp_websocket(request: web.Request) -> web.StreamResponse:
     app = request.app
     config = app[CONFIG]
-    check_upgrade_origin(request)
-    check_taking(app, new_session=False)
-    agent = request.query.get("agent")
-    if agent is not None and agent not in config.agents:
-        names = ", ".join(sorted(config.agents))
-        raise ApiError(404, "AGENT_NOT_FOUND", f"no agent profile {agent[:64]!r}; known: {names}")
+    agent = opening(request)
     conn_id = str(uuid.uuid4())
     ws = web.WebSocketResponse(
         max_msg_size=config.server.max_frame_size,
@@ -127,7 +130,7 @@ async def acp_websocket(request: web.Request) -> web.StreamResponse:
         )
         client = AcpClient(conn_id, out, roles.Sender(caller(request), request.remote))
         open_clients.add(client)
-    handler = _Handler(request, client, agent)
+    handler = AcpHandler(request, client, agent)
     try:
         await read_socket(ws, out, handler.message)
     finally:
@@ -140,8 +143,24 @@ async def acp_websocket(request: web.Request) -> web.StreamResponse:
     return ws
 
 
-class _Handler:
-    """The JSON-RPC methods of one ``/acp`` connection."""
+def opening(request: web.Request) -> str | None:
+    """What every new ``/acp`` connection is checked for, whatever its transport (Origin, a
+    gateway that takes connections, the ``?agent=`` it names); the agent it names."""
+    config = request.app[CONFIG]
+    check_upgrade_origin(request)
+    check_taking(request.app, new_session=False)
+    agent = request.query.get("agent")
+    if agent is not None and agent not in config.agents:
+        names = ", ".join(sorted(config.agents))
+        raise ApiError(404, "AGENT_NOT_FOUND", f"no agent profile {agent[:64]!r}; known: {names}")
+    return agent
+
+
+class AcpHandler:
+    """The JSON-RPC methods of one ``/acp`` connection, whatever its transport: the WebSocket here
+    or Streamable HTTP (acp_http.py) hands it each message as it came (``message``), and what it
+    answers goes out on the client's writer. ``request`` is the HTTP request the credentials
+    came with: the upgrade, or the POST being handled."""
 
     def __init__(self, request: web.Request, client: AcpClient, agent: str | None) -> None:
         self.request = request

@@ -29,7 +29,7 @@ import aiohttp
 from aiohttp import WSCloseCode
 
 from gateway.protocol.acp_peers import FromPeer, PeerRoutes, initialize_request, initialized
-from gateway.session.fanout import WebSocketConnection
+from gateway.session.acp_client import AcpWriter
 
 __all__ = ["PeerSockets"]
 
@@ -48,7 +48,7 @@ _MIRRORED: Final = frozenset(
 class PeerSockets:
     """The relays of one ``/acp`` connection (module docstring)."""
 
-    def __init__(self, http: aiohttp.ClientSession, out: WebSocketConnection, conn_id: str) -> None:
+    def __init__(self, http: aiohttp.ClientSession, out: AcpWriter, conn_id: str) -> None:
         self.http = http
         self.out = out
         self.conn_id = conn_id

@@ -24,7 +24,8 @@ from gateway.config import Config
 from gateway.console.static import load_static
 from gateway.console.tickets import TicketStore
 from gateway.metrics import GatewayMetrics
-from gateway.server.acp import ACP_OPEN, ACP_TICKETS, acp_ticket, acp_websocket
+from gateway.server.acp import ACP_OPEN, ACP_TICKETS, acp_ticket
+from gateway.server.acp_http import ACP_HTTP, acp_endpoint, close_http_connections, ticket_holder
 from gateway.server.keys import (
     AUDIT,
     AUTH,
@@ -90,7 +91,7 @@ def create_app(
             errors_middleware,
             fleet.forwarded_middleware(config.server.trusted_proxies),
             browser_guard_middleware(config),
-            auth_middleware(websocket, (acp_websocket, ACP_TICKETS)),
+            auth_middleware(websocket, (acp_endpoint, ACP_TICKETS, ticket_holder)),
         ],
         client_max_size=config.server.max_request_bytes,
         handler_args=handler_args(config.server.header_timeout_sec),
@@ -121,6 +122,7 @@ def create_app(
     app.on_cleanup.append(_stop_reporting)
     app[TICKETS] = TicketStore()
     app[ACP_OPEN] = set()
+    app[ACP_HTTP] = {}
     app[GUARD] = ConnectionGuard(config.server.max_pending_connections)
     app[STATIC] = load_static()
     fleet.setup(app, config, on_drain=app[METRICS].draining)
@@ -144,13 +146,17 @@ def create_app(
     app.router.add_post("/v1/session/{session_id}/ws-ticket", ws_ticket)
     app.router.add_get("/v1/session/{session_id}/ws", websocket, name=WS_ROUTE)
     app.router.add_put("/v1/session/{session_id}/files", put_file)
-    app.router.add_get("/acp", acp_websocket)  # ACP clients (docs/acp-masters.md)
+    # ACP clients (docs/acp-masters.md): a WebSocket upgrade, or Streamable HTTP
+    app.router.add_get("/acp", acp_endpoint)
+    app.router.add_post("/acp", acp_endpoint)
+    app.router.add_delete("/acp", acp_endpoint)
     app.router.add_post("/v1/acp/ws-ticket", acp_ticket)
     app.router.add_get("/v1/session/{session_id}/files/{transfer_id}", get_file)
     fleet.add_prefixed_routes(
         app, config.server.route_prefix
     )  # after every route: it copies them all
     app.on_shutdown.append(shutdown_sessions)
+    app.on_shutdown.append(close_http_connections)
     return app
 
 

@@ -28,6 +28,8 @@ from gateway.team import auth, fleet, roles
 log = logging.getLogger("rawp_gateway.server")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# /acp's handler, what its tickets are issued for, and who holds the connection a ticket opened
+AcpRoute = tuple[Handler, str, Callable[[web.Request, str], "roles.Identity | None"]]
 
 
 def _error_for(exc: web.HTTPException) -> web.Response:
@@ -81,7 +83,7 @@ def _public(path: str) -> bool:
 
 
 def _ticket_identity(
-    request: web.Request, upgrade: Handler, acp: tuple[Handler, str] | None = None
+    request: web.Request, upgrade: Handler, acp: AcpRoute | None = None
 ) -> roles.Identity | None:
     """Whoever asked for the valid one-time ticket on this upgrade of the session it was issued
     for (browser console), or on an ``/acp`` upgrade for a ticket issued for ``/acp``; the upgrade
@@ -99,14 +101,19 @@ def _ticket_identity(
     identity = request.app[TICKETS].valid(ticket, session_id, time.monotonic())
     if identity is not None:
         request[TICKET] = ticket
+    elif acp is not None and handler is acp[0]:
+        # A Streamable HTTP client sends its URL, spent ticket and all, with every request of
+        # the connection that ticket opened: the ticket and that connection's id name its user.
+        identity = acp[2](request, ticket)
     return identity
 
 
-def auth_middleware(upgrade: Handler, acp: tuple[Handler, str] | None = None):
+def auth_middleware(upgrade: Handler, acp: AcpRoute | None = None):
     """Every request but the public ones gets its ``IDENTITY`` (gateway/team/roles.py), or is refused:
     401 ``UNAUTHORIZED`` for no or a wrong credential, 403 ``FORBIDDEN`` for a user with no role.
     ``upgrade`` is the WebSocket handler, the one route a ticket opens (with ``acp``: the ``/acp``
-    handler and what its tickets are issued for): they are handed in because they use this
+    handler, what its tickets are issued for, and who holds the connection a spent ticket opened):
+    they are handed in because they use this
     module's helpers, so this module cannot import them."""
 
     @web.middleware

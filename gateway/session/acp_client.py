@@ -6,16 +6,18 @@ treats it as it treats a DPS master's socket (``Masters.attach_connection``): it
 ``Outgoing`` frames it hands every connection (``send``), replies to it alone, and closes it
 (``close_after_flush``). The attachment gives each typed frame to its ``AcpView``
 (gateway/protocol/acp_master.py, sans-IO), and what the view makes goes out on the client's one
-writer: a ``WebSocketConnection`` of the WebSocket itself (gateway/session/fanout.py), so the ACP
-messages of every session of the connection and the responses to its requests leave in order,
-without a task per message, bounded by ``send_queue_bytes`` (past it the socket is closed with
-1013, and the client loads its sessions again after the last ``messageId`` it saw).
+writer (an ``AcpWriter``): a ``WebSocketConnection`` of the WebSocket itself
+(gateway/session/fanout.py), or the server-sent events of a Streamable HTTP connection
+(gateway/server/acp_http.py). Either way the ACP messages of every session of the connection and
+the responses to its requests leave in order, without a task per message, bounded by
+``send_queue_bytes`` (past it the connection is closed, and the client loads its sessions again
+after the last ``messageId`` it saw).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from aiohttp import WSCloseCode
 
@@ -23,13 +25,12 @@ from gateway.protocol import frames as F
 from gateway.protocol.acp_master import AcpView
 from gateway.protocol.capabilities import ConnectionFilter, agreed_features
 from gateway.session.connection import Outgoing
-from gateway.session.fanout import WebSocketConnection
 from gateway.team import roles
 
 if TYPE_CHECKING:
     from gateway.session.live import LiveSession
 
-__all__ = ["MAX_ATTACHED", "AcpAttachment", "AcpClient"]
+__all__ = ["MAX_ATTACHED", "AcpAttachment", "AcpClient", "AcpWriter"]
 
 MAX_ATTACHED: Final = 64  # sessions one ACP connection is attached to at once
 # What an ACP client takes of the frames that features gate: everything ACP can show.
@@ -38,6 +39,26 @@ _WANTED: Final = F.Features(thinking_stream=True, tool_streaming=True, plan_mode
 # restarts): the whole ACP socket closes, not one session's view. The other closes (the session
 # ended, or is no longer shared with this user: 1008) let go of that session alone.
 _WHOLE_SOCKET: Final = (WSCloseCode.SERVICE_RESTART,)
+
+
+class AcpWriter(Protocol):
+    """Where the messages of one ACP connection go, in order, whatever its transport."""
+
+    max_queue_bytes: int
+    queued_bytes: int
+
+    def offer(self, data: bytes, t_ns: int = 0) -> None: ...
+
+    def close_after_flush(self, code: int = WSCloseCode.OK, reason: str = "") -> None: ...
+
+    @property
+    def closed(self) -> asyncio.Event:
+        """Set once it writes no more (a stopping gateway waits for it, for a while)."""
+        ...
+
+    def abort(self) -> None:
+        """Drop what it holds and close now: a client that does not read its last messages."""
+        ...
 
 
 class AcpAttachment:
@@ -100,9 +121,9 @@ class AcpAttachment:
 
 
 class AcpClient:
-    """One ``/acp`` WebSocket: its writer, who is on it, and the sessions it is attached to."""
+    """One ``/acp`` connection: its writer, who is on it, and the sessions it is attached to."""
 
-    def __init__(self, conn_id: str, out: WebSocketConnection, sender: roles.Sender) -> None:
+    def __init__(self, conn_id: str, out: AcpWriter, sender: roles.Sender) -> None:
         self.id = conn_id
         self.out = out
         self.sender = sender

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from acp import PROTOCOL_VERSION, connect_to_agent
@@ -20,10 +19,16 @@ from acp.ws.client import create_websocket_stream
 
 from tests.server.test_acp_master_sdk import ROLES, TOKENS  # an operator and a viewer
 from tests.support.acp_editors import (
+    TURN,
     CutProxy,
     Editor,
-    EditorError,
+    a_dps_masters_session,
+    a_turn_with_a_permission_then_a_cancel,
+    a_viewer_loads_but_may_not_prompt,
+    asked,
+    load_it_and_prompt_across,
     node_ready,
+    prompt,
     python_editor,
     relay_argv,
     relay_env,
@@ -33,12 +38,9 @@ from tests.support.auth import bearer, users_config
 from tests.support.gateway_peer import (
     Master,
     fast_demo,
-    prompt_and_wait,
     start_gateway,
 )
 from tests.support.waiting import eventually
-
-TURN = 60.0  # a bound on a hang, not a measure
 
 
 @pytest.fixture(params=["python", pytest.param("typescript", marks=pytest.mark.realcli)])
@@ -88,15 +90,6 @@ async def editor(
         yield ed
 
 
-def prompt(session_id: str, text: str) -> dict[str, Any]:
-    return {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
-
-
-async def asked(ed: Editor, n: int) -> dict[str, Any]:
-    await eventually(lambda: len(ed.questions) > n, f"permission question {n}", TURN)
-    return ed.questions[n]
-
-
 async def waiting_on_a_question(ed: Editor, cwd: Path, name: str) -> tuple[str, asyncio.Future]:
     """A new session whose first turn (``write <name>``) waits for its permission question: the
     session, and the prompt's answer to come."""
@@ -108,32 +101,7 @@ async def waiting_on_a_question(ed: Editor, cwd: Path, name: str) -> tuple[str, 
 
 async def test_a_turn_with_a_permission_then_a_cancel(sdk, hop, tmp_path):
     async with editor(sdk, hop, tmp_path) as ed:
-        sid = (await ed.request("session/new", {"cwd": str(tmp_path)}))["sessionId"]
-        turn = asyncio.ensure_future(ed.request("session/prompt", prompt(sid, "write relay.txt")))
-        question = await asked(ed, 0)
-        assert question["sessionId"] == sid
-        assert {o["optionId"] for o in question["options"]} >= {"allow", "deny"}
-        # The toolCall is an update of the call: it keeps the call's own title; the question's
-        # words are in _meta.rawp.question.
-        [call] = [u["update"] for u in ed.updates if u["update"]["sessionUpdate"] == "tool_call"]
-        assert question["toolCall"]["toolCallId"] == call["toolCallId"]
-        assert question["toolCall"]["title"] == call["title"]
-        assert question["_meta"]["rawp"]["question"] == f"Allow {call['title']}?"
-        await ed.answer(0, "allow")
-        done = await asyncio.wait_for(turn, TURN)
-        assert done["stopReason"] == "end_turn"
-        assert (tmp_path / "relay.txt").exists()
-        assert ed.text(sid)
-        kinds = [u["update"]["sessionUpdate"] for u in ed.updates if u["sessionId"] == sid]
-        assert "tool_call" in kinds and "tool_call_update" in kinds
-        # A second turn, cancelled while it waits for its permission.
-        turn = asyncio.ensure_future(ed.request("session/prompt", prompt(sid, "write never.txt")))
-        await asked(ed, 1)
-        await ed.notify("session/cancel", {"sessionId": sid})
-        await ed.answer(1, None)
-        done = await asyncio.wait_for(turn, TURN)
-        assert done["stopReason"] == "cancelled"
-        assert not (tmp_path / "never.txt").exists()
+        await a_turn_with_a_permission_then_a_cancel(ed, tmp_path)
         # Never disconnected: the relay said where it relays and nothing else.
         assert "reconnect" not in ed.stderr()
 
@@ -151,22 +119,9 @@ async def test_a_turns_usage_update_comes_before_its_answer(sdk, hop, tmp_path):
 
 
 async def test_an_editor_loads_a_session_a_dps_master_started(sdk, gw, hop, tmp_path):
-    resp = await gw.post("/v1/session", json={"agent": "demo"}, headers=bearer(TOKENS["alice"]))
-    sid = (await resp.json())["session_id"]
-    master = await Master.attach(gw, sid, headers=bearer(TOKENS["alice"]))
-    await prompt_and_wait(master, "hello from the phone", timeout=TURN)
+    sid, master = await a_dps_masters_session(gw, TOKENS["alice"])
     async with editor(sdk, hop, tmp_path) as ed:
-        listed = await ed.request("session/list", {})
-        assert sid in {s["sessionId"] for s in listed["sessions"]}
-        await ed.request("session/load", {"sessionId": sid, "cwd": str(tmp_path)})
-        assert "hello from the phone" in ed.text(sid, "user_message_chunk")
-        assert ed.text(sid)  # the demo agent's answer, replayed
-        # And live: the editor's prompt reaches the DPS master, the master's answer the editor.
-        turn = asyncio.ensure_future(ed.request("session/prompt", prompt(sid, "hello again")))
-        relayed = await master.until("control.prompt.request", timeout=TURN)
-        assert relayed["payload"]["prompt_text"] == "hello again"
-        assert relayed["metadata"]["rawp_user"] == "alice"
-        assert (await asyncio.wait_for(turn, TURN))["stopReason"] == "end_turn"
+        await load_it_and_prompt_across(ed, sid, master, tmp_path)
     await master.ws.close()
 
 
@@ -176,13 +131,7 @@ async def test_a_viewer_may_load_and_watch_but_not_prompt(sdk, gw, hop, tmp_path
     members = {"members": {"bob": "viewer"}}
     await gw.patch(f"/v1/session/{sid}", json=members, headers=bearer(TOKENS["alice"]))
     async with editor(sdk, hop, tmp_path, user="bob") as ed:
-        with pytest.raises(EditorError) as refused:
-            await ed.request("session/new", {"cwd": str(tmp_path)})
-        assert refused.value.data["error_code"] == "FORBIDDEN"
-        await ed.request("session/load", {"sessionId": sid, "cwd": str(tmp_path)})
-        with pytest.raises(EditorError) as refused:
-            await ed.request("session/prompt", prompt(sid, "may I?"))
-        assert refused.value.data["error_code"] == "FORBIDDEN"
+        await a_viewer_loads_but_may_not_prompt(ed, sid, tmp_path)
 
 
 async def fresh_load_ids(gw, session_id: str) -> list[str]:

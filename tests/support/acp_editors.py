@@ -2,7 +2,9 @@
 official ACP Python SDK (``agent-client-protocol``, its ``spawn_agent_process``) and the official
 TypeScript SDK (``@agentclientprotocol/sdk``, driven through ``acp_ts_client.mjs``). Both look the
 same to a test (``Editor``): requests in, ``session/update`` params and permission questions out,
-the relay's stderr in a file. And ``CutProxy``, a loopback TCP hop between the relay and the
+the relay's stderr in a file. The scenarios every editor plays (a turn with a permission and a cancel,
+the load of a DPS master's session, a viewer refused) are here, whatever carries it to ``/acp``.
+And ``CutProxy``, a loopback TCP hop between the relay and the
 gateway that a test cuts to drop the connection the hard way, and holds shut while it likes."""
 
 from __future__ import annotations
@@ -16,15 +18,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from acp import PROTOCOL_VERSION, RequestError, spawn_agent_process, text_block
 from acp.schema import AllowedOutcome, ClientCapabilities, DeniedOutcome, RequestPermissionResponse
 
+from tests.support.auth import bearer
+from tests.support.gateway_peer import Master, prompt_and_wait
 from tests.support.paths import REPO
 from tests.support.procs import reap
 from tests.support.servers import CLI, free_port
+from tests.support.waiting import eventually
 
 TS_SDK_PREFIX = REPO / ".agents" / "acp-sdk"
 TS_CLIENT = Path(__file__).with_name("acp_ts_client.mjs")
+TURN = 60.0  # a bound on a hang, not a measure
 
 
 class EditorError(Exception):
@@ -263,6 +270,84 @@ async def ts_editor(argv: list[str], env: dict[str, str], tmp: Path) -> AsyncIte
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+
+
+# --- what every editor plays -------------------------------------------------------------------
+
+
+def prompt(session_id: str, text: str) -> dict[str, Any]:
+    return {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
+
+
+async def asked(ed: Editor, n: int) -> dict[str, Any]:
+    await eventually(lambda: len(ed.questions) > n, f"permission question {n}", TURN)
+    return ed.questions[n]
+
+
+async def a_turn_with_a_permission_then_a_cancel(ed: Editor, cwd: Path) -> str:
+    """A new session's turn writes a file once allowed; a second turn, cancelled while it waits
+    for its permission, writes nothing. The session's id."""
+    sid = (await ed.request("session/new", {"cwd": str(cwd)}))["sessionId"]
+    turn = asyncio.ensure_future(ed.request("session/prompt", prompt(sid, "write relay.txt")))
+    question = await asked(ed, 0)
+    assert question["sessionId"] == sid
+    assert {o["optionId"] for o in question["options"]} >= {"allow", "deny"}
+    # The toolCall is an update of the call: it keeps the call's own title; the question's words
+    # are in _meta.rawp.question.
+    [call] = [u["update"] for u in ed.updates if u["update"]["sessionUpdate"] == "tool_call"]
+    assert question["toolCall"]["toolCallId"] == call["toolCallId"]
+    assert question["toolCall"]["title"] == call["title"]
+    assert question["_meta"]["rawp"]["question"] == f"Allow {call['title']}?"
+    await ed.answer(0, "allow")
+    done = await asyncio.wait_for(turn, TURN)
+    assert done["stopReason"] == "end_turn"
+    assert (cwd / "relay.txt").exists()
+    assert ed.text(sid)
+    kinds = [u["update"]["sessionUpdate"] for u in ed.updates if u["sessionId"] == sid]
+    assert "tool_call" in kinds and "tool_call_update" in kinds
+    turn = asyncio.ensure_future(ed.request("session/prompt", prompt(sid, "write never.txt")))
+    await asked(ed, 1)
+    await ed.notify("session/cancel", {"sessionId": sid})
+    await ed.answer(1, None)
+    done = await asyncio.wait_for(turn, TURN)
+    assert done["stopReason"] == "cancelled"
+    assert not (cwd / "never.txt").exists()
+    return sid
+
+
+async def a_dps_masters_session(gw: Any, token: str) -> tuple[str, Master]:
+    """A demo session made over HTTP with a DPS master on it that ran a turn: its id, the master."""
+    resp = await gw.post("/v1/session", json={"agent": "demo"}, headers=bearer(token))
+    sid = (await resp.json())["session_id"]
+    master = await Master.attach(gw, sid, headers=bearer(token))
+    await prompt_and_wait(master, "hello from the phone", timeout=TURN)
+    return sid, master
+
+
+async def load_it_and_prompt_across(ed: Editor, sid: str, master: Master, cwd: Path) -> None:
+    """The editor lists and loads the master's session (its history replayed), and its prompt
+    reaches the DPS master with who sent it."""
+    listed = await ed.request("session/list", {})
+    assert sid in {s["sessionId"] for s in listed["sessions"]}
+    await ed.request("session/load", {"sessionId": sid, "cwd": str(cwd)})
+    assert "hello from the phone" in ed.text(sid, "user_message_chunk")
+    assert ed.text(sid)  # the demo agent's answer, replayed
+    turn = asyncio.ensure_future(ed.request("session/prompt", prompt(sid, "hello again")))
+    relayed = await master.until("control.prompt.request", timeout=TURN)
+    assert relayed["payload"]["prompt_text"] == "hello again"
+    assert relayed["metadata"]["rawp_user"] == "alice"
+    assert (await asyncio.wait_for(turn, TURN))["stopReason"] == "end_turn"
+
+
+async def a_viewer_loads_but_may_not_prompt(ed: Editor, sid: str, cwd: Path) -> None:
+    """``ed``'s user is a viewer of ``sid``: no session/new, a load, no prompt."""
+    with pytest.raises(EditorError) as refused:
+        await ed.request("session/new", {"cwd": str(cwd)})
+    assert refused.value.data["error_code"] == "FORBIDDEN"
+    await ed.request("session/load", {"sessionId": sid, "cwd": str(cwd)})
+    with pytest.raises(EditorError) as refused:
+        await ed.request("session/prompt", prompt(sid, "may I?"))
+    assert refused.value.data["error_code"] == "FORBIDDEN"
 
 
 # --- a connection a test can cut ---------------------------------------------------------------

@@ -1,7 +1,8 @@
 // An editor made of the official ACP TypeScript SDK (@agentclientprotocol/sdk, pinned in
 // scripts/install-agents.sh): it launches the agent command given as its arguments (here
 // `rawp-gateway acp --url ...`) over stdio, as editors launch custom agents, and lets a test drive
-// it with JSON lines on its own stdin:
+// it with JSON lines on its own stdin (with `--http URL` instead of a command, it connects to URL
+// with the SDK's Streamable HTTP client, createHttpStream):
 //   {"op": "request", "n": 1, "method": "session/new", "params": {...}}  -> {"reply": 1, "result"|"error": ...}
 //   {"op": "notify", "method": "session/cancel", "params": {...}}
 //   {"op": "answer", "n": 0, "optionId": "allow"}   answers question n (optionId null: cancelled)
@@ -24,11 +25,24 @@ const acp = await import(pathToFileURL(require.resolve("@agentclientprotocol/sdk
 const say = (message) => process.stdout.write(JSON.stringify(message) + "\n");
 
 const [command, ...args] = process.argv.slice(2);
-const agent = spawn(command, args, { stdio: ["pipe", "pipe", "inherit"] });
-const stream = acp.ndJsonStream(
-  Writable.toWeb(agent.stdin),
-  Readable.toWeb(agent.stdout),
-);
+let agent = null;
+let stream;
+if (command === "--http") {
+  // The SDK's own Streamable HTTP client to the URL given, with the headers of
+  // ACP_HTTP_HEADERS (a JSON object: the credentials).
+  const http = await import(
+    pathToFileURL(require.resolve("@agentclientprotocol/sdk/experimental/http-client")).href
+  );
+  stream = http.createHttpStream(args[0], {
+    headers: JSON.parse(process.env.ACP_HTTP_HEADERS ?? "{}"),
+  });
+} else {
+  agent = spawn(command, args, { stdio: ["pipe", "pipe", "inherit"] });
+  stream = acp.ndJsonStream(
+    Writable.toWeb(agent.stdin),
+    Readable.toWeb(agent.stdout),
+  );
+}
 
 const questions = [];
 const app = acp
@@ -69,6 +83,8 @@ await app.connectWith(stream, async (ctx) => {
     }
   }
 });
-agent.stdin.end();
-await new Promise((resolve) => agent.once("exit", resolve));
+if (agent !== null) {
+  agent.stdin.end();
+  await new Promise((resolve) => agent.once("exit", resolve));
+}
 process.exit(0);

@@ -13,16 +13,42 @@ from aiohttp.test_utils import TestClient
 
 from tests.support.gateway_peer import receive_json
 
-__all__ = ["RawAcp"]
+__all__ = ["JsonRpcPeer", "RawAcp"]
 
 
-class RawAcp:
+class JsonRpcPeer:
+    """What both raw clients share: every message received kept in ``messages``, in order, and a
+    request's answer found among them; each transport says how to ``send`` and read the ``next``."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self._ids = itertools.count(1)
+
+    async def send(self, data: Any) -> None:
+        raise NotImplementedError
+
+    async def next(self, timeout: float = 30.0) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def answer_to(self, rpc_id: Any, timeout: float = 30.0) -> dict[str, Any]:
+        """The next response with this id (what comes before it is kept in ``messages``)."""
+        while True:
+            message = await self.next(timeout)
+            if message.get("id") == rpc_id and "method" not in message:
+                return message
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        rpc_id = next(self._ids)
+        await self.send({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params or {}})
+        return await self.answer_to(rpc_id)
+
+
+class RawAcp(JsonRpcPeer):
     """One ``/acp`` WebSocket; ``messages`` keeps every message received, in order."""
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        super().__init__()
         self.ws = ws
-        self.messages: list[dict[str, Any]] = []
-        self._ids = itertools.count(1)
 
     @classmethod
     async def connect(
@@ -40,18 +66,6 @@ class RawAcp:
         message = await receive_json(self.ws, timeout)
         self.messages.append(message)
         return message
-
-    async def answer_to(self, rpc_id: Any, timeout: float = 30.0) -> dict[str, Any]:
-        """The next response with this id (what comes before it is kept in ``messages``)."""
-        while True:
-            message = await self.next(timeout)
-            if message.get("id") == rpc_id and "method" not in message:
-                return message
-
-    async def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        rpc_id = next(self._ids)
-        await self.send({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params or {}})
-        return await self.answer_to(rpc_id)
 
     async def closed(self, timeout: float = 30.0) -> aiohttp.WSMessage:
         """Read until the gateway closes; the close message."""
