@@ -76,8 +76,9 @@ from typing import Any, ClassVar, Protocol, cast
 
 import msgspec
 
-from .events import AgentEvent, ParseError, Unknown
+from .events import AgentEvent, OddNumbers, ParseError, Unknown
 from .json_depth import MAX_AGENT_LINE_DEPTH, too_deep
+from .numbers import without_odd_numbers
 from .saved import SavedFormat
 
 __all__ = [
@@ -301,6 +302,29 @@ class JsonLinesParser:
     def __init__(self) -> None:
         self.parse_errors = 0
         self.unknown_lines = 0
+
+    def feed(self, line: bytes) -> list[AgentEvent]:
+        raise NotImplementedError
+
+    def _refused(self, line: bytes, err: Exception) -> list[AgentEvent]:
+        """A line the typed decoder refused: read again when all that was wrong is a number
+        msgspec cannot decode (``NaN``, ``1e400``: ``parsers/numbers.py``), with those numbers as
+        null and an ``OddNumbers`` note first; else what ``_undecodable`` makes of it. A result
+        line with an odd cost must still end its turn."""
+        again = self._read_again(line, err)
+        return self._undecodable(line, err) if again is None else again
+
+    def _read_again(self, line: bytes, err: Exception) -> list[AgentEvent] | None:
+        """``_refused``'s second reading; None when the line has no odd number to drop."""
+        again = without_odd_numbers(line) if isinstance(err, msgspec.DecodeError) else None
+        if again is None:
+            return None
+        fixed, names = again
+        try:
+            kind = _kind_decoder.decode(fixed).type[:MAX_KIND_CHARS]
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            kind = ""  # an ACP message has no type
+        return [OddNumbers(kind=kind or "?", fields=names), *self.feed(fixed)]
 
     def _undecodable(self, line: bytes, err: Exception) -> list[AgentEvent]:
         if isinstance(err, RecursionError) or too_deep(line, MAX_AGENT_LINE_DEPTH):

@@ -35,6 +35,7 @@ __all__ = [
     "McpServer",
     "ModeChanged",
     "Notice",
+    "OddNumbers",
     "ParseError",
     "PermissionAnswered",
     "PermissionChoice",
@@ -346,6 +347,14 @@ class Unknown(AgentEvent):
 
     kind: str
     line: bytes
+
+
+class OddNumbers(AgentEvent):
+    """Numbers of a line that were dropped as unusable (a cost as a string, a count that is
+    negative, ``NaN``: ``parsers/numbers.py``); the rest of the line was used. Logged."""
+
+    kind: str  # the line's kind
+    fields: list[str]
 
 
 class ParseError(AgentEvent):

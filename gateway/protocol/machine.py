@@ -629,6 +629,10 @@ class SessionMachine:
     def _parse_error(self, event: ev.ParseError) -> list[Action]:
         return [Log("warning", "agent line is not valid", {"error": event.message})]
 
+    def _odd_numbers(self, event: ev.OddNumbers) -> list[Action]:
+        fields = {"kind": event.kind, "fields": event.fields}
+        return [Log("warning", "agent numbers dropped as unusable", fields)]
+
     def _stdin_write(self, event: ev.StdinWrite) -> list[Action]:
         # The parser's answer to the agent (ACP): for the process that asked, if it still runs.
         return [WriteStdin(event.data)] if self.process is not ProcessState.NONE else []
@@ -1574,6 +1578,7 @@ class SessionMachine:
         ev.TurnEnded: _turn_ended,
         ev.ControlAck: _control_ack,
         ev.ParseError: _parse_error,
+        ev.OddNumbers: _odd_numbers,
         ev.StdinWrite: _stdin_write,
         ev.ModeChanged: _agent_mode,
         ev.PermissionAnswered: _answered_in_transcript,

@@ -26,6 +26,7 @@ from typing import Any, Final, NamedTuple
 
 from gateway.protocol import frames as F
 from parsers import events as ev
+from parsers import numbers
 
 __all__ = [
     "CONTEXT_FULL",
@@ -186,10 +187,14 @@ class UsageTally:
 def usage_payload(ended: ev.TurnEnded | None, turn_id: str | None) -> F.Usage:
     """``session.usage`` for a turn's end as the agent reported it (``ended``; None: it reported
     nothing, so all is 0)."""
+    # The parsers drop odd numbers (parsers/numbers.py); checked again here, where every agent's
+    # numbers meet, so that no plugin's slip puts a NaN or a negative count in a frame, the tally
+    # or a budget.
     usage = ended.usage if ended is not None else None
     context = None
-    if ended is not None and (ended.context_window or ended.context_used):
-        capacity, used = ended.context_window, ended.context_used
+    capacity = numbers.count(ended.context_window) if ended is not None else None
+    used = numbers.count(ended.context_used) if ended is not None else None
+    if capacity or used:
         utilization = None
         if capacity and used is not None:
             utilization = round(min(used / capacity, 1.0), 4)
@@ -198,10 +203,14 @@ def usage_payload(ended: ev.TurnEnded | None, turn_id: str | None) -> F.Usage:
         turn_id=turn_id,
         token_usage=_token_usage(usage),
         cost_usage=F.Quota(
-            limit=_UNLIMITED, used=(ended.cost_usd or 0.0) if ended else 0.0, unit="USD"
+            limit=_UNLIMITED,
+            used=(numbers.cost(ended.cost_usd) or 0.0) if ended else 0.0,
+            unit="USD",
         ),
         message_usage=F.Quota(
-            limit=_UNLIMITED, used=(ended.num_turns or 0) if ended else 0, unit="COUNT"
+            limit=_UNLIMITED,
+            used=(numbers.count(ended.num_turns) or 0) if ended else 0,
+            unit="COUNT",
         ),
         context_window=context,
         time_to_reset=_NO_RESET,
@@ -223,10 +232,11 @@ def subagent_usage_payload(usage: ev.UsageInfo, turn_id: str | None) -> F.Usage:
 def _token_usage(usage: ev.UsageInfo | None) -> F.TokenUsage:
     if usage is None:
         return F.TokenUsage(input_tokens=0, output_tokens=0)
+    count = numbers.count
     return F.TokenUsage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cache_read_tokens=usage.cache_read_tokens,
-        cache_write_tokens=usage.cache_write_tokens,
-        thinking_tokens=usage.thinking_tokens,
+        input_tokens=count(usage.input_tokens) or 0,
+        output_tokens=count(usage.output_tokens) or 0,
+        cache_read_tokens=count(usage.cache_read_tokens),
+        cache_write_tokens=count(usage.cache_write_tokens),
+        thinking_tokens=count(usage.thinking_tokens),
     )

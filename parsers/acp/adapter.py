@@ -62,6 +62,7 @@ from typing import Any, ClassVar, Final
 import msgspec
 
 from .. import events as ev
+from .. import numbers
 from ..base import (
     MAX_LINE_IN_EVENT,
     JsonLinesParser,
@@ -326,6 +327,9 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
         try:
             msg = decode_message(line)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as err:
+            again = self._read_again(line, err)
+            if again is not None:
+                return again
             return self._not_usable(line, err) + self._answer_malformed(line)
         if msg.method is not None:
             if msg.id is None:
@@ -521,8 +525,9 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
             text = msg.error.message[:512] or f"JSON-RPC error {msg.error.code}"
             out.append(ev.Notice(severity="error", code="AGENT_ERROR", message=text))
             return out + [ev.TurnEnded(stop_reason="error", is_error=True, error=text)]
+        odd = numbers.OddFields()
         try:
-            result = msgspec.json.decode(msg.result, type=S.PromptResult)
+            result = _prompt_result(msg.result, odd)
         except (msgspec.DecodeError, msgspec.ValidationError) as err:
             result = S.PromptResult(stopReason="end_turn")
             out += self._warn(
@@ -554,13 +559,15 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
         if result.usage is not None:
             u = result.usage
             usage = ev.UsageInfo(
-                input_tokens=u.inputTokens,
-                output_tokens=u.outputTokens,
-                cache_read_tokens=u.cachedReadTokens,
-                cache_write_tokens=u.cachedWriteTokens,
-                thinking_tokens=u.thoughtTokens,
-                total_tokens=u.totalTokens,
+                input_tokens=odd.count(u.inputTokens, "usage.inputTokens") or 0,
+                output_tokens=odd.count(u.outputTokens, "usage.outputTokens") or 0,
+                cache_read_tokens=odd.count(u.cachedReadTokens, "usage.cachedReadTokens"),
+                cache_write_tokens=odd.count(u.cachedWriteTokens, "usage.cachedWriteTokens"),
+                thinking_tokens=odd.count(u.thoughtTokens, "usage.thoughtTokens"),
+                total_tokens=odd.count(u.totalTokens, "usage.totalTokens"),
             )
+        if odd.names:
+            out.append(ev.OddNumbers(kind="session/prompt", fields=odd.names))
         out.append(
             ev.TurnEnded(
                 stop_reason=stop,  # type: ignore[arg-type]
@@ -670,10 +677,17 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
         if kind == "current_mode_update":
             return self._mode_update(update.currentModeId or update.modeId)
         if kind == "usage_update":
+            odd = numbers.OddFields()
             cost = update.cost
-            amount = cost.amount if cost is not None and cost.currency.upper() == "USD" else None
-            self._context = (update.used, update.size, amount)
-            return []
+            usd = cost is not None and cost.currency.upper() == "USD"
+            amount = odd.cost(cost.amount, "cost.amount") if usd and cost is not None else None
+            used, size = odd.count(update.used, "used"), odd.count(update.size, "size")
+            self._context = (used, size, amount)
+            return (
+                [ev.OddNumbers(kind="session/update/usage_update", fields=odd.names)]
+                if (odd.names)
+                else []
+            )
         if kind == "user_message_chunk" or kind in ("session_info_update", "config_option_update"):
             return []
         if too_deep(line, MAX_AGENT_LINE_DEPTH):
@@ -865,3 +879,17 @@ def initialize_params() -> dict[str, Any]:
         },
         "clientInfo": {"name": CLIENT_NAME, "title": "RAWP gateway", "version": CLIENT_VERSION},
     }
+
+
+def _prompt_result(raw: msgspec.Raw, odd: numbers.OddFields) -> S.PromptResult:
+    """A prompt's answer; a number in it msgspec cannot decode (``1e400``: the message around it
+    skipped it unread) is read as null and named in ``odd``, so the stop reason is not lost."""
+    try:
+        return msgspec.json.decode(raw, type=S.PromptResult)
+    except msgspec.DecodeError:
+        again = numbers.without_odd_numbers(bytes(raw))
+        if again is None:
+            raise
+        fixed, names = again
+        odd.names += [f"result.{name}" for name in names]
+        return msgspec.json.decode(fixed, type=S.PromptResult)

@@ -99,7 +99,10 @@ class Command(msgspec.Struct):
 
 
 class Cost(msgspec.Struct):
-    amount: float = 0.0
+    # Numbers typed loosely here and in Usage and usage_update: one the wrong type must not
+    # refuse the whole message (a prompt's answer refused loses its stop reason); the adapter reads
+    # them through parsers/numbers.py.
+    amount: Any = None
     currency: str = ""
 
 
@@ -127,8 +130,8 @@ class Update(msgspec.Struct):
     currentModeId: str | None = None
     modeId: str | None = None  # early spelling
     # usage_update
-    used: int | None = None
-    size: int | None = None
+    used: Any = None
+    size: Any = None
     cost: Cost | None = None
     meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
@@ -254,12 +257,12 @@ class LoadSessionResult(msgspec.Struct):
 class Usage(msgspec.Struct):
     """``Usage`` of a prompt response (unstable in the schema; Claude's adapter sends it)."""
 
-    totalTokens: int | None = None
-    inputTokens: int = 0
-    outputTokens: int = 0
-    thoughtTokens: int | None = None
-    cachedReadTokens: int | None = None
-    cachedWriteTokens: int | None = None
+    totalTokens: Any = None
+    inputTokens: Any = 0
+    outputTokens: Any = 0
+    thoughtTokens: Any = None
+    cachedReadTokens: Any = None
+    cachedWriteTokens: Any = None
 
 
 class PromptResult(msgspec.Struct):

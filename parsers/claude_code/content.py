@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from .. import events as ev
+from .. import numbers
 from ..base import elapsed_ms
 from ..file_changes import new_file_diff, unified_diff
 from .wire import ApiUsage, ResultLine, SystemLine, UserBlock
@@ -87,28 +88,45 @@ def interrupted_meta(meta: list[dict[str, Any]] | None, call_id: str) -> bool:
 
 def context_of(usage: ApiUsage) -> int:
     return (
-        (usage.input_tokens or 0)
-        + (usage.cache_read_input_tokens or 0)
-        + (usage.cache_creation_input_tokens or 0)
-        + (usage.output_tokens or 0)
+        (numbers.count(usage.input_tokens) or 0)
+        + (numbers.count(usage.cache_read_input_tokens) or 0)
+        + (numbers.count(usage.cache_creation_input_tokens) or 0)
+        + (numbers.count(usage.output_tokens) or 0)
     )
 
 
-def usage_of(usage: Any) -> ev.UsageInfo | None:
+_USAGE_COUNTS: Final = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+)
+
+
+def usage_of(usage: Any, odd: numbers.OddFields | None = None) -> ev.UsageInfo | None:
+    """The counts of an API usage object; an odd one is dropped (0 or None), its name in ``odd``."""
     if isinstance(usage, dict):
+        # Free-form JSON (a subagent's tool_use_result): one that is not numbers is no usage.
+        if any(usage.get(k) is not None and count(usage[k]) is None for k in _USAGE_COUNTS):
+            return None
         try:
             usage = msgspec.convert(usage, ApiUsage)
-        except msgspec.ValidationError:  # free-form JSON (a subagent's tool_use_result)
+        except msgspec.ValidationError:
             return None
     if not isinstance(usage, ApiUsage):
         return None
-    thinking = count((usage.output_tokens_details or {}).get("thinking_tokens"))
+    o = odd if odd is not None else numbers.OddFields()
+    details = usage.output_tokens_details or {}
     return ev.UsageInfo(
-        input_tokens=usage.input_tokens or 0,
-        output_tokens=usage.output_tokens or 0,
-        cache_read_tokens=usage.cache_read_input_tokens,
-        cache_write_tokens=usage.cache_creation_input_tokens,
-        thinking_tokens=thinking,
+        input_tokens=o.count(usage.input_tokens, "usage.input_tokens") or 0,
+        output_tokens=o.count(usage.output_tokens, "usage.output_tokens") or 0,
+        cache_read_tokens=o.count(usage.cache_read_input_tokens, "usage.cache_read_input_tokens"),
+        cache_write_tokens=o.count(
+            usage.cache_creation_input_tokens, "usage.cache_creation_input_tokens"
+        ),
+        thinking_tokens=o.count(
+            details.get("thinking_tokens"), "usage.output_tokens_details.thinking_tokens"
+        ),
     )
 
 

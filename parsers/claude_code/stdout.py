@@ -13,6 +13,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from .. import events as ev
+from .. import numbers
 from ..base import JsonLinesParser
 from ..json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 from .content import (
@@ -134,7 +135,7 @@ class ClaudeCodeParser(JsonLinesParser):
         try:
             msg = line_decoder.decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as err:
-            return self._undecodable(line, err)
+            return self._refused(line, err)
         # The hot path first: a streamed text delta.
         if type(msg) is StreamEventLine and self._compaction is None:
             event = msg.event
@@ -552,12 +553,19 @@ class ClaudeCodeParser(JsonLinesParser):
         error = None
         if msg.is_error:
             error = msg.result or "; ".join(str(e) for e in msg.errors or ()) or msg.subtype
+        # Odd numbers are dropped, not the line: a result line refused would never end the turn.
+        odd = numbers.OddFields()
+        usage = usage_of(msg.usage, odd)
+        cost = odd.cost(msg.total_cost_usd, "total_cost_usd")
+        num_turns = odd.count(msg.num_turns, "num_turns")
+        if odd.names:
+            out.append(ev.OddNumbers(kind="result", fields=odd.names))
         out.append(
             ev.TurnEnded(
                 stop_reason=stop,  # type: ignore[arg-type]
-                usage=usage_of(msg.usage),
-                cost_usd=msg.total_cost_usd,
-                num_turns=msg.num_turns,
+                usage=usage,
+                cost_usd=cost,
+                num_turns=num_turns,
                 context_window=context_window_of(msg),
                 context_used=self._context_used,
                 is_error=msg.is_error,

@@ -62,10 +62,13 @@ class Block(msgspec.Struct):
 
 
 class ApiUsage(msgspec.Struct):
-    input_tokens: int | None = 0
-    output_tokens: int | None = 0
-    cache_read_input_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
+    # Counts typed loosely: one the wrong type ("5", 1.5) must not refuse the whole line (a
+    # result line refused never ends its turn); usage_of and context_of read them through
+    # parsers/numbers.py.
+    input_tokens: Any = 0
+    output_tokens: Any = 0
+    cache_read_input_tokens: Any = None
+    cache_creation_input_tokens: Any = None
     output_tokens_details: dict[str, Any] | None = None
 
 
@@ -161,8 +164,9 @@ class ResultLine(msgspec.Struct, tag="result", tag_field="type"):
     is_error: bool = False
     stop_reason: str | None = None
     terminal_reason: str | None = None
-    num_turns: int | None = None
-    total_cost_usd: float | None = None
+    # Loosely typed, read through parsers/numbers.py (see ApiUsage).
+    num_turns: Any = None
+    total_cost_usd: Any = None
     usage: ApiUsage | None = None
     modelUsage: dict[str, dict[str, Any]] | None = None
     api_error_status: int | None = None

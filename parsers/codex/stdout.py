@@ -65,6 +65,7 @@ from typing import Any, Final
 import msgspec
 
 from .. import events as ev
+from .. import numbers
 from ..api_errors import http_error_code
 from ..base import DescribesExit, ExitDescription, JsonLinesParser, ReadsWorkspace
 from ..file_changes import FileChanges, Reader, no_files, workspace_reader
@@ -138,7 +139,22 @@ class _Usage(msgspec.Struct):
 
 
 class _TurnCompleted(msgspec.Struct, tag="turn.completed", tag_field="type"):
-    usage: _Usage | None = None
+    # Loosely typed: a count the wrong type must not refuse the line that ends the turn;
+    # _checked_usage reads it through parsers/numbers.py.
+    usage: Any = None
+
+
+def _checked_usage(usage: Any, odd: numbers.OddFields) -> _Usage | None:
+    """A ``turn.completed``'s usage with each odd count taken as 0 (and named in ``odd``)."""
+    if not isinstance(usage, dict):
+        if usage is not None:
+            odd.names.append("usage")
+        return None
+    counts = {
+        name: odd.count(usage.get(name, 0), f"usage.{name}") or 0
+        for name in _Usage.__struct_fields__
+    }
+    return _Usage(**counts)
 
 
 class _ErrorBody(msgspec.Struct):
@@ -243,7 +259,7 @@ class CodexParser(JsonLinesParser, DescribesExit, ReadsWorkspace):
         try:
             msg = _line_decoder.decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as err:
-            return self._undecodable(line, err)
+            return self._refused(line, err)
         if too_deep(line, MAX_AGENT_LINE_DEPTH):  # JsonLinesParser._too_deep
             return self._too_deep(line)
         if type(msg) is _ItemCompleted:
@@ -261,7 +277,10 @@ class CodexParser(JsonLinesParser, DescribesExit, ReadsWorkspace):
             self._last_error = None
             return []
         if type(msg) is _TurnCompleted:
-            return [ev.TurnEnded(stop_reason="end_turn", usage=self._turn_share(msg.usage))]
+            odd = numbers.OddFields()
+            usage = _checked_usage(msg.usage, odd)
+            note = [ev.OddNumbers(kind="turn.completed", fields=odd.names)] if odd.names else []
+            return [*note, ev.TurnEnded(stop_reason="end_turn", usage=self._turn_share(usage))]
         if type(msg) is _TurnFailed:
             return self._turn_failed(msg)
         if type(msg) is _Error:

@@ -44,6 +44,7 @@ from typing import Any, Final
 import msgspec
 
 from .. import events as ev
+from .. import numbers
 from ..api_errors import HTTP_ERROR_CODES, http_error_code
 from ..base import DescribesExit, ExitDescription, JsonLinesParser, ReadsWorkspace, elapsed_ms
 from ..file_changes import FileChanges, Reader, no_files, workspace_reader
@@ -108,13 +109,15 @@ class _Error(msgspec.Struct, tag="error", tag_field="type"):
 
 
 class _Stats(msgspec.Struct):
-    total_tokens: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached: int = 0
-    input: int | None = None  # uncached input, when the CLI says
-    duration_ms: int | None = None
-    tool_calls: int | None = None
+    # Counts typed loosely: one the wrong type must not refuse the result line, which would
+    # never end its turn; _usage_of reads them through parsers/numbers.py.
+    total_tokens: Any = 0
+    input_tokens: Any = 0
+    output_tokens: Any = 0
+    cached: Any = 0
+    input: Any = None  # uncached input, when the CLI says
+    duration_ms: Any = None
+    tool_calls: Any = None
 
 
 class _Result(msgspec.Struct, tag="result", tag_field="type"):
@@ -195,7 +198,7 @@ class GeminiParser(JsonLinesParser, DescribesExit, ReadsWorkspace):
         try:
             msg = _line_decoder.decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as err:
-            return self._undecodable(line, err)
+            return self._refused(line, err)
         if type(msg) is _Message:  # the hot path: a text chunk
             if msg.role != "assistant":
                 return []  # the prompt's echo: the master sent it
@@ -338,10 +341,14 @@ class GeminiParser(JsonLinesParser, DescribesExit, ReadsWorkspace):
                 )
             )
         stop = {"success": "end_turn", "cancelled": "cancelled"}.get(msg.status, "error")
+        odd = numbers.OddFields()
+        usage = _usage_of(msg.stats, odd)
+        if odd.names:
+            out.append(ev.OddNumbers(kind="result", fields=odd.names))
         out.append(
             ev.TurnEnded(
                 stop_reason=stop,  # type: ignore[arg-type]
-                usage=_usage_of(msg.stats),
+                usage=usage,
                 is_error=stop == "error",
                 error=error_text if stop == "error" else None,
             )
@@ -400,14 +407,20 @@ def _api_message(text: str) -> str:
     return text
 
 
-def _usage_of(stats: _Stats | None) -> ev.UsageInfo | None:
+def _usage_of(stats: _Stats | None, odd: numbers.OddFields) -> ev.UsageInfo | None:
+    """The turn's counts; an odd one is taken as 0 (and named in ``odd``)."""
     if stats is None:
         return None
-    uncached = stats.input if stats.input is not None else stats.input_tokens - stats.cached
-    beyond = stats.total_tokens - stats.input_tokens - stats.output_tokens
+    total = odd.count(stats.total_tokens, "stats.total_tokens") or 0
+    input_tokens = odd.count(stats.input_tokens, "stats.input_tokens") or 0
+    output = odd.count(stats.output_tokens, "stats.output_tokens") or 0
+    cached = odd.count(stats.cached, "stats.cached") or 0
+    own_input = odd.count(stats.input, "stats.input")
+    uncached = own_input if own_input is not None else input_tokens - cached
+    beyond = total - input_tokens - output
     return ev.UsageInfo(
         input_tokens=max(0, uncached),
-        output_tokens=stats.output_tokens,
-        cache_read_tokens=stats.cached,
+        output_tokens=output,
+        cache_read_tokens=cached,
         thinking_tokens=max(0, beyond),
     )

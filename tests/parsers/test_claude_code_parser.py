@@ -809,8 +809,11 @@ def test_counts_from_free_form_json_are_whole_non_negative_numbers():
     (ended,) = feed(parser, {**notification, "status": "completed", "usage": usage})
     assert isinstance(ended, ev.SubagentEnded) and (ended.duration_ms, ended.usage) == (None, None)
     result = {"type": "result", "subtype": "success", "modelUsage": {"m": {"contextWindow": True}}}
-    (turn,) = feed(
+    odd, turn = feed(
         parser, {**result, "usage": {"output_tokens_details": {"thinking_tokens": True}}}
+    )
+    assert odd == ev.OddNumbers(
+        kind="result", fields=["usage.output_tokens_details.thinking_tokens"]
     )
     assert isinstance(turn, ev.TurnEnded) and turn.context_window is None
     assert turn.usage is not None and turn.usage.thinking_tokens is None
