@@ -171,6 +171,9 @@ class PyEditor(Editor):
         self.answers[n].set_result(option_id)
 
 
+RELAY_EXIT_SEC = 20.0
+
+
 @contextlib.asynccontextmanager
 async def python_editor(argv: list[str], env: dict[str, str], tmp: Path) -> AsyncIterator[PyEditor]:
     stderr = tmp / f"relay-stderr-{free_port()}.txt"
@@ -181,7 +184,10 @@ async def python_editor(argv: list[str], env: dict[str, str], tmp: Path) -> Asyn
             argv[0],
             *argv[1:],
             env=env,
-            transport_kwargs={"stderr": err.fileno()},
+            # The relay exits on its own once its stdin ends; the SDK waits 2 s for that, then
+            # terminates it, and its terminate raises ProcessLookupError when the exit lands in
+            # between (seen under a loaded suite). The relay's exit is what is waited for.
+            transport_kwargs={"stderr": err.fileno(), "shutdown_timeout": RELAY_EXIT_SEC},
         ) as (conn, _proc):
             editor.conn = conn
             yield editor
