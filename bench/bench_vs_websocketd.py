@@ -139,8 +139,11 @@ async def main_async(args: argparse.Namespace) -> None:
     ]
     for label, key, fmt in rows:
         a = best["websocketd"][key]
+        # A short run can read no CPU tick of websocketd's (the clock counts 10 ms steps).
         cells = "".join(
-            f" {fmt.format(best[n][key]):>13} {best[n][key] / a:10.2f}x" for n in others
+            f" {fmt.format(best[n][key]):>13} "
+            + (f"{best[n][key] / a:10.2f}x" if a else f"{'n/a':>11}")
+            for n in others
         )
         print(f"{label:44} {fmt.format(a)}{cells}")
     if args.baseline:
