@@ -172,16 +172,6 @@ PATCHES = (
         "\nfrom mypy_extensions import mypyc_attr\n\n\n"
         "@mypyc_attr(native_class=False)\nclass IllegalTransition(RuntimeError):",
     ),
-    # A native class's ``__init__`` called again on a live object does not release what its
-    # attributes held (the frames of a cleared buffer stay allocated: test_buffer.py's
-    # test_clear_releases_the_frames_and_the_id_index): ``_FrameStore.clear`` does what its
-    # ``__init__`` does instead of calling it.
-    (
-        "gateway/protocol/buffer.py",
-        r"(?s)(    def __init__\(self\) -> None:\n(?P<body>.*?\n)\n.*?    def clear\(self\) -> None:\n)"
-        r"        self\.__init__\(\)  # type: ignore\[misc\]\n",
-        lambda m: m[1] + m["body"],
-    ),
     # A Final tuple of floats that the compiled module finds unset when a function reads it.
     (
         "gateway/metrics/labels.py",

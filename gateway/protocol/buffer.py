@@ -116,6 +116,10 @@ class _FrameStore:
     __slots__ = ("_data", "_head", "_id_lens", "_id_start", "_ids", "_lens", "_seqs", "_start")
 
     def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        """Every frame gone, and the memory that held them let go."""
         self._data = bytearray()
         self._lens = array("q")  # each frame's length in _data
         self._seqs = array("q")
@@ -178,9 +182,6 @@ class _FrameStore:
             out.append(bytes(data[pos : pos + size]))
             pos += size
         return out
-
-    def clear(self) -> None:
-        self.__init__()  # type: ignore[misc]
 
 
 class FrameBuffer:
