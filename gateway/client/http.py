@@ -18,6 +18,7 @@ import aiohttp
 from gateway.client.websocket import DEFAULT_MAX_MESSAGE, SUBPROTOCOL, Connection
 from gateway.protocol import frames as F
 from gateway.protocol.capabilities import ALL_FEATURES, SUPPORTED_NAMESPACES
+from gateway.local_token import local_token
 
 DEFAULT_HTTP_TIMEOUT_SEC: Final = 30.0
 
@@ -48,13 +49,14 @@ def master_capabilities(features: F.Features = ALL_FEATURES) -> F.Capabilities:
     )
 
 
-def read_token(token_file: str | None) -> str | None:
-    """The bearer token from ``--token-file``, else ``$RAWP_GATEWAY_TOKEN``, else none: what every
-    client command (``chat``, ``acp``) sends as ``Authorization: Bearer``."""
+def read_token(token_file: str | None, url: str | None = None) -> str | None:
+    """The bearer token every client command (``chat``, ``acp``) sends as ``Authorization:
+    Bearer``, the first of: ``--token-file``, ``$RAWP_GATEWAY_TOKEN``, and for a loopback ``url``
+    the token a gateway made on that port (gateway/local_token.py); else none."""
     if token_file:
         with open(token_file, encoding="utf-8") as f:
             return f.read().strip() or None
-    return os.environ.get("RAWP_GATEWAY_TOKEN") or None
+    return os.environ.get("RAWP_GATEWAY_TOKEN") or (local_token(url) if url else None)
 
 
 MAX_SESSION_PATHS: Final = 1024  # session paths a client remembers (GatewayClient._paths)

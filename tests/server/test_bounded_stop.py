@@ -18,6 +18,7 @@ import aiohttp
 
 from gateway.storage.state_dir import RECORD
 from tests.support.serve_process import serve, stalled_master
+from tests.support.servers import user_headers
 
 ENGINE_STOP_TIMEOUT_SEC = 10.0  # docker stop / podman stop, before SIGKILL
 
@@ -35,7 +36,10 @@ async def test_sigterm_with_a_master_that_reads_nothing_exits_in_bounded_time(tm
     (workspace / "big.txt").write_text("x" * 60_000 + "\n")
     state = tmp_path / "state"
     args = ("--workspace-root", str(workspace), "--state-dir", str(state))
-    async with serve(*args) as (proc, url), aiohttp.ClientSession() as http:
+    async with (
+        serve(*args) as (proc, url),
+        aiohttp.ClientSession(headers=user_headers(url)) as http,
+    ):
         resp = await http.post(f"{url}/v1/session", json={"agent": "demo"})
         assert resp.status == 201, await resp.text()
         session_id = (await resp.json())["session_id"]

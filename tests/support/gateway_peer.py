@@ -24,6 +24,7 @@ from gateway.config import (
     PolicySettings,
     ServerSettings,
     builtin_profiles,
+    with_made_token,
 )
 from gateway.protocol.capabilities import ALL_FEATURES
 from gateway.server import create_app
@@ -75,10 +76,22 @@ def demo_config(root: Path, delay_ms: int = 1, **kw: Any) -> Config:
 
 
 async def start_gateway(config: Config, **app: Any) -> TestClient:
-    """The gateway serving ``config`` (``app``: more arguments of ``create_app``)."""
-    client = TestClient(GatewayTestServer(create_app(config, **app)))
+    """The gateway serving ``config`` (``app``: more arguments of ``create_app``). A config with
+    no credential gets a token made for it, as ``serve`` makes one, and the client sends it, as
+    the person who started the gateway's client finds it: every request carries it unless a test
+    sends its own ``Authorization`` (``client.token`` is it)."""
+    made = with_made_token(config)
+    headers = {"Authorization": f"Bearer {made.token}"} if made is not config else {}
+    config = made
+    client = TestClient(GatewayTestServer(create_app(config, **app)), headers=headers)
+    client.token = config.token  # type: ignore[attr-defined]
     await client.start_server()
     return client
+
+
+def token_header(client: TestClient) -> dict[str, str]:
+    """The ``Authorization`` header of the gateway's token, for a client of its own."""
+    return {"Authorization": f"Bearer {client.token}"}  # type: ignore[attr-defined]
 
 
 def base_url(client: TestClient) -> str:
