@@ -68,7 +68,9 @@ class GatewayClient:
     Use as ``async with GatewayClient(url, token=...) as client:``; it owns its aiohttp session
     unless one is passed in. ``url`` may be a fleet's router (docs/fleet.md): a session's calls
     then go to the path its ``ws_path`` gives (``/pods/<pod>/v1/session/<id>``), remembered from
-    the session objects this client saw.
+    the session objects this client saw. With no ``token``, a loopback ``url``'s gateway is sent
+    the token it made, when its user's file holds one (gateway/local_token.py): a client on the
+    gateway's own machine needs nothing more, as ``chat`` does not.
     """
 
     def __init__(
@@ -80,6 +82,7 @@ class GatewayClient:
         timeout_sec: float = DEFAULT_HTTP_TIMEOUT_SEC,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        token = token or local_token(self.base_url)
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = http
         self._owns_http = http is None
