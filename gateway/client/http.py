@@ -16,9 +16,9 @@ from urllib.parse import quote, urlencode
 import aiohttp
 
 from gateway.client.websocket import DEFAULT_MAX_MESSAGE, SUBPROTOCOL, Connection
+from gateway.local_token import local_token
 from gateway.protocol import frames as F
 from gateway.protocol.capabilities import ALL_FEATURES, SUPPORTED_NAMESPACES
-from gateway.local_token import local_token
 
 DEFAULT_HTTP_TIMEOUT_SEC: Final = 30.0
 

@@ -51,7 +51,6 @@ from gateway.agent.sandbox import Isolation
 from gateway.config.agents import PROFILE_KEYS, parse_profile
 from gateway.config.auth import AUTH_KEYS, OIDC_KEYS, AuthSettings, OidcSettings, parse_auth
 from gateway.config.checks import ConfigError
-from gateway.local_token import new_token
 from gateway.config.isolation import ISOLATION_KEYS, check_binds_apart, parse_isolation
 from gateway.config.notify import WEBHOOK_KEYS, NotifySettings, Webhook, parse_notify
 from gateway.config.policy import (
@@ -71,6 +70,7 @@ from gateway.config.server import (
 )
 from gateway.config.settings import build, declared, environment_values, file_values
 from gateway.config.strict import ANY_NAME, Locator, Schema, known_names, unknown_names
+from gateway.local_token import new_token
 from gateway.protocol.budget import Limits
 from gateway.protocol.policy import Rule
 
@@ -101,8 +101,8 @@ __all__ = [
     "parser_features",
     "prompt_on_stdin",
     "read_token_file",
-    "with_made_token",
     "template_args",
+    "with_made_token",
 ]
 
 # The variables that are no key of a section: the token itself (a secret, never in the file) and

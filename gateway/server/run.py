@@ -17,8 +17,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway.agent import sandbox
 from gateway import local_token
+from gateway.agent import sandbox
 from gateway.config import Config, with_made_token
 from gateway.server.app import create_app, reload, shutdown_sessions
 from gateway.server.keys import GUARD

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from gateway.local_token import token_path
-from tests.support.self_master import SCRIPT, profile_toml, play, refused_every_time
+from tests.support.self_master import SCRIPT, play, profile_toml, refused_every_time
 from tests.support.serve_process import serve
 from tests.support.servers import CLI, user_headers
 from tests.support.waiting import eventually
@@ -80,7 +80,7 @@ async def test_an_agent_without_the_sandbox_is_no_master_of_its_gateway(tmp_path
     config = tmp_path / "gateway.toml"
     config.write_text(profile_toml(sys.executable))
     args = ("--config", str(config), "--workspace-root", str(tmp_path))
-    async with serve(*args) as (proc, url), aiohttp.ClientSession() as http:
+    async with serve(*args) as (_, url), aiohttp.ClientSession() as http:
         token_file = token_path(int(url.rpartition(":")[2]))
         attack, listed = await play(http, url, user_headers(url), tmp_path, token_file)
     refused_every_time(attack)

@@ -15,8 +15,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.agent.profiles import builtin_profiles
-from gateway.config import with_made_token
 from gateway.client import GatewayClient, MasterView
+from gateway.config import with_made_token
 from gateway.protocol import codec
 from gateway.protocol import frames as F
 from gateway.protocol.factory import FrameFactory

@@ -235,7 +235,7 @@ async def tokenless(agents_toml: str, **isolation: Any) -> AsyncIterator[Tokenle
                 str(port),
                 "--log-format",
                 "json",
-            ],  # fmt: skip
+            ],
             stderr=subprocess.PIPE,
             cwd=base,
             env={**env, **python_env, "HOME": str(base), "XDG_STATE_HOME": f"{base}/state-home"},
