@@ -776,3 +776,45 @@ async def test_the_demo_console_url_opens_on_the_terminals_session(tmp_path, pag
         assert page.errors() == []
         typed.close()  # end of input: the chat ends and deletes its session
         assert await asyncio.wait_for(demo, 30) == 0
+
+
+async def test_the_url_demo_prints_signs_the_page_in_once_and_leaves_its_address(tmp_path, page):
+    """``demo --ui`` makes its own token and prints the console's URL with it in the fragment:
+    the page keeps it as a typed one (no dialog, the agents load), takes it out of its address at
+    once, and a reload needs nothing more."""
+    import argparse
+    import contextlib
+
+    from gateway.chat import add_chat_arguments
+    from gateway.cli.demo import run_demo_async
+    from tests.support.waiting import eventually
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workspace-root")
+    parser.add_argument("--ui", action="store_true")
+    add_chat_arguments(parser, with_url=False)
+    args = parser.parse_args(["--workspace-root", str(tmp_path), "--ui"])
+    out = io.StringIO()
+    demo = asyncio.create_task(run_demo_async(args, stdin=io.StringIO(""), stdout=out))
+    try:
+        found = await eventually(
+            lambda: re.search(r"^browser console: (\S+/ui)#token=(\S+) ", out.getvalue(), re.M),
+            "the console's URL",
+        )
+        base, token = found.group(1), found.group(2)
+        async with aiohttp.ClientSession() as http, http.get(base[:-3] + "/v1/agents") as resp:
+            assert resp.status == 401  # the demo's gateway wants it too
+        await page.goto(f"{base}#token={token}")
+        await page.wait("document.getElementById('new-agent').options.length > 0")
+        assert await page.js("document.getElementById('token-dialog').open") is False
+        assert await page.js("sessionStorage.getItem('rawp-console.token')") == token
+        assert token not in await page.js("location.href")
+        assert await page.js("location.hash") == ""
+        await page.goto(base)
+        await page.wait("document.getElementById('new-agent').options.length > 0")
+        assert await page.js("document.getElementById('token-dialog').open") is False
+        assert page.errors() == []
+    finally:
+        demo.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await demo
