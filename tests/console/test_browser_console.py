@@ -395,7 +395,8 @@ async def test_a_history_in_parts_is_applied_once(tmp_path, page):
     try:
         # A ring that holds about three of the six turns: the first fall out, the rest take 3+ parts.
         session_id = await buffered_session(gateway, {"policy": "RING", "max_bytes": 40000})
-        session_url = url_of(gateway) + f"/ui#session={session_id}"
+        # With the token the gateway made, in the URL as it prints one (each tab keeps its own).
+        session_url = url_of(gateway) + f"/ui#session={session_id}&token={gateway.token}"
         await page.goto(session_url)
         await page.wait("document.body.dataset.connection === 'open'")
         turns = 6
@@ -464,7 +465,7 @@ async def render_in_page(page: Page, frames: list[dict]) -> None:
 async def test_recorded_tool_output_renders_by_type(tmp_path, page):
     gateway = await start_gateway(make_config(tmp_path))
     try:
-        await page.goto(url_of(gateway) + "/ui")
+        await page.goto(url_of(gateway) + f"/ui#token={gateway.token}")
         fx = "#fixture"
 
         # A subagent (DPS §10): its calls and usage nest inside the parent's card, by depth.
