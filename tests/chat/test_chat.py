@@ -1024,13 +1024,9 @@ async def test_demo_command_runs_a_server_and_the_chat(tmp_path):
 
 
 async def test_demo_ui_serves_the_browser_console_until_stopped(tmp_path):
-    import argparse
+    from tests.support.chat import demo_ui_args
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--workspace-root")
-    parser.add_argument("--ui", action="store_true")
-    add_chat_arguments(parser, with_url=False)
-    args = parser.parse_args(["--workspace-root", str(tmp_path), "--ui"])
+    args = demo_ui_args(tmp_path)
     out = io.StringIO()
     demo = asyncio.create_task(run_demo_async(args, stdin=io.StringIO(""), stdout=out))
     try:

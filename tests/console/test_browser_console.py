@@ -783,18 +783,13 @@ async def test_the_url_demo_prints_signs_the_page_in_once_and_leaves_its_address
     """``demo --ui`` makes its own token and prints the console's URL with it in the fragment:
     the page keeps it as a typed one (no dialog, the agents load), takes it out of its address at
     once, and a reload needs nothing more."""
-    import argparse
     import contextlib
 
-    from gateway.chat import add_chat_arguments
     from gateway.cli.demo import run_demo_async
+    from tests.support.chat import demo_ui_args
     from tests.support.waiting import eventually
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--workspace-root")
-    parser.add_argument("--ui", action="store_true")
-    add_chat_arguments(parser, with_url=False)
-    args = parser.parse_args(["--workspace-root", str(tmp_path), "--ui"])
+    args = demo_ui_args(tmp_path)
     out = io.StringIO()
     demo = asyncio.create_task(run_demo_async(args, stdin=io.StringIO(""), stdout=out))
     try:
