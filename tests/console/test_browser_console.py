@@ -749,23 +749,30 @@ async def test_the_demo_console_url_opens_on_the_terminals_session(tmp_path, pag
         found = None
         for _ in range(400):
             found = re.search(
-                r"^browser console: (http://\S+/ui#session=(\S+))$", out.getvalue(), re.M
+                r"^browser console: (http://\S+/ui#session=([0-9a-f-]{36})&token=(\S+))$",
+                out.getvalue(),
+                re.M,
             )
             if found and "— end_turn" in out.getvalue():
                 break
             await asyncio.sleep(0.05)
         assert found and "— end_turn" in out.getvalue(), out.getvalue()
-        url, session_id = found.groups()
+        url, session_id, token = found.groups()
         assert f"session {session_id} · agent demo" in out.getvalue()
         await page.goto(url)
         await page.wait("document.body.dataset.connection === 'open'")
         await page.wait(f"{q('.prompt')}?.textContent === 'list files'")
+        # The token was taken out of the address; the session stays in it.
         assert await page.js("location.hash") == f"#session={session_id}"
         # Another session, by changing the hash of the open tab.
         base = url.split("/ui#", 1)[0]
         async with (
             aiohttp.ClientSession() as http,
-            http.post(f"{base}/v1/session", json={"agent": "demo"}) as resp,
+            http.post(
+                f"{base}/v1/session",
+                json={"agent": "demo"},
+                headers={"Authorization": f"Bearer {token}"},
+            ) as resp,
         ):
             other = (await resp.json())["session_id"]
         await page.js(f"location.hash = '#session={other}'")
