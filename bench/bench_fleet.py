@@ -106,6 +106,7 @@ from relay_rig import (  # noqa: E402
     cpu_seconds_of,
     cpu_seconds_reaped,
     cpu_split,
+    gateway_headers,
     quantile,
     rss_bytes,
 )
@@ -231,7 +232,9 @@ class Round:
         return (self.rss[when] - self.rss[0]) / self.sessions / 1024
 
 
-async def create(http: aiohttp.ClientSession, url: str, agents: Agents) -> list[str]:
+async def create(
+    http: aiohttp.ClientSession, url: str, agents: Agents, headers: dict[str, str]
+) -> list[str]:
     ids: list[str] = [""] * len(agents.names)
     sem = asyncio.Semaphore(8)  # each session starts an agent process: not all at once
 
@@ -239,7 +242,7 @@ async def create(http: aiohttp.ClientSession, url: str, agents: Agents) -> list[
         body: dict = {"agent": agents.names[i]}
         if agents.workspaces[i]:
             body["workspace_path"] = agents.workspaces[i]
-        async with sem, http.post(f"{url}/v1/session", json=body) as resp:
+        async with sem, http.post(f"{url}/v1/session", json=body, headers=headers) as resp:
             answer = await resp.json()
             if resp.status != 201:
                 raise RuntimeError(f"session not created: {answer}")
@@ -346,11 +349,11 @@ async def one_round(
             else:
                 url = router.url if router else relay.url
                 async with aiohttp.ClientSession() as http:
-                    ids = await create(http, url, agents)
+                    ids = await create(http, url, agents, gateway_headers(relay.port))
                 router_port = int(router.url.rsplit(":", 1)[1]) if router else 0
                 routed = [router is not None and i % 2 == 0 for i in range(len(ids))]
                 masters = [
-                    await LeanMaster.attach(router_port if via else relay.port, sid)
+                    await LeanMaster.attach(router_port if via else relay.port, sid, relay.port)
                     for sid, via in zip(ids, routed, strict=True)
                 ]
             await started(relay.proc.pid, len(masters))

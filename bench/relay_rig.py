@@ -110,6 +110,18 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def gateway_headers(port: int) -> dict[str, str]:
+    """The ``Authorization`` a client on this machine sends to the gateway on ``port``: the token it
+    made for itself, found as ``chat`` finds it (gateway/local_token.py). None for websocketd, or
+    for a gateway from before there always was a credential."""
+    try:
+        from gateway.local_token import local_token
+    except ImportError:
+        return {}
+    token = local_token(f"http://127.0.0.1:{port}")
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 async def wait_port(port: int, timeout: float = 20.0) -> None:
     end = time.monotonic() + timeout
     while True:
@@ -186,7 +198,9 @@ class Gateway(Relay):
         return f"http://127.0.0.1:{self.port}"
 
     async def new_session(self, http: aiohttp.ClientSession) -> str:
-        async with http.post(f"{self.url}/v1/session", json={"agent": "synth"}) as resp:
+        async with http.post(
+            f"{self.url}/v1/session", json={"agent": "synth"}, headers=gateway_headers(self.port)
+        ) as resp:
             body = await resp.json()
             if resp.status != 201:
                 raise RuntimeError(f"session not created: {body}")
@@ -194,7 +208,10 @@ class Gateway(Relay):
 
     async def attach(self, http: aiohttp.ClientSession, session_id: str) -> Master:
         ws = await http.ws_connect(
-            f"{self.url}/v1/session/{session_id}/ws", protocols=(SUBPROTOCOL,), max_msg_size=0
+            f"{self.url}/v1/session/{session_id}/ws",
+            protocols=(SUBPROTOCOL,),
+            max_msg_size=0,
+            headers=gateway_headers(self.port),
         )
         master = Master(ws, session_id)
         caps = {
@@ -344,13 +361,17 @@ class LeanMaster(asyncio.Protocol):
     line the gateway would write to the agent's stdin, sent as a text message of its own.
     """
 
-    def __init__(self, port: int, session_id: str | None) -> None:
+    def __init__(self, port: int, session_id: str | None, token_port: int | None = None) -> None:
         self.session_id = session_id
         self.key = base64.b64encode(os.urandom(16))
         path, protocol = "/", ""
         if session_id is not None:
             path = f"/v1/session/{session_id}/ws"
             protocol = f"Sec-WebSocket-Protocol: {SUBPROTOCOL}\r\n"
+            # The gateway's own token (``token_port``: the gateway's port, when ``port`` is a
+            # router's in front of it).
+            for name, value in gateway_headers(token_port or port).items():
+                protocol += f"{name}: {value}\r\n"
         self.request = (
             f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
             "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
@@ -368,9 +389,13 @@ class LeanMaster(asyncio.Protocol):
         self.stamped = 0
 
     @classmethod
-    async def attach(cls, port: int, session_id: str | None) -> LeanMaster:
+    async def attach(
+        cls, port: int, session_id: str | None, token_port: int | None = None
+    ) -> LeanMaster:
         loop = asyncio.get_running_loop()
-        _, master = await loop.create_connection(lambda: cls(port, session_id), "127.0.0.1", port)
+        _, master = await loop.create_connection(
+            lambda: cls(port, session_id, token_port), "127.0.0.1", port
+        )
         await master.upgraded
         if session_id is None:
             return master

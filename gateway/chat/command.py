@@ -259,7 +259,7 @@ def add_chat_arguments(
 
     ``with_url=True`` (``chat``): ``--url`` (required; kept if the caller added its own),
     ``--agent``, ``--token-file``, ``--workspace``, ``--session``, ``--yes``/``--no``, ``--keep``.
-    ``with_url=False`` (``demo``, which runs its own tokenless server and ends with it): only
+    ``with_url=False`` (``demo``, which runs its own server, hands it its token, and ends with it): only
     ``--agent`` (default ``demo``), ``--workspace`` and ``--yes``/``--no``.
     """
     if with_url:
@@ -279,7 +279,8 @@ def add_chat_arguments(
     if with_url:
         parser.add_argument(
             "--token-file",
-            help="file holding the bearer token (default: $RAWP_GATEWAY_TOKEN, else none)",
+            help="file holding the bearer token (default: $RAWP_GATEWAY_TOKEN, else for a "
+            "loopback URL the token the gateway made on that port)",
         )
     parser.add_argument(
         "--workspace",
@@ -338,7 +339,7 @@ async def run_chat_from_args(
     if not target:
         raise ValueError("no gateway URL")
     try:
-        token = read_token(getattr(args, "token_file", None))
+        token = read_token(getattr(args, "token_file", None), target)
     except OSError as err:
         (stdout or sys.stdout).write(f"✗ cannot read the token file: {err}\n")
         return 1

@@ -22,7 +22,8 @@ def add_acp_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--token-file",
-        help="file holding the bearer token (default: $RAWP_GATEWAY_TOKEN, else none)",
+        help="file holding the bearer token (default: $RAWP_GATEWAY_TOKEN, else for a "
+        "loopback URL the token the gateway made on that port)",
     )
 
 
@@ -33,7 +34,7 @@ def acp_command(args: argparse.Namespace) -> int:
     from gateway.client.acp_link import acp_url, run_relay
 
     try:
-        token = read_token(args.token_file)
+        token = read_token(args.token_file, args.url)
         acp_url(args.url, args.agent)
     except (OSError, ValueError) as err:
         print(f"rawp-gateway acp: {err}", file=sys.stderr)

@@ -19,7 +19,7 @@ from typing import TextIO
 from aiohttp import web
 
 from gateway.chat.command import run_chat, run_until_interrupted
-from gateway.config import Config, ServerSettings, builtin_profiles
+from gateway.config import Config, ServerSettings, builtin_profiles, with_made_token
 from gateway.server import create_app
 from gateway.server.refusals import JsonErrorRunner
 
@@ -31,7 +31,9 @@ async def run_demo_async(
     (or, with ``--ui``, only the browser console, whose URL is printed either way).
 
     The server runs in this process and loop (``gateway.server.create_app``) on 127.0.0.1 with an
-    ephemeral port and no token; its workspace root is ``args.workspace_root`` or a temporary
+    ephemeral port and a token made for it, which the chat gets handed and the printed console URL
+    carries (never a file: nothing outside this process needs it, so no agent can find it); its
+    workspace root is ``args.workspace_root`` or a temporary
     directory removed on exit. Environment and config files are not read: the demo is the same
     everywhere.
     """
@@ -44,7 +46,8 @@ async def run_demo_async(
         else:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rawp-demo-")))
         server = ServerSettings(host="127.0.0.1", port=0, workspace_root=root)
-        config = Config(server=server, agents=builtin_profiles())
+        config = with_made_token(Config(server=server, agents=builtin_profiles()))
+        token = config.token
         runner = JsonErrorRunner(create_app(config), handle_signals=False, access_log=None)
         await runner.setup()
         try:
@@ -59,7 +62,9 @@ async def run_demo_async(
                 # which is how this mode ends: exit 0.
                 stop = asyncio.Event()
                 with _on_stop_signals(stop.set):  # set before the line that invites Ctrl-C
-                    out.write(f"browser console: {url}/ui (Ctrl-C stops the server)\n")
+                    out.write(
+                        f"browser console: {url}/ui#token={token} (Ctrl-C stops the server)\n"
+                    )
                     out.flush()
                     await stop.wait()
                 return 0
@@ -71,12 +76,13 @@ async def run_demo_async(
 
             def console_url(session_id: str) -> None:
                 # Opens on this terminal's session: both are masters of it.
-                out.write(f"browser console: {url}/ui#session={session_id}\n")
+                out.write(f"browser console: {url}/ui#session={session_id}&token={token}\n")
                 out.flush()
 
             return await run_chat(
                 url,
                 agent=getattr(args, "agent", None) or "demo",
+                token=token,
                 workspace=getattr(args, "workspace", None),
                 stdin=stdin,
                 stdout=stdout,

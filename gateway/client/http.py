@@ -16,6 +16,7 @@ from urllib.parse import quote, urlencode
 import aiohttp
 
 from gateway.client.websocket import DEFAULT_MAX_MESSAGE, SUBPROTOCOL, Connection
+from gateway.local_token import local_token
 from gateway.protocol import frames as F
 from gateway.protocol.capabilities import ALL_FEATURES, SUPPORTED_NAMESPACES
 
@@ -48,13 +49,14 @@ def master_capabilities(features: F.Features = ALL_FEATURES) -> F.Capabilities:
     )
 
 
-def read_token(token_file: str | None) -> str | None:
-    """The bearer token from ``--token-file``, else ``$RAWP_GATEWAY_TOKEN``, else none: what every
-    client command (``chat``, ``acp``) sends as ``Authorization: Bearer``."""
+def read_token(token_file: str | None, url: str | None = None) -> str | None:
+    """The bearer token every client command (``chat``, ``acp``) sends as ``Authorization:
+    Bearer``, the first of: ``--token-file``, ``$RAWP_GATEWAY_TOKEN``, and for a loopback ``url``
+    the token a gateway made on that port (gateway/local_token.py); else none."""
     if token_file:
         with open(token_file, encoding="utf-8") as f:
             return f.read().strip() or None
-    return os.environ.get("RAWP_GATEWAY_TOKEN") or None
+    return os.environ.get("RAWP_GATEWAY_TOKEN") or (local_token(url) if url else None)
 
 
 MAX_SESSION_PATHS: Final = 1024  # session paths a client remembers (GatewayClient._paths)
@@ -66,7 +68,9 @@ class GatewayClient:
     Use as ``async with GatewayClient(url, token=...) as client:``; it owns its aiohttp session
     unless one is passed in. ``url`` may be a fleet's router (docs/fleet.md): a session's calls
     then go to the path its ``ws_path`` gives (``/pods/<pod>/v1/session/<id>``), remembered from
-    the session objects this client saw.
+    the session objects this client saw. With no ``token``, a loopback ``url``'s gateway is sent
+    the token it made, when its user's file holds one (gateway/local_token.py): a client on the
+    gateway's own machine needs nothing more, as ``chat`` does not.
     """
 
     def __init__(
@@ -78,6 +82,7 @@ class GatewayClient:
         timeout_sec: float = DEFAULT_HTTP_TIMEOUT_SEC,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        token = token or local_token(self.base_url)
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = http
         self._owns_http = http is None

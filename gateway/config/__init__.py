@@ -70,6 +70,7 @@ from gateway.config.server import (
 )
 from gateway.config.settings import build, declared, environment_values, file_values
 from gateway.config.strict import ANY_NAME, Locator, Schema, known_names, unknown_names
+from gateway.local_token import new_token
 from gateway.protocol.budget import Limits
 from gateway.protocol.policy import Rule
 
@@ -101,6 +102,7 @@ __all__ = [
     "prompt_on_stdin",
     "read_token_file",
     "template_args",
+    "with_made_token",
 ]
 
 # The variables that are no key of a section: the token itself (a secret, never in the file) and
@@ -128,6 +130,9 @@ class Config:
     # Not keys of a section: the bearer token (from token_file or RAWP_GATEWAY_TOKEN) and the
     # file the settings came from, which SIGHUP reads the rules of again.
     token: str | None = None
+    # The token is one ``serve`` (or ``demo``) made because none was configured
+    # (gateway/local_token.py): the gateway then stays on loopback.
+    made_token: bool = False
     config_file: Path | None = None
     # Every file the gateway read a setting or a secret from (config, token, users, webhook
     # secrets) or writes one to (the audit log and its rotations): never shown to an agent.
@@ -135,8 +140,14 @@ class Config:
 
     @property
     def authenticated(self) -> bool:
-        """Some credential is configured: requests need one (else loopback only)."""
+        """Some credential is configured (else the gateway refuses every request until it has
+        made one, with_made_token)."""
         return self.token is not None or self.auth.configured
+
+    @property
+    def loopback_only(self) -> bool:
+        """No credential was configured: the gateway listens, and answers, on loopback only."""
+        return self.made_token or not self.authenticated
 
     @property
     def hidden_paths(self) -> tuple[str, ...]:
@@ -305,6 +316,20 @@ def _gateway_files(
         log = auth.audit_log
         files += [log, *(log.with_name(f"{log.name}.{n}") for n in range(1, auth.audit_keep + 1))]
     return tuple(Path(f).expanduser().absolute() for f in files if f)
+
+
+def with_made_token(config: Config, token_dir: Path | None = None) -> Config:
+    """``config`` with a token of its own when it has no credential (docs/identities.md, "The
+    local token"); ``token_dir``: where it is kept, which no sandboxed agent may see."""
+    if config.authenticated:
+        return config
+    hidden = (token_dir,) if token_dir is not None else ()
+    return replace(
+        config,
+        token=new_token(),
+        made_token=True,
+        gateway_files=(*config.gateway_files, *hidden),
+    )
 
 
 def read_token_file(path: str | os.PathLike[str]) -> str:

@@ -123,7 +123,7 @@ def auth_middleware(upgrade: Handler, acp: AcpRoute | None = None):
         authenticator = request.app[AUTH]
         credential = _bearer(request)
         found: roles.Identity | auth.AuthFailure
-        if not credential and authenticator.enabled and "ticket" in request.query:
+        if not credential and "ticket" in request.query:
             found = _ticket_identity(request, upgrade, acp) or auth.AuthFailure(
                 "unknown or spent ticket"
             )
@@ -183,16 +183,17 @@ def forbidden(
 def browser_guard_middleware(config: Config):
     """What a web page in the user's browser must not do to a gateway it can reach. Browsers send
     simple cross-site POSTs without asking first, and a DNS-rebound page on a loopback gateway
-    looks same-origin; neither carries the token, but with no token nothing else stands in the way:
+    looks same-origin; neither carries the token, and a made token guards loopback alone:
 
     * a request that changes something (any method but GET and HEAD) from a page of another origin
       is refused (403 ``ORIGIN_FORBIDDEN``) unless ``[server] allowed_origins`` lists it, as
       WebSocket upgrades are; requests without ``Origin`` (non-browser masters) are unaffected;
-    * with no token, the gateway answers only requests addressed to a loopback host (``Host``
+    * with no token configured (a made one), the gateway answers only requests addressed to a
+      loopback host (``Host``
       127.0.0.0/8, ``localhost`` or ``[::1]``): anything else is 403 ``HOST_FORBIDDEN``.
     """
     allowed = config.server.allowed_origins
-    tokenless = not config.authenticated
+    tokenless = config.loopback_only
 
     @web.middleware
     async def middleware(request: web.Request, handler):

@@ -1,6 +1,7 @@
 """Running the gateway: ``serve(config)`` runs the application on uvloop until SIGTERM or SIGINT,
 then shuts it down gracefully; SIGHUP reloads the permission rules and the users file, and SIGUSR1/SIGUSR2 begin and end a
-drain (docs/fleet.md). ``check_bind`` refuses to serve beyond loopback without a token."""
+drain (docs/fleet.md). ``check_bind`` refuses to serve beyond loopback without a token; given none,
+the gateway makes one and keeps it where its user's clients find it (gateway/local_token.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import gc
 import logging
 import os
 import signal
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from aiohttp import web
 
+from gateway import local_token
 from gateway.agent import sandbox
-from gateway.config import Config
+from gateway.config import Config, with_made_token
 from gateway.server.app import create_app, reload, shutdown_sessions
 from gateway.server.keys import GUARD
 from gateway.server.limits import GatewayRunner
@@ -36,7 +40,7 @@ def check_bind(config: Config) -> None:
         "localhost",
         "::1",
     ) or config.server.host.startswith("127.")
-    if not config.authenticated and not loopback:
+    if config.loopback_only and not loopback:
         raise StartError(
             f"refusing to listen on {config.server.host} without a token: give --token-file FILE (or "
             "set RAWP_GATEWAY_TOKEN, or [auth] users_file, [auth.oidc]) with --workspace-root "
@@ -71,6 +75,14 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
     and the users file,
     SIGUSR1/SIGUSR2 begin/end a drain."""
     check_bind(config)
+    made_dir: Path | None = None
+    if not config.authenticated:
+        made_dir = local_token.token_dir()
+        try:  # before any agent runs: the sandbox masks it, so it must be there
+            local_token.ensure_dir(made_dir)
+        except (OSError, local_token.LocalTokenError) as err:
+            raise StartError(f"cannot keep the token this gateway makes: {err}") from None
+        config = with_made_token(config, made_dir)
     await check_isolation(config)
     # What the imports made lives as long as the process: out of the collector's sight, a full
     # collection no longer walks its ~40,000 objects (10 ms of the event loop each time). Done
@@ -98,14 +110,25 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
             f"cannot listen on {config.server.host}:{config.server.port}: {why}"
         ) from None
     port = runner.addresses[0][1] if runner.addresses else config.server.port
+    try:
+        token_file = _keep_made_token(config, made_dir, port)
+    except StartError:
+        await runner.cleanup()
+        raise
     log.info(
         "listening",
         extra={
             "host": config.server.host,
             "port": port,
             "workspace_root": str(config.server.workspace_root),
+            **({"token_file": str(token_file)} if token_file else {}),
         },
     )
+    if token_file is not None and sys.stderr.isatty():
+        # For the person who started it: the console opens signed in (the page takes the token
+        # out of its address at once). Never into a log a collector keeps: only to a terminal.
+        host = "[::1]" if config.server.host == "::1" else config.server.host
+        print(f"browser console: http://{host}:{port}/ui#token={config.token}", file=sys.stderr)
     if ready is not None:
         ready(port)
     stop = asyncio.Event()
@@ -125,6 +148,20 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
         await shutdown_sessions(app)
     finally:
         await runner.cleanup()
+        if token_file is not None and config.token is not None:
+            local_token.forget_token(token_file, config.token)
+
+
+def _keep_made_token(config: Config, made_dir: Path | None, port: int) -> Path | None:
+    """Write the token the gateway made to its port's file; the file, or None (none made)."""
+    if made_dir is None or config.token is None:
+        return None
+    path = made_dir / local_token.token_path(port).name
+    try:
+        local_token.write_token(path, config.token)
+    except (OSError, local_token.LocalTokenError) as err:
+        raise StartError(f"cannot keep the token this gateway makes in {path}: {err}") from None
+    return path
 
 
 def serve(config: Config, *, ready: Callable[[int], None] | None = None) -> None:

@@ -24,8 +24,9 @@ knows it, in this order:
   user is the ``user_claim``; the role the ``role_claim`` (a string or a list: the highest known
   role wins).
 
-With no credential configured at all, every request is user ``local`` with role ``admin`` (the
-gateway then listens on loopback only).
+There is always a credential: with none configured at all, every request is refused (``serve``
+and ``demo`` make a token first when none is configured, gateway/local_token.py); being on the
+same machine makes no one a master.
 
 The settings (``AuthSettings``, read from ``[auth]`` and ``[auth.oidc]``) are gateway/config/auth.py's.
 """
@@ -51,7 +52,6 @@ from gateway.config.auth import AuthSettings, OidcSettings
 from gateway.config.checks import read_toml
 from gateway.team.roles import (
     ADMIN,
-    LOCAL,
     MAX_USER_NAME_CHARS,
     RANK,
     ROLES,
@@ -308,7 +308,7 @@ class Authenticator:
 
     async def authenticate(self, credential: bytes) -> Identity | AuthFailure:
         if not self.enabled:
-            return LOCAL
+            return AuthFailure("no credential is configured")
         if not credential:
             return AuthFailure("no credentials")
         if len(credential) > MAX_BEARER_BYTES:

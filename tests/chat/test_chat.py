@@ -857,7 +857,7 @@ async def test_a_second_master_sees_the_relayed_prompt_and_the_question_withdraw
 
     rc, out = await run_interactive(gw, script, agent=None, session_id=sid)
     assert rc == 0, out
-    assert "» write hello.txt\n" in out
+    assert "» admin: write hello.txt\n" in out  # who sent it: the token's holder
     assert "? [y/N] " in out
     assert "(question withdrawn)" in out  # answered by the other master
     assert "Done: I wrote hello.txt." in out
@@ -984,7 +984,7 @@ async def test_real_server_chat_on_an_existing_session_shows_the_conversation_so
     rc, out = await chat(gw, "", agent=None, session_id=match.group(1))
     assert rc == 0, out
     assert "(the conversation so far: " in out
-    assert "» list files\n" in out  # the earlier prompt, as another master's
+    assert "» admin: list files\n" in out  # the earlier prompt, as another master's
     assert "→ Glob: " in out and "  notes.md\n" in out and "— end_turn · " in out
     assert "incomplete" not in out and "no longer has" not in out
 
@@ -1034,7 +1034,8 @@ async def test_demo_command_runs_a_server_and_the_chat(tmp_path):
     # The console opens on the terminal's session; the try: line names what the demo does.
     session = re.search(r"^session (\S+) · agent demo", out.getvalue(), re.M)
     assert session, out.getvalue()
-    console = rf"^browser console: http://127\.0\.0\.1:\d+/ui#session={session.group(1)}$"
+    # It carries the demo's token once (the page keeps it and takes it out of its address).
+    console = rf"^browser console: http://127\.0\.0\.1:\d+/ui#session={session.group(1)}&token=[\w-]{{43}}$"
     assert re.search(console, out.getvalue(), re.M)
     tried = re.search(r"^try: (.*)$", out.getvalue(), re.M)
     assert tried and "read hello.txt" in tried.group(1) and "/attach PATH" in tried.group(1)
@@ -1043,18 +1044,16 @@ async def test_demo_command_runs_a_server_and_the_chat(tmp_path):
 
 
 async def test_demo_ui_serves_the_browser_console_until_stopped(tmp_path):
-    import argparse
+    from tests.support.chat import demo_ui_args
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--workspace-root")
-    parser.add_argument("--ui", action="store_true")
-    add_chat_arguments(parser, with_url=False)
-    args = parser.parse_args(["--workspace-root", str(tmp_path), "--ui"])
+    args = demo_ui_args(tmp_path)
     out = io.StringIO()
     demo = asyncio.create_task(run_demo_async(args, stdin=io.StringIO(""), stdout=out))
     try:
         found = await eventually(
-            lambda: re.search(r"^browser console: (http://\S+/ui) ", out.getvalue(), re.M),
+            lambda: re.search(
+                r"^browser console: (http://\S+/ui)#token=\S+ ", out.getvalue(), re.M
+            ),
             "the console's URL",
         )
         async with aiohttp.ClientSession() as http, http.get(found.group(1)) as resp:
@@ -1198,18 +1197,16 @@ async def test_real_server_attach_uploads_a_file_for_the_next_prompt(gw: Gateway
 async def chat_with_profile(tmp_path: Any, profile: Any, stdin: str) -> tuple[int, str]:
     """The chat on a real in-process gateway whose only profile is ``profile`` (named "agent")."""
     from gateway import config as config_mod
-    from gateway import server as server_mod
 
     config = config_mod.Config(
         server=config_mod.ServerSettings(workspace_root=tmp_path.resolve()),
         agents={"agent": profile},
     )
-    server = TestServer(server_mod.create_app(config))
-    await server.start_server()
+    client = await start_gateway(config)  # its token where the chat finds it
     try:
-        return await piped_chat(str(server.make_url("")).rstrip("/"), stdin, agent="agent")
+        return await piped_chat(base_url(client), stdin, agent="agent")
     finally:
-        await server.close()
+        await client.close()
 
 
 def plain_profile(*command: str, parser: str = "plain") -> Any:

@@ -107,6 +107,10 @@ def gateway(tmp_path: Path) -> Iterator[str]:
         f"command = ['cat', {json.dumps(str(FIXTURE))}]\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAWP_GATEWAY_")}
+    # One user's environment for serve and chat (chat(): the same state home), so the chat finds
+    # the token serve made as it would on the user's machine.
+    env.pop("XDG_RUNTIME_DIR", None)
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
     serve = subprocess.Popen(
         [*CLI, "serve", "--port", str(port), "--workspace-root", str(workspace)]
         + ["--config", str(config)],
@@ -139,6 +143,7 @@ def chat(url: str, state: Path, agent: str = "demo") -> Terminal:
         PROMPT_TOOLKIT_NO_CPR="1",
     )
     env.pop("NO_COLOR", None)
+    env.pop("XDG_RUNTIME_DIR", None)
     return Terminal([*CLI, "chat", "--url", url, "--agent", agent], env)
 
 

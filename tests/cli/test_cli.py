@@ -19,7 +19,7 @@ from tests.support.gateway_peer import Master
 from tests.support.paths import FIXTURES
 from tests.support.procs import alive, session_processes
 from tests.support.serve_process import attached, serve
-from tests.support.servers import CLI, free_port, wait_http
+from tests.support.servers import CLI, free_port, user_headers, wait_http
 from tests.support.waiting import eventually
 
 CLAUDE_CODE = FIXTURES / "claude-code"
@@ -30,7 +30,7 @@ async def test_serve_sigterm_ends_sessions_the_DPS_way_and_leaves_no_agent(tmp_p
     env = dict(os.environ, RAWP_DEMO_DELAY_MS="200")
     args = ("--workspace-root", str(tmp_path), "--log-format", "json")
     async with serve(*args, env=env) as (proc, url):
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(headers=user_headers(url)) as http:
             master = await attached(http, url, "demo")
             sid = master.session_id
             await master.send(
@@ -284,7 +284,7 @@ async def test_a_restart_after_a_crash_kills_what_the_old_agents_left_running(tm
     agents: list[int] = []
     try:
         await wait_http(url, proc)
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(headers=user_headers(url)) as http:
             async with http.post(url + "/v1/session", json={"agent": "sleeper"}) as resp:
                 sid = (await resp.json())["session_id"]
             ws = await http.ws_connect(url + f"/v1/session/{sid}/ws", protocols=("rawp-dps-1.0",))
@@ -300,7 +300,8 @@ async def test_a_restart_after_a_crash_kills_what_the_old_agents_left_running(tm
 
             proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
             await wait_http(url, proc)
-            async with http.get(url + f"/v1/session/{sid}") as resp:
+            # A new gateway, a new token in the port's file: the client reads it again.
+            async with http.get(url + f"/v1/session/{sid}", headers=user_headers(url)) as resp:
                 assert resp.status == 200  # restored
         await eventually(lambda: not any(alive(p) for p in agents), "the old agents to be killed")
     finally:

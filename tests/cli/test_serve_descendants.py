@@ -17,6 +17,7 @@ from tests.support.gateway_peer import of, prompt_and_wait
 from tests.support.loops import HOSTILE
 from tests.support.procs import gone
 from tests.support.serve_process import attached, serve
+from tests.support.servers import user_headers
 from tests.support.waiting import eventually
 
 
@@ -32,7 +33,7 @@ async def test_serve_ends_turns_at_the_agents_exit_and_leaves_no_descendant(tmp_
     workspace.mkdir()
     args = ("--config", str(config), "--workspace-root", str(workspace))
     async with serve(*args) as (proc, url):
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(headers=user_headers(url)) as http:
             master = await attached(http, url, "hostile")
             for text in ("first", "second"):
                 frames = await prompt_and_wait(master, text, timeout=15)

@@ -395,7 +395,8 @@ async def test_a_history_in_parts_is_applied_once(tmp_path, page):
     try:
         # A ring that holds about three of the six turns: the first fall out, the rest take 3+ parts.
         session_id = await buffered_session(gateway, {"policy": "RING", "max_bytes": 40000})
-        session_url = url_of(gateway) + f"/ui#session={session_id}"
+        # With the token the gateway made, in the URL as it prints one (each tab keeps its own).
+        session_url = url_of(gateway) + f"/ui#session={session_id}&token={gateway.token}"
         await page.goto(session_url)
         await page.wait("document.body.dataset.connection === 'open'")
         turns = 6
@@ -464,7 +465,7 @@ async def render_in_page(page: Page, frames: list[dict]) -> None:
 async def test_recorded_tool_output_renders_by_type(tmp_path, page):
     gateway = await start_gateway(make_config(tmp_path))
     try:
-        await page.goto(url_of(gateway) + "/ui")
+        await page.goto(url_of(gateway) + f"/ui#token={gateway.token}")
         fx = "#fixture"
 
         # A subagent (DPS §10): its calls and usage nest inside the parent's card, by depth.
@@ -748,23 +749,30 @@ async def test_the_demo_console_url_opens_on_the_terminals_session(tmp_path, pag
         found = None
         for _ in range(400):
             found = re.search(
-                r"^browser console: (http://\S+/ui#session=(\S+))$", out.getvalue(), re.M
+                r"^browser console: (http://\S+/ui#session=([0-9a-f-]{36})&token=(\S+))$",
+                out.getvalue(),
+                re.M,
             )
             if found and "— end_turn" in out.getvalue():
                 break
             await asyncio.sleep(0.05)
         assert found and "— end_turn" in out.getvalue(), out.getvalue()
-        url, session_id = found.groups()
+        url, session_id, token = found.groups()
         assert f"session {session_id} · agent demo" in out.getvalue()
         await page.goto(url)
         await page.wait("document.body.dataset.connection === 'open'")
         await page.wait(f"{q('.prompt')}?.textContent === 'list files'")
+        # The token was taken out of the address; the session stays in it.
         assert await page.js("location.hash") == f"#session={session_id}"
         # Another session, by changing the hash of the open tab.
         base = url.split("/ui#", 1)[0]
         async with (
             aiohttp.ClientSession() as http,
-            http.post(f"{base}/v1/session", json={"agent": "demo"}) as resp,
+            http.post(
+                f"{base}/v1/session",
+                json={"agent": "demo"},
+                headers={"Authorization": f"Bearer {token}"},
+            ) as resp,
         ):
             other = (await resp.json())["session_id"]
         await page.js(f"location.hash = '#session={other}'")
@@ -776,3 +784,40 @@ async def test_the_demo_console_url_opens_on_the_terminals_session(tmp_path, pag
         assert page.errors() == []
         typed.close()  # end of input: the chat ends and deletes its session
         assert await asyncio.wait_for(demo, 30) == 0
+
+
+async def test_the_url_demo_prints_signs_the_page_in_once_and_leaves_its_address(tmp_path, page):
+    """``demo --ui`` makes its own token and prints the console's URL with it in the fragment:
+    the page keeps it as a typed one (no dialog, the agents load), takes it out of its address at
+    once, and a reload needs nothing more."""
+    import contextlib
+
+    from gateway.cli.demo import run_demo_async
+    from tests.support.chat import demo_ui_args
+    from tests.support.waiting import eventually
+
+    args = demo_ui_args(tmp_path)
+    out = io.StringIO()
+    demo = asyncio.create_task(run_demo_async(args, stdin=io.StringIO(""), stdout=out))
+    try:
+        found = await eventually(
+            lambda: re.search(r"^browser console: (\S+/ui)#token=(\S+) ", out.getvalue(), re.M),
+            "the console's URL",
+        )
+        base, token = found.group(1), found.group(2)
+        async with aiohttp.ClientSession() as http, http.get(base[:-3] + "/v1/agents") as resp:
+            assert resp.status == 401  # the demo's gateway wants it too
+        await page.goto(f"{base}#token={token}")
+        await page.wait("document.getElementById('new-agent').options.length > 0")
+        assert await page.js("document.getElementById('token-dialog').open") is False
+        assert await page.js("sessionStorage.getItem('rawp-console.token')") == token
+        assert token not in await page.js("location.href")
+        assert await page.js("location.hash") == ""
+        await page.goto(base)
+        await page.wait("document.getElementById('new-agent').options.length > 0")
+        assert await page.js("document.getElementById('token-dialog').open") is False
+        assert page.errors() == []
+    finally:
+        demo.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await demo

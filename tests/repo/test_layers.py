@@ -31,7 +31,7 @@ SERVER_CHAIN = (
 CLIENT_CHAIN = ("parsers", "gateway.protocol", "gateway.client", "gateway.chat")
 TOP = "gateway.cli"
 # Modules every part may import: they import nothing of the project's themselves.
-LEAVES = ("gateway", "gateway.api_error", "gateway.logs", "gateway.setting")
+LEAVES = ("gateway", "gateway.api_error", "gateway.local_token", "gateway.logs", "gateway.setting")
 # Entry points that only hand over to the package that does the work.
 ENTRY_POINTS = {"gateway.__main__": TOP, "gateway.demo_agent": "gateway.agent"}
 

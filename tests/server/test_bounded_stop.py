@@ -21,6 +21,7 @@ from gateway.storage.state_dir import RECORD
 from tests.client.test_acp_relay_sdks import prompt
 from tests.support.acp_editors import EditorError, python_editor, relay_argv, relay_env
 from tests.support.serve_process import attached, serve, stalled_master
+from tests.support.servers import user_headers
 from tests.support.waiting import eventually
 
 ENGINE_STOP_TIMEOUT_SEC = 10.0  # docker stop / podman stop, before SIGKILL
@@ -39,7 +40,10 @@ async def test_sigterm_with_a_master_that_reads_nothing_exits_in_bounded_time(tm
     (workspace / "big.txt").write_text("x" * 60_000 + "\n")
     state = tmp_path / "state"
     args = ("--workspace-root", str(workspace), "--state-dir", str(state))
-    async with serve(*args) as (proc, url), aiohttp.ClientSession() as http:
+    async with (
+        serve(*args) as (proc, url),
+        aiohttp.ClientSession(headers=user_headers(url)) as http,
+    ):
         resp = await http.post(f"{url}/v1/session", json={"agent": "demo"})
         assert resp.status == 201, await resp.text()
         session_id = (await resp.json())["session_id"]
@@ -95,12 +99,12 @@ async def test_sigterm_without_a_state_dir_closes_every_connection_and_says_so(t
     args = ("--workspace-root", str(workspace), "--log-format", "json")
     async with serve(*args) as (proc, url), aiohttp.ClientSession() as http:
         master = await attached(http, url, "demo")
-        acp = await http.ws_connect(url + "/acp")
+        acp = await http.ws_connect(url + "/acp", headers=user_headers(url))
         init = {"protocolVersion": 1, "clientCapabilities": {}}
         assert "result" in await rpc(acp, 1, "initialize", init)
         load = {"sessionId": master.session_id, "cwd": str(workspace)}
         assert "result" in await rpc(acp, 2, "session/load", load)
-        idle = await http.ws_connect(url + "/acp")
+        idle = await http.ws_connect(url + "/acp", headers=user_headers(url))
         argv = relay_argv(url, agent="demo")
         async with python_editor(argv, relay_env(), tmp_path) as ed:
             await ed.request("initialize", init)

@@ -22,7 +22,7 @@ from tests.support.gateway_peer import (
     make_config,
     start_gateway,
 )
-from tests.support.servers import serving
+from tests.support.servers import serving, user_headers
 from tests.support.waiting import eventually
 
 
@@ -52,7 +52,10 @@ async def closed_after(reader: asyncio.StreamReader) -> float:
 
 
 async def served(url: str) -> int:
-    async with aiohttp.ClientSession() as http, http.get(url + "/v1/sessions") as resp:
+    async with (
+        aiohttp.ClientSession(headers=user_headers(url)) as http,
+        http.get(url + "/v1/sessions") as resp,
+    ):
         return resp.status
 
 

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.agent.profiles import builtin_profiles
 from gateway.client import GatewayClient, MasterView
+from gateway.config import with_made_token
 from gateway.protocol import codec
 from gateway.protocol import frames as F
 from gateway.protocol.factory import FrameFactory
@@ -349,7 +350,7 @@ async def test_DPS_7_1_a_long_history_comes_in_parts_that_each_fit_max_frame_siz
             assert p["payload"]["last_message_id"] == p["payload"]["frames"][-1]["message_id"]
 
         url = str(client.make_url("/")).rstrip("/")
-        async with GatewayClient(url) as gateway:
+        async with GatewayClient(url, token=client.token) as gateway:
             conn = await gateway.attach(
                 sid, last_message_id=start["message_id"], max_msg_size=config.server.max_frame_size
             )
@@ -419,6 +420,7 @@ async def test_an_over_long_or_non_ascii_last_message_id_is_a_400(gw):
     reader, writer = await asyncio.open_connection("127.0.0.1", gw.server.port)
     writer.write(
         f"GET /v1/session/{session['session_id']}/ws HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+        + f"Authorization: Bearer {gw.token}\r\n".encode()
         + b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
         + b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
         + f"Sec-WebSocket-Protocol: {SUBPROTOCOL}\r\n".encode()
@@ -466,9 +468,10 @@ async def test_local_ui_from_another_machine_is_403(tmp_path):
     async def from_elsewhere(request: web.Request, handler):
         return await handler(request.clone(remote="192.0.2.7"))
 
-    app = create_app(demo_config(tmp_path))
+    config = with_made_token(demo_config(tmp_path))
+    app = create_app(config)
     app.middlewares.insert(0, from_elsewhere)
-    client = TestClient(TestServer(app))
+    client = TestClient(TestServer(app), headers={"Authorization": f"Bearer {config.token}"})
     await client.start_server()
     try:
         local = await create_session(client, origin="local")

@@ -61,7 +61,9 @@ async def test_a_malformed_request_line_or_header_is_a_json_400_bad_request(
 
 async def test_a_known_path_with_another_method_is_405_method_not_allowed(gw: TestClient):
     status, headers, body = await raw_exchange(
-        gw, b"DELETE /v1/agents HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        gw,
+        b"DELETE /v1/agents HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        + f"Authorization: Bearer {gw.token}\r\n\r\n".encode(),
     )
     assert status == 405
     assert headers["content-type"].startswith("application/json")

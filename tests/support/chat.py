@@ -49,3 +49,16 @@ async def shown(
         return out.getvalue().count(text) >= times
 
     await eventually(there, repr(text), timeout=20)
+
+
+def demo_ui_args(workspace_root: Any) -> Any:
+    """``rawp-gateway demo --ui --workspace-root DIR``'s arguments, parsed as the command does."""
+    import argparse
+
+    from gateway.chat import add_chat_arguments
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workspace-root")
+    parser.add_argument("--ui", action="store_true")
+    add_chat_arguments(parser, with_url=False)
+    return parser.parse_args(["--workspace-root", str(workspace_root), "--ui"])

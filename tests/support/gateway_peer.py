@@ -24,7 +24,9 @@ from gateway.config import (
     PolicySettings,
     ServerSettings,
     builtin_profiles,
+    with_made_token,
 )
+from gateway.local_token import forget_token, token_path, write_token
 from gateway.protocol.capabilities import ALL_FEATURES
 from gateway.server import create_app
 from gateway.server.refusals import JsonErrorRunner
@@ -75,10 +77,31 @@ def demo_config(root: Path, delay_ms: int = 1, **kw: Any) -> Config:
 
 
 async def start_gateway(config: Config, **app: Any) -> TestClient:
-    """The gateway serving ``config`` (``app``: more arguments of ``create_app``)."""
-    client = TestClient(GatewayTestServer(create_app(config, **app)))
+    """The gateway serving ``config`` (``app``: more arguments of ``create_app``). A config with
+    no credential gets a token made for it and kept in its port's file, as ``serve`` does, so a
+    client (``chat``, ``acp``, a test's own) finds it as the person's would; the test client sends
+    it on every request unless a test sends its own ``Authorization`` (``client.token`` is it)."""
+    made = with_made_token(config)
+    headers = {"Authorization": f"Bearer {made.token}"} if made is not config else {}
+    gateway = create_app(made, **app)
+    client = TestClient(GatewayTestServer(gateway), headers=headers)
+    client.token = made.token  # type: ignore[attr-defined]
+    kept = made is not config and made.token is not None
+    if kept:
+
+        async def forget(_: object) -> None:
+            forget_token(token_path(client.port), str(made.token))
+
+        gateway.on_cleanup.append(forget)
     await client.start_server()
+    if kept:
+        write_token(token_path(client.port), str(made.token))
     return client
+
+
+def token_header(client: TestClient) -> dict[str, str]:
+    """The ``Authorization`` header of the gateway's token, for a client of its own."""
+    return {"Authorization": f"Bearer {client.token}"}  # type: ignore[attr-defined]
 
 
 def base_url(client: TestClient) -> str:

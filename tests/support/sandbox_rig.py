@@ -188,3 +188,73 @@ async def deployment(**isolation: Any) -> AsyncIterator[Deployment]:
         shutil.rmtree(base, ignore_errors=True)
         if etc != base:
             shutil.rmtree(etc, ignore_errors=True)
+
+
+@dataclass
+class Tokenless:
+    """A sandboxed gateway started with no credential at all, and what its user finds of it."""
+
+    url: str
+    workspace: Path  # the hostile session's workspace
+    token_file: Path
+    headers: dict[str, str]
+
+
+@contextlib.asynccontextmanager
+async def tokenless(agents_toml: str, **isolation: Any) -> AsyncIterator[Tokenless]:
+    """``serve`` as an unprivileged account with ``[isolation] mode = "sandbox"`` (``isolation``
+    over its keys) and no token: it makes its own and keeps it under the account's state home,
+    which its ``listening`` log line names; the person reads it there, as its user does."""
+    uid = NOBODY if os.geteuid() == 0 else os.geteuid()
+    base = Path(tempfile.mkdtemp(prefix="rawp-tokenless-"))
+    base.chmod(0o755)
+    try:
+        for d in ("work/hostile", "state-home"):
+            (base / d).mkdir(parents=True, exist_ok=True)
+            _own(base / d, uid)
+        _own(base / "work", uid)
+        python, python_env, shown = python_for(uid)
+        settings = {"mode": "sandbox", "bind_ro": sorted(set(shown)), **isolation}
+        text = (
+            f'[server]\nworkspace_root = "{base}/work"\n[isolation]\n'
+            + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
+            + agents_toml
+        )
+        config = _write(base / "config.toml", text, uid)
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAWP_GATEWAY_", "XDG_"))}
+        proc = subprocess.Popen(
+            [
+                *python,
+                "-m",
+                "gateway",
+                "serve",
+                "--config",
+                str(config),
+                "--port",
+                str(port),
+                "--log-format",
+                "json",
+            ],
+            stderr=subprocess.PIPE,
+            cwd=base,
+            env={**env, **python_env, "HOME": str(base), "XDG_STATE_HOME": f"{base}/state-home"},
+            **({"user": uid, "group": uid, "extra_groups": []} if os.geteuid() == 0 else {}),
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            await wait_http(url, proc)
+            token_file = base / "state-home" / "rawp-gateway" / f"token-{port}"
+            token = token_file.read_text().strip()
+            headers = {"Authorization": f"Bearer {token}"}
+            yield Tokenless(url, base / "work" / "hostile", token_file, headers)
+        finally:
+            stop(proc, 15)
+            assert proc.stderr is not None
+            logged = [json.loads(line) for line in proc.stderr.read().splitlines()
+                      if line.startswith(b"{")]  # fmt: skip
+            assert [r.get("token_file") for r in logged if r["msg"] == "listening"] == [
+                str(token_file)
+            ]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

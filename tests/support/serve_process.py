@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 
 from tests.support.gateway_peer import SUBPROTOCOL, Master, envelope
-from tests.support.servers import CLI, free_port, wait_http
+from tests.support.servers import CLI, free_port, user_headers, wait_http
 
 
 @contextlib.asynccontextmanager
@@ -72,10 +72,11 @@ def reload_refused(proc: subprocess.Popen, what: str) -> str:
 
 async def attached(http: aiohttp.ClientSession, url: str, agent: str) -> Master:
     """A new session of ``agent`` on the gateway at ``url`` and a master attached to it."""
-    async with http.post(url + "/v1/session", json={"agent": agent}) as resp:
+    headers = {} if "Authorization" in http.headers else user_headers(url)
+    async with http.post(url + "/v1/session", json={"agent": agent}, headers=headers) as resp:
         assert resp.status == 201, await resp.text()
         session = await resp.json()
-    ws = await http.ws_connect(url + session["ws_path"], protocols=(SUBPROTOCOL,))
+    ws = await http.ws_connect(url + session["ws_path"], protocols=(SUBPROTOCOL,), headers=headers)
     return Master(ws, session["session_id"])
 
 
@@ -94,7 +95,7 @@ def stalled_master(
             f"GET /v1/session/{session_id}/ws HTTP/1.1\r\nHost: {host}:{port}\r\n"
             "Upgrade: websocket\r\nConnection: Upgrade\r\n"
             f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-            + "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+            + "".join(f"{k}: {v}\r\n" for k, v in (headers or user_headers(url)).items())
             + f"Sec-WebSocket-Protocol: {SUBPROTOCOL}\r\n\r\n"
         ).encode()
     )

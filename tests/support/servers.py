@@ -16,6 +16,8 @@ from pathlib import Path
 
 import aiohttp
 
+from gateway.local_token import local_token
+
 CLI = [sys.executable, "-m", "gateway"]
 
 
@@ -91,6 +93,13 @@ async def wait_http(
         if proc.stderr is not None:
             where = "\n" + proc.stderr.read().decode(errors="replace")[-6000:]
     raise TimeoutError(f"gateway did not start within {timeout} s at {url}: last try {seen}{where}")
+
+
+def user_headers(url: str) -> dict[str, str]:
+    """What the user's own client sends to a gateway at ``url`` started without a token: the token
+    it made, found as ``chat`` and ``acp`` find it (gateway/local_token.py); none for another."""
+    token = local_token(url)
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def stop(proc: subprocess.Popen, grace: float) -> None:

@@ -17,11 +17,18 @@ import pytest
 
 from gateway.config import ConfigError, load_config
 from gateway.config.auth import AuthSettings, OidcSettings
-from gateway.server import AUDIT, AUTH, CONFIG, SESSIONS, reload_users
+from gateway.server import AUDIT, AUTH, CONFIG, SESSIONS, create_app, reload_users
 from gateway.team import auth, roles
 from gateway.team.audit import AuditLog
 from tests.support.auth import bearer, users_config, users_toml
-from tests.support.gateway_peer import Master, fast_demo, make_config, start_gateway
+from tests.support.gateway_peer import (
+    GatewayTestServer,
+    Master,
+    base_url,
+    fast_demo,
+    make_config,
+    start_gateway,
+)
 from tests.support.oidc_issuer import AUDIENCE, Issuer, Key, hs256_with_public_key, unsigned_token
 from tests.support.serve_process import reload_refused, serve, sighup_until
 from tests.support.servers import CLI
@@ -469,14 +476,39 @@ async def test_who_answered_a_permission_is_relayed_and_audited(gw, tmp_path):
                <= set(r) for r in records)  # fmt: skip
 
 
-async def test_no_credentials_configured_means_local_admin(tmp_path):
-    client = await start_gateway(make_config(tmp_path, agents={"demo": fast_demo()}))
+async def test_no_credential_configured_is_no_local_admin(tmp_path):
+    """There is always a credential: with none configured the gateway refuses every request
+    without the token it made for itself (the one its user's client finds), loopback included;
+    with it, the holder is admin."""
+    config = make_config(tmp_path, agents={"demo": fast_demo()})
+    client = await start_gateway(config)
     try:
-        assert await (await client.get("/v1/whoami")).json() == {"user": "local", "role": "admin"}
+        async with aiohttp.ClientSession() as anonymous:
+            for method, path in (
+                ("GET", "/v1/whoami"),
+                ("GET", "/v1/sessions"),
+                ("POST", "/v1/session"),
+            ):
+                async with anonymous.request(
+                    method, base_url(client) + path, json={"agent": "demo"}
+                ) as resp:
+                    assert resp.status == 401, path
+        assert await (await client.get("/v1/whoami")).json() == {"user": "admin", "role": "admin"}
         resp = await client.post("/v1/session", json={"agent": "demo"})
-        assert (await resp.json())["owner"] == "local"
+        assert (await resp.json())["owner"] == "admin"
     finally:
         await client.close()
+
+
+async def test_an_app_with_no_credential_at_all_refuses_everyone(tmp_path):
+    """Built with no credential (no token made for it either), the gateway has no one to let in:
+    never a ``local`` admin for being on the same machine."""
+    from aiohttp.test_utils import TestClient
+
+    app = create_app(make_config(tmp_path, agents={"demo": fast_demo()}))
+    async with TestClient(GatewayTestServer(app)) as client:
+        assert (await client.get("/v1/whoami")).status == 401
+        assert (await client.get("/healthz")).status == 200
 
 
 # --- the audit log itself ---------------------------------------------------------------------

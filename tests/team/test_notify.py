@@ -81,7 +81,7 @@ async def test_signed_json_bodies_for_a_permission_a_turn_and_the_end(tmp_path, 
         assert headers["Content-Type"] == "application/json"
         body = json.loads(raw)
         assert body["session_id"] == sid and body["session_name"] == "docs"
-        assert body["agent"] == "demo" and body["owner"] == "local"
+        assert body["agent"] == "demo" and body["owner"] == "admin"
         assert body["console_url"] == f"https://gw.example/pods/a/ui#session={sid}"
         p = body["permission"]
         assert p["interaction_id"] == ask["payload"]["interaction_id"]

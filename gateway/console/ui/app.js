@@ -33,6 +33,23 @@ const FEATURES = {
 
 const $ = (id) => document.getElementById(id);
 
+// The URL a gateway prints when it made its own token (`serve` on a terminal, `demo`) carries it
+// in the fragment, which never reaches a server: `/ui#token=...` or `/ui#session=<id>&token=...`.
+// It is kept as a typed token is (this tab's sessionStorage) and taken out of the address at once,
+// so it stays out of the history, bookmarks and any link copied from the bar. True when one came.
+function takeTokenFromAddress() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  const token = params.get("token");
+  if (!token) return false;
+  sessionStorage.setItem(TOKEN_KEY, token.trim());
+  params.delete("token");
+  const rest = params.toString();
+  history.replaceState(null, "", location.pathname + location.search + (rest ? `#${rest}` : ""));
+  return true;
+}
+
+takeTokenFromAddress();
+
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY),
   sessions: [],
@@ -850,6 +867,7 @@ function wire() {
   window.addEventListener("pagehide", leavePage);
   // A URL naming another session (`rawp-gateway demo` prints one) opens it in this tab too.
   window.addEventListener("hashchange", () => {
+    if (takeTokenFromAddress()) state.token = sessionStorage.getItem(TOKEN_KEY);
     const match = SESSION_HASH.exec(location.hash);
     if (match) attachTo(match[1]).catch(showError);
   });
