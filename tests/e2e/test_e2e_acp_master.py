@@ -16,6 +16,7 @@ from tests.e2e.test_e2e_claude import SCENARIOS
 from tests.server.test_acp_master_sdk import Recorder
 from tests.support import realcli
 from tests.support.gateway_peer import Master, base_url
+from tests.support.servers import user_headers
 
 pytestmark = pytest.mark.realcli
 
@@ -36,7 +37,8 @@ async def test_an_editor_drives_real_claude_code_a_phone_started():
 
         url = base_url(rig.gw).replace("http", "ws", 1) + "/acp"
         editor = Recorder(choose="allow")
-        conn = connect_to_agent(editor, await create_websocket_stream(url))
+        headers = user_headers(base_url(rig.gw))  # the gateway's own token, as a client finds it
+        conn = connect_to_agent(editor, await create_websocket_stream(url, headers=headers))
         try:
             await conn.initialize(
                 protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities()

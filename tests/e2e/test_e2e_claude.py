@@ -538,8 +538,8 @@ async def test_DPS_2_4_two_masters_fan_out_relay_no_echo():
             await m.until("session.turn.end", timeout=30)
             await end_of_turn(m)
         relayed = of(b.frames, "control.prompt.request")
-        # The very frame, with the sender named (no credentials configured: user "local").
-        named = {**sent, "metadata": {**sent.get("metadata", {}), "rawp_user": "local"}}
+        # The very frame, with the sender named (the gateway's own token: user "admin").
+        named = {**sent, "metadata": {**sent.get("metadata", {}), "rawp_user": "admin"}}
         assert len(relayed) == 1 and relayed[0] == named
         assert "control.prompt.request" not in a.types()
 

@@ -26,7 +26,7 @@ from tests.support.procs import session_processes
 from tests.support.rig.anthropic import last_user_text
 from tests.support.rig.env import require_cli
 from tests.support.rig.run import CliSetup, scripted_cli
-from tests.support.servers import free_port, wait_http
+from tests.support.servers import free_port, user_headers, wait_http
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.realcli
@@ -98,7 +98,10 @@ async def restartable() -> AsyncIterator[Gateway]:
 async def attach(http: aiohttp.ClientSession, gw: Gateway, sid: str, last: str | None = None):
     params = {"last_message_id": last} if last else {}
     ws = await http.ws_connect(
-        f"{gw.url}/v1/session/{sid}/ws", protocols=(SUBPROTOCOL,), params=params
+        f"{gw.url}/v1/session/{sid}/ws",
+        protocols=(SUBPROTOCOL,),
+        params=params,
+        headers=user_headers(gw.url),  # read again: a restarted serve made a new token
     )
     return Master(ws, sid)
 
@@ -113,7 +116,9 @@ def conversation(body: dict[str, Any]) -> str:
 
 
 async def first_turn(http: aiohttp.ClientSession, gw: Gateway) -> tuple[str, Master]:
-    async with http.post(f"{gw.url}/v1/session", json={"agent": "claude-code"}) as resp:
+    async with http.post(
+        f"{gw.url}/v1/session", json={"agent": "claude-code"}, headers=user_headers(gw.url)
+    ) as resp:
         assert resp.status == 201, await resp.text()
         sid = (await resp.json())["session_id"]
     master = await attach(http, gw, sid)
@@ -127,9 +132,11 @@ async def test_graceful_restart_with_the_real_cli_is_lossless_and_the_cli_resume
     prompt is answered by a CLI spawned with --resume, whose request carries the first turn."""
     async with restartable() as gw, aiohttp.ClientSession() as http:
         sid, master = await first_turn(http, gw)
-        agent_session = (await (await http.get(f"{gw.url}/v1/session/{sid}")).json())[
-            "agent_session_id"
-        ]
+        agent_session = (
+            await (
+                await http.get(f"{gw.url}/v1/session/{sid}", headers=user_headers(gw.url))
+            ).json()
+        )["agent_session_id"]
         stopping = asyncio.to_thread(gw.stop, signal.SIGTERM)
         _, status = await asyncio.gather(master.drain_until_closed(timeout=30), stopping)
         assert master.end is not None and master.end.data == 1012, master.end
@@ -137,7 +144,9 @@ async def test_graceful_restart_with_the_real_cli_is_lossless_and_the_cli_resume
         last = master.frames[-1]["message_id"]
 
         await gw.start()
-        listed = (await (await http.get(f"{gw.url}/v1/sessions")).json())["sessions"]
+        listed = (
+            await (await http.get(f"{gw.url}/v1/sessions", headers=user_headers(gw.url))).json()
+        )["sessions"]
         assert [(s["session_id"], s["state"]) for s in listed] == [(sid, "DETACHED")]
         assert listed[0]["agent_session_id"] == agent_session
         again = await attach(http, gw, sid, last)

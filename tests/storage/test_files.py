@@ -685,8 +685,10 @@ async def upload_begun(gw, name: str, sent: int):
     sid = (await create_session(gw))["session_id"]
     store = gw.server.app[SESSIONS][sid].files
     reader, writer = await asyncio.open_connection(gw.host, gw.port)
+    auth = gw.session.headers["Authorization"]  # the gateway's own, as every client of it sends
     writer.write(
         f"PUT /v1/session/{sid}/files?name={name} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: {auth}\r\n"
         "Content-Type: text/plain\r\nContent-Length: 4000\r\n\r\n".encode()
         + b"x" * sent
     )

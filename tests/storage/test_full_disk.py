@@ -27,6 +27,7 @@ from tests.support.gateway_peer import (
     start_gateway,
 )
 from tests.support.serve_process import serve
+from tests.support.servers import user_headers
 from tests.support.tmpfs import fill, small_tmpfs
 from tests.support.waiting import eventually
 
@@ -283,7 +284,7 @@ async def test_serve_on_a_disk_one_session_fills_loses_nothing_acknowledged(tmp_
         env = {**os.environ, "RAWP_DEMO_DELAY_MS": "1"}
         run = ("--config", str(toml), "--log-format", "json")
         async with serve(*run, stdin=subprocess.DEVNULL, env=env) as (proc, url):
-            async with aiohttp.ClientSession(base_url=url) as http:
+            async with aiohttp.ClientSession(base_url=url, headers=user_headers(url)) as http:
                 other = await _attached(http, "other")
                 await prompt_and_wait(other, "hello first")
                 seen_before = other.frames[-1]["message_id"]
@@ -312,7 +313,7 @@ async def test_serve_on_a_disk_one_session_fills_loses_nothing_acknowledged(tmp_
             whole_lines(state / "sessions" / sid / FRAMES)  # nothing torn on disk
         async with (
             serve(*run, stdin=subprocess.DEVNULL, env=env) as (proc, url),
-            aiohttp.ClientSession(base_url=url) as http,
+            aiohttp.ClientSession(base_url=url, headers=user_headers(url)) as http,
         ):
             raw = await _reattach_raw(http, other.session_id, last_message_id=seen_before)
             history = json.loads(raw)["payload"]  # whole JSON

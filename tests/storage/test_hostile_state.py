@@ -22,6 +22,7 @@ from gateway.server import SESSIONS
 from gateway.storage.state_dir import FRAMES, RECORD, StateDir
 from tests.support.gateway_peer import create_session, fast_demo, make_config, start_gateway
 from tests.support.serve_process import serve
+from tests.support.servers import user_headers
 
 
 def config(root: Path, state: Path, **kw):
@@ -271,7 +272,7 @@ async def test_a_fifo_in_the_state_directory_neither_hangs_the_start_nor_sigterm
     toml = tmp_path / "gateway.toml"
     toml.write_text(f'[server]\nworkspace_root = "{root}"\nstate_dir = "{state}"\n')
     async with serve("--config", str(toml), stdin=subprocess.DEVNULL) as (proc, url):
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(headers=user_headers(url)) as http:
             async with http.get(url + "/v1/sessions") as resp:
                 assert (await resp.json())["sessions"] == []
             async with http.get(url + "/metrics") as resp:
