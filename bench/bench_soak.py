@@ -30,8 +30,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import secrets
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
