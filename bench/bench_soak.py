@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -54,12 +55,13 @@ LINES_AGENT = (
 )
 
 
-def config_text(workspace: Path) -> str:
+def config_text(workspace: Path, token_file: Path) -> str:
     lines_cmd = json.dumps([sys.executable, "-c", LINES_AGENT, "{prompt}"])
     demo_cmd = json.dumps([sys.executable, "-m", "gateway.demo_agent"])
     return f"""
 [server]
 workspace_root = {json.dumps(str(workspace))}
+token_file = {json.dumps(str(token_file))}
 
 [agents.soak_lines]
 parser = "plain"
@@ -269,13 +271,20 @@ async def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Path(tmp) / "ws"
         workspace.mkdir()
+        # There is always a credential: the bench chooses the token (as for a fleet) rather
+        # than look for the one serve would make, whose file is named by a port it picks.
+        token = secrets.token_urlsafe(32)
+        token_file = Path(tmp) / "token"
+        token_file.write_text(token + "\n")
+        token_file.chmod(0o600)
         config = Path(tmp) / "soak.toml"
-        config.write_text(config_text(workspace))
+        config.write_text(config_text(workspace, token_file))
         server, port = start_server(config, workspace)
         sampler = RssSampler(server.pid)
         sampler.start()
         try:
-            async with aiohttp.ClientSession() as http:
+            auth = {"Authorization": f"Bearer {token}"}
+            async with aiohttp.ClientSession(headers=auth) as http:
                 soak = Soak(http, f"http://127.0.0.1:{port}", sampler)
                 soak.cycle_lines = args.cycle_lines
                 print(f"started          RSS {sampler.rss() / 2**20:7.1f} MiB", flush=True)

@@ -6,7 +6,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
+import os
 import sys
+from collections.abc import Callable
 
 
 def add_acp_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,9 +35,15 @@ def acp_command(args: argparse.Namespace) -> int:
     URL or the token file is unusable (said on stderr: stdout belongs to the protocol)."""
     from gateway.client import read_token
     from gateway.client.acp_link import acp_url, run_relay
+    from gateway.local_token import local_token
 
+    token: str | Callable[[], str | None] | None
     try:
         token = read_token(args.token_file, args.url)
+        if not args.token_file and not os.environ.get("RAWP_GATEWAY_TOKEN"):
+            # Found in the port's file (or not yet there): read again before every connect, so
+            # the relay follows a gateway started again on the port with a new made token.
+            token = functools.partial(local_token, args.url)
         acp_url(args.url, args.agent)
     except (OSError, ValueError) as err:
         print(f"rawp-gateway acp: {err}", file=sys.stderr)

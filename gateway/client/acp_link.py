@@ -7,7 +7,8 @@ only reads, writes, connects and waits, in the order the relay's actions say.
 * stdout is written through an asyncio pipe and drained after each line, so an editor that stops
   reading slows the socket down instead of filling memory.
 * The socket is opened with ``Authorization: Bearer`` when there is a token, never with the token
-  in the URL; after a failed attempt the next waits 0.25 s, doubling up to 10 s, with one stderr
+  in the URL; a token found in the port's file is read again for every connect (a gateway started
+  again made a new one); after a failed attempt the next waits 0.25 s, doubling up to 10 s, with one stderr
   line each time; after a drop the first attempt is immediate.
 * One socket per link: the one at ``--url``, and one at ``<url>/pods/<pod>/acp`` for each pod of a
   fleet the relay's sessions live on (``Connect``), each with its own reconnect loop.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO, Final, TextIO
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -69,7 +71,7 @@ class _Shell:
         self,
         url: str,
         agent: str | None,
-        token: str | None,
+        token: str | Callable[[], str | None] | None,
         relay: Relay,
         stdout: asyncio.StreamWriter | _FileOut,
         stderr: TextIO,
@@ -77,7 +79,7 @@ class _Shell:
     ) -> None:
         self.url = url
         self.agent = agent
-        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.token = token
         self.relay = relay
         self.stdout = stdout
         self.stderr = stderr
@@ -85,6 +87,12 @@ class _Shell:
         self.ws: dict[str, aiohttp.ClientWebSocketResponse] = {}  # link -> its open socket
         self.tasks: dict[str, asyncio.Task[None]] = {}  # link -> its connect loop
         self.http: aiohttp.ClientSession | None = None
+
+    def headers(self) -> dict[str, str]:
+        """Read for every connect: a token found in the port's file is read again, since a
+        gateway started again on the port made a new one and the old one is 401 for ever."""
+        token = self.token() if callable(self.token) else self.token
+        return {"Authorization": f"Bearer {token}"} if token else {}
 
     async def perform(self, actions: list[Action]) -> None:
         for action in actions:
@@ -147,7 +155,7 @@ class _Shell:
             try:
                 ws = await http.ws_connect(
                     url,
-                    headers=self.headers,
+                    headers=self.headers(),
                     heartbeat=HEARTBEAT_SEC,
                     max_msg_size=DEFAULT_MAX_MESSAGE,
                     timeout=aiohttp.ClientWSTimeout(ws_close=5.0),
@@ -214,13 +222,14 @@ async def _stdio(limit: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter
 async def run_relay(
     url: str,
     *,
-    token: str | None = None,
+    token: str | Callable[[], str | None] | None = None,
     agent: str | None = None,
     limits: RelayLimits | None = None,
     backoff: Backoff | None = None,
     stderr: TextIO | None = None,
 ) -> int:
-    """Relay this process's stdin and stdout to the gateway at ``url`` until stdin ends."""
+    """Relay this process's stdin and stdout to the gateway at ``url`` until stdin ends.
+    ``token``: the token, or a function giving it, called before every connect."""
     relay = Relay(limits)
     acp_url(url, agent)  # a URL it cannot use fails here, before anything is read
     stdin, stdout = await _stdio(relay.limits.max_line_bytes + 1)

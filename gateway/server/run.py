@@ -76,6 +76,13 @@ async def run(config: Config, *, ready: Callable[[int], None] | None = None) -> 
     SIGUSR1/SIGUSR2 begin/end a drain."""
     check_bind(config)
     made_dir: Path | None = None
+    if config.fleet.peers and not config.authenticated:
+        # Each pod would make a token of its own, and a master's token (which a pod passes on
+        # to its peers) would be refused by every other pod: a fleet shares a configured one.
+        raise StartError(
+            "[fleet] peers needs a configured credential shared by every pod (token_file, "
+            "RAWP_GATEWAY_TOKEN or [auth] users_file): each would otherwise make its own"
+        )
     if not config.authenticated:
         made_dir = local_token.token_dir()
         try:  # before any agent runs: the sandbox masks it, so it must be there

@@ -36,7 +36,7 @@ from tests.support.gateway_peer import (
     start_gateway,
 )
 from tests.support.procs import session_processes
-from tests.support.servers import free_port, wait_http
+from tests.support.servers import CLI, free_port, wait_http
 from tests.support.waiting import eventually
 
 TOKEN = "fleet-token"
@@ -316,6 +316,24 @@ async def serve(tmp_path: Path, toml: str) -> AsyncIterator[tuple[subprocess.Pop
     async with serve_process.serve(*args, stdin=subprocess.DEVNULL, env=env) as (proc, url):
         await wait_http(url, proc, START_TIMEOUT_SEC)
         yield proc, url
+
+
+def test_serve_with_peers_and_no_configured_credential_refuses_to_start(tmp_path):
+    """Each pod would make a token of its own, which no other pod accepts: ``serve`` says so in
+    one line and exits 2 before it listens (docs/fleet.md, "Settings")."""
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        f"[server]\nworkspace_root = {json.dumps(str(tmp_path))}\n"
+        '[fleet]\npeers = ["http://127.0.0.1:1"]\n'
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAWP_GATEWAY_TOKEN"}
+    argv = [*CLI, "serve", "--config", str(config), "--port", str(free_port())]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "rawp-gateway: [fleet] peers needs a configured credential shared by every pod "
+        "(token_file, RAWP_GATEWAY_TOKEN or [auth] users_file): each would otherwise make its own"
+    ]
 
 
 async def test_readyz_is_503_from_sigterm_while_the_sessions_are_suspended(tmp_path):
