@@ -119,7 +119,12 @@ async def test_sigterm_without_a_state_dir_closes_every_connection_and_says_so(t
             assert await asyncio.wait_for(closes, 5) == [1000, 1001, 1001]
             # The running turn ended with its session (DPS: session.turn.end error), and why.
             with pytest.raises(EditorError) as ended:
-                await asyncio.wait_for(turn, 30)
+                # What came instead of the error, if anything did, is the failure's message (once
+                # seen under a loaded suite, not yet explained).
+                got = await asyncio.wait_for(turn, 30)
+                pytest.fail(
+                    f"the running turn's prompt was answered {got!r}; stderr: {ed.stderr()}"
+                )
             assert ended.value.data["error_code"] == "TURN_FAILED"
             assert ended.value.data["agentError"] == {
                 "error_code": "GATEWAY_STOPPED",
