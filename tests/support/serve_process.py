@@ -8,9 +8,11 @@ import base64
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -48,24 +50,37 @@ async def sighup_until(proc: subprocess.Popen, done: Callable[[], Awaitable[bool
             await asyncio.sleep(0.05)
 
 
-def stopped_logs(proc: subprocess.Popen, about: str) -> list[str]:
-    """Stop a ``serve --log-format json`` process (SIGTERM, exit 0) and read its log: the
-    messages that mention ``about``, in order."""
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=20) == 0
+def logged_until(proc: subprocess.Popen, about: str, last: str, timeout_sec: float = 20) -> list[str]:
+    """Read the log of a ``serve --log-format json`` process as it writes it, until a message that
+    starts with ``last``: the messages that mention ``about``, in order. Read before the process is
+    stopped, so a stop cannot overtake what the test waits for (a signal sent just before SIGTERM
+    may be handled after it)."""
     assert proc.stderr is not None
-    lines = proc.stderr.read().splitlines()
-    logs = [json.loads(line) for line in lines if line.startswith(b"{")]
-    return [r["msg"] for r in logs if about in r["msg"]]
+    fd, pending, found = proc.stderr.fileno(), b"", []
+    deadline = time.monotonic() + timeout_sec
+    while not (found and found[-1].startswith(last)):
+        left = deadline - time.monotonic()
+        assert left > 0, f"no log message starting {last!r}; seen {found}"
+        if not select.select([fd], [], [], left)[0]:
+            continue
+        chunk = os.read(fd, 65536)
+        assert chunk, f"the gateway ended before {last!r}; seen {found}"
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            if line.startswith(b"{") and about in (msg := json.loads(line)["msg"]):
+                found.append(msg)
+    return found
 
 
 def reload_refused(proc: subprocess.Popen, what: str) -> str:
-    """SIGHUP after one good reload, with a file that cannot be used, then stop the gateway: its
-    log says ``what`` (``users file``, ``policy rules``) was reloaded once, then not, keeping the
-    one before; the second message, which says why."""
+    """SIGHUP after one good reload, with a file that cannot be used: the gateway's log says
+    ``what`` (``users file``, ``policy rules``) was reloaded once, then not, keeping the one
+    before; the second message, which says why. The gateway is then stopped (SIGTERM, exit 0)."""
     proc.send_signal(signal.SIGHUP)
-    reloads = stopped_logs(proc, what)
-    assert reloads[0] == f"{what} reloaded"
+    reloads = logged_until(proc, what, f"{what} not reloaded")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    assert reloads == [f"{what} reloaded", reloads[1]]
     assert reloads[1].startswith(f"{what} not reloaded, the 1 ")
     return reloads[1]
 
