@@ -19,6 +19,7 @@ A leaf: both the server (which writes) and the clients (which read) import it.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import secrets
@@ -88,11 +89,17 @@ def write_token(path: Path, token: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, token.encode() + b"\n")
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            os.fchmod(fd, 0o600)
+            data = token.encode() + b"\n"
+            if os.write(fd, data) != len(data):  # a full disk: never a half token in the file
+                raise OSError(errno.ENOSPC, "the token was written short")
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # no stray copy of a secret left beside the file
+        raise
 
 
 def forget_token(path: Path, token: str) -> None:

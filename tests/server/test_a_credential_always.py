@@ -8,6 +8,7 @@ and answer the question, to list, read, create and delete sessions, and gets 401
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -17,10 +18,11 @@ import sys
 import aiohttp
 import pytest
 
-from gateway.local_token import token_path
+from gateway.local_token import new_token, token_path, write_token
 from tests.support.self_master import SCRIPT, play, profile_toml, refused_every_time
 from tests.support.serve_process import serve
 from tests.support.servers import CLI, user_headers
+from tests.support.tmpfs import PAGE, fill, small_tmpfs
 from tests.support.waiting import eventually
 
 
@@ -143,3 +145,18 @@ async def test_an_agent_under_demo_is_no_master_of_its_gateway(tmp_path):
     shown = first + out
     assert "by local" not in shown, shown
     assert "browser console: " in shown and "&token=" in shown, shown
+
+
+def test_a_token_that_a_full_disk_cuts_short_is_never_left_half_written(tmp_path):
+    """The made token's file on a full file system: the write fails with ENOSPC, the file a
+    client reads still holds the token before (never half of the new one), and no stray copy of
+    the secret is left beside it."""
+    with small_tmpfs(tmp_path / "small", 64 * PAGE) as small:
+        path = small / "rawp-gateway" / "token-8765"
+        write_token(path, "before")
+        fill(small / "ballast")
+        with pytest.raises(OSError) as err:
+            write_token(path, new_token())
+        assert err.value.errno == errno.ENOSPC
+        assert path.read_text() == "before\n"
+        assert sorted(p.name for p in path.parent.iterdir()) == ["token-8765"]
