@@ -83,7 +83,11 @@ async def test_a_turn_with_a_permission_then_a_cancel(gw, tmp_path, transport):
         else:
             # One WebSocket connection, none over HTTP.
             assert len(gw.app[ACP_OPEN]) == 1 and not gw.app[ACP_HTTP]
-        await a_turn_with_a_permission_then_a_cancel(ed, tmp_path)
+        sid = await a_turn_with_a_permission_then_a_cancel(ed, tmp_path)
+        if transport == "http":
+            # The SDK opened the session's own stream, and what it got of the session came on it
+            # (test_acp_http_streams.py shows which stream carries what).
+            assert list(conns[0].writer.session_streams) == [sid]
         await eventually(
             lambda: (
                 {("prompt", "alice"), ("permission", "alice")}
