@@ -43,9 +43,7 @@ async def a_turn_with_a_permission(acp: RawHttpAcp, sid: str, text: str) -> dict
     return await acp.answer_to("turn")
 
 
-async def test_a_sessions_messages_go_on_its_stream_and_the_rest_on_the_connections(
-    gw, tmp_path
-):
+async def test_a_sessions_messages_go_on_its_stream_and_the_rest_on_the_connections(gw, tmp_path):
     acp = await RawHttpAcp.open(gw)
     new = await acp.call("session/new", {"cwd": str(tmp_path)})
     sid = new["result"]["sessionId"]
