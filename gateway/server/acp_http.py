@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import uuid
 from collections import deque
 from typing import Final
@@ -59,6 +60,8 @@ SESSION_HEADER: Final = "Acp-Session-Id"
 IDLE_SEC: Final = 60.0  # an HTTP connection with no connection stream is closed after this
 KEEPALIVE_SEC: Final = 15.0  # a comment on every idle stream, so proxies keep it open
 MAX_SESSION_HEADER: Final = 256  # the length of an Acp-Session-Id (session ids are UUIDs)
+POD_COOKIE: Final = "rawp_acp_pod"  # the gateway a connection lives on, for the fleet's router
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # as the router takes one
 
 
 class HttpConnection:
@@ -328,11 +331,18 @@ async def _initialize(request: web.Request) -> web.StreamResponse:
     conn = HttpConnection(app, writer, handler, ticket)
     app[ACP_HTTP][conn_id] = conn
     open_clients.add(client)
-    return web.Response(
+    response = web.Response(
         body=answer,
         content_type="application/json",
         headers={CONNECTION_HEADER: conn_id},
     )
+    server = app[CONFIG].server
+    if server.route_prefix and _DNS_LABEL.fullmatch(server.pod_name):
+        # The connection lives here: a router that has sent this initialize to any gateway of
+        # the fleet sends the connection's later requests after this cookie (the RFD has clients
+        # keep cookies for this), deploy/k8s/router/default.conf.template.
+        response.set_cookie(POD_COOKIE, server.pod_name, path="/acp", httponly=True)
+    return response
 
 
 def _refusal(answer: bytes | None) -> str:

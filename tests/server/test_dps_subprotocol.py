@@ -1,5 +1,5 @@
 """Every way a DPS master opens a WebSocket meets the subprotocol it asks for, ``rawp-dps-1.0``
-(control-plane.md, "WebSocket": the gateway selects it), so aiohttp never logs "Client
+(docs/http-api.md: the gateway selects it), so aiohttp never logs "Client
 protocols ['rawp-dps-1.0'] don't overlap server-known ones": the session's WebSocket (a bare
 master, and the client library ``rawp-gateway chat`` is made of), and ``/acp``, which speaks ACP
 with no subprotocol, refuses such an upgrade with a clear error instead of taking a DPS master as

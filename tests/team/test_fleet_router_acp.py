@@ -235,3 +235,28 @@ async def test_the_ts_sdk_over_streamable_http_through_the_router(fleet, tmp_pat
             {"sessionId": s["sessionId"], "pod": s["_meta"]["rawp"]["pod"]}
             for s in listed["sessions"]
         ]
+
+
+async def test_the_ts_sdk_over_streamable_http_at_the_routers_acp_stays_on_its_gateway(
+    fleet, tmp_path
+):
+    """The router's ``/acp`` sends a Streamable HTTP ``initialize`` to any ready gateway, which
+    names itself in a cookie; the SDK keeps it (as the RFD asks of clients) and the router sends
+    every later request of the connection to that gateway: a turn with a permission and a cancel,
+    and the load of a session another pod holds (relayed), all on one connection."""
+    if why := node_ready():
+        pytest.fail(why)
+    sessions = await sessions_on_every_pod(fleet)
+    env = {**os.environ, "ACP_HEADERS": json.dumps(bearer(TOKENS["alice"]))}
+    async with ts_editor(["--http", f"{fleet.router.url}/acp?agent=demo"], env, tmp_path) as ed:
+        init = await ed.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        front = init["_meta"]["rawp"]["pod"]
+        async with asyncio.timeout(ACP_TURN):
+            sid = await a_turn_with_a_permission_then_a_cancel(ed, fleet.workspace)
+            other = next(pod for pod in sessions if pod != front)
+            load = {"sessionId": sessions[other], "cwd": str(fleet.workspace)}
+            await ed.request("session/load", load)
+            assert f"hello {other}" in ed.text(sessions[other], "user_message_chunk")
+        listed = await ed.request("session/list", {})
+        pods = {s["sessionId"]: s["_meta"]["rawp"]["pod"] for s in listed["sessions"]}
+        assert pods[sid] == front
