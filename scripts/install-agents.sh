@@ -19,10 +19,13 @@ agents=(
 )
 
 # Libraries the tests' own Node scripts import (no binary): the official ACP TypeScript SDK drives
-# `rawp-gateway acp` as an editor would (tests/support/acp_ts_client.mjs).
+# `rawp-gateway acp` as an editor would, and `/acp` itself (tests/support/acp_ts_client.mjs). Its
+# WebSocket client takes a WebSocket constructor, and Node 20 has no global one: `ws` (the one the
+# SDK's own tests use) is given to it.
 # name  npm package  version
 libraries=(
   "acp-sdk @agentclientprotocol/sdk 2.4.0"
+  "ws ws 8.23.1"
 )
 
 command -v npm >/dev/null || { echo "install-agents: npm is required (Node.js >= 20)" >&2; exit 1; }

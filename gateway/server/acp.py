@@ -43,7 +43,16 @@ from gateway.protocol.acp_master import (
     result_response,
 )
 from gateway.server.acp_peer import PeerSockets
-from gateway.server.keys import CONFIG, GUARD, HEARTBEAT, SESSIONS, STREAMING, TICKET, TICKETS
+from gateway.server.keys import (
+    CONFIG,
+    GUARD,
+    HEARTBEAT,
+    SESSIONS,
+    STREAMING,
+    SUBPROTOCOL,
+    TICKET,
+    TICKETS,
+)
 from gateway.server.middleware import audit, caller
 from gateway.server.routes.console import ticket_owner
 from gateway.server.routes.sessions import (
@@ -96,6 +105,15 @@ async def acp_websocket(request: web.Request) -> web.StreamResponse:
     app = request.app
     config = app[CONFIG]
     agent = opening(request)
+    asked = request.headers.get("Sec-WebSocket-Protocol", "")
+    if SUBPROTOCOL in (p.strip() for p in asked.split(",")):
+        # A DPS master at the wrong door: upgraded, it would get JSON-RPC errors for its frames
+        # (and aiohttp a warning that nothing it asked for is spoken here).
+        why = (
+            f"/acp speaks ACP (JSON-RPC, no subprotocol); a DPS master ({SUBPROTOCOL}) attaches "
+            "to its session's ws_path"
+        )
+        raise ApiError(400, "BAD_REQUEST", why)
     conn_id = str(uuid.uuid4())
     ws = web.WebSocketResponse(
         max_msg_size=config.server.max_frame_size,

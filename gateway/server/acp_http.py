@@ -10,8 +10,9 @@ WebSocket (acp.py), for clients such as the official TypeScript SDK's ``createHt
   questions) goes out on the connection's ``GET /acp`` stream of server-sent events.
 * ``GET /acp`` with ``Accept: text/event-stream`` and the header is that stream (one receiver at a
   time); with ``Acp-Session-Id`` too it is a session's stream, which the SDK opens before it sends
-  a session's requests: the gateway keeps it open and says everything on the connection's stream,
-  in the one order the WebSocket has too.
+  a session's requests: while it is open, that session's messages go on it (acp_streams.py says
+  which are), the others on the connection's, all written one at a time in the one order the
+  WebSocket has too.
 * ``DELETE /acp`` with the header closes the connection.
 
 The messages are handled by the WebSocket's own ``AcpHandler`` (acp.py), one at a time in the
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import uuid
 from collections import deque
 from typing import Final
@@ -36,6 +38,7 @@ from aiohttp import WSCloseCode, web
 
 from gateway.api_error import ApiError
 from gateway.protocol import acp_rpc
+from gateway.protocol.acp_streams import SessionRoutes
 from gateway.server.acp import (
     ACP_OPEN,
     MAX_ACP_CONNECTIONS,
@@ -57,6 +60,8 @@ SESSION_HEADER: Final = "Acp-Session-Id"
 IDLE_SEC: Final = 60.0  # an HTTP connection with no connection stream is closed after this
 KEEPALIVE_SEC: Final = 15.0  # a comment on every idle stream, so proxies keep it open
 MAX_SESSION_HEADER: Final = 256  # the length of an Acp-Session-Id (session ids are UUIDs)
+POD_COOKIE: Final = "rawp_acp_pod"  # the gateway a connection lives on, for the fleet's router
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # as the router takes one
 
 
 class HttpConnection:
@@ -114,13 +119,17 @@ ACP_HTTP: Final = web.AppKey("acp_http", dict)  # Acp-Connection-Id -> its HttpC
 
 class SseWriter:
     """The ``AcpWriter`` of a Streamable HTTP connection: messages wait here, in order, until
-    the connection stream (``pump``) writes them as server-sent events."""
+    the connection stream (``pump``) writes them as server-sent events, each on its session's
+    stream when one is open, else on the connection's (``SessionRoutes`` says which)."""
 
     def __init__(self, conn_id: str, max_queue_bytes: int) -> None:
         self.id = conn_id
         self.max_queue_bytes = max_queue_bytes
         self.queued_bytes = 0
-        self._queue: deque[bytes] = deque()
+        self.routes = SessionRoutes()
+        # The open session streams: a session's messages go there while it is open.
+        self.session_streams: dict[str, web.StreamResponse] = {}
+        self._queue: deque[tuple[bytes, str | None]] = deque()
         self._wake = asyncio.Event()
         self.closing: tuple[int, str] | None = None
         self.overflowed = False
@@ -141,7 +150,7 @@ class SseWriter:
             self.queued_bytes = 0
             self.close_after_flush(1013, "send queue overflow; load the sessions again")
             return
-        self._queue.append(data)
+        self._queue.append((data, self.routes.route(data)))
         self.queued_bytes += size
         self._wake.set()
 
@@ -149,7 +158,7 @@ class SseWriter:
         """The first message waiting (``initialize``'s answer goes in the POST's response)."""
         if not self._queue:
             return None
-        data = self._queue.popleft()
+        data, _ = self._queue.popleft()
         self.queued_bytes -= len(data)
         return data
 
@@ -169,18 +178,14 @@ class SseWriter:
         self.closed.set()
 
     async def pump(self, response: web.StreamResponse) -> bool:
-        """Write what comes to ``response`` until the connection closes (True, all written)
-        or the stream breaks (an error; what was not written stays queued)."""
+        """Write what comes, ``response`` being the connection's stream, until the connection
+        closes (True, all written) or that stream breaks (an error; what was not written stays
+        queued). One message at a time in the one order, whichever stream it goes on."""
         self._pumping = True
         try:
             while True:
                 while self._queue:
-                    batch = list(self._queue)
-                    await response.write(b"".join(map(_event, batch)))
-                    for _ in batch:
-                        if not self._queue:
-                            break  # aborted while the batch was being written
-                        self.queued_bytes -= len(self._queue.popleft())
+                    await self._write_next(response)
                 if self.closing is not None:
                     return True
                 self._wake.clear()
@@ -193,6 +198,29 @@ class SseWriter:
             self._pumping = False
             if self.closing is not None:
                 self.closed.set()
+
+    async def _write_next(self, response: web.StreamResponse) -> None:
+        """The next messages that go on one stream, written together."""
+        route = self._queue[0][1]
+        stream = self.session_streams.get(route) if route is not None else None
+        batch = []
+        for data, to in self._queue:
+            if (self.session_streams.get(to) if to is not None else None) is not stream:
+                break
+            batch.append(data)
+        try:
+            await (stream or response).write(b"".join(map(_event, batch)))
+        except (ConnectionError, RuntimeError):
+            if stream is None:
+                raise
+            # The client left that session's stream: what it did not take goes on the
+            # connection's, from this batch on.
+            self.session_streams.pop(route or "", None)
+            return
+        for _ in batch:
+            if not self._queue:
+                break  # aborted while the batch was being written
+            self.queued_bytes -= len(self._queue.popleft()[0])
 
 
 def _event(data: bytes) -> bytes:
@@ -268,6 +296,7 @@ async def _post(request: web.Request) -> web.StreamResponse:
                 404, "CONNECTION_NOT_FOUND", "the connection was closed: initialize again"
             )
         conn.handler.request = request  # this request's peer and credentials, for audit and relays
+        conn.writer.routes.expect(data)  # its answer goes on its session's stream
         await conn.handler.message(data)
     return web.Response(status=202)
 
@@ -302,11 +331,18 @@ async def _initialize(request: web.Request) -> web.StreamResponse:
     conn = HttpConnection(app, writer, handler, ticket)
     app[ACP_HTTP][conn_id] = conn
     open_clients.add(client)
-    return web.Response(
+    response = web.Response(
         body=answer,
         content_type="application/json",
         headers={CONNECTION_HEADER: conn_id},
     )
+    server = app[CONFIG].server
+    if server.route_prefix and _DNS_LABEL.fullmatch(server.pod_name):
+        # The connection lives here: a router that has sent this initialize to any gateway of
+        # the fleet sends the connection's later requests after this cookie (the RFD has clients
+        # keep cookies for this), deploy/k8s/router/default.conf.template.
+        response.set_cookie(POD_COOKIE, server.pod_name, path="/acp", httponly=True)
+    return response
 
 
 def _refusal(answer: bytes | None) -> str:
@@ -345,8 +381,9 @@ async def _stream(request: web.Request, conn: HttpConnection) -> web.StreamRespo
 async def _session_stream(
     request: web.Request, conn: HttpConnection, session_id: str
 ) -> web.StreamResponse:
-    """A session's stream: everything goes on the connection's, in order, so this one stays open
-    (with keep-alive comments) until the connection closes or the client leaves."""
+    """A session's stream: that session's messages go on it (the connection stream's ``pump``
+    writes them) until the connection closes or the client leaves; a keep-alive comment every
+    ``KEEPALIVE_SEC`` tells which."""
     if not session_id or len(session_id) > MAX_SESSION_HEADER:
         raise ApiError(
             400, "BAD_REQUEST", f"{SESSION_HEADER} is 1 to {MAX_SESSION_HEADER} characters"
@@ -358,8 +395,10 @@ async def _session_stream(
         raise ApiError(409, "TOO_MANY_SESSIONS", why)
     response = _event_stream()
     conn.session_streams.add(session_id)
+    streams = conn.writer.session_streams
     try:
         await response.prepare(request)
+        streams[session_id] = response
         while not conn.ended.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(KEEPALIVE_SEC):
@@ -370,6 +409,8 @@ async def _session_stream(
         pass
     finally:
         conn.session_streams.discard(session_id)
+        if streams.get(session_id) is response:
+            del streams[session_id]
     return response
 
 

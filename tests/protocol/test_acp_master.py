@@ -294,7 +294,8 @@ def test_cancel_names_the_running_turn_and_nothing_without_one(make):
 def test_a_permission_question_and_its_answer(make):
     f, frame = make
     v = view(f)
-    v.frame(frame(F.InvokeRequest(invocation_id="t1", tool_name="Write", input={"file_path": "a"})))
+    invoke = F.InvokeRequest(invocation_id="t1", tool_name="Write", input={"file_path": "a"})
+    [call] = decoded(v.frame(frame(invoke)))
     question = F.InteractionRequest(
         interaction_id="i1",
         interaction_type="PERMISSION",
@@ -312,6 +313,9 @@ def test_a_permission_question_and_its_answer(make):
     params = request["params"]
     assert params["toolCall"]["toolCallId"] == "t1"
     assert params["toolCall"]["kind"] == "edit"
+    # The toolCall is an update of the call: its own title stays; the question has its own place.
+    assert params["toolCall"]["title"] == call["params"]["update"]["title"]
+    assert params["_meta"]["rawp"]["question"] == "Allow Write to a?"
     assert params["options"] == [
         {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
         {"optionId": "deny", "name": "Deny", "kind": "reject_once"},

@@ -1,8 +1,10 @@
-"""``/acp`` over Streamable HTTP driven by a client no one here wrote: the official ACP TypeScript
-SDK's ``createHttpStream`` (pinned in scripts/install-agents.sh), against the real gateway on
-127.0.0.1 with the demo agent behind it (docs/acp-masters.md#streamable-http). The WebSocket's
-tests (test_acp_master_sdk.py) played over the other transport: a turn with a permission, a cancel,
-the load of a session a DPS master started, a viewer refused, and the audit log of it all."""
+"""``/acp`` driven by a client no one here wrote: the official ACP TypeScript SDK (pinned in
+scripts/install-agents.sh) over both transports of the remote-transport RFD, its Streamable HTTP
+client ``createHttpStream`` (docs/acp-masters.md#streamable-http) and its WebSocket client
+``createWebSocketStream`` (given the pinned ``ws`` package's WebSocket), against the real gateway on
+127.0.0.1 with the demo agent behind it. The Python SDK's tests (test_acp_master_sdk.py) played
+with this client: a turn with a permission, a cancel, the load of a session a DPS master started, a
+viewer refused, and the audit log of it all."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config.auth import AuthSettings
+from gateway.server.acp import ACP_OPEN
 from gateway.server.acp_http import ACP_HTTP
 from tests.server.test_acp_master_sdk import ROLES, TOKENS, audit_lines
 from tests.support.acp_editors import (
@@ -50,24 +53,41 @@ async def gw(tmp_path):
     await client.close()
 
 
+TRANSPORTS = ["http", "ws"]
+
+
 @contextlib.asynccontextmanager
-async def http_editor(gw, tmp_path: Path, user: str = "alice") -> AsyncIterator[TsEditor]:
-    """The TypeScript SDK's editor on ``/acp`` over Streamable HTTP as ``user``, initialized."""
-    env = {**os.environ, "ACP_HTTP_HEADERS": json.dumps(bearer(TOKENS[user]))}
-    async with ts_editor(["--http", base_url(gw) + "/acp"], env, tmp_path) as ed:
+async def sdk_editor(
+    gw, tmp_path: Path, transport: str = "http", user: str = "alice"
+) -> AsyncIterator[TsEditor]:
+    """The TypeScript SDK's editor on ``/acp`` over ``transport`` as ``user``, initialized."""
+    env = {**os.environ, "ACP_HEADERS": json.dumps(bearer(TOKENS[user]))}
+    url = base_url(gw) + "/acp"
+    if transport == "ws":
+        url = url.replace("http", "ws", 1)
+    async with ts_editor([f"--{transport}", url], env, tmp_path) as ed:
         init = await ed.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
         assert init["protocolVersion"] == 1
         assert init["agentCapabilities"]["loadSession"] is True
         yield ed
 
 
-async def test_a_turn_with_a_permission_then_a_cancel_over_http(gw, tmp_path):
-    async with http_editor(gw, tmp_path) as ed:
-        # The connection the SDK opened, by its initialize: one, with its event stream open.
-        conns = list(gw.app[ACP_HTTP].values())
-        assert len(conns) == 1
-        await eventually(lambda: conns[0].streaming, "the connection's event stream")
-        await a_turn_with_a_permission_then_a_cancel(ed, tmp_path)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_turn_with_a_permission_then_a_cancel(gw, tmp_path, transport):
+    async with sdk_editor(gw, tmp_path, transport) as ed:
+        if transport == "http":
+            # The connection the SDK opened, by its initialize: one, with its event stream open.
+            conns = list(gw.app[ACP_HTTP].values())
+            assert len(conns) == 1
+            await eventually(lambda: conns[0].streaming, "the connection's event stream")
+        else:
+            # One WebSocket connection, none over HTTP.
+            assert len(gw.app[ACP_OPEN]) == 1 and not gw.app[ACP_HTTP]
+        sid = await a_turn_with_a_permission_then_a_cancel(ed, tmp_path)
+        if transport == "http":
+            # The SDK opened the session's own stream, and what it got of the session came on it
+            # (test_acp_http_streams.py shows which stream carries what).
+            assert list(conns[0].writer.session_streams) == [sid]
         await eventually(
             lambda: (
                 {("prompt", "alice"), ("permission", "alice")}
@@ -75,23 +95,26 @@ async def test_a_turn_with_a_permission_then_a_cancel_over_http(gw, tmp_path):
             ),
             "the prompt and the answer in the audit log",
         )
-    # The SDK closes with DELETE: the connection is gone, its session goes on.
-    await eventually(lambda: not gw.app[ACP_HTTP], "the connection closed")
+    # The SDK closes its stream (over HTTP with DELETE): the connection is gone.
+    await eventually(lambda: not gw.app[ACP_OPEN], "the connection closed")
+    assert not gw.app[ACP_HTTP]
 
 
-async def test_an_http_editor_loads_a_session_a_dps_master_started(gw, tmp_path):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_sdk_loads_a_session_a_dps_master_started(gw, tmp_path, transport):
     sid, master = await a_dps_masters_session(gw, TOKENS["alice"])
-    async with http_editor(gw, tmp_path) as ed:
+    async with sdk_editor(gw, tmp_path, transport) as ed:
         await load_it_and_prompt_across(ed, sid, master, tmp_path)
     await master.ws.close()
 
 
-async def test_a_viewer_over_http_may_load_but_not_prompt(gw, tmp_path):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_viewer_may_load_but_not_prompt(gw, tmp_path, transport):
     resp = await gw.post("/v1/session", json={"agent": "demo"}, headers=bearer(TOKENS["alice"]))
     sid = (await resp.json())["session_id"]
     members = {"members": {"bob": "viewer"}}
     await gw.patch(f"/v1/session/{sid}", json=members, headers=bearer(TOKENS["alice"]))
-    async with http_editor(gw, tmp_path, user="bob") as ed:
+    async with sdk_editor(gw, tmp_path, transport, user="bob") as ed:
         await a_viewer_loads_but_may_not_prompt(ed, sid, tmp_path)
     await eventually(
         lambda: any(

@@ -91,7 +91,8 @@ async def test_sigterm_without_a_state_dir_closes_every_connection_and_says_so(t
     """No state dir: SIGTERM deletes the sessions, and every connection is closed by the gateway
     itself before it exits within the documented bound: a DPS master's WebSocket (1000), an
     ``/acp`` WebSocket attached to a session and one attached to none (1001: the sessions ended
-    with the gateway), and ``rawp-gateway acp`` run by an editor (the official Python SDK), whose
+    with the gateway), a Streamable HTTP ``/acp`` connection's event streams (the connection's
+    and a session's: ended), and ``rawp-gateway acp`` run by an editor (the official Python SDK), whose
     waiting prompt and next prompt are told that the session ended with the gateway. The log says
     a shutdown deleted the sessions."""
     workspace = tmp_path / "ws"
@@ -105,6 +106,20 @@ async def test_sigterm_without_a_state_dir_closes_every_connection_and_says_so(t
         load = {"sessionId": master.session_id, "cwd": str(workspace)}
         assert "result" in await rpc(acp, 2, "session/load", load)
         idle = await http.ws_connect(url + "/acp", headers=user_headers(url))
+        # A Streamable HTTP /acp connection: its connection's and a session's event streams.
+        body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}
+        opened = await http.post(url + "/acp", json=body, headers=user_headers(url))
+        assert opened.status == 200, await opened.text()
+        sse = {
+            **user_headers(url),
+            "Acp-Connection-Id": opened.headers["Acp-Connection-Id"],
+            "Accept": "text/event-stream",
+        }
+        streams = [
+            await http.get(url + "/acp", headers=sse),
+            await http.get(url + "/acp", headers={**sse, "Acp-Session-Id": master.session_id}),
+        ]
+        assert [s.status for s in streams] == [200, 200]
         argv = relay_argv(url, agent="demo")
         async with python_editor(argv, relay_env(), tmp_path) as ed:
             await ed.request("initialize", init)
@@ -113,10 +128,14 @@ async def test_sigterm_without_a_state_dir_closes_every_connection_and_says_so(t
             await eventually(lambda: ed.questions, "the permission question", 30)
             proc.send_signal(signal.SIGTERM)
             closes = asyncio.gather(*(closed_by_the_gateway(ws) for ws in (master.ws, acp, idle)))
+            # Each event stream's end, written by the gateway (a chunked body the process just
+            # dropped would not read to its end: ClientPayloadError).
+            ends = asyncio.gather(*(s.read() for s in streams))
             # TimeoutExpired fails the test: past the bound the gateway still ran.
             code = await asyncio.to_thread(proc.wait, STOP_BOUND_SEC)
             assert code == 0
             assert await asyncio.wait_for(closes, 5) == [1000, 1001, 1001]
+            await asyncio.wait_for(ends, 5)
             # The running turn ended with its session (DPS: session.turn.end error), and why.
             with pytest.raises(EditorError) as ended:
                 # What came instead of the error, if anything did, is the failure's message (once

@@ -30,6 +30,7 @@ from tests.support.servers import CLI, free_port
 from tests.support.waiting import eventually
 
 TS_SDK_PREFIX = REPO / ".agents" / "acp-sdk"
+WS_PREFIX = REPO / ".agents" / "ws"  # the WebSocket the SDK's WebSocket client is given
 TS_CLIENT = Path(__file__).with_name("acp_ts_client.mjs")
 TURN = 60.0  # a bound on a hang, not a measure
 
@@ -202,6 +203,8 @@ def node_ready() -> str | None:
         return "node not found"
     if not (TS_SDK_PREFIX / "node_modules" / "@agentclientprotocol" / "sdk").is_dir():
         return "the ACP TypeScript SDK is not installed (scripts/install-agents.sh)"
+    if not (WS_PREFIX / "node_modules" / "ws").is_dir():
+        return "the ws package is not installed (scripts/install-agents.sh)"
     return None
 
 
@@ -262,7 +265,7 @@ async def ts_editor(argv: list[str], env: dict[str, str], tmp: Path) -> AsyncIte
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=err,
-            env={**env, "ACP_SDK_PREFIX": str(TS_SDK_PREFIX)},
+            env={**env, "ACP_SDK_PREFIX": str(TS_SDK_PREFIX), "ACP_WS_PREFIX": str(WS_PREFIX)},
         )
         editor = TsEditor(stderr, proc)
         reader = asyncio.create_task(editor.read())

@@ -2,7 +2,9 @@
 // scripts/install-agents.sh): it launches the agent command given as its arguments (here
 // `rawp-gateway acp --url ...`) over stdio, as editors launch custom agents, and lets a test drive
 // it with JSON lines on its own stdin (with `--http URL` instead of a command, it connects to URL
-// with the SDK's Streamable HTTP client, createHttpStream):
+// with the SDK's Streamable HTTP client, createHttpStream; with `--ws URL`, with its WebSocket
+// client, createWebSocketStream, given the `ws` package's WebSocket: Node 20 has no global one;
+// either presents the headers of ACP_HEADERS, a JSON object: the credentials):
 //   {"op": "request", "n": 1, "method": "session/new", "params": {...}}  -> {"reply": 1, "result"|"error": ...}
 //   {"op": "notify", "method": "session/cancel", "params": {...}}
 //   {"op": "answer", "n": 0, "optionId": "allow"}   answers question n (optionId null: cancelled)
@@ -27,15 +29,18 @@ const say = (message) => process.stdout.write(JSON.stringify(message) + "\n");
 const [command, ...args] = process.argv.slice(2);
 let agent = null;
 let stream;
+const headers = JSON.parse(process.env.ACP_HEADERS ?? "{}");
 if (command === "--http") {
-  // The SDK's own Streamable HTTP client to the URL given, with the headers of
-  // ACP_HTTP_HEADERS (a JSON object: the credentials).
   const http = await import(
     pathToFileURL(require.resolve("@agentclientprotocol/sdk/experimental/http-client")).href
   );
-  stream = http.createHttpStream(args[0], {
-    headers: JSON.parse(process.env.ACP_HTTP_HEADERS ?? "{}"),
-  });
+  stream = http.createHttpStream(args[0], { headers });
+} else if (command === "--ws") {
+  const { WebSocket } = createRequire(path.join(process.env.ACP_WS_PREFIX, "package.json"))("ws");
+  const wsClient = await import(
+    pathToFileURL(require.resolve("@agentclientprotocol/sdk/experimental/ws-client")).href
+  );
+  stream = wsClient.createWebSocketStream(args[0], { headers, WebSocket });
 } else {
   agent = spawn(command, args, { stdio: ["pipe", "pipe", "inherit"] });
   stream = acp.ndJsonStream(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any
 
 import aiohttp
@@ -18,6 +19,7 @@ from acp.ws.client import create_websocket_stream
 
 from gateway.client import GatewayClient
 from tests.server.test_acp_master_sdk import Recorder
+from tests.support.acp_editors import a_turn_with_a_permission_then_a_cancel, node_ready, ts_editor
 from tests.support.auth import bearer, users_toml
 from tests.support.fleet_rig import Fleet, nginx_path
 from tests.support.waiting import eventually
@@ -211,3 +213,50 @@ async def call(
             kind = params.get("update", {}).get("sessionUpdate", "")
             if seen is not None and kind.endswith("message_chunk"):
                 seen.append(params["_meta"]["rawp"]["messageId"])
+
+
+async def test_the_ts_sdk_over_streamable_http_through_the_router(fleet, tmp_path):
+    """The TypeScript SDK's Streamable HTTP client at a pod's ``/pods/<pod>/acp`` through the
+    router (nginx over HTTP/1.1 both ways): its connection's and session's event streams pass
+    each event at once (a turn waits on its question, which only comes on a stream that is not
+    buffered), and a turn with a permission and a cancel goes as on a gateway itself."""
+    if why := node_ready():
+        pytest.fail(why)
+    pod = fleet.pods[1].name
+    env = {**os.environ, "ACP_HEADERS": json.dumps(bearer(TOKENS["alice"]))}
+    url = f"{fleet.router.url}/pods/{pod}/acp?agent=demo"
+    async with ts_editor(["--http", url], env, tmp_path) as ed:
+        init = await ed.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        assert init["_meta"]["rawp"]["pod"] == pod
+        async with asyncio.timeout(ACP_TURN):
+            sid = await a_turn_with_a_permission_then_a_cancel(ed, fleet.workspace)
+        listed = await ed.request("session/list", {})
+        assert {"sessionId": sid, "pod": pod} in [
+            {"sessionId": s["sessionId"], "pod": s["_meta"]["rawp"]["pod"]}
+            for s in listed["sessions"]
+        ]
+
+
+async def test_the_ts_sdk_over_streamable_http_at_the_routers_acp_stays_on_its_gateway(
+    fleet, tmp_path
+):
+    """The router's ``/acp`` sends a Streamable HTTP ``initialize`` to any ready gateway, which
+    names itself in a cookie; the SDK keeps it (as the RFD asks of clients) and the router sends
+    every later request of the connection to that gateway: a turn with a permission and a cancel,
+    and the load of a session another pod holds (relayed), all on one connection."""
+    if why := node_ready():
+        pytest.fail(why)
+    sessions = await sessions_on_every_pod(fleet)
+    env = {**os.environ, "ACP_HEADERS": json.dumps(bearer(TOKENS["alice"]))}
+    async with ts_editor(["--http", f"{fleet.router.url}/acp?agent=demo"], env, tmp_path) as ed:
+        init = await ed.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        front = init["_meta"]["rawp"]["pod"]
+        async with asyncio.timeout(ACP_TURN):
+            sid = await a_turn_with_a_permission_then_a_cancel(ed, fleet.workspace)
+            other = next(pod for pod in sessions if pod != front)
+            load = {"sessionId": sessions[other], "cwd": str(fleet.workspace)}
+            await ed.request("session/load", load)
+            assert f"hello {other}" in ed.text(sessions[other], "user_message_chunk")
+        listed = await ed.request("session/list", {})
+        pods = {s["sessionId"]: s["_meta"]["rawp"]["pod"] for s in listed["sessions"]}
+        assert pods[sid] == front

@@ -1,6 +1,7 @@
 """A raw ACP client of ``/acp`` over Streamable HTTP for hostile-input tests: it POSTs whatever
 body and headers it is given (no SDK in the way to refuse them) and reads the gateway's messages
-off the connection's ``GET /acp`` event stream one by one."""
+off the connection's ``GET /acp`` event stream one by one, and off the session streams it opens,
+each message noted with the stream it came on (``came_on``)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ INITIALIZE: Final = {
 
 
 class RawHttpAcp(JsonRpcPeer):
-    """One Streamable HTTP connection; ``messages`` keeps every event received, in order."""
+    """One Streamable HTTP connection; ``messages`` keeps every event received, in order, and
+    ``came_on`` the stream each came on (a session id, or None: the connection's)."""
 
     def __init__(self, client: TestClient, conn_id: str, headers: dict[str, str], path: str):
         super().__init__()
@@ -33,8 +35,9 @@ class RawHttpAcp(JsonRpcPeer):
         self.conn_id = conn_id
         self.headers = {**headers, "Acp-Connection-Id": conn_id}
         self.path = path
-        self._events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        self._reader: asyncio.Task[None] | None = None
+        self._events: asyncio.Queue[tuple[str | None, dict[str, Any]] | None] = asyncio.Queue()
+        self._readers: list[asyncio.Task[None]] = []
+        self.came_on: list[str | None] = []
 
     @classmethod
     async def open(
@@ -54,13 +57,17 @@ class RawHttpAcp(JsonRpcPeer):
             await acp.stream()
         return acp
 
-    async def stream(self) -> None:
+    async def stream(self, session_id: str | None = None) -> aiohttp.ClientResponse:
+        """Open the connection's event stream, or (``session_id``) that session's."""
         headers = {**self.headers, "Accept": "text/event-stream"}
+        if session_id is not None:
+            headers["Acp-Session-Id"] = session_id
         resp = await self.client.get(self.path, headers=headers)
         assert resp.status == 200, await resp.text()
-        self._reader = asyncio.create_task(self._read(resp))
+        self._readers.append(asyncio.create_task(self._read(resp, session_id)))
+        return resp
 
-    async def _read(self, resp: aiohttp.ClientResponse) -> None:
+    async def _read(self, resp: aiohttp.ClientResponse, session_id: str | None) -> None:
         data: list[str] = []
         try:
             async for raw in resp.content:
@@ -68,18 +75,19 @@ class RawHttpAcp(JsonRpcPeer):
                 if line.startswith("data:"):
                     data.append(line[5:].removeprefix(" "))
                 elif not line and data:
-                    self._events.put_nowait(json.loads("\n".join(data)))
+                    self._events.put_nowait((session_id, json.loads("\n".join(data))))
                     data = []
         except (aiohttp.ClientError, ConnectionError):
             pass
         finally:
-            self._events.put_nowait(None)  # the stream ended
+            if session_id is None:
+                self._events.put_nowait(None)  # the connection's stream ended
 
     async def close(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
+        for reader in self._readers:
+            reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+                await reader
 
     async def post(self, data: Any, **headers: str) -> int:
         """POST ``data`` (a dict as JSON, anything else as aiohttp sends it): the status."""
@@ -100,8 +108,10 @@ class RawHttpAcp(JsonRpcPeer):
         if message is None:
             self._events.put_nowait(None)
             raise ConnectionError("the event stream ended")
-        self.messages.append(message)
-        return message
+        stream, data = message
+        self.messages.append(data)
+        self.came_on.append(stream)
+        return data
 
     async def ended(self, timeout: float = 30.0) -> None:
         """Read until the event stream ends."""
