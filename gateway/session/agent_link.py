@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway import config as cfg
+from gateway.agent import mcp as agent_mcp
 from gateway.agent.exit import AgentProcessError, AgentStartError, AgentStdinFull
 from gateway.agent.process import AgentProcess
 from gateway.agent.sandbox import SpawnSandbox, limit_named
@@ -28,6 +29,7 @@ from gateway.protocol import actions as act
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
 from gateway.protocol import prompts
+from gateway.protocol.mcp_servers import ServerSpec
 from gateway.protocol.states import ProcessState
 from gateway.session.tool_paths import resolve_tool_paths
 from gateway.storage import nofollow
@@ -66,6 +68,7 @@ class AgentLink:
         saved: SavedSession | None
         process: AgentProcess | None
         start_error: str | None
+        mcp_servers: tuple[ServerSpec, ...]
         _spawning: bool
         _spawned: asyncio.Event
         _stdin_pending: list[bytes]
@@ -110,6 +113,7 @@ class AgentLink:
                 value = getattr(overrides, key, None)
                 if value:
                     flags += [flag, ",".join(value) if isinstance(value, list) else str(value)]
+        flags += self._mcp_flags()
         # Flags go before the template's end of options ("--" ahead of "{prompt}") if it has one;
         # found in the template, since a prompt may itself be "--". Templates map one to one.
         template = (
@@ -130,6 +134,55 @@ class AgentLink:
                 self._stdin_pending.append(data)
         self._spawning = True
         self._task(self._run_process(argv, close_stdin=close_stdin, given=given))
+
+    def home(self) -> str:
+        """The session's own HOME directory (made on first use): the agent's HOME in the
+        sandbox; without it, a directory of the session's that holds what the gateway writes
+        for its agent (its MCP configuration)."""
+        saved = self.saved
+        where = (saved.dir_fd, str(saved.path)) if saved is not None and saved.dir_fd >= 0 else None
+        return sandboxes.session_home(self.id, where)
+
+    def _mcp_flags(self) -> list[str]:
+        """The argv flags that give the agent the session's MCP servers, their files written
+        first, mode 0600, into the session's HOME (docs/mcp.md). None when it has none it takes;
+        a file that cannot be written leaves the agent without them, said in the log: a server
+        never fails the session."""
+        if not self.mcp_servers:
+            return []
+        home = self.home()
+        given = agent_mcp.delivery(self.profile, self.mcp_servers, home)
+        try:
+            dir_fd = nofollow.open_dir(home)
+            try:
+                for name, text in given.files.items():
+                    nofollow.replace_file(dir_fd, name, text.encode(), fsync=False, mode=0o600)
+            finally:
+                os.close(dir_fd)
+        except OSError as err:
+            log.error(
+                "MCP servers not given to the agent: %s",
+                err.strerror,
+                extra={"session": self.id, "servers": [s.name for s in self.mcp_servers]},
+            )
+            return []
+        return list(given.flags)
+
+    async def _read_mcp_reasons(self, names: Sequence[str]) -> None:
+        """Why the agent's MCP servers failed, where it wrote it (Claude Code's MCP logs in the
+        session's HOME), told to the machine: a catalog again, with the reasons."""
+        if self.profile.parser != "claude-code":
+            return
+        box = self.sandbox()
+        home = (
+            box.home
+            if box is not None
+            else self.profile.env.get("HOME") or os.environ.get("HOME", "")
+        )
+        reasons = await asyncio.to_thread(
+            agent_mcp.claude_failure_reasons, home, str(self.workspace), names, self.mcp_servers
+        )
+        self.perform(self.machine.mcp_reasons(reasons))
 
     def sandbox(self, given: Sequence[str] = ()) -> SpawnSandbox | None:
         """The sandbox this session's agents run in (``[isolation] mode = "sandbox"``), its HOME

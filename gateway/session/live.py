@@ -12,11 +12,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
 from gateway import config as cfg
+from gateway.agent import mcp as agent_mcp
 from gateway.agent.process import AgentProcess
 from gateway.agent.sandbox import spawn as sandboxes
 from gateway.metrics import GatewayMetrics
@@ -24,6 +25,7 @@ from gateway.protocol import actions as act
 from gateway.protocol import codec, recovery
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
+from gateway.protocol import mcp_servers as mcp
 from gateway.protocol.buffer import FrameBuffer
 from gateway.protocol.capabilities import ConnectionFilter, strip_subagent_context
 from gateway.protocol.states import Lifecycle, TimerKey
@@ -59,6 +61,7 @@ class LiveSession(AgentLink, Masters):
         buffer: FrameBuffer | None = None,
         on_terminated: Callable[[LiveSession], None] | None = None,
         saved: SavedSession | None = None,
+        mcp_servers: Sequence[mcp.ServerSpec] = (),
     ) -> None:
         self.id = session_id
         self.profile = profile
@@ -66,6 +69,9 @@ class LiveSession(AgentLink, Masters):
         self.config = config
         self.metrics = metrics
         self.origin = origin
+        # Its MCP servers, merged and checked (docs/mcp.md), secrets included: given to each
+        # agent it starts, kept in its record; only their redacted views go anywhere else.
+        self.mcp_servers = tuple(mcp_servers)
         # Who may see and drive the session (gateway/team/roles.py): set by the server when it is created
         # or restored. "local" when the gateway has no credentials configured.
         self.owner = roles.LOCAL.user
@@ -133,6 +139,8 @@ class LiveSession(AgentLink, Masters):
                 policy=config.policy.rules,
                 workspace=str(workspace),
                 reattach_window_sec=self.reattach_window_sec,
+                mcp_servers=tuple(mcp.redacted(server) for server in self.mcp_servers),
+                mcp_kinds=agent_mcp.kinds_of(profile),
             ),
             files=self.files.files,
             plugin=plugin,
@@ -208,6 +216,8 @@ class LiveSession(AgentLink, Masters):
             obj["budget"] = self.budgets.view(self)
         if self.machine.agent_session_id:
             obj["agent_session_id"] = self.machine.agent_session_id
+        if self.machine.mapper.mcp_servers:  # names, kinds, statuses: never a secret
+            obj["mcp_servers"] = self.machine.mapper.mcp_servers
         if self.config.server.route_prefix:  # a fleet: the gateway that holds it (docs/fleet.md)
             obj["pod"] = self.config.server.pod_name
         return obj
@@ -257,6 +267,15 @@ class LiveSession(AgentLink, Masters):
             crashed=not record["clean"] or loaded.torn,
             crash_boundary=boundary if type(boundary) is int else None,
         )
+        # The same MCP servers as before the restart: a configured one read from the
+        # configuration again (its values as the environment says them now).
+        servers, dropped = mcp.from_record(
+            record.get("mcp_servers"), config.mcp.for_profile(profile.name)
+        )
+        for why in dropped:
+            log.warning(
+                "restored without an MCP server: %s", why, extra={"session": record["session_id"]}
+            )
         session = cls(
             record["session_id"],
             profile,
@@ -269,6 +288,7 @@ class LiveSession(AgentLink, Masters):
             buffer=buffer,
             on_terminated=on_terminated,
             saved=loaded.saved,
+            mcp_servers=servers,
         )
         session.created_at = record["created_at"]
         # A record written before sessions had owners was the token holder's: user admin.
@@ -346,6 +366,9 @@ class LiveSession(AgentLink, Masters):
             "buffer": {"policy": self.buffer.buffer_policy, "max_bytes": self.buffer.max_bytes},
             "clean": clean,
             "crash_boundary": self.buffer.crash_boundary,
+            # Its MCP servers (docs/mcp.md#what-is-kept): configured ones by name, a master's
+            # or an editor's whole, in this 0600 file of the state dir no agent's sandbox shows.
+            "mcp_servers": mcp.to_record(self.mcp_servers),
         }
 
     def write_first_record(self) -> None:
@@ -429,6 +452,8 @@ class LiveSession(AgentLink, Masters):
             self.metrics.interaction(action.interaction_type, action.outcome)
         elif isinstance(action, act.PolicyDecided):
             self._audit_policy(action)
+        elif isinstance(action, act.ReadMcpReasons):
+            self._task(self._read_mcp_reasons(action.names))
         elif isinstance(action, act.Log):
             log.log(
                 logging.getLevelName(action.level.upper()),
