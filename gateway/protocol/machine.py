@@ -309,6 +309,11 @@ _Waiting = tuple[str, F.ConfigOverrides | None, list[ev.StoredFile]]
 
 
 class SessionMachine:
+    # What became of the session's MCP servers (docs/mcp.md#what-masters-see): the agent's own
+    # report (None: none yet) and the reasons the shell found for failures it gave none for.
+    _mcp_reported: list[ev.McpServer] | None
+    _mcp_reasons: dict[str, str]
+
     def __init__(
         self,
         session_id: str,
@@ -354,10 +359,7 @@ class SessionMachine:
         self._control_seq = 0
         self._pending_controls: dict[str, str] = {}  # request_id → what it was for
         self._charts()
-        # What became of the session's MCP servers: the agent's report, and the reasons the shell
-        # found for its failures (docs/mcp.md#what-masters-see).
-        self._mcp_reported: list[ev.McpServer] | None = None
-        self._mcp_reasons: dict[str, str] = {}
+        self._mcp_reported, self._mcp_reasons = None, {}
         self.mapper.mcp_servers = self._mcp_report()
         self._capabilities(None)
         if self.config.tools:

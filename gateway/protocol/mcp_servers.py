@@ -479,8 +479,8 @@ def report(
     reported: Sequence[Any] | None,
     reasons: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Each of the session's servers (``shown``: their ``redacted`` views) with what became of
-    it: ``status`` (``STATUSES``) and, where known, ``reason``, and the tools the agent listed.
+    """Each of the session's servers (``shown``: their ``redacted`` views, kept whole) with what
+    became of it: ``status`` (``STATUSES``) and, where known, ``reason``, and the tools the agent listed.
     ``kinds``: what the agent takes (a server of another kind was never given to it: failed);
     ``reported``: the agent's own report (``parsers.events.McpServer``s; None: none yet, so
     pending); ``reasons``: why a failed one failed, found elsewhere (Claude Code's MCP logs).
@@ -491,11 +491,7 @@ def report(
     out: list[dict[str, Any]] = []
     for server in shown:
         name = server["name"]
-        entry: dict[str, Any] = {
-            "name": name,
-            "kind": server["kind"],
-            "origin": server["origin"],
-        }
+        entry: dict[str, Any] = dict(server)  # the redacted view: names, never values
         agent = by_name.pop(name, None)
         if server["kind"] not in kinds:
             entry.update(status="failed", reason=not_taken(server["kind"]))

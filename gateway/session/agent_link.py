@@ -14,7 +14,7 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,13 +29,14 @@ from gateway.protocol import actions as act
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
 from gateway.protocol import prompts
-from gateway.protocol.mcp_servers import ServerSpec
+from gateway.protocol.mcp_servers import ServerSpec, from_record, redacted
 from gateway.protocol.states import ProcessState
 from gateway.session.tool_paths import resolve_tool_paths
 from gateway.storage import nofollow
 from gateway.storage.files import FileError, store_tool_files
 from parsers import events as ev
-from parsers.base import PromptImage
+from parsers.base import AgentPlugin, PromptImage
+from parsers.base import get as get_parser
 
 if TYPE_CHECKING:
     from gateway.metrics import AgentLineMetrics, GatewayMetrics
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from gateway.storage.files import FileStore
     from gateway.storage.state_dir import SavedSession
 
-__all__ = ["BATCH_LINES", "LINE_TOO_LONG", "AgentLink"]
+__all__ = ["BATCH_LINES", "LINE_TOO_LONG", "AgentLink", "machine_config", "restored_mcp_servers"]
 
 log = logging.getLogger("rawp_gateway.session")
 
@@ -51,6 +52,57 @@ BATCH_LINES = 256  # agent lines handled between two turns of the event loop, at
 
 # agent.error code of a warning: the agent printed a line over the reader's limit (it was dropped)
 LINE_TOO_LONG = "AGENT_LINE_TOO_LONG"
+
+
+def machine_config(
+    profile: cfg.AgentProfile,
+    config: cfg.Config,
+    workspace: Path,
+    reattach_window_sec: float,
+    plugin: AgentPlugin,
+    mcp_servers: Sequence[ServerSpec] = (),
+) -> sm.SessionConfig:
+    """What the session machine is told of the agent (its profile and parser), the gateway's
+    settings and the session (its workspace, its reattach window, its MCP servers redacted)."""
+    return sm.SessionConfig(
+        agent=profile.name,
+        features=profile.features,
+        single_turn_process=profile.single_turn_process,
+        auto_allow=profile.auto_allow,
+        permission_timeout_sec=profile.permission_timeout_sec,
+        max_frame_size=config.server.max_frame_size,
+        accepts_images=(
+            profile.image_flag is not None if profile.prompt_in_argv else plugin.accepts_images
+        ),
+        stall_warning_sec=profile.stall_warning_sec,
+        stall_timeout_sec=profile.stall_timeout_sec,
+        prompt_argv_max=(
+            cfg.MAX_ARGV_PROMPT_BYTES
+            if profile.prompt_in_argv and profile.stdin_prompt_arg is None
+            else None
+        ),
+        tools=profile.tools,
+        credentials=get_parser(profile.parser).credentials,
+        policy=config.policy.rules,
+        workspace=str(workspace),
+        reattach_window_sec=reattach_window_sec,
+        mcp_servers=tuple(redacted(server) for server in mcp_servers),
+        mcp_kinds=agent_mcp.kinds_of(profile),
+    )
+
+
+def restored_mcp_servers(
+    record: Mapping[str, Any], config: cfg.Config, profile: cfg.AgentProfile
+) -> tuple[ServerSpec, ...]:
+    """A restored session's MCP servers, the same as before the restart: a configured one read
+    from the configuration again (its values as the environment says them now); ValueError when
+    the record's cannot be used."""
+    servers, dropped = from_record(record.get("mcp_servers"), config.mcp.for_profile(profile.name))
+    for why in dropped:
+        log.warning(
+            "restored without an MCP server: %s", why, extra={"session": record["session_id"]}
+        )
+    return servers
 
 
 class AgentLink:

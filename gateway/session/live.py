@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, ClassVar, cast
 
 from gateway import config as cfg
-from gateway.agent import mcp as agent_mcp
 from gateway.agent.process import AgentProcess
 from gateway.agent.sandbox import spawn as sandboxes
 from gateway.metrics import GatewayMetrics
@@ -30,7 +29,7 @@ from gateway.protocol.buffer import FrameBuffer
 from gateway.protocol.capabilities import ConnectionFilter, strip_subagent_context
 from gateway.protocol.states import Lifecycle, TimerKey
 from gateway.protocol.usage import CONTEXT_FULL, UsageTally
-from gateway.session.agent_link import AgentLink
+from gateway.session.agent_link import AgentLink, machine_config, restored_mcp_servers
 from gateway.session.connection import MasterConnection, Outgoing, text_frame
 from gateway.session.fanout import CLOSE_TIMEOUT_SEC, Flusher
 from gateway.session.masters import Masters, Route
@@ -69,8 +68,7 @@ class LiveSession(AgentLink, Masters):
         self.config = config
         self.metrics = metrics
         self.origin = origin
-        # Its MCP servers, merged and checked (docs/mcp.md), secrets included: given to each
-        # agent it starts, kept in its record; only their redacted views go anywhere else.
+        # Its MCP servers (docs/mcp.md), secrets included: only their redacted views go out.
         self.mcp_servers = tuple(mcp_servers)
         # Who may see and drive the session (gateway/team/roles.py): set by the server when it is created
         # or restored. "local" when the gateway has no credentials configured.
@@ -115,32 +113,8 @@ class LiveSession(AgentLink, Masters):
             session_id,
             plugin.parser,
             plugin.input,
-            sm.SessionConfig(
-                agent=profile.name,
-                features=profile.features,
-                single_turn_process=profile.single_turn_process,
-                auto_allow=profile.auto_allow,
-                permission_timeout_sec=profile.permission_timeout_sec,
-                max_frame_size=config.server.max_frame_size,
-                accepts_images=(
-                    profile.image_flag is not None
-                    if profile.prompt_in_argv
-                    else plugin.accepts_images
-                ),
-                stall_warning_sec=profile.stall_warning_sec,
-                stall_timeout_sec=profile.stall_timeout_sec,
-                prompt_argv_max=(
-                    cfg.MAX_ARGV_PROMPT_BYTES
-                    if profile.prompt_in_argv and profile.stdin_prompt_arg is None
-                    else None
-                ),
-                tools=profile.tools,
-                credentials=spec.credentials,
-                policy=config.policy.rules,
-                workspace=str(workspace),
-                reattach_window_sec=self.reattach_window_sec,
-                mcp_servers=tuple(mcp.redacted(server) for server in self.mcp_servers),
-                mcp_kinds=agent_mcp.kinds_of(profile),
+            machine_config(
+                profile, config, workspace, self.reattach_window_sec, plugin, self.mcp_servers
             ),
             files=self.files.files,
             plugin=plugin,
@@ -267,15 +241,6 @@ class LiveSession(AgentLink, Masters):
             crashed=not record["clean"] or loaded.torn,
             crash_boundary=boundary if type(boundary) is int else None,
         )
-        # The same MCP servers as before the restart: a configured one read from the
-        # configuration again (its values as the environment says them now).
-        servers, dropped = mcp.from_record(
-            record.get("mcp_servers"), config.mcp.for_profile(profile.name)
-        )
-        for why in dropped:
-            log.warning(
-                "restored without an MCP server: %s", why, extra={"session": record["session_id"]}
-            )
         session = cls(
             record["session_id"],
             profile,
@@ -288,7 +253,7 @@ class LiveSession(AgentLink, Masters):
             buffer=buffer,
             on_terminated=on_terminated,
             saved=loaded.saved,
-            mcp_servers=servers,
+            mcp_servers=restored_mcp_servers(record, config, profile),
         )
         session.created_at = record["created_at"]
         # A record written before sessions had owners was the token holder's: user admin.
@@ -366,8 +331,7 @@ class LiveSession(AgentLink, Masters):
             "buffer": {"policy": self.buffer.buffer_policy, "max_bytes": self.buffer.max_bytes},
             "clean": clean,
             "crash_boundary": self.buffer.crash_boundary,
-            # Its MCP servers (docs/mcp.md#what-is-kept): configured ones by name, a master's
-            # or an editor's whole, in this 0600 file of the state dir no agent's sandbox shows.
+            # configured ones by name, a master's whole (docs/mcp.md#what-is-kept)
             "mcp_servers": mcp.to_record(self.mcp_servers),
         }
 
