@@ -21,8 +21,10 @@ type, default, bounds, variable, flag and doc line; parsing, the bounds, the var
 ``serve`` flags and the docs test all read that declaration. The sections have rooms of their own:
 ``[server]``, ``[fleet]`` and ``[acp]`` in server.py, ``[agents.NAME]`` in agents.py, ``[auth]`` in
 auth.py, ``[notify]`` in notify.py, ``[isolation]`` in isolation.py, ``[[policy.rules]]`` in
-policy.py. Four are declared on the class of the lower package that consumes them, in plain
-metadata: ``[budgets]`` on the ledger's ``Limits`` (gateway/protocol/budget.py, read here),
+policy.py, ``[mcp.servers.NAME]`` in mcp.py. Five are declared on the class of the lower package
+that consumes them, in plain metadata: ``[budgets]`` on the ledger's ``Limits``
+(gateway/protocol/budget.py, read here), ``[mcp.servers.NAME]`` on ``ServerSpec``
+(gateway/protocol/mcp_servers.py),
 ``[[policy.rules]]`` on ``Rule`` (gateway/protocol/policy.py), ``[isolation]`` on the sandbox's
 ``Isolation`` and ``[agents.NAME]`` on ``AgentProfile`` (gateway/agent/). This module holds
 ``Config``, every section's class (``SECTIONS``), the names each section knows and the layering.
@@ -52,6 +54,7 @@ from gateway.config.agents import PROFILE_KEYS, parse_profile
 from gateway.config.auth import AUTH_KEYS, OIDC_KEYS, AuthSettings, OidcSettings, parse_auth
 from gateway.config.checks import ConfigError
 from gateway.config.isolation import ISOLATION_KEYS, check_binds_apart, parse_isolation
+from gateway.config.mcp import MCP_KEYS, McpSettings, parse_mcp
 from gateway.config.notify import WEBHOOK_KEYS, NotifySettings, Webhook, parse_notify
 from gateway.config.policy import (
     MAX_FILE_BYTES,
@@ -72,6 +75,7 @@ from gateway.config.settings import build, declared, environment_values, file_va
 from gateway.config.strict import ANY_NAME, Locator, Schema, known_names, unknown_names
 from gateway.local_token import new_token
 from gateway.protocol.budget import Limits
+from gateway.protocol.mcp_servers import ServerSpec
 from gateway.protocol.policy import Rule
 
 # The profile names are gateway/agent/profiles.py's, re-exported: a Config holds profiles, and
@@ -91,6 +95,7 @@ __all__ = [
     "ConfigError",
     "FleetSettings",
     "Limits",
+    "McpSettings",
     "NotifySettings",
     "PolicySettings",
     "ServerSettings",
@@ -127,6 +132,8 @@ class Config:
     isolation: Isolation = field(default_factory=Isolation)
     # Spend caps on the cost the agents report (docs/budgets.md); 0: none.
     budgets: Limits = field(default_factory=Limits)
+    # The MCP servers every session of a profile gets (docs/mcp.md), ${NAME}s expanded.
+    mcp: McpSettings = field(default_factory=McpSettings)
     # Not keys of a section: the bearer token (from token_file or RAWP_GATEWAY_TOKEN) and the
     # file the settings came from, which SIGHUP reads the rules of again.
     token: str | None = None
@@ -172,6 +179,7 @@ SECTIONS: Final[dict[str, type]] = {
     "isolation": Isolation,
     "agents.NAME": AgentProfile,
     "[policy.rules]": Rule,
+    "mcp.servers.NAME": ServerSpec,
 }
 _READ_HERE: Final = ("server", "fleet", "acp", "budgets")
 # Every name the file may use; any other is an error (gateway/config/strict.py). Each section's
@@ -183,6 +191,7 @@ SCHEMA: Final[Schema] = {
     "notify": {"webhooks": [known_names(WEBHOOK_KEYS)]},
     "isolation": known_names(ISOLATION_KEYS),
     "policy": POLICY_SCHEMA,
+    "mcp": {"servers": {ANY_NAME: known_names(MCP_KEYS)}},
 }
 
 
@@ -221,6 +230,8 @@ def load_config(
             sections["auth"] = parse_auth(data["auth"], where)
         if "notify" in data:
             sections["notify"] = parse_notify(data["notify"], where)
+        if "mcp" in data:
+            sections["mcp"] = parse_mcp(data["mcp"], where, environ, agents)
     server.update((key, value) for key, value in (flags or {}).items() if value is not None)
     over, under = environment_values(ServerSettings, environ)
     server.update(over)
