@@ -14,7 +14,7 @@ from gateway.agent.sandbox.plan import (
     Isolation,
     limit_named,
 )
-from gateway.agent.sandbox.spawn import SpawnSandbox, probe
+from gateway.agent.sandbox.spawn import SpawnSandbox, missing_command, probe
 
 __all__ = [
     "DEFAULT_MAX_MEMORY_MB",
@@ -22,5 +22,6 @@ __all__ = [
     "Isolation",
     "SpawnSandbox",
     "limit_named",
+    "missing_command",
     "probe",
 ]

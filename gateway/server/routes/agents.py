@@ -28,7 +28,11 @@ async def list_agents(request: web.Request) -> web.Response:
     return web.json_response(
         {
             "agents": [
-                {**p.public(declared.get(name)), "isolation": config.isolation.mode}
+                {
+                    **p.public(declared.get(name)),
+                    "isolation": config.isolation.mode,
+                    "system": config.isolation.system,
+                }
                 for name, p in agents.items()
             ]
         }
