@@ -50,7 +50,9 @@ async def sighup_until(proc: subprocess.Popen, done: Callable[[], Awaitable[bool
             await asyncio.sleep(0.05)
 
 
-def logged_until(proc: subprocess.Popen, about: str, last: str, timeout_sec: float = 20) -> list[str]:
+def logged_until(
+    proc: subprocess.Popen, about: str, last: str, timeout_sec: float = 20
+) -> list[str]:
     """Read the log of a ``serve --log-format json`` process as it writes it, until a message that
     starts with ``last``: the messages that mention ``about``, in order. Read before the process is
     stopped, so a stop cannot overtake what the test waits for (a signal sent just before SIGTERM

@@ -137,7 +137,7 @@ def check_system_root(value: Any, name: str) -> str:
             f"got {str(value)[:100]!r}"
         )
     normal = posixpath.normpath(value)
-    if normal == "/":
+    if not normal.strip("/"):  # (normpath keeps a leading "//")
         raise ValueError(f"{name} must be a team's system directory, not /")
     return normal
 
