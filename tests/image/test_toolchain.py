@@ -27,7 +27,7 @@ from tests.support import toolchain
 from tests.support.engine import STATE, WORKSPACE, Engine
 from tests.support.gateway_peer import of
 from tests.support.paths import REPO
-from tests.support.readme import blocks, exists, port_free, type_blocks
+from tests.support.readme import README, blocks, exists, port_free, type_blocks
 from tests.support.rig import env as rigenv
 from tests.support.rig.run import make_server
 
@@ -59,7 +59,13 @@ p=$$; while [ "$p" -gt 1 ]; do echo "exe: $(readlink /proc/$p/exe)"; p=$(cut -d'
 echo "token: $(cat /run/secrets/rawp-token 2>&1)"
 echo "state: $(ls -A /var/lib/rawp-gateway/state/sessions/* 2>&1 | tr '\\n' ' ')"
 echo "neighbour: $(ls -A /workspace/team-b 2>&1)"
+echo "image claude: $(/usr/local/bin/claude --version 2>&1)"
 """
+# deploy/README.md's line for a team's image without Claude Code: the gateway image's own binary,
+# shown read-only at its path. The team's is first on the agent's PATH here, so this one is only run
+# by the Bash call, to show that it runs in the team's system too.
+IMAGE_CLAUDE = 'bind_ro = ["/usr/local/bin/claude"]'
+IMAGE_CLAUDE_VERSION = "2.1.328 (Claude Code)"  # deploy/Dockerfile's CLAUDE_CODE_VERSION
 
 
 def said(output: str) -> dict[str, list[str]]:
@@ -126,7 +132,13 @@ async def test_claude_code_builds_with_the_teams_tools_from_its_image(engine, to
     server = make_server("claude-code", calls)
     base_url = await server.start()
     mount = ("--mount", f"type=image,source={team.image},destination={SYSTEM_ROOT}")
-    config = ("-v", f"{CONFIG}:/etc/rawp-gateway/config.toml:ro")
+    assert f"\n{IMAGE_CLAUDE}\n" in README.read_text()
+    # The documented config, and the README's line for the image's own Claude Code in
+    # [isolation], the file's last table.
+    config_file = tmp_path / "config.toml"
+    config_file.write_text(CONFIG.read_text() + IMAGE_CLAUDE + "\n")
+    config_file.chmod(0o644)
+    config = ("-v", f"{config_file}:/etc/rawp-gateway/config.toml:ro")
     try:
         env = {
             k: v
@@ -173,6 +185,7 @@ async def test_claude_code_builds_with_the_teams_tools_from_its_image(engine, to
             assert "session.json" not in lines["state"][0], output
             assert "frames.log" not in lines["state"][0], output
             assert "No such file" in lines["neighbour"][0] and "notes" not in output, output
+            assert lines["image claude"] == [IMAGE_CLAUDE_VERSION], output
             # What it built is in the session's workspace, as the gateway's container sees it.
             built = box.exec("ls", f"{WORKSPACE}/team-a").stdout.split()
             assert {"hello-go", "hello-c"} <= set(built), built
