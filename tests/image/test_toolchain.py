@@ -17,18 +17,16 @@ removes what the blocks keep (the volumes, the derived image) afterwards.
 from __future__ import annotations
 
 import json
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import aiohttp
 import pytest
 
-from tests.image.test_image import attach, create
+from tests.image.test_image import allowed_bash_turn, attach, bash_then_text, claude_env, create
 from tests.support import toolchain
-from tests.support.engine import STATE, WORKSPACE, Engine
-from tests.support.gateway_peer import of
+from tests.support.engine import WORKSPACE, Engine
 from tests.support.paths import REPO
 from tests.support.readme import README, blocks, exists, port_free, type_blocks
-from tests.support.rig import env as rigenv
 from tests.support.rig.run import make_server
 
 pytestmark = [pytest.mark.image, pytest.mark.toolchain]
@@ -117,18 +115,7 @@ async def test_claude_code_builds_with_the_teams_tools_from_its_image(engine, to
     )
     type_the_readme(engine, team.image, tmp_path)
 
-    calls = [
-        {
-            "content": [
-                {
-                    "type": "tool_use",
-                    "name": "Bash",
-                    "input": {"command": BUILD, "description": "Build with the team's tools"},
-                }
-            ]
-        },
-        {"match": {"tool_result": True}, "content": [{"type": "text", "text": "Built both."}]},
-    ]
+    calls = bash_then_text(BUILD, "Build with the team's tools", "Built both.")
     server = make_server("claude-code", calls)
     base_url = await server.start()
     mount = ("--mount", f"type=image,source={team.image},destination={SYSTEM_ROOT}")
@@ -140,11 +127,7 @@ async def test_claude_code_builds_with_the_teams_tools_from_its_image(engine, to
     config_file.chmod(0o644)
     config = ("-v", f"{config_file}:/etc/rawp-gateway/config.toml:ro")
     try:
-        env = {
-            k: v
-            for k, v in rigenv.claude_code_env(base_url, Path(STATE)).items()
-            if k not in ("PATH", "HOME", "USER", "TMPDIR", "IS_SANDBOX")
-        }
+        env = claude_env(base_url)
         with (
             engine.volumes() as volumes,
             engine.gateway(volumes, token_file, env=env, extra=(*mount, *config)) as box,
@@ -157,21 +140,11 @@ async def test_claude_code_builds_with_the_teams_tools_from_its_image(engine, to
                 session = await create(http, box, agent="claude-code", workspace_path="team-a")
                 assert (session["isolation"], session["system"]) == ("sandbox", SYSTEM_ROOT)
                 master = await attach(http, box, session)
-                assert (await master.next())["type"] == "session.capabilities"
-                await master.send("control.prompt.request", {"prompt_text": "Build both."})
-                ask = await master.until("agent.interaction.request", timeout=60)
-                assert ask["payload"]["context"]["tool_name"] == "Bash"
-                await master.send(
-                    "control.interaction.response",
-                    {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "allow"},
-                )
-                result = await master.until("tool.invoke.result", timeout=180)
-                end = await master.until("session.turn.end", timeout=60)
+                result, end, text = await allowed_bash_turn(master, "Build both.", timeout=180)
                 await master.ws.close()
             output = result["payload"]["output"]
             assert result["payload"]["status"] == "success", (output, box.logs())
             assert end["payload"]["stop_reason"] == "end_turn"
-            text = "".join(f["payload"]["text"] for f in of(master.frames, "agent.text.delta"))
             assert text == "Built both."
             lines = said(output)
             assert lines["go"] == ["go built here"], output
@@ -189,8 +162,6 @@ async def test_claude_code_builds_with_the_teams_tools_from_its_image(engine, to
             # What it built is in the session's workspace, as the gateway's container sees it.
             built = box.exec("ls", f"{WORKSPACE}/team-a").stdout.split()
             assert {"hello-go", "hello-c"} <= set(built), built
-            home = PurePosixPath(STATE, "state", "sessions", session["session_id"], "home")
-            assert "projects" in box.exec("ls", "-a", str(home / ".claude")).stdout.split()
         paths = [r.path for r in server.requests]
         assert sum(p.startswith("/v1/messages") for p in paths) == 2, paths
     finally:

@@ -9,11 +9,10 @@ to mount at /toolchain with the engine's environment.
 
 from __future__ import annotations
 
-import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.engine import run_script
 from tests.support.paths import REPO
 
 SCRIPT = REPO / "scripts" / "build-toolchain"
@@ -32,18 +31,5 @@ class Toolchain:
 
 def built(*, dir_only: bool = False) -> Toolchain:
     """The toolchain of the current recipe, built if it is not there yet."""
-    proc = subprocess.run(
-        [str(SCRIPT), *(["--dir-only"] if dir_only else [])],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise AssertionError(f"scripts/build-toolchain failed:\n{proc.stderr[-4000:]}")
-    out = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-    env = dict(os.environ)
-    for key in ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF"):
-        if key in out:
-            env[key] = out[key]
+    out, env = run_script(SCRIPT, *(["--dir-only"] if dir_only else []))
     return Toolchain(Path(out["root"]), out.get("image"), out.get("engine"), env)
