@@ -408,7 +408,7 @@ def test_the_agents_path_is_path_else_debians_default_and_its_user_is_named():
     assert SANDBOX.system == "gateway" and TEAM.system == ROOT
 
 
-PASSWD = "root:x:0:0:root:/root:/bin/bash\nrawp:x:999:999::/home/rawp:/bin/sh\n"
+PASSWD = "root:x:0:0:root:/srv/admin:/bin/bash\nrawp:x:999:999::/home/rawp:/bin/sh\n"
 
 
 def test_a_uid_the_teams_passwd_does_not_know_gets_a_name_and_its_home():
