@@ -4,14 +4,15 @@ scripts/build-toolchain makes (Debian trixie, a glibc the gateway's bookworm doe
 Go, gcc, make and Claude Code at /opt/team/bin/claude, a path only it has).
 
 One test, for its cost: the README's blocks as a person types them (tests/support/readme.py),
-after the first block of its podman section, with the podman image mount and with the derived
-image; then the real Claude Code in a container with the same mount and config (on the host's
+after the first block of its podman section, with the podman image mount (``podman run`` and
+podman-compose) and with the derived image; then the real Claude Code in a container with the same mount and config (on the host's
 network, to reach the scripted model server on the host's loopback) builds and runs a Go and a C
 program in its workspace with a Bash call, and says what it runs on.
 
-The blocks use fixed names (the container ``rawp-gateway-team``, its volumes, the image tag
-``rawp-gateway-team``) and the loopback port 8766: the test refuses to run where any is taken, and
-removes what the blocks keep (the volumes, the derived image) afterwards.
+The blocks use fixed names (the container ``rawp-gateway-team``, the compose project
+``rawp-gateway-team``, their volumes, the image tag ``rawp-gateway-team``) and the loopback port
+8766: the test refuses to run where any is taken, and removes what the blocks keep (the volumes,
+the derived image) afterwards.
 """
 
 from __future__ import annotations
@@ -34,9 +35,15 @@ pytestmark = [pytest.mark.image, pytest.mark.toolchain]
 SECTION = "### The team's tools"
 SETUP = "### Podman on one Debian host"  # its first block: the image, the token
 PORT = 8766
-CONTAINER = "rawp-gateway-team"
+CONTAINERS = ("rawp-gateway-team", "rawp-gateway-team_gateway_1")  # podman run's, compose's
 DERIVED = "rawp-gateway-team"
-VOLUMES = ("rawp-team-workspace", "rawp-team-state")
+VOLUMES = (
+    "rawp-team-workspace",
+    "rawp-team-state",
+    "rawp-gateway-team_workspace",
+    "rawp-gateway-team_gateway-state",
+)
+NETWORK = "rawp-gateway-team_default"
 SYSTEM_ROOT = "/toolchain"
 CONFIG = REPO / "deploy" / "config-toolchain.toml"
 TOKEN_PATH = "/run/secrets/rawp-token"
@@ -78,13 +85,16 @@ def said(output: str) -> dict[str, list[str]]:
 
 def type_the_readme(engine: Engine, team: str, tmp_path: Path) -> None:
     """The section's blocks as written, after the setup block: each /v1/agents answer says
-    every profile's agents see /toolchain, from the mounted image and from the derived one."""
+    every profile's agents see /toolchain, from the mounted image (``podman run``,
+    podman-compose) and from the derived one, which kept the gateway image's healthcheck."""
     steps = [blocks(SETUP)[0], *blocks(SECTION)]
     assert "scripts/build-toolchain" in steps[1]
     assert sum(f'type=image,source="$team",destination={SYSTEM_ROOT}' in s for s in steps) == 1
+    assert sum(f"type=image,source=$team,destination={SYSTEM_ROOT}" in s for s in steps) == 1
     assert sum("-f deploy/Dockerfile.toolchain" in s for s in steps) == 1
-    taken = [CONTAINER] if exists(engine, "container", CONTAINER) else []
+    taken = [n for n in CONTAINERS if exists(engine, "container", n)]
     taken += [n for n in VOLUMES if exists(engine, "volume", n)]
+    taken += [NETWORK] if exists(engine, "network", NETWORK) else []
     taken += [f"image {DERIVED}"] if exists(engine, "image", DERIVED) else []
     taken += [] if port_free(PORT) else [f"127.0.0.1:{PORT}"]
     assert not taken, f"not running the README's commands over what is already here: {taken}"
@@ -93,14 +103,20 @@ def type_the_readme(engine: Engine, team: str, tmp_path: Path) -> None:
         assert typed.returncode == 0, typed.report
         assert typed.out["env"].strip() == "", typed.report
         asked = [i for i, step in enumerate(steps) if "/v1/agents" in step]
-        assert len(asked) == 2, steps
+        assert len(asked) == 3, steps
         for i in asked:
             agents = json.loads(typed.out[str(i)].strip().splitlines()[-1])["agents"]
             assert agents and {a["system"] for a in agents} == {SYSTEM_ROOT}, typed.report
-        assert not exists(engine, "container", CONTAINER), typed.report
+        check = engine.inspect("image", DERIVED).get("Healthcheck") or {}
+        assert "/healthz" in " ".join(check.get("Test", [])), typed.report
+        left = [n for n in CONTAINERS if exists(engine, "container", n)]
+        left += [NETWORK] if exists(engine, "network", NETWORK) else []
+        assert left == [], typed.report
         assert port_free(PORT), typed.report
     finally:
-        engine.run("rm", "-f", "-t", "0", CONTAINER, check=False)
+        for name in CONTAINERS:
+            engine.run("rm", "-f", "-t", "0", name, check=False)
+        engine.run("network", "rm", "-f", NETWORK, check=False)
         for name in VOLUMES:
             engine.run("volume", "rm", "-f", name, check=False)
         engine.run("rmi", "-f", DERIVED, check=False)
