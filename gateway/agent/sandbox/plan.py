@@ -110,12 +110,7 @@ def check_binds(value: list[Any], name: str) -> tuple[str, ...]:
     if len(value) > MAX_BINDS:
         raise ValueError(f"{name} must be {_BINDS}")
     for path in value:
-        if (
-            not isinstance(path, str)
-            or not path.startswith("/")
-            or len(path) > MAX_BIND_CHARS
-            or "\0" in path
-        ):
+        if not _absolute(path):
             raise ValueError(
                 f"{name} entries must be absolute paths of at most {MAX_BIND_CHARS} characters, "
                 f"got {str(path)[:100]!r}"
@@ -123,15 +118,20 @@ def check_binds(value: list[Any], name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _absolute(path: Any) -> bool:
+    """An absolute path of at most MAX_BIND_CHARS characters, without NUL."""
+    return (
+        isinstance(path, str)
+        and path.startswith("/")
+        and len(path) <= MAX_BIND_CHARS
+        and "\0" not in path
+    )
+
+
 def check_system_root(value: Any, name: str) -> str:
     """``system_root`` as written: one absolute path, normalised, never ``/`` (the gateway's own
     system is what is shown without it). That it holds ``/usr`` is checked when ``serve`` starts."""
-    if (
-        not isinstance(value, str)
-        or not value.startswith("/")
-        or len(value) > MAX_BIND_CHARS
-        or "\0" in value
-    ):
+    if not _absolute(value):
         raise ValueError(
             f"{name} must be an absolute path of at most {MAX_BIND_CHARS} characters, "
             f"got {str(value)[:100]!r}"
