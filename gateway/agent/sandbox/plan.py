@@ -23,6 +23,13 @@ session's file store inside the hidden state dir) is bound read-only at its own 
 counts the processes of the sandbox's own user namespace (set before ``bwrap`` it would also bound
 the namespace's parent level, i.e. every process of the gateway's user), RLIMIT_DATA bounds each
 process's private writable memory (docs/isolation.md says what each guarantees).
+
+A team's system (``system_root``): the system's binds come from that directory (its links as it
+has them), and none of them shows a file of the gateway's, so no mask is made there. What the
+gateway shows over it (its network files, a passwd that knows the agent's uid) and binds whose
+place the read-only image lacks need a directory rebuilt (``Layout.spliced``): a tmpfs, each of
+the team's entries bound again, the gateway's on top, then ``--remount-ro`` once everything inside
+is mounted. ``prlimit`` is then the team's, and ``PATH`` the agent's in that system.
 """
 
 from __future__ import annotations
