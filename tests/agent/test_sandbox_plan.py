@@ -382,18 +382,6 @@ def test_a_file_of_the_gateways_shown_over_the_teams_is_not_bound_twice():
     assert ("--ro-bind", "/toolchain/etc/group", "/etc/group") in found
 
 
-def test_the_limits_are_set_by_the_prlimit_of_the_teams_system():
-    argv = bwrap_argv(TEAM, team_layout(), ["claude", "-p"], "/w")
-    assert argv[argv.index("--chdir") + 3 :] == [
-        "/usr/bin/prlimit",
-        "--nproc=512",
-        f"--data={4096 << 20}",
-        "--",
-        "claude",
-        "-p",
-    ]
-
-
 def test_the_agents_path_is_path_else_debians_default_and_its_user_is_named():
     lay = team_layout(user="rawp-agent")
     env = sandbox_environment({"PATH": "/gateway/bin", "USER": "gw"}, TEAM, lay)

@@ -23,6 +23,13 @@ session's file store inside the hidden state dir) is bound read-only at its own 
 counts the processes of the sandbox's own user namespace (set before ``bwrap`` it would also bound
 the namespace's parent level, i.e. every process of the gateway's user), RLIMIT_DATA bounds each
 process's private writable memory (docs/isolation.md says what each guarantees).
+
+A team's system (``system_root``): the system's binds come from that directory (its links as it
+has them), and none of them shows a file of the gateway's, so no mask is made there. What the
+gateway shows over it (its network files, a passwd that knows the agent's uid) and binds whose
+place the read-only image lacks need a directory rebuilt (``Layout.spliced``): a tmpfs, each of
+the team's entries bound again, the gateway's on top, then ``--remount-ro`` once everything inside
+is mounted. ``prlimit`` is then the team's, and ``PATH`` the agent's in that system.
 """
 
 from __future__ import annotations
@@ -110,12 +117,7 @@ def check_binds(value: list[Any], name: str) -> tuple[str, ...]:
     if len(value) > MAX_BINDS:
         raise ValueError(f"{name} must be {_BINDS}")
     for path in value:
-        if (
-            not isinstance(path, str)
-            or not path.startswith("/")
-            or len(path) > MAX_BIND_CHARS
-            or "\0" in path
-        ):
+        if not _absolute(path):
             raise ValueError(
                 f"{name} entries must be absolute paths of at most {MAX_BIND_CHARS} characters, "
                 f"got {str(path)[:100]!r}"
@@ -123,15 +125,20 @@ def check_binds(value: list[Any], name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _absolute(path: Any) -> bool:
+    """An absolute path of at most MAX_BIND_CHARS characters, without NUL."""
+    return (
+        isinstance(path, str)
+        and path.startswith("/")
+        and len(path) <= MAX_BIND_CHARS
+        and "\0" not in path
+    )
+
+
 def check_system_root(value: Any, name: str) -> str:
     """``system_root`` as written: one absolute path, normalised, never ``/`` (the gateway's own
     system is what is shown without it). That it holds ``/usr`` is checked when ``serve`` starts."""
-    if (
-        not isinstance(value, str)
-        or not value.startswith("/")
-        or len(value) > MAX_BIND_CHARS
-        or "\0" in value
-    ):
+    if not _absolute(value):
         raise ValueError(
             f"{name} must be an absolute path of at most {MAX_BIND_CHARS} characters, "
             f"got {str(value)[:100]!r}"
