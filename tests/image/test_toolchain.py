@@ -27,7 +27,7 @@ from tests.image.test_image import allowed_bash_turn, attach, bash_then_text, cl
 from tests.support import toolchain
 from tests.support.engine import WORKSPACE, Engine
 from tests.support.paths import REPO
-from tests.support.readme import README, blocks, exists, port_free, type_blocks
+from tests.support.readme import README, Names, blocks, type_blocks
 from tests.support.rig.run import make_server
 
 pytestmark = [pytest.mark.image, pytest.mark.toolchain]
@@ -35,15 +35,19 @@ pytestmark = [pytest.mark.image, pytest.mark.toolchain]
 SECTION = "### The team's tools"
 SETUP = "### Podman on one Debian host"  # its first block: the image, the token
 PORT = 8766
-CONTAINERS = ("rawp-gateway-team", "rawp-gateway-team_gateway_1")  # podman run's, compose's
 DERIVED = "rawp-gateway-team"
-VOLUMES = (
-    "rawp-team-workspace",
-    "rawp-team-state",
-    "rawp-gateway-team_workspace",
-    "rawp-gateway-team_gateway-state",
+NAMES = Names(
+    containers=("rawp-gateway-team", "rawp-gateway-team_gateway_1"),  # podman run's, compose's
+    volumes=(
+        "rawp-team-workspace",
+        "rawp-team-state",
+        "rawp-gateway-team_workspace",
+        "rawp-gateway-team_gateway-state",
+    ),
+    network="rawp-gateway-team_default",
+    port=PORT,
+    images=(DERIVED,),
 )
-NETWORK = "rawp-gateway-team_default"
 SYSTEM_ROOT = "/toolchain"
 CONFIG = REPO / "deploy" / "config-toolchain.toml"
 TOKEN_PATH = "/run/secrets/rawp-token"
@@ -83,7 +87,7 @@ def said(output: str) -> dict[str, list[str]]:
     return lines
 
 
-def type_the_readme(engine: Engine, team: str, tmp_path: Path) -> None:
+def type_the_readme(engine: Engine, tmp_path: Path) -> None:
     """The section's blocks as written, after the setup block: each /v1/agents answer says
     every profile's agents see /toolchain, from the mounted image (``podman run``,
     podman-compose) and from the derived one, which kept the gateway image's healthcheck."""
@@ -92,16 +96,9 @@ def type_the_readme(engine: Engine, team: str, tmp_path: Path) -> None:
     assert sum(f'type=image,source="$team",destination={SYSTEM_ROOT}' in s for s in steps) == 1
     assert sum(f"type=image,source=$team,destination={SYSTEM_ROOT}" in s for s in steps) == 1
     assert sum("-f deploy/Dockerfile.toolchain" in s for s in steps) == 1
-    taken = [n for n in CONTAINERS if exists(engine, "container", n)]
-    taken += [n for n in VOLUMES if exists(engine, "volume", n)]
-    taken += [NETWORK] if exists(engine, "network", NETWORK) else []
-    taken += [f"image {DERIVED}"] if exists(engine, "image", DERIVED) else []
-    taken += [] if port_free(PORT) else [f"127.0.0.1:{PORT}"]
-    assert not taken, f"not running the README's commands over what is already here: {taken}"
+    NAMES.refuse_taken(engine)
     try:
         typed = type_blocks(steps, tmp_path)
-        assert typed.returncode == 0, typed.report
-        assert typed.out["env"].strip() == "", typed.report
         asked = [i for i, step in enumerate(steps) if "/v1/agents" in step]
         assert len(asked) == 3, steps
         for i in asked:
@@ -109,17 +106,9 @@ def type_the_readme(engine: Engine, team: str, tmp_path: Path) -> None:
             assert agents and {a["system"] for a in agents} == {SYSTEM_ROOT}, typed.report
         check = engine.inspect("image", DERIVED).get("Healthcheck") or {}
         assert "/healthz" in " ".join(check.get("Test", [])), typed.report
-        left = [n for n in CONTAINERS if exists(engine, "container", n)]
-        left += [NETWORK] if exists(engine, "network", NETWORK) else []
-        assert left == [], typed.report
-        assert port_free(PORT), typed.report
+        assert NAMES.left(engine) == [], typed.report
     finally:
-        for name in CONTAINERS:
-            engine.run("rm", "-f", "-t", "0", name, check=False)
-        engine.run("network", "rm", "-f", NETWORK, check=False)
-        for name in VOLUMES:
-            engine.run("volume", "rm", "-f", name, check=False)
-        engine.run("rmi", "-f", DERIVED, check=False)
+        NAMES.remove(engine)
 
 
 async def test_claude_code_builds_with_the_teams_tools_from_its_image(engine, token_file, tmp_path):
@@ -129,7 +118,7 @@ async def test_claude_code_builds_with_the_teams_tools_from_its_image(engine, to
     assert team.image and team.env.get("CONTAINERS_STORAGE_CONF") == engine.env.get(
         "CONTAINERS_STORAGE_CONF"
     )
-    type_the_readme(engine, team.image, tmp_path)
+    type_the_readme(engine, tmp_path)
 
     calls = bash_then_text(BUILD, "Build with the team's tools", "Built both.")
     server = make_server("claude-code", calls)

@@ -64,6 +64,44 @@ def login_env() -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class Names:
+    """What a section's blocks make under fixed names, as a person's commands do: containers,
+    volumes, a compose network, images, and the loopback port they publish. A test refuses to run
+    the blocks where any of them is taken (a deployment on the machine is never touched), checks
+    that the blocks' own teardown left no container or network and freed the port, and removes
+    what the blocks keep on purpose (volumes, images) afterwards."""
+
+    containers: tuple[str, ...]
+    volumes: tuple[str, ...]
+    network: str
+    port: int
+    images: tuple[str, ...] = ()
+
+    def refuse_taken(self, engine: Engine) -> None:
+        taken = [n for n in self.containers if exists(engine, "container", n)]
+        taken += [n for n in self.volumes if exists(engine, "volume", n)]
+        taken += [self.network] if exists(engine, "network", self.network) else []
+        taken += [f"image {n}" for n in self.images if exists(engine, "image", n)]
+        taken += [] if port_free(self.port) else [f"127.0.0.1:{self.port}"]
+        assert not taken, f"not running the README's commands over what is already here: {taken}"
+
+    def left(self, engine: Engine) -> list[str]:
+        """What of the blocks' still runs or holds the port after their own teardown."""
+        left = [n for n in self.containers if exists(engine, "container", n)]
+        left += [self.network] if exists(engine, "network", self.network) else []
+        return left + ([] if port_free(self.port) else [f"127.0.0.1:{self.port}"])
+
+    def remove(self, engine: Engine) -> None:
+        for name in self.containers:
+            engine.run("rm", "-f", "-t", "0", name, check=False)
+        engine.run("network", "rm", "-f", self.network, check=False)
+        for name in self.volumes:
+            engine.run("volume", "rm", "-f", name, check=False)
+        for name in self.images:
+            engine.run("rmi", "-f", name, check=False)
+
+
 @dataclass
 class Typed:
     """What the blocks did: the shell's exit code, each block's stdout by its index (``env``:
@@ -76,7 +114,7 @@ class Typed:
 
 def type_blocks(steps: list[str], tmp_path: Path, timeout: float = 900) -> Typed:
     """``steps`` in a login shell in a copy of the repository under ``tmp_path``, stopping at
-    the first command that fails (a person would see it and stop too)."""
+    the first command that fails (a person would see it and stop too), which fails the test."""
     repo = tmp_path / "repo"
     shutil.copytree(REPO, repo, ignore=NOT_COPIED, symlinks=True)
     # The test's own lines: markers to tell the blocks' output apart, stop at the first failure,
@@ -96,4 +134,7 @@ def type_blocks(steps: list[str], tmp_path: Path, timeout: float = 900) -> Typed
     parts = re.split(rf"^{MARK}-(\w+)$", proc.stdout, flags=re.MULTILINE)
     out = dict(zip(parts[1::2], parts[2::2], strict=True))
     report = f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    # Every block ran, and the shell carried none of the project's podman settings.
+    assert proc.returncode == 0, report
+    assert out["env"].strip() == "", report
     return Typed(proc.returncode, out, report)
