@@ -35,6 +35,15 @@ def parse_isolation(table: Any, locate: Callable[[Path], str]) -> Isolation:
         return f"{locate(('isolation', key))}: [isolation] "
 
     isolation: Isolation = build(Isolation, file_values(Isolation, table, where), where)
+    if isolation.system_root is not None and not isolation.sandboxed:
+        raise ConfigError(
+            f'{where("system_root")}system_root needs mode = "sandbox": the agent\'s system is '
+            "shown to it by the sandbox"
+        )
+    if isolation.path is not None and isolation.system_root is None:
+        raise ConfigError(
+            f"{where('path')}path is the agent's PATH in system_root's system: set system_root"
+        )
     return replace(
         isolation,
         bind_ro=_on_disk(isolation.bind_ro, where("bind_ro") + "bind_ro"),
@@ -57,13 +66,28 @@ def _on_disk(paths: tuple[str, ...], what: str) -> tuple[str, ...]:
 
 def check_binds_apart(isolation: Isolation, hidden: Iterable[FsPath]) -> None:
     """A bind that is, or is inside, something the gateway hides (its state dir, the workspace
-    root, a file it read a secret from) would show it again: refused."""
+    root, a file it read a secret from) would show it again: refused. So would a ``system_root``
+    that holds one, or is inside one: no mask is made in a team's system."""
+    hidden = list(hidden)
+    root = isolation.system_root
+    if root is not None:
+        for secret in hidden:
+            top = os.path.abspath(secret)
+            if _inside(top, root) or _inside(root, top):
+                raise ConfigError(
+                    f"[isolation] system_root: {root} would show {top}, which the agent must not "
+                    "see (the state dir, the workspace root or a file the gateway reads)"
+                )
     for key in _BINDS:
         for path in getattr(isolation, key):
             for secret in hidden:
                 top = os.path.abspath(secret)
-                if path == top or path.startswith(top.rstrip("/") + "/"):
+                if _inside(path, top):
                     raise ConfigError(
                         f"[isolation] {key}: {path} would show {top}, which the agent must not "
                         "see (the state dir, the workspace root or a file the gateway reads)"
                     )
+
+
+def _inside(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")

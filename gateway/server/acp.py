@@ -27,7 +27,7 @@ from aiohttp import web
 
 from gateway import __version__
 from gateway.agent.environment import agent_environment
-from gateway.agent.exit import missing_executable
+from gateway.agent.sandbox import missing_command
 from gateway.api_error import ApiError
 from gateway.console.tickets import TICKET_TTL_SEC
 from gateway.protocol import acp_rpc
@@ -357,7 +357,9 @@ class AcpHandler:
             self.refuse(got, REFUSED, why, "TOO_MANY_SESSIONS")
             return
         workspace = resolve_workspace(self.config, params.cwd or None)
-        missing = missing_executable(profile.command[0], agent_environment(profile.env))
+        missing = missing_command(
+            self.config.isolation, profile.command[0], agent_environment(profile.env)
+        )
         if missing is not None:
             raise ApiError(
                 502, "AGENT_START_FAILED", f"the {agent} agent could not start: {missing}"

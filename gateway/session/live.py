@@ -185,6 +185,7 @@ class LiveSession(AgentLink, Masters):
             "owner": self.owner,
             "members": dict(self.members),
             "isolation": self.config.isolation.mode,
+            "system": self.config.isolation.system,
         }
         if self.budgets is not None:
             obj["budget"] = self.budgets.view(self)

@@ -79,15 +79,20 @@ EOF
 # engine_podman_settings: writes .engine/containers.conf and .engine/storage.conf from what this
 # machine is (rewritten on every call: they are cheap, and follow the machine) and exports them.
 engine_podman_settings() {
-  local dir
+  local dir conf storage
   dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.engine"
   mkdir -p "$dir"
   engine_podman_measure
+  # Files of this call's own, renamed into place: concurrent callers (scripts/build-image and
+  # scripts/build-toolchain from two pytest-xdist workers) write the same values, and each
+  # rename is whole.
+  conf="$(mktemp "$dir/containers.conf.XXXXXX")"
+  storage="$(mktemp "$dir/storage.conf.XXXXXX")"
   {
     echo "# Written by scripts/lib/engine.sh for this machine; do not edit (it is rewritten)."
     engine_containers_conf
-  } >"$dir/containers.conf.new"
-  cat >"$dir/storage.conf.new" <<EOF
+  } >"$conf"
+  cat >"$storage" <<EOF
 # Written by scripts/lib/engine.sh for this machine; do not edit (it is rewritten).
 [storage]
 # $(if [ "$ENGINE_DRIVER" = overlay ]; then echo "The kernel has overlayfs."; else echo "No overlayfs in /proc/filesystems: vfs (slow, a full copy per layer)."; fi)
@@ -95,8 +100,9 @@ driver = "$ENGINE_DRIVER"
 runroot = "/run/containers/storage"
 graphroot = "/var/lib/containers/storage"
 EOF
-  mv "$dir/containers.conf.new" "$dir/containers.conf"
-  mv "$dir/storage.conf.new" "$dir/storage.conf"
+  chmod 644 "$conf" "$storage"
+  mv "$conf" "$dir/containers.conf"
+  mv "$storage" "$dir/storage.conf"
   # podman build (buildah) does not read default_ulimits: build-image passes these as --ulimit.
   ENGINE_BUILD_ULIMITS=(--ulimit "nofile=$ENGINE_NOFILE:$ENGINE_NOFILE"
     --ulimit "nproc=$ENGINE_NPROC:$ENGINE_NPROC")

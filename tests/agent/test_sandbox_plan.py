@@ -4,14 +4,23 @@ does, with a hostile agent."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from gateway.agent.sandbox.plan import (
+    DEFAULT_PATH,
     MASK_TMPFS_BYTES,
     Isolation,
     Layout,
     Mask,
     bwrap_argv,
+    check_path,
+    check_system_root,
+    group_with,
     limit_named,
     module_run,
+    passwd_with,
     sandbox_environment,
 )
 
@@ -26,15 +35,14 @@ def layout(
     home: str = "/var/lib/rawp/sessions/s1/home",
     **kw,
 ) -> Layout:
+    fields = {"system": SYSTEM, "prlimit": "/usr/bin/prlimit", **kw}
     return Layout(
         bwrap="/usr/bin/bwrap",
-        prlimit="/usr/bin/prlimit",
         workspace=workspace,
         home=home,
         empty=EMPTY,
-        system=SYSTEM,
         masks=masks,
-        **kw,
+        **fields,
     )
 
 
@@ -300,3 +308,121 @@ def test_a_file_the_command_is_given_is_shown_read_only_over_the_hidden_state_di
     assert found.index(("--tmpfs", "/opt/state")) < found.index(("--ro-bind", image, image))
     shown = [m for m in found if m[0] in ("--bind", "--ro-bind") and m[-1].startswith("/opt/state")]
     assert shown == [("--ro-bind", image, image)]
+
+
+# --- a team's system: [isolation] system_root -------------------------------------------------
+
+ROOT = "/toolchain"
+TEAM = Isolation(mode="sandbox", system_root=ROOT)
+TEAM_SYSTEM = (("/usr", None), ("/bin", "usr/bin"), ("/lib64", "usr/lib64"), ("/etc", None))
+
+
+def team_layout(*masks: Mask, **kw) -> Layout:
+    return layout(*masks, system=TEAM_SYSTEM, root=ROOT, prlimit="/usr/bin/prlimit", **kw)
+
+
+def test_the_system_comes_from_the_teams_directory_its_links_as_it_has_them():
+    found = mounts(bwrap_argv(TEAM, team_layout(), ["claude"], "/srv/work/alice"))
+    system = [m for m in found if m[-1] in ("/usr", "/bin", "/lib64", "/etc", "/opt", "/lib")]
+    assert system == [
+        ("--ro-bind", "/toolchain/usr", "/usr"),
+        ("--symlink", "usr/bin", "/bin"),
+        ("--symlink", "usr/lib64", "/lib64"),
+        ("--ro-bind", "/toolchain/etc", "/etc"),
+    ]  # nothing of the gateway's own /usr, /lib or /opt
+    assert not any(m[1].startswith(("/usr", "/lib", "/etc")) for m in found if len(m) == 3)
+
+
+def test_no_mask_is_made_in_a_teams_system_it_shows_none_of_the_gateways_files():
+    """The gateway's /etc/rawp-gateway/config.toml is not the team's /etc: nothing to cover (a
+    mount point there could not even be made in the read-only image), while a mask of a path a
+    bind shows is made as before."""
+    masks = (Mask("/etc/rawp-gateway/config.toml", False), Mask("/srv/work", True))
+    argv = bwrap_argv(TEAM, team_layout(*masks), ["claude"], "/srv/work/alice")
+    assert "/etc/rawp-gateway/config.toml" not in argv
+    with_bind = replace(TEAM, bind_ro=("/srv",))
+    found = mounts(bwrap_argv(with_bind, team_layout(*masks), ["claude"], "/srv/work/alice"))
+    assert ("--tmpfs", "/srv/work") in found
+
+
+def test_a_rebuilt_directory_is_a_tmpfs_of_its_entries_then_read_only():
+    """Where the image has no file to mount the gateway's on (no /etc/hosts in it), /etc is an
+    empty tmpfs with each of the team's entries bound again (a link as a link), the gateway's
+    files over it, and then read-only: before the command, after every mount inside it."""
+    lay = team_layout(
+        spliced=(("/etc", (("hosts.allow", None), ("os-release", "../usr/lib/os-release"))),),
+        over=(("/etc/hosts", "/etc/hosts"), ("/run/resolv.conf", "/etc/resolv.conf")),
+    )
+    argv = bwrap_argv(TEAM, lay, ["claude"], "/srv/work/alice")
+    found = mounts(argv)
+    assert ("--ro-bind", "/toolchain/etc", "/etc") not in found  # made entry by entry instead
+    etc = found.index(("--tmpfs", "/etc"))
+    inside = [
+        ("--ro-bind", "/toolchain/etc/hosts.allow", "/etc/hosts.allow"),
+        ("--symlink", "../usr/lib/os-release", "/etc/os-release"),
+        ("--ro-bind", "/etc/hosts", "/etc/hosts"),
+        ("--ro-bind", "/run/resolv.conf", "/etc/resolv.conf"),
+    ]
+    assert all(found.index(m) > etc for m in inside), found
+    last_mount = max(i for i, a in enumerate(argv) if a in ("--ro-bind", "--bind", "--symlink"))
+    assert argv.index("--remount-ro") > last_mount
+    assert argv[argv.index("--remount-ro") + 1] == "/etc"
+    assert argv.index("--remount-ro") < argv.index("--chdir")
+
+
+def test_a_file_of_the_gateways_shown_over_the_teams_is_not_bound_twice():
+    lay = team_layout(
+        spliced=(("/etc", (("passwd", None), ("group", None))),),
+        over=(("/tmp/homes/users/ab12", "/etc/passwd"),),
+    )
+    found = mounts(bwrap_argv(TEAM, lay, ["claude"], "/"))
+    assert [m for m in found if m[-1] == "/etc/passwd"] == [
+        ("--ro-bind", "/tmp/homes/users/ab12", "/etc/passwd")
+    ]
+    assert ("--ro-bind", "/toolchain/etc/group", "/etc/group") in found
+
+
+def test_the_agents_path_is_path_else_debians_default_and_its_user_is_named():
+    lay = team_layout(user="rawp-agent")
+    env = sandbox_environment({"PATH": "/gateway/bin", "USER": "gw"}, TEAM, lay)
+    assert env["PATH"] == DEFAULT_PATH
+    assert env["USER"] == env["LOGNAME"] == "rawp-agent"
+    own = replace(TEAM, path="/opt/team/bin:/usr/bin:/bin")
+    assert sandbox_environment({}, own, lay)["PATH"] == "/opt/team/bin:/usr/bin:/bin"
+    # The gateway's own system: the environment's PATH, as before.
+    assert sandbox_environment({"PATH": "/gateway/bin"}, SANDBOX, layout())["PATH"] == (
+        "/gateway/bin"
+    )
+    assert SANDBOX.system == "gateway" and TEAM.system == ROOT
+
+
+PASSWD = "root:x:0:0:root:/srv/admin:/bin/bash\nrawp:x:999:999::/home/rawp:/bin/sh\n"
+
+
+def test_a_uid_the_teams_passwd_does_not_know_gets_a_name_and_its_home():
+    out = passwd_with(PASSWD, 10001, 10001, "rawp", "/var/lib/rawp/sessions/s1/home")
+    assert out is not None and out.startswith(PASSWD)
+    # "rawp" is the team's name for another uid: the agent is not made that user.
+    assert (
+        out.splitlines()[-1] == "rawp-agent:x:10001:10001::/var/lib/rawp/sessions/s1/home:/bin/sh"
+    )
+    assert passwd_with(PASSWD, 0, 0, "root", "/h") is None  # known: the team's file as it is
+    new = passwd_with("", 4242, 4242, "alice", "/h")
+    assert new == "alice:x:4242:4242::/h:/bin/sh\n"
+    assert passwd_with(PASSWD, 5, 5, "bad:name", "/h").splitlines()[-1].startswith("rawp-agent:")
+
+
+def test_a_gid_the_teams_group_does_not_know_gets_a_group():
+    assert group_with("root:x:0:\n", 0, "root") is None
+    assert group_with("root:x:0:\n", 10001, "rawp-agent") == "root:x:0:\nrawp-agent:x:10001:\n"
+
+
+def test_system_root_and_path_as_written():
+    assert check_system_root("/toolchain/", "system_root") == "/toolchain"
+    for bad in ("toolchain", "/", "//", "/a\0b", 5):
+        with pytest.raises(ValueError):
+            check_system_root(bad, "system_root")
+    assert check_path("/opt/team/bin:/usr/bin", "path") == "/opt/team/bin:/usr/bin"
+    for bad in ("bin:/usr/bin", "/usr/bin:", "/" + "x" * 5000, 3):
+        with pytest.raises(ValueError):
+            check_path(bad, "path")

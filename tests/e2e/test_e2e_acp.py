@@ -464,7 +464,8 @@ async def test_an_acp_agent_runs_a_command_where_its_isolation_says(agent, mode)
         box = session.sandbox()
         home = cli.home if box is None else Path(box.home)
         if agent != "gemini-acp":  # Gemini reports no command output through ACP
-            check_probe(results[-1]["payload"]["output"], sandboxed, home)
+            system_root = realcli.isolation(mode).system_root
+            check_probe(results[-1]["payload"]["output"], sandboxed, home, system_root)
         assert saved(home, saves), f"{agent} saved its conversation in {home}"
 
 

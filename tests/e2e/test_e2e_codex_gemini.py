@@ -84,8 +84,9 @@ async def test_codex_prompt_with_a_shell_command(mode):
         assert request["payload"]["tool_name"] == "shell"
         assert PROBE in request["payload"]["input"]["command"]
         assert result["payload"]["status"] == "success"
+        box = realcli.isolation(mode)
         check_probe(
-            result["payload"]["output"], realcli.isolation(mode).sandboxed, rig.home(session_id)
+            result["payload"]["output"], box.sandboxed, rig.home(session_id), box.system_root
         )
         assert saved(rig.home(session_id), ".codex/sessions/**/rollout-*.jsonl")
         assert result["payload"]["output_type"] == "text"
@@ -224,8 +225,9 @@ async def test_gemini_prompt_with_a_shell_command(mode):
         assert request["payload"]["tool_name"] == "run_shell_command"
         assert request["payload"]["input"]["command"] == PROBE
         assert result["payload"]["status"] == "success"
+        box = realcli.isolation(mode)
         check_probe(
-            result["payload"]["output"], realcli.isolation(mode).sandboxed, rig.home(session_id)
+            result["payload"]["output"], box.sandboxed, rig.home(session_id), box.system_root
         )
         assert saved(rig.home(session_id), ".gemini/tmp/*/chats/session-*.jsonl")
         assert [f["payload"]["full_text"] for f in of(frames, "agent.text.done")] == [

@@ -55,6 +55,48 @@ async def attach(
     return Master(ws, session["session_id"])
 
 
+def bash_then_text(command: str, description: str, text: str) -> list[dict[str, Any]]:
+    """The scripted model's two answers: one Bash call, then ``text`` once its result is in."""
+    call = {
+        "type": "tool_use",
+        "name": "Bash",
+        "input": {"command": command, "description": description},
+    }
+    return [
+        {"content": [call]},
+        {"match": {"tool_result": True}, "content": [{"type": "text", "text": text}]},
+    ]
+
+
+def claude_env(base_url: str) -> dict[str, str]:
+    """The rig's environment for the CLI, less what the container has of its own."""
+    return {
+        k: v
+        for k, v in rigenv.claude_code_env(base_url, Path(STATE)).items()
+        if k not in ("PATH", "HOME", "USER", "TMPDIR", "IS_SANDBOX")
+    }
+
+
+async def allowed_bash_turn(
+    master: Master, prompt: str, timeout: float = 60
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """A turn on a new attachment whose one Bash call the master allows: that call's
+    ``tool.invoke.result`` (within ``timeout`` of the answer), the ``session.turn.end`` and the
+    agent's text."""
+    assert (await master.next())["type"] == "session.capabilities"
+    await master.send("control.prompt.request", {"prompt_text": prompt})
+    ask = await master.until("agent.interaction.request", timeout=60)
+    assert ask["payload"]["context"]["tool_name"] == "Bash"
+    await master.send(
+        "control.interaction.response",
+        {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "allow"},
+    )
+    result = await master.until("tool.invoke.result", timeout=timeout)
+    end = await master.until("session.turn.end", timeout=60)
+    text = "".join(f["payload"]["text"] for f in of(master.frames, "agent.text.delta"))
+    return result, end, text
+
+
 def write_into(box: Container, path: str, data: bytes) -> None:
     """A file written inside the container, as its user."""
     code = f"import base64; open({path!r}, 'wb').write(base64.b64decode({base64.b64encode(data).decode()!r}))"
@@ -130,47 +172,18 @@ async def test_claude_code_in_the_image_runs_a_turn_with_a_tool_call(engine, tok
     """The real Claude Code binary of the image, spawned by the gateway in the container, against
     the rig's scripted Messages API on the host's loopback: a Bash call the master allows runs in
     the container's workspace, then the answer."""
-    calls = [
-        {
-            "content": [
-                {
-                    "type": "tool_use",
-                    "name": "Bash",
-                    "input": {
-                        "command": "echo made in the image > made.txt",
-                        "description": "Write made.txt",
-                    },
-                }
-            ]
-        },
-        {"match": {"tool_result": True}, "content": [{"type": "text", "text": "Done: made.txt."}]},
-    ]
+    calls = bash_then_text("echo made in the image > made.txt", "Write made.txt", "Done: made.txt.")
     server = make_server("claude-code", calls)
     base_url = await server.start()
     try:
-        # The rig's environment for the CLI, less what the container has of its own.
-        env = {
-            k: v
-            for k, v in rigenv.claude_code_env(base_url, Path(STATE)).items()
-            if k not in ("PATH", "HOME", "USER", "TMPDIR", "IS_SANDBOX")
-        }
+        env = claude_env(base_url)
         with engine.volumes() as volumes, engine.gateway(volumes, token_file, env=env) as box:
             async with aiohttp.ClientSession() as http:
                 session = await create(http, box, agent="claude-code")
                 master = await attach(http, box, session)
-                assert (await master.next())["type"] == "session.capabilities"
-                await master.send("control.prompt.request", {"prompt_text": "Make made.txt."})
-                ask = await master.until("agent.interaction.request", timeout=60)
-                assert ask["payload"]["context"]["tool_name"] == "Bash"
-                await master.send(
-                    "control.interaction.response",
-                    {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "allow"},
-                )
-                result = await master.until("tool.invoke.result", timeout=60)
+                result, end, text = await allowed_bash_turn(master, "Make made.txt.")
                 assert result["payload"]["status"] == "success", result
-                end = await master.until("session.turn.end", timeout=60)
                 assert end["payload"]["stop_reason"] == "end_turn"
-                text = "".join(f["payload"]["text"] for f in of(master.frames, "agent.text.delta"))
                 assert text == "Done: made.txt."
                 await master.ws.close()
             made = box.exec("cat", f"{WORKSPACE}/made.txt").stdout

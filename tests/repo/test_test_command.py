@@ -58,17 +58,26 @@ GIVEN = dict.fromkeys(
 
 
 def missing(
-    tmp_path: Path, chromium: str = "chromium", nginx: str = "nginx", **tools: str | None
+    tmp_path: Path,
+    chromium: str = "chromium",
+    nginx: str = "nginx",
+    toolchain: bool = True,
+    **tools: str | None,
 ) -> dict[str, str]:
     """What the script says is missing; ``chromium`` and ``nginx`` are its RAWP_TEST_CHROMIUM and
     RAWP_TEST_NGINX (by default stand-ins on PATH, so that the answer does not depend on this
-    machine's /usr/bin/chromium or /usr/sbin/nginx)."""
+    machine's /usr/bin/chromium or /usr/sbin/nginx); ``toolchain``: whether scripts/build-toolchain
+    has built the team's system (in a cache of the case's own, not this machine's)."""
+    cache = tmp_path / "cache"
+    if toolchain:
+        (cache / "rawp-gateway" / "toolchain-0123456789abcdef" / "usr").mkdir(parents=True)
     proc = subprocess.run(
         ["/usr/bin/env", "bash", str(SCRIPT)],
         env={
             "PATH": str(fake_bin(tmp_path, {**GIVEN, **tools})),  # None: not there
             "RAWP_TEST_CHROMIUM": chromium,
             "RAWP_TEST_NGINX": nginx,
+            "XDG_CACHE_HOME": str(cache),
         },
         capture_output=True,
         text=True,
@@ -159,6 +168,16 @@ def test_websocketd_not_on_path_is_missing_unless_root_with_apt_get_can_install_
     assert "websocketd" not in missing(tmp_path / "b")  # the stand-in, found on PATH
     root = missing(tmp_path / "c", websocketd=None, **{"apt-get": ""})
     assert ("websocketd" in root) is not ROOT_WITH_APT
+
+
+def test_a_team_system_not_built_is_missing_unless_root_can_debootstrap_it(tmp_path):
+    """The system_root tests' team system: built already, or root with debootstrap (or apt-get
+    to install it) to build it; else missing, said in one line."""
+    parts = missing(tmp_path / "a", toolchain=False, debootstrap=None)
+    assert parts["toolchain"].startswith("scripts/build-toolchain has not built the team's system")
+    assert "toolchain" not in missing(tmp_path / "b", toolchain=True, debootstrap=None)
+    root = missing(tmp_path / "c", toolchain=False)  # the debootstrap stand-in is there
+    assert ("toolchain" in root) is not ROOT_WITH_APT
 
 
 def test_a_bwrap_that_cannot_make_a_sandbox_is_missing(tmp_path):

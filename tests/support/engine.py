@@ -194,20 +194,24 @@ class Container:
         return self.engine.run("exec", self.name, *args, check=check)
 
 
-def built() -> Engine:
-    """The image of the current sources, built if it is not there yet (``scripts/build-image``)."""
+def run_script(script: Path, *args: str) -> tuple[dict[str, str], dict[str, str]]:
+    """One of the scripts that print ``key=value`` lines (scripts/build-image,
+    scripts/build-toolchain): those lines, and the environment the engine commands need (this
+    one's, with the podman settings files the script wrote for this machine)."""
     proc = subprocess.run(
-        [str(REPO / "scripts" / "build-image")],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        check=False,
+        [str(script), *args], capture_output=True, text=True, timeout=3600, check=False
     )
     if proc.returncode != 0:
-        raise AssertionError(f"scripts/build-image failed:\n{proc.stderr[-4000:]}")
+        raise AssertionError(f"{script.name} failed:\n{proc.stderr[-4000:]}")
     out = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
     env = dict(os.environ)
     for key in ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF"):
         if key in out:
             env[key] = out[key]
+    return out, env
+
+
+def built() -> Engine:
+    """The image of the current sources, built if it is not there yet (``scripts/build-image``)."""
+    out, env = run_script(REPO / "scripts" / "build-image")
     return Engine(out["engine"], out["image"], env)

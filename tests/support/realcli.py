@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
+import shutil
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -25,6 +27,7 @@ from gateway.agent.sandbox import Isolation
 from gateway.config import builtin_profiles
 from gateway.server import SESSIONS
 from gateway.session import LiveSession
+from tests.support import toolchain
 from tests.support.gateway_peer import Master, create_session, make_config, start_gateway
 from tests.support.paths import REPO
 from tests.support.rig.env import AGENTS_DIR, require_cli
@@ -39,9 +42,14 @@ MODEL_PATHS = ("/v1/messages", "/v1/responses")  # Anthropic, OpenAI; Gemini by 
 ISOLATION_VAR = "RAWP_TEST_ISOLATION"
 # Each agent's end-to-end turn with a tool runs in both: as the suite runs (RAWP_TEST_ISOLATION's
 # mode) and in the sandbox.
+# And in a team's system (``[isolation] system_root``: Debian trixie made by scripts/build-toolchain,
+# whose glibc is not this machine's): the CLIs shown read-only from .agents/, and this machine's
+# node for the Node.js ones, which the team's system does not have (docs/isolation.md).
+TEAM = "team-system"
 MODES = (
     pytest.param(None, id="default"),
     pytest.param("sandbox", id="sandbox", marks=pytest.mark.sandbox),
+    pytest.param(TEAM, id=TEAM, marks=(pytest.mark.sandbox, pytest.mark.toolchain)),
 )
 
 
@@ -49,12 +57,23 @@ def isolation(mode: str | None = None) -> Isolation:
     """``[isolation]`` for a real-CLI gateway: ``mode`` (default: ``RAWP_TEST_ISOLATION``'s). In
     the sandbox the agents see, besides the system, the CLIs (``.agents/``), this repository (the
     rig's MCP server, which the CLIs start with this venv's Python) and the Python it runs on,
-    read-only. The demo and plain agents need none of it (tests/e2e/test_e2e_demo_plain.py)."""
+    read-only; in ``TEAM`` the system is a team's, with this machine's ``node`` shown in it. The demo and plain agents need none of it (tests/e2e/test_e2e_demo_plain.py)."""
     mode = mode or os.environ.get(ISOLATION_VAR) or "none"
     if mode == "none":
         return Isolation()
     shown = {str(REPO), os.path.realpath(AGENTS_DIR), sys.base_prefix}
+    if mode == TEAM:
+        node = shutil.which("node")
+        if node is not None:
+            shown.add(node)
+        return Isolation(mode="sandbox", bind_ro=tuple(sorted(shown)), system_root=team_root())
     return Isolation(mode="sandbox", bind_ro=tuple(sorted(shown)))
+
+
+@functools.cache
+def team_root() -> str:
+    """The team's system scripts/build-toolchain made (built first if it is not there)."""
+    return str(toolchain.built(dir_only=True).root)
 
 
 def agent_of(profile: str) -> str:

@@ -5,7 +5,7 @@ and nothing of the gateway's.
 ``plan.py`` holds the decisions, pure (settings, the ``bwrap`` argv, the agent's environment
 inside, which limit an agent ran into); ``spawn.py`` is the shell around them (finding and probing
 ``bwrap``, looking at the disk, each session's HOME), used by ``gateway/agent/process.py`` for
-every agent it starts.
+every agent it starts; ``system.py`` looks in a team's system (``system_root``) for it.
 """
 
 from gateway.agent.sandbox.plan import (
@@ -14,7 +14,7 @@ from gateway.agent.sandbox.plan import (
     Isolation,
     limit_named,
 )
-from gateway.agent.sandbox.spawn import SpawnSandbox, probe
+from gateway.agent.sandbox.spawn import SpawnSandbox, missing_command, probe
 
 __all__ = [
     "DEFAULT_MAX_MEMORY_MB",
@@ -22,5 +22,6 @@ __all__ = [
     "Isolation",
     "SpawnSandbox",
     "limit_named",
+    "missing_command",
     "probe",
 ]

@@ -23,6 +23,13 @@ session's file store inside the hidden state dir) is bound read-only at its own 
 counts the processes of the sandbox's own user namespace (set before ``bwrap`` it would also bound
 the namespace's parent level, i.e. every process of the gateway's user), RLIMIT_DATA bounds each
 process's private writable memory (docs/isolation.md says what each guarantees).
+
+A team's system (``system_root``): the system's binds come from that directory (its links as it
+has them), and none of them shows a file of the gateway's, so no mask is made there. What the
+gateway shows over it (its network files, a passwd that knows the agent's uid) and binds whose
+place the read-only image lacks need a directory rebuilt (``Layout.spliced``): a tmpfs, each of
+the team's entries bound again, the gateway's on top, then ``--remount-ro`` once everything inside
+is mounted. ``prlimit`` is then the team's, and ``PATH`` the agent's in that system.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from gateway.setting import setting
 __all__ = [
     "DEFAULT_MAX_MEMORY_MB",
     "DEFAULT_MAX_PROCESSES",
+    "DEFAULT_PATH",
     "MASK_TMPFS_BYTES",
     "MAX_BINDS",
     "MAX_BIND_CHARS",
@@ -46,9 +54,13 @@ __all__ = [
     "Mask",
     "bwrap_argv",
     "check_binds",
+    "check_path",
+    "check_system_root",
+    "group_with",
     "is_visible",
     "limit_named",
     "module_run",
+    "passwd_with",
     "sandbox_environment",
 ]
 
@@ -75,6 +87,14 @@ SYSTEM_DIRS: Final = (
     "/etc",
     "/opt",
 )
+# The agent's PATH in a team's system (``system_root``) without ``path``: Debian's default.
+DEFAULT_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+MAX_PATH_CHARS: Final = 4096  # ``path`` as written
+# The gateway's files for the network, shown over the team's: what its runtime gave its container.
+NETWORK_FILES: Final = ("/etc/resolv.conf", "/etc/hosts")
+# A name for an agent's uid that the team's /etc/passwd does not know, when the gateway's own name
+# is taken there (or unknown).
+AGENT_USER: Final = "rawp-agent"
 # An empty tmpfs over a masked directory: only mount points go in, so it may stay tiny.
 MASK_TMPFS_BYTES: Final = 64 * 1024
 # Variables naming a directory the agent writes to: one the sandbox does not show is dropped (the
@@ -97,17 +117,48 @@ def check_binds(value: list[Any], name: str) -> tuple[str, ...]:
     if len(value) > MAX_BINDS:
         raise ValueError(f"{name} must be {_BINDS}")
     for path in value:
-        if (
-            not isinstance(path, str)
-            or not path.startswith("/")
-            or len(path) > MAX_BIND_CHARS
-            or "\0" in path
-        ):
+        if not _absolute(path):
             raise ValueError(
                 f"{name} entries must be absolute paths of at most {MAX_BIND_CHARS} characters, "
                 f"got {str(path)[:100]!r}"
             )
     return tuple(value)
+
+
+def _absolute(path: Any) -> bool:
+    """An absolute path of at most MAX_BIND_CHARS characters, without NUL."""
+    return (
+        isinstance(path, str)
+        and path.startswith("/")
+        and len(path) <= MAX_BIND_CHARS
+        and "\0" not in path
+    )
+
+
+def check_system_root(value: Any, name: str) -> str:
+    """``system_root`` as written: one absolute path, normalised, never ``/`` (the gateway's own
+    system is what is shown without it). That it holds ``/usr`` is checked when ``serve`` starts."""
+    if not _absolute(value):
+        raise ValueError(
+            f"{name} must be an absolute path of at most {MAX_BIND_CHARS} characters, "
+            f"got {str(value)[:100]!r}"
+        )
+    normal = posixpath.normpath(value)
+    if not normal.strip("/"):  # (normpath keeps a leading "//")
+        raise ValueError(f"{name} must be a team's system directory, not /")
+    return normal
+
+
+def check_path(value: Any, name: str) -> str:
+    """``path`` as written: absolute directories joined with ``:``, at most MAX_PATH_CHARS."""
+    if not isinstance(value, str) or len(value) > MAX_PATH_CHARS or "\0" in value:
+        raise ValueError(f"{name} must be a string of at most {MAX_PATH_CHARS} characters")
+    for part in value.split(":"):
+        if not part.startswith("/"):
+            raise ValueError(
+                f"{name} must be absolute directories joined with ':', got {part[:100]!r}"
+            )
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,10 +196,31 @@ class Isolation:
         high=MAX_MEMORY_MB,
         doc="private writable memory of each process (RLIMIT_DATA), and of /tmp",
     )
+    system_root: str | None = setting(
+        None,
+        toml=str,
+        check=check_system_root,
+        doc="the agent's system (/usr, /etc, /opt, /lib*, /bin) from this directory",
+    )
+    path: str | None = setting(
+        None, toml=str, check=check_path, doc="the agent's PATH in system_root's system"
+    )
 
     @property
     def sandboxed(self) -> bool:
         return self.mode == "sandbox"
+
+    @property
+    def system(self) -> str:
+        """The system the agent sees, as the API says it: ``system_root``, or ``"gateway"``."""
+        return self.system_root or "gateway"
+
+    @property
+    def agent_path(self) -> str | None:
+        """The agent's PATH in a team's system; None: the gateway's environment's, as without."""
+        if self.system_root is None:
+            return None
+        return self.path or DEFAULT_PATH
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +254,16 @@ class Layout:
     # Files of the gateway's this one command is given (an uploaded image named in its argv):
     # each shown read-only at its own path, over any mask, and nothing else of where it is kept.
     given: tuple[str, ...] = ()
+    # A team's system (``system_root``): ``system`` then names what exists under it, bound from
+    # there; none of it shows the gateway's files. ``over``: files of the gateway's shown over
+    # the team's, (source, where): its network files, a generated passwd and group.
+    root: str | None = None
+    over: tuple[tuple[str, str], ...] = ()
+    # Directories of the team's system rebuilt so that something can be mounted where the team's
+    # has no file to mount it on (its read-only image cannot be written): an empty tmpfs with each
+    # of its entries bound again from the team's (a link as a link), made read-only once done.
+    spliced: tuple[tuple[str, tuple[tuple[str, str | None], ...]], ...] = ()
+    user: str | None = None  # the agent's user name in a team's system ($USER, $LOGNAME)
 
 
 # One mount: (path, order at equal depth, bwrap arguments). Binds show the host's path; the
@@ -198,13 +280,42 @@ def _within(path: str, top: str) -> bool:
     return path == top or top == "/" or path.startswith(top + "/")
 
 
-def _binds(settings: Isolation, layout: Layout) -> list[_Op]:
+def _system(layout: Layout) -> list[_Op]:
+    """The system's mounts: the gateway's own, or a team's from ``root`` (which shows none of the
+    gateway's files: no mask is needed there), with its spliced directories and what is shown over
+    it."""
     ops: list[_Op] = []
+    root = layout.root
+    rebuilt = {top for top, _ in layout.spliced}
     for path, target in layout.system:
+        if path in rebuilt:
+            continue  # made below, entry by entry
         if target is not None:
             ops.append((path, 0, ("--symlink", target, path), False))
-        else:
+        elif root is None:
             ops.append((path, 0, ("--ro-bind", path, path), True))
+        else:
+            ops.append((path, 0, ("--ro-bind", root + path, path), False))
+    if root is None:
+        return ops
+    over = {where for _, where in layout.over}
+    for top, entries in layout.spliced:
+        ops.append((top, 0, ("--tmpfs", top), False))
+        for name, target in entries:
+            path = posixpath.join(top, name)
+            if path in over:
+                continue
+            if target is not None:
+                ops.append((path, 0, ("--symlink", target, path), False))
+            else:
+                ops.append((path, 0, ("--ro-bind", root + path, path), False))
+    for source, where in layout.over:
+        ops.append((where, 1, ("--ro-bind", source, where), False))
+    return ops
+
+
+def _binds(settings: Isolation, layout: Layout) -> list[_Op]:
+    ops = _system(layout)
     for path in layout.extra_ro:
         ops.append((path, 0, ("--ro-bind", path, path), True))
     # Widest first, so a path inside one already bound (the venv inside its checkout's package
@@ -282,6 +393,9 @@ def bwrap_argv(settings: Isolation, layout: Layout, command: Sequence[str], cwd:
         ops.append((path, 4, ("--ro-bind", path, path), True))
     for op in sorted(ops, key=lambda op: (_depth(op[0]), op[1])):
         argv += op[2]
+    # Once everything inside is mounted: a spliced directory is as read-only as the image.
+    for top, _ in layout.spliced:
+        argv += ["--remount-ro", top]
     argv += ["--chdir", cwd, "--", layout.prlimit]
     argv += [
         f"--nproc={settings.max_processes}",
@@ -307,6 +421,10 @@ def sandbox_environment(
             if value.startswith("/") and _within(posixpath.normpath(value), top):
                 out[name] = layout.home + posixpath.normpath(value)[len(top) :]
     out["HOME"] = layout.home
+    if settings.agent_path is not None:  # a team's system: an image volume carries no ENV
+        out["PATH"] = settings.agent_path
+    if layout.user is not None:
+        out["USER"] = out["LOGNAME"] = layout.user
     writable = ("/tmp", layout.workspace, layout.home, *settings.bind_rw)
 
     def shown(value: str) -> bool:
@@ -319,6 +437,43 @@ def sandbox_environment(
         if name in out and not shown(out[name]):
             del out[name]
     return out
+
+
+def _entries(text: str) -> list[list[str]]:
+    return [line.split(":") for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def passwd_with(text: str, uid: int, gid: int, name: str, home: str) -> str | None:
+    """A team's ``/etc/passwd`` (``text``) with a line for ``uid`` when it has none (``None`` when
+    it has one: the team's file is shown as it is): named ``name``, or ``AGENT_USER`` when the team
+    uses that name for another uid, with ``home``, so that ``id -un``, ``whoami`` and what looks
+    up its HOME in passwd work in the agent."""
+    lines = _entries(text)
+    if any(len(f) > 2 and f[2] == str(uid) for f in lines):
+        return None
+    taken = {f[0] for f in lines}
+    user = name if name and name not in taken and _plain(name) else AGENT_USER
+    shell = "/bin/sh"
+    return (
+        text.rstrip("\n")
+        + ("\n" if text.strip() else "")
+        + (f"{user}:x:{uid}:{gid}::{home}:{shell}\n")
+    )
+
+
+def group_with(text: str, gid: int, name: str) -> str | None:
+    """A team's ``/etc/group`` with a group for ``gid`` when it has none (``None`` when it has)."""
+    lines = _entries(text)
+    if any(len(f) > 2 and f[2] == str(gid) for f in lines):
+        return None
+    taken = {f[0] for f in lines}
+    group = name if name and name not in taken and _plain(name) else AGENT_USER
+    return text.rstrip("\n") + ("\n" if text.strip() else "") + f"{group}:x:{gid}:\n"
+
+
+def _plain(name: str) -> bool:
+    """A name that can stand in a passwd line as it is."""
+    return len(name) <= 32 and all(c.isalnum() or c in "._-" for c in name)
 
 
 # What a process says when a limit stopped it: (words in its stderr, the limit's name).

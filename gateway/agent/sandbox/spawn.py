@@ -25,11 +25,13 @@ import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Final
 
-from gateway.agent.exit import AgentStartError
+from gateway.agent.exit import AgentStartError, missing_executable
+from gateway.agent.sandbox import system
 from gateway.agent.sandbox.plan import (
-    SYSTEM_DIRS,
+    NETWORK_FILES,
     Isolation,
     Layout,
     Mask,
@@ -37,6 +39,7 @@ from gateway.agent.sandbox.plan import (
     module_run,
     sandbox_environment,
 )
+from gateway.agent.sandbox.system import system_entries
 from gateway.storage import nofollow
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "copy_home",
     "forget_workspace",
     "layout",
+    "missing_command",
     "probe",
     "register_workspace",
     "remove_temp_home",
@@ -70,7 +74,8 @@ _INSTALL_HINT: Final = (
 # (/etc/resolv.conf -> /run/systemd/resolve/stub-resolv.conf: no name lookups without it).
 _LINKED_FILES: Final = ("/etc/resolv.conf",)
 
-_usable: set[tuple[str, str]] = set()  # (bwrap, network) proven to work in this process
+# (bwrap, network, system_root) proven to work in this process
+_usable: set[tuple[str, str, str | None]] = set()
 # Workspaces of the sessions of this process (id -> path): one inside another session's workspace
 # is masked from that session's agent.
 _workspaces: dict[str, str] = {}
@@ -85,13 +90,29 @@ def forget_workspace(session_id: str) -> None:
     _workspaces.pop(session_id, None)
 
 
-def _tools(env: Mapping[str, str]) -> tuple[str, str]:
-    """``bwrap`` and ``prlimit`` on the gateway's PATH, or ``AgentStartError`` saying which is
-    missing and how to get it."""
+def _tools(env: Mapping[str, str], settings: Isolation | None = None) -> tuple[str, str]:
+    """``bwrap`` on the gateway's PATH and ``prlimit`` (which runs inside the sandbox: the
+    gateway's, or a team's system's own on the agent's PATH there), or ``AgentStartError`` saying
+    which is missing and how to get it."""
     path = env.get("PATH", os.defpath)
     bwrap = shutil.which("bwrap", path=path)
     if bwrap is None:
         raise AgentStartError(f'[isolation] mode = "sandbox" needs bwrap on PATH: {_INSTALL_HINT}')
+    if settings is not None and settings.system_root is not None:
+        root = settings.system_root
+        problem = system.missing(root)
+        if problem is not None:
+            raise AgentStartError(problem)
+        agent_path = settings.agent_path or ""
+        found = system.find(root, "prlimit", f"{agent_path}:/usr/bin:/bin")
+        if found is None:
+            # The limits are set inside the sandbox's user namespace, after bwrap made it, by a
+            # program of the system the agent runs on: its loader and libc are the team's.
+            raise AgentStartError(
+                f"[isolation] system_root {root} has no prlimit (util-linux) on the agent's PATH, "
+                "which sets the sandbox's limits: install util-linux in the team's image"
+            )
+        return bwrap, found[0]
     prlimit = shutil.which("prlimit", path=path)
     if prlimit is None:
         raise AgentStartError(
@@ -137,17 +158,35 @@ def layout(
 ) -> Layout:
     """What is on disk for one agent: the system directories that exist (links kept as links),
     the files their links point to, and a ``Mask`` for each hidden path that exists (and for
-    where it really is, when a link leads there)."""
-    system: list[tuple[str, str | None]] = []
-    for path in SYSTEM_DIRS:
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISLNK(st.st_mode):
-            system.append((path, os.readlink(path)))
-        elif stat.S_ISDIR(st.st_mode):
-            system.append((path, None))
+    where it really is, when a link leads there). With ``system_root``: the team's system's
+    (``team_layout``)."""
+    masks: dict[str, Mask] = {}
+    for path in hidden:
+        for where in {os.path.abspath(path), os.path.realpath(path)}:
+            try:
+                st = os.stat(where)
+            except OSError:
+                continue
+            masks[where] = Mask(where, stat.S_ISDIR(st.st_mode))
+    plan = Layout(
+        bwrap=bwrap,
+        prlimit=prlimit,
+        workspace=os.path.abspath(workspace),
+        home=os.path.abspath(home),
+        # Made only when some file is to be covered with it (never for the probe).
+        empty=_empty_file() if any(not m.is_dir for m in masks.values()) else os.devnull,
+        masks=tuple(masks.values()),
+        given=tuple(os.path.abspath(path) for path in given),
+    )
+    if settings.system_root is not None:
+        return team_layout(settings, plan, settings.system_root)
+    return _gateway_layout(plan, command)
+
+
+def _gateway_layout(plan: Layout, command: Sequence[str]) -> Layout:
+    """The gateway's own system: its directories, the files its links lead to elsewhere, and its
+    own Python when the command runs on it."""
+    system = system_entries("")  # the gateway's own: "" is its root
     tops = tuple(p for p, _ in system)
     extra = []
     for path in _LINKED_FILES:
@@ -158,26 +197,39 @@ def layout(
             and not real.startswith(tuple(t + "/" for t in tops))
         ):
             extra.append(real)
-    masks: dict[str, Mask] = {}
-    for path in hidden:
-        for where in {os.path.abspath(path), os.path.realpath(path)}:
-            try:
-                st = os.stat(where)
-            except OSError:
-                continue
-            masks[where] = Mask(where, stat.S_ISDIR(st.st_mode))
-    return Layout(
-        bwrap=bwrap,
-        prlimit=prlimit,
-        workspace=os.path.abspath(workspace),
-        home=os.path.abspath(home),
-        # Made only when some file is to be covered with it (never for the probe).
-        empty=_empty_file() if any(not m.is_dir for m in masks.values()) else os.devnull,
-        system=tuple(system),
-        extra_ro=tuple(extra),
-        masks=tuple(masks.values()),
-        runtime=runtime(command),
-        given=tuple(os.path.abspath(path) for path in given),
+    return replace(plan, system=system, extra_ro=tuple(extra), runtime=runtime(command))
+
+
+def team_layout(settings: Isolation, plan: Layout, root: str) -> Layout:
+    """A team's system under ``root``: its directories, the gateway's network files over its
+    own, a passwd and group that know the agent's uid, and the directories to rebuild where any
+    of these or a bind has no mount point in the image. The gateway's own Python is not shown:
+    it would bring the gateway's system back (its ``/usr``)."""
+    over: list[tuple[str, str]] = [
+        (os.path.realpath(path), path) for path in NETWORK_FILES if os.path.isfile(path)
+    ]
+    users, user = system.users(root, plan.home, _temp())
+    over += users
+    binds = [
+        *((p, os.path.isdir(p)) for p in (*settings.bind_ro, *settings.bind_rw)),
+        (plan.workspace, True),
+        (plan.home, True),
+        *((p, False) for p in plan.given),
+    ]
+    spliced, landed = system.splices(root, [*((w, False) for _, w in over), *binds])
+    for path, _ in binds:
+        if landed[path] != path:
+            raise AgentStartError(
+                f"{path} lies under a link of system_root {root}'s system ({landed[path]}): "
+                "it cannot be shown at its own path there"
+            )
+    return replace(
+        plan,
+        root=root,
+        system=system.system_entries(root),
+        over=tuple((source, landed[where]) for source, where in over),
+        spliced=spliced,
+        user=user,
     )
 
 
@@ -186,20 +238,28 @@ async def probe(settings: Isolation, env: Mapping[str, str] | None = None) -> st
     fix it. Runs ``bwrap`` once, with an agent's options, on a scratch workspace and HOME."""
     env = os.environ if env is None else env
     try:
-        bwrap, prlimit = _tools(env)
+        bwrap, prlimit = _tools(env, settings)
     except AgentStartError as err:
         return str(err)
-    if (bwrap, settings.network) in _usable:
+    if (bwrap, settings.network, settings.system_root) in _usable:
         return None
     with tempfile.TemporaryDirectory(prefix="rawp-sandbox-probe-") as scratch:
         workspace, home = os.path.join(scratch, "w"), os.path.join(scratch, "h")
         os.mkdir(workspace)
         os.mkdir(home)
-        plan = layout(
-            settings, bwrap=bwrap, prlimit=prlimit, workspace=workspace, home=home, hidden=()
+        try:
+            plan = layout(
+                settings, bwrap=bwrap, prlimit=prlimit, workspace=workspace, home=home, hidden=()
+            )
+        except (AgentStartError, OSError) as err:
+            return str(err)
+        # In a team's system its own prlimit proves its loader and libc run there.
+        true = (
+            [prlimit, "--version"]
+            if settings.system_root is not None
+            else [shutil.which("true", path="/usr/bin:/bin") or "/bin/true"]
         )
-        true = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
-        argv = bwrap_argv(settings, plan, [true], workspace)
+        argv = bwrap_argv(settings, plan, true, workspace)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -227,17 +287,17 @@ async def probe(settings: Isolation, env: Mapping[str, str] | None = None) -> st
             "AppArmor's apparmor_restrict_unprivileged_userns, or a container's seccomp/AppArmor "
             'profile: docs/isolation.md), or set [isolation] mode = "none"'
         )
-    _usable.add((bwrap, settings.network))
+    _usable.add((bwrap, settings.network, settings.system_root))
     return None
 
 
 def usable(settings: Isolation, env: Mapping[str, str] | None = None) -> bool:
     """A probe of these tools and network mode succeeded in this process."""
     try:
-        bwrap, _ = _tools(os.environ if env is None else env)
+        bwrap, _ = _tools(os.environ if env is None else env, settings)
     except AgentStartError:
         return False
-    return (bwrap, settings.network) in _usable
+    return (bwrap, settings.network, settings.system_root) in _usable
 
 
 def _temp() -> str:
@@ -333,6 +393,36 @@ def _copy_dir(src: int, dst: int, budget: list[int], depth: int) -> None:
                 nofollow.replace_file(dst, entry.name, data, fsync=False)
 
 
+def missing_command(
+    settings: Isolation, program: str, env: Mapping[str, str]
+) -> AgentStartError | None:
+    """Why an agent's ``program`` cannot be started, told before anything is created: in a team's
+    system (``system_root``), a program its PATH there does not find; else ``missing_executable``
+    on ``env``'s PATH."""
+    if settings.system_root is None or not settings.sandboxed or "{" in program:
+        return missing_executable(program, env)
+    try:
+        _command(settings, settings.system_root, [program])
+    except AgentStartError as err:
+        return err
+    return None
+
+
+def _command(settings: Isolation, root: str, argv: Sequence[str]) -> str:
+    """The program ``argv`` runs, as the agent finds it in a team's system: on its PATH there, or
+    shown by a bind (the gateway's own Claude Code, read-only); else ``AgentStartError``."""
+    path = settings.agent_path or ""
+    shown = (*settings.bind_ro, *settings.bind_rw)
+    found = system.find(root, argv[0], path, shown)
+    if found is None:
+        raise AgentStartError(
+            f"{argv[0]!r} is not in system_root {root}'s system on the agent's PATH ({path}) nor "
+            "in a bind_ro: install it in the team's image, set [isolation] path, or bind the "
+            "gateway's own read-only (docs/isolation.md)"
+        )
+    return found[0]
+
+
 class SpawnSandbox:
     """How one agent command is run in the sandbox: ``await wrap(argv, env, cwd)`` gives the
     ``bwrap`` argv and the environment to start it with (``env`` has no gateway setting already:
@@ -364,7 +454,7 @@ class SpawnSandbox:
         problem = await probe(self.settings, env)
         if problem is not None:
             raise AgentStartError(problem)
-        bwrap, prlimit = _tools(env)
+        bwrap, prlimit = _tools(env, self.settings)
         if self.template is not None and os.path.isdir(self.template) and not os.listdir(self.home):
             loop = asyncio.get_running_loop()
             try:
@@ -388,6 +478,8 @@ class SpawnSandbox:
             command=argv,
             given=self.given,
         )
+        if plan.root is not None:
+            argv = [_command(self.settings, plan.root, argv), *argv[1:]]
         return (
             bwrap_argv(self.settings, plan, argv, cwd),
             sandbox_environment(env, self.settings, plan, self.template),

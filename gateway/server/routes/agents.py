@@ -32,6 +32,7 @@ async def list_agents(request: web.Request) -> web.Response:
                 {
                     **p.public(declared.get(name)),
                     "isolation": config.isolation.mode,
+                    "system": config.isolation.system,
                     # the kinds of MCP server its sessions are given (docs/mcp.md)
                     "mcp": list(kinds_of(p)),
                 }

@@ -26,8 +26,7 @@ from aiohttp import web
 
 from gateway.agent import conversations
 from gateway.agent.environment import agent_environment
-from gateway.agent.exit import missing_executable
-from gateway.agent.sandbox import SpawnSandbox
+from gateway.agent.sandbox import SpawnSandbox, missing_command
 from gateway.agent.sandbox import probe as sandbox_probe
 from gateway.agent.sandbox import spawn as sandboxes
 from gateway.api_error import ApiError
@@ -185,7 +184,7 @@ async def create_session(request: web.Request) -> web.Response:
     # A CLI that is not installed fails here for every profile, the same way: a single-turn one
     # would otherwise start (and fail) only at the first prompt. A continued conversation is shown
     # without its agent, which starts (or fails, with AGENT_START_FAILED) at the next prompt.
-    missing = missing_executable(profile.command[0], agent_environment(profile.env))
+    missing = missing_command(config.isolation, profile.command[0], agent_environment(profile.env))
     if missing is not None and resume is None:
         raise ApiError(502, "AGENT_START_FAILED", f"the {agent} agent could not start: {missing}")
     transcript = None
