@@ -16,6 +16,13 @@ NAMESPACES = ("pid", "user", "ipc", "uts", "mnt")
 # A shell command for an agent's shell tool: "hi", then its user namespace, the name of its pid 1
 # (bwrap in the sandbox) and its HOME, one a line. No $(...): Gemini CLI refuses substitutions.
 PROBE = "echo hi; readlink /proc/self/ns/user; cat /proc/1/comm; printenv HOME"
+# PROBE printed in one write: codex-acp reports a command whose output came in pieces without the
+# first piece (docs/acp-mapping.md), and PROBE's four commands, slowed by a loaded machine, print
+# in pieces.
+PROBE_AT_ONCE = (
+    "printf 'hi\\n%s\\n%s\\n%s\\n' \"$(readlink /proc/self/ns/user)\" \"$(cat /proc/1/comm)\""
+    ' "$HOME"'
+)
 
 
 def _ns(pid: int | str, name: str) -> str:
