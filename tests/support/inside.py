@@ -20,8 +20,7 @@ PROBE = "echo hi; readlink /proc/self/ns/user; cat /proc/1/comm; printenv HOME"
 # first piece (docs/acp-mapping.md), and PROBE's four commands, slowed by a loaded machine, print
 # in pieces.
 PROBE_AT_ONCE = (
-    "printf 'hi\\n%s\\n%s\\n%s\\n' \"$(readlink /proc/self/ns/user)\" \"$(cat /proc/1/comm)\""
-    ' "$HOME"'
+    'printf \'hi\\n%s\\n%s\\n%s\\n\' "$(readlink /proc/self/ns/user)" "$(cat /proc/1/comm)" "$HOME"'
 )
 
 
