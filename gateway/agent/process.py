@@ -44,6 +44,18 @@ when the agent has not exited after `grace` seconds. If the agent exits in time 
 linger, they get SIGKILL when the grace period ends (a timer, so `terminate` returns as soon as the
 agent itself is gone), and its output is not read past that deadline.
 
+A single-turn agent (one process per prompt) is started with a wider stdout pipe
+(`stdout_pipe_bytes`, `WIDE_STDOUT_PIPE_BYTES`): such a CLI ends its run with `process.exit()`
+(Node: Gemini CLI, Claude Code `-p`), which drops what its stdout stream still queues in the
+process when the pipe is full. Gemini prints the whole prompt back first, so a long prompt alone
+fills the 64 KiB a Linux pipe holds by default, and when the gateway read a little late the
+answer and the result line behind it were lost (the turn ended with nothing said). The pipe is
+widened with `F_SETPIPE_SZ` when the stdlib loop made a pipe (uvloop's stdio is a socket pair,
+whose send buffer, about 208 KiB by default, is the child's and cannot be set from here); the
+kernel may refuse (`pipe-max-size`, the user's `pipe-user-pages-soft`), and then the default
+stays. At most `MAX_WIDE_STDOUT_PIPES` are wide at once, so the gateway never takes much of its
+user's pipe budget (past it, every new pipe of the user would get two pages).
+
 `close()` / `aclose()` drop an agent without reading it to the end (SIGKILL to the group, then the
 pipes are released). Otherwise the transport is closed by itself once the agent has exited and its output is
 drained.
@@ -54,8 +66,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import os
 import signal
+import stat
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, cast
 
@@ -90,7 +104,7 @@ from gateway.agent.stdout import (
     StdoutReader,
 )
 
-__all__ = ["AgentProcess"]
+__all__ = ["MAX_WIDE_STDOUT_PIPES", "WIDE_STDOUT_PIPE_BYTES", "AgentProcess"]
 
 DEFAULT_STDERR_LIMIT: Final = 64 * 1024
 # After the agent exits, what is left on its stdout is read for at most this long: its own output is
@@ -98,9 +112,19 @@ DEFAULT_STDERR_LIMIT: Final = 64 * 1024
 EXIT_DRAIN_SEC: Final = 2.0
 _STDERR_FD: Final = 2
 _STDIN_FD: Final = 0
+# A single-turn agent's stdout pipe holds this much (see the module docstring): a whole turn's
+# output, a long prompt's echo included, fits before the agent exits.
+WIDE_STDOUT_PIPE_BYTES: Final = 1024 * 1024
+MAX_WIDE_STDOUT_PIPES: Final = 16  # wide at once: 16 MiB of the user's 64 MiB default budget
+_wide_pipes = 0  # how many are now
 
 
 # --------------------------------------------------------------------------- starting
+
+
+def _release_wide_pipe() -> None:
+    global _wide_pipes
+    _wide_pipes -= 1
 
 
 def _cloexec_above_2() -> None:
@@ -205,6 +229,7 @@ class AgentProcess(StdoutReader):
         stderr_limit: int = DEFAULT_STDERR_LIMIT,
         grace: float = DEFAULT_GRACE_SEC,
         sandbox: SpawnSandbox | None = None,
+        stdout_pipe_bytes: int = 0,
     ) -> AgentProcess:
         """Spawn `argv` (no shell) in a new process group, with exactly fds 0, 1 and 2.
 
@@ -212,8 +237,9 @@ class AgentProcess(StdoutReader):
         without the gateway's settings, `env` (the profile's) over it, then `RAWP_SESSION_ID`,
         `RAWP_WORKSPACE_PATH` (absolute) and `RAWP_DPS_VERSION` (DPS-17.2.1). `cwd`
         defaults to the workspace. `grace`: how long descendants left behind by the agent's own
-        exit get between SIGTERM and SIGKILL. Raises `AgentExecutableNotFound` or
-        `AgentStartError`.
+        exit get between SIGTERM and SIGKILL. `stdout_pipe_bytes`: the stdout pipe is made to
+        hold that much where it can (module docstring; 0: the default). Raises
+        `AgentExecutableNotFound` or `AgentStartError`.
         """
         if isinstance(argv, str | bytes) or not argv:
             raise ValueError("argv must be a non-empty list of strings (no shell is used)")
@@ -266,7 +292,27 @@ class AgentProcess(StdoutReader):
         except OSError as exc:
             raise AgentStartError(f"cannot start agent {argv[0]!r}: {exc}") from exc
         assert self._transport is transport
+        if stdout_pipe_bytes:
+            self._widen_stdout(stdout_pipe_bytes)
         return self
+
+    def _widen_stdout(self, size: int) -> None:
+        """Make the stdout pipe hold ``size`` bytes, if it is a pipe and the kernel and
+        ``MAX_WIDE_STDOUT_PIPES`` let it (module docstring)."""
+        global _wide_pipes
+        pipe = self._transport.get_pipe_transport(STDOUT_FD)
+        source = pipe.get_extra_info("pipe") if pipe is not None else None
+        if source is None or _wide_pipes >= MAX_WIDE_STDOUT_PIPES:
+            return
+        try:
+            fd = source.fileno()
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                return  # uvloop's socket pair
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
+        except (OSError, ValueError):
+            return  # refused (pipe-max-size, the user's pipe budget): the default stays
+        _wide_pipes += 1
+        self._wide_stdout = True
 
     def _on_connected(self, transport: asyncio.SubprocessTransport) -> None:
         self._transport = transport
@@ -292,6 +338,7 @@ class AgentProcess(StdoutReader):
         self._drain_by = float("inf")
         self._seen = {}
         self.stderr_bytes = 0
+        self._wide_stdout = False
 
     # ------------------------------------------------------------------ properties
 
@@ -447,6 +494,9 @@ class AgentProcess(StdoutReader):
         if self._exit.done() and (self._closing or (self._stdout_eof and self._stderr_eof)):
             self._stdin_closed = True
             self._transport.close()
+            if self._wide_stdout:
+                self._wide_stdout = False
+                _release_wide_pipe()
             if self._nap_timer is not None:
                 self._nap_timer.close()
                 self._nap_timer = None

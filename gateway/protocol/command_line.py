@@ -3,10 +3,11 @@
 ``read_line`` parses a line with tree-sitter's bash grammar (the one Codex judges commands with)
 into its simple commands (``Line.parts``): each one's words unquoted and joined by one space, the
 assignments in front of it dropped, so ``GIT_TRACE=0 git  push\\t'--force'`` is ``git push
---force``. A command run through a wrapper that runs its arguments (``env``, ``exec``,
-``command``, ``nohup``, ``nice``, ``sudo`` ...) or by a path (``/usr/bin/git``) is also given as the
-command after the wrapper, or by its base name: a ``deny`` matches either spelling, an ``allow``
-must match both.
+--force``. A command run through a wrapper that runs its arguments (``sudo``, ``env``, ``nice``,
+``timeout``, ``xargs`` ...) or by a path (``/usr/bin/git``) is also given as the command after the
+wrapper, or by its base name: a ``deny`` matches either spelling, an ``allow`` must match both.
+Where the wrapped command begins is read from the wrapper's options as its manual gives them
+(gateway/protocol/shell_wrappers.py): ``sudo -u root rm`` runs ``rm``, not ``root``.
 
 A line that is only a shell running a quoted script (``/bin/bash -lc 'npm test'``, as Codex runs
 every command) is read as that script.
@@ -18,8 +19,10 @@ every command) is read as that script.
   arithmetic expansion (bash evaluates the variables it names as code), also inside a string, a
   heredoc or an assignment;
 - an expansion in command position (``$CMD args``);
-- ``eval``, ``source``, ``.``, ``exec``, a nested shell's ``-c`` string, ``xargs``: they run text
-  as commands (the commands of a quoted ``-c`` or ``eval`` string are read too, for ``deny``);
+- ``eval``, ``source``, ``.``, ``exec``, a nested shell's ``-c`` string, ``xargs``, ``env -S``:
+  they run text as commands (the commands of a quoted ``-c``, ``eval`` or ``env -S`` string are
+  read too, for ``deny``);
+- a wrapper's option its manual does not list, or one that writes a file (``time -o``);
 - a redirection of output into a file (``>``, ``>>``, ``&>``, ``>|``, ``<>`` to anything but
   ``/dev/null``, ``/dev/stdout``, ``/dev/stderr`` or a descriptor);
 - a background job (``&``), a function definition, or any construct this reader does not know.
@@ -40,6 +43,8 @@ from typing import Final
 
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
+
+from gateway.protocol.shell_wrappers import WRAPPERS, command_starts
 
 __all__ = ["MAX_KEPT", "MAX_NODES", "MAX_PARTS", "MAX_PART_CHARS", "Line", "read_line"]
 
@@ -78,10 +83,6 @@ _WRITES: Final = frozenset({">", ">>", "&>", "&>>", ">|", "<>", ">&", "&>|"})
 _HARMLESS_TARGETS: Final = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 _RUNS_TEXT: Final = frozenset({"eval", "source", ".", "exec", "xargs", "trap"})
 _SHELLS: Final = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "fish", "busybox"})
-# Commands that run the command their arguments name: judged also as that command.
-_WRAPPERS: Final = frozenset(
-    {"env", "exec", "command", "builtin", "nohup", "nice", "time", "timeout", "sudo", "doas"}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,28 +192,33 @@ class _Reader:
         self._unwrapped(words, node, depth)
 
     def _unwrapped(self, words: list[str], node: Node, depth: int) -> None:
-        """The same command by its base name, after its wrappers, and a nested string read."""
-        seen = 0
-        while seen < len(words):
-            name = words[seen]
+        """The same command by its base name, after its wrappers (each read as its manual reads
+        its options: gateway/protocol/shell_wrappers.py), and a nested string read."""
+        pending, done = [0], set()
+        while pending:  # each word read as a command once: a wrapper's readings may meet
+            at = pending.pop()
+            if at in done or at >= len(words):
+                continue
+            done.add(at)
+            if at:
+                self.part(" ".join(words[at:]))
+            name = words[at]
             base = posixpath.basename(name) if "/" in name else name
             if base != name:
-                self.part(" ".join([base, *words[seen + 1 :]]))
+                self.part(" ".join([base, *words[at + 1 :]]))
             if base in _RUNS_TEXT:
                 self.opaque = True
             if base == "eval" and depth < MAX_NESTING:
-                self.read(" ".join(words[seen + 1 :]), depth + 1)
+                self.read(" ".join(words[at + 1 :]), depth + 1)
             if base in _SHELLS:
-                self._nested_shell(words[seen + 1 :], depth)
-            if base not in _WRAPPERS:
-                break
-            seen += 1
-            while seen < len(words) and (words[seen].startswith("-") or "=" in words[seen]):
-                seen += 1  # the wrapper's options and env's assignments
-            if seen < len(words) and base in ("timeout", "nice") and words[seen][:1].isdigit():
-                seen += 1
-            if seen < len(words):
-                self.part(" ".join(words[seen:]))
+                self._nested_shell(words[at + 1 :], depth)
+            if base not in WRAPPERS:
+                continue
+            unwrapped = command_starts(base, words[at + 1 :])
+            self.opaque = self.opaque or unwrapped.opaque
+            if unwrapped.line is not None and depth < MAX_NESTING:
+                self.read(unwrapped.line, depth + 1)  # env -S: its string is a command line
+            pending.extend(at + 1 + start for start in unwrapped.starts)
 
     def _nested_shell(self, args: list[str], depth: int) -> None:
         for i, arg in enumerate(args):

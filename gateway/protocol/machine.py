@@ -643,6 +643,11 @@ class SessionMachine:
         if self.turn is None:
             # e.g. Claude Code's second result line after a background task's own turn
             return [Emit(self.mapper.usage_frame(event))]
+        if self.process is ProcessState.STOPPING_FOR_DELETE:
+            # The agent ended its turn between the delete and its stop (it answered the denial
+            # the delete sent, as a fast agent does at once): the turn still ends with its
+            # session, as it would have a moment later (DPS-7.5.3-cleanup), its usage kept.
+            return self._turn_cut_by_delete(event)
         return self._end_turn(event.stop_reason, event)
 
     def _parse_error(self, event: ev.ParseError) -> list[Action]:
@@ -1705,13 +1710,13 @@ class SessionMachine:
             return out + [Terminate()]
         return out + self._finish_delete()
 
-    def _turn_cut_by_delete(self) -> list[Action]:
+    def _turn_cut_by_delete(self, ended: ev.TurnEnded | None = None) -> list[Action]:
         """The open turn ends ``error`` with its session; a shutdown's says why first (DPS's
-        stop reason cannot)."""
+        stop reason cannot). ``ended``: the agent's own end of it, for its usage."""
         if self.turn is None:
             return []
         out: list[Action] = [Emit(self._make(SHUTDOWN_ERROR, turn=True))] if self._shutdown else []
-        return out + self._end_turn("error")
+        return out + self._end_turn("error", ended)
 
     def _finish_delete(self) -> list[Action]:
         assert self._delete_reason is not None

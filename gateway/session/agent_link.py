@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from gateway import config as cfg
 from gateway.agent import mcp as agent_mcp
 from gateway.agent.exit import AgentProcessError, AgentStartError, AgentStdinFull
-from gateway.agent.process import AgentProcess
+from gateway.agent.process import WIDE_STDOUT_PIPE_BYTES, AgentProcess
 from gateway.agent.sandbox import SpawnSandbox, limit_named
 from gateway.agent.sandbox import spawn as sandboxes
 from gateway.agent.stdout import DEFAULT_MAX_LINE_BYTES, StdoutLine
@@ -276,6 +276,8 @@ class AgentLink:
                 workspace=self.workspace,
                 grace=self.config.server.shutdown_grace_sec,
                 sandbox=self.sandbox(given),
+                # It exits at its turn's end, dropping what its pipe could not take yet.
+                stdout_pipe_bytes=WIDE_STDOUT_PIPE_BYTES if self.profile.single_turn_process else 0,
             )
         except (AgentStartError, OSError, ValueError) as err:
             self._spawning = False

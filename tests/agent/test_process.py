@@ -30,7 +30,7 @@ from gateway.agent.exit import (
     ExitStatus,
     classify_exit,
 )
-from gateway.agent.process import AgentProcess
+from gateway.agent.process import WIDE_STDOUT_PIPE_BYTES, AgentProcess
 from gateway.agent.stdout import CUT_HEAD_BYTES, DEFAULT_MAX_LINE_BYTES, StdoutLine
 from tests.support.gateway_exit import none_outlive_the_gateway
 from tests.support.loops import LOOPS, PY, run
@@ -484,6 +484,43 @@ def test_backpressure_pauses_stdout_while_the_consumer_lags(loop_factory: Any) -
         assert (await proc.wait()).kind == "ok"
 
     run(loop_factory, scenario())
+
+
+# A CLI that ends its run with Node's process.exit(): what its stdout stream could not write yet
+# (the pipe was full because the gateway read late) is dropped, the result line behind it too.
+EXITS_DROPPING_THE_REST = """
+import os
+os.set_blocking(1, False)
+rest = memoryview((b"x" * 1023 + b"\\n") * 300 + b'{"type": "result"}\\n')
+while rest:
+    try:
+        rest = rest[os.write(1, rest):]
+    except BlockingIOError:
+        break
+os._exit(0)
+"""
+
+
+def test_a_single_turn_agents_wide_stdout_pipe_keeps_what_it_writes_before_exiting() -> None:
+    """Gemini CLI echoes a long prompt (150 KB) before its answer and exits with
+    process.exit(): with the default 64 KiB pipe and a gateway that reads late (held here by
+    backpressure, under load by the machine), its answer and result were lost and the turn ended
+    with nothing said. The pipe of a single-turn agent holds its whole output. (The stdlib loop's
+    stdio is a pipe; uvloop's a socket pair, whose buffer is the child's.)"""
+
+    async def result_line(**kw: Any) -> bool:
+        proc = await spawn(EXITS_DROPPING_THE_REST, high_water=1024, **kw)
+        await eventually(lambda: proc.stdout_pauses == 1, "the reader held by backpressure")
+        assert (await proc.wait()).kind == "ok"
+        lines = await all_lines(proc)
+        assert all(line == b"x" * 1023 for line in lines[:-1])
+        return lines[-1] == b'{"type": "result"}'
+
+    async def scenario() -> None:
+        assert not await result_line()  # the loss, as it was
+        assert await result_line(stdout_pipe_bytes=WIDE_STDOUT_PIPE_BYTES)
+
+    run(asyncio.new_event_loop, scenario())
 
 
 # --------------------------------------------------------------------------- stdin

@@ -21,7 +21,7 @@ from gateway.agent.profiles import builtin_profiles
 from gateway.server import SESSIONS
 from tests.support import realcli
 from tests.support.gateway_peer import Master, create_session, make_config, of, start_gateway
-from tests.support.inside import PROBE, check_probe, check_process, saved
+from tests.support.inside import PROBE, PROBE_AT_ONCE, check_probe, check_process, saved
 from tests.support.realcli import MODES
 from tests.support.rig.env import require_cli
 from tests.support.rig.run import scripted_cli
@@ -420,7 +420,7 @@ PROBE_CALLS: dict[str, tuple[list[dict[str, Any]], str]] = {
     ),
     "codex-acp": (
         [
-            codex_exec(PROBE),
+            codex_exec(PROBE_AT_ONCE),
             {"match": {"tool_output": True}, "output": [{"type": "message", "text": "Probed."}]},
         ],
         ".codex/sessions/**/rollout-*.jsonl",

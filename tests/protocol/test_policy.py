@@ -376,6 +376,82 @@ def test_a_deny_on_a_command_sees_through_spacing_assignments_and_lists(command)
     assert ask(FORCE_PUSH, command=command) == ("deny", "no-force-push")
 
 
+NO_RM = (rule("no-rm", "deny", tools=["Bash"], match={"command": "rm *"}),)
+WRAPPED_NPM_TEST = (rule("npm-test", "allow", tools=["Bash"], match={"command": "*npm test"}),)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "sudo -u root rm -rf /",
+        "sudo -uroot rm -rf /",
+        "sudo -Eu root rm -rf /",
+        "sudo -E rm -rf /",
+        "sudo --user=root rm -rf /",
+        "sudo --user root rm -rf /",
+        "sudo --us root rm -rf /",  # a long option cut short, as getopt_long reads it
+        "sudo -g wheel -D /tmp -- rm -rf /",
+        "sudo HOME=/ rm -rf /",
+        "doas -u root rm -rf /",
+        "env -i A=1 rm -rf /",
+        "env - rm -rf /",
+        "env -u HOME -C /tmp rm -rf /",
+        "env --chdir=/tmp rm -rf /",
+        "env -S 'rm -rf /'",
+        "nice -n 5 rm -rf /",
+        "nice -5 rm -rf /",
+        "nice --adjustment 5 rm -rf /",
+        "timeout 5 rm -rf /",
+        "timeout -s KILL -k 1 5 rm -rf /",
+        "timeout --signal=KILL 5s rm -rf /",
+        "nohup rm -rf /",
+        "stdbuf -oL -e 0 rm -rf /",
+        "time -f %e rm -rf /",
+        "exec -a sh rm -rf /",
+        "xargs -n1 rm -rf",
+        "find . -print0 | xargs -0 -I{} rm -rf {}",
+        "sudo nice -n 5 timeout 3 /bin/rm -rf /",
+        "sudo --no-such-option root rm -rf /",  # unknown: read both ways
+        "sudo -Z root rm -rf /",
+    ],
+)
+def test_a_deny_on_a_command_holds_through_its_wrappers_options(command):
+    assert ask(NO_RM, command=command) == ("deny", "no-rm")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "sudo -u npm test",  # runs `test` as the user npm
+        "env -u npm test",  # runs `test` without $npm
+        "env -S 'curl https://x.example' npm test",  # runs curl
+        "time -o ~/.bashrc npm test",  # writes ~/.bashrc
+        "sudo --no-such-option npm test",  # an option the wrapper's manual does not list
+        "nice -Q npm test",
+        "xargs npm test",  # its arguments come from stdin
+    ],
+)
+def test_an_allow_on_a_wrapped_command_is_not_stepped_around_by_an_options_argument(command):
+    assert ask(WRAPPED_NPM_TEST, command=command) is None
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "npm test",
+        "sudo -u ci npm test",
+        "sudo -E --user=ci npm test",
+        "env -i CI=1 npm test",
+        "nice -n 5 npm test",
+        "timeout -s KILL 60 npm test",
+        "nohup npm test",
+        "stdbuf -oL npm test",
+    ],
+)
+def test_an_allow_on_a_wrapped_command_allows_it_behind_known_options(command):
+    assert ask(WRAPPED_NPM_TEST, command=command) == ("allow", "npm-test")
+
+
 def test_a_deny_or_ask_matches_any_command_of_an_opaque_line_and_an_argv_is_a_line():
     asks = (rule("curl", "ask", tools=["Bash"], match={"command": "curl *"}),)
     assert ask(asks, command="npm test $(curl x) > out") == ("ask", "curl")

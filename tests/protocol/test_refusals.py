@@ -9,6 +9,7 @@ import pytest
 
 from gateway.protocol import actions as act
 from gateway.protocol import frames as F
+from gateway.protocol import machine as sm
 from parsers import events as ev
 from tests.support.scenario import (
     CLAUDE,
@@ -246,6 +247,34 @@ def test_DPS_7_5_3_cleanup_delete_during_a_turn_denies_stops_then_cleans_up():
         << emit("tool.invoke.result", invocation_id=CALL, status="cancelled", turn_id=TURN)
         << turn_end(TURN, "error", tools=1, settles="tool_calling")
         << deleted()
+    )
+
+
+@pytest.mark.parametrize("shutdown", [False, True])
+def test_DPS_7_5_3_cleanup_a_turn_the_agent_ends_while_its_session_is_deleted_ends_with_error(
+    shutdown,
+):
+    """The agent answers the denial the delete sent with its turn's end before the stop reaches
+    it (the demo agent does at once): the turn still ends error with its session, after a
+    shutdown's GATEWAY_STOPPED, and the exit adds only the session's end. (It ended end_turn,
+    and a relay's waiting prompt at a shutdown was answered end_turn, not TURN_FAILED.)"""
+    reason, by = ("error", "client") if shutdown else ("master_request", "master")
+    said = [emit(sm.SHUTDOWN_ERROR, turn_id=TURN)] if shutdown else []
+    close = sm.SHUTDOWN_CLOSE if shutdown else f"session deleted ({reason})"
+    assert (
+        asked()
+        >> delete(reason, by, shutdown=shutdown)
+        << Timer.interaction(ASK).cancelled()
+        << act.Settled("PERMISSION", "cancelled")
+        << stdin(CLAUDE.answer("deny", message="Denied: the session is ending."))
+        << emit("agent.state.changed", current_state="tool_calling")
+        << act.Terminate()
+        >> line(CLAUDE.result)
+        << said
+        << turn_end(TURN, "error", settles="tool_calling")
+        >> exited("signal", -15, 15)
+        << emit(F.Deleted(session_id=SESSION, reason=reason, deleted_by=by))
+        << act.CloseAll(close)
     )
 
 

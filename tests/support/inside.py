@@ -20,6 +20,13 @@ PROBE = (
     "echo hi; grep VERSION_CODENAME= /etc/os-release; readlink /proc/self/ns/user; "
     "cat /proc/1/comm; printenv HOME"
 )
+# PROBE printed in one write: codex-acp reports a command whose output came in pieces without the
+# first piece (docs/acp-mapping.md), and PROBE's commands, slowed by a loaded machine, print in
+# pieces.
+PROBE_AT_ONCE = (
+    "printf 'hi\\n%s\\n%s\\n%s\\n%s\\n' \"$(grep VERSION_CODENAME= /etc/os-release)\" "
+    '"$(readlink /proc/self/ns/user)" "$(cat /proc/1/comm)" "$HOME"'
+)
 
 
 def codename(root: str | None = None) -> str:

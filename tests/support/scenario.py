@@ -628,8 +628,10 @@ def fire(timer: Timer) -> Input:
     return Input("fire", {"timer": timer}, f"timer {timer!r} fires")
 
 
-def delete(reason: str = "master_request", by: str = "master") -> Input:
-    return Input("delete", {"reason": reason, "by": by}, f"delete ({reason}, by {by})")
+def delete(reason: str = "master_request", by: str = "master", *, shutdown: bool = False) -> Input:
+    """A delete (``shutdown``: the stopping gateway's, which keeps no sessions)."""
+    args = {"reason": reason, "by": by, "shutdown": shutdown}
+    return Input("delete", args, f"delete ({reason}, by {by}{', shutdown' * shutdown})")
 
 
 def rename(name: str, by: str = "master") -> Input:
@@ -813,7 +815,7 @@ class MachineAdapter:
             case "plugin_failed":
                 return m.plugin_failed(a["error"], a["where"])
             case "delete":
-                return m.delete(a["reason"], a["by"])
+                return m.delete(a["reason"], a["by"], shutdown=a["shutdown"])
             case "rename":
                 return m.rename(a["name"], renamed_by=a["by"])
             case "gate":
