@@ -77,7 +77,9 @@ async def test_a_demo_turn_writes_a_file_where_its_isolation_says(tmp_path, mode
 
 # A plain program on the gateway's Python that prints what PROBE prints (tests/support/inside.py).
 PLAIN_PROBE = (
-    "import os, sys; print(sys.argv[1]); print(os.readlink('/proc/self/ns/user'));"
+    "import os, sys; print(sys.argv[1]);"
+    " print(next(l.strip() for l in open('/etc/os-release') if l.startswith('VERSION_CODENAME=')));"
+    " print(os.readlink('/proc/self/ns/user'));"
     " print(open('/proc/1/comm').read().strip()); print(os.environ['HOME'])"
 )
 
