@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway import config as cfg
+from gateway.agent.environment import agent_environment
 from gateway.agent.exit import AgentProcessError, AgentStartError, AgentStdinFull
+from gateway.agent.mcp_home import write_gemini_settings
 from gateway.agent.process import AgentProcess
 from gateway.agent.sandbox import SpawnSandbox, limit_named
 from gateway.agent.sandbox import spawn as sandboxes
@@ -28,6 +30,8 @@ from gateway.protocol import actions as act
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
 from gateway.protocol import prompts
+from gateway.protocol.mcp_delivery import Delivery, codex_delivery, gemini_delivery
+from gateway.protocol.mcp_servers import ServerSpec
 from gateway.protocol.states import ProcessState
 from gateway.session.tool_paths import resolve_tool_paths
 from gateway.storage import nofollow
@@ -64,6 +68,7 @@ class AgentLink:
         machine: sm.SessionMachine
         files: FileStore
         saved: SavedSession | None
+        mcp_servers: tuple[ServerSpec, ...]
         process: AgentProcess | None
         start_error: str | None
         _spawning: bool
@@ -104,6 +109,8 @@ class AgentLink:
                 path = str(self.files.get(image.transfer_id)[1])
                 flags += cfg.template_args(profile.image_flag, path=path)
                 given.append(path)
+        delivery = self._mcp_delivery()
+        flags += delivery.args
         overrides = action.overrides
         if overrides is not None:
             for key, flag in profile.override_flags.items():
@@ -129,7 +136,43 @@ class AgentLink:
             if data is not None:
                 self._stdin_pending.append(data)
         self._spawning = True
-        self._task(self._run_process(argv, close_stdin=close_stdin, given=given))
+        self._task(self._run_process(argv, close_stdin=close_stdin, given=given, delivery=delivery))
+
+    def _mcp_delivery(self) -> Delivery:
+        """What the agent's own configuration takes of the session's MCP servers, when its
+        command line or settings carry them (Codex, Gemini; an ACP agent's are in its
+        ``session/new``, Claude Code's in its --mcp-config file): docs/mcp.md."""
+        parser = self.profile.parser
+        if not self.mcp_servers or parser not in ("codex", "gemini"):
+            return Delivery()
+        render = codex_delivery if parser == "codex" else gemini_delivery
+        return render(self.mcp_servers)
+
+    async def _mcp_env(self, delivery: Delivery, box: SpawnSandbox | None) -> dict[str, str]:
+        """The profile's environment with what the servers need: their secrets in the variables
+        the agent's configuration names and, for Gemini, its settings file written (outside the
+        sandbox in a home of the session's own, ``GEMINI_CLI_HOME``: gateway/agent/mcp_home.py)."""
+        env = {**self.profile.env, **delivery.env}
+        if delivery.servers is None:
+            return env
+        seed: str | None = None
+        if box is not None:
+            await box.seed_home()  # the profile's HOME first, as for every sandboxed start
+            home = box.home
+        else:
+            home = self._own_home()
+            seed = agent_environment(self.profile.env).get("HOME")
+            env["GEMINI_CLI_HOME"] = home
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, write_gemini_settings, home, delivery.servers, seed)
+        return env
+
+    def _own_home(self) -> str:
+        """The session's HOME directory (in its state-dir directory when it has one), made if
+        new: the sandbox's, and outside it the home of an agent that needs one of its own."""
+        saved = self.saved
+        where = (saved.dir_fd, str(saved.path)) if saved is not None and saved.dir_fd >= 0 else None
+        return sandboxes.session_home(self.id, where)
 
     def sandbox(self, given: Sequence[str] = ()) -> SpawnSandbox | None:
         """The sandbox this session's agents run in (``[isolation] mode = "sandbox"``), its HOME
@@ -138,28 +181,35 @@ class AgentLink:
         isolation = self.config.isolation
         if not isolation.sandboxed:
             return None
-        saved = self.saved
-        where = (saved.dir_fd, str(saved.path)) if saved is not None and saved.dir_fd >= 0 else None
         return SpawnSandbox(
             isolation,
             workspace=str(self.workspace),
-            home=sandboxes.session_home(self.id, where),
+            home=self._own_home(),
             hidden=self.config.hidden_paths,
             template=self.profile.env.get("HOME"),
             given=given,
         )
 
     async def _run_process(
-        self, argv: list[str], *, close_stdin: bool = False, given: Sequence[str] = ()
+        self,
+        argv: list[str],
+        *,
+        close_stdin: bool = False,
+        given: Sequence[str] = (),
+        delivery: Delivery | None = None,
     ) -> None:
         try:
+            box = self.sandbox(given)
+            env = self.profile.env
+            if delivery is not None and (delivery.env or delivery.servers is not None):
+                env = await self._mcp_env(delivery, box)
             proc = await AgentProcess.start(
                 argv,
-                env=self.profile.env,
+                env=env,
                 session_id=self.id,
                 workspace=self.workspace,
                 grace=self.config.server.shutdown_grace_sec,
-                sandbox=self.sandbox(given),
+                sandbox=box,
             )
         except (AgentStartError, OSError, ValueError) as err:
             self._spawning = False

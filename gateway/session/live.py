@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -26,6 +26,8 @@ from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
 from gateway.protocol.buffer import FrameBuffer
 from gateway.protocol.capabilities import ConnectionFilter, strip_subagent_context
+from gateway.protocol.mcp_delivery import acp_servers
+from gateway.protocol.mcp_servers import ServerSpec
 from gateway.protocol.states import Lifecycle, TimerKey
 from gateway.protocol.usage import CONTEXT_FULL, UsageTally
 from gateway.session.agent_link import AgentLink
@@ -59,10 +61,14 @@ class LiveSession(AgentLink, Masters):
         buffer: FrameBuffer | None = None,
         on_terminated: Callable[[LiveSession], None] | None = None,
         saved: SavedSession | None = None,
+        mcp_servers: Sequence[ServerSpec] = (),
     ) -> None:
         self.id = session_id
         self.profile = profile
         self.workspace = workspace
+        # Checked and expanded (gateway/protocol/mcp_servers.py); handed to every agent process
+        # of the session, its agent's own way (docs/mcp.md).
+        self.mcp_servers = tuple(mcp_servers)
         self.config = config
         self.metrics = metrics
         self.origin = origin
@@ -102,6 +108,8 @@ class LiveSession(AgentLink, Masters):
             plugin = spec.plugin()
             if plugin.set_workspace is not None:  # parsers.base.ReadsWorkspace: it reads files
                 plugin.set_workspace(str(workspace))
+            if plugin.set_mcp_servers is not None:  # parsers.base.TakesMcpServers: ACP's own way
+                plugin.set_mcp_servers(acp_servers(self.mcp_servers))
             return plugin
 
         plugin = new_plugin()

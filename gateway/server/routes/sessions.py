@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -33,6 +34,7 @@ from gateway.api_error import ApiError
 from gateway.config import AgentProfile, Config
 from gateway.protocol.budget import check_limit
 from gateway.protocol.buffer import BUFFER_POLICIES, FrameBuffer
+from gateway.protocol.mcp_servers import McpServerError, ServerSpec, merged
 from gateway.server.keys import (
     AUDIT,
     BUDGETS,
@@ -232,13 +234,20 @@ async def start_session(
     resume: Any = None,
     transcript: Any = None,
     seed: SpawnSandbox | None = None,
+    mcp_servers: Sequence[ServerSpec] = (),
 ) -> LiveSession:
     """Create, register and start a session of the caller's from what was validated already
     (``POST /v1/session``, an ACP client's ``session/new``); audited. ``seed``: in sandbox mode,
-    the sandbox whose HOME holds the conversation ``resume`` names."""
+    the sandbox whose HOME holds the conversation ``resume`` names. ``mcp_servers``: the
+    request's or the editor's, after the configured ones of the profile (400
+    ``INVALID_MCP_SERVERS`` when a name comes twice or there are too many)."""
     app = request.app
     config = app[CONFIG]
     agent = profile.name
+    try:
+        servers = merged(config.mcp.servers, agent, mcp_servers)
+    except McpServerError as err:
+        raise ApiError(400, "INVALID_MCP_SERVERS", str(err)) from None
     window = (
         config.server.reattach_window_sec if reattach_window_sec is None else reattach_window_sec
     )
@@ -271,6 +280,7 @@ async def start_session(
         buffer=buffer,
         on_terminated=lambda s: session_ended(app, s),
         saved=saved,
+        mcp_servers=servers,
     )
     session.owner = caller(request).user
     wire_session(app, session, caller(request).role)
