@@ -64,7 +64,7 @@ def test_DPS_5_4_catalog_a_kind_the_agent_does_not_take_is_reported_failed_and_l
 def test_DPS_18_respawn_a_load_carries_the_same_servers():
     """An agent started again (a restored session, the stall watchdog) loads its session with
     the servers session/new had: ACP keeps no MCP server across a load."""
-    rig, new = started({"mcpCapabilities": {"http": True}}, [STDIO, HTTP], can_load=True)
+    rig, _ = started({"mcpCapabilities": {"http": True}}, [STDIO, HTTP], can_load=True)
     rig.adapter.opening(SID)
     caps = {"loadSession": True, "mcpCapabilities": {"http": True}}
     rig.agent(rpc(id=0, result={"protocolVersion": 1, "agentCapabilities": caps}))
