@@ -160,14 +160,14 @@ class AgentLink:
             await box.seed_home()  # the profile's HOME first, as for every sandboxed start
             home = box.home
         else:
-            home = self._own_home()
+            home = self.own_home()
             seed = agent_environment(self.profile.env).get("HOME")
             env["GEMINI_CLI_HOME"] = home
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, write_gemini_settings, home, delivery.servers, seed)
         return env
 
-    def _own_home(self) -> str:
+    def own_home(self) -> str:
         """The session's HOME directory (in its state-dir directory when it has one), made if
         new: the sandbox's, and outside it the home of an agent that needs one of its own."""
         saved = self.saved
@@ -184,7 +184,7 @@ class AgentLink:
         return SpawnSandbox(
             isolation,
             workspace=str(self.workspace),
-            home=self._own_home(),
+            home=self.own_home(),
             hidden=self.config.hidden_paths,
             template=self.profile.env.get("HOME"),
             given=given,
