@@ -142,6 +142,8 @@ class AgentProfile:
     # The agent's tools before it reports them: the first tool.catalog.publish (the parser's
     # ``ParserSpec.tools`` unless a built-in profile knows its flags change them).
     tools: tuple[str, ...] = ()
+    # The kinds of MCP server it takes (docs/mcp.md); None: its parser's (gateway/agent/mcp.py).
+    mcp_kinds: tuple[str, ...] | None = None
     auto_allow: frozenset[str] = setting(
         frozenset(),
         toml=list,
@@ -326,6 +328,7 @@ def builtin_profiles(
             tools=DEMO_TOOLS,
             auto_allow=frozenset({"Read", "Glob", "Grep"}),
             conversations=False,  # it keeps none: Claude Code's store is not its own
+            mcp_kinds=(),  # it speaks Claude Code's stream-json, but takes none of its flags
             reports_cost=True,  # what "spend N" says it spent
             description="The embedded demo agent (speaks Claude Code's stream-json; no network)",
         ),

@@ -24,6 +24,7 @@ __all__ = [
     "Log",
     "PlaceFile",
     "PolicyDecided",
+    "ReadMcpReasons",
     "SetFeatures",
     "Settled",
     "Signal",
@@ -142,6 +143,14 @@ class PolicyDecided:
     input: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class ReadMcpReasons:
+    """MCP servers the agent says failed without saying why: the shell looks where the agent
+    writes why (Claude Code's MCP logs) and tells ``SessionMachine.mcp_reasons``."""
+
+    names: tuple[str, ...]
+
+
 Action = (
     Emit | WriteStdin | Spawn | Signal | Terminate | StartTimer | CancelTimer | SetFeatures
-) | (CloseAll | Log | Settled | WritePrompt | PlaceFile | PolicyDecided)
+) | (CloseAll | Log | Settled | WritePrompt | PlaceFile | PolicyDecided | ReadMcpReasons)

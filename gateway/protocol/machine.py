@@ -113,6 +113,7 @@ from gateway.protocol.actions import (
     Log,
     PlaceFile,
     PolicyDecided,
+    ReadMcpReasons,
     SetFeatures,
     Settled,
     Signal,
@@ -135,6 +136,7 @@ from gateway.protocol.interactions import (
     permission_question,
 )
 from gateway.protocol.mapper import BLOCKED_OUTPUT, Mapper, Note
+from gateway.protocol.mcp_servers import report as mcp_report
 from gateway.protocol.policy import Rule, decide
 from gateway.protocol.prompts import (
     UPLOADS_DIR,
@@ -264,6 +266,10 @@ class SessionConfig:
     # How long a session with no master attached lives (docs/http-api.md); None: for ever (the
     # core on its own, ``rawp-gateway translate``).
     reattach_window_sec: float | None = None
+    # The session's MCP servers as they may be shown (``mcp_servers.redacted``: no secret) and
+    # the kinds its agent takes: what became of each is reported to masters (docs/mcp.md).
+    mcp_servers: tuple[dict[str, Any], ...] = ()
+    mcp_kinds: tuple[str, ...] = ()
 
     @property
     def stall_tick_sec(self) -> float:
@@ -303,6 +309,11 @@ _Waiting = tuple[str, F.ConfigOverrides | None, list[ev.StoredFile]]
 
 
 class SessionMachine:
+    # What became of the session's MCP servers (docs/mcp.md#what-masters-see): the agent's own
+    # report (None: none yet) and the reasons the shell found for failures it gave none for.
+    _mcp_reported: list[ev.McpServer] | None
+    _mcp_reasons: dict[str, str]
+
     def __init__(
         self,
         session_id: str,
@@ -348,6 +359,8 @@ class SessionMachine:
         self._control_seq = 0
         self._pending_controls: dict[str, str] = {}  # request_id → what it was for
         self._charts()
+        self._mcp_reported, self._mcp_reasons = None, {}
+        self.mapper.mcp_servers = self._mcp_report()
         self._capabilities(None)
         if self.config.tools:
             self.mapper.expect_tools(self.config.tools)
@@ -497,9 +510,15 @@ class SessionMachine:
     def _capabilities(self, agent_session_id: str | None) -> F.Capabilities:
         """The gateway's ``session.capabilities`` for the session's features as they are now
         (with the agent's session id once known), kept as the greeting's ``capabilities_frame``."""
-        extensions = {"agent_session_id": agent_session_id} if agent_session_id else None
+        extensions: dict[str, Any] = {}
+        if agent_session_id:
+            extensions["agent_session_id"] = agent_session_id
+        if self.mapper.mcp_servers:  # a gateway extension (docs/mcp.md#what-masters-see)
+            extensions["mcp_servers"] = self.mapper.mcp_servers
         caps = gateway_capabilities(
-            self.config.features, max_frame_size=self.config.max_frame_size, extensions=extensions
+            self.config.features,
+            max_frame_size=self.config.max_frame_size,
+            extensions=extensions or None,
         )
         self.capabilities_frame = self._make(caps)
         return caps
@@ -670,9 +689,47 @@ class SessionMachine:
     def _session_started(self, event: ev.SessionStarted) -> list[Action]:
         if event.model:
             self.model = event.model
+        out: list[Action] = []
+        if self.config.mcp_servers or event.mcp_servers:
+            out += self._mcp_reported_now(event.mcp_servers)
         if event.agent_session_id and event.agent_session_id != self.agent_session_id:
-            return [Emit(self._announce_agent_session(event.agent_session_id))]
-        return []
+            out.append(Emit(self._announce_agent_session(event.agent_session_id)))
+        return out
+
+    # --- MCP servers (docs/mcp.md#what-masters-see) ----------------------------------------------
+
+    def _mcp_report(self) -> list[dict[str, Any]]:
+        config = self.config
+        if not config.mcp_servers and not self._mcp_reported:
+            return []
+        return mcp_report(
+            config.mcp_servers, config.mcp_kinds, self._mcp_reported, self._mcp_reasons
+        )
+
+    def _mcp_reported_now(self, servers: list[ev.McpServer]) -> list[Action]:
+        """The agent said what became of its MCP servers (Claude Code's ``init``, at every
+        start): the catalog the mapper publishes next carries it; the failures it gives no reason
+        for are looked up by the shell."""
+        self._mcp_reported = list(servers)
+        self.mapper.mcp_servers = self._mcp_report()
+        self._capabilities(self.agent_session_id)
+        unexplained = tuple(
+            s["name"]
+            for s in self.mapper.mcp_servers
+            if s["status"] == "failed" and "reason" not in s and s["origin"] != "agent"
+        )
+        return [ReadMcpReasons(unexplained)] if unexplained else []
+
+    def mcp_reasons(self, reasons: dict[str, str]) -> list[Action]:
+        """Why MCP servers failed, found by the shell (``ReadMcpReasons``): the catalog again,
+        with them, when that changes it."""
+        if not reasons:
+            return []
+        self._mcp_reasons.update(reasons)
+        self.mapper.mcp_servers = self._mcp_report()
+        self._capabilities(self.agent_session_id)
+        frame = self.mapper.catalog_again()
+        return self._emit_all([frame]) if frame is not None else []
 
     def _agent_mode(self, event: ev.ModeChanged) -> list[Action]:
         """The agent changed its own mode (ACP ``current_mode_update``): the masters see it as a

@@ -183,6 +183,9 @@ class Mapper:
         self.credentials = credentials  # where the agent reads them (ParserSpec.credentials)
         self.turn_id: str | None = None
         self.catalog: F.Frame | None = None
+        # What became of the session's MCP servers (set by the machine): the catalog's
+        # ``metadata.rawp_mcp_servers``, a gateway extension (docs/mcp.md#what-masters-see).
+        self.mcp_servers: list[dict[str, Any]] = []
         self.commands: F.Frame | None = None
         self.agent_state: str = "idle"
         self.tool_invocation_count = 0
@@ -717,10 +720,26 @@ class Mapper:
     def _session_started(self, event: ev.SessionStarted) -> list[F.Frame]:
         out: list[F.Frame] = []
         catalog = build_catalog(event.tools, event.mcp_servers)
-        if self.catalog is None or self.catalog.payload != catalog:
-            self.catalog = self._frame(catalog)
+        metadata = self._catalog_metadata()
+        if (
+            self.catalog is None
+            or self.catalog.payload != catalog
+            or self.catalog.metadata != metadata
+        ):
+            self.catalog = self._frame(catalog, metadata)
             out.append(self.catalog)
         return out + self._commands_listed(event)
+
+    def _catalog_metadata(self) -> dict[str, Any] | None:
+        return {"rawp_mcp_servers": self.mcp_servers} if self.mcp_servers else None
+
+    def catalog_again(self) -> F.Frame | None:
+        """The catalog with what is now known of the MCP servers, when that changed it."""
+        metadata = self._catalog_metadata()
+        if self.catalog is None or self.catalog.metadata == metadata:
+            return None
+        self.catalog = self._frame(self.catalog.payload, metadata)
+        return self.catalog
 
     def _commands_listed(self, event: ev.SessionStarted | ev.CommandsListed) -> list[F.Frame]:
         commands = F.CommandsPublish(
@@ -738,7 +757,7 @@ class Mapper:
         """The tools the profile knows the agent has, before the agent reports them: the catalog
         a master gets right after ``session.capabilities``; the agent's own list replaces it (and
         is published) only where it differs."""
-        self.catalog = self._frame(build_catalog(list(tools), []))
+        self.catalog = self._frame(build_catalog(list(tools), []), self._catalog_metadata())
 
     def _notice(self, event: ev.Notice) -> list[F.Frame]:
         invocation_id = self.invocation_id(event.call_id) if event.call_id else None

@@ -39,45 +39,26 @@ from typing import Any, Final
 from gateway.protocol.mcp_servers import (
     MAX_SERVERS,
     MAX_VARIABLES,
-    Kind,
     McpServerError,
     ServerSpec,
 )
 
 __all__ = [
-    "ACP_KINDS",
     "SECRET_PREFIX",
-    "Delivery",
+    "CliDelivery",
     "acp_servers",
     "codex_delivery",
     "editor_servers",
     "gemini_delivery",
     "gemini_settings",
-    "kinds_of_parser",
 ]
 
 SECRET_PREFIX: Final = "RAWP_MCP_SECRET_"
 SHELL: Final = "/bin/sh"
-# What each parser's agent takes, before it runs. An ACP agent says its own in ``initialize``
-# (stdio always, http when it declares it): this is what the built-in three declared (checked
-# with claude-agent-acp 0.23.1, codex-acp 0.16.0, gemini --acp 0.61.0), and the adapter narrows it
-# to what the running agent declares.
-_KINDS: Final[dict[str, tuple[Kind, ...]]] = {
-    "codex": ("stdio", "http"),
-    "gemini": ("stdio", "http"),
-    "acp": ("stdio", "http"),
-}
-ACP_KINDS: Final = _KINDS["acp"]
-
-
-def kinds_of_parser(parser: str) -> tuple[Kind, ...]:
-    """The kinds of MCP server an agent behind ``parser`` takes (Codex, Gemini, ACP; Claude Code's
-    are gateway/protocol/mcp_servers.py's business); empty for any other."""
-    return _KINDS.get(parser, ())
 
 
 @dataclass(frozen=True)
-class Delivery:
+class CliDelivery:
     """What the shell adds to one agent start: ``args`` to its argv (before the template's end of
     options), ``env`` to its environment (the servers' secrets, never logged), and for Gemini the
     ``mcpServers`` table its settings file gets."""
@@ -105,7 +86,7 @@ def _toml(value: str | Sequence[str]) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def codex_delivery(specs: Iterable[ServerSpec]) -> Delivery:
+def codex_delivery(specs: Iterable[ServerSpec]) -> CliDelivery:
     """Codex's ``-c mcp_servers.<name>...`` overrides and the variables they name."""
     args: list[str] = []
     names = _Variables()
@@ -137,10 +118,10 @@ def codex_delivery(specs: Iterable[ServerSpec]) -> Delivery:
             ]
         else:
             args += ["-c", f"{key}.command={_toml(argv[0])}", "-c", f"{key}.args={_toml(argv[1:])}"]
-    return Delivery(args=tuple(args), env=names.env)
+    return CliDelivery(args=tuple(args), env=names.env)
 
 
-def gemini_delivery(specs: Iterable[ServerSpec]) -> Delivery:
+def gemini_delivery(specs: Iterable[ServerSpec]) -> CliDelivery:
     """Gemini's ``mcpServers`` (for its settings file), the variables they name, and the flag that
     allows exactly these servers; nothing at all for a session without servers."""
     names = _Variables()
@@ -162,10 +143,10 @@ def gemini_delivery(specs: Iterable[ServerSpec]) -> Delivery:
                 entry["env"] = {k: f"${{{names.add(v)}}}" for k, v in spec.env.items()}
         servers[spec.name] = entry
     if not servers:
-        return Delivery()
+        return CliDelivery()
     # One argument, comma-separated (the flag takes one value per use; names hold no comma).
     allowed = ("--allowed-mcp-server-names", ",".join(servers))
-    return Delivery(args=allowed, env=names.env, servers=servers)
+    return CliDelivery(args=allowed, env=names.env, servers=servers)
 
 
 def gemini_settings(existing: Any, servers: Mapping[str, Any]) -> dict[str, Any]:

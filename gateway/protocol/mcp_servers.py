@@ -47,18 +47,23 @@ __all__ = [
     "MAX_VARIABLES",
     "NAME_WORDS",
     "ORIGINS",
+    "STATUSES",
     "Kind",
     "McpServerError",
     "Origin",
     "ServerSpec",
     "expand",
     "finished",
+    "from_record",
     "is_server_name",
     "merged",
+    "not_taken",
     "redacted",
+    "report",
     "server_from_table",
     "servers_from_wire",
     "servers_to_wire",
+    "to_record",
     "variables",
 ]
 
@@ -409,3 +414,107 @@ def redacted(spec: ServerSpec) -> dict[str, Any]:
         shown["url"] = _shown_url(spec.url or "")
         shown["headers"] = sorted(spec.headers)
     return shown
+
+
+# --- kept with the session ------------------------------------------------------------------
+
+
+def to_record(specs: Iterable[ServerSpec]) -> list[dict[str, Any]]:
+    """What the session's record keeps of its servers (docs/mcp.md#what-is-kept): a configured
+    server by its name alone (its values are read from the configuration again at a restart), a
+    master's or an editor's whole, values included (there is nowhere else to read them from)."""
+    out: list[dict[str, Any]] = []
+    for spec in specs:
+        if spec.origin == "config":
+            out.append({"name": spec.name, "origin": "config"})
+        else:
+            out.append({**servers_to_wire([spec])[0], "origin": spec.origin})
+    return out
+
+
+def from_record(
+    entries: Any, configured: Iterable[ServerSpec]
+) -> tuple[tuple[ServerSpec, ...], list[str]]:
+    """A restored session's servers from its record (input like a request: the state dir may
+    have been written by an agent) and the configuration's servers for its profile now; and what
+    was dropped, each a sentence (a configured server gone from the configuration)."""
+    if entries is None:
+        return (), []
+    if not isinstance(entries, list) or len(entries) > MAX_SERVERS:
+        raise McpServerError("the record's mcp_servers is not a list of servers")
+    by_name = {spec.name: spec for spec in configured}
+    specs: list[ServerSpec] = []
+    dropped: list[str] = []
+    for entry in entries:
+        if not isinstance(entry, Mapping) or entry.get("origin") not in ORIGINS:
+            raise McpServerError("the record's mcp_servers holds an entry of no known origin")
+        origin = entry["origin"]
+        if origin == "config":
+            found = by_name.get(entry.get("name"))  # type: ignore[arg-type]
+            if found is None:
+                dropped.append(f"MCP server {entry.get('name')!r} is no longer configured")
+            else:
+                specs.append(found)
+        else:
+            table = {k: v for k, v in entry.items() if k != "origin"}
+            specs.append(server_from_table(table, origin))
+    _refuse_twice(specs)
+    return tuple(specs), dropped
+
+
+# --- what became of them ----------------------------------------------------------------------
+
+# The statuses said to masters (docs/mcp.md#what-masters-see): the agent's own word where it is
+# one of these, else "failed" for what it could not start and "pending" before it reports.
+STATUSES: Final = ("connected", "failed", "pending", "needs-auth", "disabled")
+
+
+def not_taken(kind: str) -> str:
+    return f"the agent does not take {kind} servers"
+
+
+def report(
+    shown: Sequence[Mapping[str, Any]],
+    kinds: Sequence[str],
+    reported: Sequence[Any] | None,
+    reasons: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Each of the session's servers (``shown``: their ``redacted`` views, kept whole) with what
+    became of it: ``status`` (``STATUSES``) and, where known, ``reason``, and the tools the agent listed.
+    ``kinds``: what the agent takes (a server of another kind was never given to it: failed);
+    ``reported``: the agent's own report (``parsers.events.McpServer``s; None: none yet, so
+    pending); ``reasons``: why a failed one failed, found elsewhere (Claude Code's MCP logs).
+    A server the agent reports that the session did not give it is listed too (origin
+    ``agent``)."""
+    reasons = reasons or {}
+    by_name = {r.name: r for r in reported or ()}
+    out: list[dict[str, Any]] = []
+    for server in shown:
+        name = server["name"]
+        entry: dict[str, Any] = dict(server)  # the redacted view: names, never values
+        agent = by_name.pop(name, None)
+        if server["kind"] not in kinds:
+            entry.update(status="failed", reason=not_taken(server["kind"]))
+        elif agent is None:
+            entry["status"] = "pending"
+        else:
+            entry.update(_status_of(agent, reasons.get(name)))
+        out.append(entry)
+    for agent in by_name.values():
+        out.append(
+            {"name": agent.name, "origin": "agent", **_status_of(agent, reasons.get(agent.name))}
+        )
+    return out
+
+
+def _status_of(agent: Any, found: str | None) -> dict[str, Any]:
+    status = agent.status if agent.status in STATUSES else "failed"
+    out: dict[str, Any] = {"status": status}
+    reason = agent.error or found
+    if status != "connected" and reason:
+        out["reason"] = reason
+    elif agent.status not in STATUSES:
+        out["reason"] = f"the agent says {agent.status!r}"
+    if agent.tools:
+        out["tools"] = list(agent.tools)
+    return out

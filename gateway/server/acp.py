@@ -26,6 +26,7 @@ import msgspec
 from aiohttp import web
 
 from gateway import __version__
+from gateway.agent import mcp as agent_mcp
 from gateway.agent.environment import agent_environment
 from gateway.agent.exit import missing_executable
 from gateway.api_error import ApiError
@@ -42,7 +43,7 @@ from gateway.protocol.acp_master import (
     error_response,
     result_response,
 )
-from gateway.protocol.mcp_delivery import editor_servers, kinds_of_parser
+from gateway.protocol.mcp_delivery import editor_servers
 from gateway.protocol.mcp_servers import McpServerError, servers_from_wire
 from gateway.server.acp_peer import PeerSockets
 from gateway.server.keys import CONFIG, GUARD, HEARTBEAT, SESSIONS, STREAMING, TICKET, TICKETS
@@ -274,7 +275,7 @@ class AcpHandler:
         # The kinds of MCP server the agent of this connection's sessions takes (stdio: every
         # ACP agent), when it is known now: ?agent= on the URL, else [acp] default_agent.
         profile = self.config.agents.get(self.agent or self.config.acp.default_agent or "")
-        http = profile is not None and "http" in kinds_of_parser(profile.parser)
+        http = profile is not None and "http" in agent_mcp.kinds_of(profile)
         result = {
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": {

@@ -14,11 +14,12 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway import config as cfg
+from gateway.agent import mcp as agent_mcp
 from gateway.agent.environment import agent_environment
 from gateway.agent.exit import AgentProcessError, AgentStartError, AgentStdinFull
 from gateway.agent.mcp_home import write_gemini_settings
@@ -30,14 +31,15 @@ from gateway.protocol import actions as act
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
 from gateway.protocol import prompts
-from gateway.protocol.mcp_delivery import Delivery, codex_delivery, gemini_delivery
-from gateway.protocol.mcp_servers import ServerSpec
+from gateway.protocol.mcp_delivery import CliDelivery, codex_delivery, gemini_delivery
+from gateway.protocol.mcp_servers import ServerSpec, from_record, redacted
 from gateway.protocol.states import ProcessState
 from gateway.session.tool_paths import resolve_tool_paths
 from gateway.storage import nofollow
 from gateway.storage.files import FileError, store_tool_files
 from parsers import events as ev
-from parsers.base import PromptImage
+from parsers.base import AgentPlugin, PromptImage
+from parsers.base import get as get_parser
 
 if TYPE_CHECKING:
     from gateway.metrics import AgentLineMetrics, GatewayMetrics
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
     from gateway.storage.files import FileStore
     from gateway.storage.state_dir import SavedSession
 
-__all__ = ["BATCH_LINES", "LINE_TOO_LONG", "AgentLink"]
+__all__ = ["BATCH_LINES", "LINE_TOO_LONG", "AgentLink", "machine_config", "restored_mcp_servers"]
 
 log = logging.getLogger("rawp_gateway.session")
 
@@ -53,6 +55,57 @@ BATCH_LINES = 256  # agent lines handled between two turns of the event loop, at
 
 # agent.error code of a warning: the agent printed a line over the reader's limit (it was dropped)
 LINE_TOO_LONG = "AGENT_LINE_TOO_LONG"
+
+
+def machine_config(
+    profile: cfg.AgentProfile,
+    config: cfg.Config,
+    workspace: Path,
+    reattach_window_sec: float,
+    plugin: AgentPlugin,
+    mcp_servers: Sequence[ServerSpec] = (),
+) -> sm.SessionConfig:
+    """What the session machine is told of the agent (its profile and parser), the gateway's
+    settings and the session (its workspace, its reattach window, its MCP servers redacted)."""
+    return sm.SessionConfig(
+        agent=profile.name,
+        features=profile.features,
+        single_turn_process=profile.single_turn_process,
+        auto_allow=profile.auto_allow,
+        permission_timeout_sec=profile.permission_timeout_sec,
+        max_frame_size=config.server.max_frame_size,
+        accepts_images=(
+            profile.image_flag is not None if profile.prompt_in_argv else plugin.accepts_images
+        ),
+        stall_warning_sec=profile.stall_warning_sec,
+        stall_timeout_sec=profile.stall_timeout_sec,
+        prompt_argv_max=(
+            cfg.MAX_ARGV_PROMPT_BYTES
+            if profile.prompt_in_argv and profile.stdin_prompt_arg is None
+            else None
+        ),
+        tools=profile.tools,
+        credentials=get_parser(profile.parser).credentials,
+        policy=config.policy.rules,
+        workspace=str(workspace),
+        reattach_window_sec=reattach_window_sec,
+        mcp_servers=tuple(redacted(server) for server in mcp_servers),
+        mcp_kinds=agent_mcp.kinds_of(profile),
+    )
+
+
+def restored_mcp_servers(
+    record: Mapping[str, Any], config: cfg.Config, profile: cfg.AgentProfile
+) -> tuple[ServerSpec, ...]:
+    """A restored session's MCP servers, the same as before the restart: a configured one read
+    from the configuration again (its values as the environment says them now); ValueError when
+    the record's cannot be used."""
+    servers, dropped = from_record(record.get("mcp_servers"), config.mcp.for_profile(profile.name))
+    for why in dropped:
+        log.warning(
+            "restored without an MCP server: %s", why, extra={"session": record["session_id"]}
+        )
+    return servers
 
 
 class AgentLink:
@@ -68,9 +121,9 @@ class AgentLink:
         machine: sm.SessionMachine
         files: FileStore
         saved: SavedSession | None
-        mcp_servers: tuple[ServerSpec, ...]
         process: AgentProcess | None
         start_error: str | None
+        mcp_servers: tuple[ServerSpec, ...]
         _spawning: bool
         _spawned: asyncio.Event
         _stdin_pending: list[bytes]
@@ -117,6 +170,7 @@ class AgentLink:
                 value = getattr(overrides, key, None)
                 if value:
                     flags += [flag, ",".join(value) if isinstance(value, list) else str(value)]
+        flags += self._mcp_flags()
         # Flags go before the template's end of options ("--" ahead of "{prompt}") if it has one;
         # found in the template, since a prompt may itself be "--". Templates map one to one.
         template = (
@@ -138,17 +192,17 @@ class AgentLink:
         self._spawning = True
         self._task(self._run_process(argv, close_stdin=close_stdin, given=given, delivery=delivery))
 
-    def _mcp_delivery(self) -> Delivery:
+    def _mcp_delivery(self) -> CliDelivery:
         """What the agent's own configuration takes of the session's MCP servers, when its
         command line or settings carry them (Codex, Gemini; an ACP agent's are in its
         ``session/new``, Claude Code's in its --mcp-config file): docs/mcp.md."""
         parser = self.profile.parser
         if not self.mcp_servers or parser not in ("codex", "gemini"):
-            return Delivery()
+            return CliDelivery()
         render = codex_delivery if parser == "codex" else gemini_delivery
         return render(self.mcp_servers)
 
-    async def _mcp_env(self, delivery: Delivery, box: SpawnSandbox | None) -> dict[str, str]:
+    async def _mcp_env(self, delivery: CliDelivery, box: SpawnSandbox | None) -> dict[str, str]:
         """The profile's environment with what the servers need: their secrets in the variables
         the agent's configuration names and, for Gemini, its settings file written (outside the
         sandbox in a home of the session's own, ``GEMINI_CLI_HOME``: gateway/agent/mcp_home.py)."""
@@ -160,19 +214,61 @@ class AgentLink:
             await box.seed_home()  # the profile's HOME first, as for every sandboxed start
             home = box.home
         else:
-            home = self.own_home()
+            home = self.home()
             seed = agent_environment(self.profile.env).get("HOME")
             env["GEMINI_CLI_HOME"] = home
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, write_gemini_settings, home, delivery.servers, seed)
         return env
 
-    def own_home(self) -> str:
-        """The session's HOME directory (in its state-dir directory when it has one), made if
-        new: the sandbox's, and outside it the home of an agent that needs one of its own."""
+    def home(self) -> str:
+        """The session's own HOME directory (made on first use): the agent's HOME in the
+        sandbox; without it, a directory of the session's that holds what the gateway writes
+        for its agent (its MCP configuration)."""
         saved = self.saved
         where = (saved.dir_fd, str(saved.path)) if saved is not None and saved.dir_fd >= 0 else None
         return sandboxes.session_home(self.id, where)
+
+    def _mcp_flags(self) -> list[str]:
+        """The argv flags that give the agent the session's MCP servers, their files written
+        first, mode 0600, into the session's HOME (docs/mcp.md). None when it has none it takes;
+        a file that cannot be written leaves the agent without them, said in the log: a server
+        never fails the session."""
+        if not self.mcp_servers:
+            return []
+        home = self.home()
+        given = agent_mcp.delivery(self.profile, self.mcp_servers, home)
+        try:
+            dir_fd = nofollow.open_dir(home)
+            try:
+                for name, text in given.files.items():
+                    nofollow.replace_file(dir_fd, name, text.encode(), fsync=False, mode=0o600)
+            finally:
+                os.close(dir_fd)
+        except OSError as err:
+            log.error(
+                "MCP servers not given to the agent: %s",
+                err.strerror,
+                extra={"session": self.id, "servers": [s.name for s in self.mcp_servers]},
+            )
+            return []
+        return list(given.flags)
+
+    async def _read_mcp_reasons(self, names: Sequence[str]) -> None:
+        """Why the agent's MCP servers failed, where it wrote it (Claude Code's MCP logs in the
+        session's HOME), told to the machine: a catalog again, with the reasons."""
+        if self.profile.parser != "claude-code":
+            return
+        box = self.sandbox()
+        home = (
+            box.home
+            if box is not None
+            else self.profile.env.get("HOME") or os.environ.get("HOME", "")
+        )
+        reasons = await asyncio.to_thread(
+            agent_mcp.claude_failure_reasons, home, str(self.workspace), names, self.mcp_servers
+        )
+        self.perform(self.machine.mcp_reasons(reasons))
 
     def sandbox(self, given: Sequence[str] = ()) -> SpawnSandbox | None:
         """The sandbox this session's agents run in (``[isolation] mode = "sandbox"``), its HOME
@@ -184,7 +280,7 @@ class AgentLink:
         return SpawnSandbox(
             isolation,
             workspace=str(self.workspace),
-            home=self.own_home(),
+            home=self.home(),
             hidden=self.config.hidden_paths,
             template=self.profile.env.get("HOME"),
             given=given,
@@ -196,7 +292,7 @@ class AgentLink:
         *,
         close_stdin: bool = False,
         given: Sequence[str] = (),
-        delivery: Delivery | None = None,
+        delivery: CliDelivery | None = None,
     ) -> None:
         try:
             box = self.sandbox(given)

@@ -24,13 +24,13 @@ from gateway.protocol import actions as act
 from gateway.protocol import codec, recovery
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
+from gateway.protocol import mcp_servers as mcp
 from gateway.protocol.buffer import FrameBuffer
 from gateway.protocol.capabilities import ConnectionFilter, strip_subagent_context
 from gateway.protocol.mcp_delivery import acp_servers
-from gateway.protocol.mcp_servers import ServerSpec
 from gateway.protocol.states import Lifecycle, TimerKey
 from gateway.protocol.usage import CONTEXT_FULL, UsageTally
-from gateway.session.agent_link import AgentLink
+from gateway.session.agent_link import AgentLink, machine_config, restored_mcp_servers
 from gateway.session.connection import MasterConnection, Outgoing, text_frame
 from gateway.session.fanout import CLOSE_TIMEOUT_SEC, Flusher
 from gateway.session.masters import Masters, Route
@@ -61,17 +61,16 @@ class LiveSession(AgentLink, Masters):
         buffer: FrameBuffer | None = None,
         on_terminated: Callable[[LiveSession], None] | None = None,
         saved: SavedSession | None = None,
-        mcp_servers: Sequence[ServerSpec] = (),
+        mcp_servers: Sequence[mcp.ServerSpec] = (),
     ) -> None:
         self.id = session_id
         self.profile = profile
         self.workspace = workspace
-        # Checked and expanded (gateway/protocol/mcp_servers.py); handed to every agent process
-        # of the session, its agent's own way (docs/mcp.md).
-        self.mcp_servers = tuple(mcp_servers)
         self.config = config
         self.metrics = metrics
         self.origin = origin
+        # Its MCP servers (docs/mcp.md), secrets included: only their redacted views go out.
+        self.mcp_servers = tuple(mcp_servers)
         # Who may see and drive the session (gateway/team/roles.py): set by the server when it is created
         # or restored. "local" when the gateway has no credentials configured.
         self.owner = roles.LOCAL.user
@@ -117,30 +116,8 @@ class LiveSession(AgentLink, Masters):
             session_id,
             plugin.parser,
             plugin.input,
-            sm.SessionConfig(
-                agent=profile.name,
-                features=profile.features,
-                single_turn_process=profile.single_turn_process,
-                auto_allow=profile.auto_allow,
-                permission_timeout_sec=profile.permission_timeout_sec,
-                max_frame_size=config.server.max_frame_size,
-                accepts_images=(
-                    profile.image_flag is not None
-                    if profile.prompt_in_argv
-                    else plugin.accepts_images
-                ),
-                stall_warning_sec=profile.stall_warning_sec,
-                stall_timeout_sec=profile.stall_timeout_sec,
-                prompt_argv_max=(
-                    cfg.MAX_ARGV_PROMPT_BYTES
-                    if profile.prompt_in_argv and profile.stdin_prompt_arg is None
-                    else None
-                ),
-                tools=profile.tools,
-                credentials=spec.credentials,
-                policy=config.policy.rules,
-                workspace=str(workspace),
-                reattach_window_sec=self.reattach_window_sec,
+            machine_config(
+                profile, config, workspace, self.reattach_window_sec, plugin, self.mcp_servers
             ),
             files=self.files.files,
             plugin=plugin,
@@ -216,6 +193,8 @@ class LiveSession(AgentLink, Masters):
             obj["budget"] = self.budgets.view(self)
         if self.machine.agent_session_id:
             obj["agent_session_id"] = self.machine.agent_session_id
+        if self.machine.mapper.mcp_servers:  # names, kinds, statuses: never a secret
+            obj["mcp_servers"] = self.machine.mapper.mcp_servers
         if self.config.server.route_prefix:  # a fleet: the gateway that holds it (docs/fleet.md)
             obj["pod"] = self.config.server.pod_name
         return obj
@@ -277,6 +256,7 @@ class LiveSession(AgentLink, Masters):
             buffer=buffer,
             on_terminated=on_terminated,
             saved=loaded.saved,
+            mcp_servers=restored_mcp_servers(record, config, profile),
         )
         session.created_at = record["created_at"]
         # A record written before sessions had owners was the token holder's: user admin.
@@ -354,6 +334,8 @@ class LiveSession(AgentLink, Masters):
             "buffer": {"policy": self.buffer.buffer_policy, "max_bytes": self.buffer.max_bytes},
             "clean": clean,
             "crash_boundary": self.buffer.crash_boundary,
+            # configured ones by name, a master's whole (docs/mcp.md#what-is-kept)
+            "mcp_servers": mcp.to_record(self.mcp_servers),
         }
 
     def write_first_record(self) -> None:
@@ -437,6 +419,8 @@ class LiveSession(AgentLink, Masters):
             self.metrics.interaction(action.interaction_type, action.outcome)
         elif isinstance(action, act.PolicyDecided):
             self._audit_policy(action)
+        elif isinstance(action, act.ReadMcpReasons):
+            self._task(self._read_mcp_reasons(action.names))
         elif isinstance(action, act.Log):
             log.log(
                 logging.getLevelName(action.level.upper()),

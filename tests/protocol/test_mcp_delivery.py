@@ -82,7 +82,7 @@ def test_gemini_gets_settings_with_variables_for_secrets_and_every_dollar():
 
 
 def test_gemini_without_servers_gets_nothing_and_its_other_settings_are_kept():
-    assert D.gemini_delivery([]) == D.Delivery()
+    assert D.gemini_delivery([]) == D.CliDelivery()
     mine = {"security": {"auth": {"selectedType": "gemini-api-key"}}, "mcpServers": {"old": {}}}
     new = D.gemini_settings(mine, {"docs": {"command": "x"}})
     assert new == {"security": mine["security"], "mcpServers": {"docs": {"command": "x"}}}
@@ -140,10 +140,3 @@ def test_an_editors_table_is_checked_as_a_masters():
     bad = [{"name": "a__b", "command": "x", "args": [], "env": []}]
     with pytest.raises(McpServerError, match="name must be"):
         servers_from_wire(D.editor_servers(bad), "editor")
-
-
-def test_kinds_each_agent_takes():
-    assert D.kinds_of_parser("codex") == ("stdio", "http")
-    assert D.kinds_of_parser("gemini") == ("stdio", "http")
-    assert D.kinds_of_parser("acp") == ("stdio", "http")
-    assert D.kinds_of_parser("plain") == ()

@@ -88,6 +88,7 @@ __all__ = [
     "line",
     "master",
     "master_frame",
+    "mcp_reasons",
     "plugin_failed",
     "prompt",
     "raw",
@@ -650,6 +651,13 @@ def set_policy(rules: tuple[Any, ...], role: str | None) -> Input:
     return Input("policy", {"rules": rules, "role": role}, f"policy set ({len(rules)} rules)")
 
 
+def mcp_reasons(reasons: Mapping[str, str]) -> Input:
+    """The shell found why MCP servers failed (it was asked with ``ReadMcpReasons``)."""
+    return Input(
+        "mcp_reasons", {"reasons": dict(reasons)}, f"MCP failures explained {_show(reasons)}"
+    )
+
+
 def restore(**saved: Any) -> Input:
     """The session read back after a restart (``name``, ``mode``, ``turn_count``...)."""
     return Input("restore", saved, f"restored {_show(saved)}")
@@ -821,6 +829,8 @@ class MachineAdapter:
                 saved = {"name": None, "mode": "default", "turn_count": 0, "agent_session_id": None}
                 m.restore(**{**saved, **a})
                 return []
+            case "mcp_reasons":
+                return m.mcp_reasons(a["reasons"])
             case "master":
                 return m.receive(a["conn"], self.encode(a), a["user"])
             case "raw":

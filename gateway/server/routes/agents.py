@@ -7,6 +7,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.agent import conversations
+from gateway.agent.mcp import kinds_of
 from gateway.api_error import ApiError
 from gateway.server.keys import CONFIG, SESSIONS
 from gateway.server.middleware import require
@@ -28,7 +29,12 @@ async def list_agents(request: web.Request) -> web.Response:
     return web.json_response(
         {
             "agents": [
-                {**p.public(declared.get(name)), "isolation": config.isolation.mode}
+                {
+                    **p.public(declared.get(name)),
+                    "isolation": config.isolation.mode,
+                    # the kinds of MCP server its sessions are given (docs/mcp.md)
+                    "mcp": list(kinds_of(p)),
+                }
                 for name, p in agents.items()
             ]
         }

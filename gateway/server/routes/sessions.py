@@ -32,9 +32,9 @@ from gateway.agent.sandbox import probe as sandbox_probe
 from gateway.agent.sandbox import spawn as sandboxes
 from gateway.api_error import ApiError
 from gateway.config import AgentProfile, Config
+from gateway.protocol import mcp_servers as mcp
 from gateway.protocol.budget import check_limit
 from gateway.protocol.buffer import BUFFER_POLICIES, FrameBuffer
-from gateway.protocol.mcp_servers import McpServerError, ServerSpec, merged
 from gateway.server.keys import (
     AUDIT,
     BUDGETS,
@@ -180,6 +180,7 @@ async def create_session(request: web.Request) -> web.Response:
         )
     buffer = buffer_from(body.get("buffer"), config)
     workspace = resolve_workspace(config, body.get("workspace_path"))
+    servers = requested_mcp_servers(request, body.get("mcp_servers"))
     resume = body.get("resume_conversation")
     # A CLI that is not installed fails here for every profile, the same way: a single-turn one
     # would otherwise start (and fail) only at the first prompt. A continued conversation is shown
@@ -218,8 +219,34 @@ async def create_session(request: web.Request) -> web.Response:
         resume=resume,
         transcript=transcript,
         seed=seed,
+        mcp_servers=servers,
     )
     return web.json_response(session.to_json(), status=201)
+
+
+def requested_mcp_servers(request: web.Request, entries: Any) -> tuple[mcp.ServerSpec, ...]:
+    """``mcp_servers`` of ``POST /v1/session``, checked (docs/mcp.md): an operator's or an
+    admin's (a stdio server is a program the agent runs for them); 400 ``INVALID_MCP_SERVERS``
+    naming what is wrong."""
+    if entries is None:
+        return ()
+    require(request, "operator", "session.create")
+    try:
+        return mcp.servers_from_wire(entries, "request")
+    except mcp.McpServerError as err:
+        raise ApiError(400, "INVALID_MCP_SERVERS", str(err)) from None
+
+
+def session_mcp_servers(
+    config: Config, profile: AgentProfile, *given: Sequence[mcp.ServerSpec]
+) -> tuple[mcp.ServerSpec, ...]:
+    """A new session's MCP servers: the configured ones its profile takes, then ``given`` (a
+    master's, an editor's); 400 ``INVALID_MCP_SERVERS`` when a name comes twice or there are too
+    many."""
+    try:
+        return mcp.merged(config.mcp.servers, profile.name, *given)
+    except mcp.McpServerError as err:
+        raise ApiError(400, "INVALID_MCP_SERVERS", str(err)) from None
 
 
 async def start_session(
@@ -234,20 +261,17 @@ async def start_session(
     resume: Any = None,
     transcript: Any = None,
     seed: SpawnSandbox | None = None,
-    mcp_servers: Sequence[ServerSpec] = (),
+    mcp_servers: Sequence[mcp.ServerSpec] = (),
 ) -> LiveSession:
     """Create, register and start a session of the caller's from what was validated already
     (``POST /v1/session``, an ACP client's ``session/new``); audited. ``seed``: in sandbox mode,
-    the sandbox whose HOME holds the conversation ``resume`` names. ``mcp_servers``: the
-    request's or the editor's, after the configured ones of the profile (400
-    ``INVALID_MCP_SERVERS`` when a name comes twice or there are too many)."""
+    the sandbox whose HOME holds the conversation ``resume`` names; ``mcp_servers``: the
+    master's or the editor's, checked (``mcp_servers.servers_from_wire``), merged here with the
+    configured ones."""
     app = request.app
     config = app[CONFIG]
     agent = profile.name
-    try:
-        servers = merged(config.mcp.servers, agent, mcp_servers)
-    except McpServerError as err:
-        raise ApiError(400, "INVALID_MCP_SERVERS", str(err)) from None
+    servers = session_mcp_servers(config, profile, mcp_servers)
     window = (
         config.server.reattach_window_sec if reattach_window_sec is None else reattach_window_sec
     )
@@ -311,7 +335,11 @@ async def start_session(
             502, "AGENT_START_FAILED", f"the {agent} agent could not start: {session.start_error}"
         )
     log.info("session created", extra={"session": session_id, "agent": agent})
-    detail = {"agent": agent} if resume is None else {"agent": agent, "resume_conversation": resume}
+    detail: dict[str, Any] = {"agent": agent}
+    if resume is not None:
+        detail["resume_conversation"] = resume
+    if servers:  # names, kinds, origins: never a value of env or headers
+        detail["mcp_servers"] = [mcp.redacted(server) for server in servers]
     audit(request, "session.create", session_id, detail=detail)
     return session
 
