@@ -14,8 +14,9 @@ tried against it (docs/mcp.md has the findings):
   ``env_http_headers = {<header> = "<variable>"}``. A stdio server's variables are passed by Codex
   only when listed in ``env_vars`` and only under their own name, so the server is started through
   ``/bin/sh -c`` setting each of its own names from the numbered variable and ``exec``-ing the
-  argv unchanged; the script holds names only. Codex leaves variables whose name holds ``SECRET``
-  out of the commands its shell tool runs.
+  argv unchanged; the script holds names only. ``shell_environment_policy.exclude`` keeps the
+  numbered variables out of the commands Codex's shell tool runs (it replaces an ``exclude`` of
+  the user's own ``config.toml``).
 - Gemini CLI 0.61.0: ``mcpServers`` in its settings file (``httpUrl`` and ``headers`` for an http
   server), and ``--allowed-mcp-server-names`` naming exactly the session's (as Claude Code's
   ``--strict-mcp-config``: the user's other servers stay off, and an ``mcp.allowed`` in the
@@ -118,6 +119,9 @@ def codex_delivery(specs: Iterable[ServerSpec]) -> CliDelivery:
             ]
         else:
             args += ["-c", f"{key}.command={_toml(argv[0])}", "-c", f"{key}.args={_toml(argv[1:])}"]
+    if names.env:
+        # The variables are the servers', not the commands': Codex's shell tool leaves them out.
+        args += ["-c", f"shell_environment_policy.exclude={_toml([SECRET_PREFIX + '*'])}"]
     return CliDelivery(args=tuple(args), env=names.env)
 
 

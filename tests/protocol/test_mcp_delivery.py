@@ -51,13 +51,16 @@ def test_codex_gets_each_server_by_overrides_and_no_secret_in_its_argv():
     (env_var,) = c["mcp_servers.docs.env_vars"]  # type: ignore[misc]
     assert env_var.startswith(D.SECRET_PREFIX) and got.env[env_var] == SECRET
     assert set(got.env) == {env_var, header_var}
+    # ... and the commands of its shell tool never see them.
+    assert c["shell_environment_policy.exclude"] == [f"{D.SECRET_PREFIX}*"]
 
 
 def test_codex_starts_a_stdio_server_with_its_own_names_and_its_argv_unchanged():
     """The /bin/sh launcher Codex is given sets the server's own variable from the numbered one
     and runs the argv as it was: a value with quotes and a "$", an argument with a "$", spaces."""
-    c = overrides(D.codex_delivery([DOCS]).args)
-    env = {**D.codex_delivery([DOCS]).env, "PATH": os.environ["PATH"]}
+    given = D.codex_delivery([DOCS])
+    c = overrides(given.args)
+    env = {**given.env, "PATH": os.environ["PATH"]}
     probe = "import os, sys; print(repr(os.environ['TOKEN'])); print(repr(sys.argv[1:]))"
     args = list(c["mcp_servers.docs.args"])  # type: ignore[call-overload]
     args[2:] = ["python3", "-c", probe, "--x=$HOME", "two words"]  # the argv after the script
