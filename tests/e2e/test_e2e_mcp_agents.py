@@ -13,7 +13,6 @@ import logging
 import secrets
 import stat
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +21,10 @@ from acp import PROTOCOL_VERSION, connect_to_agent, text_block
 from acp.schema import ClientCapabilities, EnvVariable, McpServerStdio
 from acp.ws.client import create_websocket_stream
 
-from gateway.agent.profiles import builtin_profiles
 from gateway.config import McpSettings
 from gateway.protocol.mcp_servers import ServerSpec, server_from_table
 from gateway.server import SESSIONS
+from tests.e2e.test_e2e_acp import adapter_acp
 from tests.server.test_acp_master_sdk import Recorder
 from tests.support import mcp_servers as T
 from tests.support import realcli
@@ -33,14 +32,9 @@ from tests.support.gateway_peer import (
     Master,
     base_url,
     create_session,
-    make_config,
     of,
     prompt_and_wait,
-    start_gateway,
 )
-from tests.support.rig.env import require_cli
-from tests.support.rig.run import scripted_cli
-from tests.support.rig.scenario import parse_scenario
 from tests.support.servers import user_headers
 
 pytestmark = pytest.mark.realcli
@@ -234,28 +228,12 @@ async def test_gemini_calls_a_stdio_and_an_http_servers_tools(mode, caplog):
 # --- ACP agents: session/new, session/load -----------------------------------------------------
 
 
-@contextlib.asynccontextmanager
-async def codex_acp(
+def codex_acp(
     calls: list[dict[str, Any]], specs: tuple[ServerSpec, ...] = (), **changes: Any
-) -> AsyncIterator[Any]:
+) -> contextlib.AbstractAsyncContextManager[Any]:
     """The codex-acp profile against the rig's Responses server, with ``specs`` configured;
     ``changes``: the profile's fields."""
-    binary = require_cli("codex-acp")
-    scenario = parse_scenario({"run": {}, "calls": calls}, name="e2e-mcp", agent="codex-acp")
-    async with scripted_cli(scenario) as cli:
-        base = builtin_profiles(codex_acp=str(binary))["codex-acp"]
-        profile = replace(base, env=cli.env, **changes)
-        config = make_config(
-            cli.cwd,
-            agents={"codex-acp": profile},
-            isolation=realcli.isolation(),
-            mcp=McpSettings(specs),
-        )
-        client = await start_gateway(config)
-        try:
-            yield cli, client
-        finally:
-            await client.close()
+    return adapter_acp("codex-acp", calls, changes=changes, mcp=McpSettings(specs))
 
 
 async def allowed_turn(master: Master, text: str) -> list[dict[str, Any]]:
