@@ -132,14 +132,16 @@ CODEX_CALLS = [
 ]
 
 
-async def test_codex_calls_a_stdio_and_an_http_servers_tools(caplog):
+@pytest.mark.parametrize("mode", realcli.MODES)
+async def test_codex_calls_a_stdio_and_an_http_servers_tools(mode, caplog):
     """Codex is given both servers by ``-c`` overrides, the stdio one's secret in its
     environment and the bearer token through ``env_http_headers``: it starts the one with the
-    secret set and reaches the other with the token."""
+    secret set (in the sandbox, inside it) and reaches the other with the token."""
     caplog.set_level(logging.DEBUG)
     async with servers() as (specs, (stdio_secret, http_secret)):
         scenario = realcli.scenario("codex", CODEX_CALLS)
-        async with realcli.gateway(scenario, "codex", server={"mcp": McpSettings(specs)}) as rig:
+        mcp = {"mcp": McpSettings(specs)}
+        async with realcli.gateway(scenario, "codex", server=mcp, isolation_mode=mode) as rig:
             session_id, master = await rig.master()
             frames = await prompt_and_wait(master, "Use both servers.", timeout=TURN)
             got = results(frames)
@@ -237,8 +239,8 @@ def codex_acp(
 
 
 async def allowed_turn(master: Master, text: str) -> list[dict[str, Any]]:
-    """A prompt whose questions the master allows (codex-acp asks before a tool it does not know
-    to be read-only); the turn's frames, to its end."""
+    """A prompt whose questions the master allows (claude-agent-acp asks before an MCP tool,
+    codex-acp before a tool it does not know to be read-only); the turn's frames, to its end."""
     start = len(master.frames)
     await master.send("control.prompt.request", {"prompt_text": text})
     while (frame := await master.next(timeout=TURN))["type"] != "session.turn.end":
@@ -278,6 +280,27 @@ async def test_codex_acp_gets_the_servers_in_session_new_and_again_in_session_lo
             assert gw.server.app[SESSIONS][sid].process is not first  # a new agent process
             assert f"{T.HTTP_MARK}: 9" in json.dumps(of(frames, "tool.invoke.result"))
             assert of(frames, "agent.text.done")[-1]["payload"]["full_text"] == "Second done."
+
+
+async def test_claude_acp_starts_a_stdio_server_given_in_session_new():
+    """claude-agent-acp 0.23.1 has been seen to drop stdio servers: the pinned one starts the
+    configured stdio server given in ``session/new`` (without ``type``, which it refuses: see
+    docs/mcp.md) and Claude Code calls its tool, after the master allows it."""
+    async with servers() as (specs, (stdio_secret, _)):
+        calls = [
+            {"content": [{"type": "tool_use", "name": "mcp__docs__secret_digest", "input": {}}]},
+            {
+                "match": {"tool_result": True},
+                "content": [{"type": "text", "text": "The digest came."}],
+            },
+        ]
+        async with adapter_acp("claude-acp", calls, mcp=McpSettings(specs[:1])) as (_, gw):
+            sid = (await create_session(gw, "claude-acp"))["session_id"]
+            master = await Master.attach(gw, sid)
+            frames = await allowed_turn(master, "Use the docs server.")
+            (result,) = of(frames, "tool.invoke.result")
+            assert result["payload"]["tool_name"] == "mcp__docs__secret_digest"
+            assert f"{T.STDIO_MARK}: {T.digest(stdio_secret)}" in json.dumps(result["payload"])
 
 
 async def test_an_editors_servers_reach_the_agent_through_acp(caplog):
