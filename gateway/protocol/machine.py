@@ -722,8 +722,8 @@ class SessionMachine:
 
     def mcp_reasons(self, reasons: dict[str, str]) -> list[Action]:
         """Why MCP servers failed, found by the shell (``ReadMcpReasons``): the catalog again,
-        with them, when that changes it."""
-        if not reasons:
+        with them, when that changes it (never after the session ended)."""
+        if not reasons or self.lifecycle is Lifecycle.TERMINATED:
             return []
         self._mcp_reasons.update(reasons)
         self.mapper.mcp_servers = self._mcp_report()

@@ -33,7 +33,7 @@ from gateway.protocol import machine as sm
 from gateway.protocol import prompts
 from gateway.protocol.mcp_delivery import CliDelivery, codex_delivery, gemini_delivery
 from gateway.protocol.mcp_servers import ServerSpec, from_record, redacted
-from gateway.protocol.states import ProcessState
+from gateway.protocol.states import Lifecycle, ProcessState
 from gateway.session.tool_paths import resolve_tool_paths
 from gateway.storage import nofollow
 from gateway.storage.files import FileError, store_tool_files
@@ -52,6 +52,7 @@ __all__ = ["BATCH_LINES", "LINE_TOO_LONG", "AgentLink", "machine_config", "resto
 log = logging.getLogger("rawp_gateway.session")
 
 BATCH_LINES = 256  # agent lines handled between two turns of the event loop, at most
+MCP_LOG_AGAIN_SEC = 1.0  # a failed MCP server's log is read again once after this, if needed
 
 # agent.error code of a warning: the agent printed a line over the reader's limit (it was dropped)
 LINE_TOO_LONG = "AGENT_LINE_TOO_LONG"
@@ -265,9 +266,19 @@ class AgentLink:
             if box is not None
             else self.profile.env.get("HOME") or os.environ.get("HOME", "")
         )
-        reasons = await asyncio.to_thread(
-            agent_mcp.claude_failure_reasons, home, str(self.workspace), names, self.mcp_servers
-        )
+        reasons: dict[str, str] = {}
+        for wait_sec in (0.0, MCP_LOG_AGAIN_SEC):  # its log may be written just after its init
+            await asyncio.sleep(wait_sec)
+            missing = [name for name in names if name not in reasons]
+            reasons |= await asyncio.to_thread(
+                agent_mcp.claude_failure_reasons,
+                home,
+                str(self.workspace),
+                missing,
+                self.mcp_servers,
+            )
+            if len(reasons) == len(names) or self.machine.lifecycle is Lifecycle.TERMINATED:
+                break
         self.perform(self.machine.mcp_reasons(reasons))
 
     def sandbox(self, given: Sequence[str] = ()) -> SpawnSandbox | None:

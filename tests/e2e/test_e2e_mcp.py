@@ -27,7 +27,7 @@ from gateway.agent.mcp import CLAUDE_CONFIG_FILE
 from gateway.agent.profiles import builtin_profiles
 from gateway.config import McpSettings
 from gateway.protocol.mcp_servers import ServerSpec, finished
-from tests.e2e.test_e2e_restart import _toml, attach
+from tests.e2e.test_e2e_restart import Gateway, _toml, attach
 from tests.support import mcp_servers as servers
 from tests.support import realcli
 from tests.support.gateway_peer import Master, of, prompt_and_wait
@@ -37,7 +37,7 @@ from tests.support.realcli import MODES
 from tests.support.rig.env import require_cli
 from tests.support.rig.run import CliSetup, scripted_cli
 from tests.support.rig.scenario import parse_scenario
-from tests.support.servers import free_port, user_headers, wait_http
+from tests.support.servers import user_headers, wait_http
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.realcli
@@ -59,16 +59,14 @@ CALLS = [
 ]
 
 
-class Serve:
-    """``rawp-gateway serve`` as a process on one state directory, its log (JSON) kept."""
+class Serve(Gateway):
+    """``rawp-gateway serve`` on one state directory (test_e2e_restart's), with an environment of
+    its own and its log (JSON) kept in a file per start."""
 
     def __init__(self, cli: CliSetup, config: Path, env: dict[str, str]) -> None:
-        self.cli, self.config, self.env = cli, config, env
-        self.state = cli.root / "state"
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.logs: list[Path] = []  # its stderr, one file per start
+        super().__init__(cli, cli.root / "state", config)
+        self.env = env
+        self.logs: list[Path] = []
 
     async def start(self) -> None:
         cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config)]
@@ -79,15 +77,10 @@ class Serve:
             self.proc = subprocess.Popen(cmd, stderr=out, stdin=subprocess.DEVNULL, env=self.env)
         await wait_http(self.url, self.proc)
 
-    def stop(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(timeout=30) == 0
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        status = super().stop(sig)
+        assert status == 0
+        return status
 
 
 @contextlib.asynccontextmanager
