@@ -22,7 +22,6 @@ Gemini keeps its conversations under that home too, so a resume finds them there
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -56,13 +55,14 @@ def write_gemini_settings(home: str, servers: Mapping[str, Any], seed: str | Non
         if fresh and seed is not None:
             _seed(dir_fd, os.path.join(seed, GEMINI_DIR))
         existing: Any = {}
-        with contextlib.suppress(FileNotFoundError):
-            raw = nofollow.read_file(dir_fd, SETTINGS, MAX_SETTINGS_BYTES)
-            try:
-                existing = json.loads(raw)
-            except ValueError:
-                # Gemini takes comments in it; this does not: its servers win over the rest.
-                log.warning("Gemini's settings file is not plain JSON; written anew")
+        try:
+            existing = json.loads(nofollow.read_file(dir_fd, SETTINGS, MAX_SETTINGS_BYTES))
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as err:
+            # A link, a FIFO, a huge file (the agent's doing), or JSON with comments (which
+            # Gemini takes and this does not): the session's servers win over the rest.
+            log.warning("Gemini's settings file is not usable; written anew: %s", err)
         data = json.dumps(gemini_settings(existing, servers), indent=2).encode()
         nofollow.replace_file(dir_fd, SETTINGS, data, fsync=False, mode=0o600)
     finally:

@@ -217,9 +217,18 @@ class AgentLink:
         else:
             home = self.home()
             seed = agent_environment(self.profile.env).get("HOME")
-            env["GEMINI_CLI_HOME"] = home
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, write_gemini_settings, home, delivery.servers, seed)
+        try:
+            await loop.run_in_executor(None, write_gemini_settings, home, delivery.servers, seed)
+        except OSError as err:  # a server never fails the session: the agent runs without them
+            log.error(
+                "MCP servers not given to the agent: %s",
+                err.strerror or str(err),
+                extra={"session": self.id, "servers": [s.name for s in self.mcp_servers]},
+            )
+            return env
+        if box is None:
+            env["GEMINI_CLI_HOME"] = home
         return env
 
     def home(self) -> str:
