@@ -59,6 +59,7 @@ content conversions in ``content.py``, saved sessions in ``store_query.py``.
 from __future__ import annotations
 
 import base64
+import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final
@@ -132,6 +133,8 @@ _STOPS: Final[dict[str, tuple[str, str | None, str, str]]] = {
     ),
 }
 _PLAN_WORDS: Final = ("plan", "architect")
+# Gemini CLI 0.61.0's title of a call to an MCP tool, e.g. "peek (probe MCP Server)".
+_GEMINI_MCP_TITLE: Final = re.compile(r"(\S+) \((\S+) MCP Server\)")
 _COMPACT_COMMANDS: Final = ("compact", "compress")  # Claude's, Gemini's
 
 
@@ -157,6 +160,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages, TakesMcpSe
         super().__init__()
         self.workspace = ""
         self.mcp_servers: list[dict[str, Any]] = []  # the session's, in ACP's shapes
+        self._server_names: set[str] = set()
         self.reading_transcript = False
         self.session_id: str | None = None  # the ACP session, kept across processes (resume)
         self.dropped_load_updates = 0  # updates of a session/load's replay, not passed on
@@ -203,6 +207,7 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages, TakesMcpSe
         """``TakesMcpServers``: the session's MCP servers, in ACP's shapes (stdio without a
         ``type``, ``"type": "http"``), given in every ``session/new`` and ``session/load``."""
         self.mcp_servers = [dict(server) for server in servers]
+        self._server_names = {str(server.get("name")) for server in self.mcp_servers}
 
     def read_transcript(self) -> None:
         """A recorded transcript is read: nothing is written, the client's lines come by ``sent``."""
@@ -839,7 +844,10 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages, TakesMcpSe
             return []
         call.announced = True
         if call.name is None:
-            call.name = call.kind  # the catalog knows ACP's kinds (gateway/protocol/tools.py)
+            # An MCP tool of the session's servers by the name every agent's has
+            # (mcp__<server>__<tool>), so a permission rule names it alike; else ACP's kind, which
+            # the catalog knows (gateway/protocol/tools.py).
+            call.name = self._mcp_tool(call) or call.kind
         tool_input = call.input
         if tool_input is None:
             tool_input = {"title": call.title}
@@ -847,6 +855,19 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages, TakesMcpSe
                 tool_input["locations"] = call.locations
             call.input = tool_input
         return [ev.ToolCall(call_id=call_id, name=call.name, input=tool_input)]
+
+    def _mcp_tool(self, call: AcpToolCall) -> str | None:
+        """``mcp__<server>__<tool>`` of a call to a tool of one of the session's servers, as the
+        pinned agents show one: codex-acp's ``rawInput`` ``{"server", "tool", "arguments"}``,
+        Gemini's title ``"<tool> (<server> MCP Server)"``; None for any other call."""
+        raw = call.input or {}
+        server, tool = raw.get("server"), raw.get("tool")
+        if not (isinstance(server, str) and isinstance(tool, str)):
+            found = _GEMINI_MCP_TITLE.fullmatch(call.title)
+            server, tool = (found.group(2), found.group(1)) if found else (None, None)
+        if server is None or tool is None or server not in self._server_names or not tool:
+            return None
+        return f"mcp__{server}__{tool}"[:MAX_ID_CHARS]
 
     def _tool(self, update: S.Update) -> list[ev.AgentEvent]:
         call_id = _cut(update.toolCallId)

@@ -271,7 +271,9 @@ async def test_codex_acp_gets_the_servers_in_session_new_and_again_in_session_lo
             sid = (await create_session(gw, "codex-acp"))["session_id"]
             master = await Master.attach(gw, sid)
             frames = await allowed_turn(master, "First")
-            assert f"{T.HTTP_MARK}: 5" in json.dumps(of(frames, "tool.invoke.result"))
+            (result,) = [r for r in of(frames, "tool.invoke.result") if r["payload"]["output"]]
+            assert result["payload"]["tool_name"] == "mcp__tracker__add"  # as Claude Code's
+            assert f"{T.HTTP_MARK}: 5" in json.dumps(result["payload"])
 
             first = gw.server.app[SESSIONS][sid].process
             frames = await allowed_turn(master, "Stall")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support.acp_rig import SID, Rig, rpc
+from tests.support.acp_rig import SID, Rig, rpc, update
 
 STDIO = {"name": "docs", "command": "python3", "args": ["-m", "docs"], "env": []}
 HTTP = {
@@ -77,3 +77,25 @@ def test_without_servers_session_new_has_none_and_the_catalog_no_server():
     rig, new = started({"mcpCapabilities": {"http": True}}, [])
     assert new["params"]["mcpServers"] == []
     assert not [t for t in catalog(rig)["tools"] if t["name"].startswith("mcp__")]
+
+
+def named(rig: Rig, **call: Any) -> str:
+    """The tool name masters (and permission rules) get for the agent's ``tool_call``."""
+    pid = rig.prompt()
+    call_id = f"c{len(rig.frames)}"
+    rig.agent(update("tool_call", toolCallId=call_id, status="in_progress", **call))
+    rig.end(pid)
+    return rig.of("tool.invoke.request")[-1]["payload"]["tool_name"]
+
+
+def test_DPS_5_3_tool_a_call_to_a_sessions_mcp_tool_has_its_mcp_name():
+    """As Claude Code's own (``mcp__<server>__<tool>``), whatever the agent shows: codex-acp's
+    ``rawInput`` names server and tool, Gemini's title ``"<tool> (<server> MCP Server)"``. A
+    server the session did not give keeps the call ACP's kind."""
+    rig, _ = started({"mcpCapabilities": {"http": True}}, [STDIO, HTTP])
+    codex = {"server": "docs", "tool": "search", "arguments": {"q": "x"}}
+    assert named(rig, title="Tool: docs/search", rawInput=codex) == "mcp__docs__search"
+    assert named(rig, title="add (tracker MCP Server)", kind="other") == "mcp__tracker__add"
+    assert named(rig, title="add (elsewhere MCP Server)", kind="other") == "other"
+    other = {"server": "elsewhere", "tool": "x", "arguments": {}}
+    assert named(rig, title="Tool: elsewhere/x", rawInput=other) == "other"
