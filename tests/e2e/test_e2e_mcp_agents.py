@@ -260,13 +260,19 @@ def adding(prompt: str, a: int, b: int) -> list[dict[str, Any]]:
 
 async def test_codex_acp_gets_the_servers_in_session_new_and_again_in_session_load():
     """DPS-18-respawn: the configured http server reaches the ACP agent in ``session/new``, and
-    its tool answers (the agent sent the bearer token it was given). A turn then stalls: the
+    its tool answers (the agent sent the bearer token it was given), allowed by the profile's
+    ``auto_allow`` by its ``mcp__<server>__<tool>`` name. A turn then stalls: the
     watchdog stops the agent and starts it again, which loads its session (ACP keeps no MCP
     server across a load: the gateway gives them again), and the tool still answers."""
     async with servers() as (specs, _):
         stall = {"match": {"last_user_contains": "Stall"}, "output": [], "hang": True}
         calls = [*adding("First", 2, 3), stall, *adding("Second", 4, 5), *WAITS]
-        changes = {"stall_warning_sec": 1.0, "stall_timeout_sec": 2.0}
+        # auto_allow names the MCP tool as every agent's is named (docs/mcp.md): never asked.
+        changes = {
+            "stall_warning_sec": 1.0,
+            "stall_timeout_sec": 2.0,
+            "auto_allow": frozenset({"mcp__tracker__add"}),
+        }
         async with codex_acp(calls, specs[1:], **changes) as (_, gw):
             sid = (await create_session(gw, "codex-acp"))["session_id"]
             master = await Master.attach(gw, sid)
@@ -282,6 +288,10 @@ async def test_codex_acp_gets_the_servers_in_session_new_and_again_in_session_lo
             assert gw.server.app[SESSIONS][sid].process is not first  # a new agent process
             assert f"{T.HTTP_MARK}: 9" in json.dumps(of(frames, "tool.invoke.result"))
             assert of(frames, "agent.text.done")[-1]["payload"]["full_text"] == "Second done."
+            asked = [
+                json.dumps(f["payload"]) for f in of(master.frames, "agent.interaction.request")
+            ]
+            assert not [q for q in asked if "mcp__tracker" in q]
 
 
 async def test_claude_acp_starts_a_stdio_server_given_in_session_new():
