@@ -37,8 +37,8 @@ is both parser and input (``ParserSpec.converses``; ``make()`` gives it twice): 
 is written when the process starts, and ``feed`` returns ``StdinWrite`` events for its answers.
 
 These optional capabilities (``describe_exit``, ``set_workspace``, ``initialize``, ``opening``,
-``accepts_images`` with ``prompt(text, images=...)``, ``sigint_on_cancel``) are named by the
-protocols below and found once, when a session makes its parser and input
+``set_mcp_servers``, ``accepts_images`` with ``prompt(text, images=...)``, ``sigint_on_cancel``)
+are named by the protocols below and found once, when a session makes its parser and input
 (``ParserSpec.plugin()``, ``AgentPlugin.of``): a method of that name, or the flag, is the
 capability, as the documentation has always promised a third-party parser. The gateway then calls
 what ``AgentPlugin`` holds and never asks an object again what it can do.
@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from importlib.metadata import entry_points
@@ -97,6 +97,7 @@ __all__ = [
     "PromptWithImages",
     "ReadsWorkspace",
     "TakesImages",
+    "TakesMcpServers",
     "available",
     "elapsed_ms",
     "get",
@@ -188,6 +189,17 @@ class Opens(Protocol):
     def opening(self, resume_id: str | None) -> bytes | None: ...
 
 
+class TakesMcpServers(Protocol):
+    """Optional on an ``AgentInput`` of an agent that is handed MCP servers in its own protocol
+    (ACP's ``session/new`` and ``session/load``): told the session's servers once, right after it
+    is made, in that protocol's shapes; it offers the agent those of the kinds it declares and
+    reports the others (``SessionStarted.mcp_servers``)."""
+
+    __slots__ = ()  # a slotted class that names it stays slotted
+
+    def set_mcp_servers(self, servers: Sequence[Mapping[str, Any]]) -> None: ...
+
+
 class TakesImages(Protocol):
     """Optional on an ``AgentInput`` that says ``accepts_images = True``: its prompt also takes
     the images a master attached (passed by keyword, only to such an input)."""
@@ -213,6 +225,7 @@ class AgentPlugin:
     set_workspace: Callable[[str], None] | None = None  # ReadsWorkspace
     initialize: Callable[[str], bytes | None] | None = None  # Initializes
     opening: Callable[[str | None], bytes | None] | None = None  # Opens
+    set_mcp_servers: Callable[[Sequence[Mapping[str, Any]]], None] | None = None  # TakesMcpServers
     # TakesImages: the prompt with its images; None when the input takes none.
     prompt_with_images: PromptWithImages | None = None
     # False: a cancel writes the input's interrupt and sends no SIGINT (ACP agents).
@@ -236,6 +249,7 @@ class AgentPlugin:
             set_workspace=getattr(parser, "set_workspace", None),
             initialize=getattr(agent_input, "initialize", None),
             opening=getattr(agent_input, "opening", None),
+            set_mcp_servers=getattr(agent_input, "set_mcp_servers", None),
             prompt_with_images=images,
             sigint_on_cancel=bool(getattr(agent_input, "sigint_on_cancel", True)),
         )

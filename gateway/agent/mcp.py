@@ -47,7 +47,16 @@ __all__ = [
 ]
 
 # What each parser's agent takes; a parser not here takes none (GET /v1/agents says "mcp": []).
-KINDS_BY_PARSER: dict[str, tuple[str, ...]] = {"claude-code": ("stdio", "http")}
+# Codex and Gemini are given theirs by gateway/protocol/mcp_delivery.py. An ACP agent says its own
+# in ``initialize`` (stdio always, http when it declares it): this is what the three pinned ones
+# declared (claude-agent-acp 0.23.1, codex-acp 0.16.0, gemini --acp 0.61.0), and the ACP adapter
+# reports a server of a kind the running agent does not declare failed.
+KINDS_BY_PARSER: dict[str, tuple[str, ...]] = {
+    "claude-code": ("stdio", "http"),
+    "codex": ("stdio", "http"),
+    "gemini": ("stdio", "http"),
+    "acp": ("stdio", "http"),
+}
 
 CLAUDE_CONFIG_FILE: Final = ".rawp-mcp.json"  # in the session's HOME, mode 0600
 MAX_REASON_CHARS: Final = 500  # of a reason read from an agent's log, said to masters

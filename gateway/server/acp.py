@@ -26,6 +26,7 @@ import msgspec
 from aiohttp import web
 
 from gateway import __version__
+from gateway.agent import mcp as agent_mcp
 from gateway.agent.environment import agent_environment
 from gateway.agent.sandbox import missing_command
 from gateway.api_error import ApiError
@@ -42,6 +43,8 @@ from gateway.protocol.acp_master import (
     error_response,
     result_response,
 )
+from gateway.protocol.mcp_delivery import editor_servers
+from gateway.protocol.mcp_servers import McpServerError, servers_from_wire
 from gateway.server.acp_peer import PeerSockets
 from gateway.server.keys import (
     CONFIG,
@@ -287,12 +290,16 @@ class AcpHandler:
         self.init_params = got.params
         rawp = (params.clientCapabilities.meta or {}).get("rawp")
         self.client.turn_events = isinstance(rawp, dict) and rawp.get("turnEvents") is True
+        # The kinds of MCP server the agent of this connection's sessions takes (stdio: every
+        # ACP agent), when it is known now: ?agent= on the URL, else [acp] default_agent.
+        profile = self.config.agents.get(self.agent or self.config.acp.default_agent or "")
+        http = profile is not None and "http" in agent_mcp.kinds_of(profile)
         result = {
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": {
                 "loadSession": True,
                 "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
-                "mcpCapabilities": {"http": False, "sse": False},
+                "mcpCapabilities": {"http": http, "sse": False},
                 "sessionCapabilities": {"list": {}},
             },
             "agentInfo": {"name": "rawp-gateway", "title": "RAWP gateway", "version": __version__},
@@ -356,6 +363,11 @@ class AcpHandler:
             why = f"one /acp connection holds at most {MAX_ATTACHED} sessions"
             self.refuse(got, REFUSED, why, "TOO_MANY_SESSIONS")
             return
+        try:  # checked as a master's mcp_servers are, before anything is made
+            editor = servers_from_wire(editor_servers(params.mcpServers), "editor")
+        except McpServerError as err:
+            self.refuse(got, INVALID_PARAMS, str(err), "INVALID_MCP_SERVERS")
+            return
         workspace = resolve_workspace(self.config, params.cwd or None)
         missing = missing_command(
             self.config.isolation, profile.command[0], agent_environment(profile.env)
@@ -364,7 +376,7 @@ class AcpHandler:
             raise ApiError(
                 502, "AGENT_START_FAILED", f"the {agent} agent could not start: {missing}"
             )
-        session = await start_session(self.request, profile, workspace)
+        session = await start_session(self.request, profile, workspace, mcp_servers=editor)
         att = self.client.attach(session, hold=True)
         result = {"sessionId": session.id, "_meta": {"rawp": {"agent": agent}}}
         modes = _modes(session, att.view.mode)

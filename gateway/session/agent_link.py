@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from gateway import config as cfg
 from gateway.agent import mcp as agent_mcp
+from gateway.agent.environment import agent_environment
 from gateway.agent.exit import AgentProcessError, AgentStartError, AgentStdinFull
+from gateway.agent.mcp_home import write_gemini_settings
 from gateway.agent.process import WIDE_STDOUT_PIPE_BYTES, AgentProcess
 from gateway.agent.sandbox import SpawnSandbox, limit_named
 from gateway.agent.sandbox import spawn as sandboxes
@@ -29,6 +31,7 @@ from gateway.protocol import actions as act
 from gateway.protocol import frames as F
 from gateway.protocol import machine as sm
 from gateway.protocol import prompts
+from gateway.protocol.mcp_delivery import CliDelivery, codex_delivery, gemini_delivery
 from gateway.protocol.mcp_servers import ServerSpec, from_record, redacted
 from gateway.protocol.states import Lifecycle, ProcessState
 from gateway.session.tool_paths import resolve_tool_paths
@@ -160,6 +163,8 @@ class AgentLink:
                 path = str(self.files.get(image.transfer_id)[1])
                 flags += cfg.template_args(profile.image_flag, path=path)
                 given.append(path)
+        delivery = self._mcp_delivery()
+        flags += delivery.args
         overrides = action.overrides
         if overrides is not None:
             for key, flag in profile.override_flags.items():
@@ -186,7 +191,45 @@ class AgentLink:
             if data is not None:
                 self._stdin_pending.append(data)
         self._spawning = True
-        self._task(self._run_process(argv, close_stdin=close_stdin, given=given))
+        self._task(self._run_process(argv, close_stdin=close_stdin, given=given, delivery=delivery))
+
+    def _mcp_delivery(self) -> CliDelivery:
+        """What the agent's own configuration takes of the session's MCP servers, when its
+        command line or settings carry them (Codex, Gemini; an ACP agent's are in its
+        ``session/new``, Claude Code's in its --mcp-config file): docs/mcp.md."""
+        parser = self.profile.parser
+        if not self.mcp_servers or parser not in ("codex", "gemini"):
+            return CliDelivery()
+        render = codex_delivery if parser == "codex" else gemini_delivery
+        return render(self.mcp_servers)
+
+    async def _mcp_env(self, delivery: CliDelivery, box: SpawnSandbox | None) -> dict[str, str]:
+        """The profile's environment with what the servers need: their secrets in the variables
+        the agent's configuration names and, for Gemini, its settings file written (outside the
+        sandbox in a home of the session's own, ``GEMINI_CLI_HOME``: gateway/agent/mcp_home.py)."""
+        env = {**self.profile.env, **delivery.env}
+        if delivery.servers is None:
+            return env
+        seed: str | None = None
+        if box is not None:
+            await box.seed_home()  # the profile's HOME first, as for every sandboxed start
+            home = box.home
+        else:
+            home = self.home()
+            seed = agent_environment(self.profile.env).get("HOME")
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, write_gemini_settings, home, delivery.servers, seed)
+        except OSError as err:  # a server never fails the session: the agent runs without them
+            log.error(
+                "MCP servers not given to the agent: %s",
+                err.strerror or str(err),
+                extra={"session": self.id, "servers": [s.name for s in self.mcp_servers]},
+            )
+            return env
+        if box is None:
+            env["GEMINI_CLI_HOME"] = home
+        return env
 
     def home(self) -> str:
         """The session's own HOME directory (made on first use): the agent's HOME in the
@@ -254,28 +297,35 @@ class AgentLink:
         isolation = self.config.isolation
         if not isolation.sandboxed:
             return None
-        saved = self.saved
-        where = (saved.dir_fd, str(saved.path)) if saved is not None and saved.dir_fd >= 0 else None
         return SpawnSandbox(
             isolation,
             workspace=str(self.workspace),
-            home=sandboxes.session_home(self.id, where),
+            home=self.home(),
             hidden=self.config.hidden_paths,
             template=self.profile.env.get("HOME"),
             given=given,
         )
 
     async def _run_process(
-        self, argv: list[str], *, close_stdin: bool = False, given: Sequence[str] = ()
+        self,
+        argv: list[str],
+        *,
+        close_stdin: bool = False,
+        given: Sequence[str] = (),
+        delivery: CliDelivery | None = None,
     ) -> None:
         try:
+            box = self.sandbox(given)
+            env = self.profile.env
+            if delivery is not None and (delivery.env or delivery.servers is not None):
+                env = await self._mcp_env(delivery, box)
             proc = await AgentProcess.start(
                 argv,
-                env=self.profile.env,
+                env=env,
                 session_id=self.id,
                 workspace=self.workspace,
                 grace=self.config.server.shutdown_grace_sec,
-                sandbox=self.sandbox(given),
+                sandbox=box,
                 # It exits at its turn's end, dropping what its pipe could not take yet.
                 stdout_pipe_bytes=WIDE_STDOUT_PIPE_BYTES if self.profile.single_turn_process else 0,
             )

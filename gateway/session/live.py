@@ -27,6 +27,7 @@ from gateway.protocol import machine as sm
 from gateway.protocol import mcp_servers as mcp
 from gateway.protocol.buffer import FrameBuffer
 from gateway.protocol.capabilities import ConnectionFilter, strip_subagent_context
+from gateway.protocol.mcp_delivery import acp_servers
 from gateway.protocol.states import Lifecycle, TimerKey
 from gateway.protocol.usage import CONTEXT_FULL, UsageTally
 from gateway.session.agent_link import AgentLink, machine_config, restored_mcp_servers
@@ -106,6 +107,8 @@ class LiveSession(AgentLink, Masters):
             plugin = spec.plugin()
             if plugin.set_workspace is not None:  # parsers.base.ReadsWorkspace: it reads files
                 plugin.set_workspace(str(workspace))
+            if plugin.set_mcp_servers is not None:  # parsers.base.TakesMcpServers: ACP's own way
+                plugin.set_mcp_servers(acp_servers(self.mcp_servers))
             return plugin
 
         plugin = new_plugin()

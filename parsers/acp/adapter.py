@@ -14,10 +14,14 @@ The conversation of one agent process:
 1. ``opening(resume_id)`` (the session machine calls it whenever it starts the process) is the
    ``initialize`` request: protocol version 1, ``fs`` off, ``terminal: false``.
 2. Its answer says what the agent has (``FeaturesDeclared``: image prompts, ``loadSession``), and
-   the adapter asks ``session/new`` (cwd = the workspace, no MCP servers), or ``session/load`` of
-   ``resume_id`` when the agent declared ``loadSession``. A load's replay of the conversation is
-   dropped (masters have those frames already); a load refused, or an agent without
-   ``loadSession``, gets a new session and an ``ACP_SESSION_NOT_RESUMED`` warning.
+   the adapter asks ``session/new`` (cwd = the workspace, the session's MCP servers of the kinds
+   the agent declared in ``mcpCapabilities``: ``set_mcp_servers``), or ``session/load`` of
+   ``resume_id`` (with the same servers: ACP keeps none across a load) when the agent declared
+   ``loadSession``. A server of a kind the agent does not take is reported failed
+   (``SessionStarted.mcp_servers``), the others ``pending``: no pinned agent says more. A load's
+   replay of the conversation is dropped (masters have those frames already); a load refused, or
+   an agent without ``loadSession``, gets a new session and an ``ACP_SESSION_NOT_RESUMED``
+   warning.
 3. The session's id becomes ``SessionStarted.agent_session_id``; its modes decide ``plan_mode``. A
    prompt given before this point waits in the adapter and is sent now.
 4. Per turn: ``session/prompt``; ``session/update`` notifications become content and tool events;
@@ -55,8 +59,9 @@ content conversions in ``content.py``, saved sessions in ``store_query.py``.
 from __future__ import annotations
 
 import base64
+import re
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final
 
 import msgspec
@@ -70,6 +75,7 @@ from ..base import (
     PromptImage,
     ReadsWorkspace,
     TakesImages,
+    TakesMcpServers,
 )
 from ..json_depth import MAX_AGENT_LINE_DEPTH, too_deep
 from . import schema as S
@@ -127,6 +133,8 @@ _STOPS: Final[dict[str, tuple[str, str | None, str, str]]] = {
     ),
 }
 _PLAN_WORDS: Final = ("plan", "architect")
+# Gemini CLI 0.61.0's title of a call to an MCP tool, e.g. "peek (probe MCP Server)".
+_GEMINI_MCP_TITLE: Final = re.compile(r"(\S+) \((\S+) MCP Server\)")
 _COMPACT_COMMANDS: Final = ("compact", "compress")  # Claude's, Gemini's
 
 
@@ -138,7 +146,7 @@ def _cut(text: str | None) -> str:
     return (text or "")[:MAX_ID_CHARS]
 
 
-class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
+class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages, TakesMcpServers):
     """One agent process's ACP conversation: parser (``feed``/``end``) and input (``prompt``,
     ``interrupt``, ``permission``, ``set_mode``, ``opening``) at once."""
 
@@ -151,6 +159,8 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
     def __init__(self) -> None:
         super().__init__()
         self.workspace = ""
+        self.mcp_servers: list[dict[str, Any]] = []  # the session's, in ACP's shapes
+        self._server_names: set[str] = set()
         self.reading_transcript = False
         self.session_id: str | None = None  # the ACP session, kept across processes (resume)
         self.dropped_load_updates = 0  # updates of a session/load's replay, not passed on
@@ -168,6 +178,8 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
         self._resume_id: str | None = None
         self._can_load = False
         self._images = False
+        self._offered: list[dict[str, Any]] = []  # mcp_servers of the kinds the agent declared
+        self._mcp_report: list[ev.McpServer] = []
         self._queued: list[tuple[str, Any]] = []
         self._modes: list[S.Mode] = []
         self._mode: str | None = None
@@ -190,6 +202,12 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
     def set_workspace(self, workspace: str) -> None:
         """``ReadsWorkspace``: the session's cwd, sent as ``cwd`` (ACP wants an absolute path)."""
         self.workspace = workspace
+
+    def set_mcp_servers(self, servers: Sequence[Mapping[str, Any]]) -> None:
+        """``TakesMcpServers``: the session's MCP servers, in ACP's shapes (stdio without a
+        ``type``, ``"type": "http"``), given in every ``session/new`` and ``session/load``."""
+        self.mcp_servers = [dict(server) for server in servers]
+        self._server_names = {str(server.get("name")) for server in self.mcp_servers}
 
     def read_transcript(self) -> None:
         """A recorded transcript is read: nothing is written, the client's lines come by ``sent``."""
@@ -419,11 +437,12 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
         caps = init.agentCapabilities
         self._can_load = caps.loadSession
         self._images = caps.promptCapabilities.image
+        self._offer_servers(caps.mcpCapabilities)
         out: list[ev.AgentEvent] = []
         resume = self._resume_id
         if resume and self._can_load:
             self._stage = "loading"
-            params = {"sessionId": resume, "cwd": self.workspace, "mcpServers": []}
+            params = {"sessionId": resume, "cwd": self.workspace, "mcpServers": self._offered}
             data = self._request("session/load", params)
         else:
             if resume:
@@ -433,9 +452,25 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
             out.append(ev.StdinWrite(data=data))
         return out
 
+    def _offer_servers(self, caps: S.McpCapabilities) -> None:
+        """The session's servers of the kinds the agent declared (stdio always) are offered; each
+        other is reported failed, and the session goes on without it. The agent says nothing of
+        the ones it starts (none of the three pinned ones does): they stay ``pending``."""
+        taken = {"stdio": True, "http": caps.http, "sse": caps.sse}
+        self._offered, self._mcp_report = [], []
+        for server in self.mcp_servers:
+            kind = server.get("type", "stdio")
+            name = str(server.get("name", ""))
+            if taken.get(kind, False):
+                self._offered.append(server)
+                self._mcp_report.append(ev.McpServer(name=name, status="pending"))
+            else:
+                why = f"the agent does not take {kind} servers"
+                self._mcp_report.append(ev.McpServer(name=name, status="failed", error=why))
+
     def _new_session(self) -> bytes | None:
         self._stage = "creating"
-        return self._request("session/new", {"cwd": self.workspace, "mcpServers": []})
+        return self._request("session/new", {"cwd": self.workspace, "mcpServers": self._offered})
 
     def _not_resumed(self, why: str) -> list[ev.AgentEvent]:
         message = f"the agent's earlier conversation could not be resumed ({why}); a new one starts"
@@ -479,7 +514,10 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
                 self._default_mode = modes.currentModeId
         out: list[ev.AgentEvent] = [
             ev.SessionStarted(
-                agent_session_id=self.session_id, model=self._model, permission_mode=self._mode
+                agent_session_id=self.session_id,
+                model=self._model,
+                permission_mode=self._mode,
+                mcp_servers=list(self._mcp_report),
             ),
             ev.FeaturesDeclared(features={"plan_mode": self._plan_mode() is not None}),
         ]
@@ -806,7 +844,10 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
             return []
         call.announced = True
         if call.name is None:
-            call.name = call.kind  # the catalog knows ACP's kinds (gateway/protocol/tools.py)
+            # An MCP tool of the session's servers by the name every agent's has
+            # (mcp__<server>__<tool>), so a permission rule names it alike; else ACP's kind, which
+            # the catalog knows (gateway/protocol/tools.py).
+            call.name = self._mcp_tool(call) or call.kind
         tool_input = call.input
         if tool_input is None:
             tool_input = {"title": call.title}
@@ -814,6 +855,19 @@ class AcpAdapter(JsonLinesParser, ReadsWorkspace, Opens, TakesImages):
                 tool_input["locations"] = call.locations
             call.input = tool_input
         return [ev.ToolCall(call_id=call_id, name=call.name, input=tool_input)]
+
+    def _mcp_tool(self, call: AcpToolCall) -> str | None:
+        """``mcp__<server>__<tool>`` of a call to a tool of one of the session's servers, as the
+        pinned agents show one: codex-acp's ``rawInput`` ``{"server", "tool", "arguments"}``,
+        Gemini's title ``"<tool> (<server> MCP Server)"``; None for any other call."""
+        raw = call.input or {}
+        server, tool = raw.get("server"), raw.get("tool")
+        if not (isinstance(server, str) and isinstance(tool, str)):
+            found = _GEMINI_MCP_TITLE.fullmatch(call.title)
+            server, tool = (found.group(2), found.group(1)) if found else (None, None)
+        if server is None or tool is None or server not in self._server_names or not tool:
+            return None
+        return f"mcp__{server}__{tool}"[:MAX_ID_CHARS]
 
     def _tool(self, update: S.Update) -> list[ev.AgentEvent]:
         call_id = _cut(update.toolCallId)

@@ -32,6 +32,7 @@ __all__ = [
     "Command",
     "ContentBlock",
     "InitializeResult",
+    "McpCapabilities",
     "Message",
     "Mode",
     "ModeState",
@@ -209,9 +210,17 @@ class PromptCapabilities(msgspec.Struct):
     embeddedContext: bool = False
 
 
+class McpCapabilities(msgspec.Struct):
+    """The kinds of MCP server an agent takes besides stdio, which every ACP agent takes."""
+
+    http: bool = False
+    sse: bool = False
+
+
 class AgentCapabilities(msgspec.Struct):
     loadSession: bool = False
     promptCapabilities: PromptCapabilities = msgspec.field(default_factory=PromptCapabilities)
+    mcpCapabilities: McpCapabilities = msgspec.field(default_factory=McpCapabilities)
     sessionCapabilities: dict[str, Any] | None = None
 
 

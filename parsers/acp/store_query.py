@@ -180,6 +180,7 @@ class StoreQuery:
         if self.load_id is not None:
             if not caps.loadSession:
                 return self._fail("unsupported", "the agent does not declare loadSession")
+            # Only read back, never prompted: no MCP server of the session's is started for it.
             params = {"sessionId": self.load_id, "cwd": self.workspace, "mcpServers": []}
             self._loading = True
             return self._request("session/load", params)

@@ -204,16 +204,24 @@ async def test_gemini_acp_shell_result_is_not_its_working_directory_note():
 
 @contextlib.asynccontextmanager
 async def adapter_acp(
-    agent: str, calls: list[dict[str, Any]], mode: str | None = None
+    agent: str,
+    calls: list[dict[str, Any]],
+    mode: str | None = None,
+    *,
+    changes: dict[str, Any] | None = None,
+    **config_fields: Any,
 ) -> AsyncIterator[Any]:
     """``claude-acp`` or ``codex-acp``: the pinned adapter, the CLI underneath pointed at the
-    rig's scripted server (the rig's environment for that CLI); ``mode`` as for ``gemini_acp``."""
+    rig's scripted server (the rig's environment for that CLI); ``mode`` as for ``gemini_acp``;
+    ``changes``: the profile's fields, ``config_fields``: the ``Config``'s."""
     binary = require_cli(agent)
     scenario = parse_scenario({"run": {}, "calls": calls}, name=f"e2e-{agent}", agent=agent)
     async with scripted_cli(scenario) as cli:
         base = builtin_profiles(claude_acp=str(binary), codex_acp=str(binary))[agent]
-        profile = replace(base, env=cli.env)
-        config = make_config(cli.cwd, agents={agent: profile}, isolation=realcli.isolation(mode))
+        profile = replace(base, env=cli.env, **(changes or {}))
+        config = make_config(
+            cli.cwd, agents={agent: profile}, isolation=realcli.isolation(mode), **config_fields
+        )
         client = await start_gateway(config)
         try:
             yield cli, client

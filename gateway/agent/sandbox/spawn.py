@@ -448,13 +448,9 @@ class SpawnSandbox:
         # The profile's own HOME (its env's), if it names one: what a new HOME starts as.
         self.template = template if template and os.path.isabs(template) else None
 
-    async def wrap(
-        self, argv: Sequence[str], env: Mapping[str, str], cwd: str
-    ) -> tuple[list[str], dict[str, str]]:
-        problem = await probe(self.settings, env)
-        if problem is not None:
-            raise AgentStartError(problem)
-        bwrap, prlimit = _tools(env, self.settings)
+    async def seed_home(self) -> None:
+        """A new (empty) HOME gets the profile's HOME first, if it names one; before anything
+        else is written into it (an agent's settings: gateway/agent/mcp_home.py)."""
         if self.template is not None and os.path.isdir(self.template) and not os.listdir(self.home):
             loop = asyncio.get_running_loop()
             try:
@@ -463,6 +459,15 @@ class SpawnSandbox:
                 raise AgentStartError(
                     f"the profile's HOME {self.template} cannot be copied into the session's: {err}"
                 ) from None
+
+    async def wrap(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: str
+    ) -> tuple[list[str], dict[str, str]]:
+        problem = await probe(self.settings, env)
+        if problem is not None:
+            raise AgentStartError(problem)
+        bwrap, prlimit = _tools(env, self.settings)
+        await self.seed_home()
         others = [
             path
             for path in _workspaces.values()
