@@ -300,13 +300,18 @@ for i in range(n):
 """
 
 
-def timerfds() -> int:
+def fd_links() -> list[str]:
+    """What the test process's descriptors are (``pipe:[...]``, ``anon_inode:[timerfd]`` ...)."""
     fds = "/proc/self/fd"
     links = []
     for fd in os.listdir(fds):
         with contextlib.suppress(OSError):  # the listing's own descriptor is gone already
             links.append(os.readlink(f"{fds}/{fd}"))
-    return links.count("anon_inode:[timerfd]")
+    return links
+
+
+def timerfds() -> int:
+    return fd_links().count("anon_inode:[timerfd]")
 
 
 @LOOPS
@@ -531,12 +536,7 @@ def test_a_single_turn_agents_wide_stdout_pipe_keeps_what_it_writes_before_exiti
 
 def open_pipes() -> int:
     """The gateway's descriptors of pipes and sockets (uvloop opens /dev/null once, for good)."""
-    fds = "/proc/self/fd"
-    links = []
-    for fd in os.listdir(fds):
-        with contextlib.suppress(OSError):  # the listing's own descriptor is gone already
-            links.append(os.readlink(f"{fds}/{fd}"))
-    return sum(link.startswith(("pipe:", "socket:")) for link in links)
+    return sum(link.startswith(("pipe:", "socket:")) for link in fd_links())
 
 
 @LOOPS
