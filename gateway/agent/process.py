@@ -44,17 +44,8 @@ when the agent has not exited after `grace` seconds. If the agent exits in time 
 linger, they get SIGKILL when the grace period ends (a timer, so `terminate` returns as soon as the
 agent itself is gone), and its output is not read past that deadline.
 
-A single-turn agent (one process per prompt) is started with a wider stdout pipe
-(`stdout_pipe_bytes`, `WIDE_STDOUT_PIPE_BYTES`): such a CLI ends its run with `process.exit()`
-(Node: Gemini CLI, Claude Code `-p`), which drops what its stdout stream still queues in the
-process when the pipe is full. Gemini prints the whole prompt back first, so a long prompt alone
-fills the 64 KiB a Linux pipe holds by default, and when the gateway read a little late the
-answer and the result line behind it were lost (the turn ended with nothing said). The pipe is
-widened with `F_SETPIPE_SZ` when the stdlib loop made a pipe (uvloop's stdio is a socket pair,
-whose send buffer, about 208 KiB by default, is the child's and cannot be set from here); the
-kernel may refuse (`pipe-max-size`, the user's `pipe-user-pages-soft`), and then the default
-stays. At most `MAX_WIDE_STDOUT_PIPES` are wide at once, so the gateway never takes much of its
-user's pipe budget (past it, every new pipe of the user would get two pages).
+A single-turn agent (one process per prompt) gets a wide stdout pipe of the gateway's own
+(`stdout_pipe_bytes`; why and how: `gateway.agent.stdout`), read apart from the process transport.
 
 `close()` / `aclose()` drop an agent without reading it to the end (SIGKILL to the group, then the
 pipes are released). Otherwise the transport is closed by itself once the agent has exited and its output is
@@ -66,10 +57,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import fcntl
+import io
 import os
 import signal
-import stat
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, cast
 
@@ -100,8 +90,13 @@ from gateway.agent.sandbox import SpawnSandbox
 from gateway.agent.stdout import (
     DEFAULT_HIGH_WATER,
     DEFAULT_MAX_LINE_BYTES,
+    MAX_WIDE_STDOUT_PIPES,
     STDOUT_FD,
+    WIDE_STDOUT_PIPE_BYTES,
+    StdoutPipeProtocol,
     StdoutReader,
+    release_wide_pipe,
+    wide_pipe,
 )
 
 __all__ = ["MAX_WIDE_STDOUT_PIPES", "WIDE_STDOUT_PIPE_BYTES", "AgentProcess"]
@@ -112,19 +107,9 @@ DEFAULT_STDERR_LIMIT: Final = 64 * 1024
 EXIT_DRAIN_SEC: Final = 2.0
 _STDERR_FD: Final = 2
 _STDIN_FD: Final = 0
-# A single-turn agent's stdout pipe holds this much (see the module docstring): a whole turn's
-# output, a long prompt's echo included, fits before the agent exits.
-WIDE_STDOUT_PIPE_BYTES: Final = 1024 * 1024
-MAX_WIDE_STDOUT_PIPES: Final = 16  # wide at once: 16 MiB of the user's 64 MiB default budget
-_wide_pipes = 0  # how many are now
 
 
 # --------------------------------------------------------------------------- starting
-
-
-def _release_wide_pipe() -> None:
-    global _wide_pipes
-    _wide_pipes -= 1
 
 
 def _cloexec_above_2() -> None:
@@ -238,7 +223,7 @@ class AgentProcess(StdoutReader):
         `RAWP_WORKSPACE_PATH` (absolute) and `RAWP_DPS_VERSION` (DPS-17.2.1). `cwd`
         defaults to the workspace. `grace`: how long descendants left behind by the agent's own
         exit get between SIGTERM and SIGKILL. `stdout_pipe_bytes`: the stdout pipe is made to
-        hold that much where it can (module docstring; 0: the default). Raises
+        hold that much where it can (`gateway.agent.stdout`; 0: the loop's own). Raises
         `AgentExecutableNotFound` or `AgentStartError`.
         """
         if isinstance(argv, str | bytes) or not argv:
@@ -271,18 +256,23 @@ class AgentProcess(StdoutReader):
         extra: dict[str, Any] = (
             {} if isinstance(loop, asyncio.BaseEventLoop) else {"preexec_fn": _cloexec_above_2}
         )
+        # A wide stdout is a pipe of the gateway's own (gateway.agent.stdout): its write end is the
+        # child's fd 1 (both loops dup it there; the parent's copy is closed once spawned).
+        wide = wide_pipe(stdout_pipe_bytes) if stdout_pipe_bytes else None
+        spawned = False
         try:
             transport, _ = await loop.subprocess_exec(
                 lambda: _Protocol(self),
                 *run_argv,
                 stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE if wide is None else wide[1],
                 stderr=asyncio.subprocess.PIPE,
                 env=child_env,
                 cwd=run_cwd,
                 start_new_session=True,
                 **extra,
             )
+            spawned = True
         except FileNotFoundError as exc:
             # FileNotFoundError covers a missing cwd too; say which one it was.
             target = cwd if cwd is not None else workspace_abs
@@ -291,28 +281,27 @@ class AgentProcess(StdoutReader):
             raise AgentExecutableNotFound(argv[0]) from exc
         except OSError as exc:
             raise AgentStartError(f"cannot start agent {argv[0]!r}: {exc}") from exc
+        finally:
+            if wide is not None:
+                os.close(wide[1])
+                if not spawned:
+                    wide[0].close()
+                    release_wide_pipe()
         assert self._transport is transport
-        if stdout_pipe_bytes:
-            self._widen_stdout(stdout_pipe_bytes)
+        if wide is not None:
+            self._wide_stdout = True  # released with the transport (_maybe_close_transport)
+            await self._read_own_stdout(wide[0])
         return self
 
-    def _widen_stdout(self, size: int) -> None:
-        """Make the stdout pipe hold ``size`` bytes, if it is a pipe and the kernel and
-        ``MAX_WIDE_STDOUT_PIPES`` let it (module docstring)."""
-        global _wide_pipes
-        pipe = self._transport.get_pipe_transport(STDOUT_FD)
-        source = pipe.get_extra_info("pipe") if pipe is not None else None
-        if source is None or _wide_pipes >= MAX_WIDE_STDOUT_PIPES:
-            return
+    async def _read_own_stdout(self, pipe: io.FileIO) -> None:
+        """Read stdout from ``pipe``, the read end of the gateway's own; the agent is killed if
+        that cannot start (or start() is cancelled here): nobody would read or stop it."""
         try:
-            fd = source.fileno()
-            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-                return  # uvloop's socket pair
-            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
-        except (OSError, ValueError):
-            return  # refused (pipe-max-size, the user's pipe budget): the default stays
-        _wide_pipes += 1
-        self._wide_stdout = True
+            await self._loop.connect_read_pipe(lambda: StdoutPipeProtocol(self), pipe)
+        except BaseException:
+            pipe.close()  # the transport, if one was made, closed it already: a no-op then
+            self.close()
+            raise
 
     def _on_connected(self, transport: asyncio.SubprocessTransport) -> None:
         self._transport = transport
@@ -481,8 +470,11 @@ class AgentProcess(StdoutReader):
             # agent's own output. Look again soon, up to a hard limit.
             self._drain_timer = self._loop.call_later(0.1, self._end_output)
             return
-        for fd, eof in ((STDOUT_FD, self._stdout_eof), (_STDERR_FD, self._stderr_eof)):
-            pipe = self._transport.get_pipe_transport(fd)
+        pipes = (
+            (self._stdout_pipe(), self._stdout_eof),
+            (self._transport.get_pipe_transport(_STDERR_FD), self._stderr_eof),
+        )
+        for pipe, eof in pipes:
             if not eof and pipe is not None:
                 pipe.close()  # reported through pipe_connection_lost, as a real EOF is
 
@@ -494,9 +486,11 @@ class AgentProcess(StdoutReader):
         if self._exit.done() and (self._closing or (self._stdout_eof and self._stderr_eof)):
             self._stdin_closed = True
             self._transport.close()
+            if self._own_stdout is not None:
+                self._own_stdout.close()  # the process transport's own pipes close with it
             if self._wide_stdout:
                 self._wide_stdout = False
-                _release_wide_pipe()
+                release_wide_pipe()
             if self._nap_timer is not None:
                 self._nap_timer.close()
                 self._nap_timer = None

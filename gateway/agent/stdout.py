@@ -4,7 +4,8 @@
 
 `AgentProcess` inherits `StdoutReader` rather than holding one: this is the per-line path, and a
 line read through the process's own methods and attributes costs no call or attribute hop more
-than it would in one class. The pipe callbacks come from the process's `SubprocessProtocol`.
+than it would in one class. The pipe callbacks come from the process's `SubprocessProtocol`, or
+from a read-pipe protocol of its own when the gateway made the stdout pipe (a wide one).
 
 Theory of operation
 -------------------
@@ -35,15 +36,36 @@ master) costing several times the line's own work. When lines come faster than o
 for `NAP_SEC` after each batch (a `FineTimer`: uvloop's timers count whole milliseconds), so the
 lines of that half millisecond are read, mapped and sent together. No line waits longer than that;
 at 1,000 lines/s nothing waits.
+
+A wide stdout
+-------------
+A single-turn agent (one process per prompt) is started with a wide stdout pipe
+(`AgentProcess.start(stdout_pipe_bytes=WIDE_STDOUT_PIPE_BYTES)`): such a CLI ends its run with
+`process.exit()` (Node: Gemini CLI, Claude Code `-p`), which drops what its stdout stream still
+queues in the process when the pipe is full. Gemini prints the whole prompt back first, so a long
+prompt alone fills the 64 KiB a Linux pipe holds by default, and when the gateway read a little
+late the answer and the result line behind it were lost (the turn ended with nothing said).
+
+The gateway makes that pipe itself (`wide_pipe`), widens it with `F_SETPIPE_SZ`, gives the write
+end to the spawn as the child's stdout (closing its own copy) and reads the read end with
+`connect_read_pipe` (`StdoutPipeProtocol`), on both loops: uvloop's own stdio is a socket pair
+whose send buffer (about 208 KiB) is the child's end and cannot be set from here. The kernel may
+refuse the size (`pipe-max-size`, the user's `pipe-user-pages-soft`); then the loop's own stdio is
+used, as for every other agent. At most `MAX_WIDE_STDOUT_PIPES` are wide at once, so the gateway
+never takes much of its user's pipe budget (past it, every new pipe of the user would get two
+pages).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import io
+import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, cast
 
 from gateway.agent.fine_timer import FineTimer
 
@@ -51,9 +73,14 @@ __all__ = [
     "CUT_HEAD_BYTES",
     "DEFAULT_HIGH_WATER",
     "DEFAULT_MAX_LINE_BYTES",
+    "MAX_WIDE_STDOUT_PIPES",
     "STDOUT_FD",
+    "WIDE_STDOUT_PIPE_BYTES",
     "StdoutLine",
+    "StdoutPipeProtocol",
     "StdoutReader",
+    "release_wide_pipe",
+    "wide_pipe",
 ]
 
 DEFAULT_HIGH_WATER: Final = 4 * 1024 * 1024
@@ -69,6 +96,38 @@ NAP_BELOW_GAP_NS: Final = 250_000  # i.e. above 4,000 lines/s
 NAP_MAX_BATCH: Final = 32  # a batch this big (a burst) already shares its wake-up
 _GAP_CAP_NS: Final = 10_000_000  # an idle pause counts as this much: the rate is found again soon
 STDOUT_FD: Final = 1
+# A single-turn agent's stdout pipe holds this much (see the module docstring): a whole turn's
+# output, a long prompt's echo included, fits before the agent exits.
+WIDE_STDOUT_PIPE_BYTES: Final = 1024 * 1024
+MAX_WIDE_STDOUT_PIPES: Final = 16  # wide at once: 16 MiB of the user's 64 MiB default budget
+_wide_pipes = 0  # how many are now
+
+
+def wide_pipe(size: int) -> tuple[io.FileIO, int] | None:
+    """A new pipe that holds ``size`` bytes, both ends close-on-exec: its read end as a file, its
+    write end's fd. Counted in ``MAX_WIDE_STDOUT_PIPES`` until `release_wide_pipe()`; None past
+    that count or when the kernel refuses the size (module docstring)."""
+    global _wide_pipes
+    if _wide_pipes >= MAX_WIDE_STDOUT_PIPES:
+        return None
+    try:
+        read, write = os.pipe2(os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, size)
+        reader = io.FileIO(read, "rb")
+    except OSError:  # pipe-max-size, the user's pipe budget: the loop's own pipe will do
+        os.close(read)
+        os.close(write)
+        return None
+    _wide_pipes += 1
+    return reader, write
+
+
+def release_wide_pipe() -> None:
+    global _wide_pipes
+    _wide_pipes -= 1
 
 
 class StdoutLine(NamedTuple):
@@ -90,6 +149,9 @@ class StdoutReader:
     # two when it starts.
     _loop: asyncio.AbstractEventLoop
     _transport: asyncio.SubprocessTransport
+    # The gateway's own stdout pipe (a wide one), read apart from the process's transport; None
+    # while stdout is the process transport's pipe.
+    _own_stdout: asyncio.ReadTransport | None
     _high_water: int
     _low_water: int
     _max_line_bytes: int
@@ -121,6 +183,7 @@ class StdoutReader:
     naps: int
 
     def _init_stdout(self, high_water: int, max_line_bytes: int) -> None:
+        self._own_stdout = None
         self._high_water = high_water
         self._low_water = high_water // 4
         self._max_line_bytes = max_line_bytes
@@ -269,8 +332,15 @@ class StdoutReader:
             self._deliver()
         self._maybe_close_transport()
 
+    def _stdout_pipe(self) -> asyncio.BaseTransport | None:
+        """The transport stdout is read through: the gateway's own pipe if it made one, else the
+        process transport's."""
+        if self._own_stdout is not None:
+            return self._own_stdout
+        return self._transport.get_pipe_transport(STDOUT_FD)
+
     def _pause_stdout(self) -> None:
-        pipe = self._transport.get_pipe_transport(STDOUT_FD)
+        pipe = self._stdout_pipe()
         if pipe is not None and not pipe.is_closing():
             pipe.pause_reading()  # type: ignore[attr-defined]
             self._stdout_paused = True
@@ -282,13 +352,13 @@ class StdoutReader:
             self._resume_pipe()
 
     def _resume_pipe(self) -> None:
-        pipe = self._transport.get_pipe_transport(STDOUT_FD)
+        pipe = self._stdout_pipe()
         if pipe is not None and not pipe.is_closing():
             pipe.resume_reading()  # type: ignore[attr-defined]
 
     def _nap(self) -> None:
         """Leave stdout unread for NAP_SEC (see the module docstring)."""
-        pipe = self._transport.get_pipe_transport(STDOUT_FD)
+        pipe = self._stdout_pipe()
         if pipe is None or pipe.is_closing():
             return
         if self._nap_timer is None:
@@ -426,3 +496,22 @@ class StdoutReader:
     def queued_bytes(self) -> int:
         """Bytes of complete lines (one per newline included) waiting for the consumer (a gauge)."""
         return self._queued_bytes
+
+
+class StdoutPipeProtocol(asyncio.Protocol):
+    """Reads a stdout pipe the gateway made itself (a wide one) for its `StdoutReader`."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: StdoutReader) -> None:
+        self._owner = owner
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._owner._own_stdout = cast(asyncio.ReadTransport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._owner._on_stdout(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # After EOF, or when the gateway closed the pipe: both end stdout, as with the loop's pipe.
+        self._owner._on_stdout_eof()

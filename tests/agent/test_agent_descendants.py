@@ -19,36 +19,53 @@ from typing import Any
 import pytest
 
 from gateway.agent.descendants import kill_all_groups, live_groups
-from gateway.agent.process import EXIT_DRAIN_SEC, AgentProcess
+from gateway.agent.process import EXIT_DRAIN_SEC, WIDE_STDOUT_PIPE_BYTES, AgentProcess
 from tests.support.gateway_exit import none_outlive_the_gateway
 from tests.support.loops import HOSTILE, HOWS, LOOPS, PY, run
 from tests.support.procs import alive, gone
 from tests.support.waiting import eventually
 
+# Both kinds of stdout: the loop's own, and the wide pipe the gateway makes for a single-turn agent.
+STDOUTS = pytest.mark.parametrize(
+    "stdout_pipe_bytes", [0, WIDE_STDOUT_PIPE_BYTES], ids=["loop-stdout", "wide-stdout"]
+)
 
-async def hostile(tmp_path: Path, how: str, *flags: str, grace: float = 0.5) -> AgentProcess:
+
+async def hostile(
+    tmp_path: Path, how: str, *flags: str, grace: float = 0.5, stdout_pipe_bytes: int = 0
+) -> AgentProcess:
     return await AgentProcess.start(
         [PY, HOSTILE, how, "--ignore-term", *flags],
         env=None,
         session_id="hostile-1",
         workspace=tmp_path,
         grace=grace,
+        stdout_pipe_bytes=stdout_pipe_bytes,
     )
 
 
 @LOOPS
-def test_an_agent_gets_exactly_fds_0_1_2(loop_factory: Any, tmp_path: Path) -> None:
-    """Nothing of the gateway leaks into the agent: no socket pair, no pipe of another agent."""
+@STDOUTS
+def test_an_agent_gets_exactly_fds_0_1_2(
+    loop_factory: Any, stdout_pipe_bytes: int, tmp_path: Path
+) -> None:
+    """Nothing of the gateway leaks into the agent: no socket pair, no pipe of another agent, not
+    the read end of its own wide stdout."""
 
     async def scenario() -> list[str]:
         other = await AgentProcess.start(
-            [PY, "-c", "import time; time.sleep(30)"], env=None, session_id="s", workspace=tmp_path
+            [PY, "-c", "import time; time.sleep(30)"],
+            env=None,
+            session_id="s",
+            workspace=tmp_path,
+            stdout_pipe_bytes=stdout_pipe_bytes,
         )
         proc = await AgentProcess.start(
             [PY, "-c", "import json, os; print(json.dumps(os.listdir('/proc/self/fd')))"],
             env=None,
             session_id="s",
             workspace=tmp_path,
+            stdout_pipe_bytes=stdout_pipe_bytes,
         )
         line = await proc.readline()
         assert line is not None
@@ -62,16 +79,17 @@ def test_an_agent_gets_exactly_fds_0_1_2(loop_factory: Any, tmp_path: Path) -> N
 
 
 @LOOPS
+@STDOUTS
 @pytest.mark.parametrize("how", HOWS)
 def test_exit_ends_the_output_whatever_a_descendant_holds(
-    loop_factory: Any, how: str, tmp_path: Path
+    loop_factory: Any, stdout_pipe_bytes: int, how: str, tmp_path: Path
 ) -> None:
     """The agent exits 0 leaving a descendant that ignores SIGTERM (and may hold stdout): every
     line it printed arrives, then EOF (at most EXIT_DRAIN_SEC after the exit, not 120 s later);
     the descendant is killed when the grace ends and reaped."""
 
     async def scenario() -> None:
-        proc = await hostile(tmp_path, how)
+        proc = await hostile(tmp_path, how, stdout_pipe_bytes=stdout_pipe_bytes)
         lines = [item.line async for item in proc]  # EOF, although the descendant may hold it
         assert lines == [b"working", b"done"]
         assert (await proc.wait()).kind == "ok"
@@ -83,15 +101,18 @@ def test_exit_ends_the_output_whatever_a_descendant_holds(
 
 
 @LOOPS
+@STDOUTS
 @pytest.mark.parametrize("how", HOWS)
 def test_terminate_reaches_descendants_that_left_the_group(
-    loop_factory: Any, how: str, tmp_path: Path
+    loop_factory: Any, stdout_pipe_bytes: int, how: str, tmp_path: Path
 ) -> None:
     """DPS-17.2.3-signals: terminate() stops the agent and, by the end of the grace, every
     descendant, wherever it went; the output ends by then too."""
 
     async def scenario() -> None:
-        proc = await hostile(tmp_path, how, "--stay", grace=5.0)
+        proc = await hostile(
+            tmp_path, how, "--stay", grace=5.0, stdout_pipe_bytes=stdout_pipe_bytes
+        )
         assert (await proc.readline()).line == b"working"  # type: ignore[union-attr]
         assert (await proc.readline()).line == b"done"  # type: ignore[union-attr]
         descendant = int((tmp_path / "descendant.pid").read_text())

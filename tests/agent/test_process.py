@@ -30,7 +30,7 @@ from gateway.agent.exit import (
     ExitStatus,
     classify_exit,
 )
-from gateway.agent.process import WIDE_STDOUT_PIPE_BYTES, AgentProcess
+from gateway.agent.process import MAX_WIDE_STDOUT_PIPES, WIDE_STDOUT_PIPE_BYTES, AgentProcess
 from gateway.agent.stdout import CUT_HEAD_BYTES, DEFAULT_MAX_LINE_BYTES, StdoutLine
 from tests.support.gateway_exit import none_outlive_the_gateway
 from tests.support.loops import LOOPS, PY, run
@@ -300,13 +300,18 @@ for i in range(n):
 """
 
 
-def timerfds() -> int:
+def fd_links() -> list[str]:
+    """What the test process's descriptors are (``pipe:[...]``, ``anon_inode:[timerfd]`` ...)."""
     fds = "/proc/self/fd"
     links = []
     for fd in os.listdir(fds):
         with contextlib.suppress(OSError):  # the listing's own descriptor is gone already
             links.append(os.readlink(f"{fds}/{fd}"))
-    return links.count("anon_inode:[timerfd]")
+    return links
+
+
+def timerfds() -> int:
+    return fd_links().count("anon_inode:[timerfd]")
 
 
 @LOOPS
@@ -488,10 +493,13 @@ def test_backpressure_pauses_stdout_while_the_consumer_lags(loop_factory: Any) -
 
 # A CLI that ends its run with Node's process.exit(): what its stdout stream could not write yet
 # (the pipe was full because the gateway read late) is dropped, the result line behind it too.
+# 900 KB: more than the default pipe (64 KiB) or socket pair (about 208 KiB) holds with what the
+# gateway reads before backpressure stops it (a chunk or two: uvloop reads 256 KiB at once), less
+# than the wide pipe's 1 MiB.
 EXITS_DROPPING_THE_REST = """
 import os
 os.set_blocking(1, False)
-rest = memoryview((b"x" * 1023 + b"\\n") * 300 + b'{"type": "result"}\\n')
+rest = memoryview((b"x" * 1023 + b"\\n") * 900 + b'{"type": "result"}\\n')
 while rest:
     try:
         rest = rest[os.write(1, rest):]
@@ -501,12 +509,15 @@ os._exit(0)
 """
 
 
-def test_a_single_turn_agents_wide_stdout_pipe_keeps_what_it_writes_before_exiting() -> None:
+@LOOPS
+def test_a_single_turn_agents_wide_stdout_pipe_keeps_what_it_writes_before_exiting(
+    loop_factory: Any,
+) -> None:
     """Gemini CLI echoes a long prompt (150 KB) before its answer and exits with
-    process.exit(): with the default 64 KiB pipe and a gateway that reads late (held here by
-    backpressure, under load by the machine), its answer and result were lost and the turn ended
-    with nothing said. The pipe of a single-turn agent holds its whole output. (The stdlib loop's
-    stdio is a pipe; uvloop's a socket pair, whose buffer is the child's.)"""
+    process.exit(): with the default 64 KiB pipe (about 208 KiB on uvloop's socket pair) and a
+    gateway that reads late (held here by backpressure, under load by the machine), its answer and
+    result were lost and the turn ended with nothing said. The pipe of a single-turn agent holds
+    its whole output, on both loops."""
 
     async def result_line(**kw: Any) -> bool:
         proc = await spawn(EXITS_DROPPING_THE_REST, high_water=1024, **kw)
@@ -520,7 +531,54 @@ def test_a_single_turn_agents_wide_stdout_pipe_keeps_what_it_writes_before_exiti
         assert not await result_line()  # the loss, as it was
         assert await result_line(stdout_pipe_bytes=WIDE_STDOUT_PIPE_BYTES)
 
-    run(asyncio.new_event_loop, scenario())
+    run(loop_factory, scenario())
+
+
+def open_pipes() -> int:
+    """The gateway's descriptors of pipes and sockets (uvloop opens /dev/null once, for good)."""
+    return sum(link.startswith(("pipe:", "socket:")) for link in fd_links())
+
+
+@LOOPS
+def test_wide_stdout_pipes_leave_no_descriptor_or_count_behind(
+    loop_factory: Any, tmp_path: Path
+) -> None:
+    """However an agent with a wide stdout ends (read to its end, dropped with close() after its
+    exit or aclose() while it runs, terminated, or never started), the gateway holds as many
+    pipes and sockets after as before, and each wide pipe is given back: more agents than
+    MAX_WIDE_STDOUT_PIPES one after another all get one."""
+    wide: dict[str, Any] = {"stdout_pipe_bytes": WIDE_STDOUT_PIPE_BYTES}
+    sleeper = "import time; print('up', flush=True); time.sleep(30)"
+
+    async def scenario() -> None:
+        # Each agent's exit is awaited before the next starts: all of them share the session id,
+        # so an exit seen late would take the next agent for a descendant of the one before.
+        before = open_pipes()
+        for _ in range(MAX_WIDE_STDOUT_PIPES // 4 + 1):
+            proc = await spawn("print('one')", **wide)
+            assert await all_lines(proc) == [b"one"]
+            await proc.wait()
+            proc = await spawn("print('unread')", **wide)
+            await proc.wait()
+            proc.close()
+            proc = await spawn(sleeper, **wide)
+            await proc.readline()
+            assert (await proc.aclose()).signal == signal.SIGKILL
+            proc = await spawn(sleeper, **wide)
+            await proc.readline()
+            assert (await proc.terminate(grace=5.0)).signal == signal.SIGTERM
+            with pytest.raises(AgentExecutableNotFound):
+                await AgentProcess.start(
+                    ["no-such-agent-cli"], env=None, session_id="s", workspace=tmp_path, **wide
+                )
+        await eventually(lambda: open_pipes() == before, "the descriptors to be released")
+        # Still wide: the Node-like exit loses nothing.
+        proc = await spawn(EXITS_DROPPING_THE_REST, high_water=1024, **wide)
+        await eventually(lambda: proc.stdout_pauses == 1, "the reader held by backpressure")
+        assert (await proc.wait()).kind == "ok"
+        assert (await all_lines(proc))[-1] == b'{"type": "result"}'
+
+    run(loop_factory, scenario())
 
 
 # --------------------------------------------------------------------------- stdin

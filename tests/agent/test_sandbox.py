@@ -24,6 +24,7 @@ from tests.support.gateway_peer import (
     prompt_and_wait,
     start_gateway,
 )
+from tests.support.loops import LOOPS, run
 from tests.support.procs import alive, descendants, session_processes
 from tests.support.sandbox_rig import SECRET, Deployment, deployment
 from tests.support.servers import CLI
@@ -362,6 +363,38 @@ async def test_a_stop_reaches_the_agent_not_bubblewrap_and_its_leftovers_end_wit
         await eventually(lambda: not any(alive(p) for p in inside), "the sandbox to end")
     finally:
         await proc.aclose()
+
+
+@LOOPS
+@pytest.mark.sandbox
+def test_a_single_turn_agents_wide_stdout_holds_in_the_sandbox(loop_factory, tmp_path):
+    """The wide stdout pipe the gateway makes is bubblewrap's fd 1, so the agent inside has it: a
+    Node-like exit with more written than a default pipe or socket pair holds loses nothing, and
+    the agent has exactly fds 0, 1 and 2."""
+    from gateway.agent.process import WIDE_STDOUT_PIPE_BYTES, AgentProcess
+    from tests.agent.test_process import EXITS_DROPPING_THE_REST
+
+    box, ws = _sandbox(tmp_path)
+    script = "import os; print(sorted(os.listdir('/proc/self/fd')), flush=True)\n"
+
+    async def scenario() -> tuple[bytes, bytes]:
+        proc = await AgentProcess.start(
+            ["/usr/bin/python3", "-c", script + EXITS_DROPPING_THE_REST],
+            env={},
+            session_id="s",
+            workspace=ws,
+            sandbox=box,
+            high_water=1024,
+            stdout_pipe_bytes=WIDE_STDOUT_PIPE_BYTES,
+        )
+        await eventually(lambda: proc.stdout_pauses == 1, "the reader held by backpressure")
+        assert (await proc.wait()).kind == "ok"
+        lines = [item.line async for item in proc]
+        return lines[0], lines[-1]
+
+    fds, last = run(loop_factory, scenario())
+    assert fds == b"['0', '1', '2', '3']"  # 3: the listing's own
+    assert last == b'{"type": "result"}'
 
 
 @pytest.mark.sandbox
