@@ -24,9 +24,6 @@ from gateway.chat.render import (
     deleted_text,
     depth_indent,
     format_totals,
-    mcp_list,
-    mcp_servers_in,
-    mcp_status_text,
     missing_text,
     permission_question,
     policy_note,
@@ -58,8 +55,6 @@ TURN_END_GRACE_SEC: Final = 0.5  # how long a turn end waits for its session.usa
 REATTACH_DELAYS_SEC: Final = (0.2, 0.5, 1.0, 2.0, 4.0, *(8.0,) * 13)
 
 _CLIENT_COMMANDS: Final = frozenset({*MODES, "compact", "mcp", "help", "quit", "exit"})
-# What a viewer may still do: commands that only show or leave.
-_VIEWER_COMMANDS: Final = frozenset({"quit", "exit", "help", "mcp"})
 HELP: Final = """\
 commands:
   /plan /default /review    switch the agent's mode (between turns)
@@ -154,10 +149,6 @@ class Chat:
         self._attached: list[F.ContextFile] = []  # uploaded by /attach, for the next prompt
         self._first_attach = True  # a history before any reattach is what ran before we came
         self.usage = UsageTally()  # the session's running totals, from the frames shown
-        # What became of the session's MCP servers (the newest catalog's), and what was last
-        # said of each: a line only when that changes, not for every catalog.
-        self.mcp_servers: list[dict[str, Any]] = []
-        self._mcp_said: dict[str, str] = {}
 
     # -- lifecycle
 
@@ -251,7 +242,7 @@ class Chat:
 
     async def _command(self, line: str) -> None:
         name = line[1:].partition(" ")[0] if line.startswith("/") else ""
-        if self.role == "viewer" and name not in _VIEWER_COMMANDS:
+        if self.role == "viewer" and name not in ("quit", "exit", "help", "mcp"):
             self.screen.line(
                 "✗ a viewer cannot prompt, attach, compact or switch modes on this session",
                 style=self.s.red,
@@ -272,8 +263,7 @@ class Chat:
         elif name == "attach":
             await self._attach_file(rest.strip())
         elif name == "mcp":
-            for text in mcp_list(self.mcp_servers):
-                self.screen.line(text, style=self.s.dim)
+            self.screen.line(self.printer.mcp.listed(), style=self.s.dim)
         else:
             await self._prompt(line, "slash_command")
 
@@ -565,9 +555,6 @@ class Chat:
         p = payload_of(frame)
         if self._turn_end is not None and not isinstance(p, F.Usage):
             self._flush_turn_end()
-        servers = mcp_servers_in(frame)
-        if servers is not None:
-            self._mcp_changed(servers)
         if present(self.printer, frame):
             return
         s = self.s
@@ -628,28 +615,6 @@ class Chat:
         elif isinstance(p, F.CommandsPublish):
             self.commands = list(p.commands)
         # Capabilities, state changes and the gateway's own events: nothing to print.
-
-    def _mcp_changed(self, servers: list[dict[str, Any]]) -> None:
-        """A line for each server whose status (or the reason it failed) is new: connected,
-        failed and why, ... Pending says nothing (each start of the agent makes the servers
-        pending until it reports): a server that connects again after a respawn is not news."""
-        self.mcp_servers = servers
-        s = self.s
-        for server in servers:
-            status = server.get("status")
-            if status == "pending":
-                continue
-            text = mcp_status_text(server)
-            if self._mcp_said.get(server["name"]) == text:
-                continue
-            self._mcp_said[server["name"]] = text
-            self.printer.stream_to(None)
-            if status == "connected":
-                self.screen.line(f"⚙ MCP server {text}", style=s.dim)
-            else:
-                self.screen.line(
-                    f"✗ MCP server {text}", style=s.red if status == "failed" else s.yellow
-                )
 
     def _awaiting_error(self, frame: F.Frame) -> None:
         awaiting = self._awaiting

@@ -11,11 +11,11 @@ the chat (``app.py``) prints those whose showing moves its state along.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
+from gateway.chat.mcp import McpNews
 from gateway.client import payload_of
 from gateway.protocol import frames as F
 from gateway.protocol.usage import UsageTally
@@ -436,62 +436,6 @@ def answer_shown(req: F.InteractionRequest, value: str | list[str] | None) -> st
     return ", ".join(value) if isinstance(value, list) else value
 
 
-# --- MCP servers (docs/mcp.md#what-masters-see) ------------------------------------------------
-
-MCP_REASON_WIDTH: Final = 300
-_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def _shown(value: Any, width: int) -> str:
-    """A word of the agent's (a server it reported, why one failed) on one line, its control
-    characters out: an escape sequence must not reach the terminal."""
-    return one_line(_CONTROL.sub(" ", str(value)), width)
-
-
-def mcp_servers_in(frame: F.Frame) -> list[dict[str, Any]] | None:
-    """What became of the session's MCP servers as this frame says it: a catalog's
-    ``metadata.rawp_mcp_servers``, or ``extensions.mcp_servers`` of the gateway's
-    ``session.capabilities`` (either absent: none); None for any other frame."""
-    p = payload_of(frame)
-    if isinstance(p, F.CatalogPublish):
-        servers = (frame.metadata or {}).get("rawp_mcp_servers")
-    elif isinstance(p, F.Capabilities):
-        servers = (p.extensions or {}).get("mcp_servers")
-    else:
-        return None
-    if not isinstance(servers, list):
-        return []
-    return [s for s in servers if isinstance(s, dict) and isinstance(s.get("name"), str)]
-
-
-def mcp_tools(server: dict[str, Any]) -> str:
-    tools = server.get("tools")
-    n = len(tools) if isinstance(tools, list) else 0
-    return f"{n} tool" if n == 1 else f"{n} tools"
-
-
-def mcp_status_text(server: dict[str, Any]) -> str:
-    """``docs connected (3 tools)``, ``tracker failed: Connection failed: HTTP 401``."""
-    name = _shown(server["name"], 64)
-    status = _shown(server.get("status", "pending"), 32)
-    if status == "connected":
-        return f"{name} connected ({mcp_tools(server)})"
-    reason = server.get("reason")
-    return f"{name} {status}: {_shown(reason, MCP_REASON_WIDTH)}" if reason else f"{name} {status}"
-
-
-def mcp_list(servers: list[dict[str, Any]]) -> list[str]:
-    """``/mcp``: each server with its kind, where it came from and its status."""
-    if not servers:
-        return ["no MCP servers on this session"]
-    out = ["MCP servers:"]
-    for server in servers:
-        kind = f"{_shown(server['kind'], 16)}, " if server.get("kind") else ""
-        origin = _shown(server.get("origin", "?"), 16)
-        out.append(f"  {mcp_status_text(server)} · {kind}from {origin}")
-    return out
-
-
 def depth_indent(frame: F.Frame) -> str:
     ctx = (frame.metadata or {}).get("subagent_context")
     depth = ctx.get("depth", 0) if isinstance(ctx, dict) else 0
@@ -511,6 +455,7 @@ class Printer:
         self.file_location = file_location  # where to GET a file the agent produced
         self.stream_key: tuple[Any, ...] | None = None
         self.plan_labelled = False
+        self.mcp = McpNews()  # what became of the session's MCP servers, said once per change
 
     def stream_to(self, key: tuple[Any, ...] | None) -> None:
         """Start a new line when the stream being printed changes (text → thinking → tool)."""
@@ -533,6 +478,10 @@ def present(printer: Printer, frame: F.Frame) -> bool:
     indent = depth_indent(frame)
     sub = (frame.metadata or {}).get("subagent_context") or {}
     parent = sub.get("parent_invocation_id") if isinstance(sub, dict) else None
+    for text, status in printer.mcp.frame(frame):  # a catalog's or the capabilities'
+        printer.stream_to(None)
+        colour = {"connected": s.dim, "failed": s.red}.get(status, s.yellow)
+        screen.line(text, style=colour)
 
     if isinstance(p, F.TextDelta):
         key = ("text", parent, p.content_index)
