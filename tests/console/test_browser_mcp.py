@@ -7,20 +7,15 @@ catalog shows one connected with its tools and one failed. No secret reaches the
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from gateway.agent.profiles import builtin_profiles
 from tests.support import mcp_servers
 from tests.support.auth import bearer
 from tests.support.browser import Page
-from tests.support.console import prompt, shot, sign_in, turns_ended, url_of
+from tests.support.console import claude_code_gateway, prompt, shot, sign_in, turns_ended, url_of
 from tests.support.gateway_peer import fast_demo, make_config, start_gateway
-from tests.support.rig.env import require_cli
-from tests.support.rig.run import scripted_cli
-from tests.support.rig.scenario import parse_scenario
 
 pytestmark = pytest.mark.browser
 
@@ -113,39 +108,31 @@ async def test_servers_the_agent_cannot_take_are_shown_failed_and_why(tmp_path, 
 
 @pytest.mark.realcli
 async def test_claude_codes_report_replaces_pending_with_connected_and_failed(page):
-    binary = require_cli("claude-code")
     calls = [{"content": [{"type": "text", "text": "Servers seen."}]}]
-    scenario = parse_scenario({"run": {}, "calls": calls}, name="mcp-console", agent="claude-code")
-    async with scripted_cli(scenario) as cli:
-        (cli.cwd / "ws").mkdir()
-        profile = replace(builtin_profiles(claude=str(binary))["claude-code"], env=cli.env)
-        gw = await start_gateway(make_config(cli.cwd, token=TOKEN, agents={"claude-code": profile}))
-        try:
-            servers = request_servers(mcp_servers.stdio_command())
-            await open_session(page, gw, "claude-code", servers)
-            await page.wait("!document.getElementById('mcp').hidden")
-            # Claude Code says nothing of its servers before its first turn starts it.
-            before = await shown(page)
-            assert [s["status"] for s in before["servers"]] == ["pending", "pending"]
-            assert before["state"] == "partial" and before["summary"] == "MCP 0/2"
-            await prompt(page, "which servers?")
-            await page.wait("document.querySelectorAll('.turn[data-state=ended]').length >= 1", 60)
-            await page.wait(
-                "document.querySelector('.mcp-server[data-name=local]')?.dataset.status"
-                " === 'connected'",
-                30,
-            )
-            after = await shown(page)
-            local, broken = after["servers"]
-            assert after["state"] == "failed" and after["summary"] == "MCP 1/2 · 1 failed"
-            assert local["badge"] == "connected" and local["reason"] is None
-            assert local["meta"] == "stdio · from request · 2 tools"  # echo, secret_digest
-            assert broken["status"] == "failed" and broken["badge"] == "✗ failed"
-            tools = await page.js("document.querySelector('.mcp-server[data-name=local]').title")
-            assert set(tools.split("\n")) == {"mcp__local__echo", "mcp__local__secret_digest"}
-            await page.click("#mcp summary")
-            await shot(page, "mcp-claude-code")
-            assert SECRET not in await page.js("document.documentElement.outerHTML")
-            assert not cli.server.unexpected
-        finally:
-            await gw.close()
+    async with claude_code_gateway(calls, "mcp-console", TOKEN) as (cli, gw):
+        servers = request_servers(mcp_servers.stdio_command())
+        await open_session(page, gw, "claude-code", servers)
+        await page.wait("!document.getElementById('mcp').hidden")
+        # Claude Code says nothing of its servers before its first turn starts it.
+        before = await shown(page)
+        assert [s["status"] for s in before["servers"]] == ["pending", "pending"]
+        assert before["state"] == "partial" and before["summary"] == "MCP 0/2"
+        await prompt(page, "which servers?")
+        await page.wait("document.querySelectorAll('.turn[data-state=ended]').length >= 1", 60)
+        await page.wait(
+            "document.querySelector('.mcp-server[data-name=local]')?.dataset.status"
+            " === 'connected'",
+            30,
+        )
+        after = await shown(page)
+        local, broken = after["servers"]
+        assert after["state"] == "failed" and after["summary"] == "MCP 1/2 · 1 failed"
+        assert local["badge"] == "connected" and local["reason"] is None
+        assert local["meta"] == "stdio · from request · 2 tools"  # echo, secret_digest
+        assert broken["status"] == "failed" and broken["badge"] == "✗ failed"
+        tools = await page.js("document.querySelector('.mcp-server[data-name=local]').title")
+        assert set(tools.split("\n")) == {"mcp__local__echo", "mcp__local__secret_digest"}
+        await page.click("#mcp summary")
+        await shot(page, "mcp-claude-code")
+        assert SECRET not in await page.js("document.documentElement.outerHTML")
+        assert not cli.server.unexpected
