@@ -15,7 +15,8 @@ parts share one ``MasterView``:
   result as ``← ok (12 lines)`` with a short preview (a diff as ``← ok (+3 -1)`` and its changed
   lines, coloured, the middle of a long one elided), subagents, errors, and the turn's end with its
   stop reason and the token usage of the ``session.usage`` that follows it (DPS-7.5.2-usage), with
-  the session's running totals and context fill (``format_totals``, docs/usage.md). When
+  the session's running totals and context fill (``format_totals``, docs/usage.md), and a line
+  when one of the session's MCP servers connects or fails (``mcp.py``, once per change). When
   the socket drops it finalises the view (DPS-7.8-finalize), reattaches with ``last_message_id``
   and replays the ``session.history`` (DPS-7.8-unfinalize);
 * the *line reader* turns stdin into lines without blocking the loop (``lines.py``; on a terminal
@@ -25,7 +26,8 @@ parts share one ``MasterView``:
 * the *runner* (the calling task) takes commands one at a time: a prompt is sent and the runner
   waits until the turn it started has ended; ``/plan``, ``/default``, ``/review`` switch mode,
   ``/compact [instruction]`` compacts, ``/attach PATH`` uploads a file (a screenshot) that goes
-  with the next prompt as a ``context_files`` entry, ``/help`` lists commands, ``/quit`` exits,
+  with the next prompt as a ``context_files`` entry, ``/mcp`` lists the session's MCP servers and
+  their status, ``/help`` lists commands, ``/quit`` exits,
   and any other ``/x`` goes to the agent as a prompt with ``input_type: "slash_command"``. A file
   the agent produced (``agent.file.transfer``) is shown with the URL to fetch it from.
 

@@ -54,12 +54,13 @@ TURN_END_GRACE_SEC: Final = 0.5  # how long a turn end waits for its session.usa
 # keeps a detached session for reattach_window_sec (300 s by default).
 REATTACH_DELAYS_SEC: Final = (0.2, 0.5, 1.0, 2.0, 4.0, *(8.0,) * 13)
 
-_CLIENT_COMMANDS: Final = frozenset({*MODES, "compact", "help", "quit", "exit"})
+_CLIENT_COMMANDS: Final = frozenset({*MODES, "compact", "mcp", "help", "quit", "exit"})
 HELP: Final = """\
 commands:
   /plan /default /review    switch the agent's mode (between turns)
   /compact [instruction]    compact the agent's context
   /attach PATH              upload a file (a screenshot) to go with the next prompt
+  /mcp                      the session's MCP servers and what became of each
   /quit                     leave (the session is deleted unless --keep)
   /<name> [args]            any other slash command goes to the agent
 Ctrl-C cancels the running turn; at the prompt it quits."""
@@ -68,6 +69,7 @@ OWN_COMMANDS: Final = (
     *((mode, "switch the agent's mode") for mode in MODES),
     ("compact", "compact the agent's context"),
     ("attach", "upload a file to go with the next prompt"),
+    ("mcp", "the session's MCP servers"),
     ("help", "list the commands"),
     ("quit", "leave"),
 )
@@ -240,7 +242,7 @@ class Chat:
 
     async def _command(self, line: str) -> None:
         name = line[1:].partition(" ")[0] if line.startswith("/") else ""
-        if self.role == "viewer" and name not in ("quit", "exit", "help"):
+        if self.role == "viewer" and name not in ("quit", "exit", "help", "mcp"):
             self.screen.line(
                 "✗ a viewer cannot prompt, attach, compact or switch modes on this session",
                 style=self.s.red,
@@ -260,6 +262,8 @@ class Chat:
             await self._send_and_wait("turn", F.SessionCompact(instruction=rest.strip() or None))
         elif name == "attach":
             await self._attach_file(rest.strip())
+        elif name == "mcp":
+            self.screen.line(self.printer.mcp.listed(), style=self.s.dim)
         else:
             await self._prompt(line, "slash_command")
 

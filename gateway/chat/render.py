@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
+from gateway.chat.mcp import McpNews
 from gateway.client import payload_of
 from gateway.protocol import frames as F
 from gateway.protocol.usage import UsageTally
@@ -454,6 +455,7 @@ class Printer:
         self.file_location = file_location  # where to GET a file the agent produced
         self.stream_key: tuple[Any, ...] | None = None
         self.plan_labelled = False
+        self.mcp = McpNews()  # what became of the session's MCP servers, said once per change
 
     def stream_to(self, key: tuple[Any, ...] | None) -> None:
         """Start a new line when the stream being printed changes (text → thinking → tool)."""
@@ -476,6 +478,10 @@ def present(printer: Printer, frame: F.Frame) -> bool:
     indent = depth_indent(frame)
     sub = (frame.metadata or {}).get("subagent_context") or {}
     parent = sub.get("parent_invocation_id") if isinstance(sub, dict) else None
+    for text, status in printer.mcp.frame(frame):  # a catalog's or the capabilities'
+        printer.stream_to(None)
+        colour = {"connected": s.dim, "failed": s.red}.get(status, s.yellow)
+        screen.line(text, style=colour)
 
     if isinstance(p, F.TextDelta):
         key = ("text", parent, p.content_index)

@@ -21,7 +21,8 @@ receives it, so a prompt whose call made no error and no turn start is refused a
 Frames become updates (the table is docs/acp-masters.md's): text ``agent_message_chunk``, thinking
 ``agent_thought_chunk``, another master's prompt ``user_message_chunk``, ``tool.invoke.*``
 ``tool_call`` / ``tool_call_update``, todo and plan tools ``plan``, usage ``usage_update``,
-commands ``available_commands_update``, a mode switch ``current_mode_update``; a permission
+commands ``available_commands_update``, a mode switch ``current_mode_update``, what became of
+the session's MCP servers ``session_info_update`` (in its ``_meta``); a permission
 question is a ``session/request_permission`` request. ``session.history`` (a load) is the same
 frames, replayed: nothing in it asks or answers anything. What the session says again when a
 view attaches (its commands, its open questions: the greeting, ``greeting``) is its state, not
@@ -149,6 +150,8 @@ class AcpView:
         self.greeting = False
         self._agent_error: dict[str, str] | None = None  # the turn's last error of the agent
         self._owed: list[bytes] = []  # a turn's answer, sent after its usage (``take``)
+        # What this view last said of the session's MCP servers (``_mcp_servers``): None, nothing.
+        self._mcp_said: list[Any] | None = None
 
     # --- frames in, ACP messages out --------------------------------------------------------
 
@@ -228,14 +231,36 @@ class AcpView:
                 return [self._update({"sessionUpdate": "current_mode_update",
                                       "currentModeId": mode}, mid)]  # fmt: skip
             return []
+        if isinstance(payload, F.CatalogPublish):
+            return self._mcp_servers(frame, mid)
         if isinstance(payload, F.Capabilities):
-            return []
+            return []  # its extensions.mcp_servers is the greeting's catalog's, said there
         if isinstance(payload, F.Deleted):
             return self.ended("SESSION_TERMINATED", "the session was deleted")
         if isinstance(payload, F.AgentError) and payload.severity != "warning":
             # ACP has no error update: a failed turn's answer says what went wrong.
             self._agent_error = {"error_code": payload.error_code, "message": payload.message}
         return []
+
+    def _mcp_servers(self, frame: F.Frame, mid: str) -> list[bytes]:
+        """What became of the session's MCP servers (the catalog's ``metadata.rawp_mcp_servers``,
+        names and statuses, never a secret) as a ``session_info_update`` whose ``_meta.rawp``
+        has ``mcpServers`` (docs/acp-masters.md): ACP has no update of its own for it, and this one
+        takes ``_meta`` in the pinned schema and the TypeScript SDK alike. Said when it changed
+        since this view last said it, and again in the greeting (the session's state)."""
+        servers = (frame.metadata or {}).get("rawp_mcp_servers")
+        if not isinstance(servers, list):
+            servers = []
+        if (not servers and self._mcp_said is None) or (
+            servers == self._mcp_said and not self.greeting
+        ):
+            return []
+        self._mcp_said = servers
+        update = {
+            "sessionUpdate": "session_info_update",
+            "_meta": {"rawp": {"mcpServers": servers}},
+        }
+        return [self._update(update, mid)]
 
     def _meta(self, mid: str) -> dict[str, Any]:
         if self.greeting:  # the session's state, said again (module docstring)

@@ -349,6 +349,32 @@ class FakeGateway:
                 ),
                 turn_id=tid,
             )
+        elif text == "mcp":
+            # What became of two MCP servers, as the gateway publishes it: pending, then the
+            # agent's report (one failed, why found later), the same again, and a respawn.
+            docs = {"name": "docs", "kind": "stdio", "origin": "config", "command": ["docs-mcp"]}
+            http = {"name": "tracker", "kind": "http", "origin": "request", "headers": ["X-Key"]}
+            tools = ["mcp__docs__search", "mcp__docs__fetch"]
+            for servers in (
+                [{**docs, "status": "pending"}, {**http, "status": "pending"}],
+                [{**docs, "status": "connected", "tools": tools}, {**http, "status": "failed"}],
+                [{**docs, "status": "connected", "tools": tools}, {**http, "status": "failed"}],
+                [
+                    {**docs, "status": "connected", "tools": tools},
+                    {**http, "status": "failed", "reason": "HTTP 401\x1b[2J\nUnauthorized"},
+                ],
+                [{**docs, "status": "pending"}, {**http, "status": "pending"}],
+                [
+                    {**docs, "status": "connected", "tools": tools},
+                    {**http, "status": "failed", "reason": "HTTP 401\x1b[2J\nUnauthorized"},
+                    {"name": "extra", "origin": "agent", "status": "needs-auth"},
+                ],
+            ):
+                await s.emit(
+                    F.CatalogPublish(tools=[F.CatalogTool(name="Read", description="Read")]),
+                    metadata={"rawp_mcp_servers": servers},
+                )
+            await say("Servers reported.")
         elif text == "plan it":
             await s.emit(
                 F.CatalogPublish(
@@ -415,6 +441,28 @@ async def test_plan_documents_and_catalog_diagnostics_are_shown(fake: FakeGatewa
     assert "plan:\n1. read\n2. write\n" in out
     assert "\n3. test\n" in out
     assert out.count("plan:") == 1  # one plan, labelled once in its turn
+
+
+async def test_mcp_servers_are_said_once_per_change_and_listed_by_slash_mcp(fake: FakeGateway):
+    """docs/mcp.md#what-masters-see: a line when a server connects or fails (and when why it
+    failed is found later), not for every catalog nor for a respawn's pending; ``/mcp`` lists
+    them; nothing of the agent's words reaches the terminal as an escape sequence."""
+    _, out = await fake_chat(fake, "/mcp\nmcp\n/mcp\n")
+    assert "no MCP servers on this session\n" in out
+    said = [line for line in out.splitlines() if line.startswith(("⚙ MCP", "✗ MCP"))]
+    assert said == [
+        "⚙ MCP server docs connected (2 tools)",
+        "✗ MCP server tracker failed",
+        "✗ MCP server tracker failed: HTTP 401 [2J Unauthorized",
+        "✗ MCP server extra needs-auth",
+    ]
+    assert "\x1b" not in out
+    listed = out[out.rindex("MCP servers:") :]
+    assert listed.splitlines()[1:4] == [
+        "  docs connected (2 tools) · stdio, from config",
+        "  tracker failed: HTTP 401 [2J Unauthorized · http, from request",
+        "  extra needs-auth · from agent",
+    ]
 
 
 async def test_subagents_thinking_and_errors(fake: FakeGateway):
@@ -674,6 +722,20 @@ async def test_keep_leaves_the_session(gw: Gateway):
     session = gw.only_session()
     assert rc == 0 and session.state != "TERMINATED"
     assert f"session {session.id} kept" in out
+
+
+async def test_a_failed_mcp_server_is_said_once_and_listed_without_its_secret(gw: Gateway):
+    """A master's MCP server on a demo session (the demo agent takes none: failed, and why):
+    one line however many catalogs come, ``/mcp`` lists it, its env value is never shown."""
+    secret = "chat-mcp-secret-51c2"
+    server = {"name": "docs", "command": ["docs-mcp", secret], "env": {"KEY": secret}}
+    sid = (await create_session(gw.client, mcp_servers=[server]))["session_id"]
+    rc, out = await chat(gw, "hi\n/mcp\nhi again\n", agent=None, session_id=sid)
+    assert rc == 0, out
+    failed = "✗ MCP server docs failed: the agent does not take stdio servers"
+    assert out.count(failed + "\n") == 1, out
+    assert "  docs failed: the agent does not take stdio servers · stdio, from request\n" in out
+    assert secret not in out
 
 
 async def test_attach_to_an_existing_session_never_deletes_it(gw: Gateway):

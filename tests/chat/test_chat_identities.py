@@ -39,9 +39,10 @@ async def test_a_viewer_watches_and_sees_who_prompted_and_answered(gateway):
         {"interaction_id": ask["payload"]["interaction_id"], "selected_value": "allow"},
     )
     await alice.until("session.usage")
-    rc, out = await chat(gateway, "hello\n/plan\n", session_id=sid, token=BOB)
+    rc, out = await chat(gateway, "hello\n/plan\n/mcp\n", session_id=sid, token=BOB)
     assert rc == 0, out
     assert "signed in as bob · viewer (watching" in out
+    assert "no MCP servers on this session\n" in out  # /mcp only shows: a viewer may
     assert "» alice: write by-alice.txt\n" in out
     assert "(allow by alice)\n" in out
     assert out.count("✗ a viewer cannot prompt") == 2

@@ -125,6 +125,24 @@ async def test_an_editor_loads_a_session_a_dps_master_started(sdk, gw, hop, tmp_
     await master.ws.close()
 
 
+async def test_what_became_of_the_mcp_servers_reaches_either_editor(sdk, gw, hop, tmp_path):
+    """docs/acp-masters.md#what-became-of-the-mcp-servers: both SDKs take the
+    ``session_info_update`` with ``_meta.rawp.mcpServers`` as it is (the TypeScript one parses
+    every update with its zod schema), through the relay."""
+    servers = [{"name": "docs", "url": "http://127.0.0.1:9/mcp", "headers": {"X-Key": "k-91ab"}}]
+    body = {"agent": "demo", "mcp_servers": servers}
+    resp = await gw.post("/v1/session", json=body, headers=bearer(TOKENS["alice"]))
+    assert resp.status == 201, await resp.text()
+    sid = (await resp.json())["session_id"]
+    async with editor(sdk, hop, tmp_path) as ed:
+        await ed.request("session/load", {"sessionId": sid, "cwd": str(tmp_path)})
+        [info] = [u for u in ed.updates if u["update"]["sessionUpdate"] == "session_info_update"]
+        assert info["sessionId"] == sid
+        [server] = info["update"]["_meta"]["rawp"]["mcpServers"]
+        assert (server["name"], server["kind"], server["status"]) == ("docs", "http", "failed")
+        assert server["headers"] == ["X-Key"] and "k-91ab" not in str(ed.updates)
+
+
 async def test_a_viewer_may_load_and_watch_but_not_prompt(sdk, gw, hop, tmp_path):
     resp = await gw.post("/v1/session", json={"agent": "demo"}, headers=bearer(TOKENS["alice"]))
     sid = (await resp.json())["session_id"]

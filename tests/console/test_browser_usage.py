@@ -6,18 +6,21 @@ real Claude Code CLI against the scripted Messages API, the cost it reports is s
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 
-from gateway.agent.profiles import builtin_profiles
 from gateway.server import SESSIONS
 from tests.support.browser import Page
-from tests.support.console import log_in_and_create, prompt, shot, sign_in, turns_ended, url_of
+from tests.support.console import (
+    claude_code_gateway,
+    log_in_and_create,
+    prompt,
+    shot,
+    sign_in,
+    turns_ended,
+    url_of,
+)
 from tests.support.gateway_peer import fast_demo, make_config, start_gateway
-from tests.support.rig.env import require_cli
-from tests.support.rig.run import scripted_cli
-from tests.support.rig.scenario import parse_scenario
 
 pytestmark = pytest.mark.browser
 
@@ -92,7 +95,6 @@ async def test_usage_pill_shows_the_cost_claude_code_reports(page):
     """The real Claude Code CLI against the scripted Messages API: the cost it reports is a running
     total over its session, and the pill shows the sum of its increases, which is the last figure
     (and the gateway's own total), not the sum of the figures."""
-    binary = require_cli("claude-code")
     calls = [
         {
             "match": {"last_user_contains": "first"},
@@ -105,42 +107,31 @@ async def test_usage_pill_shows_the_cost_claude_code_reports(page):
             "content": [{"type": "text", "text": "The second answer."}],
         },
     ]
-    scenario = parse_scenario({"run": {}, "calls": calls}, name="usage-cost", agent="claude-code")
-    async with scripted_cli(scenario) as cli:
-        (cli.cwd / "ws").mkdir()
-        profile = replace(builtin_profiles(claude=str(binary))["claude-code"], env=cli.env)
-        gw = await start_gateway(make_config(cli.cwd, token=TOKEN, agents={"claude-code": profile}))
-        try:
-            await page.goto(url_of(gw) + "/")
-            await sign_in(page, TOKEN)
-            await page.wait(
-                "[...document.querySelectorAll('#new-agent option')].some(o => o.value === 'claude-code')"
-            )
-            await page.js(
-                "document.getElementById('new-agent').value = 'claude-code';"
-                "document.getElementById('new-workspace').value = 'ws';"
-            )
-            await page.click("#new-session button[type=submit]")
-            await page.wait("document.body.dataset.connection === 'open'", 20)
-            session_id = await page.js("location.hash.slice('#session='.length)")
-            tally = gw.server.app[SESSIONS][session_id].usage
-            await prompt(page, "the first prompt")
-            await page.wait("document.querySelectorAll('.turn[data-state=ended]').length >= 1", 60)
-            first = tally.cost_usd
-            await prompt(page, "the second prompt")
-            await page.wait("document.querySelectorAll('.turn[data-state=ended]').length >= 2", 60)
-            assert tally.turns == 2 and tally.cost_usd > first > 0
-            assert tally.cost_reported == pytest.approx(tally.cost_usd)  # the CLI's last figure
-            text = (
-                f"{tally.input_tokens:,} in · {tally.output_tokens:,} out · ${tally.cost_usd:.4f}"
-            )
-            await page.wait(
-                f"document.querySelector('#usage .usage-totals')?.textContent === {json.dumps(text)}"
-            )
-            assert (tally.input_tokens, tally.output_tokens) == (36_000, 4_000)
-            assert "as the agent reports it" in await page.js(
-                "document.getElementById('usage').title"
-            )
-            assert not cli.server.unexpected
-        finally:
-            await gw.close()
+    async with claude_code_gateway(calls, "usage-cost", TOKEN) as (cli, gw):
+        await page.goto(url_of(gw) + "/")
+        await sign_in(page, TOKEN)
+        await page.wait(
+            "[...document.querySelectorAll('#new-agent option')].some(o => o.value === 'claude-code')"
+        )
+        await page.js(
+            "document.getElementById('new-agent').value = 'claude-code';"
+            "document.getElementById('new-workspace').value = 'ws';"
+        )
+        await page.click("#new-session button[type=submit]")
+        await page.wait("document.body.dataset.connection === 'open'", 20)
+        session_id = await page.js("location.hash.slice('#session='.length)")
+        tally = gw.server.app[SESSIONS][session_id].usage
+        await prompt(page, "the first prompt")
+        await page.wait("document.querySelectorAll('.turn[data-state=ended]').length >= 1", 60)
+        first = tally.cost_usd
+        await prompt(page, "the second prompt")
+        await page.wait("document.querySelectorAll('.turn[data-state=ended]').length >= 2", 60)
+        assert tally.turns == 2 and tally.cost_usd > first > 0
+        assert tally.cost_reported == pytest.approx(tally.cost_usd)  # the CLI's last figure
+        text = f"{tally.input_tokens:,} in · {tally.output_tokens:,} out · ${tally.cost_usd:.4f}"
+        await page.wait(
+            f"document.querySelector('#usage .usage-totals')?.textContent === {json.dumps(text)}"
+        )
+        assert (tally.input_tokens, tally.output_tokens) == (36_000, 4_000)
+        assert "as the agent reports it" in await page.js("document.getElementById('usage').title")
+        assert not cli.server.unexpected

@@ -494,3 +494,47 @@ def test_a_load_replays_news_and_only_the_state_said_after_it_is_marked_state(ma
     [again] = decoded(v.frame(frame(F.TextDelta(content_index=0, text="said again"))))
     assert again["params"]["_meta"]["rawp"]["state"] is True
     assert v.last_seen == "m0"
+
+
+def catalog() -> F.CatalogPublish:
+    return F.CatalogPublish(tools=[F.CatalogTool(name="Read", description="Read a file")])
+
+
+def test_what_became_of_the_mcp_servers_is_a_session_info_update_once_per_change(make):
+    """docs/acp-masters.md: the catalog's ``metadata.rawp_mcp_servers`` reaches an editor as a
+    ``session_info_update`` with ``_meta.rawp.mcpServers``, when it changed, and again in the
+    greeting; a catalog without servers says nothing. The update parses with the pinned SDK's
+    schema (agent-client-protocol), which an editor's client validates with."""
+    from acp.schema import SessionNotification
+
+    f, frame = make
+    v = view(f)
+    assert v.frame(frame(catalog())) == []  # a session without servers: nothing to say
+    pending = [{"name": "docs", "kind": "stdio", "origin": "editor", "command": ["docs-mcp"],
+                "env": ["TOKEN"], "status": "pending"}]  # fmt: skip
+    failed = [{**pending[0], "status": "failed", "reason": "Connection closed"}]
+    first = v.frame(frame(catalog(), metadata={"rawp_mcp_servers": pending}))
+    [message] = decoded(first)
+    assert message["params"]["update"] == {
+        "sessionUpdate": "session_info_update",
+        "_meta": {"rawp": {"mcpServers": pending}},
+    }
+    assert message["params"]["_meta"]["rawp"]["messageId"]
+    parsed = SessionNotification.model_validate(message["params"])
+    assert parsed.update.session_update == "session_info_update"
+    assert parsed.update.field_meta == {"rawp": {"mcpServers": pending}}
+    # The same servers again (a catalog published for its tools): not said twice.
+    assert v.frame(frame(catalog(), metadata={"rawp_mcp_servers": pending})) == []
+    assert one_update(v.frame(frame(catalog(), metadata={"rawp_mcp_servers": failed}))) == {
+        "sessionUpdate": "session_info_update",
+        "_meta": {"rawp": {"mcpServers": failed}},
+    }
+    # An attach says the session's state again, unchanged or not, marked as state.
+    v.greeting = True
+    [again] = decoded(v.frame(frame(catalog(), metadata={"rawp_mcp_servers": failed})))
+    assert again["params"]["update"]["_meta"]["rawp"]["mcpServers"] == failed
+    assert again["params"]["_meta"]["rawp"]["state"] is True
+    v.greeting = False
+    # Servers gone from the catalog (none any more): said once, as an empty list.
+    assert one_update(v.frame(frame(catalog())))["_meta"] == {"rawp": {"mcpServers": []}}
+    assert v.frame(frame(catalog())) == []

@@ -20,6 +20,7 @@ from acp.schema import (
     CurrentModeUpdate,
     DeniedOutcome,
     RequestPermissionResponse,
+    SessionInfoUpdate,
     ToolCallProgress,
     ToolCallStart,
     UsageUpdate,
@@ -216,6 +217,51 @@ async def test_load_a_session_a_dps_master_started_and_prompts_cross(gw, tmp_pat
             lambda: "and the phone again" in rec.text(UserMessageChunk), "the phone's prompt"
         )
         await eventually(lambda: len(rec.updates) > before + 2, "the live reply")
+    finally:
+        await conn.close()
+
+
+async def test_what_became_of_the_mcp_servers_reaches_the_editor(gw, tmp_path):
+    """docs/acp-masters.md: a session's MCP servers (here a master's, given to the demo agent,
+    which takes none) reach an editor on load as a ``session_info_update`` whose
+    ``_meta.rawp.mcpServers`` says each one's name, kind and status, and why it failed; the
+    official SDK takes it as such. Never a secret; a session without servers says nothing."""
+    secret = "mcp-secret-7f3a"
+    servers = [{"name": "docs", "command": ["docs-mcp", "--key", secret], "env": {"KEY": secret}}]
+    resp = await gw.post(
+        "/v1/session",
+        json={"agent": "demo", "mcp_servers": servers},
+        headers=bearer(TOKENS["alice"]),
+    )
+    assert resp.status == 201, await resp.text()
+    sid = (await resp.json())["session_id"]
+    conn, rec = await connect(gw)
+    try:
+        await conn.load_session(cwd=str(tmp_path), session_id=sid)
+        infos = [u for s, u in rec.updates if s == sid and isinstance(u, SessionInfoUpdate)]
+        assert infos, rec.updates
+        assert infos[-1].field_meta == {
+            "rawp": {
+                "mcpServers": [
+                    {
+                        "name": "docs",
+                        "kind": "stdio",
+                        "origin": "request",
+                        "command": ["docs-mcp"],
+                        "env": ["KEY"],
+                        "status": "failed",
+                        "reason": "the agent does not take stdio servers",
+                    }
+                ]
+            }
+        }
+        assert secret not in repr(rec.updates)
+        new = await conn.new_session(cwd=str(tmp_path))
+        done = await conn.prompt(session_id=new.session_id, prompt=[text_block("hello")])
+        assert done.stop_reason == "end_turn"
+        assert not [
+            u for s, u in rec.updates if s == new.session_id and isinstance(u, SessionInfoUpdate)
+        ]
     finally:
         await conn.close()
 

@@ -6,9 +6,16 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
 
+from gateway.agent.profiles import builtin_profiles
 from tests.support.browser import Browser, Page
+from tests.support.gateway_peer import make_config, start_gateway
 from tests.support.paths import TESTS
+from tests.support.rig.env import require_cli
+from tests.support.rig.run import scripted_cli
+from tests.support.rig.scenario import parse_scenario
 
 ARTIFACTS = TESTS / "artifacts" / "browser-console"
 
@@ -25,6 +32,25 @@ async def open_page(on_new_document: str | None = None) -> AsyncIterator[Page]:
         yield tab
     finally:
         await browser.close()
+
+
+@contextlib.asynccontextmanager
+async def claude_code_gateway(
+    calls: list[dict[str, Any]], name: str, token: str
+) -> AsyncIterator[tuple[Any, Any]]:
+    """The real Claude Code CLI against the scripted Messages API answering ``calls``, behind a
+    gateway (token ``token``) whose only agent it is, with the workspace ``ws``: the CLI's setup
+    and the gateway's client, closed after."""
+    binary = require_cli("claude-code")
+    scenario = parse_scenario({"run": {}, "calls": calls}, name=name, agent="claude-code")
+    async with scripted_cli(scenario) as cli:
+        (cli.cwd / "ws").mkdir()
+        profile = replace(builtin_profiles(claude=str(binary))["claude-code"], env=cli.env)
+        gw = await start_gateway(make_config(cli.cwd, token=token, agents={"claude-code": profile}))
+        try:
+            yield cli, gw
+        finally:
+            await gw.close()
 
 
 def url_of(gateway) -> str:

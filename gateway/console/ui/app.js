@@ -8,6 +8,7 @@
 import { Renderer, describeCall, el, jsonTree } from "./render.js";
 import { HistoryParts, SessionView, makeFrame, timeKey } from "./view.js";
 import { UsageMeter } from "./usage.js";
+import { McpServers } from "./mcp.js";
 
 const SUBPROTOCOL = "rawp-dps-1.0";
 const TOKEN_KEY = "rawp-console.token";
@@ -101,6 +102,7 @@ function showWhoami() {
 }
 
 const renderer = new Renderer($("transcript"), { fetchBlob, meter: new UsageMeter($("usage")) });
+const mcpServers = new McpServers($("mcp"));
 
 // --- HTTP ------------------------------------------------------------------------------------
 
@@ -424,6 +426,7 @@ function detach() {
   clearAttachments(); // they were stored in that session
   renderer.reset();
   renderer.forget();
+  mcpServers.reset();
   setConnection("none", "not attached");
   $("session-title").textContent = "rawp-gateway";
   history.replaceState(null, "", "#");
@@ -572,6 +575,8 @@ function receive(cur, frame) {
 
 function afterFrame(cur, frame) {
   const p = frame.payload || {};
+  // A catalog said again on attach is one the view has (the same id): it is still the newest.
+  mcpServers.frame(frame);
   switch (frame.type) {
     case "session.renamed":
       refreshSessions().catch(() => {});
