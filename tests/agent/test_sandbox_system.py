@@ -143,20 +143,44 @@ def serve_refusal(tmp_path: Path, isolation: str) -> str:
     return lines[0]
 
 
-def test_serve_refuses_a_system_root_without_usr_or_prlimit_or_the_sandbox(tmp_path):
+def _refusal_case(tmp_path: Path, case: str) -> tuple[str, str]:
+    """``[isolation]`` lines that ``serve`` refuses, and the words its one line must hold."""
     empty = tmp_path / "empty"
     empty.mkdir()
-    line = serve_refusal(tmp_path, f'mode = "sandbox"\nsystem_root = "{empty}"\n')
-    assert line.endswith(
-        f"system_root {empty} has no /usr: it must hold a system (a team's "
-        "image mounted there, or an unpacked one)"
-    ), line
-    (empty / "usr" / "bin").mkdir(parents=True)
-    line = serve_refusal(tmp_path, f'mode = "sandbox"\nsystem_root = "{empty}"\n')
-    assert f"system_root {empty} has no prlimit (util-linux)" in line, line
-    line = serve_refusal(tmp_path, f'system_root = "{team()}"\n')
-    assert 'system_root needs mode = "sandbox"' in line and "gateway.toml:2" in line, line
-    line = serve_refusal(tmp_path, 'mode = "sandbox"\npath = "/usr/bin"\n')
-    assert "path is the agent's PATH in system_root's system: set system_root" in line, line
-    line = serve_refusal(tmp_path, f'mode = "sandbox"\nsystem_root = "{tmp_path}"\n')
-    assert f"system_root: {tmp_path} would show {tmp_path / 'gateway.toml'}" in line, line
+    if case == "no /usr":
+        return (
+            f'mode = "sandbox"\nsystem_root = "{empty}"\n',
+            f"system_root {empty} has no /usr: it must hold a system (a team's "
+            "image mounted there, or an unpacked one)",
+        )
+    if case == "no prlimit":
+        (empty / "usr" / "bin").mkdir(parents=True)
+        return (
+            f'mode = "sandbox"\nsystem_root = "{empty}"\n',
+            f"system_root {empty} has no prlimit (util-linux)",
+        )
+    if case == "no sandbox":
+        return (
+            f'system_root = "{team()}"\n',
+            'gateway.toml:2: [isolation] system_root needs mode = "sandbox"',
+        )
+    if case == "path alone":
+        return (
+            'mode = "sandbox"\npath = "/usr/bin"\n',
+            "path is the agent's PATH in system_root's system: set system_root",
+        )
+    assert case == "shows the config"
+    return (
+        f'mode = "sandbox"\nsystem_root = "{tmp_path}"\n',
+        f"system_root: {tmp_path} would show {tmp_path / 'gateway.toml'}",
+    )
+
+
+# One serve a case, so that the suite's workers start them side by side.
+@pytest.mark.parametrize(
+    "case", ["no /usr", "no prlimit", "no sandbox", "path alone", "shows the config"]
+)
+def test_serve_refuses_a_system_root_without_usr_or_prlimit_or_the_sandbox(tmp_path, case):
+    isolation, words = _refusal_case(tmp_path, case)
+    line = serve_refusal(tmp_path, isolation)
+    assert words in line, line
