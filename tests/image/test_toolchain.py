@@ -3,11 +3,12 @@ mounted at /toolchain and ``[isolation] system_root = "/toolchain"``, the team's
 scripts/build-toolchain makes (Debian trixie, a glibc the gateway's bookworm does not have, with
 Go, gcc, make and Claude Code at /opt/team/bin/claude, a path only it has).
 
-One test, for its cost: the README's blocks as a person types them (tests/support/readme.py),
-after the first block of its podman section, with the podman image mount (``podman run`` and
-podman-compose) and with the derived image; then the real Claude Code in a container with the same mount and config (on the host's
-network, to reach the scripted model server on the host's loopback) builds and runs a Go and a C
-program in its workspace with a Bash call, and says what it runs on.
+Two tests, which the suite's workers run side by side: the README's blocks as a person types them
+(tests/support/readme.py), after the first block of its podman section, with the podman image
+mount (``podman run`` and podman-compose) and with the derived image; and the real Claude Code in
+a container with the same mount and config (on the host's network, to reach the scripted model
+server on the host's loopback) building and running a Go and a C program in its workspace with a
+Bash call, and saying what it runs on.
 
 The blocks use fixed names (the container ``rawp-gateway-team``, the compose project
 ``rawp-gateway-team``, their volumes, the image tag ``rawp-gateway-team``) and the loopback port
@@ -111,15 +112,24 @@ def type_the_readme(engine: Engine, tmp_path: Path) -> None:
         NAMES.remove(engine)
 
 
-async def test_claude_code_builds_with_the_teams_tools_from_its_image(engine, token_file, tmp_path):
+def podman_team(engine: Engine) -> toolchain.Toolchain:
+    """The team's image, in the engine's own storage; skipped where the engine is not podman."""
     if engine.name != "podman":
         pytest.skip("the blocks are podman's: scripts/build-image picked Docker here")
     team = toolchain.built()
     assert team.image and team.env.get("CONTAINERS_STORAGE_CONF") == engine.env.get(
         "CONTAINERS_STORAGE_CONF"
     )
+    return team
+
+
+def test_the_readme_team_tools_commands_work_as_written(engine, tmp_path):
+    podman_team(engine)
     type_the_readme(engine, tmp_path)
 
+
+async def test_claude_code_builds_with_the_teams_tools_from_its_image(engine, token_file, tmp_path):
+    team = podman_team(engine)
     calls = bash_then_text(BUILD, "Build with the team's tools", "Built both.")
     server = make_server("claude-code", calls)
     base_url = await server.start()
