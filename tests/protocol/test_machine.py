@@ -156,6 +156,32 @@ def test_DPS_6_1_2_cancel_blocks_open_at_cancel_end_cancelled():
     )
 
 
+def test_DPS_6_1_2_cancel_after_a_block_ended_leaves_that_block_complete():
+    """DPS-6.1.2-cancel: a block the agent ended before the cancel arrived was not cut: its done
+    says no is_cancelled, although a master may send the cancel on seeing its first delta (the
+    done is then already on its way: a fast model streams a short block at once). Only the blocks
+    still open when the cancel is taken end cancelled (docs/protocol-notes.md)."""
+    assert (
+        scenario()
+        >> CLAUDE.started()
+        >> CLAUDE.prompted("tell a story", TURN)
+        >> events(
+            ev.TextDelta(block="m:0", text="Once upon a time."),
+            ev.TextEnd(block="m:0"),
+            ev.TextDelta(block="m:1", text="Then "),
+        )
+        << emit("agent.state.changed", current_state="thinking", turn_id=TURN)
+        << emit("agent.text.delta", content_index=0, text="Once upon a time.")
+        << emit(F.TextDone(content_index=0, full_text="Once upon a time."))
+        << emit("agent.text.delta", content_index=1, text="Then ")
+        >> interrupted(TURN)
+        >> events(ev.TextEnd(block="m:1"), ev.TurnEnded(stop_reason="end_turn"))
+        << emit(F.TextDone(content_index=1, full_text="Then ", is_cancelled=True))
+        << escalation_ends()
+        << turn_end(TURN, "cancelled")
+    )
+
+
 @pytest.mark.parametrize(
     "output", ["The user doesn't want to proceed", "[Request interrupted]"], ids=["refused", "cut"]
 )
