@@ -98,15 +98,18 @@ def codex_steps(
 
     Codex does not wait for its MCP servers before its first model request. The CLI (0.171.0)
     offers their tools behind ``tool_search``, and announces a server that came up late to the
-    model ("Added deferred tool namespaces: - mcp__<server>"): the first step waits for that line,
-    then searches. codex-acp's Codex (0.137.0, ``acp``) offers a server's tools as the namespace
-    ``mcp__<server>`` among its tools once it is up: the first step waits for it. Until then the
-    model runs a short command (``WAITS``, which a scenario lists last)."""
+    model ("Added deferred tool namespaces: - mcp__<server>"): the first step waits until
+    Codex's last word on the namespace offers it (``namespaces_offered``), then searches. A
+    mention anywhere would not do: a resumed Codex resends the history of the process before it,
+    whose server was up, then says "Removed" of its own until that one is up. codex-acp's Codex
+    (0.137.0, ``acp``) offers a server's tools as the namespace ``mcp__<server>`` among its tools
+    once it is up: the first step waits for it. Until then the model runs a short command
+    (``WAITS``, which a scenario lists last)."""
     calls: list[dict[str, Any]] = []
     turn = {"last_user_contains": prompt} if prompt else {}
     namespace = f"mcp__{steps[0][0]}"
     gate: dict[str, Any] = (
-        {"tools_include": [namespace]} if acp else {"input_contains": f"- {namespace}"}
+        {"tools_include": [namespace]} if acp else {"namespaces_offered": [namespace]}
     )
     for server, tool, arguments, mark in steps:
         call = {"type": "function_call", "namespace": f"mcp__{server}", "name": tool}

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.rig import env as rigenv
-from tests.support.rig.openai import UNEXPECTED_TEXT, ResponsesServer
+from tests.support.rig.openai import UNEXPECTED_TEXT, ResponsesServer, input_text
 from tests.support.rig.selftest import assert_event_stream, rest_after_hang, valid_scenarios
 
 
@@ -258,6 +258,33 @@ def test_match_keys() -> None:
     assert not s.matches({"tool_output": False}, body)
     with pytest.raises(ValueError, match="unknown match keys"):
         s.matches({"nope": 1}, body)
+
+
+def developer(text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "role": "developer",
+        "content": [{"type": "input_text", "text": text}],
+    }
+
+
+def test_namespaces_offered_reads_codexs_last_word() -> None:
+    """A resumed Codex resends the history that listed a server, then says it is removed until
+    its own is up: only its last word offers the namespace."""
+    s = ResponsesServer([])
+    listed = "<tools>\nDeferred tool namespaces:\n- mcp__docs\n- multi_agent_v1: Agents.\n</tools>"
+    removed = "<tools>\nRemoved deferred tool namespaces:\n- mcp__docs\n</tools>"
+    added = "<tools>\nAdded deferred tool namespaces:\n- mcp__docs\n</tools>"
+    body = request("Second")
+    body["input"][:0] = [developer(listed)]
+    assert s.matches({"namespaces_offered": ["mcp__docs", "multi_agent_v1"]}, body)
+    body["input"].append(developer(removed))
+    assert "- mcp__docs" in input_text(body)  # what a match on the mention found
+    assert not s.matches({"namespaces_offered": ["mcp__docs"]}, body)
+    assert s.matches({"namespaces_offered": ["multi_agent_v1"]}, body)
+    body["input"].append(developer(added))
+    assert s.matches({"namespaces_offered": ["mcp__docs"]}, body)
+    assert not s.matches({"namespaces_offered": ["mcp__docs"]}, request("- mcp__docs"))
 
 
 async def test_unknown_paths_are_logged_and_refused(aiohttp_client: Any) -> None:

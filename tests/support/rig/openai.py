@@ -103,6 +103,40 @@ def input_text(body: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+# How Codex tells the model which deferred tool namespaces (an MCP server's tools, behind
+# tool_search) it has: a developer message "<tools>" block with one of these headings, then a
+# "- <namespace>[: what it is]" line each. The first lists them all; the others say what changed
+# since the history last said, in the request's own process.
+NAMESPACE_HEADINGS = {
+    "Deferred tool namespaces:": "listed",
+    "Added deferred tool namespaces:": "added",
+    "Removed deferred tool namespaces:": "removed",
+}
+
+
+def offered_namespaces(body: dict[str, Any]) -> set[str]:
+    """The deferred tool namespaces the request's input last told the model it has, its
+    announcements read in order. Not merely any mention: a resumed Codex resends the history of
+    the process before it, whose servers were up, and then says "Removed" for each of its own
+    not up yet (and "Added" once one is)."""
+    offered: set[str] = set()
+    for item in body.get("input", []):
+        if item.get("type") != "message" or item.get("role") != "developer":
+            continue
+        change = ""
+        for line in _content_text(item.get("content")).splitlines():
+            if line in NAMESPACE_HEADINGS:
+                change = NAMESPACE_HEADINGS[line]
+                if change == "listed":
+                    offered.clear()
+            elif change and line.startswith("- "):
+                name = line[2:].partition(":")[0].strip()
+                (offered.discard if change == "removed" else offered.add)(name)
+            else:
+                change = ""
+    return offered
+
+
 def tool_names(body: dict[str, Any]) -> list[str]:
     return [t.get("name") or t.get("type", "") for t in body.get("tools", []) or []]
 
@@ -121,7 +155,9 @@ class ResponsesServer(ScriptedServer):
     def matches(self, match: dict[str, Any], body: Any) -> bool:
         """Keys of a call's ``match`` table; all given must hold: tool_output (bool: the input
         ends with a tool's output), last_user_contains, input_contains (any message or tool
-        output), model_contains, tools_include / tools_exclude (lists of tool names)."""
+        output), model_contains, namespaces_offered (a list: Codex last told the model it has
+        these deferred tool namespaces, ``offered_namespaces``), tools_include / tools_exclude
+        (lists of tool names)."""
         if not isinstance(body, dict):
             return False
         checks = {
@@ -129,6 +165,7 @@ class ResponsesServer(ScriptedServer):
             "last_user_contains": lambda v: v in last_user_text(body),
             "input_contains": lambda v: v in input_text(body),
             "model_contains": lambda v: v in body.get("model", ""),
+            "namespaces_offered": lambda v: set(v) <= offered_namespaces(body),
         }
         return self.fits(match, checks, lambda: tool_names(body))
 
