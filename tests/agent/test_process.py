@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,15 @@ BATCH = 256  # as the session reads
 
 
 async def spawn(script: str, *args: str, workspace: Path | str = ".", **kw: Any) -> AgentProcess:
+    """``script`` as an agent, under a session id of its own: the gateway takes an orphan that
+    carries an agent's RAWP_SESSION_ID for that agent's descendant (gateway/agent/descendants.py),
+    so one shared id would let an earlier agent's clean-up signal a later one."""
     return await AgentProcess.start(
-        [PY, "-c", script, *args], env=None, session_id="sess-1", workspace=workspace, **kw
+        [PY, "-c", script, *args],
+        env=None,
+        session_id=f"sess-{uuid.uuid4().hex[:12]}",
+        workspace=workspace,
+        **kw,
     )
 
 
@@ -496,8 +504,11 @@ def test_backpressure_pauses_stdout_while_the_consumer_lags(loop_factory: Any) -
 # 900 KB: more than the default pipe (64 KiB) or socket pair (about 208 KiB) holds with what the
 # gateway reads before backpressure stops it (a chunk or two: uvloop reads 256 KiB at once), less
 # than the wide pipe's 1 MiB.
+# It waits for a line on stdin before it writes (``began``): the stdlib loop reads what a child
+# writes before its transport is connected without backpressure, and would then read it all.
 EXITS_DROPPING_THE_REST = """
 import os
+os.read(0, 1)
 os.set_blocking(1, False)
 rest = memoryview((b"x" * 1023 + b"\\n") * 900 + b'{"type": "result"}\\n')
 while rest:
@@ -507,6 +518,13 @@ while rest:
         break
 os._exit(0)
 """
+
+
+async def began(proc: AgentProcess) -> AgentProcess:
+    """Let ``EXITS_DROPPING_THE_REST`` write, now that its reader is connected."""
+    proc.write(b"\n")
+    await proc.drain()
+    return proc
 
 
 @LOOPS
@@ -520,8 +538,13 @@ def test_a_single_turn_agents_wide_stdout_pipe_keeps_what_it_writes_before_exiti
     its whole output, on both loops."""
 
     async def result_line(**kw: Any) -> bool:
-        proc = await spawn(EXITS_DROPPING_THE_REST, high_water=1024, **kw)
-        await eventually(lambda: proc.stdout_pauses == 1, "the reader held by backpressure")
+        proc = await began(await spawn(EXITS_DROPPING_THE_REST, high_water=1024, **kw))
+        await eventually(
+            lambda: proc.stdout_pauses == 1,
+            "the reader held by backpressure",
+            # What the reader saw instead, should it never be held.
+            detail=lambda: f"{proc.bytes_read} bytes read, exit {proc.exit_status}",
+        )
         assert (await proc.wait()).kind == "ok"
         lines = await all_lines(proc)
         assert all(line == b"x" * 1023 for line in lines[:-1])
@@ -573,7 +596,7 @@ def test_wide_stdout_pipes_leave_no_descriptor_or_count_behind(
                 )
         await eventually(lambda: open_pipes() == before, "the descriptors to be released")
         # Still wide: the Node-like exit loses nothing.
-        proc = await spawn(EXITS_DROPPING_THE_REST, high_water=1024, **wide)
+        proc = await began(await spawn(EXITS_DROPPING_THE_REST, high_water=1024, **wide))
         await eventually(lambda: proc.stdout_pauses == 1, "the reader held by backpressure")
         assert (await proc.wait()).kind == "ok"
         assert (await all_lines(proc))[-1] == b'{"type": "result"}'

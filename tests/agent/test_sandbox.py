@@ -372,7 +372,7 @@ def test_a_single_turn_agents_wide_stdout_holds_in_the_sandbox(loop_factory, tmp
     Node-like exit with more written than a default pipe or socket pair holds loses nothing, and
     the agent has exactly fds 0, 1 and 2."""
     from gateway.agent.process import WIDE_STDOUT_PIPE_BYTES, AgentProcess
-    from tests.agent.test_process import EXITS_DROPPING_THE_REST
+    from tests.agent.test_process import EXITS_DROPPING_THE_REST, began
 
     box, ws = _sandbox(tmp_path)
     script = "import os; print(sorted(os.listdir('/proc/self/fd')), flush=True)\n"
@@ -387,6 +387,7 @@ def test_a_single_turn_agents_wide_stdout_holds_in_the_sandbox(loop_factory, tmp
             high_water=1024,
             stdout_pipe_bytes=WIDE_STDOUT_PIPE_BYTES,
         )
+        await began(proc)
         await eventually(lambda: proc.stdout_pauses == 1, "the reader held by backpressure")
         assert (await proc.wait()).kind == "ok"
         lines = [item.line async for item in proc]
