@@ -32,6 +32,7 @@ from tests.support.acp_editors import (
     python_editor,
     relay_argv,
     relay_env,
+    shared_with_a_viewer,
     ts_editor,
 )
 from tests.support.auth import bearer, users_config
@@ -144,10 +145,7 @@ async def test_what_became_of_the_mcp_servers_reaches_either_editor(sdk, gw, hop
 
 
 async def test_a_viewer_may_load_and_watch_but_not_prompt(sdk, gw, hop, tmp_path):
-    resp = await gw.post("/v1/session", json={"agent": "demo"}, headers=bearer(TOKENS["alice"]))
-    sid = (await resp.json())["session_id"]
-    members = {"members": {"bob": "viewer"}}
-    await gw.patch(f"/v1/session/{sid}", json=members, headers=bearer(TOKENS["alice"]))
+    sid = await shared_with_a_viewer(gw, TOKENS["alice"], "bob")
     async with editor(sdk, hop, tmp_path, user="bob") as ed:
         await a_viewer_loads_but_may_not_prompt(ed, sid, tmp_path)
 

@@ -27,6 +27,7 @@ from tests.support.acp_editors import (
     a_viewer_loads_but_may_not_prompt,
     load_it_and_prompt_across,
     node_ready,
+    shared_with_a_viewer,
     ts_editor,
 )
 from tests.support.auth import bearer, users_toml
@@ -110,10 +111,7 @@ async def test_the_sdk_loads_a_session_a_dps_master_started(gw, tmp_path, transp
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_viewer_may_load_but_not_prompt(gw, tmp_path, transport):
-    resp = await gw.post("/v1/session", json={"agent": "demo"}, headers=bearer(TOKENS["alice"]))
-    sid = (await resp.json())["session_id"]
-    members = {"members": {"bob": "viewer"}}
-    await gw.patch(f"/v1/session/{sid}", json=members, headers=bearer(TOKENS["alice"]))
+    sid = await shared_with_a_viewer(gw, TOKENS["alice"], "bob")
     async with sdk_editor(gw, tmp_path, transport, user="bob") as ed:
         await a_viewer_loads_but_may_not_prompt(ed, sid, tmp_path)
     await eventually(

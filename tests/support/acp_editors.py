@@ -348,6 +348,15 @@ async def load_it_and_prompt_across(ed: Editor, sid: str, master: Master, cwd: P
     assert (await asyncio.wait_for(turn, TURN))["stopReason"] == "end_turn"
 
 
+async def shared_with_a_viewer(gw: Any, token: str, viewer: str) -> str:
+    """A demo session made with ``token``, shared with the user ``viewer`` as a viewer: its id."""
+    resp = await gw.post("/v1/session", json={"agent": "demo"}, headers=bearer(token))
+    sid = (await resp.json())["session_id"]
+    members = {"members": {viewer: "viewer"}}
+    await gw.patch(f"/v1/session/{sid}", json=members, headers=bearer(token))
+    return sid
+
+
 async def a_viewer_loads_but_may_not_prompt(ed: Editor, sid: str, cwd: Path) -> None:
     """``ed``'s user is a viewer of ``sid``: no session/new, a load, no prompt."""
     with pytest.raises(EditorError) as refused:
