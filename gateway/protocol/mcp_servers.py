@@ -175,9 +175,7 @@ def _headers(value: Any, name: str) -> dict[str, str]:
 def _url(value: Any, name: str) -> str | None:
     if value is None:
         return None
-    text = _text(value, name, MAX_URL_CHARS, empty=False)
-    if len(text) > MAX_URL_CHARS:
-        raise ValueError(f"{name} is longer than {MAX_URL_CHARS} characters")
+    text = _text(value, name, MAX_URL_CHARS, empty=False)  # its UTF-8 bytes: never fewer
     if any(c.isspace() for c in text):
         raise ValueError(f"{name} must not hold white space")
     parts = _URL.fullmatch(text)
