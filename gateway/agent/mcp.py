@@ -148,11 +148,11 @@ def claude_failure_reasons(
 def _last_error(home: str, parts: tuple[str, ...]) -> str | None:
     fd = -1
     try:
-        fd = nofollow.open_dir(home)
-        for part in parts:  # never through a link the agent left on the way
-            inner = nofollow.open_dir(part, dir_fd=fd)
-            os.close(fd)
-            fd = inner
+        home_fd = nofollow.open_dir(home)
+        try:
+            fd = nofollow.open_dirs(home_fd, parts)  # never through a link the agent left
+        finally:
+            os.close(home_fd)
         names = sorted(n for n in _listed(fd) if n.endswith(".jsonl"))
         if not names:
             return None

@@ -29,7 +29,7 @@ import errno
 import os
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Final
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "append_fd",
     "create_fd",
     "open_dir",
+    "open_dirs",
     "read_file",
     "regular_fd",
     "remove_tree",
@@ -82,6 +83,21 @@ def open_dir(
         with contextlib.suppress(FileExistsError):
             os.mkdir(name, mode, dir_fd=dir_fd)
     return os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+
+
+def open_dirs(fd: int, dirs: Sequence[str]) -> int:
+    """A new descriptor of the directory ``dirs`` names below ``fd`` (one name each), never
+    through a link on the way (``open_dir`` for each); ``fd`` itself stays open."""
+    current = os.dup(fd)
+    try:
+        for part in dirs:
+            inner = open_dir(part, dir_fd=current)
+            os.close(current)
+            current = inner
+    except BaseException:
+        os.close(current)
+        raise
+    return current
 
 
 def regular_fd(fd: int, name: str) -> os.stat_result:

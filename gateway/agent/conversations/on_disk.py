@@ -37,7 +37,7 @@ from typing import Any, Final, TypeVar
 from gateway.agent.conversations.common import ConversationError, saved_format
 from gateway.agent.environment import agent_environment
 from gateway.agent.profiles import AgentProfile
-from gateway.storage.nofollow import READ_FLAGS, open_dir, regular_fd
+from gateway.storage.nofollow import READ_FLAGS, open_dir, open_dirs, regular_fd
 from parsers.saved import SavedFile, SavedFormat, Summary, Transcript
 
 _T = TypeVar("_T")
@@ -232,24 +232,10 @@ def _inside(directory: str, root: str | None) -> str | None:
     return real
 
 
-def _walk(fd: int, dirs: tuple[str, ...]) -> int:
-    """A new descriptor of ``dirs`` below ``fd``, never through a link."""
-    current = os.dup(fd)
-    try:
-        for part in dirs:
-            inner = open_dir(part, dir_fd=current)
-            os.close(current)
-            current = inner
-    except BaseException:
-        os.close(current)
-        raise
-    return current
-
-
 def _regular(fd: int, directory: str, parts: tuple[str, ...]) -> _Candidate | None:
     """The file at ``parts`` below ``fd`` when it is a regular file (not a link, FIFO, ...)."""
     try:
-        parent = _walk(fd, parts[:-1])
+        parent = open_dirs(fd, parts[:-1])
     except OSError:
         return None
     try:
@@ -278,7 +264,7 @@ def _read(
     except OSError:
         return None
     try:
-        parent = _walk(dir_fd, candidate.parts[:-1])
+        parent = open_dirs(dir_fd, candidate.parts[:-1])
         try:
             file = os.open(candidate.name, READ_FLAGS, dir_fd=parent)
         finally:
