@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from gateway.agent.mcp_home import write_gemini_settings
+from gateway.agent.mcp_home import MAX_SEED_FILE_BYTES, MAX_SEED_FILES, write_gemini_settings
 
 SERVERS = {"docs": {"command": "docs-mcp", "env": {"TOKEN": "${RAWP_MCP_SECRET_1}"}}}
 
@@ -63,3 +63,19 @@ def test_a_link_the_agent_left_is_never_written_through(tmp_path):
     write_gemini_settings(str(home), SERVERS, seed=None)
     assert target.read_text() == "keep"
     assert settings_of(home)["mcpServers"] == SERVERS
+
+
+def test_the_users_files_are_copied_within_their_bounds(tmp_path):
+    """More files than MAX_SEED_FILES, and one larger than MAX_SEED_FILE_BYTES, in the user's
+    ~/.gemini: at most MAX_SEED_FILES are copied, never the oversized one, and the session's
+    servers are written all the same."""
+    user, home = tmp_path / "user", tmp_path / "home"
+    (user / ".gemini").mkdir(parents=True)
+    for i in range(MAX_SEED_FILES + 5):
+        (user / ".gemini" / f"f{i:03}.json").write_text("{}")
+    (user / ".gemini" / "huge.json").write_bytes(b" " * (MAX_SEED_FILE_BYTES + 1))
+    home.mkdir()
+    write_gemini_settings(str(home), SERVERS, str(user))
+    copied = {p.name for p in (home / ".gemini").iterdir()} - {"settings.json"}
+    assert len(copied) <= MAX_SEED_FILES and "huge.json" not in copied
+    assert settings_of(home) == {"mcpServers": SERVERS}

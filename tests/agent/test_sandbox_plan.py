@@ -8,6 +8,8 @@ from dataclasses import replace
 
 import pytest
 
+from gateway.agent.exit import AgentStartError
+from gateway.agent.sandbox import system
 from gateway.agent.sandbox.plan import (
     DEFAULT_PATH,
     MASK_TMPFS_BYTES,
@@ -426,3 +428,21 @@ def test_system_root_and_path_as_written():
     for bad in ("bin:/usr/bin", "/usr/bin:", "/" + "x" * 5000, 3):
         with pytest.raises(ValueError):
             check_path(bad, "path")
+
+
+def test_a_rebuilt_directory_of_more_entries_than_allowed_is_refused(tmp_path):
+    """Showing a gateway's file where the team's system has none rebuilds that directory entry by
+    entry, each a mount: past MAX_SPLICE_ENTRIES the agent does not start, with a message that
+    says to bind elsewhere; within it, the entries are listed."""
+    root = tmp_path / "team"
+    (root / "usr" / "bin").mkdir(parents=True)
+    for i in range(system.MAX_SPLICE_ENTRIES):
+        (root / "usr" / "bin" / f"tool{i}").touch()
+    spliced, landed = system.splices(str(root), [("/usr/bin/node", False)])
+    assert [(top, len(entries)) for top, entries in spliced] == [
+        ("/usr/bin", system.MAX_SPLICE_ENTRIES)
+    ]
+    assert landed == {"/usr/bin/node": "/usr/bin/node"}
+    (root / "usr" / "bin" / "one-more").touch()
+    with pytest.raises(AgentStartError, match="bind the gateway's paths outside it"):
+        system.splices(str(root), [("/usr/bin/node", False)])
